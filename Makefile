@@ -1,0 +1,19 @@
+# orderfleet: the two commands are `make demo` and `make test`; see README.md.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+.PHONY: help up down demo test lint
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ printf "  make %-6s %s\n", $$1, $$2 }'
+
+up: ## start PostgreSQL + LocalStack, deploy the messaging stack, build, migrate (idempotent)
+	@scripts/up.sh
+
+down: ## stop what `make up` started
+	@scripts/down.sh
+
+demo: up ## run the main job: a flash sale through the whole fleet, with a summary
+	@scripts/with-env.sh scripts/demo.sh
+
+test: up ## the whole suite: format, lint (Rust + CloudFormation), unit and end-to-end tests
+	@scripts/with-env.sh scripts/test.sh

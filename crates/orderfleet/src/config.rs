@@ -1,0 +1,373 @@
+//! Typed configuration, read once at start from the environment (SPEC §3).
+//!
+//! Each binary asks for exactly the settings it uses, through the small readers here, and
+//! gets typed values back. A missing or malformed setting is a [`ConfigError`] whose one-line
+//! message names the variable; `main` prints it and exits non-zero before doing anything else.
+//!
+//! Secrets ([`SecretString`]) never print: `Debug` on a config shows `[REDACTED]`.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+
+/// A setting that stops the binary at start. The message is one line and names the variable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration error: {name} is not set")]
+    Missing { name: &'static str },
+    #[error("configuration error: {name} is malformed: {reason}")]
+    Malformed { name: &'static str, reason: String },
+}
+
+impl ConfigError {
+    /// The variable this error is about.
+    pub fn variable(&self) -> &'static str {
+        match self {
+            ConfigError::Missing { name } | ConfigError::Malformed { name, .. } => name,
+        }
+    }
+}
+
+/// Where settings come from: the process environment, or a fixed map in tests.
+#[derive(Clone)]
+pub struct Env {
+    overrides: Option<HashMap<String, String>>,
+}
+
+impl Env {
+    /// The process environment.
+    pub fn process() -> Self {
+        Self { overrides: None }
+    }
+
+    /// A fixed set of variables, and nothing from the process (for tests).
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        let map = pairs.into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+        Self { overrides: Some(map) }
+    }
+
+    /// The raw value; an empty value counts as unset, which is what an operator who writes
+    /// `FOO=` in an env file means.
+    fn raw(&self, name: &str) -> Option<String> {
+        let value = match &self.overrides {
+            Some(map) => map.get(name).cloned(),
+            None => std::env::var(name).ok(),
+        };
+        value.filter(|v| !v.trim().is_empty())
+    }
+
+    pub fn required<T: Setting>(&self, name: &'static str) -> Result<T, ConfigError> {
+        let raw = self.raw(name).ok_or(ConfigError::Missing { name })?;
+        T::parse_setting(raw.trim()).map_err(|reason| ConfigError::Malformed { name, reason })
+    }
+
+    pub fn optional<T: Setting>(&self, name: &'static str) -> Result<Option<T>, ConfigError> {
+        match self.raw(name) {
+            None => Ok(None),
+            Some(raw) => T::parse_setting(raw.trim())
+                .map(Some)
+                .map_err(|reason| ConfigError::Malformed { name, reason }),
+        }
+    }
+
+    pub fn or_default<T: Setting>(&self, name: &'static str, default: T) -> Result<T, ConfigError> {
+        Ok(self.optional(name)?.unwrap_or(default))
+    }
+}
+
+/// A value that can be read from one environment variable.
+pub trait Setting: Sized {
+    fn parse_setting(raw: &str) -> Result<Self, String>;
+}
+
+impl Setting for String {
+    fn parse_setting(raw: &str) -> Result<Self, String> {
+        Ok(raw.to_owned())
+    }
+}
+
+impl Setting for SecretString {
+    fn parse_setting(raw: &str) -> Result<Self, String> {
+        Ok(SecretString::from(raw.to_owned()))
+    }
+}
+
+impl Setting for SocketAddr {
+    fn parse_setting(raw: &str) -> Result<Self, String> {
+        SocketAddr::from_str(raw).map_err(|_| format!("expected HOST:PORT with an IP address, got {raw:?}"))
+    }
+}
+
+impl Setting for u32 {
+    fn parse_setting(raw: &str) -> Result<Self, String> {
+        raw.parse().map_err(|_| format!("expected a whole number, got {raw:?}"))
+    }
+}
+
+impl Setting for u64 {
+    fn parse_setting(raw: &str) -> Result<Self, String> {
+        raw.parse().map_err(|_| format!("expected a whole number, got {raw:?}"))
+    }
+}
+
+/// A whole number of seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seconds(pub Duration);
+
+impl Setting for Seconds {
+    fn parse_setting(raw: &str) -> Result<Self, String> {
+        raw.parse::<u64>()
+            .map(|s| Seconds(Duration::from_secs(s)))
+            .map_err(|_| format!("expected a whole number of seconds, got {raw:?}"))
+    }
+}
+
+/// An `http://` or `https://` URL, normalised to end without a slash.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HttpUrl(String);
+
+impl HttpUrl {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for HttpUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Display for HttpUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Setting for HttpUrl {
+    fn parse_setting(raw: &str) -> Result<Self, String> {
+        let rest = raw
+            .strip_prefix("https://")
+            .or_else(|| raw.strip_prefix("http://"))
+            .ok_or_else(|| format!("expected an http:// or https:// URL, got {raw:?}"))?;
+        if rest.is_empty() || rest.starts_with('/') || rest.contains(char::is_whitespace) {
+            return Err(format!("expected an http:// or https:// URL with a host, got {raw:?}"));
+        }
+        Ok(HttpUrl(raw.trim_end_matches('/').to_owned()))
+    }
+}
+
+/// `LOG_FORMAT`: human-readable text (the default) or one JSON object per line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+impl Setting for LogFormat {
+    fn parse_setting(raw: &str) -> Result<Self, String> {
+        match raw.to_ascii_lowercase().as_str() {
+            "json" => Ok(LogFormat::Json),
+            "text" | "pretty" | "plain" => Ok(LogFormat::Text),
+            _ => Err(format!("expected \"json\" or \"text\", got {raw:?}")),
+        }
+    }
+}
+
+/// `DATABASE_URL`.
+#[derive(Debug, Clone)]
+pub struct DatabaseConfig {
+    pub url: SecretString,
+}
+
+impl DatabaseConfig {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let url: SecretString = env.required("DATABASE_URL")?;
+        let scheme_ok = ["postgres://", "postgresql://"].iter().any(|p| url.expose_secret().starts_with(p));
+        if !scheme_ok {
+            // The URL may hold a password, so the reason does not echo it.
+            return Err(ConfigError::Malformed {
+                name: "DATABASE_URL",
+                reason: "expected a postgres:// or postgresql:// URL".into(),
+            });
+        }
+        Ok(Self { url })
+    }
+}
+
+/// The SQS queues the fleet sends to and reads from (the messaging stack's outputs).
+#[derive(Debug, Clone)]
+pub struct QueueConfig {
+    pub stock_queue_url: HttpUrl,
+    pub notification_queue_url: HttpUrl,
+}
+
+impl QueueConfig {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            stock_queue_url: env.required("STOCK_QUEUE_URL")?,
+            notification_queue_url: env.required("NOTIFICATION_QUEUE_URL")?,
+        })
+    }
+}
+
+/// The SNS topic for user-facing notifications.
+#[derive(Debug, Clone)]
+pub struct TopicConfig {
+    pub notification_topic_arn: String,
+}
+
+impl TopicConfig {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let arn: String = env.required("NOTIFICATION_TOPIC_ARN")?;
+        if !arn.starts_with("arn:") || arn.split(':').count() < 6 {
+            return Err(ConfigError::Malformed {
+                name: "NOTIFICATION_TOPIC_ARN",
+                reason: format!("expected an SNS topic ARN (arn:aws:sns:REGION:ACCOUNT:NAME), got {arn:?}"),
+            });
+        }
+        Ok(Self { notification_topic_arn: arn })
+    }
+}
+
+/// Stripe (or stripe-sim, through `STRIPE_API_BASE`).
+#[derive(Debug, Clone)]
+pub struct StripeConfig {
+    pub secret_key: SecretString,
+    pub api_base: HttpUrl,
+}
+
+impl StripeConfig {
+    pub const DEFAULT_API_BASE: &'static str = "https://api.stripe.com";
+
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let secret_key: SecretString = env.required("STRIPE_SECRET_KEY")?;
+        let prefix_ok = ["sk_", "rk_"].iter().any(|p| secret_key.expose_secret().starts_with(p));
+        if !prefix_ok {
+            return Err(ConfigError::Malformed {
+                name: "STRIPE_SECRET_KEY",
+                reason: "expected a Stripe secret key (sk_… or rk_…)".into(),
+            });
+        }
+        let api_base = env.or_default("STRIPE_API_BASE", HttpUrl(Self::DEFAULT_API_BASE.to_owned()))?;
+        Ok(Self { secret_key, api_base })
+    }
+}
+
+/// `AUTH_JWT_SECRET`: the HS256 secret for bearer tokens.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    pub jwt_secret: SecretString,
+}
+
+impl AuthConfig {
+    /// Shorter secrets make HS256 tokens guessable; RFC 7518 asks for at least the hash size.
+    pub const MIN_SECRET_BYTES: usize = 32;
+
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let jwt_secret: SecretString = env.required("AUTH_JWT_SECRET")?;
+        if jwt_secret.expose_secret().len() < Self::MIN_SECRET_BYTES {
+            return Err(ConfigError::Malformed {
+                name: "AUTH_JWT_SECRET",
+                reason: format!("must be at least {} bytes long", Self::MIN_SECRET_BYTES),
+            });
+        }
+        Ok(Self { jwt_secret })
+    }
+}
+
+/// What every long-running binary reads: logs, the metrics address, the shutdown grace.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    pub log_format: LogFormat,
+    pub metrics_listen_addr: Option<SocketAddr>,
+    pub shutdown_grace: Duration,
+}
+
+impl RuntimeConfig {
+    pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            log_format: env.or_default("LOG_FORMAT", LogFormat::Text)?,
+            metrics_listen_addr: env.optional("METRICS_LISTEN_ADDR")?,
+            shutdown_grace: env
+                .or_default("SHUTDOWN_GRACE_SECONDS", Seconds(Self::DEFAULT_SHUTDOWN_GRACE))?
+                .0,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_variable_is_named_in_one_line() {
+        let env = Env::from_pairs([]);
+        let err = DatabaseConfig::from_env(&env).unwrap_err();
+        assert_eq!(err, ConfigError::Missing { name: "DATABASE_URL" });
+        assert_eq!(err.to_string(), "configuration error: DATABASE_URL is not set");
+        assert!(!err.to_string().contains('\n'));
+    }
+
+    #[test]
+    fn an_empty_variable_counts_as_missing() {
+        let env = Env::from_pairs([("STOCK_QUEUE_URL", " "), ("NOTIFICATION_QUEUE_URL", "http://x/q")]);
+        let err = QueueConfig::from_env(&env).unwrap_err();
+        assert_eq!(err.variable(), "STOCK_QUEUE_URL");
+    }
+
+    #[test]
+    fn a_malformed_number_is_named_with_the_value() {
+        let env = Env::from_pairs([("SHUTDOWN_GRACE_SECONDS", "soon")]);
+        let err = RuntimeConfig::from_env(&env).unwrap_err();
+        assert_eq!(err.variable(), "SHUTDOWN_GRACE_SECONDS");
+        assert!(err.to_string().contains("\"soon\""), "{err}");
+    }
+
+    #[test]
+    fn a_database_url_with_another_scheme_is_refused_without_echoing_it() {
+        let env = Env::from_pairs([("DATABASE_URL", "mysql://user:hunter2@db/x")]);
+        let err = DatabaseConfig::from_env(&env).unwrap_err();
+        assert_eq!(err.variable(), "DATABASE_URL");
+        assert!(!err.to_string().contains("hunter2"));
+    }
+
+    #[test]
+    fn runtime_defaults_apply_when_unset() {
+        let config = RuntimeConfig::from_env(&Env::from_pairs([])).unwrap();
+        assert_eq!(config.shutdown_grace, Duration::from_secs(20));
+        assert_eq!(config.log_format, LogFormat::Text);
+        assert_eq!(config.metrics_listen_addr, None);
+    }
+
+    #[test]
+    fn stripe_base_defaults_to_stripe_and_drops_a_trailing_slash() {
+        let env = Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_placeholder")]);
+        assert_eq!(StripeConfig::from_env(&env).unwrap().api_base.as_str(), "https://api.stripe.com");
+        let env = Env::from_pairs([
+            ("STRIPE_SECRET_KEY", "sk_test_placeholder"),
+            ("STRIPE_API_BASE", "http://127.0.0.1:12111/"),
+        ]);
+        assert_eq!(StripeConfig::from_env(&env).unwrap().api_base.as_str(), "http://127.0.0.1:12111");
+    }
+
+    #[test]
+    fn secrets_do_not_print() {
+        let env = Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_do_not_print")]);
+        let config = StripeConfig::from_env(&env).unwrap();
+        assert!(!format!("{config:?}").contains("do_not_print"));
+    }
+
+    #[test]
+    fn a_topic_that_is_not_an_arn_is_refused() {
+        let env = Env::from_pairs([("NOTIFICATION_TOPIC_ARN", "order-notifications")]);
+        assert_eq!(TopicConfig::from_env(&env).unwrap_err().variable(), "NOTIFICATION_TOPIC_ARN");
+    }
+}

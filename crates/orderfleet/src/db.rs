@@ -1,0 +1,53 @@
+//! The PostgreSQL pool and the embedded migrations.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use secrecy::ExposeSecret;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+use crate::config::DatabaseConfig;
+
+/// The schema, embedded at build time from `migrations/` at the repository root.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+/// How big a pool a process gets. Bounded so that a burst cannot open more connections than
+/// PostgreSQL allows; every binary of the fleet shares one server.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolSize {
+    pub max_connections: u32,
+    pub acquire_timeout: Duration,
+}
+
+impl Default for PoolSize {
+    fn default() -> Self {
+        Self { max_connections: 10, acquire_timeout: Duration::from_secs(5) }
+    }
+}
+
+/// Connects lazily: the pool opens connections on first use, so a binary starts (and serves
+/// `/healthz`) while the database is still coming up, and recovers by itself after an outage.
+pub fn connect_lazy(config: &DatabaseConfig, size: PoolSize) -> anyhow::Result<PgPool> {
+    PgPoolOptions::new()
+        .max_connections(size.max_connections)
+        .acquire_timeout(size.acquire_timeout)
+        .connect_lazy(config.url.expose_secret())
+        .context("failed to parse DATABASE_URL into connection options")
+}
+
+/// Connects now, failing when the database is unreachable (for one-shot commands).
+pub async fn connect(config: &DatabaseConfig, size: PoolSize) -> anyhow::Result<PgPool> {
+    PgPoolOptions::new()
+        .max_connections(size.max_connections)
+        .acquire_timeout(size.acquire_timeout)
+        .connect(config.url.expose_secret())
+        .await
+        .context("failed to connect to PostgreSQL (DATABASE_URL)")
+}
+
+/// Applies every migration not yet applied. Safe to repeat and to run from several processes
+/// at once: sqlx takes an advisory lock for the duration.
+pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
+    MIGRATOR.run(pool).await.context("failed to apply migrations")
+}

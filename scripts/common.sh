@@ -1,0 +1,25 @@
+# Sourced by the scripts here: where things live, and how they talk.
+# shellcheck shell=bash
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+run_dir="${ORDERFLEET_RUN_DIR:-$root/.run}"
+env_file="$run_dir/stack.env"
+stack_name=orderfleet-messaging
+localstack_url="http://127.0.0.1:4566"
+mkdir -p "$run_dir"
+
+say() { printf '%s: %s\n' "$(basename "$0" .sh)" "$*" >&2; }
+die() { say "$*"; exit 1; }
+
+# Sets KEY=VALUE in the env file the Makefile, the tests and the demo read.
+set_env() {
+    local key=$1 value=$2 tmp
+    tmp=$(mktemp "$run_dir/.stack.env.XXXXXX")
+    { [[ -f "$env_file" ]] && grep -v "^$key=" "$env_file" || true; } >"$tmp"
+    printf '%s=%s\n' "$key" "$value" >>"$tmp"
+    mv "$tmp" "$env_file"
+}
+
+docker_engine_answers() {
+    [[ "${ORDERFLEET_LOCALSTACK_MODE:-}" == host ]] && return 1
+    command -v docker >/dev/null 2>&1 && timeout 5 docker info >/dev/null 2>&1
+}

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# PostgreSQL for orderfleet.
+#
+#   scripts/postgres.sh up     make a database reachable and write DATABASE_URL to .run/stack.env
+#   scripts/postgres.sh down   stop the local cluster, only if `up` started it
+#
+# With DATABASE_URL set, that database is used as it is. Otherwise the machine's local cluster
+# is started (Debian's pg_ctlcluster; the postgresql package is installed with apt-get when
+# missing and we are root), and a role and database `orderfleet` are created.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+started_marker="$run_dir/postgres.started"
+# A local, throwaway credential for the loopback-only development cluster.
+local_user=orderfleet
+local_password=orderfleet
+local_db=orderfleet
+
+as_postgres() {
+    if [[ $(id -un) == postgres ]]; then "$@"; else runuser -u postgres -- "$@"; fi
+}
+
+first_cluster() {
+    # "VERSION NAME PORT STATUS ..." of the first cluster, if any.
+    pg_lsclusters --no-header 2>/dev/null | awk 'NF { print $1, $2, $3, $4; exit }'
+}
+
+up() {
+    if [[ -n "${DATABASE_URL:-}" ]]; then
+        command -v pg_isready >/dev/null && ! pg_isready -q -d "$DATABASE_URL" -t 10 &&
+            die "DATABASE_URL is set but that server does not answer; start it or unset DATABASE_URL"
+        set_env DATABASE_URL "$DATABASE_URL"
+        say "using DATABASE_URL from the environment"
+        return
+    fi
+    if ! command -v pg_ctlcluster >/dev/null; then
+        if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+            say "installing PostgreSQL with apt-get"
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null ||
+                { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; }
+        else
+            die "no PostgreSQL here: install it (Debian: sudo apt-get install postgresql) or set DATABASE_URL"
+        fi
+    fi
+    local cluster version name port status
+    cluster=$(first_cluster)
+    if [[ -z "$cluster" ]]; then
+        [[ $(id -u) == 0 ]] || die "no PostgreSQL cluster: create one (sudo pg_createcluster --start 15 main) or set DATABASE_URL"
+        version=$(ls /usr/lib/postgresql | sort -V | tail -n 1)
+        say "creating cluster $version/main"
+        pg_createcluster "$version" main >/dev/null
+        cluster=$(first_cluster)
+    fi
+    read -r version name port status <<<"$cluster"
+    if [[ "$status" != online* ]]; then
+        [[ $(id -u) == 0 || $(id -un) == postgres ]] ||
+            die "PostgreSQL $version/$name is down: start it (sudo pg_ctlcluster $version $name start) or set DATABASE_URL"
+        say "starting PostgreSQL $version/$name on port $port"
+        pg_ctlcluster "$version" "$name" start
+        echo "$version $name" >"$started_marker"
+    else
+        say "PostgreSQL $version/$name is running on port $port"
+    fi
+    if [[ $(id -u) == 0 || $(id -un) == postgres ]]; then
+        # CREATEDB: every test makes a database of its own, so tests run in parallel.
+        as_postgres psql -q -p "$port" -v ON_ERROR_STOP=1 <<SQL
+SELECT 'CREATE ROLE $local_user LOGIN CREATEDB PASSWORD ''$local_password'''
+WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$local_user') \gexec
+SELECT 'CREATE DATABASE $local_db OWNER $local_user'
+WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$local_db') \gexec
+SQL
+    fi
+    local url="postgres://$local_user:$local_password@127.0.0.1:$port/$local_db"
+    pg_isready -q -d "$url" -t 30 || die "PostgreSQL does not answer at 127.0.0.1:$port"
+    set_env DATABASE_URL "$url"
+}
+
+down() {
+    if [[ -f "$started_marker" ]]; then
+        local version name
+        read -r version name <"$started_marker"
+        say "stopping PostgreSQL $version/$name (started by make up)"
+        pg_ctlcluster "$version" "$name" stop || true
+        rm -f "$started_marker"
+    else
+        say "PostgreSQL was not started by make up; leaving it as it is"
+    fi
+}
+
+case "${1:-}" in
+up) up ;;
+down) down ;;
+*) echo "usage: $0 up|down" >&2; exit 2 ;;
+esac

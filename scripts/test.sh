@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# `make test`: every check CI runs, in order of cost. Fails on the first failure.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+cd "$root"
+
+say "cargo fmt --check"
+cargo fmt --all --check
+
+say "cfn-lint infra/*.yaml"
+venv=$("$root/localstack/host.sh" venv)
+"$venv/bin/cfn-lint" infra/*.yaml
+
+say "cargo clippy --all-targets -- -D warnings"
+cargo clippy --quiet --workspace --all-targets -- -D warnings
+
+# Databases the end-to-end tests made and a failed run left behind (see tests/support).
+psql -q -d "$DATABASE_URL" -At -c "SELECT datname FROM pg_database WHERE datname LIKE 'orderfleet\_test\_%'" |
+    while read -r db; do psql -q -d "$DATABASE_URL" -c "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)"; done
+
+say "cargo test (unit and end-to-end, against PostgreSQL and LocalStack)"
+cargo test --workspace

@@ -1,0 +1,47 @@
+//! A missing or malformed setting stops a binary at start with one line naming it.
+
+use std::process::Command;
+
+use orderfleet_tests::binary;
+
+fn run_without_environment(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let out =
+        Command::new(binary("fleetctl")).args(args).env_clear().envs(env.iter().copied()).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn a_missing_database_url_is_named() {
+    let (ok, stderr) = run_without_environment(&["migrate"], &[]);
+    assert!(!ok);
+    assert_eq!(stderr.trim(), "fleetctl: configuration error: DATABASE_URL is not set");
+}
+
+#[test]
+fn a_malformed_database_url_is_named() {
+    let (ok, stderr) = run_without_environment(&["migrate"], &[("DATABASE_URL", "mysql://x")]);
+    assert!(!ok);
+    assert!(stderr.contains("DATABASE_URL is malformed"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn a_missing_jwt_secret_is_named() {
+    let (ok, stderr) = run_without_environment(&["token", "--user", "alice"], &[]);
+    assert!(!ok);
+    assert_eq!(stderr.trim(), "fleetctl: configuration error: AUTH_JWT_SECRET is not set");
+}
+
+#[test]
+fn a_token_is_printed_when_the_secret_is_set() {
+    let secret = "0123456789abcdef0123456789abcdef";
+    let out = Command::new(binary("fleetctl"))
+        .args(["token", "--user", "alice"])
+        .env_clear()
+        .env("AUTH_JWT_SECRET", secret)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let token = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(token.trim().split('.').count(), 3, "not a JWT: {token}");
+}

@@ -1,0 +1,6 @@
+//! End-to-end tests against the real PostgreSQL and LocalStack that `make up` started.
+//! One test binary (one link) for the whole suite; a module per subject.
+
+mod configuration;
+mod infrastructure;
+mod migrations;

@@ -1,0 +1,123 @@
+//! What every end-to-end test shares. Each test gets its own world: a fresh database with
+//! the migrations applied, and fresh queues carrying the deployed stack's definitions, so
+//! tests run in parallel and never see each other's rows or messages.
+//!
+//! The stack itself (PostgreSQL, LocalStack, the messaging stack) is `make up`'s job; its
+//! settings arrive as environment variables from `.run/stack.env`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use orderfleet::aws::Aws;
+use orderfleet::config::{DatabaseConfig, Env};
+use orderfleet::db::{self, PoolSize};
+use secrecy::ExposeSecret;
+use sqlx::{Connection, PgConnection, PgPool};
+
+pub mod queues;
+
+pub use queues::TestQueues;
+
+/// A variable `make up` writes; a clear failure when the tests run without it.
+pub fn stack_var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run the tests with `make test` (or `scripts/with-env.sh cargo test` after `make up`)")
+    })
+}
+
+/// The AWS SDK configuration pointed at LocalStack.
+pub async fn aws() -> Aws {
+    Aws::load().await.expect("AWS settings from .run/stack.env")
+}
+
+/// A database of the test's own, created empty and migrated; dropped with [`TestDatabase::drop`]
+/// (leftovers from failed runs are dropped by `scripts/test.sh` before the next run).
+pub struct TestDatabase {
+    pub name: String,
+    pub url: String,
+    pub pool: PgPool,
+    admin_url: String,
+}
+
+/// The prefix of every test database's name; `scripts/test.sh` drops leftovers by it.
+pub const TEST_DATABASE_PREFIX: &str = "orderfleet_test_";
+
+impl TestDatabase {
+    /// An empty database with no tables.
+    pub async fn empty() -> anyhow::Result<Self> {
+        let admin = DatabaseConfig::from_env(&Env::process())?;
+        let admin_url = admin.url.expose_secret().to_owned();
+        let name = format!("{TEST_DATABASE_PREFIX}{}", uuid::Uuid::new_v4().simple());
+        let mut conn = PgConnection::connect(&admin_url).await.context("failed to reach PostgreSQL")?;
+        // The name is ours (a fixed prefix and a UUID), never input.
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await?;
+        conn.close().await?;
+        let url = replace_database(&admin_url, &name);
+        let config = DatabaseConfig::from_env(&Env::from_pairs([("DATABASE_URL", url.as_str())]))?;
+        let pool = db::connect(&config, PoolSize { max_connections: 20, ..PoolSize::default() }).await?;
+        Ok(Self { name, url, pool, admin_url })
+    }
+
+    /// A database with every migration applied.
+    pub async fn migrated() -> anyhow::Result<Self> {
+        let database = Self::empty().await?;
+        db::migrate(&database.pool).await?;
+        Ok(database)
+    }
+
+    pub async fn drop(self) -> anyhow::Result<()> {
+        self.pool.close().await;
+        let mut conn = PgConnection::connect(&self.admin_url).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)))
+            .execute(&mut conn)
+            .await?;
+        Ok(())
+    }
+}
+
+/// The same URL with another database name (and its query string kept).
+fn replace_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let authority_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let path_start = base[authority_end..].find('/').map(|i| i + authority_end).unwrap_or(base.len());
+    let mut out = format!("{}/{}", &base[..path_start], database);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+/// The path of one of the workspace's binaries, built by `make up` in the same profile.
+pub fn binary(name: &str) -> PathBuf {
+    let dir = match std::env::var_os("ORDERFLEET_BIN_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        // target/debug/deps/e2e-… → target/debug
+        None => std::env::current_exe()
+            .expect("the test's own path")
+            .parent()
+            .and_then(|deps| deps.parent())
+            .expect("target/<profile>")
+            .to_path_buf(),
+    };
+    let path = dir.join(name);
+    assert!(path.exists(), "{} is not built: run `make up` (it builds the workspace)", path.display());
+    path
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replace_database;
+
+    #[test]
+    fn replace_database_keeps_credentials_host_and_query() {
+        assert_eq!(
+            replace_database("postgres://u:p@127.0.0.1:5432/orderfleet?sslmode=disable", "t1"),
+            "postgres://u:p@127.0.0.1:5432/t1?sslmode=disable"
+        );
+        assert_eq!(replace_database("postgres://u@h", "t1"), "postgres://u@h/t1");
+    }
+}
