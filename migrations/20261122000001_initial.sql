@@ -43,9 +43,9 @@ CREATE TABLE orders (
     -- a second request with the same key meanwhile answers 409. An expired or released lease
     -- lets a retry (or the sweeper) take the order over.
     intake_lease_until timestamptz,
-    -- The first answer, replayed for the same key and body.
-    response_status   smallint,
-    response_body     jsonb,
+    -- When the authorization hold was released (the PaymentIntent cancelled) for an order
+    -- that will not be captured: a redelivered message finds it set and does nothing more.
+    authorization_released_at timestamptz,
     created_at        timestamptz NOT NULL DEFAULT now(),
     updated_at        timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT orders_one_per_idempotency_key UNIQUE (user_id, idempotency_key)
@@ -75,7 +75,9 @@ CREATE TABLE outbox (
     next_attempt_at   timestamptz NOT NULL DEFAULT now(),
     created_at        timestamptz NOT NULL DEFAULT now(),
     updated_at        timestamptz NOT NULL DEFAULT now(),
-    sent_at           timestamptz
+    sent_at           timestamptz,
+    -- One message per (order, event, destination): a replayed transition cannot enqueue twice.
+    CONSTRAINT outbox_one_per_event UNIQUE (aggregate_type, aggregate_id, event_type, destination)
 );
 
 -- The relay's claim query: due rows in due order, among the few that are not finished.

@@ -3,4 +3,7 @@
 
 mod configuration;
 mod infrastructure;
+mod intake;
 mod migrations;
+mod pipeline;
+mod redelivery;

@@ -5,8 +5,6 @@
 //! The stack itself (PostgreSQL, LocalStack, the messaging stack) is `make up`'s job; its
 //! settings arrive as environment variables from `.run/stack.env`.
 
-use std::path::PathBuf;
-
 use anyhow::Context;
 use orderfleet::aws::Aws;
 use orderfleet::config::{DatabaseConfig, Env};
@@ -15,8 +13,11 @@ use secrecy::ExposeSecret;
 use sqlx::{Connection, PgConnection, PgPool};
 
 pub mod queues;
+pub mod world;
 
+pub use fleet_harness::binary;
 pub use queues::TestQueues;
+pub use world::TestFleet as Fleet;
 
 /// A variable `make up` writes; a clear failure when the tests run without it.
 pub fn stack_var(name: &str) -> String {
@@ -89,23 +90,6 @@ fn replace_database(url: &str, database: &str) -> String {
         out.push_str(q);
     }
     out
-}
-
-/// The path of one of the workspace's binaries, built by `make up` in the same profile.
-pub fn binary(name: &str) -> PathBuf {
-    let dir = match std::env::var_os("ORDERFLEET_BIN_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        // target/debug/deps/e2e-… → target/debug
-        None => std::env::current_exe()
-            .expect("the test's own path")
-            .parent()
-            .and_then(|deps| deps.parent())
-            .expect("target/<profile>")
-            .to_path_buf(),
-    };
-    let path = dir.join(name);
-    assert!(path.exists(), "{} is not built: run `make up` (it builds the workspace)", path.display());
-    path
 }
 
 #[cfg(test)]

@@ -1,7 +1,17 @@
 //! The AWS SDK clients, built with `aws-config` so that the SDK's own variables
 //! (`AWS_REGION`, credentials, `AWS_ENDPOINT_URL` for LocalStack) apply unchanged.
+//!
+//! Every client counts the requests it sends — each attempt, retries included, since each is
+//! billed — by service and operation, in the `aws_requests_total` metric that `/metrics`
+//! exports and the demo and the benchmark report per order.
 
 use aws_config::BehaviorVersion;
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
 
 use crate::config::ConfigError;
 
@@ -24,10 +34,39 @@ impl Aws {
     }
 
     pub fn sqs(&self) -> aws_sdk_sqs::Client {
-        aws_sdk_sqs::Client::new(&self.sdk)
+        let config = aws_sdk_sqs::config::Builder::from(&self.sdk).interceptor(CountRequests).build();
+        aws_sdk_sqs::Client::from_conf(config)
     }
 
     pub fn sns(&self) -> aws_sdk_sns::Client {
-        aws_sdk_sns::Client::new(&self.sdk)
+        let config = aws_sdk_sns::config::Builder::from(&self.sdk).interceptor(CountRequests).build();
+        aws_sdk_sns::Client::from_conf(config)
+    }
+}
+
+/// Counts every request attempt by service and operation.
+#[derive(Debug)]
+struct CountRequests;
+
+impl Intercept for CountRequests {
+    fn name(&self) -> &'static str {
+        "CountRequests"
+    }
+
+    fn read_before_attempt(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if let Some(metadata) = cfg.load::<Metadata>() {
+            metrics::counter!(
+                "aws_requests_total",
+                "service" => metadata.service().to_owned(),
+                "operation" => metadata.name().to_owned()
+            )
+            .increment(1);
+        }
+        Ok(())
     }
 }

@@ -17,12 +17,14 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations"
 #[derive(Debug, Clone, Copy)]
 pub struct PoolSize {
     pub max_connections: u32,
+    /// Kept open, so a burst after a quiet spell does not wait for new connections.
+    pub min_connections: u32,
     pub acquire_timeout: Duration,
 }
 
 impl Default for PoolSize {
     fn default() -> Self {
-        Self { max_connections: 10, acquire_timeout: Duration::from_secs(5) }
+        Self { max_connections: 10, min_connections: 2, acquire_timeout: Duration::from_secs(5) }
     }
 }
 
@@ -31,6 +33,7 @@ impl Default for PoolSize {
 pub fn connect_lazy(config: &DatabaseConfig, size: PoolSize) -> anyhow::Result<PgPool> {
     PgPoolOptions::new()
         .max_connections(size.max_connections)
+        .min_connections(size.min_connections)
         .acquire_timeout(size.acquire_timeout)
         .connect_lazy(config.url.expose_secret())
         .context("failed to parse DATABASE_URL into connection options")

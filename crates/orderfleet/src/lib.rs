@@ -10,7 +10,21 @@
 
 pub mod auth;
 pub mod aws;
+pub mod backoff;
 pub mod config;
+pub mod consumer;
 pub mod db;
+pub mod ops;
+pub mod order;
+pub mod outbox;
+pub mod payments;
 pub mod product;
+pub mod shutdown;
 pub mod telemetry;
+
+/// rustls finds two crypto providers in this build (sqlx brings one, the AWS SDK another) and
+/// then cannot pick a default, which makes async-stripe's connector panic at start. Choosing
+/// aws-lc-rs once, before any TLS client is built, settles it.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+}

@@ -1,0 +1,432 @@
+//! The whole fleet as processes: stripe-sim and the real binaries — order-intake,
+//! outbox-relay, stock-worker(s), notification-worker — started against a [`Stack`] (a
+//! database, two queues, a topic), with the topic observed through a subscribed queue. Each
+//! process logs to `<log_dir>/<label>.log`; [`Fleet::stop`] sends SIGTERM and waits, and a
+//! dropped fleet kills what is left.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use aws_sdk_sqs::types::QueueAttributeName;
+use orderfleet::auth::{self, UserId};
+use serde_json::Value;
+use tokio::process::{Child, Command};
+
+use orderfleet::aws::Aws;
+use sqlx::PgPool;
+
+use crate::binary;
+
+/// Where the fleet runs: its database, queues and topic, and how to reach AWS (LocalStack).
+#[derive(Debug, Clone)]
+pub struct Stack {
+    pub database_url: String,
+    pub stock_queue_url: String,
+    pub notification_queue_url: String,
+    pub topic_arn: String,
+    /// AWS_REGION, the credentials and AWS_ENDPOINT_URL, passed to every process as they are.
+    pub aws_env: Vec<(String, String)>,
+}
+
+impl Stack {
+    /// The AWS variables of this process (from `.run/stack.env`, through the Makefile).
+    pub fn aws_env_from_process() -> Vec<(String, String)> {
+        ["AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"]
+            .iter()
+            .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+            .collect()
+    }
+}
+
+pub struct Fleet {
+    pub name: String,
+    pub stack: Stack,
+    pub pool: PgPool,
+    pub observer_url: String,
+    observer_subscription: String,
+    pub stripe_url: String,
+    pub intake_url: String,
+    pub jwt_secret: String,
+    pub sqs: aws_sdk_sqs::Client,
+    pub http: reqwest::Client,
+    env: Vec<(String, String)>,
+    children: Vec<(String, Child)>,
+    /// Each fleet process's `/metrics` URL, by label.
+    metrics_urls: Vec<(String, String)>,
+    log_dir: PathBuf,
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// One answer of the intake.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    pub replayed: bool,
+    pub retry_after: Option<String>,
+    pub body: Value,
+}
+
+impl Fleet {
+    /// stripe-sim and an observer of the topic; no fleet binaries yet.
+    pub async fn prepare(name: &str, stack: Stack, log_dir: PathBuf) -> anyhow::Result<Self> {
+        let sdk = Aws::load().await?;
+        let sqs = sdk.sqs();
+        let sns = sdk.sns();
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(10)
+            .connect(&stack.database_url)
+            .await
+            .context("failed to connect to the stack's database")?;
+        let suffix = uuid::Uuid::new_v4().simple().to_string();
+        let observer = sqs.create_queue().queue_name(format!("observer-{}", &suffix[..12])).send().await?;
+        let observer_url = observer.queue_url.context("an observer queue URL")?;
+        let observer_arn = sqs
+            .get_queue_attributes()
+            .queue_url(&observer_url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await?
+            .attributes
+            .and_then(|mut a| a.remove(&QueueAttributeName::QueueArn))
+            .context("the observer's ARN")?;
+        let subscription = sns
+            .subscribe()
+            .topic_arn(&stack.topic_arn)
+            .protocol("sqs")
+            .endpoint(&observer_arn)
+            .return_subscription_arn(true)
+            .send()
+            .await?
+            .subscription_arn
+            .unwrap_or_default();
+
+        let jwt_secret =
+            uuid::Uuid::new_v4().simple().to_string() + &uuid::Uuid::new_v4().simple().to_string();
+        let stripe_port = free_port();
+        let intake_port = free_port();
+        let mut env: Vec<(String, String)> = [
+            ("DATABASE_URL", stack.database_url.clone()),
+            ("STOCK_QUEUE_URL", stack.stock_queue_url.clone()),
+            ("NOTIFICATION_QUEUE_URL", stack.notification_queue_url.clone()),
+            ("NOTIFICATION_TOPIC_ARN", stack.topic_arn.clone()),
+            ("STRIPE_SECRET_KEY", "sk_test_stripe_sim_placeholder".to_owned()),
+            ("STRIPE_API_BASE", format!("http://127.0.0.1:{stripe_port}")),
+            ("STRIPE_SIM_LISTEN_ADDR", format!("127.0.0.1:{stripe_port}")),
+            ("INTAKE_LISTEN_ADDR", format!("127.0.0.1:{intake_port}")),
+            ("AUTH_JWT_SECRET", jwt_secret.clone()),
+            ("RUST_LOG", "info".to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        env.extend(stack.aws_env.iter().cloned());
+
+        std::fs::create_dir_all(&log_dir)?;
+        let mut fleet = Self {
+            name: name.to_owned(),
+            stack,
+            pool,
+            observer_url,
+            observer_subscription: subscription,
+            stripe_url: format!("http://127.0.0.1:{stripe_port}"),
+            intake_url: format!("http://127.0.0.1:{intake_port}"),
+            jwt_secret,
+            sqs,
+            http: reqwest::Client::builder().timeout(Duration::from_secs(60)).build()?,
+            env,
+            children: Vec::new(),
+            metrics_urls: Vec::new(),
+            log_dir,
+        };
+        fleet.spawn("stripe-sim", "stripe-sim", &[])?;
+        fleet.wait_http(&format!("{}/_sim/payment_intents", fleet.stripe_url)).await?;
+        Ok(fleet)
+    }
+
+    /// The whole fleet with `stock_workers` stock-worker processes.
+    pub async fn start(
+        name: &str,
+        stack: Stack,
+        log_dir: PathBuf,
+        stock_workers: usize,
+    ) -> anyhow::Result<Self> {
+        let mut fleet = Self::prepare(name, stack, log_dir).await?;
+        fleet.spawn("order-intake", "order-intake", &[])?;
+        fleet.spawn("outbox-relay", "outbox-relay", &[])?;
+        for i in 0..stock_workers {
+            fleet.spawn(&format!("stock-worker-{i}"), "stock-worker", &[])?;
+        }
+        fleet.spawn("notification-worker", "notification-worker", &[])?;
+        fleet.wait_http(&format!("{}/healthz", fleet.intake_url)).await?;
+        Ok(fleet)
+    }
+
+    /// Starts one of the binaries as `label`, with the fleet's environment plus `extra`.
+    pub fn spawn(&mut self, label: &str, bin: &str, extra: &[(&str, &str)]) -> anyhow::Result<()> {
+        let log = std::fs::File::create(self.log_dir.join(format!("{label}.log")))?;
+        let metrics_addr = format!("127.0.0.1:{}", free_port());
+        if bin != "stripe-sim" {
+            self.metrics_urls.push((label.to_owned(), format!("http://{metrics_addr}/metrics")));
+        }
+        let child = Command::new(binary(bin))
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("METRICS_LISTEN_ADDR", &metrics_addr)
+            .envs(extra.iter().copied())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("failed to start {bin}"))?;
+        self.children.push((label.to_owned(), child));
+        Ok(())
+    }
+
+    /// Seeds (or resets) a product.
+    pub async fn product(&self, id: &str, price_minor: i64, stock: i32) -> anyhow::Result<()> {
+        sqlx::query(
+            "INSERT INTO products (id, name, price_minor, currency, stock) VALUES ($1, $1, $2, 'usd', $3)
+             ON CONFLICT (id) DO UPDATE SET price_minor = EXCLUDED.price_minor, stock = EXCLUDED.stock",
+        )
+        .bind(id)
+        .bind(price_minor)
+        .bind(stock)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub fn token(&self, user: &str) -> String {
+        let secret = secrecy::SecretString::from(self.jwt_secret.clone());
+        auth::issue_token(&secret, &UserId::parse(user).unwrap(), Duration::from_secs(600)).unwrap()
+    }
+
+    /// `POST /v1/orders` with a raw body.
+    pub async fn post_raw(
+        &self,
+        user: Option<&str>,
+        key: Option<&str>,
+        body: &str,
+    ) -> anyhow::Result<Answer> {
+        let mut request = self
+            .http
+            .post(format!("{}/v1/orders", self.intake_url))
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+        if let Some(user) = user {
+            request = request.bearer_auth(self.token(user));
+        }
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        let replayed = response.headers().get("idempotent-replayed").is_some_and(|v| v == "true");
+        let retry_after = response.headers().get("retry-after").map(|v| v.to_str().unwrap_or("").to_owned());
+        let body = response.json::<Value>().await.unwrap_or(Value::Null);
+        Ok(Answer { status, replayed, retry_after, body })
+    }
+
+    pub async fn post_order(
+        &self,
+        user: &str,
+        key: &str,
+        product: &str,
+        quantity: i64,
+        method: &str,
+    ) -> anyhow::Result<Answer> {
+        let body =
+            serde_json::json!({ "product_id": product, "quantity": quantity, "payment_method": method });
+        self.post_raw(Some(user), Some(key), &body.to_string()).await
+    }
+
+    /// What a well-behaved client does: on `409` (the same key in flight) or `503` (try again),
+    /// wait as `Retry-After` says (at most a second here) and send the same request again.
+    /// Returns the final answer and the statuses of the attempts before it.
+    pub async fn post_order_retrying(
+        &self,
+        user: &str,
+        key: &str,
+        product: &str,
+        quantity: i64,
+        method: &str,
+    ) -> anyhow::Result<(Answer, Vec<u16>)> {
+        let mut earlier = Vec::new();
+        loop {
+            let answer = self.post_order(user, key, product, quantity, method).await?;
+            if !matches!(answer.status, 409 | 503) || earlier.len() >= 30 {
+                return Ok((answer, earlier));
+            }
+            let wait = answer.retry_after.as_deref().and_then(|s| s.parse::<u64>().ok()).unwrap_or(1).min(1);
+            earlier.push(answer.status);
+            tokio::time::sleep(Duration::from_secs(wait)).await;
+        }
+    }
+
+    /// stripe-sim's ledger: every PaymentIntent with its capture and cancel counts.
+    pub async fn intents(&self) -> anyhow::Result<Vec<Value>> {
+        let ledger: Value =
+            self.http.get(format!("{}/_sim/payment_intents", self.stripe_url)).send().await?.json().await?;
+        Ok(ledger["data"].as_array().cloned().unwrap_or_default())
+    }
+
+    pub async fn fault(&self, operation: &str, mode: &str, count: u32) -> anyhow::Result<()> {
+        let body = serde_json::json!({ "operation": operation, "mode": mode, "count": count });
+        let response = self.http.post(format!("{}/_sim/faults", self.stripe_url)).json(&body).send().await?;
+        anyhow::ensure!(response.status().is_success(), "fault not accepted: {}", response.status());
+        Ok(())
+    }
+
+    /// Orders by status.
+    pub async fn statuses(&self) -> anyhow::Result<HashMap<String, i64>> {
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as("SELECT status::text, count(*) FROM orders GROUP BY status")
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows.into_iter().collect())
+    }
+
+    /// Waits until every order is terminal (and its hold released where it needs to be).
+    pub async fn wait_settled(&self, timeout: Duration) -> anyhow::Result<HashMap<String, i64>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let unsettled: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM orders
+                  WHERE status IN ('pending_authorization', 'authorized', 'stock_reserved')
+                     OR (status IN ('rejected_out_of_stock', 'capture_failed') AND authorization_released_at IS NULL)",
+            )
+            .fetch_one(&self.pool)
+            .await?;
+            if unsettled == 0 {
+                return self.statuses().await;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "{unsettled} orders unsettled after {timeout:?}: {:?}",
+                self.statuses().await?
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Notifications seen on the topic: (event_type, order_id) for each, after waiting until
+    /// `expected` arrived and a quiet second passed (to catch duplicates).
+    pub async fn notifications(
+        &self,
+        expected: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<Vec<(String, String)>> {
+        let deadline = Instant::now() + timeout;
+        let mut seen = Vec::new();
+        loop {
+            let wait = if seen.len() >= expected { 1 } else { 2 };
+            let out = self
+                .sqs
+                .receive_message()
+                .queue_url(&self.observer_url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(wait)
+                .send()
+                .await?;
+            let messages = out.messages.unwrap_or_default();
+            if messages.is_empty() && (seen.len() >= expected || Instant::now() > deadline) {
+                return Ok(seen);
+            }
+            for m in messages {
+                let outer: Value = serde_json::from_str(m.body().unwrap_or("{}"))?;
+                let event_type =
+                    outer["MessageAttributes"]["event_type"]["Value"].as_str().unwrap_or("?").to_owned();
+                let inner: Value = serde_json::from_str(outer["Message"].as_str().unwrap_or("{}"))?;
+                seen.push((event_type, inner["order_id"].as_str().unwrap_or("?").to_owned()));
+                self.sqs
+                    .delete_message()
+                    .queue_url(&self.observer_url)
+                    .receipt_handle(m.receipt_handle().unwrap())
+                    .send()
+                    .await?;
+            }
+        }
+    }
+
+    /// The `/metrics` text of every fleet process that answers.
+    pub async fn scrape_metrics(&self) -> Vec<String> {
+        let mut texts = Vec::new();
+        for (_, url) in &self.metrics_urls {
+            if let Ok(response) = self.http.get(url).timeout(Duration::from_secs(2)).send().await
+                && let Ok(text) = response.text().await
+            {
+                texts.push(text);
+            }
+        }
+        texts
+    }
+
+    /// Where the processes' logs are.
+    pub fn log_dir(&self) -> &std::path::Path {
+        &self.log_dir
+    }
+
+    async fn wait_http(&self, url: &str) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = self.http.get(url).timeout(Duration::from_secs(1)).send().await
+                && r.status().is_success()
+            {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "{url} did not answer; see {}",
+                self.log_dir.display()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops every process with SIGTERM (as a deploy does), waits for them, and removes the
+    /// observer. Returns the labels of processes that did not exit 0.
+    pub async fn stop(mut self) -> anyhow::Result<Vec<String>> {
+        for (_, child) in &self.children {
+            if let Some(pid) = child.id() {
+                // SAFETY: kill(2) with a pid we spawned and still own; no memory is touched.
+                unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            }
+        }
+        let mut failed = Vec::new();
+        for (label, child) in &mut self.children {
+            match tokio::time::timeout(Duration::from_secs(30), child.wait()).await {
+                Ok(Ok(status)) if status.success() => {}
+                _ => {
+                    let _ = child.kill().await;
+                    failed.push(label.clone());
+                }
+            }
+        }
+        let sdk = Aws::load().await?;
+        let _ = sdk.sns().unsubscribe().subscription_arn(&self.observer_subscription).send().await;
+        let _ = self.sqs.delete_queue().queue_url(&self.observer_url).send().await;
+        self.pool.close().await;
+        Ok(failed)
+    }
+}
+
+impl Fleet {
+    /// [`Fleet::post_order`] with owned arguments, for futures that outlive their loop.
+    pub async fn post_order_owned(
+        &self,
+        user: String,
+        key: String,
+        product: &str,
+        quantity: i64,
+        method: &str,
+    ) -> anyhow::Result<Answer> {
+        self.post_order(&user, &key, product, quantity, method).await
+    }
+}

@@ -1,0 +1,66 @@
+//! `notification-worker`: long-polls the notification queue until SIGTERM/SIGINT.
+
+use std::process::ExitCode;
+
+use orderfleet::aws::Aws;
+use orderfleet::config::{ConfigError, DatabaseConfig, Env, HttpUrl, RuntimeConfig, TopicConfig};
+use orderfleet::consumer::{self, ConsumerConfig};
+use orderfleet::db::{self, PoolSize};
+
+struct Config {
+    database: DatabaseConfig,
+    topic: TopicConfig,
+    runtime: RuntimeConfig,
+    queue_url: HttpUrl,
+}
+
+impl Config {
+    fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            database: DatabaseConfig::from_env(env)?,
+            topic: TopicConfig::from_env(env)?,
+            runtime: RuntimeConfig::from_env(env)?,
+            queue_url: env.required("NOTIFICATION_QUEUE_URL")?,
+        })
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let loaded =
+        async { Ok::<_, ConfigError>((Config::from_env(&Env::process())?, Aws::load().await?)) }.await;
+    let (config, aws) = match loaded {
+        Ok(loaded) => loaded,
+        Err(error) => {
+            eprintln!("notification-worker: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    orderfleet::telemetry::init(config.runtime.log_format);
+    match run(config, aws).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "notification-worker stopped with an error");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: Config, aws: Aws) -> anyhow::Result<()> {
+    let cancel = orderfleet::shutdown::on_signal();
+    let pool = db::connect_lazy(&config.database, PoolSize::default())?;
+    let metrics = orderfleet::ops::spawn(config.runtime.metrics_listen_addr, cancel.clone());
+    let consumer = ConsumerConfig {
+        shutdown_grace: config.runtime.shutdown_grace,
+        ..ConsumerConfig::new(config.queue_url.as_str())
+    };
+    tracing::info!(queue = consumer::short_name(&consumer.queue_url), "notification-worker running");
+    let handler = notification_worker::handler(pool, aws.sns(), config.topic.notification_topic_arn);
+    consumer::run(aws.sqs(), consumer, handler, cancel.clone()).await?;
+    cancel.cancel();
+    if let Some(metrics) = metrics {
+        metrics.await??;
+    }
+    tracing::info!("notification-worker stopped");
+    Ok(())
+}

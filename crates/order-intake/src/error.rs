@@ -1,0 +1,122 @@
+//! Every answer the intake gives that is not a success: one enum, whose arms are outcomes,
+//! each with its status and its `{"error": {"code", "message"}}` body (SPEC §4).
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("a valid bearer token is required")]
+    Unauthorized,
+    #[error("the Idempotency-Key header is required")]
+    IdempotencyKeyMissing,
+    #[error("the Idempotency-Key header must be 1 to 255 visible ASCII characters")]
+    IdempotencyKeyInvalid,
+    #[error("this Idempotency-Key was used with a different request body")]
+    IdempotencyKeyReused,
+    #[error("a request with this Idempotency-Key is still being processed; retry shortly")]
+    IdempotencyKeyInUse,
+    #[error("the body is not valid JSON: {0}")]
+    MalformedJson(String),
+    #[error("the body must be JSON (Content-Type: application/json)")]
+    UnsupportedMediaType,
+    #[error("the body is larger than 16 KiB")]
+    BodyTooLarge,
+    #[error("{0}")]
+    UnknownField(String),
+    #[error("{0}")]
+    MissingField(String),
+    #[error("{field}: {reason}")]
+    InvalidField { field: &'static str, reason: String },
+    #[error("quantity must be a whole number from 1 to 10")]
+    InvalidQuantity,
+    #[error("no product with this id")]
+    UnknownProduct,
+    #[error("the payment was declined: {0}")]
+    PaymentDeclined(String),
+    #[error("the payment provider is unavailable; retry with the same Idempotency-Key")]
+    PaymentUnavailable,
+    #[error("no such order")]
+    OrderNotFound,
+    #[error("the service is temporarily unavailable; retry with the same Idempotency-Key")]
+    Unavailable(#[source] anyhow::Error),
+    #[error("an unexpected error occurred")]
+    Unexpected(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::IdempotencyKeyMissing => "idempotency_key_missing",
+            ApiError::IdempotencyKeyInvalid => "idempotency_key_invalid",
+            ApiError::IdempotencyKeyReused => "idempotency_key_reused",
+            ApiError::IdempotencyKeyInUse => "idempotency_key_in_use",
+            ApiError::MalformedJson(_) => "malformed_json",
+            ApiError::UnsupportedMediaType => "unsupported_media_type",
+            ApiError::BodyTooLarge => "body_too_large",
+            ApiError::UnknownField(_) => "unknown_field",
+            ApiError::MissingField(_) => "missing_field",
+            ApiError::InvalidField { .. } => "invalid_field",
+            ApiError::InvalidQuantity => "invalid_quantity",
+            ApiError::UnknownProduct => "unknown_product",
+            ApiError::PaymentDeclined(_) => "payment_declined",
+            ApiError::PaymentUnavailable => "payment_unavailable",
+            ApiError::OrderNotFound => "order_not_found",
+            ApiError::Unavailable(_) => "service_unavailable",
+            ApiError::Unexpected(_) => "internal_error",
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::IdempotencyKeyMissing
+            | ApiError::IdempotencyKeyInvalid
+            | ApiError::MalformedJson(_) => StatusCode::BAD_REQUEST,
+            ApiError::IdempotencyKeyReused
+            | ApiError::UnknownField(_)
+            | ApiError::MissingField(_)
+            | ApiError::InvalidField { .. }
+            | ApiError::InvalidQuantity
+            | ApiError::UnknownProduct => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::IdempotencyKeyInUse => StatusCode::CONFLICT,
+            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::PaymentDeclined(_) => StatusCode::PAYMENT_REQUIRED,
+            ApiError::PaymentUnavailable | ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::OrderNotFound => StatusCode::NOT_FOUND,
+            ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The JSON body, also what a replay of a declined order answers.
+    pub fn body(&self) -> serde_json::Value {
+        json!({ "error": { "code": self.code(), "message": self.to_string() } })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        match &self {
+            ApiError::Unexpected(e) | ApiError::Unavailable(e) => {
+                tracing::error!(error = format!("{e:#}"), code = self.code(), "request failed")
+            }
+            _ => tracing::debug!(code = self.code(), "request refused"),
+        }
+        let mut response = (self.status(), Json(self.body())).into_response();
+        let headers = response.headers_mut();
+        match self {
+            ApiError::Unauthorized => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::PaymentUnavailable | ApiError::Unavailable(_) | ApiError::IdempotencyKeyInUse => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+            }
+            _ => {}
+        }
+        response
+    }
+}

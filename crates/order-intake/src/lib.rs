@@ -1,0 +1,206 @@
+//! `order-intake`: the HTTP API of SPEC §4.
+//!
+//! A tour: [`request`] parses what arrives (the idempotency key, the body) into types;
+//! [`orders`] places an order — claim the key, authorize outside any transaction, then one
+//! transaction for the status change and its outbox rows; [`error`] is every refusal with its
+//! status and code. This module wires them to routes, with bearer-token auth, the 16 KiB body
+//! limit, and `/healthz` and `/metrics`. The intake never calls SQS: an SQS outage cannot
+//! block it.
+
+pub mod error;
+pub mod orders;
+pub mod request;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use orderfleet::auth::{TokenVerifier, UserId};
+use orderfleet::config::{AuthConfig, ConfigError, DatabaseConfig, Env, RuntimeConfig, StripeConfig};
+use orderfleet::db::{self, PoolSize};
+use orderfleet::order::OrderStatus;
+use orderfleet::payments::{Payments, RetryPolicy};
+use serde::Serialize;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::error::ApiError;
+use crate::orders::{Intake, Placed, database_error};
+use crate::request::{IdempotencyKey, OrderRequest};
+
+/// Everything the intake reads at start.
+#[derive(Debug, Clone)]
+pub struct IntakeConfig {
+    pub listen_addr: SocketAddr,
+    pub database: DatabaseConfig,
+    pub stripe: StripeConfig,
+    pub auth: AuthConfig,
+    pub runtime: RuntimeConfig,
+}
+
+impl IntakeConfig {
+    pub const DEFAULT_LISTEN_ADDR: &'static str = "127.0.0.1:8080";
+
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            listen_addr: env.or_default(
+                "INTAKE_LISTEN_ADDR",
+                Self::DEFAULT_LISTEN_ADDR.parse().expect("a valid default"),
+            )?,
+            database: DatabaseConfig::from_env(env)?,
+            stripe: StripeConfig::from_env(env)?,
+            auth: AuthConfig::from_env(env)?,
+            runtime: RuntimeConfig::from_env(env)?,
+        })
+    }
+}
+
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub payments: Payments,
+    pub verifier: Arc<TokenVerifier>,
+    pub lease: Duration,
+}
+
+impl AppState {
+    pub fn new(config: &IntakeConfig) -> anyhow::Result<Self> {
+        let pool = db::connect_lazy(
+            &config.database,
+            PoolSize { max_connections: 20, min_connections: 8, ..PoolSize::default() },
+        )?;
+        let payments = Payments::new(&config.stripe, RetryPolicy::default())?;
+        Ok(Self {
+            pool,
+            payments,
+            verifier: Arc::new(TokenVerifier::new(&config.auth.jwt_secret)),
+            // Longer than the bounded authorization retries can take, so a live request never
+            // loses its lease to a retry.
+            lease: Duration::from_secs(30),
+        })
+    }
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/orders", post(create_order))
+        .route("/v1/orders/{order_id}", get(get_order))
+        // The body is read by hand under our own limit, to answer 413 in the API's error shape.
+        .layer(DefaultBodyLimit::disable())
+        .with_state(state)
+        .merge(orderfleet::ops::router())
+}
+
+/// Serves until `cancel` fires; in-flight requests finish first.
+pub async fn run(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    cancel: CancellationToken,
+) -> anyhow::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move { cancel.cancelled().await })
+        .await
+        .context("the HTTP server failed")
+}
+
+fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<UserId, ApiError> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .ok_or(ApiError::Unauthorized)?;
+    state.verifier.verify(token.trim()).map_err(|_| ApiError::Unauthorized)
+}
+
+async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > OrderRequest::MAX_BODY_BYTES) {
+        return Err(ApiError::BodyTooLarge);
+    }
+    if let Some(content_type) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok())
+        && !content_type.trim_start().to_ascii_lowercase().starts_with("application/json")
+    {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    axum::body::to_bytes(body, OrderRequest::MAX_BODY_BYTES).await.map_err(|_| ApiError::BodyTooLarge)
+}
+
+async fn create_order(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let started = Instant::now();
+    let result = place_order(&state, &headers, body).await;
+    let response = match result {
+        Ok(Placed::Accepted { body, replayed }) => {
+            with_replay((StatusCode::ACCEPTED, Json(body)).into_response(), replayed)
+        }
+        Ok(Placed::Declined { error, replayed }) => with_replay(error.into_response(), replayed),
+        Err(error) => error.into_response(),
+    };
+    let status = response.status().as_u16().to_string();
+    metrics::counter!("intake_orders_total", "status" => status).increment(1);
+    metrics::histogram!("intake_order_seconds").record(started.elapsed().as_secs_f64());
+    response
+}
+
+fn with_replay(mut response: Response, replayed: bool) -> Response {
+    if replayed {
+        response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    response
+}
+
+async fn place_order(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Placed, ApiError> {
+    let user = authenticate(state, headers)?;
+    let key = IdempotencyKey::from_headers(headers)?;
+    let body = read_body(headers, body).await?;
+    let request = OrderRequest::parse(&body)?;
+    let intake = Intake { pool: &state.pool, payments: &state.payments, lease: state.lease };
+    intake.place(&user, &key, &request).await
+}
+
+/// `GET /v1/orders/{id}`.
+#[derive(Debug, Serialize, sqlx::FromRow)]
+pub struct OrderView {
+    #[sqlx(rename = "id")]
+    pub order_id: Uuid,
+    pub status: OrderStatus,
+    #[sqlx(rename = "amount_minor")]
+    pub amount: i64,
+    pub currency: String,
+    pub product_id: String,
+    pub quantity: i32,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub failure_reason: Option<String>,
+}
+
+async fn get_order(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(order_id): Path<String>,
+) -> Result<Json<OrderView>, ApiError> {
+    let user = authenticate(&state, &headers)?;
+    // An id that is not a UUID names no order; the answer is the same as for someone else's.
+    let order_id = Uuid::parse_str(&order_id).map_err(|_| ApiError::OrderNotFound)?;
+    let view = sqlx::query_as::<_, OrderView>(
+        "SELECT id, status, amount_minor, currency, product_id, quantity, created_at, updated_at, failure_reason
+           FROM orders WHERE id = $1 AND user_id = $2",
+    )
+    .bind(order_id)
+    .bind(user.as_str())
+    .fetch_optional(&state.pool)
+    .await
+    .map_err(database_error)?;
+    view.map(Json).ok_or(ApiError::OrderNotFound)
+}

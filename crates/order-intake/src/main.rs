@@ -1,0 +1,42 @@
+//! `order-intake`: reads its configuration, serves the API until SIGTERM/SIGINT.
+
+use std::process::ExitCode;
+
+use order_intake::{AppState, IntakeConfig};
+use orderfleet::config::Env;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let config = match IntakeConfig::from_env(&Env::process()) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("order-intake: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    orderfleet::telemetry::init(config.runtime.log_format);
+    match run(config).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "order-intake stopped with an error");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: IntakeConfig) -> anyhow::Result<()> {
+    let cancel = orderfleet::shutdown::on_signal();
+    let state = AppState::new(&config)?;
+    let listener = tokio::net::TcpListener::bind(config.listen_addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("failed to bind INTAKE_LISTEN_ADDR {}: {e}", config.listen_addr))?;
+    tracing::info!(addr = %config.listen_addr, "order-intake listening");
+    let metrics = orderfleet::ops::spawn(config.runtime.metrics_listen_addr, cancel.clone());
+    order_intake::run(listener, state, cancel.clone()).await?;
+    cancel.cancel();
+    if let Some(metrics) = metrics {
+        metrics.await??;
+    }
+    tracing::info!("order-intake stopped");
+    Ok(())
+}

@@ -1,0 +1,312 @@
+//! Placing an order: the idempotency-key claim, the authorization outside any transaction,
+//! and the one transaction that marks the order `authorized` and writes its outbox rows.
+//!
+//! The order row is the idempotency record. `(user_id, idempotency_key)` is unique, so the
+//! first request inserts it and every other request with the same key finds it:
+//! - a different body → `idempotency_key_reused`;
+//! - an order past `pending_authorization` → the first answer again, rebuilt from the row
+//!   (it depends only on columns that never change after that answer);
+//! - a `pending_authorization` order whose lease another request holds → `idempotency_key_in_use`;
+//! - one whose lease was released (the provider was unavailable) or has expired (the intake
+//!   died) → this request takes the lease and authorizes again, with the same Stripe key.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use orderfleet::auth::UserId;
+use orderfleet::order::{OrderNotification, OrderStatus};
+use orderfleet::outbox::{self, EventType, NewMessage};
+use orderfleet::payments::{AuthorizeRequest, IntentStatus, PaymentError, Payments};
+use serde::Serialize;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::error::ApiError;
+use crate::request::{IdempotencyKey, OrderRequest};
+
+/// The columns an answer is built from.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct OrderRow {
+    pub id: Uuid,
+    pub user_id: String,
+    pub request_hash: Vec<u8>,
+    pub product_id: String,
+    pub quantity: i32,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub payment_method: String,
+    pub status: OrderStatus,
+    pub failure_reason: Option<String>,
+}
+
+const ROW: &str = "id, user_id, request_hash, product_id, quantity, amount_minor, currency, payment_method, status, failure_reason";
+
+/// The `202` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Accepted {
+    pub order_id: Uuid,
+    pub status: OrderStatus,
+    pub amount: i64,
+    pub currency: String,
+    pub product_id: String,
+    pub quantity: i32,
+}
+
+/// How a request ended, before it becomes HTTP.
+#[derive(Debug)]
+pub enum Placed {
+    Accepted { body: Accepted, replayed: bool },
+    Declined { error: ApiError, replayed: bool },
+}
+
+impl OrderRow {
+    /// The first answer, rebuilt: accepted for any order that got past authorization,
+    /// declined for a declined one. `None` while it is still pending.
+    fn answer(&self, replayed: bool) -> Option<Placed> {
+        match self.status {
+            OrderStatus::PendingAuthorization => None,
+            OrderStatus::PaymentDeclined => Some(Placed::Declined {
+                error: ApiError::PaymentDeclined(
+                    self.failure_reason.clone().unwrap_or_else(|| "declined".into()),
+                ),
+                replayed,
+            }),
+            _ => Some(Placed::Accepted {
+                body: Accepted {
+                    order_id: self.id,
+                    status: OrderStatus::Authorized,
+                    amount: self.amount_minor,
+                    currency: self.currency.clone(),
+                    product_id: self.product_id.clone(),
+                    quantity: self.quantity,
+                },
+                replayed,
+            }),
+        }
+    }
+}
+
+pub struct Intake<'a> {
+    pub pool: &'a PgPool,
+    pub payments: &'a Payments,
+    /// How long a request may work on a pending order before another may take it over.
+    pub lease: Duration,
+}
+
+impl Intake<'_> {
+    pub async fn place(
+        &self,
+        user: &UserId,
+        key: &IdempotencyKey,
+        request: &OrderRequest,
+    ) -> Result<Placed, ApiError> {
+        let fingerprint = request.fingerprint();
+        let order = match self.insert(user, key, request, &fingerprint).await? {
+            Some(order) => order,
+            None => match self.existing(user, key).await? {
+                None => return Err(ApiError::UnknownProduct),
+                Some(existing) if existing.request_hash != fingerprint => {
+                    return Err(ApiError::IdempotencyKeyReused);
+                }
+                Some(existing) => {
+                    if let Some(answer) = existing.answer(true) {
+                        return Ok(answer);
+                    }
+                    self.take_over(existing.id).await?.ok_or(ApiError::IdempotencyKeyInUse)?
+                }
+            },
+        };
+        self.authorize(order).await
+    }
+
+    /// Creates the order under the key, pricing it from the product, in one statement.
+    /// `None` when the key exists already, or the product does not.
+    async fn insert(
+        &self,
+        user: &UserId,
+        key: &IdempotencyKey,
+        request: &OrderRequest,
+        fingerprint: &[u8],
+    ) -> Result<Option<OrderRow>, ApiError> {
+        let sql = format!(
+            "INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity,
+                                 amount_minor, currency, payment_method, intake_lease_until)
+             SELECT $1, $2, $3, $4, p.id, $6, p.price_minor * $6, p.currency, $7, now() + $8 * interval '1 ms'
+               FROM products p WHERE p.id = $5
+             ON CONFLICT (user_id, idempotency_key) DO NOTHING
+             RETURNING {ROW}"
+        );
+        sqlx::query_as::<_, OrderRow>(sqlx::AssertSqlSafe(sql))
+            .bind(Uuid::now_v7())
+            .bind(user.as_str())
+            .bind(key.as_str())
+            .bind(fingerprint)
+            .bind(&request.product_id)
+            .bind(request.quantity)
+            .bind(&request.payment_method)
+            .bind(self.lease.as_millis() as i64)
+            .fetch_optional(self.pool)
+            .await
+            .map_err(database_error)
+    }
+
+    async fn existing(&self, user: &UserId, key: &IdempotencyKey) -> Result<Option<OrderRow>, ApiError> {
+        sqlx::query_as::<_, OrderRow>(sqlx::AssertSqlSafe(format!(
+            "SELECT {ROW} FROM orders WHERE user_id = $1 AND idempotency_key = $2"
+        )))
+        .bind(user.as_str())
+        .bind(key.as_str())
+        .fetch_optional(self.pool)
+        .await
+        .map_err(database_error)
+    }
+
+    /// Takes the lease of a pending order nobody is working on.
+    async fn take_over(&self, id: Uuid) -> Result<Option<OrderRow>, ApiError> {
+        sqlx::query_as::<_, OrderRow>(sqlx::AssertSqlSafe(format!(
+            "UPDATE orders SET intake_lease_until = now() + $2 * interval '1 ms', updated_at = now()
+              WHERE id = $1 AND status = 'pending_authorization'
+                AND (intake_lease_until IS NULL OR intake_lease_until < now())
+             RETURNING {ROW}"
+        )))
+        .bind(id)
+        .bind(self.lease.as_millis() as i64)
+        .fetch_optional(self.pool)
+        .await
+        .map_err(database_error)
+    }
+
+    /// Authorizes outside any transaction, then records the result.
+    async fn authorize(&self, order: OrderRow) -> Result<Placed, ApiError> {
+        let authorization = self
+            .payments
+            .authorize(&AuthorizeRequest {
+                order_id: order.id,
+                user_id: &order.user_id,
+                amount_minor: order.amount_minor,
+                currency: &order.currency,
+                payment_method: &order.payment_method,
+            })
+            .await;
+        match authorization {
+            Ok(intent) if intent.status == IntentStatus::RequiresCapture => {
+                self.commit_authorized(&order, &intent.id).await?;
+            }
+            Ok(intent) => {
+                // Confirmed but not holding funds (3-D Secure, say): this fleet takes only
+                // cards that authorize at once, so release whatever exists and decline.
+                let _ = self.payments.cancel(order.id, &intent.id).await;
+                let reason = format!(
+                    "authorization_not_completed: the payment method needs another step ({:?})",
+                    intent.status
+                );
+                self.commit_declined(&order, Some(&intent.id), &reason).await?;
+            }
+            Err(PaymentError::Declined { code, message, payment_intent_id }) => {
+                let reason = format!("{code}: {message}");
+                self.commit_declined(&order, payment_intent_id.as_deref(), &reason).await?;
+            }
+            Err(PaymentError::Refused { code, message, .. }) => {
+                let reason = format!("{code}: {message}");
+                self.commit_declined(&order, None, &reason).await?;
+            }
+            Err(PaymentError::Unavailable(reason)) => {
+                tracing::warn!(order_id = %order.id, reason, "payment provider unavailable; the order stays pending");
+                self.release(order.id).await?;
+                return Err(ApiError::PaymentUnavailable);
+            }
+        }
+        // Whoever moved the order (this request, or the sweeper in a race) decided the answer.
+        let now = self.reload(order.id).await?;
+        now.answer(false).ok_or_else(|| {
+            ApiError::Unexpected(anyhow::anyhow!("order {} still pending after authorization", order.id))
+        })
+    }
+
+    /// ONE transaction: `pending_authorization` → `authorized` (compare-and-set) and the
+    /// outbox rows it causes. If the compare-and-set finds the order moved on, nothing is written.
+    async fn commit_authorized(&self, order: &OrderRow, payment_intent_id: &str) -> Result<(), ApiError> {
+        let mut tx = self.pool.begin().await.map_err(database_error)?;
+        let moved = sqlx::query(
+            "UPDATE orders SET status = 'authorized', payment_intent_id = $2, intake_lease_until = NULL,
+                               updated_at = now()
+              WHERE id = $1 AND status = 'pending_authorization'",
+        )
+        .bind(order.id)
+        .bind(payment_intent_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(database_error)?;
+        if moved.rows_affected() == 1 {
+            let accepted = OrderNotification {
+                user_id: order.user_id.clone(),
+                order_id: order.id,
+                status: OrderStatus::Authorized,
+                product_id: order.product_id.clone(),
+                quantity: order.quantity,
+                amount: order.amount_minor,
+                currency: order.currency.clone(),
+                reason: None,
+            };
+            let messages = [
+                NewMessage::new(EventType::StockCheckRequested, order.id, &accepted),
+                NewMessage::new(EventType::OrderAccepted, order.id, &accepted),
+            ];
+            outbox::enqueue(&mut tx, &messages).await.map_err(database_error)?;
+        }
+        tx.commit().await.map_err(database_error)?;
+        Ok(())
+    }
+
+    async fn commit_declined(
+        &self,
+        order: &OrderRow,
+        payment_intent_id: Option<&str>,
+        reason: &str,
+    ) -> Result<(), ApiError> {
+        sqlx::query(
+            "UPDATE orders SET status = 'payment_declined', failure_reason = $2,
+                               payment_intent_id = COALESCE($3, payment_intent_id),
+                               intake_lease_until = NULL, updated_at = now()
+              WHERE id = $1 AND status = 'pending_authorization'",
+        )
+        .bind(order.id)
+        .bind(reason)
+        .bind(payment_intent_id)
+        .execute(self.pool)
+        .await
+        .map_err(database_error)?;
+        Ok(())
+    }
+
+    /// Gives the lease back so a retry with the same key may finish the order at once.
+    async fn release(&self, id: Uuid) -> Result<(), ApiError> {
+        sqlx::query(
+            "UPDATE orders SET intake_lease_until = NULL WHERE id = $1 AND status = 'pending_authorization'",
+        )
+        .bind(id)
+        .execute(self.pool)
+        .await
+        .map_err(database_error)?;
+        Ok(())
+    }
+
+    async fn reload(&self, id: Uuid) -> Result<OrderRow, ApiError> {
+        sqlx::query_as::<_, OrderRow>(sqlx::AssertSqlSafe(format!("SELECT {ROW} FROM orders WHERE id = $1")))
+            .bind(id)
+            .fetch_one(self.pool)
+            .await
+            .context("failed to reload the order")
+            .map_err(ApiError::Unexpected)
+    }
+}
+
+/// A database that cannot be reached is a 503 (retry with the same key); anything else is a 500.
+pub fn database_error(error: sqlx::Error) -> ApiError {
+    match error {
+        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => ApiError::Unavailable(
+            anyhow::Error::new(error).context("no database connection in time (overloaded or unreachable)"),
+        ),
+        other => ApiError::Unexpected(anyhow::Error::new(other).context("a database statement failed")),
+    }
+}

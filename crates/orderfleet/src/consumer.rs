@@ -1,0 +1,369 @@
+//! The loop every SQS worker runs around its handler: long-poll, process under a bound,
+//! acknowledge in batches.
+//!
+//! A worker is a thin loop around one testable step. The step is a [`Handler`] that turns a
+//! batch of received messages into one [`Outcome`] each; this module owns everything else:
+//! - **Long polling only** (`WaitTimeSeconds` 20): an idle poller makes about three receive
+//!   calls a minute and never spins.
+//! - **Concurrency independent of batch size**: a semaphore bounds messages in flight across
+//!   all pollers; a poller asks for at most as many messages as it holds permits for.
+//! - **Acknowledge after commit, in batches**: `Done` messages are deleted with
+//!   `DeleteMessageBatch`, `Retry`/`Poison` ones get a backoff-sized visibility timeout with
+//!   `ChangeMessageVisibilityBatch`, flushed every few milliseconds or every 10 entries.
+//!   Per-entry failures are read: a delete that fails leaves the message to come back, which
+//!   the handler's status guards make harmless.
+//! - **Poison never stops the worker**: it is left for the queue's redrive policy, which moves
+//!   it to the DLQ after its third receive.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::types::{
+    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, MessageSystemAttributeName,
+};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::backoff::Backoff;
+
+/// A received message, as the handler sees it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub message_id: String,
+    pub receipt_handle: String,
+    pub body: String,
+    /// How many times SQS has handed this message out, this time included.
+    pub receive_count: u32,
+}
+
+/// What became of one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Its effects are committed (or it needed none): delete it.
+    Done,
+    /// A transient failure: let it come back after a backoff sized by its receive count.
+    Retry { reason: String },
+    /// It can never succeed as it is (unreadable, unknown order or event type): leave it for
+    /// the redrive policy to move to the DLQ, where a person reads it.
+    Poison { reason: String },
+}
+
+/// The one step a worker does.
+pub trait Handler: Send + Sync + 'static {
+    /// Handles a batch (1–10 messages) and returns one outcome per message, in order.
+    fn handle(&self, batch: Vec<Received>) -> impl Future<Output = Vec<Outcome>> + Send;
+}
+
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    pub queue_url: String,
+    /// Concurrent long polls.
+    pub pollers: usize,
+    /// Messages being handled at once, across pollers.
+    pub max_in_flight: usize,
+    /// Visibility timeout for `Retry` and `Poison`, by receive count.
+    pub retry_backoff: Backoff,
+    /// How long an acknowledgement may wait to share a batch call.
+    pub ack_flush_interval: Duration,
+    pub wait_time_seconds: i32,
+    /// How long in-flight handling may go on after the stop signal.
+    pub shutdown_grace: Duration,
+}
+
+impl ConsumerConfig {
+    pub fn new(queue_url: impl Into<String>) -> Self {
+        Self {
+            queue_url: queue_url.into(),
+            pollers: 2,
+            max_in_flight: 32,
+            retry_backoff: Backoff::new(Duration::from_secs(2), Duration::from_secs(60)),
+            ack_flush_interval: Duration::from_millis(20),
+            wait_time_seconds: 20,
+            shutdown_grace: Duration::from_secs(20),
+        }
+    }
+}
+
+/// Runs until `cancel` fires, then finishes in-flight work within the grace period and
+/// flushes the pending acknowledgements.
+pub async fn run<H: Handler>(
+    sqs: Client,
+    config: ConsumerConfig,
+    handler: Arc<H>,
+    cancel: CancellationToken,
+) -> anyhow::Result<()> {
+    let permits = Arc::new(Semaphore::new(config.max_in_flight));
+    let (ack_tx, ack_rx) = mpsc::channel::<Ack>(config.max_in_flight * 2 + 20);
+    let acker =
+        tokio::spawn(acknowledge(sqs.clone(), config.queue_url.clone(), ack_rx, config.ack_flush_interval));
+    let in_flight = TaskTracker::new();
+
+    let mut pollers = tokio::task::JoinSet::new();
+    for poller in 0..config.pollers.max(1) {
+        pollers.spawn(poll(
+            poller,
+            sqs.clone(),
+            config.clone(),
+            handler.clone(),
+            permits.clone(),
+            ack_tx.clone(),
+            in_flight.clone(),
+            cancel.clone(),
+        ));
+    }
+    while let Some(result) = pollers.join_next().await {
+        if let Err(e) = result {
+            tracing::error!(error = %e, "a poller panicked");
+        }
+    }
+
+    in_flight.close();
+    if tokio::time::timeout(config.shutdown_grace, in_flight.wait()).await.is_err() {
+        tracing::warn!(
+            grace = ?config.shutdown_grace,
+            "in-flight messages did not finish in the grace period; they return to the queue when their visibility ends"
+        );
+    }
+    // The last sender goes with this drop, so the acker flushes what is pending and ends.
+    drop(ack_tx);
+    let _ = acker.await;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn poll<H: Handler>(
+    poller: usize,
+    sqs: Client,
+    config: ConsumerConfig,
+    handler: Arc<H>,
+    permits: Arc<Semaphore>,
+    acks: mpsc::Sender<Ack>,
+    in_flight: TaskTracker,
+    cancel: CancellationToken,
+) {
+    let queue = short_name(&config.queue_url).to_owned();
+    let mut failures = 0u32;
+    let mut last_logged: Option<Instant> = None;
+    loop {
+        // One permit to start; more only if free, so a busy worker asks for fewer messages.
+        let first = tokio::select! {
+            _ = cancel.cancelled() => return,
+            permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+        };
+        let mut held = vec![first];
+        while held.len() < 10 {
+            match permits.clone().try_acquire_owned() {
+                Ok(p) => held.push(p),
+                Err(_) => break,
+            }
+        }
+
+        let receive = sqs
+            .receive_message()
+            .queue_url(&config.queue_url)
+            .max_number_of_messages(held.len() as i32)
+            .wait_time_seconds(config.wait_time_seconds)
+            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            .send();
+        let result = tokio::select! {
+            // Stop waiting at once; a long poll in flight hands nothing out once dropped
+            // except in the rare race where SQS already answered.
+            _ = cancel.cancelled() => return,
+            result = receive => result,
+        };
+        let messages = match result {
+            Ok(out) => {
+                failures = 0;
+                out.messages.unwrap_or_default()
+            }
+            Err(e) => {
+                failures += 1;
+                let quiet = last_logged.is_some_and(|t| t.elapsed() < Duration::from_secs(30));
+                if !quiet {
+                    tracing::warn!(queue, poller, failures, error = %aws_sdk_sqs::error::DisplayErrorContext(&e), "receive failed; backing off");
+                    last_logged = Some(Instant::now());
+                }
+                let delay = Backoff::new(Duration::from_millis(200), Duration::from_secs(10)).delay(failures);
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(delay) => continue,
+                }
+            }
+        };
+        if messages.is_empty() {
+            continue;
+        }
+        metrics::counter!("sqs_messages_received_total", "queue" => queue.clone())
+            .increment(messages.len() as u64);
+        held.truncate(messages.len());
+
+        let batch: Vec<Received> = messages
+            .into_iter()
+            .map(|m| Received {
+                receive_count: m
+                    .attributes()
+                    .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(1),
+                message_id: m.message_id.unwrap_or_default(),
+                receipt_handle: m.receipt_handle.unwrap_or_default(),
+                body: m.body.unwrap_or_default(),
+            })
+            .collect();
+        let handler = handler.clone();
+        let acks = acks.clone();
+        let backoff = config.retry_backoff;
+        let queue = queue.clone();
+        in_flight.spawn(async move {
+            let receipts: Vec<(String, String, u32)> =
+                batch.iter().map(|m| (m.message_id.clone(), m.receipt_handle.clone(), m.receive_count)).collect();
+            let outcomes = handler.handle(batch).await;
+            for ((message_id, receipt, receive_count), outcome) in receipts.into_iter().zip(outcomes) {
+                let ack = match outcome {
+                    Outcome::Done => {
+                        metrics::counter!("messages_handled_total", "queue" => queue.clone(), "outcome" => "done")
+                            .increment(1);
+                        Ack::Delete(receipt)
+                    }
+                    Outcome::Retry { reason } => {
+                        metrics::counter!("messages_handled_total", "queue" => queue.clone(), "outcome" => "retry")
+                            .increment(1);
+                        let delay = backoff.delay(receive_count.saturating_sub(1));
+                        tracing::warn!(queue, message_id, receive_count, ?delay, reason, "transient failure; the message comes back later");
+                        Ack::Visibility(receipt, delay.as_secs().max(1) as i32)
+                    }
+                    Outcome::Poison { reason } => {
+                        metrics::counter!("messages_handled_total", "queue" => queue.clone(), "outcome" => "poison")
+                            .increment(1);
+                        let delay = backoff.delay(receive_count.saturating_sub(1));
+                        tracing::error!(queue, message_id, receive_count, reason, "unprocessable message; it goes to the DLQ after its last receive");
+                        Ack::Visibility(receipt, delay.as_secs().max(1) as i32)
+                    }
+                };
+                // The acker outlives every handler task, so this send only fails if it panicked.
+                let _ = acks.send(ack).await;
+            }
+            // The permits go back here, after the acknowledgements are queued.
+            drop(held);
+        });
+    }
+}
+
+#[derive(Debug)]
+enum Ack {
+    Delete(String),
+    Visibility(String, i32),
+}
+
+/// Batches acknowledgements: at most 10 per call, sent when 10 are waiting or when the oldest
+/// has waited `flush` (so latency stays low when traffic is light).
+async fn acknowledge(sqs: Client, queue_url: String, mut rx: mpsc::Receiver<Ack>, flush: Duration) {
+    let mut deletes: Vec<String> = Vec::new();
+    let mut visibility: Vec<(String, i32)> = Vec::new();
+    let mut deadline: Option<tokio::time::Instant> = None;
+    loop {
+        let next = tokio::select! {
+            ack = rx.recv() => ack,
+            _ = async { tokio::time::sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => {
+                flush_deletes(&sqs, &queue_url, &mut deletes).await;
+                flush_visibility(&sqs, &queue_url, &mut visibility).await;
+                deadline = None;
+                continue;
+            }
+        };
+        match next {
+            Some(Ack::Delete(receipt)) => deletes.push(receipt),
+            Some(Ack::Visibility(receipt, seconds)) => visibility.push((receipt, seconds)),
+            None => {
+                flush_deletes(&sqs, &queue_url, &mut deletes).await;
+                flush_visibility(&sqs, &queue_url, &mut visibility).await;
+                return;
+            }
+        }
+        if deletes.len() >= 10 {
+            flush_deletes(&sqs, &queue_url, &mut deletes).await;
+        }
+        if visibility.len() >= 10 {
+            flush_visibility(&sqs, &queue_url, &mut visibility).await;
+        }
+        deadline = if deletes.is_empty() && visibility.is_empty() {
+            None
+        } else {
+            Some(deadline.unwrap_or_else(|| tokio::time::Instant::now() + flush))
+        };
+    }
+}
+
+async fn flush_deletes(sqs: &Client, queue_url: &str, pending: &mut Vec<String>) {
+    while !pending.is_empty() {
+        let chunk: Vec<String> = pending.drain(..pending.len().min(10)).collect();
+        let entries: Vec<_> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, receipt)| {
+                DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(receipt).build()
+            })
+            .collect::<Result<_, _>>()
+            .expect("id and receipt handle are set");
+        match sqs.delete_message_batch().queue_url(queue_url).set_entries(Some(entries)).send().await {
+            Ok(out) => {
+                for failed in out.failed() {
+                    // The message comes back and is handled again; the status guards make that
+                    // a no-op. Nothing to retry here.
+                    tracing::warn!(
+                        code = failed.code(),
+                        reason = failed.message(),
+                        "a delete failed; the message will be redelivered"
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(&e), count = chunk.len(),
+                "DeleteMessageBatch failed; the messages will be redelivered and found done")
+            }
+        }
+    }
+}
+
+async fn flush_visibility(sqs: &Client, queue_url: &str, pending: &mut Vec<(String, i32)>) {
+    while !pending.is_empty() {
+        let chunk: Vec<(String, i32)> = pending.drain(..pending.len().min(10)).collect();
+        let entries: Vec<_> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, (receipt, seconds))| {
+                ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(receipt)
+                    .visibility_timeout(*seconds)
+                    .build()
+            })
+            .collect::<Result<_, _>>()
+            .expect("id and receipt handle are set");
+        match sqs
+            .change_message_visibility_batch()
+            .queue_url(queue_url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+        {
+            Ok(out) => {
+                for failed in out.failed() {
+                    tracing::debug!(
+                        code = failed.code(),
+                        "a visibility change failed; the queue's own timeout applies"
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(&e),
+                "ChangeMessageVisibilityBatch failed; the queue's own timeout applies"),
+        }
+    }
+}
+
+/// The queue's name, from its URL, for logs and metric labels.
+pub fn short_name(queue_url: &str) -> &str {
+    queue_url.rsplit('/').next().unwrap_or(queue_url)
+}

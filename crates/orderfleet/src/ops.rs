@@ -1,0 +1,63 @@
+//! The operations endpoints every long-running binary serves: `GET /healthz` (liveness: the
+//! process runs and answers) and `GET /metrics` (Prometheus text).
+
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+
+use anyhow::Context;
+use axum::Router;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio_util::sync::CancellationToken;
+
+static RECORDER: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// The process-wide metrics recorder, installed on first use.
+pub fn metrics_handle() -> PrometheusHandle {
+    RECORDER
+        .get_or_init(|| {
+            PrometheusBuilder::new().install_recorder().unwrap_or_else(|_| {
+                // Another recorder is installed (a test harness): render an empty registry.
+                PrometheusBuilder::new().build_recorder().handle()
+            })
+        })
+        .clone()
+}
+
+/// `/healthz` and `/metrics`, to merge into an app's router or to serve alone.
+pub fn router() -> Router {
+    let handle = metrics_handle();
+    Router::new().route("/healthz", get(healthz)).route(
+        "/metrics",
+        get(move || {
+            let handle = handle.clone();
+            async move { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render()) }
+        }),
+    )
+}
+
+async fn healthz() -> impl IntoResponse {
+    axum::Json(serde_json::json!({ "status": "ok" }))
+}
+
+/// Serves [`router`] on `addr` until `cancel` fires.
+pub async fn serve(addr: SocketAddr, cancel: CancellationToken) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("failed to bind METRICS_LISTEN_ADDR {addr}"))?;
+    tracing::info!(%addr, "serving /healthz and /metrics");
+    axum::serve(listener, router())
+        .with_graceful_shutdown(async move { cancel.cancelled().await })
+        .await
+        .context("the metrics server failed")
+}
+
+/// Spawns [`serve`] when an address is configured.
+pub fn spawn(
+    addr: Option<SocketAddr>,
+    cancel: CancellationToken,
+) -> Option<tokio::task::JoinHandle<anyhow::Result<()>>> {
+    addr.map(|addr| tokio::spawn(serve(addr, cancel)))
+}

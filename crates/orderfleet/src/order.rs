@@ -1,0 +1,157 @@
+//! Orders and their statuses (SPEC §5).
+//!
+//! The status only moves forward, and every move is a compare-and-set on the status the
+//! writer expects (`UPDATE … WHERE status = $expected`): a duplicated, redelivered or
+//! redriven message that finds the order already moved on changes nothing.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::Type)]
+#[sqlx(type_name = "order_status", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
+pub enum OrderStatus {
+    PendingAuthorization,
+    Authorized,
+    StockReserved,
+    Paid,
+    RejectedOutOfStock,
+    PaymentDeclined,
+    CaptureFailed,
+}
+
+impl OrderStatus {
+    pub const ALL: [OrderStatus; 7] = [
+        OrderStatus::PendingAuthorization,
+        OrderStatus::Authorized,
+        OrderStatus::StockReserved,
+        OrderStatus::Paid,
+        OrderStatus::RejectedOutOfStock,
+        OrderStatus::PaymentDeclined,
+        OrderStatus::CaptureFailed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrderStatus::PendingAuthorization => "pending_authorization",
+            OrderStatus::Authorized => "authorized",
+            OrderStatus::StockReserved => "stock_reserved",
+            OrderStatus::Paid => "paid",
+            OrderStatus::RejectedOutOfStock => "rejected_out_of_stock",
+            OrderStatus::PaymentDeclined => "payment_declined",
+            OrderStatus::CaptureFailed => "capture_failed",
+        }
+    }
+
+    /// No transition leaves a terminal status.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            OrderStatus::Paid
+                | OrderStatus::RejectedOutOfStock
+                | OrderStatus::PaymentDeclined
+                | OrderStatus::CaptureFailed
+        )
+    }
+}
+
+impl std::fmt::Display for OrderStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An order as stored.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Order {
+    pub id: Uuid,
+    pub user_id: String,
+    pub product_id: String,
+    pub quantity: i32,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub payment_method: String,
+    pub status: OrderStatus,
+    pub payment_intent_id: Option<String>,
+    pub failure_reason: Option<String>,
+    pub authorization_released_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+pub const ORDER_COLUMNS: &str = "id, user_id, product_id, quantity, amount_minor, currency, payment_method, \
+     status, payment_intent_id, failure_reason, authorization_released_at, created_at, updated_at";
+
+pub async fn load<'e>(executor: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<Option<Order>> {
+    sqlx::query_as::<_, Order>(sqlx::AssertSqlSafe(format!(
+        "SELECT {ORDER_COLUMNS} FROM orders WHERE id = $1"
+    )))
+    .bind(id)
+    .fetch_optional(executor)
+    .await
+}
+
+/// Moves an order from `from` to `to` if, and only if, it is still in `from`. Returns whether
+/// this call made the move.
+pub async fn transition<'e>(
+    executor: impl PgExecutor<'e>,
+    id: Uuid,
+    from: OrderStatus,
+    to: OrderStatus,
+    failure_reason: Option<&str>,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE orders SET status = $3, failure_reason = COALESCE($4, failure_reason), updated_at = now()
+          WHERE id = $1 AND status = $2",
+    )
+    .bind(id)
+    .bind(from)
+    .bind(to)
+    .bind(failure_reason)
+    .execute(executor)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Records that the authorization hold of an order is gone (its PaymentIntent cancelled).
+pub async fn mark_authorization_released<'e>(executor: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE orders SET authorization_released_at = now(), updated_at = now()
+          WHERE id = $1 AND authorization_released_at IS NULL",
+    )
+    .bind(id)
+    .execute(executor)
+    .await?;
+    Ok(())
+}
+
+/// What a user-facing notification says about an order (the `payload` of its envelope).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderNotification {
+    pub user_id: String,
+    pub order_id: Uuid,
+    pub status: OrderStatus,
+    pub product_id: String,
+    pub quantity: i32,
+    pub amount: i64,
+    pub currency: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl OrderNotification {
+    pub fn of(order: &Order, status: OrderStatus, reason: Option<&str>) -> Self {
+        Self {
+            user_id: order.user_id.clone(),
+            order_id: order.id,
+            status,
+            product_id: order.product_id.clone(),
+            quantity: order.quantity,
+            amount: order.amount_minor,
+            currency: order.currency.clone(),
+            reason: reason.map(str::to_owned),
+        }
+    }
+}

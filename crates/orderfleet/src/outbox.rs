@@ -1,0 +1,161 @@
+//! The transactional outbox: messages are rows written in the same transaction as the state
+//! change that causes them, and `outbox-relay` delivers them to SQS at least once.
+//!
+//! On the wire every message is an [`Envelope`]: its `message_id` is the outbox row's id, so
+//! consumers can recognise a redelivery by it (the inbox), and the same id and event type
+//! travel as SQS message attributes.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+/// Where a message goes. Stored by name; the relay maps it to a queue URL from configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Destination {
+    StockCheck,
+    Notification,
+}
+
+impl Destination {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Destination::StockCheck => "stock-check",
+            Destination::Notification => "notification",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "stock-check" => Some(Destination::StockCheck),
+            "notification" => Some(Destination::Notification),
+            _ => None,
+        }
+    }
+}
+
+/// Event types, as they appear in the envelope and in the `event_type` attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    /// To the stock worker: reserve stock for an authorized order, then capture or cancel.
+    StockCheckRequested,
+    /// To the user: the order is accepted (authorized).
+    OrderAccepted,
+    /// To the user: the order is paid.
+    OrderPaid,
+    /// To the user: the order is rejected (out of stock, or the capture failed).
+    OrderRejected,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::StockCheckRequested => "order.stock_check_requested",
+            EventType::OrderAccepted => "order.accepted",
+            EventType::OrderPaid => "order.paid",
+            EventType::OrderRejected => "order.rejected",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        [
+            EventType::StockCheckRequested,
+            EventType::OrderAccepted,
+            EventType::OrderPaid,
+            EventType::OrderRejected,
+        ]
+        .into_iter()
+        .find(|e| e.as_str() == raw)
+    }
+
+    /// Where this kind of event is delivered.
+    pub fn destination(self) -> Destination {
+        match self {
+            EventType::StockCheckRequested => Destination::StockCheck,
+            _ => Destination::Notification,
+        }
+    }
+}
+
+/// The JSON body of every message the relay sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Envelope {
+    pub message_id: Uuid,
+    pub event_type: String,
+    pub order_id: Uuid,
+    pub occurred_at: DateTime<Utc>,
+    pub payload: serde_json::Value,
+}
+
+/// A message to enqueue with the state change that causes it.
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    pub event_type: EventType,
+    pub order_id: Uuid,
+    pub payload: serde_json::Value,
+}
+
+impl NewMessage {
+    pub fn new(event_type: EventType, order_id: Uuid, payload: impl Serialize) -> Self {
+        let payload = serde_json::to_value(payload).expect("an outbox payload serializes to JSON");
+        Self { event_type, order_id, payload }
+    }
+}
+
+/// Writes the messages in the caller's transaction, in one statement. A message that already
+/// exists for the same (order, event, destination) is skipped: the state change that caused it
+/// was a compare-and-set, so a second one is a replay.
+pub async fn enqueue(tx: &mut PgConnection, messages: &[NewMessage]) -> sqlx::Result<u64> {
+    if messages.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<Uuid> = messages.iter().map(|_| Uuid::now_v7()).collect();
+    let aggregate_ids: Vec<String> = messages.iter().map(|m| m.order_id.to_string()).collect();
+    let event_types: Vec<&str> = messages.iter().map(|m| m.event_type.as_str()).collect();
+    let destinations: Vec<&str> = messages.iter().map(|m| m.event_type.destination().as_str()).collect();
+    let payloads: Vec<serde_json::Value> = messages.iter().map(|m| m.payload.clone()).collect();
+    let inserted = sqlx::query(
+        "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload)
+         SELECT id, 'order', aggregate_id, event_type, destination, payload
+           FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[])
+             AS m(id, aggregate_id, event_type, destination, payload)
+         ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING",
+    )
+    .bind(&ids)
+    .bind(&aggregate_ids)
+    .bind(&event_types)
+    .bind(&destinations)
+    .bind(&payloads)
+    .execute(&mut *tx)
+    .await?;
+    Ok(inserted.rows_affected())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_types_round_trip_and_route() {
+        for e in [
+            EventType::StockCheckRequested,
+            EventType::OrderAccepted,
+            EventType::OrderPaid,
+            EventType::OrderRejected,
+        ] {
+            assert_eq!(EventType::parse(e.as_str()), Some(e));
+        }
+        assert_eq!(EventType::StockCheckRequested.destination(), Destination::StockCheck);
+        assert_eq!(EventType::OrderPaid.destination(), Destination::Notification);
+        assert_eq!(EventType::parse("order.shipped"), None);
+    }
+
+    #[test]
+    fn an_envelope_with_unknown_fields_is_refused() {
+        let json = r#"{"message_id":"018f0000-0000-7000-8000-000000000000","event_type":"order.paid",
+            "order_id":"018f0000-0000-7000-8000-000000000001","occurred_at":"2026-11-22T00:00:00Z",
+            "payload":{},"extra":1}"#;
+        assert!(serde_json::from_str::<Envelope>(json).is_err());
+    }
+}

@@ -1,0 +1,342 @@
+//! Payments through Stripe's API with async-stripe, against Stripe in production and
+//! stripe-sim locally (`STRIPE_API_BASE`): one code path for both.
+//!
+//! Every call carries a Stripe idempotency key derived from the order and the operation
+//! (`orderfleet-<order>-authorize|capture|cancel`), so a retry, a redelivery or a redrive days
+//! later replays the first result instead of making a second effect. Failures are classified
+//! here, next to the call: a card error or an invalid request is permanent; 429, 5xx,
+//! timeouts and dropped connections are transient and retried, with the same key, a bounded
+//! number of times before the caller sees [`PaymentError::Unavailable`].
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use secrecy::ExposeSecret;
+use stripe::{ApiErrorsCode, ApiErrorsType, IdempotencyKey, RequestStrategy, StripeError, StripeRequest};
+use stripe_core::payment_intent::{
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, RetrievePaymentIntent,
+};
+use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod, PaymentIntentStatus};
+use uuid::Uuid;
+
+use crate::backoff::Backoff;
+use crate::config::StripeConfig;
+
+/// The operations that carry their own idempotency key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    Authorize,
+    Capture,
+    Cancel,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Authorize => "authorize",
+            Operation::Capture => "capture",
+            Operation::Cancel => "cancel",
+        }
+    }
+
+    /// The Stripe idempotency key of this operation on this order: stable across processes,
+    /// retries and redeliveries.
+    pub fn idempotency_key(self, order_id: Uuid) -> String {
+        format!("orderfleet-{order_id}-{}", self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PaymentError {
+    /// The card was declined: permanent, the customer must use another card.
+    #[error("card declined ({code})")]
+    Declined { code: String, message: String, payment_intent_id: Option<String> },
+    /// Stripe refused the request for good (bad state, bad parameters, bad key).
+    #[error("refused by the payment provider: {code}: {message}")]
+    Refused { code: String, message: String, status: u16 },
+    /// Unreachable, timing out, rate-limiting or failing with 5xx after the bounded retries.
+    #[error("payment provider unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl PaymentError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, PaymentError::Unavailable(_))
+    }
+}
+
+/// What an order needs authorized.
+#[derive(Debug, Clone)]
+pub struct AuthorizeRequest<'a> {
+    pub order_id: Uuid,
+    pub user_id: &'a str,
+    pub amount_minor: i64,
+    pub currency: &'a str,
+    pub payment_method: &'a str,
+}
+
+/// The state of a PaymentIntent that matters to the fleet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Intent {
+    pub id: String,
+    pub status: IntentStatus,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntentStatus {
+    /// Authorized, holding funds until captured or cancelled.
+    RequiresCapture,
+    Succeeded,
+    Canceled,
+    /// Declined or not yet confirmed: no hold.
+    RequiresPaymentMethod,
+    Other,
+}
+
+impl From<&PaymentIntentStatus> for IntentStatus {
+    fn from(status: &PaymentIntentStatus) -> Self {
+        match status {
+            PaymentIntentStatus::RequiresCapture => IntentStatus::RequiresCapture,
+            PaymentIntentStatus::Succeeded => IntentStatus::Succeeded,
+            PaymentIntentStatus::Canceled => IntentStatus::Canceled,
+            PaymentIntentStatus::RequiresPaymentMethod => IntentStatus::RequiresPaymentMethod,
+            _ => IntentStatus::Other,
+        }
+    }
+}
+
+impl From<&PaymentIntent> for Intent {
+    fn from(pi: &PaymentIntent) -> Self {
+        Self { id: pi.id.as_str().to_owned(), status: (&pi.status).into() }
+    }
+}
+
+/// How hard to try before calling the provider unavailable.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    pub attempts: u32,
+    pub backoff: Backoff,
+    /// Per attempt: a request that hangs is abandoned and retried with the same key.
+    pub timeout: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            attempts: 3,
+            backoff: Backoff::new(Duration::from_millis(200), Duration::from_secs(2)),
+            timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Payments {
+    client: stripe::Client,
+    retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for Payments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Payments").field("retry", &self.retry).finish_non_exhaustive()
+    }
+}
+
+impl Payments {
+    pub fn new(config: &StripeConfig, retry: RetryPolicy) -> anyhow::Result<Self> {
+        crate::install_crypto_provider();
+        // async-stripe appends `v1/...` to the base, so the base ends with a slash.
+        let client = stripe::ClientBuilder::new(config.secret_key.expose_secret())
+            .url(format!("{}/", config.api_base.as_str()))
+            .build()
+            .map_err(|e| anyhow::anyhow!("failed to build the Stripe client: {e}"))?;
+        Ok(Self { client, retry })
+    }
+
+    /// Creates and confirms a manual-capture PaymentIntent: a hold, not a charge.
+    pub async fn authorize(&self, request: &AuthorizeRequest<'_>) -> Result<Intent, PaymentError> {
+        let key = Operation::Authorize.idempotency_key(request.order_id);
+        let metadata = HashMap::from([
+            ("order_id".to_owned(), request.order_id.to_string()),
+            ("user_id".to_owned(), request.user_id.to_owned()),
+        ]);
+        let currency: stripe_types::Currency = request.currency.parse().map_err(|_| {
+            refused("invalid_currency", format!("unknown currency {}", request.currency), 400)
+        })?;
+        self.with_retries(Operation::Authorize, || {
+            CreatePaymentIntent::new(request.amount_minor, currency.clone())
+                .capture_method(PaymentIntentCaptureMethod::Manual)
+                .confirm(true)
+                .payment_method(request.payment_method)
+                .metadata(metadata.clone())
+                .customize()
+                .request_strategy(RequestStrategy::Idempotent(idempotency_key(&key)))
+                .timeout(self.retry.timeout)
+                .send(&self.client)
+        })
+        .await
+        .map(|pi| Intent::from(&pi))
+    }
+
+    /// Captures an authorized PaymentIntent. An intent that is already captured counts as
+    /// captured: the first capture's answer was lost and Stripe's key has expired.
+    pub async fn capture(&self, order_id: Uuid, payment_intent_id: &str) -> Result<Intent, PaymentError> {
+        let key = Operation::Capture.idempotency_key(order_id);
+        let result = self
+            .with_retries(Operation::Capture, || {
+                CapturePaymentIntent::new(payment_intent_id)
+                    .customize()
+                    .request_strategy(RequestStrategy::Idempotent(idempotency_key(&key)))
+                    .timeout(self.retry.timeout)
+                    .send(&self.client)
+            })
+            .await;
+        match result {
+            Ok(pi) => Ok(Intent::from(&pi)),
+            Err(e) => self.settled_already(payment_intent_id, IntentStatus::Succeeded, e).await,
+        }
+    }
+
+    /// Cancels a PaymentIntent, releasing its hold. An intent that is already cancelled, or
+    /// never held funds, counts as released.
+    pub async fn cancel(&self, order_id: Uuid, payment_intent_id: &str) -> Result<Intent, PaymentError> {
+        let key = Operation::Cancel.idempotency_key(order_id);
+        let result = self
+            .with_retries(Operation::Cancel, || {
+                CancelPaymentIntent::new(payment_intent_id)
+                    .customize()
+                    .request_strategy(RequestStrategy::Idempotent(idempotency_key(&key)))
+                    .timeout(self.retry.timeout)
+                    .send(&self.client)
+            })
+            .await;
+        match result {
+            Ok(pi) => Ok(Intent::from(&pi)),
+            Err(e) => self.settled_already(payment_intent_id, IntentStatus::Canceled, e).await,
+        }
+    }
+
+    /// The intent as Stripe sees it now (the sweeper trusts this over any local belief).
+    pub async fn retrieve(&self, payment_intent_id: &str) -> Result<Intent, PaymentError> {
+        self.with_retries(Operation::Authorize, || {
+            RetrievePaymentIntent::new(payment_intent_id)
+                .customize()
+                .timeout(self.retry.timeout)
+                .send(&self.client)
+        })
+        .await
+        .map(|pi| Intent::from(&pi))
+    }
+
+    /// After a refused capture or cancel: if the intent is already where the call wanted it,
+    /// the earlier call took effect and this one is done.
+    async fn settled_already(
+        &self,
+        payment_intent_id: &str,
+        wanted: IntentStatus,
+        error: PaymentError,
+    ) -> Result<Intent, PaymentError> {
+        let PaymentError::Refused { ref code, .. } = error else { return Err(error) };
+        if code != "payment_intent_unexpected_state" {
+            return Err(error);
+        }
+        let now = self.retrieve(payment_intent_id).await?;
+        let released = wanted == IntentStatus::Canceled && now.status == IntentStatus::RequiresPaymentMethod;
+        if now.status == wanted || released { Ok(now) } else { Err(error) }
+    }
+
+    async fn with_retries<F, Fut>(
+        &self,
+        operation: Operation,
+        mut call: F,
+    ) -> Result<PaymentIntent, PaymentError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<PaymentIntent, StripeError>>,
+    {
+        let mut attempt = 0;
+        loop {
+            let error = match call().await {
+                Ok(pi) => {
+                    metrics::counter!("stripe_requests_total", "operation" => operation.as_str(), "outcome" => "ok")
+                        .increment(1);
+                    return Ok(pi);
+                }
+                Err(e) => classify(e),
+            };
+            let outcome = if error.is_transient() { "transient" } else { "permanent" };
+            metrics::counter!("stripe_requests_total", "operation" => operation.as_str(), "outcome" => outcome)
+                .increment(1);
+            attempt += 1;
+            if !error.is_transient() || attempt >= self.retry.attempts {
+                return Err(error);
+            }
+            let delay = self.retry.backoff.delay(attempt - 1);
+            tracing::warn!(operation = operation.as_str(), attempt, ?delay, %error, "retrying the Stripe call with the same key");
+            tokio::time::sleep(delay).await;
+        }
+    }
+}
+
+fn idempotency_key(key: &str) -> IdempotencyKey {
+    IdempotencyKey::new(key).expect("our keys are 1..=255 characters")
+}
+
+fn refused(code: &str, message: String, status: u16) -> PaymentError {
+    PaymentError::Refused { code: code.to_owned(), message, status }
+}
+
+/// Decides, next to the call, whether a Stripe failure is worth retrying.
+fn classify(error: StripeError) -> PaymentError {
+    match error {
+        StripeError::Stripe(api, status) => {
+            let code = api
+                .code
+                .as_ref()
+                .map(|c| c.as_str().to_owned())
+                .unwrap_or_else(|| api.type_.as_str().to_owned());
+            let message = api.message.clone().unwrap_or_default();
+            let concurrent_use =
+                matches!(api.code, Some(ApiErrorsCode::IdempotencyKeyInUse)) || status == 409;
+            match (&api.type_, status) {
+                (ApiErrorsType::CardError, _) => PaymentError::Declined {
+                    code: api.decline_code.clone().unwrap_or(code),
+                    message,
+                    payment_intent_id: api.payment_intent.as_ref().map(|pi| pi.id.as_str().to_owned()),
+                },
+                _ if status == 429 || status >= 500 || concurrent_use => {
+                    PaymentError::Unavailable(format!("HTTP {status} {code}: {message}"))
+                }
+                _ => PaymentError::Refused { code, message, status },
+            }
+        }
+        StripeError::Timeout => PaymentError::Unavailable("timed out".into()),
+        StripeError::ClientError(e) => PaymentError::Unavailable(format!("connection failed: {e}")),
+        // A body we cannot read: a proxy's error page, a cut-off answer. Retrying with the same
+        // key is safe, and is what finds out what happened.
+        StripeError::JSONDeserialize(e) => PaymentError::Unavailable(format!("unreadable answer: {e}")),
+        StripeError::ConfigError(e) => refused("client_configuration", e, 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotency_keys_are_per_order_and_operation() {
+        let order = Uuid::nil();
+        assert_eq!(
+            Operation::Capture.idempotency_key(order),
+            "orderfleet-00000000-0000-0000-0000-000000000000-capture"
+        );
+        assert_ne!(Operation::Capture.idempotency_key(order), Operation::Cancel.idempotency_key(order));
+    }
+
+    #[test]
+    fn timeouts_and_dropped_connections_are_transient() {
+        assert!(classify(StripeError::Timeout).is_transient());
+        assert!(classify(StripeError::ClientError("connection reset".into())).is_transient());
+        assert!(!classify(StripeError::ConfigError("bad".into())).is_transient());
+    }
+}

@@ -1,0 +1,90 @@
+//! The retention job: sent rows are kept for a while (to answer "was it sent?"), then moved to
+//! `outbox_archive` or deleted, in small batches so the job never holds long locks.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetentionMode {
+    Archive,
+    Delete,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct RetentionPolicy {
+    /// Sent rows older than this go.
+    pub age: Duration,
+    pub mode: RetentionMode,
+    /// Rows per statement.
+    pub batch: i64,
+    /// How often the job runs.
+    pub every: Duration,
+}
+
+/// One batch; returns how many rows it moved (or deleted).
+pub async fn sweep_batch(pool: &PgPool, policy: &RetentionPolicy) -> sqlx::Result<u64> {
+    let age_ms = policy.age.as_millis() as i64;
+    let done = match policy.mode {
+        RetentionMode::Archive => {
+            sqlx::query(
+                "WITH old AS (
+                     DELETE FROM outbox WHERE id IN (
+                         SELECT id FROM outbox
+                          WHERE status = 'sent' AND sent_at < now() - $1 * interval '1 ms'
+                          ORDER BY sent_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+                     RETURNING *)
+                 INSERT INTO outbox_archive (id, aggregate_type, aggregate_id, event_type, destination, payload,
+                                             status, retry_count, last_error_code, last_error_reason, created_at, sent_at)
+                 SELECT id, aggregate_type, aggregate_id, event_type, destination, payload,
+                        status, retry_count, last_error_code, last_error_reason, created_at, sent_at FROM old
+                 ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(age_ms)
+            .bind(policy.batch)
+            .execute(pool)
+            .await?
+        }
+        RetentionMode::Delete => {
+            sqlx::query(
+                "DELETE FROM outbox WHERE id IN (
+                     SELECT id FROM outbox
+                      WHERE status = 'sent' AND sent_at < now() - $1 * interval '1 ms'
+                      ORDER BY sent_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+            )
+            .bind(age_ms)
+            .bind(policy.batch)
+            .execute(pool)
+            .await?
+        }
+    };
+    Ok(done.rows_affected())
+}
+
+/// Runs every `policy.every` until `cancel` fires, batch after batch until none is full.
+pub async fn run(pool: PgPool, policy: RetentionPolicy, cancel: CancellationToken) {
+    loop {
+        loop {
+            match sweep_batch(&pool, &policy).await {
+                Ok(n) => {
+                    if n > 0 {
+                        tracing::info!(rows = n, mode = ?policy.mode, "outbox retention");
+                        metrics::counter!("outbox_retired_total").increment(n);
+                    }
+                    if (n as i64) < policy.batch || cancel.is_cancelled() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "outbox retention failed; trying again later");
+                    break;
+                }
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(policy.every) => {}
+        }
+    }
+}

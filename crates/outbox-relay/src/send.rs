@@ -1,0 +1,279 @@
+//! Sending claimed rows to SQS and classifying every failure where it happens.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
+use futures::future::join_all;
+use orderfleet::config::QueueConfig;
+use orderfleet::outbox::{Destination, Envelope};
+
+use crate::Claimed;
+
+/// SQS refuses a message body over 256 KiB, and a batch whose bodies sum over it.
+pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+
+/// What became of one row's send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendOutcome {
+    Sent,
+    /// Will never succeed as it is: `dead` at once.
+    Permanent {
+        code: String,
+        reason: String,
+    },
+    /// This entry failed for a passing reason: retry with backoff, charged to its budget.
+    Transient {
+        code: String,
+        reason: String,
+    },
+    /// The whole call failed for a passing reason: SQS (or the way to it) is down.
+    Outage {
+        code: String,
+        reason: String,
+        retry_in: Duration,
+    },
+}
+
+#[derive(Clone)]
+pub struct Sender {
+    sqs: Client,
+    queues: HashMap<Destination, String>,
+    batching: bool,
+}
+
+impl Sender {
+    pub fn new(sqs: Client, queues: &QueueConfig, batching: bool) -> Self {
+        let queues = HashMap::from([
+            (Destination::StockCheck, queues.stock_queue_url.as_str().to_owned()),
+            (Destination::Notification, queues.notification_queue_url.as_str().to_owned()),
+        ]);
+        Self { sqs, queues, batching }
+    }
+
+    /// Sends every row (batches in parallel) and returns each row with its outcome.
+    pub async fn send(&self, rows: Vec<Claimed>) -> Vec<(Claimed, SendOutcome)> {
+        let mut results = Vec::with_capacity(rows.len());
+        let mut by_queue: HashMap<String, Vec<(Claimed, String)>> = HashMap::new();
+        for row in rows {
+            let Some(destination) = Destination::parse(&row.destination) else {
+                let reason = format!("no queue is configured for destination {:?}", row.destination);
+                results.push((row, SendOutcome::Permanent { code: "unknown_destination".into(), reason }));
+                continue;
+            };
+            let body = match envelope(&row) {
+                Ok(body) => body,
+                Err(reason) => {
+                    results.push((row, SendOutcome::Permanent { code: "invalid_row".into(), reason }));
+                    continue;
+                }
+            };
+            if body.len() > MAX_MESSAGE_BYTES {
+                let reason =
+                    format!("the message is {} bytes; SQS takes at most {MAX_MESSAGE_BYTES}", body.len());
+                results.push((row, SendOutcome::Permanent { code: "message_too_large".into(), reason }));
+                continue;
+            }
+            by_queue.entry(self.queues[&destination].clone()).or_default().push((row, body));
+        }
+
+        let mut calls = Vec::new();
+        for (queue_url, entries) in by_queue {
+            for chunk in chunks(entries, if self.batching { 10 } else { 1 }) {
+                calls.push(self.send_chunk(queue_url.clone(), chunk));
+            }
+        }
+        for chunk_results in join_all(calls).await {
+            results.extend(chunk_results);
+        }
+        results
+    }
+
+    async fn send_chunk(
+        &self,
+        queue_url: String,
+        chunk: Vec<(Claimed, String)>,
+    ) -> Vec<(Claimed, SendOutcome)> {
+        if !self.batching {
+            let (row, body) = chunk.into_iter().next().expect("chunks are not empty");
+            let attributes = attributes(&row);
+            let result = self
+                .sqs
+                .send_message()
+                .queue_url(&queue_url)
+                .message_body(body)
+                .set_message_attributes(Some(attributes))
+                .send()
+                .await;
+            let outcome = match result {
+                Ok(_) => SendOutcome::Sent,
+                Err(e) => classify_call(&e),
+            };
+            return vec![(row, outcome)];
+        }
+
+        let entries: Vec<SendMessageBatchRequestEntry> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, (row, body))| {
+                SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(body)
+                    .set_message_attributes(Some(attributes(row)))
+                    .build()
+                    .expect("id and body are set")
+            })
+            .collect();
+        let result =
+            self.sqs.send_message_batch().queue_url(&queue_url).set_entries(Some(entries)).send().await;
+        match result {
+            Ok(out) => {
+                let failed: HashMap<String, SendOutcome> = out
+                    .failed()
+                    .iter()
+                    .map(|f| {
+                        (
+                            f.id().to_owned(),
+                            classify_entry(f.code(), f.message().unwrap_or(""), f.sender_fault()),
+                        )
+                    })
+                    .collect();
+                chunk
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (row, _))| {
+                        let outcome = failed.get(&i.to_string()).cloned().unwrap_or(SendOutcome::Sent);
+                        (row, outcome)
+                    })
+                    .collect()
+            }
+            Err(e) => {
+                let outcome = classify_call(&e);
+                chunk.into_iter().map(|(row, _)| (row, outcome.clone())).collect()
+            }
+        }
+    }
+}
+
+fn chunks<T>(items: Vec<T>, size: usize) -> Vec<Vec<T>> {
+    let mut out = Vec::new();
+    let mut current = Vec::new();
+    for item in items {
+        current.push(item);
+        if current.len() == size {
+            out.push(std::mem::take(&mut current));
+        }
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+/// The JSON body: `message_id` is the outbox id, the consumers' key for redeliveries.
+fn envelope(row: &Claimed) -> Result<String, String> {
+    let order_id = row
+        .aggregate_id
+        .parse()
+        .map_err(|_| format!("aggregate id {:?} is not an order id", row.aggregate_id))?;
+    let envelope = Envelope {
+        message_id: row.id,
+        event_type: row.event_type.clone(),
+        order_id,
+        occurred_at: row.created_at,
+        payload: row.payload.clone(),
+    };
+    serde_json::to_string(&envelope).map_err(|e| e.to_string())
+}
+
+fn attributes(row: &Claimed) -> HashMap<String, MessageAttributeValue> {
+    let string = |v: String| {
+        MessageAttributeValue::builder()
+            .data_type("String")
+            .string_value(v)
+            .build()
+            .expect("data type is set")
+    };
+    HashMap::from([
+        ("message_id".to_owned(), string(row.id.to_string())),
+        ("event_type".to_owned(), string(row.event_type.clone())),
+    ])
+}
+
+/// A failed entry of a batch that SQS otherwise accepted.
+fn classify_entry(code: &str, message: &str, sender_fault: bool) -> SendOutcome {
+    let passing =
+        matches!(code, "InternalError" | "ServiceUnavailable" | "ThrottlingException" | "RequestThrottled");
+    if sender_fault && !passing {
+        SendOutcome::Permanent { code: code.to_owned(), reason: message.to_owned() }
+    } else {
+        SendOutcome::Transient { code: code.to_owned(), reason: message.to_owned() }
+    }
+}
+
+/// A call that failed as a whole: a missing queue or a denial is permanent for every row in
+/// it; anything that says "not now" (no connection, timeout, 5xx, throttling) is an outage.
+fn classify_call<E, R>(error: &SdkError<E, R>) -> SendOutcome
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    let reason = DisplayErrorContext(error).to_string();
+    match error {
+        SdkError::ServiceError(service) => {
+            let code = service.err().code().unwrap_or("Unknown").to_owned();
+            let permanent = [
+                "QueueDoesNotExist",
+                "AWS.SimpleQueueService.NonExistentQueue",
+                "AccessDenied",
+                "AccessDeniedException",
+                "InvalidAddress",
+                "InvalidSecurity",
+                "KmsAccessDenied",
+                "KmsDisabled",
+                "KmsNotFound",
+                "InvalidParameterValue",
+                "BatchRequestTooLong",
+                "UnsupportedOperation",
+            ];
+            if permanent.iter().any(|p| code == *p || code.ends_with(p)) {
+                SendOutcome::Permanent { code, reason }
+            } else {
+                SendOutcome::Outage { code, reason, retry_in: Duration::from_secs(1) }
+            }
+        }
+        SdkError::TimeoutError(_) => {
+            SendOutcome::Outage { code: "timeout".into(), reason, retry_in: Duration::from_secs(1) }
+        }
+        SdkError::DispatchFailure(_) => {
+            SendOutcome::Outage { code: "unreachable".into(), reason, retry_in: Duration::from_secs(1) }
+        }
+        _ => SendOutcome::Outage { code: "response_error".into(), reason, retry_in: Duration::from_secs(1) },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_failures_are_permanent_only_when_the_sender_is_at_fault() {
+        assert!(matches!(
+            classify_entry("InvalidMessageContents", "bad", true),
+            SendOutcome::Permanent { .. }
+        ));
+        assert!(matches!(classify_entry("InternalError", "oops", false), SendOutcome::Transient { .. }));
+        assert!(matches!(
+            classify_entry("RequestThrottled", "slow down", true),
+            SendOutcome::Transient { .. }
+        ));
+    }
+
+    #[test]
+    fn rows_are_chunked_in_tens() {
+        let sizes: Vec<usize> = chunks((0..23).collect(), 10).iter().map(Vec::len).collect();
+        assert_eq!(sizes, [10, 10, 3]);
+    }
+}

@@ -1,0 +1,70 @@
+//! `stock-worker`: long-polls the stock-check queue until SIGTERM/SIGINT.
+
+use std::process::ExitCode;
+
+use orderfleet::aws::Aws;
+use orderfleet::config::{ConfigError, DatabaseConfig, Env, HttpUrl, RuntimeConfig, StripeConfig};
+use orderfleet::consumer::{self, ConsumerConfig};
+use orderfleet::db::{self, PoolSize};
+use orderfleet::payments::{Payments, RetryPolicy};
+
+struct Config {
+    database: DatabaseConfig,
+    stripe: StripeConfig,
+    runtime: RuntimeConfig,
+    queue_url: HttpUrl,
+    max_in_flight: u32,
+}
+
+impl Config {
+    fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            database: DatabaseConfig::from_env(env)?,
+            stripe: StripeConfig::from_env(env)?,
+            runtime: RuntimeConfig::from_env(env)?,
+            queue_url: env.required("STOCK_QUEUE_URL")?,
+            max_in_flight: env.or_default("STOCK_WORKER_CONCURRENCY", 32)?,
+        })
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let loaded =
+        async { Ok::<_, ConfigError>((Config::from_env(&Env::process())?, Aws::load().await?)) }.await;
+    let (config, aws) = match loaded {
+        Ok(loaded) => loaded,
+        Err(error) => {
+            eprintln!("stock-worker: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    orderfleet::telemetry::init(config.runtime.log_format);
+    match run(config, aws).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "stock-worker stopped with an error");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: Config, aws: Aws) -> anyhow::Result<()> {
+    let cancel = orderfleet::shutdown::on_signal();
+    let pool = db::connect_lazy(&config.database, PoolSize { max_connections: 16, ..PoolSize::default() })?;
+    let payments = Payments::new(&config.stripe, RetryPolicy::default())?;
+    let metrics = orderfleet::ops::spawn(config.runtime.metrics_listen_addr, cancel.clone());
+    let consumer = ConsumerConfig {
+        max_in_flight: config.max_in_flight.max(1) as usize,
+        shutdown_grace: config.runtime.shutdown_grace,
+        ..ConsumerConfig::new(config.queue_url.as_str())
+    };
+    tracing::info!(queue = consumer::short_name(&consumer.queue_url), "stock-worker running");
+    consumer::run(aws.sqs(), consumer, stock_worker::handler(pool, payments), cancel.clone()).await?;
+    cancel.cancel();
+    if let Some(metrics) = metrics {
+        metrics.await??;
+    }
+    tracing::info!("stock-worker stopped");
+    Ok(())
+}

@@ -1,0 +1,221 @@
+//! The Stripe API routes: `POST /v1/payment_intents`, `GET /v1/payment_intents/{id}`,
+//! `POST /v1/payment_intents/{id}/capture`, `POST /v1/payment_intents/{id}/cancel`.
+//!
+//! Every state-changing request goes through [`mutate`], which applies the edge of Stripe's
+//! API in the order a request meets it: authentication, then an armed fault (a fault models
+//! the network or Stripe's front failing, so it strikes before anything runs), then the
+//! idempotency layer and the operation, under one lock. `drop_after_success` is the one fault
+//! that lets the operation run, then throws the answer away.
+
+use std::io;
+
+use axum::Extension;
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Request, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+
+use crate::auth;
+use crate::error::StripeError;
+use crate::faults::{Mode, Operation};
+use crate::form::Params;
+use crate::idempotency::{self, Scope};
+use crate::ids;
+use crate::ledger::{Ledger, Reply};
+use crate::requests::{CancelRequest, CaptureRequest, CreateRequest};
+use crate::simulator::{Executed, SimState, Simulator};
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+const ORIGINAL_REQUEST: HeaderName = HeaderName::from_static("original-request");
+const STRIPE_SHOULD_RETRY: HeaderName = HeaderName::from_static("stripe-should-retry");
+
+pub(crate) fn routes() -> Router<SimState> {
+    Router::new()
+        .route("/v1/payment_intents", post(create))
+        .route("/v1/payment_intents/{id}", get(retrieve))
+        .route("/v1/payment_intents/{id}/capture", post(capture))
+        .route("/v1/payment_intents/{id}/cancel", post(cancel))
+}
+
+/// This request's `Request-Id`, chosen by [`assign_request_id`] before the handler runs so
+/// the idempotency layer can remember which request produced a saved answer.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestId(String);
+
+/// Gives every request a `req_…` id and every response a `Request-Id` header, as Stripe does.
+pub(crate) async fn assign_request_id(mut request: Request, next: Next) -> Response {
+    let id = format!("req_{}", ids::random(14));
+    request.extensions_mut().insert(RequestId(id.clone()));
+    let mut response = next.run(request).await;
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(REQUEST_ID, value);
+    }
+    response
+}
+
+/// Stripe's answer to a path or method it does not serve.
+pub(crate) async fn unrecognized(method: Method, uri: Uri) -> Response {
+    error_response(&StripeError::unrecognized_url(method.as_str(), uri.path()))
+}
+
+async fn create(
+    State(sim): State<SimState>,
+    Extension(request_id): Extension<RequestId>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let endpoint = "POST /v1/payment_intents".to_owned();
+    mutate(&sim, Operation::Create, endpoint, &request_id, &headers, &body, |params, ledger, now| {
+        let request = CreateRequest::parse(params)?;
+        Ok(ledger.create(request, now))
+    })
+    .await
+}
+
+async fn retrieve(State(sim): State<SimState>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    // Retrieval is never faulted and ignores idempotency keys, as Stripe's GETs do.
+    match auth::authenticate(&headers) {
+        Ok(_) => reply_response(sim.retrieve(&id)),
+        Err(error) => error_response(&error),
+    }
+}
+
+async fn capture(
+    State(sim): State<SimState>,
+    Extension(request_id): Extension<RequestId>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let endpoint = format!("POST /v1/payment_intents/{id}/capture");
+    mutate(&sim, Operation::Capture, endpoint, &request_id, &headers, &body, |params, ledger, _| {
+        let request = CaptureRequest::parse(params)?;
+        Ok(ledger.capture(&id, &request))
+    })
+    .await
+}
+
+async fn cancel(
+    State(sim): State<SimState>,
+    Extension(request_id): Extension<RequestId>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let endpoint = format!("POST /v1/payment_intents/{id}/cancel");
+    mutate(&sim, Operation::Cancel, endpoint, &request_id, &headers, &body, |params, ledger, now| {
+        let request = CancelRequest::parse(params)?;
+        Ok(ledger.cancel(&id, &request, now))
+    })
+    .await
+}
+
+/// One state-changing Stripe request, from authentication to the answer (see the module
+/// docs for the order).
+async fn mutate(
+    sim: &Simulator,
+    operation: Operation,
+    endpoint: String,
+    request_id: &RequestId,
+    headers: &HeaderMap,
+    body: &[u8],
+    run: impl FnOnce(&Params, &mut Ledger, i64) -> Result<Reply, StripeError>,
+) -> Response {
+    let account = match auth::authenticate(headers) {
+        Ok(account) => account,
+        Err(error) => return error_response(&error),
+    };
+    let key = match idempotency_key(headers) {
+        Ok(key) => key,
+        Err(error) => return error_response(&error),
+    };
+
+    let fault = sim.take_fault(operation);
+    match fault {
+        Some(Mode::Error500) => return retryable(error_response(&StripeError::internal())),
+        Some(Mode::Error429) => return retryable(error_response(&StripeError::rate_limited())),
+        Some(Mode::Timeout) => {
+            sim.hang().await;
+            return dropped_connection();
+        }
+        Some(Mode::DropAfterSuccess) | None => {}
+    }
+
+    let params = Params::parse(body);
+    let scope = key.clone().map(|key| Scope { account, key, endpoint, fingerprint: params.fingerprint() });
+    let executed = sim.execute(scope.as_ref(), &request_id.0, |ledger, now| run(&params, ledger, now));
+    if fault == Some(Mode::DropAfterSuccess) {
+        return dropped_connection();
+    }
+
+    let mut response = match executed {
+        Executed::Ran(reply) => reply_response(reply),
+        Executed::Replayed(saved) => {
+            let mut response = reply_response(saved.reply);
+            let headers = response.headers_mut();
+            headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+            if let Ok(original) = HeaderValue::from_str(&saved.request_id) {
+                headers.insert(ORIGINAL_REQUEST, original);
+            }
+            response
+        }
+        Executed::Refused(error) => error_response(&error),
+    };
+    if let Some(value) = key.and_then(|key| HeaderValue::from_str(&key).ok()) {
+        response.headers_mut().insert(IDEMPOTENCY_KEY, value);
+    }
+    response
+}
+
+/// The `Idempotency-Key` header, if the request has a usable one. An empty header counts as
+/// none.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, StripeError> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else { return Ok(None) };
+    let key = value
+        .to_str()
+        .map_err(|_| StripeError::bad_request("Idempotency keys must be printable ASCII."))?
+        .trim();
+    if key.len() > idempotency::MAX_KEY_LEN {
+        return Err(StripeError::bad_request(format!(
+            "Keys for idempotent requests can only be {} characters long.",
+            idempotency::MAX_KEY_LEN
+        )));
+    }
+    Ok((!key.is_empty()).then(|| key.to_owned()))
+}
+
+pub(crate) fn json_response(status: StatusCode, body: String) -> Response {
+    (status, [(CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
+}
+
+fn reply_response(reply: Reply) -> Response {
+    json_response(reply.status, reply.body)
+}
+
+pub(crate) fn error_response(error: &StripeError) -> Response {
+    reply_response(Reply::error(error))
+}
+
+/// Stripe marks answers worth retrying (async-stripe's retry strategy reads this header).
+fn retryable(mut response: Response) -> Response {
+    response.headers_mut().insert(STRIPE_SHOULD_RETRY, HeaderValue::from_static("true"));
+    response
+}
+
+/// A response whose body fails before its first byte: hyper then closes the connection with
+/// the status line still unwritten, so the client sees the connection drop, not an answer.
+fn dropped_connection() -> Response {
+    let failing = futures::stream::once(async {
+        Err::<Bytes, _>(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            "stripe-sim: injected connection drop",
+        ))
+    });
+    Response::new(Body::from_stream(failing))
+}

@@ -1,0 +1,75 @@
+//! Stripe's test payment methods: the fixed ids that, in test mode, stand for a card with a
+//! known outcome. The fleet uses `pm_card_visa` (approved) and `pm_card_chargeDeclined`
+//! (declined); a few siblings are here so a demo can show other decline reasons.
+//!
+//! Anything else is a PaymentMethod this simulator has never seen, answered the way Stripe
+//! answers an unknown id.
+
+/// What the issuer says when the card is charged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Approved,
+    Declined(Decline),
+}
+
+/// A decline as Stripe reports it: the error `code`, the issuer's `decline_code`, and the
+/// message Stripe shows customers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Decline {
+    pub(crate) code: &'static str,
+    pub(crate) decline_code: &'static str,
+    pub(crate) message: &'static str,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TestCard {
+    pub(crate) id: &'static str,
+    pub(crate) outcome: Outcome,
+}
+
+const GENERIC_DECLINE: Decline =
+    Decline { code: "card_declined", decline_code: "generic_decline", message: "Your card was declined." };
+
+const TEST_CARDS: &[TestCard] = &[
+    TestCard { id: "pm_card_visa", outcome: Outcome::Approved },
+    TestCard { id: "pm_card_visa_debit", outcome: Outcome::Approved },
+    TestCard { id: "pm_card_mastercard", outcome: Outcome::Approved },
+    TestCard { id: "pm_card_amex", outcome: Outcome::Approved },
+    TestCard { id: "pm_card_chargeDeclined", outcome: Outcome::Declined(GENERIC_DECLINE) },
+    TestCard {
+        id: "pm_card_chargeDeclinedInsufficientFunds",
+        outcome: Outcome::Declined(Decline {
+            code: "card_declined",
+            decline_code: "insufficient_funds",
+            message: "Your card has insufficient funds.",
+        }),
+    },
+    TestCard {
+        id: "pm_card_chargeDeclinedExpiredCard",
+        outcome: Outcome::Declined(Decline {
+            code: "expired_card",
+            decline_code: "expired_card",
+            message: "Your card has expired.",
+        }),
+    },
+];
+
+/// The test card with this id, if it is one.
+pub(crate) fn lookup(id: &str) -> Option<&'static TestCard> {
+    TEST_CARDS.iter().find(|card| card.id == id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fleets_two_cards_approve_and_decline() {
+        assert_eq!(lookup("pm_card_visa").map(|c| c.outcome), Some(Outcome::Approved));
+        assert_eq!(
+            lookup("pm_card_chargeDeclined").map(|c| c.outcome),
+            Some(Outcome::Declined(GENERIC_DECLINE))
+        );
+        assert_eq!(lookup("pm_card_unknown"), None);
+    }
+}

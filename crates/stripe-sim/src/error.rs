@@ -1,0 +1,225 @@
+//! Stripe's error object, `{"error": {"type": …, "code": …, "message": …, …}}`, with the
+//! HTTP status Stripe pairs it with.
+//!
+//! One flat type rather than an enum of outcomes, because that is what Stripe's error is:
+//! clients branch on `type` (and `code`), so those are data here, set by the constructors
+//! below, one per situation the simulator answers. Optional fields are omitted when unset,
+//! as Stripe does, and `doc_url` follows from `code`.
+
+use axum::http::StatusCode;
+use serde_json::{Map, Value, json};
+
+/// The `type` of a Stripe error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ErrorType {
+    Api,
+    Card,
+    Idempotency,
+    InvalidRequest,
+}
+
+impl ErrorType {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ErrorType::Api => "api_error",
+            ErrorType::Card => "card_error",
+            ErrorType::Idempotency => "idempotency_error",
+            ErrorType::InvalidRequest => "invalid_request_error",
+        }
+    }
+}
+
+/// An error answer in Stripe's shape.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{} {}: {message}", .status.as_u16(), .kind.as_str())]
+pub(crate) struct StripeError {
+    pub(crate) status: StatusCode,
+    pub(crate) kind: ErrorType,
+    pub(crate) code: Option<&'static str>,
+    pub(crate) decline_code: Option<&'static str>,
+    pub(crate) message: String,
+    pub(crate) param: Option<&'static str>,
+    pub(crate) charge: Option<String>,
+    /// The intent as it is after the failed request (Stripe attaches it to card errors and to
+    /// state errors, so a client learns the state without another round trip).
+    pub(crate) payment_intent: Option<Box<Value>>,
+}
+
+impl StripeError {
+    fn new(status: StatusCode, kind: ErrorType, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            kind,
+            code: None,
+            decline_code: None,
+            message: message.into(),
+            param: None,
+            charge: None,
+            payment_intent: None,
+        }
+    }
+
+    pub(crate) fn with_code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
+    }
+
+    pub(crate) fn with_param(mut self, param: &'static str) -> Self {
+        self.param = Some(param);
+        self
+    }
+
+    pub(crate) fn with_payment_intent(mut self, payment_intent: Value) -> Self {
+        self.payment_intent = Some(Box::new(payment_intent));
+        self
+    }
+
+    /// A 400 about the request as a whole.
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, ErrorType::InvalidRequest, message)
+    }
+
+    /// A 400 about one request parameter.
+    pub(crate) fn invalid_param(param: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, ErrorType::InvalidRequest, message).with_param(param)
+    }
+
+    pub(crate) fn missing_param(param: &'static str) -> Self {
+        Self::invalid_param(param, format!("Missing required param: {param}.")).with_code("parameter_missing")
+    }
+
+    /// An object that does not exist: 404 when its id is in the URL, 400 when a parameter
+    /// names it (`param` says which).
+    pub(crate) fn no_such(status: StatusCode, object: &str, id: &str, param: &'static str) -> Self {
+        Self::new(status, ErrorType::InvalidRequest, format!("No such {object}: '{id}'"))
+            .with_code("resource_missing")
+            .with_param(param)
+    }
+
+    /// A 400 for an operation the intent's status does not allow.
+    pub(crate) fn unexpected_state(message: String) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, ErrorType::InvalidRequest, message)
+            .with_code("payment_intent_unexpected_state")
+    }
+
+    /// A 402 decline, as the card network answered it.
+    pub(crate) fn card_declined(
+        code: &'static str,
+        decline_code: &'static str,
+        message: &'static str,
+        charge: String,
+    ) -> Self {
+        let mut error = Self::new(StatusCode::PAYMENT_REQUIRED, ErrorType::Card, message).with_code(code);
+        error.decline_code = Some(decline_code);
+        error.charge = Some(charge);
+        error
+    }
+
+    pub(crate) fn idempotency(message: String) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, ErrorType::Idempotency, message)
+    }
+
+    pub(crate) fn authentication(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, ErrorType::InvalidRequest, message)
+    }
+
+    /// The 500 Stripe answers when it fails internally.
+    pub(crate) fn internal() -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorType::Api,
+            "An unknown error occurred on our servers (stripe-sim injected fault). \
+             Retry the request with the same Idempotency-Key.",
+        )
+    }
+
+    /// The 429 Stripe answers when a client sends too many requests.
+    pub(crate) fn rate_limited() -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorType::InvalidRequest,
+            "Request rate limit exceeded (stripe-sim injected fault). \
+             Retry after a short delay, with the same Idempotency-Key.",
+        )
+        .with_code("rate_limit")
+    }
+
+    pub(crate) fn unrecognized_url(method: &str, path: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            ErrorType::InvalidRequest,
+            format!(
+                "Unrecognized request URL ({method}: {path}). stripe-sim serves POST /v1/payment_intents, \
+                 GET /v1/payment_intents/{{id}}, POST /v1/payment_intents/{{id}}/capture and \
+                 POST /v1/payment_intents/{{id}}/cancel."
+            ),
+        )
+    }
+
+    /// The inner object, as it also appears in a PaymentIntent's `last_payment_error`.
+    pub(crate) fn object_json(&self) -> Value {
+        let mut object = Map::new();
+        if let Some(charge) = &self.charge {
+            object.insert("charge".into(), json!(charge));
+        }
+        if let Some(code) = self.code {
+            object.insert("code".into(), json!(code));
+            object.insert(
+                "doc_url".into(),
+                json!(format!("https://stripe.com/docs/error-codes/{}", code.replace('_', "-"))),
+            );
+        }
+        if let Some(decline_code) = self.decline_code {
+            object.insert("decline_code".into(), json!(decline_code));
+        }
+        object.insert("message".into(), json!(self.message));
+        if let Some(param) = self.param {
+            object.insert("param".into(), json!(param));
+        }
+        if let Some(payment_intent) = &self.payment_intent {
+            object.insert("payment_intent".into(), Value::clone(payment_intent));
+        }
+        object.insert("type".into(), json!(self.kind.as_str()));
+        Value::Object(object)
+    }
+
+    /// The whole response body.
+    pub(crate) fn body_json(&self) -> Value {
+        json!({ "error": self.object_json() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_coded_error_links_its_documentation_and_omits_unset_fields() {
+        let body = StripeError::missing_param("amount").body_json();
+        assert_eq!(
+            body,
+            json!({"error": {
+                "code": "parameter_missing",
+                "doc_url": "https://stripe.com/docs/error-codes/parameter-missing",
+                "message": "Missing required param: amount.",
+                "param": "amount",
+                "type": "invalid_request_error",
+            }})
+        );
+    }
+
+    #[test]
+    fn a_decline_carries_the_charge_and_the_issuer_reason() {
+        let error = StripeError::card_declined(
+            "card_declined",
+            "generic_decline",
+            "Your card was declined.",
+            "ch_1".into(),
+        );
+        let object = error.object_json();
+        assert_eq!(error.status, StatusCode::PAYMENT_REQUIRED);
+        assert_eq!(object["type"], "card_error");
+        assert_eq!(object["decline_code"], "generic_decline");
+        assert_eq!(object["charge"], "ch_1");
+    }
+}

@@ -1,0 +1,137 @@
+//! Stripe's idempotency rules for `POST` requests that carry an `Idempotency-Key` header.
+//!
+//! - Keys belong to the account (the API key), not to an endpoint: reusing a key on another
+//!   endpoint, or on the same endpoint with other parameters, is an `idempotency_error`.
+//! - The first request's answer, status and body, is saved once the operation has run, error
+//!   answers (a 402 decline, a 400 state error, a 404) included, and replayed to every later
+//!   request with the same key and parameters, with `Idempotent-Replayed: true`.
+//! - Nothing is saved for a request refused before it began executing (parameter
+//!   validation), nor for an injected fault that answered 500/429 or hung: those model Stripe
+//!   never having run the operation, so a retry with the same key runs it.
+//!
+//! Stripe answers 409 to a request whose key is in use by one still executing. Here the
+//! lookup, the operation and the saving of its answer happen under one lock, so a concurrent
+//! duplicate waits and then replays; no request ever observes a key in flight.
+
+use std::collections::HashMap;
+
+use crate::error::StripeError;
+use crate::ledger::Reply;
+
+/// Stripe's limit on key length.
+pub(crate) const MAX_KEY_LEN: usize = 255;
+
+/// Who used which key for what.
+#[derive(Debug, Clone)]
+pub(crate) struct Scope {
+    pub(crate) account: String,
+    pub(crate) key: String,
+    /// `POST /v1/payment_intents/pi_…/capture`.
+    pub(crate) endpoint: String,
+    /// See [`crate::form::Params::fingerprint`].
+    pub(crate) fingerprint: String,
+}
+
+/// A saved first answer.
+#[derive(Debug, Clone)]
+pub(crate) struct Saved {
+    endpoint: String,
+    fingerprint: String,
+    pub(crate) reply: Reply,
+    /// The `Request-Id` of the request that produced the answer.
+    pub(crate) request_id: String,
+}
+
+pub(crate) enum Lookup<'a> {
+    /// First use of the key: run the operation.
+    Unused,
+    Replay(&'a Saved),
+    Conflict(StripeError),
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct IdempotencyStore {
+    saved: HashMap<(String, String), Saved>,
+}
+
+impl IdempotencyStore {
+    pub(crate) fn lookup(&self, scope: &Scope) -> Lookup<'_> {
+        let Some(saved) = self.saved.get(&(scope.account.clone(), scope.key.clone())) else {
+            return Lookup::Unused;
+        };
+        if saved.endpoint != scope.endpoint {
+            return Lookup::Conflict(StripeError::idempotency(format!(
+                "Keys for idempotent requests can only be used for the same endpoint they were first used \
+                 for ('{}' vs '{}'). Try using a key other than '{}' if you meant to execute a different \
+                 request.",
+                saved.endpoint, scope.endpoint, scope.key
+            )));
+        }
+        if saved.fingerprint != scope.fingerprint {
+            return Lookup::Conflict(StripeError::idempotency(format!(
+                "Keys for idempotent requests can only be used with the same parameters they were first \
+                 used with. Try using a key other than '{}' if you meant to execute a different request.",
+                scope.key
+            )));
+        }
+        Lookup::Replay(saved)
+    }
+
+    pub(crate) fn save(&mut self, scope: &Scope, reply: Reply, request_id: &str) {
+        let saved = Saved {
+            endpoint: scope.endpoint.clone(),
+            fingerprint: scope.fingerprint.clone(),
+            reply,
+            request_id: request_id.to_owned(),
+        };
+        self.saved.insert((scope.account.clone(), scope.key.clone()), saved);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::*;
+
+    fn scope(account: &str, endpoint: &str, fingerprint: &str) -> Scope {
+        Scope {
+            account: account.into(),
+            key: "k-1".into(),
+            endpoint: endpoint.into(),
+            fingerprint: fingerprint.into(),
+        }
+    }
+
+    #[test]
+    fn a_key_replays_for_the_same_request_and_conflicts_for_another() {
+        let mut store = IdempotencyStore::default();
+        let first = scope("sk_test_a", "POST /v1/payment_intents", "f1");
+        assert!(matches!(store.lookup(&first), Lookup::Unused));
+        store.save(&first, Reply { status: StatusCode::OK, body: "{}".into() }, "req_1");
+
+        assert!(matches!(store.lookup(&first), Lookup::Replay(saved) if saved.request_id == "req_1"));
+        let other_params = scope("sk_test_a", "POST /v1/payment_intents", "f2");
+        assert!(
+            matches!(store.lookup(&other_params), Lookup::Conflict(e) if e.message.contains("same parameters"))
+        );
+        let other_endpoint = scope("sk_test_a", "POST /v1/payment_intents/pi_1/cancel", "f1");
+        assert!(
+            matches!(store.lookup(&other_endpoint), Lookup::Conflict(e) if e.message.contains("same endpoint"))
+        );
+    }
+
+    #[test]
+    fn keys_belong_to_one_account() {
+        let mut store = IdempotencyStore::default();
+        store.save(
+            &scope("sk_test_a", "POST /v1/payment_intents", "f1"),
+            Reply { status: StatusCode::OK, body: "{}".into() },
+            "req_1",
+        );
+        assert!(matches!(
+            store.lookup(&scope("sk_test_b", "POST /v1/payment_intents", "f2")),
+            Lookup::Unused
+        ));
+    }
+}

@@ -1,0 +1,14 @@
+//! Object and request ids in Stripe's form: a type prefix, an underscore, random letters and
+//! digits (`pi_…`, `ch_…`, `req_…`). Clients treat them as opaque strings.
+
+use rand::distr::{Alphanumeric, SampleString};
+
+/// A fresh id with this prefix, e.g. `new("pi")` → `pi_3Pq…`.
+pub(crate) fn new(prefix: &str) -> String {
+    format!("{prefix}_{}", random(24))
+}
+
+/// `len` random letters and digits.
+pub(crate) fn random(len: usize) -> String {
+    Alphanumeric.sample_string(&mut rand::rng(), len)
+}

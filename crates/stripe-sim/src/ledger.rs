@@ -1,0 +1,139 @@
+//! Every PaymentIntent the simulator has created, in creation order, with how many capture
+//! and cancel requests each one received.
+//!
+//! Each operation turns a parsed request into a [`Reply`]: the status and body to answer,
+//! errors included, because the idempotency layer stores and replays the answer as a whole.
+
+use std::collections::HashMap;
+
+use axum::http::StatusCode;
+use serde_json::Value;
+
+use crate::error::StripeError;
+use crate::intent::PaymentIntent;
+use crate::requests::{CancelRequest, CaptureRequest, CreateRequest};
+
+/// An answer to a Stripe API request: what the idempotency layer stores and replays.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Reply {
+    pub(crate) status: StatusCode,
+    pub(crate) body: String,
+}
+
+impl Reply {
+    pub(crate) fn ok(body: &Value) -> Self {
+        Self { status: StatusCode::OK, body: body.to_string() }
+    }
+
+    pub(crate) fn error(error: &StripeError) -> Self {
+        Self { status: error.status, body: error.body_json().to_string() }
+    }
+
+    fn from_result(result: Result<Value, StripeError>) -> Self {
+        match result {
+            Ok(body) => Self::ok(&body),
+            Err(error) => Self::error(&error),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    intent: PaymentIntent,
+    /// Capture and cancel requests that reached this intent and were not idempotent replays,
+    /// refused ones included: that is how a test sees a double capture being attempted.
+    capture_count: u64,
+    cancel_count: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Ledger {
+    entries: Vec<Entry>,
+    by_id: HashMap<String, usize>,
+}
+
+impl Ledger {
+    /// Creates the intent and, with `confirm=true`, confirms it. A declined intent is kept
+    /// (and answered with 402), as Stripe keeps it.
+    pub(crate) fn create(&mut self, request: CreateRequest, now: i64) -> Reply {
+        let confirm = request.confirm;
+        let mut intent = PaymentIntent::new(request, now);
+        let confirmed = if confirm { intent.confirm() } else { Ok(()) };
+        tracing::info!(
+            payment_intent = %intent.id,
+            status = intent.status.as_str(),
+            amount = intent.amount,
+            currency = %intent.currency,
+            order_id = intent.metadata.get("order_id").map(String::as_str),
+            "payment intent created"
+        );
+        let reply = Reply::from_result(confirmed.map(|()| intent.to_json()));
+        self.by_id.insert(intent.id.clone(), self.entries.len());
+        self.entries.push(Entry { intent, capture_count: 0, cancel_count: 0 });
+        reply
+    }
+
+    pub(crate) fn retrieve(&self, id: &str) -> Reply {
+        Reply::from_result(self.entry(id).map(|entry| entry.intent.to_json()))
+    }
+
+    pub(crate) fn capture(&mut self, id: &str, request: &CaptureRequest) -> Reply {
+        let result = self.entry_mut(id).and_then(|entry| {
+            entry.capture_count += 1;
+            let captured = entry.intent.capture(request);
+            tracing::info!(
+                payment_intent = %id,
+                status = entry.intent.status.as_str(),
+                attempt = entry.capture_count,
+                refused = captured.is_err(),
+                "capture requested"
+            );
+            captured.map(|()| entry.intent.to_json())
+        });
+        Reply::from_result(result)
+    }
+
+    pub(crate) fn cancel(&mut self, id: &str, request: &CancelRequest, now: i64) -> Reply {
+        let result = self.entry_mut(id).and_then(|entry| {
+            entry.cancel_count += 1;
+            let canceled = entry.intent.cancel(request, now);
+            tracing::info!(
+                payment_intent = %id,
+                status = entry.intent.status.as_str(),
+                attempt = entry.cancel_count,
+                refused = canceled.is_err(),
+                "cancel requested"
+            );
+            canceled.map(|()| entry.intent.to_json())
+        });
+        Reply::from_result(result)
+    }
+
+    /// `GET /_sim/payment_intents`: every intent, oldest first, with its request counts.
+    pub(crate) fn listing(&self) -> Vec<Value> {
+        self.entries
+            .iter()
+            .map(|entry| {
+                let mut json = entry.intent.to_json();
+                json["capture_count"] = entry.capture_count.into();
+                json["cancel_count"] = entry.cancel_count.into();
+                json
+            })
+            .collect()
+    }
+
+    fn entry(&self, id: &str) -> Result<&Entry, StripeError> {
+        self.by_id.get(id).map(|&at| &self.entries[at]).ok_or_else(|| no_such_intent(id))
+    }
+
+    fn entry_mut(&mut self, id: &str) -> Result<&mut Entry, StripeError> {
+        match self.by_id.get(id) {
+            Some(&at) => Ok(&mut self.entries[at]),
+            None => Err(no_such_intent(id)),
+        }
+    }
+}
+
+fn no_such_intent(id: &str) -> StripeError {
+    StripeError::no_such(StatusCode::NOT_FOUND, "payment_intent", id, "intent")
+}

@@ -1,0 +1,121 @@
+//! `stripe-sim`: a local, stateful stand-in for the part of Stripe's API the fleet uses
+//! (SPEC §6), so the same async-stripe code runs against it in demos and tests and against
+//! Stripe in production, and so tests can make Stripe fail on purpose.
+//!
+//! It speaks Stripe's shapes: form-encoded requests, PaymentIntent JSON objects, Stripe's
+//! error JSON and status codes, `Request-Id` headers, and Stripe's rules for idempotency
+//! keys, manual capture and cancellation.
+//!
+//! A short tour:
+//! - `api`: the Stripe routes, and the edge every write passes in order (authentication,
+//!   injected faults, idempotency, the operation).
+//! - `form` decodes form bodies; `requests` parses them into typed requests.
+//! - `intent` is the PaymentIntent state machine and its JSON; `cards` the test payment
+//!   methods (`pm_card_visa`, `pm_card_chargeDeclined`, …); `ledger` the intents themselves.
+//! - `idempotency` saves and replays first answers; `faults` holds injected failures.
+//! - [`Simulator`] keeps all of it behind one lock; `control` serves `/_sim/…` for tests.
+//!
+//! State lives in memory only: restarting the simulator is a fresh test-mode account.
+
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use axum::Router;
+use orderfleet::config::{ConfigError, Env, RuntimeConfig};
+use tokio::net::TcpListener;
+
+mod api;
+mod auth;
+mod cards;
+mod control;
+mod error;
+mod faults;
+mod form;
+mod idempotency;
+mod ids;
+mod intent;
+mod ledger;
+mod requests;
+mod simulator;
+
+pub use simulator::{SimState, Simulator};
+
+/// Where the simulator listens unless `STRIPE_SIM_LISTEN_ADDR` says otherwise.
+pub const DEFAULT_LISTEN_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 12111);
+
+/// What the `stripe-sim` binary reads from the environment.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `STRIPE_SIM_LISTEN_ADDR`.
+    pub listen_addr: SocketAddr,
+    /// `LOG_FORMAT`, `SHUTDOWN_GRACE_SECONDS` (and `METRICS_LISTEN_ADDR`, unused here).
+    pub runtime: RuntimeConfig,
+}
+
+impl Config {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            listen_addr: env.or_default("STRIPE_SIM_LISTEN_ADDR", DEFAULT_LISTEN_ADDR)?,
+            runtime: RuntimeConfig::from_env(env)?,
+        })
+    }
+}
+
+/// The HTTP application: Stripe's routes, the `/_sim` routes, and Stripe's 404 for anything
+/// else.
+pub fn router(state: SimState) -> Router {
+    Router::new()
+        .merge(api::routes())
+        .merge(control::routes())
+        .fallback(api::unrecognized)
+        // After the merges: it applies to the routes registered so far.
+        .method_not_allowed_fallback(api::unrecognized)
+        .layer(axum::middleware::from_fn(api::assign_request_id))
+        .with_state(state)
+}
+
+/// Serves a fresh simulator on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    serve_with(Arc::new(Simulator::new()), listener, shutdown).await
+}
+
+/// Serves `state` on `listener` until `shutdown` completes, then finishes the requests in
+/// flight. Requests held by a `timeout` fault are let go at once rather than waited for.
+pub async fn serve_with(
+    state: SimState,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = router(state.clone());
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            state.stop_hanging();
+        })
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_listen_address_defaults_to_the_documented_port() {
+        let config = Config::from_env(&Env::from_pairs([])).unwrap();
+        assert_eq!(config.listen_addr.to_string(), "127.0.0.1:12111");
+    }
+
+    #[test]
+    fn a_malformed_listen_address_is_named_in_one_line() {
+        let error =
+            Config::from_env(&Env::from_pairs([("STRIPE_SIM_LISTEN_ADDR", "localhost")])).unwrap_err();
+        assert!(
+            error.to_string().starts_with("configuration error: STRIPE_SIM_LISTEN_ADDR is malformed: "),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,156 @@
+//! The simulator's whole state (intents, idempotency keys, armed faults) behind one
+//! `std::sync::Mutex`.
+//!
+//! One lock keeps the rules simple: an idempotency lookup, the operation and the saving of
+//! its answer are one atomic step, so two requests with one key cannot both execute. Nothing
+//! awaits while holding it; every operation is a few map lookups.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::StripeError;
+use crate::faults::{Faults, Mode, Operation};
+use crate::idempotency::{IdempotencyStore, Lookup, Saved, Scope};
+use crate::ledger::{Ledger, Reply};
+
+/// What [`crate::router`] serves from. Cheap to clone.
+pub type SimState = Arc<Simulator>;
+
+/// An in-memory Stripe account in test mode.
+#[derive(Debug)]
+pub struct Simulator {
+    state: Mutex<State>,
+    hang: Duration,
+    stopping: CancellationToken,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    ledger: Ledger,
+    keys: IdempotencyStore,
+    faults: Faults,
+}
+
+/// How an idempotent operation went.
+pub(crate) enum Executed {
+    /// It ran; this is its answer.
+    Ran(Reply),
+    /// The key had an answer for this very request already.
+    Replayed(Saved),
+    /// It did not run: bad parameters, or a key used for something else.
+    Refused(StripeError),
+}
+
+impl Default for Simulator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Simulator {
+    /// How long a `timeout` fault holds a request: longer than any sensible client timeout.
+    pub const DEFAULT_HANG: Duration = Duration::from_secs(120);
+
+    pub fn new() -> Self {
+        Self { state: Mutex::default(), hang: Self::DEFAULT_HANG, stopping: CancellationToken::new() }
+    }
+
+    /// Changes how long a `timeout` fault holds a request before closing the connection.
+    pub fn with_hang(mut self, hang: Duration) -> Self {
+        self.hang = hang;
+        self
+    }
+
+    /// Forgets every intent, idempotency key and fault.
+    pub fn reset(&self) {
+        *self.lock() = State::default();
+    }
+
+    /// Ends every request a `timeout` fault is holding, so a graceful shutdown is not kept
+    /// waiting on them. [`crate::serve_with`] calls this when its shutdown signal fires.
+    pub fn stop_hanging(&self) {
+        self.stopping.cancel();
+    }
+
+    /// A poisoned lock means an operation panicked half-way; the state is still the best
+    /// record there is, and a test double must keep answering.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn take_fault(&self, operation: Operation) -> Option<Mode> {
+        let mode = self.lock().faults.take(operation);
+        if let Some(mode) = mode {
+            tracing::warn!(operation = operation.as_str(), mode = mode.as_str(), "injecting a fault");
+        }
+        mode
+    }
+
+    /// Holds a request for the `timeout` fault: until the hang is over or the server stops.
+    pub(crate) async fn hang(&self) {
+        tokio::select! {
+            () = tokio::time::sleep(self.hang) => {}
+            () = self.stopping.cancelled() => {}
+        }
+    }
+
+    /// Runs one state-changing operation under Stripe's idempotency rules. `operation`
+    /// answers `Err` when it refuses the request before executing it (nothing is saved then)
+    /// and `Ok` with the answer otherwise, error answers included.
+    pub(crate) fn execute(
+        &self,
+        scope: Option<&Scope>,
+        request_id: &str,
+        operation: impl FnOnce(&mut Ledger, i64) -> Result<Reply, StripeError>,
+    ) -> Executed {
+        let mut state = self.lock();
+        if let Some(scope) = scope {
+            match state.keys.lookup(scope) {
+                Lookup::Unused => {}
+                Lookup::Replay(saved) => return Executed::Replayed(saved.clone()),
+                Lookup::Conflict(error) => return Executed::Refused(error),
+            }
+        }
+        match operation(&mut state.ledger, unix_now()) {
+            Ok(reply) => {
+                if let Some(scope) = scope {
+                    state.keys.save(scope, reply.clone(), request_id);
+                }
+                Executed::Ran(reply)
+            }
+            Err(error) => Executed::Refused(error),
+        }
+    }
+
+    pub(crate) fn retrieve(&self, id: &str) -> Reply {
+        self.lock().ledger.retrieve(id)
+    }
+
+    pub(crate) fn listing(&self) -> Value {
+        json!({ "object": "list", "data": self.lock().ledger.listing() })
+    }
+
+    pub(crate) fn arm_fault(&self, operation: Operation, mode: Mode, count: u32) -> Value {
+        let mut state = self.lock();
+        state.faults.arm(operation, mode, count);
+        state.faults.to_json()
+    }
+
+    pub(crate) fn faults(&self) -> Value {
+        self.lock().faults.to_json()
+    }
+
+    pub(crate) fn clear_faults(&self) -> Value {
+        let mut state = self.lock();
+        state.faults.clear();
+        state.faults.to_json()
+    }
+}
+
+fn unix_now() -> i64 {
+    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since_epoch.as_secs()).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,372 @@
+//! The Stripe API as the fleet uses it: PaymentIntents, their rules, idempotency keys.
+
+mod support;
+
+use reqwest::StatusCode;
+use support::{AUTHORIZE, KEY, TestSim};
+
+#[tokio::test]
+async fn a_confirmed_manual_capture_visa_intent_requires_capture() {
+    // Arrange
+    let sim = TestSim::start().await;
+
+    // Act
+    let created = sim.create(AUTHORIZE).await;
+
+    // Assert
+    assert_eq!(created.status, StatusCode::OK, "{}", created.raw);
+    let pi = &created.body;
+    assert!(pi["id"].as_str().unwrap().starts_with("pi_"));
+    assert_eq!(pi["object"], "payment_intent");
+    assert_eq!(pi["status"], "requires_capture");
+    assert_eq!(pi["amount"], 2500);
+    assert_eq!(pi["amount_capturable"], 2500);
+    assert_eq!(pi["amount_received"], 0);
+    assert_eq!(pi["capture_method"], "manual");
+    assert_eq!(pi["confirmation_method"], "automatic");
+    assert_eq!(pi["currency"], "usd");
+    assert_eq!(pi["livemode"], false);
+    assert_eq!(pi["metadata"]["order_id"], "order-1");
+    assert_eq!(pi["payment_method"], "pm_card_visa");
+    assert_eq!(pi["payment_method_types"][0], "card");
+    assert!(pi["created"].as_i64().unwrap() > 1_600_000_000);
+    assert!(pi["canceled_at"].is_null() && pi["customer"].is_null() && pi["last_payment_error"].is_null());
+    assert!(created.header("request-id").unwrap().starts_with("req_"));
+    assert_eq!(created.header("content-type"), Some("application/json"));
+}
+
+#[tokio::test]
+async fn an_intent_can_be_retrieved_by_id() {
+    let sim = TestSim::start().await;
+    let id = sim.authorized().await;
+
+    let retrieved = sim.get(&format!("/v1/payment_intents/{id}")).await;
+
+    assert_eq!(retrieved.status, StatusCode::OK);
+    assert_eq!(retrieved.body["id"], id.as_str());
+    assert_eq!(retrieved.body["status"], "requires_capture");
+}
+
+#[tokio::test]
+async fn automatic_capture_and_unconfirmed_intents_take_stripes_statuses() {
+    let sim = TestSim::start().await;
+
+    let automatic = sim.create("amount=700&currency=eur&confirm=true&payment_method=pm_card_visa").await;
+    let unconfirmed = sim.create("amount=700&currency=eur&payment_method=pm_card_visa").await;
+    let bare = sim.create("amount=700&currency=eur").await;
+
+    assert_eq!(automatic.body["status"], "succeeded");
+    assert_eq!(automatic.body["amount_received"], 700);
+    assert_eq!(unconfirmed.body["status"], "requires_confirmation");
+    assert_eq!(bare.body["status"], "requires_payment_method");
+}
+
+#[tokio::test]
+async fn a_declined_card_answers_402_and_the_intent_remains() {
+    let sim = TestSim::start().await;
+
+    let declined = sim
+        .create("amount=2500&currency=usd&capture_method=manual&confirm=true&payment_method=pm_card_chargeDeclined&metadata[order_id]=o-2")
+        .await;
+
+    assert_eq!(declined.status, StatusCode::PAYMENT_REQUIRED, "{}", declined.raw);
+    let error = &declined.body["error"];
+    assert_eq!(error["type"], "card_error");
+    assert_eq!(error["code"], "card_declined");
+    assert_eq!(error["decline_code"], "generic_decline");
+    assert_eq!(error["message"], "Your card was declined.");
+    assert!(error["doc_url"].as_str().unwrap().starts_with("https://"));
+    let pi = &error["payment_intent"];
+    assert_eq!(pi["status"], "requires_payment_method");
+    assert_eq!(pi["last_payment_error"]["code"], "card_declined");
+    assert_eq!(pi["metadata"]["order_id"], "o-2");
+    let id = pi["id"].as_str().unwrap();
+    let retrieved = sim.get(&format!("/v1/payment_intents/{id}")).await;
+    assert_eq!(retrieved.status, StatusCode::OK);
+    assert_eq!(retrieved.body["status"], "requires_payment_method");
+}
+
+#[tokio::test]
+async fn an_unknown_payment_method_is_a_missing_resource() {
+    let sim = TestSim::start().await;
+
+    let refused = sim.create("amount=100&currency=usd&confirm=true&payment_method=pm_card_nonesuch").await;
+
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    assert_eq!(refused.error_type(), "invalid_request_error");
+    assert_eq!(refused.error_code(), "resource_missing");
+    assert_eq!(refused.body["error"]["param"], "payment_method");
+    assert!(sim.intents().await.is_empty());
+}
+
+#[tokio::test]
+async fn missing_or_invalid_amounts_and_currencies_name_the_parameter() {
+    let sim = TestSim::start().await;
+
+    for (form, param) in [
+        ("currency=usd", "amount"),
+        ("amount=0&currency=usd", "amount"),
+        ("amount=-5&currency=usd", "amount"),
+        ("amount=12.5&currency=usd", "amount"),
+        ("amount=100", "currency"),
+    ] {
+        let refused = sim.create(form).await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{form}");
+        assert_eq!(refused.error_type(), "invalid_request_error", "{form}");
+        assert_eq!(refused.body["error"]["param"], param, "{form}");
+    }
+}
+
+#[tokio::test]
+async fn capturing_twice_is_refused_and_both_attempts_are_counted() {
+    let sim = TestSim::start().await;
+    let id = sim.authorized().await;
+
+    let first = sim.capture(&id, None).await;
+    let second = sim.capture(&id, None).await;
+
+    assert_eq!(first.status, StatusCode::OK, "{}", first.raw);
+    assert_eq!(first.body["status"], "succeeded");
+    assert_eq!(first.body["amount_received"], 2500);
+    assert_eq!(first.body["amount_capturable"], 0);
+    assert_eq!(second.status, StatusCode::BAD_REQUEST);
+    assert_eq!(second.error_type(), "invalid_request_error");
+    assert_eq!(second.error_code(), "payment_intent_unexpected_state");
+    assert_eq!(second.body["error"]["payment_intent"]["status"], "succeeded");
+    let listed = sim.intent(&id).await;
+    assert_eq!(listed["capture_count"], 2);
+    assert_eq!(listed["cancel_count"], 0);
+}
+
+#[tokio::test]
+async fn a_partial_capture_collects_only_the_amount_to_capture() {
+    let sim = TestSim::start().await;
+    let id = sim.authorized().await;
+
+    let captured =
+        sim.post(&format!("/v1/payment_intents/{id}/capture"), "amount_to_capture=1000", None).await;
+
+    assert_eq!(captured.status, StatusCode::OK, "{}", captured.raw);
+    assert_eq!(captured.body["amount_received"], 1000);
+    assert_eq!(captured.body["amount_capturable"], 0);
+}
+
+#[tokio::test]
+async fn a_canceled_intent_cannot_be_captured_or_canceled_again() {
+    let sim = TestSim::start().await;
+    let id = sim.authorized().await;
+
+    let canceled =
+        sim.post(&format!("/v1/payment_intents/{id}/cancel"), "cancellation_reason=abandoned", None).await;
+    let capture = sim.capture(&id, None).await;
+    let cancel_again = sim.cancel(&id, None).await;
+
+    assert_eq!(canceled.status, StatusCode::OK, "{}", canceled.raw);
+    assert_eq!(canceled.body["status"], "canceled");
+    assert_eq!(canceled.body["cancellation_reason"], "abandoned");
+    assert_eq!(canceled.body["amount_capturable"], 0);
+    assert!(canceled.body["canceled_at"].as_i64().is_some());
+    assert_eq!(capture.status, StatusCode::BAD_REQUEST);
+    assert_eq!(capture.error_code(), "payment_intent_unexpected_state");
+    assert!(
+        capture.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("This PaymentIntent could not be captured because it has a status of canceled."),
+        "{}",
+        capture.raw
+    );
+    assert_eq!(cancel_again.status, StatusCode::BAD_REQUEST);
+    assert_eq!(cancel_again.error_code(), "payment_intent_unexpected_state");
+    let listed = sim.intent(&id).await;
+    assert_eq!((listed["capture_count"].as_u64(), listed["cancel_count"].as_u64()), (Some(1), Some(2)));
+}
+
+#[tokio::test]
+async fn a_succeeded_intent_cannot_be_canceled() {
+    let sim = TestSim::start().await;
+    let id = sim.authorized().await;
+    sim.capture(&id, None).await;
+
+    let refused = sim.cancel(&id, None).await;
+
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    assert_eq!(refused.error_code(), "payment_intent_unexpected_state");
+}
+
+#[tokio::test]
+async fn an_unknown_intent_is_404_resource_missing() {
+    let sim = TestSim::start().await;
+
+    for answer in [
+        sim.get("/v1/payment_intents/pi_nonesuch").await,
+        sim.capture("pi_nonesuch", None).await,
+        sim.cancel("pi_nonesuch", None).await,
+    ] {
+        assert_eq!(answer.status, StatusCode::NOT_FOUND);
+        assert_eq!(answer.error_type(), "invalid_request_error");
+        assert_eq!(answer.error_code(), "resource_missing");
+        assert_eq!(answer.body["error"]["param"], "intent");
+    }
+}
+
+#[tokio::test]
+async fn requests_without_a_test_key_are_401() {
+    let sim = TestSim::start().await;
+    let url = sim.url("/v1/payment_intents");
+
+    let none = sim.client.post(&url).body(AUTHORIZE).send().await.unwrap();
+    let live =
+        sim.client.post(&url).bearer_auth("sk_live_abcdefghijklmnop").body(AUTHORIZE).send().await.unwrap();
+    let basic = sim.client.post(&url).basic_auth(KEY, Some("")).body(AUTHORIZE).send().await.unwrap();
+
+    for refused in [support::answer(none).await, support::answer(live).await] {
+        assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+        assert_eq!(refused.error_type(), "invalid_request_error");
+    }
+    assert_eq!(basic.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn an_unknown_route_answers_stripes_404() {
+    let sim = TestSim::start().await;
+
+    let unknown = sim.get("/v1/charges").await;
+    let wrong_method =
+        sim.client.delete(sim.url("/v1/payment_intents")).bearer_auth(KEY).send().await.unwrap();
+
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+    assert_eq!(unknown.error_type(), "invalid_request_error");
+    assert!(unknown.header("request-id").is_some());
+    assert_eq!(wrong_method.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn an_idempotent_replay_returns_the_first_answer_and_is_not_counted() {
+    let sim = TestSim::start().await;
+    let id = sim.authorized().await;
+
+    let first = sim.capture(&id, Some("capture-1")).await;
+    let replay = sim.capture(&id, Some("capture-1")).await;
+
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.header("idempotent-replayed"), None);
+    assert_eq!(replay.status, StatusCode::OK);
+    assert_eq!(replay.raw, first.raw);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(replay.header("original-request"), first.header("request-id"));
+    assert_ne!(replay.header("request-id"), first.header("request-id"));
+    assert_eq!(sim.intent(&id).await["capture_count"], 1);
+}
+
+#[tokio::test]
+async fn a_replayed_create_makes_one_intent() {
+    let sim = TestSim::start().await;
+
+    let first = sim.post("/v1/payment_intents", AUTHORIZE, Some("authorize-1")).await;
+    // The same parameters in another order are the same request.
+    let reordered = AUTHORIZE.split('&').rev().collect::<Vec<_>>().join("&");
+    let replay = sim.post("/v1/payment_intents", &reordered, Some("authorize-1")).await;
+
+    assert_eq!(replay.body["id"], first.body["id"]);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(sim.intents().await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_declined_answer_is_replayed_too() {
+    let sim = TestSim::start().await;
+    let form = "amount=100&currency=usd&confirm=true&payment_method=pm_card_chargeDeclined";
+
+    let first = sim.post("/v1/payment_intents", form, Some("decline-1")).await;
+    let replay = sim.post("/v1/payment_intents", form, Some("decline-1")).await;
+
+    assert_eq!(first.status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(replay.status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(replay.raw, first.raw);
+    assert_eq!(sim.intents().await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_key_reused_with_other_parameters_is_an_idempotency_error() {
+    let sim = TestSim::start().await;
+    let first = sim.post("/v1/payment_intents", AUTHORIZE, Some("authorize-2")).await;
+    let id = first.body["id"].as_str().unwrap();
+
+    let other_amount = AUTHORIZE.replace("amount=2500", "amount=2600");
+    let other_params = sim.post("/v1/payment_intents", &other_amount, Some("authorize-2")).await;
+    let other_endpoint = sim.cancel(id, Some("authorize-2")).await;
+
+    for refused in [&other_params, &other_endpoint] {
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.raw);
+        assert_eq!(refused.error_type(), "idempotency_error");
+    }
+    assert!(other_params.body["error"]["message"].as_str().unwrap().contains("same parameters"));
+    assert_eq!(sim.intents().await.len(), 1);
+    assert_eq!(sim.intent(id).await["cancel_count"], 0);
+}
+
+#[tokio::test]
+async fn a_request_refused_for_its_parameters_saves_nothing_under_its_key() {
+    let sim = TestSim::start().await;
+
+    let invalid = sim.post("/v1/payment_intents", "currency=usd", Some("fix-me")).await;
+    let corrected = sim.post("/v1/payment_intents", AUTHORIZE, Some("fix-me")).await;
+
+    assert_eq!(invalid.status, StatusCode::BAD_REQUEST);
+    assert_eq!(corrected.status, StatusCode::OK, "{}", corrected.raw);
+    assert_eq!(corrected.header("idempotent-replayed"), None);
+}
+
+#[tokio::test]
+async fn retrieval_ignores_idempotency_keys() {
+    let sim = TestSim::start().await;
+    let id = sim.authorized().await;
+
+    let path = format!("/v1/payment_intents/{id}");
+    let retrieved =
+        sim.client.get(sim.url(&path)).bearer_auth(KEY).header("idempotency-key", "k").send().await.unwrap();
+    let created_with_same_key = sim.post("/v1/payment_intents", AUTHORIZE, Some("k")).await;
+
+    assert_eq!(retrieved.status(), StatusCode::OK);
+    assert_eq!(created_with_same_key.status, StatusCode::OK);
+    assert_eq!(created_with_same_key.header("idempotent-replayed"), None);
+}
+
+#[tokio::test]
+async fn the_sim_listing_shows_every_intent_in_creation_order_with_counts() {
+    let sim = TestSim::start().await;
+    let first = sim.authorized().await;
+    let second = sim.authorized().await;
+    sim.cancel(&second, None).await;
+
+    let intents = sim.intents().await;
+
+    assert_eq!(intents.len(), 2);
+    assert_eq!(intents[0]["id"], first.as_str());
+    assert_eq!(intents[1]["id"], second.as_str());
+    assert_eq!(intents[0]["object"], "payment_intent");
+    assert_eq!(intents[0]["metadata"]["order_id"], "order-1");
+    assert_eq!(
+        (intents[0]["capture_count"].as_u64(), intents[0]["cancel_count"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert_eq!(
+        (intents[1]["capture_count"].as_u64(), intents[1]["cancel_count"].as_u64()),
+        (Some(0), Some(1))
+    );
+    assert_eq!(intents[1]["status"], "canceled");
+}
+
+#[tokio::test]
+async fn reset_forgets_intents_and_keys() {
+    let sim = TestSim::start().await;
+    sim.post("/v1/payment_intents", AUTHORIZE, Some("before-reset")).await;
+
+    let reset = sim.client.post(sim.url("/_sim/reset")).send().await.unwrap();
+    let after = sim.post("/v1/payment_intents", AUTHORIZE, Some("before-reset")).await;
+
+    assert_eq!(reset.status(), StatusCode::OK);
+    assert_eq!(after.header("idempotent-replayed"), None);
+    assert_eq!(sim.intents().await.len(), 1);
+}

@@ -1,0 +1,122 @@
+//! The fleet's own Stripe client, async-stripe, against the simulator: its strict
+//! (miniserde) parser must accept every PaymentIntent and every error the simulator answers,
+//! or the fleet would misread a success as an unreadable answer.
+
+mod support;
+
+use std::collections::HashMap;
+
+use stripe::{ApiErrorsType, IdempotencyKey, RequestStrategy, StripeError, StripeRequest};
+use stripe_core::payment_intent::{
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, RetrievePaymentIntent,
+};
+use stripe_core::{PaymentIntentCaptureMethod, PaymentIntentStatus};
+use support::{KEY, TestSim};
+
+fn client(sim: &TestSim) -> stripe::Client {
+    // async-stripe appends `v1/...` to the base.
+    stripe::ClientBuilder::new(KEY).url(format!("{}/", sim.base)).build().expect("a Stripe client")
+}
+
+fn authorize(payment_method: &str) -> CreatePaymentIntent {
+    let metadata = HashMap::from([("order_id".to_owned(), "order-42".to_owned())]);
+    CreatePaymentIntent::new(2500, stripe_types::Currency::USD)
+        .capture_method(PaymentIntentCaptureMethod::Manual)
+        .confirm(true)
+        .payment_method(payment_method)
+        .metadata(metadata)
+}
+
+#[tokio::test]
+async fn async_stripe_authorizes_captures_and_reads_the_intent() {
+    let sim = TestSim::start().await;
+    let client = client(&sim);
+
+    let authorized = authorize("pm_card_visa")
+        .customize()
+        .request_strategy(RequestStrategy::Idempotent(IdempotencyKey::new("order-42-authorize").unwrap()))
+        .send(&client)
+        .await
+        .expect("a parsed PaymentIntent");
+    let captured = CapturePaymentIntent::new(authorized.id.clone()).send(&client).await.expect("captured");
+    let retrieved = RetrievePaymentIntent::new(authorized.id.clone()).send(&client).await.expect("retrieved");
+
+    assert_eq!(authorized.status, PaymentIntentStatus::RequiresCapture);
+    assert_eq!(authorized.amount_capturable, 2500);
+    assert_eq!(authorized.metadata.get("order_id").map(String::as_str), Some("order-42"));
+    assert_eq!(captured.status, PaymentIntentStatus::Succeeded);
+    assert_eq!(retrieved.amount_received, 2500);
+}
+
+#[tokio::test]
+async fn async_stripe_reads_a_decline_with_its_payment_intent() {
+    let sim = TestSim::start().await;
+    let client = client(&sim);
+
+    let declined = authorize("pm_card_chargeDeclined").send(&client).await;
+
+    let Err(StripeError::Stripe(error, status)) = declined else {
+        panic!("a Stripe error, got {declined:?}")
+    };
+    assert_eq!(status, 402);
+    assert_eq!(error.type_, ApiErrorsType::CardError);
+    assert_eq!(error.decline_code.as_deref(), Some("generic_decline"));
+    let intent = error.payment_intent.expect("the declined intent");
+    assert_eq!(intent.status, PaymentIntentStatus::RequiresPaymentMethod);
+    assert!(intent.last_payment_error.is_some());
+}
+
+#[tokio::test]
+async fn async_stripe_reads_state_errors_and_cancellations() {
+    let sim = TestSim::start().await;
+    let client = client(&sim);
+    let authorized = authorize("pm_card_visa").send(&client).await.unwrap();
+
+    let canceled = CancelPaymentIntent::new(authorized.id.clone()).send(&client).await.expect("canceled");
+    let capture = CapturePaymentIntent::new(authorized.id.clone()).send(&client).await;
+
+    assert_eq!(canceled.status, PaymentIntentStatus::Canceled);
+    assert!(canceled.canceled_at.is_some());
+    let Err(StripeError::Stripe(error, 400)) = capture else { panic!("a 400, got {capture:?}") };
+    assert_eq!(error.code.map(|c| c.as_str().to_owned()).as_deref(), Some("payment_intent_unexpected_state"));
+    assert_eq!(error.payment_intent.map(|pi| pi.status), Some(PaymentIntentStatus::Canceled));
+}
+
+#[tokio::test]
+async fn async_stripe_reads_injected_errors_as_stripe_errors() {
+    let sim = TestSim::start().await;
+    let client = client(&sim);
+    sim.arm("create", "error_500", 1).await;
+    sim.arm("capture", "error_429", 1).await;
+
+    let created = authorize("pm_card_visa").send(&client).await;
+    let authorized = authorize("pm_card_visa").send(&client).await.unwrap();
+    let captured = CapturePaymentIntent::new(authorized.id.clone()).send(&client).await;
+
+    assert!(
+        matches!(created, Err(StripeError::Stripe(ref e, 500)) if e.type_ == ApiErrorsType::ApiError),
+        "{created:?}"
+    );
+    assert!(matches!(captured, Err(StripeError::Stripe(_, 429))), "{captured:?}");
+}
+
+#[tokio::test]
+async fn async_stripe_sees_a_dropped_connection_as_a_client_error_and_its_retry_replays() {
+    let sim = TestSim::start().await;
+    let client = client(&sim);
+    let authorized = authorize("pm_card_visa").send(&client).await.unwrap();
+    sim.arm("capture", "drop_after_success", 1).await;
+    let capture = || {
+        CapturePaymentIntent::new(authorized.id.clone())
+            .customize()
+            .request_strategy(RequestStrategy::Idempotent(IdempotencyKey::new("order-42-capture").unwrap()))
+            .send(&client)
+    };
+
+    let dropped = capture().await;
+    let retried = capture().await;
+
+    assert!(matches!(dropped, Err(StripeError::ClientError(_))), "{dropped:?}");
+    assert_eq!(retried.expect("the replayed capture").status, PaymentIntentStatus::Succeeded);
+    assert_eq!(sim.intent(authorized.id.as_str()).await["capture_count"], 1);
+}

@@ -1,0 +1,203 @@
+//! Injected faults: each mode, its count, replacement and clearing, and the graceful stop
+//! with a request still held.
+
+mod support;
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::json;
+use support::{AUTHORIZE, TestSim};
+
+#[tokio::test]
+async fn an_error_500_fault_answers_api_error_without_effect_and_then_passes() {
+    let sim = TestSim::start().await;
+    sim.arm("create", "error_500", 1).await;
+
+    let faulted = sim.post("/v1/payment_intents", AUTHORIZE, Some("k-500")).await;
+    let retried = sim.post("/v1/payment_intents", AUTHORIZE, Some("k-500")).await;
+
+    assert_eq!(faulted.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(faulted.error_type(), "api_error");
+    assert!(faulted.header("request-id").is_some());
+    // Nothing ran and nothing was saved under the key: the retry runs for real.
+    assert_eq!(retried.status, StatusCode::OK, "{}", retried.raw);
+    assert_eq!(retried.header("idempotent-replayed"), None);
+    assert_eq!(sim.intents().await.len(), 1);
+}
+
+#[tokio::test]
+async fn an_error_429_fault_answers_rate_limit_without_effect() {
+    let sim = TestSim::start().await;
+    let id = sim.authorized().await;
+    sim.arm("capture", "error_429", 2).await;
+
+    let first = sim.capture(&id, Some("cap")).await;
+    let second = sim.capture(&id, Some("cap")).await;
+    let third = sim.capture(&id, Some("cap")).await;
+
+    for faulted in [&first, &second] {
+        assert_eq!(faulted.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(faulted.error_type(), "invalid_request_error");
+        assert_eq!(faulted.error_code(), "rate_limit");
+    }
+    assert_eq!(third.status, StatusCode::OK, "{}", third.raw);
+    let listed = sim.intent(&id).await;
+    assert_eq!(listed["status"], "succeeded");
+    assert_eq!(listed["capture_count"], 1);
+}
+
+#[tokio::test]
+async fn a_timeout_fault_hangs_past_the_clients_timeout_without_effect() {
+    let sim = TestSim::start().await;
+    let id = sim.authorized().await;
+    sim.arm("cancel", "timeout", 1).await;
+
+    let timed_out = sim
+        .post_request(&format!("/v1/payment_intents/{id}/cancel"), "", Some("cancel-1"))
+        .timeout(Duration::from_millis(300))
+        .send()
+        .await;
+
+    let error = timed_out.expect_err("no answer before the client's timeout");
+    assert!(error.is_timeout(), "{error:?}");
+    let listed = sim.intent(&id).await;
+    assert_eq!(listed["status"], "requires_capture");
+    assert_eq!(listed["cancel_count"], 0);
+    let retried = sim.cancel(&id, Some("cancel-1")).await;
+    assert_eq!(retried.status, StatusCode::OK, "{}", retried.raw);
+    assert_eq!(retried.body["status"], "canceled");
+}
+
+#[tokio::test]
+async fn a_drop_after_success_fault_takes_effect_once_and_a_retry_replays_it() {
+    let sim = TestSim::start().await;
+    let id = sim.authorized().await;
+    sim.arm("capture", "drop_after_success", 1).await;
+
+    let dropped =
+        sim.post_request(&format!("/v1/payment_intents/{id}/capture"), "", Some("capture-1")).send().await;
+    let retried = sim.capture(&id, Some("capture-1")).await;
+
+    let error = dropped.expect_err("the connection closes without an answer");
+    assert!(!error.is_timeout() && !error.is_status(), "{error:?}");
+    assert_eq!(retried.status, StatusCode::OK, "{}", retried.raw);
+    assert_eq!(retried.header("idempotent-replayed"), Some("true"));
+    assert_eq!(retried.body["status"], "succeeded");
+    let listed = sim.intent(&id).await;
+    assert_eq!(listed["capture_count"], 1);
+    assert_eq!(listed["amount_received"], 2500);
+}
+
+#[tokio::test]
+async fn a_dropped_create_still_creates_the_intent() {
+    let sim = TestSim::start().await;
+    sim.arm("create", "drop_after_success", 1).await;
+
+    let dropped = sim.post_request("/v1/payment_intents", AUTHORIZE, Some("authorize-1")).send().await;
+    let retried = sim.post("/v1/payment_intents", AUTHORIZE, Some("authorize-1")).await;
+
+    assert!(dropped.is_err());
+    assert_eq!(retried.header("idempotent-replayed"), Some("true"));
+    let intents = sim.intents().await;
+    assert_eq!(intents.len(), 1);
+    assert_eq!(retried.body["id"], intents[0]["id"]);
+}
+
+#[tokio::test]
+async fn an_any_fault_matches_every_write_but_not_retrieval() {
+    let sim = TestSim::start().await;
+    let id = sim.authorized().await;
+    sim.arm("any", "error_500", 3).await;
+
+    let retrieved = sim.get(&format!("/v1/payment_intents/{id}")).await;
+    let create = sim.create(AUTHORIZE).await;
+    let capture = sim.capture(&id, None).await;
+    let cancel = sim.cancel(&id, None).await;
+    let after = sim.capture(&id, None).await;
+
+    assert_eq!(retrieved.status, StatusCode::OK);
+    for faulted in [&create, &capture, &cancel] {
+        assert_eq!(faulted.status, StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    assert_eq!(after.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn an_operations_own_fault_is_used_before_an_any_fault() {
+    let sim = TestSim::start().await;
+    sim.arm("any", "error_500", 1).await;
+    sim.arm("create", "error_429", 1).await;
+
+    let first = sim.create(AUTHORIZE).await;
+    let second = sim.create(AUTHORIZE).await;
+    let third = sim.create(AUTHORIZE).await;
+
+    assert_eq!(first.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(second.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(third.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_new_fault_replaces_the_old_one_and_count_zero_clears_it() {
+    let sim = TestSim::start().await;
+    sim.arm("create", "error_500", 5).await;
+
+    let replaced = sim.fault(json!({"operation": "create", "mode": "error_429", "count": 1})).await;
+    let after_replace = sim.create(AUTHORIZE).await;
+    sim.arm("create", "error_500", 5).await;
+    let cleared = sim.fault(json!({"operation": "create", "mode": "error_500", "count": 0})).await;
+    let after_clear = sim.create(AUTHORIZE).await;
+
+    assert_eq!(replaced.body, json!({"data": [{"operation": "create", "mode": "error_429", "count": 1}]}));
+    assert_eq!(after_replace.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(cleared.status, StatusCode::OK);
+    assert_eq!(cleared.body, json!({"data": []}));
+    assert_eq!(after_clear.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn delete_disarms_every_fault() {
+    let sim = TestSim::start().await;
+    sim.arm("create", "error_500", 5).await;
+    sim.arm("any", "timeout", 5).await;
+
+    let cleared = support::answer(sim.client.delete(sim.url("/_sim/faults")).send().await.unwrap()).await;
+    let created = sim.create(AUTHORIZE).await;
+
+    assert_eq!(cleared.body, json!({"data": []}));
+    assert_eq!(created.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn an_unknown_operation_or_mode_is_refused() {
+    let sim = TestSim::start().await;
+
+    let operation = sim.fault(json!({"operation": "refund", "mode": "error_500", "count": 1})).await;
+    let mode = sim.fault(json!({"operation": "create", "mode": "explode", "count": 1})).await;
+    let count = sim.fault(json!({"operation": "create", "mode": "error_500", "count": -1})).await;
+    let not_json =
+        support::answer(sim.client.post(sim.url("/_sim/faults")).body("nope").send().await.unwrap()).await;
+
+    assert_eq!(operation.status, StatusCode::BAD_REQUEST);
+    assert_eq!(operation.body["error"]["param"], "operation");
+    assert_eq!(mode.status, StatusCode::BAD_REQUEST);
+    assert_eq!(mode.body["error"]["param"], "mode");
+    assert_eq!(count.status, StatusCode::BAD_REQUEST);
+    assert_eq!(not_json.status, StatusCode::BAD_REQUEST);
+    assert_eq!(sim.create(AUTHORIZE).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn stopping_the_server_lets_a_held_request_go() {
+    let sim = TestSim::start().await;
+    sim.arm("create", "timeout", 1).await;
+    let held = tokio::spawn(sim.post_request("/v1/payment_intents", AUTHORIZE, None).send());
+    // Let the request reach the server and be held.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    sim.stop(Duration::from_secs(5)).await;
+
+    let answer = held.await.unwrap();
+    assert!(answer.is_err(), "a held request gets no answer: {answer:?}");
+}

@@ -1,0 +1,150 @@
+//! A simulator per test, on its own port, driven over plain HTTP with reqwest, the way the
+//! fleet's Stripe client and the end-to-end tests reach it.
+
+#![allow(dead_code)] // Each test binary uses its own subset.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use reqwest::header::HeaderMap;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub const KEY: &str = "sk_test_stripe_sim_tests";
+
+/// What the fleet sends to authorize an order.
+pub const AUTHORIZE: &str = "amount=2500&currency=usd&capture_method=manual&confirm=true&payment_method=pm_card_visa\
+     &metadata[order_id]=order-1&metadata[user_id]=user-1";
+
+pub struct TestSim {
+    pub base: String,
+    pub client: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Value,
+    pub raw: String,
+}
+
+impl Answer {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    pub fn error_type(&self) -> &str {
+        self.body["error"]["type"].as_str().unwrap_or_default()
+    }
+
+    pub fn error_code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or_default()
+    }
+}
+
+impl TestSim {
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a free port");
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(stripe_sim::serve(listener, async {
+            let _ = stopped.await;
+        }));
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+        Self { base, client, stop: Some(stop), server: Some(server) }
+    }
+
+    /// Stops the server and waits for it, failing if it takes longer than `within`.
+    pub async fn stop(mut self, within: Duration) {
+        let _ = self.stop.take().unwrap().send(());
+        let server = self.server.take().unwrap();
+        tokio::time::timeout(within, server)
+            .await
+            .expect("the server stops within the deadline")
+            .unwrap()
+            .unwrap();
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// A form POST with the test key, and optionally an idempotency key.
+    pub fn post_request(
+        &self,
+        path: &str,
+        form: &str,
+        idempotency_key: Option<&str>,
+    ) -> reqwest::RequestBuilder {
+        let mut request = self
+            .client
+            .post(self.url(path))
+            .bearer_auth(KEY)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form.to_owned());
+        if let Some(key) = idempotency_key {
+            request = request.header("idempotency-key", key);
+        }
+        request
+    }
+
+    pub async fn post(&self, path: &str, form: &str, idempotency_key: Option<&str>) -> Answer {
+        answer(self.post_request(path, form, idempotency_key).send().await.expect("an answer")).await
+    }
+
+    pub async fn get(&self, path: &str) -> Answer {
+        answer(self.client.get(self.url(path)).bearer_auth(KEY).send().await.expect("an answer")).await
+    }
+
+    pub async fn create(&self, form: &str) -> Answer {
+        self.post("/v1/payment_intents", form, None).await
+    }
+
+    /// An authorized (requires_capture) intent's id.
+    pub async fn authorized(&self) -> String {
+        let created = self.create(AUTHORIZE).await;
+        assert_eq!(created.status, StatusCode::OK, "{}", created.raw);
+        created.body["id"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn capture(&self, id: &str, key: Option<&str>) -> Answer {
+        self.post(&format!("/v1/payment_intents/{id}/capture"), "", key).await
+    }
+
+    pub async fn cancel(&self, id: &str, key: Option<&str>) -> Answer {
+        self.post(&format!("/v1/payment_intents/{id}/cancel"), "", key).await
+    }
+
+    pub async fn fault(&self, fault: Value) -> Answer {
+        answer(self.client.post(self.url("/_sim/faults")).json(&fault).send().await.expect("an answer")).await
+    }
+
+    pub async fn arm(&self, operation: &str, mode: &str, count: u32) {
+        let armed = self.fault(json!({"operation": operation, "mode": mode, "count": count})).await;
+        assert_eq!(armed.status, StatusCode::OK, "{}", armed.raw);
+    }
+
+    /// `GET /_sim/payment_intents`' `data`.
+    pub async fn intents(&self) -> Vec<Value> {
+        let listed =
+            answer(self.client.get(self.url("/_sim/payment_intents")).send().await.expect("an answer")).await;
+        assert_eq!(listed.status, StatusCode::OK, "{}", listed.raw);
+        listed.body["data"].as_array().expect("data is an array").clone()
+    }
+
+    pub async fn intent(&self, id: &str) -> Value {
+        self.intents().await.into_iter().find(|pi| pi["id"] == id).expect("the intent is listed")
+    }
+}
+
+pub async fn answer(response: reqwest::Response) -> Answer {
+    let status = response.status();
+    let headers = response.headers().clone();
+    let raw = response.text().await.expect("a body");
+    let body = serde_json::from_str(&raw).unwrap_or(Value::Null);
+    Answer { status, headers, body, raw }
+}

@@ -1,0 +1,124 @@
+//! The order pipeline end to end: the real binaries against PostgreSQL, LocalStack and
+//! stripe-sim, checked against SPEC §8 from stripe-sim's ledger, the database and SNS.
+
+use std::time::Duration;
+
+use orderfleet_tests::Fleet;
+use serde_json::Value;
+
+fn count(intents: &[Value], field: &str) -> i64 {
+    intents.iter().map(|i| i[field].as_i64().unwrap_or(0)).sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_order_is_authorized_captured_paid_and_notified_once_per_event() {
+    // Arrange
+    let fleet = Fleet::start("happy-path", 1).await.unwrap();
+    fleet.product("sku-1", 2500, 5).await.unwrap();
+
+    // Act
+    let answer = fleet.post_order("alice", "key-1", "sku-1", 2, "pm_card_visa").await.unwrap();
+
+    // Assert
+    assert_eq!(answer.status, 202, "{:?}", answer.body);
+    assert_eq!(answer.body["status"], "authorized");
+    assert_eq!(answer.body["amount"], 5000);
+    assert_eq!(answer.body["currency"], "usd");
+    assert_eq!(answer.body["quantity"], 2);
+    let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(statuses.get("paid"), Some(&1), "{statuses:?}");
+    let intents = fleet.intents().await.unwrap();
+    assert_eq!(intents.len(), 1, "one authorization");
+    assert_eq!(intents[0]["status"], "succeeded");
+    assert_eq!(count(&intents, "capture_count"), 1);
+    assert_eq!(intents[0]["metadata"]["order_id"], answer.body["order_id"]);
+    let stock: i32 = sqlx::query_scalar("SELECT stock FROM products WHERE id = 'sku-1'")
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap();
+    assert_eq!(stock, 3);
+    let mut events: Vec<String> =
+        fleet.notifications(2, Duration::from_secs(30)).await.unwrap().into_iter().map(|(e, _)| e).collect();
+    events.sort();
+    assert_eq!(events, ["order.accepted", "order.paid"]);
+
+    // The order as its owner sees it, and as another user does not.
+    let order_id = answer.body["order_id"].as_str().unwrap();
+    let mine: Value = fleet
+        .http
+        .get(format!("{}/v1/orders/{order_id}", fleet.intake_url))
+        .bearer_auth(fleet.token("alice"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(mine["status"], "paid");
+    let theirs = fleet
+        .http
+        .get(format!("{}/v1/orders/{order_id}", fleet.intake_url))
+        .bearer_auth(fleet.token("mallory"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(theirs.status().as_u16(), 404);
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flash_sale_of_200_orders_for_50_units_sells_exactly_50() {
+    // Arrange
+    let fleet = Fleet::start("flash-sale", 2).await.unwrap();
+    fleet.product("drop", 1000, 50).await.unwrap();
+
+    // Act: 200 users at once, one unit each.
+    let answers =
+        futures::future::join_all((0..200).map(|i| {
+            fleet.post_order_owned(format!("user-{i}"), format!("key-{i}"), "drop", 1, "pm_card_visa")
+        }))
+        .await;
+
+    // Assert
+    assert!(
+        answers.iter().all(|a| a.as_ref().is_ok_and(|a| a.status == 202)),
+        "not every order was accepted"
+    );
+    let statuses = fleet.wait_settled(Duration::from_secs(180)).await.unwrap();
+    assert_eq!(statuses.get("paid"), Some(&50), "{statuses:?}");
+    assert_eq!(statuses.get("rejected_out_of_stock"), Some(&150), "{statuses:?}");
+    let intents = fleet.intents().await.unwrap();
+    assert_eq!(intents.len(), 200);
+    assert_eq!(count(&intents, "capture_count"), 50, "captures");
+    assert_eq!(count(&intents, "cancel_count"), 150, "cancels");
+    let holds = intents.iter().filter(|i| i["status"] == "requires_capture").count();
+    assert_eq!(holds, 0, "authorization holds left behind");
+    let stock: i32 = sqlx::query_scalar("SELECT stock FROM products WHERE id = 'drop'")
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap();
+    assert_eq!(stock, 0);
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_declined_card_answers_402_and_sends_no_stock_check() {
+    let fleet = Fleet::start("declined", 1).await.unwrap();
+    fleet.product("sku-1", 700, 5).await.unwrap();
+
+    let answer = fleet.post_order("bob", "key-1", "sku-1", 1, "pm_card_chargeDeclined").await.unwrap();
+    assert_eq!(answer.status, 402, "{:?}", answer.body);
+    assert_eq!(answer.body["error"]["code"], "payment_declined");
+    let replay = fleet.post_order("bob", "key-1", "sku-1", 1, "pm_card_chargeDeclined").await.unwrap();
+    assert_eq!(replay.status, 402);
+    assert!(replay.replayed);
+    assert_eq!(replay.body, answer.body);
+
+    let statuses = fleet.statuses().await.unwrap();
+    assert_eq!(statuses.get("payment_declined"), Some(&1), "{statuses:?}");
+    let outbox: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox").fetch_one(&fleet.pool).await.unwrap();
+    assert_eq!(outbox, 0, "a declined order enqueued messages");
+    let intents = fleet.intents().await.unwrap();
+    assert!(intents.iter().all(|i| i["status"] != "requires_capture"));
+    fleet.stop().await.unwrap();
+}

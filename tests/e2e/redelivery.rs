@@ -1,0 +1,118 @@
+//! At-least-once delivery, exactly-once effects: duplicates of the same message change
+//! nothing twice, and a message for a finished order is deleted without effects.
+
+use std::time::Duration;
+
+use orderfleet::outbox::Envelope;
+use orderfleet_tests::Fleet;
+
+/// The envelope the relay would send for the order's outbox row of `event_type`.
+async fn envelope(fleet: &Fleet, event_type: &str) -> String {
+    let (id, aggregate_id, payload, created_at): (
+        uuid::Uuid,
+        String,
+        serde_json::Value,
+        chrono::DateTime<chrono::Utc>,
+    ) = sqlx::query_as("SELECT id, aggregate_id, payload, created_at FROM outbox WHERE event_type = $1")
+        .bind(event_type)
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap();
+    let envelope = Envelope {
+        message_id: id,
+        event_type: event_type.to_owned(),
+        order_id: aggregate_id.parse().unwrap(),
+        occurred_at: created_at,
+        payload,
+    };
+    serde_json::to_string(&envelope).unwrap()
+}
+
+async fn send_times(fleet: &Fleet, queue_url: &str, body: &str, times: usize) {
+    for _ in 0..times {
+        fleet.sqs.send_message().queue_url(queue_url).message_body(body).send().await.unwrap();
+    }
+}
+
+async fn queue_is_drained(fleet: &Fleet, queue_url: &str) -> bool {
+    let attrs = fleet
+        .sqs
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .unwrap();
+    attrs.attributes().unwrap().values().all(|v| v == "0")
+}
+
+async fn wait_drained(fleet: &Fleet, queue_url: &str) {
+    for _ in 0..300 {
+        if queue_is_drained(fleet, queue_url).await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{queue_url} was not drained");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_same_stock_check_delivered_5_times_captures_once_and_a_paid_orders_message_is_deleted() {
+    // Arrange: an authorized order whose messages have not been relayed (no relay runs).
+    let mut fleet = Fleet::prepare("redelivery").await.unwrap();
+    fleet.spawn("order-intake", "order-intake", &[]).unwrap();
+    fleet.product("sku-1", 900, 3).await.unwrap();
+    let mut answer = None;
+    for _ in 0..100 {
+        if let Ok(a) = fleet.post_order("gina", "key-1", "sku-1", 1, "pm_card_visa").await {
+            answer = Some(a);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(answer.unwrap().status, 202);
+    let stock_check = envelope(&fleet, "order.stock_check_requested").await;
+    let accepted = envelope(&fleet, "order.accepted").await;
+
+    // Act: five copies of the stock check, three of the notification, two workers each.
+    send_times(&fleet, &fleet.stock.url.clone(), &stock_check, 5).await;
+    send_times(&fleet, &fleet.notification.url.clone(), &accepted, 3).await;
+    fleet.spawn("stock-worker-0", "stock-worker", &[]).unwrap();
+    fleet.spawn("stock-worker-1", "stock-worker", &[]).unwrap();
+    fleet.spawn("notification-worker-0", "notification-worker", &[]).unwrap();
+    fleet.spawn("notification-worker-1", "notification-worker", &[]).unwrap();
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    wait_drained(&fleet, &fleet.stock.url.clone()).await;
+    wait_drained(&fleet, &fleet.notification.url.clone()).await;
+
+    // Assert: one capture, one notification, nothing dead-lettered.
+    let intents = fleet.intents().await.unwrap();
+    assert_eq!(intents.len(), 1);
+    assert_eq!(intents[0]["capture_count"], 1, "{intents:?}");
+    assert_eq!(fleet.statuses().await.unwrap().get("paid"), Some(&1));
+    let notified = fleet.notifications(1, Duration::from_secs(20)).await.unwrap();
+    assert_eq!(notified.len(), 1, "{notified:?}");
+    assert!(queue_is_drained(&fleet, &fleet.stock.dlq_url.clone()).await, "a duplicate was dead-lettered");
+
+    // Act again: the stock check for the now-paid order.
+    let before: (i32, chrono::DateTime<chrono::Utc>) =
+        sqlx::query_as("SELECT stock, updated_at FROM products WHERE id = 'sku-1'")
+            .fetch_one(&fleet.pool)
+            .await
+            .unwrap();
+    send_times(&fleet, &fleet.stock.url.clone(), &stock_check, 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_drained(&fleet, &fleet.stock.url.clone()).await;
+
+    // Assert: deleted, and nothing changed.
+    let after: (i32, chrono::DateTime<chrono::Utc>) =
+        sqlx::query_as("SELECT stock, updated_at FROM products WHERE id = 'sku-1'")
+            .fetch_one(&fleet.pool)
+            .await
+            .unwrap();
+    assert_eq!(before, after);
+    assert_eq!(fleet.intents().await.unwrap()[0]["capture_count"], 1);
+    assert!(queue_is_drained(&fleet, &fleet.stock.dlq_url.clone()).await);
+    fleet.stop().await.unwrap();
+}
