@@ -116,3 +116,31 @@ async fn the_same_stock_check_delivered_5_times_captures_once_and_a_paid_orders_
     assert!(queue_is_drained(&fleet, &fleet.stock.dlq_url.clone()).await);
     fleet.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_capture_keeps_its_message_invisible_to_the_other_worker() {
+    // Arrange: a 3 s visibility timeout, and a capture that hangs past the client's 5 s
+    // timeout before its retry succeeds.
+    let fleet = Fleet::start_with_stock_visibility("heartbeat", 2, Some(3)).await.unwrap();
+    fleet.product("sku-1", 900, 3).await.unwrap();
+    fleet.fault("capture", "timeout", 1).await.unwrap();
+
+    // Act
+    let answer = fleet.post_order("judy", "key-1", "sku-1", 1, "pm_card_visa").await.unwrap();
+    assert_eq!(answer.status, 202);
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    wait_drained(&fleet, &fleet.stock.url.clone()).await;
+
+    // Assert: paid, captured once, and the stock check was received once in all — the
+    // heartbeat kept it from the second worker while the first waited on Stripe.
+    assert_eq!(fleet.statuses().await.unwrap().get("paid"), Some(&1));
+    assert_eq!(fleet.intents().await.unwrap()[0]["capture_count"], 1);
+    let received = fleet_harness::metrics::sum_by_label(
+        &fleet.scrape_metrics().await,
+        "sqs_messages_received_total",
+        "queue",
+    );
+    let stock_queue = fleet.stock.url.rsplit('/').next().unwrap().to_owned();
+    assert_eq!(received.get(&stock_queue), Some(&1.0), "{received:?}");
+    fleet.stop().await.unwrap();
+}

@@ -50,6 +50,16 @@ pub async fn attributes(sqs: &Client, url: &str) -> anyhow::Result<HashMap<Attr,
 impl TestQueues {
     /// New queues shaped like the deployed `queue` pair, named after `test`.
     pub async fn like(sqs: &Client, queue: StackQueue, test: &str) -> anyhow::Result<Self> {
+        Self::like_with_visibility(sqs, queue, test, None).await
+    }
+
+    /// The same, with another visibility timeout (for tests of slow handling).
+    pub async fn like_with_visibility(
+        sqs: &Client,
+        queue: StackQueue,
+        test: &str,
+        visibility_seconds: Option<u32>,
+    ) -> anyhow::Result<Self> {
         let source_url = crate::stack_var(queue.url_variable());
         let source = attributes(sqs, &source_url).await?;
         let redrive: Value =
@@ -90,6 +100,9 @@ impl TestQueues {
                 Attr::SqsManagedSseEnabled,
             ],
         );
+        if let Some(seconds) = visibility_seconds {
+            source_attrs.insert(Attr::VisibilityTimeout, seconds.to_string());
+        }
         let policy = json!({ "deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count });
         source_attrs.insert(Attr::RedrivePolicy, policy.to_string());
         let url = create(sqs, &name, source_attrs).await?;

@@ -2,6 +2,7 @@
 //! stack's, and a fresh topic, so tests run in parallel without seeing each other.
 
 use std::ops::{Deref, DerefMut};
+use std::path::PathBuf;
 
 use fleet_harness::{Fleet, Stack};
 
@@ -29,42 +30,74 @@ impl DerefMut for TestFleet {
     }
 }
 
-impl TestFleet {
-    async fn world(
-        name: &str,
-    ) -> anyhow::Result<(TestDatabase, TestQueues, TestQueues, String, Stack, std::path::PathBuf)> {
+/// What a test's fleet runs against, before the fleet starts.
+struct World {
+    db: TestDatabase,
+    stock: TestQueues,
+    notification: TestQueues,
+    topic_arn: String,
+    log_dir: PathBuf,
+}
+
+impl World {
+    async fn create(name: &str, stock_visibility: Option<u32>) -> anyhow::Result<Self> {
         let sdk = aws().await;
         let sqs = sdk.sqs();
         let db = TestDatabase::migrated().await?;
-        let stock = TestQueues::like(&sqs, StackQueue::StockCheck, name).await?;
+        let stock =
+            TestQueues::like_with_visibility(&sqs, StackQueue::StockCheck, name, stock_visibility).await?;
         let notification = TestQueues::like(&sqs, StackQueue::Notification, name).await?;
         let suffix = uuid::Uuid::new_v4().simple().to_string();
         let topic =
             sdk.sns().create_topic().name(format!("t-{}-order-notifications", &suffix[..12])).send().await?;
         let topic_arn = topic.topic_arn.unwrap_or_default();
-        let stack = Stack {
-            database_url: db.url.clone(),
-            stock_queue_url: stock.url.clone(),
-            notification_queue_url: notification.url.clone(),
-            topic_arn: topic_arn.clone(),
-            aws_env: Stack::aws_env_from_process(),
-        };
         let log_dir = fleet_harness::binary("fleetctl").parent().unwrap().join("e2e-logs").join(name);
-        Ok((db, stock, notification, topic_arn, stack, log_dir))
+        Ok(Self { db, stock, notification, topic_arn, log_dir })
     }
 
+    fn stack(&self) -> Stack {
+        Stack {
+            database_url: self.db.url.clone(),
+            stock_queue_url: self.stock.url.clone(),
+            notification_queue_url: self.notification.url.clone(),
+            topic_arn: self.topic_arn.clone(),
+            aws_env: Stack::aws_env_from_process(),
+        }
+    }
+
+    fn with(self, fleet: Fleet) -> TestFleet {
+        TestFleet {
+            fleet,
+            db: self.db,
+            stock: self.stock,
+            notification: self.notification,
+            topic_arn: self.topic_arn,
+        }
+    }
+}
+
+impl TestFleet {
     /// stripe-sim and an observer; no fleet binaries yet.
     pub async fn prepare(name: &str) -> anyhow::Result<Self> {
-        let (db, stock, notification, topic_arn, stack, log_dir) = Self::world(name).await?;
-        let fleet = Fleet::prepare(name, stack, log_dir).await?;
-        Ok(Self { fleet, db, stock, notification, topic_arn })
+        let world = World::create(name, None).await?;
+        let fleet = Fleet::prepare(name, world.stack(), world.log_dir.clone()).await?;
+        Ok(world.with(fleet))
     }
 
     /// The whole fleet with `stock_workers` stock-worker processes.
     pub async fn start(name: &str, stock_workers: usize) -> anyhow::Result<Self> {
-        let (db, stock, notification, topic_arn, stack, log_dir) = Self::world(name).await?;
-        let fleet = Fleet::start(name, stack, log_dir, stock_workers).await?;
-        Ok(Self { fleet, db, stock, notification, topic_arn })
+        Self::start_with_stock_visibility(name, stock_workers, None).await
+    }
+
+    /// The whole fleet, its stock-check queue with another visibility timeout.
+    pub async fn start_with_stock_visibility(
+        name: &str,
+        stock_workers: usize,
+        visibility_seconds: Option<u32>,
+    ) -> anyhow::Result<Self> {
+        let world = World::create(name, visibility_seconds).await?;
+        let fleet = Fleet::start(name, world.stack(), world.log_dir.clone(), stock_workers).await?;
+        Ok(world.with(fleet))
     }
 
     /// Stops the processes (SIGTERM; each must exit 0) and removes the world.

@@ -48,7 +48,7 @@ async fn main() -> ExitCode {
 
 async fn run(config: Config, aws: Aws) -> anyhow::Result<()> {
     let cancel = orderfleet::shutdown::on_signal();
-    let pool = db::connect_lazy(&config.database, PoolSize::default())?;
+    let pool = db::connect_lazy(&config.database, PoolSize { max_connections: 4, ..PoolSize::default() })?;
     let metrics = orderfleet::ops::spawn(config.runtime.metrics_listen_addr, cancel.clone());
     let consumer = ConsumerConfig {
         shutdown_grace: config.runtime.shutdown_grace,

@@ -76,7 +76,7 @@ impl AppState {
     pub fn new(config: &IntakeConfig) -> anyhow::Result<Self> {
         let pool = db::connect_lazy(
             &config.database,
-            PoolSize { max_connections: 20, min_connections: 8, ..PoolSize::default() },
+            PoolSize { max_connections: 16, min_connections: 4, ..PoolSize::default() },
         )?;
         let payments = Payments::new(&config.stripe, RetryPolicy::default())?;
         Ok(Self {

@@ -14,6 +14,9 @@
 //!   the handler's status guards make harmless.
 //! - **Poison never stops the worker**: it is left for the queue's redrive policy, which moves
 //!   it to the DLQ after its third receive.
+//! - **Heartbeat**: while a batch is being handled, its messages' visibility is extended every
+//!   third of the queue's visibility timeout, so a slow capture is not handed to another
+//!   worker mid-flight; it stops when the handler returns.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -68,6 +71,8 @@ pub struct ConsumerConfig {
     /// How long an acknowledgement may wait to share a batch call.
     pub ack_flush_interval: Duration,
     pub wait_time_seconds: i32,
+    /// The queue's visibility timeout; read from the queue at start when `None`.
+    pub visibility_timeout: Option<Duration>,
     /// How long in-flight handling may go on after the stop signal.
     pub shutdown_grace: Duration,
 }
@@ -81,6 +86,7 @@ impl ConsumerConfig {
             retry_backoff: Backoff::new(Duration::from_secs(2), Duration::from_secs(60)),
             ack_flush_interval: Duration::from_millis(20),
             wait_time_seconds: 20,
+            visibility_timeout: None,
             shutdown_grace: Duration::from_secs(20),
         }
     }
@@ -94,6 +100,10 @@ pub async fn run<H: Handler>(
     handler: Arc<H>,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
+    let mut config = config;
+    if config.visibility_timeout.is_none() {
+        config.visibility_timeout = Some(queue_visibility_timeout(&sqs, &config.queue_url).await);
+    }
     let permits = Arc::new(Semaphore::new(config.max_in_flight));
     let (ack_tx, ack_rx) = mpsc::channel::<Ack>(config.max_in_flight * 2 + 20);
     let acker =
@@ -216,10 +226,11 @@ async fn poll<H: Handler>(
         let acks = acks.clone();
         let backoff = config.retry_backoff;
         let queue = queue.clone();
+        let visibility = config.visibility_timeout.unwrap_or(Duration::from_secs(30));
         in_flight.spawn(async move {
             let receipts: Vec<(String, String, u32)> =
                 batch.iter().map(|m| (m.message_id.clone(), m.receipt_handle.clone(), m.receive_count)).collect();
-            let outcomes = handler.handle(batch).await;
+            let outcomes = with_heartbeat(handler.handle(batch), &receipts, visibility, &acks).await;
             for ((message_id, receipt, receive_count), outcome) in receipts.into_iter().zip(outcomes) {
                 let ack = match outcome {
                     Outcome::Done => {
@@ -248,6 +259,52 @@ async fn poll<H: Handler>(
             // The permits go back here, after the acknowledgements are queued.
             drop(held);
         });
+    }
+}
+
+/// Runs `work`, extending the visibility of `receipts` every third of `visibility` until it
+/// is done.
+async fn with_heartbeat<T>(
+    work: impl Future<Output = T>,
+    receipts: &[(String, String, u32)],
+    visibility: Duration,
+    acks: &mpsc::Sender<Ack>,
+) -> T {
+    let period = (visibility / 3).max(Duration::from_secs(1));
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            done = &mut work => return done,
+            _ = ticker.tick() => {
+                metrics::counter!("sqs_visibility_extensions_total").increment(receipts.len() as u64);
+                for (_, receipt, _) in receipts {
+                    let _ = acks.send(Ack::Visibility(receipt.clone(), visibility.as_secs() as i32)).await;
+                }
+            }
+        }
+    }
+}
+
+/// The queue's own visibility timeout, which the heartbeat keeps renewing.
+async fn queue_visibility_timeout(sqs: &Client, queue_url: &str) -> Duration {
+    let read = sqs
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout)
+        .send()
+        .await;
+    let seconds = read
+        .ok()
+        .and_then(|out| out.attributes)
+        .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout).cloned())
+        .and_then(|v| v.parse::<u64>().ok());
+    match seconds {
+        Some(s) => Duration::from_secs(s),
+        None => {
+            tracing::warn!(queue_url, "cannot read the queue's visibility timeout; assuming 30 s");
+            Duration::from_secs(30)
+        }
     }
 }
 

@@ -13,7 +13,8 @@ use crate::config::DatabaseConfig;
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
 /// How big a pool a process gets. Bounded so that a burst cannot open more connections than
-/// PostgreSQL allows; every binary of the fleet shares one server.
+/// PostgreSQL allows (100 by default), which every process of the fleet shares: the intake
+/// takes 16, a stock worker 8, the relay and the notification worker 4 each.
 #[derive(Debug, Clone, Copy)]
 pub struct PoolSize {
     pub max_connections: u32,

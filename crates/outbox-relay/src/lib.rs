@@ -369,8 +369,11 @@ async fn wait_for_rows(
 
 /// Builds the relay from configuration.
 pub async fn build(config: &RelayConfig, aws: &orderfleet::aws::Aws) -> anyhow::Result<(PgPool, Sender)> {
-    let pool = orderfleet::db::connect_lazy(&config.database, orderfleet::db::PoolSize::default())
-        .context("failed to build the database pool")?;
+    let pool = orderfleet::db::connect_lazy(
+        &config.database,
+        orderfleet::db::PoolSize { max_connections: 4, ..Default::default() },
+    )
+    .context("failed to build the database pool")?;
     let sender = Sender::new(aws.sqs(), &config.queues, config.tuning.batching);
     Ok((pool, sender))
 }

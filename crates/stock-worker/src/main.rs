@@ -51,7 +51,7 @@ async fn main() -> ExitCode {
 
 async fn run(config: Config, aws: Aws) -> anyhow::Result<()> {
     let cancel = orderfleet::shutdown::on_signal();
-    let pool = db::connect_lazy(&config.database, PoolSize { max_connections: 16, ..PoolSize::default() })?;
+    let pool = db::connect_lazy(&config.database, PoolSize { max_connections: 8, ..PoolSize::default() })?;
     let payments = Payments::new(&config.stripe, RetryPolicy::default())?;
     let metrics = orderfleet::ops::spawn(config.runtime.metrics_listen_addr, cancel.clone());
     let consumer = ConsumerConfig {
