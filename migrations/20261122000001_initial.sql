@@ -116,11 +116,15 @@ CREATE TABLE outbox_archive (
     archived_at       timestamptz NOT NULL DEFAULT now()
 );
 
--- Message ids a consumer has processed: with at-least-once delivery, the inbox turns a
--- redelivered or redriven message into a no-op.
+-- Message ids a consumer has taken on: with at-least-once delivery, the inbox turns a
+-- redelivered or redriven message into a no-op. A consumer claims an id (a short lease) before
+-- its side effect, so two copies handled at once cannot both act, and marks it processed after.
 CREATE TABLE inbox (
-    consumer     text NOT NULL,
-    message_id   uuid NOT NULL,
-    processed_at timestamptz NOT NULL DEFAULT now(),
+    consumer      text NOT NULL,
+    message_id    uuid NOT NULL,
+    claimed_until timestamptz NOT NULL,
+    processed_at  timestamptz,
     PRIMARY KEY (consumer, message_id)
 );
+
+CREATE INDEX inbox_processed_by_age ON inbox (processed_at) WHERE processed_at IS NOT NULL;

@@ -23,6 +23,9 @@ use uuid::Uuid;
 /// The inbox's name for this consumer.
 pub const CONSUMER: &str = "notification-worker";
 
+/// How long a claim keeps other workers off a message id: longer than a publish takes.
+pub const CLAIM_SECONDS: i64 = 30;
+
 #[derive(Clone)]
 pub struct Notifier {
     pub pool: PgPool,
@@ -91,24 +94,53 @@ impl Notifier {
         if ready.is_empty() {
             return Ok(());
         }
-        let ids: Vec<Uuid> = ready.iter().map(|r| r.message_id).collect();
-        let seen: Vec<Uuid> =
-            sqlx::query_scalar("SELECT message_id FROM inbox WHERE consumer = $1 AND message_id = ANY($2)")
-                .bind(CONSUMER)
-                .bind(&ids)
-                .fetch_all(&self.pool)
-                .await
-                .context("failed to read the inbox")?;
-        // A message delivered twice within one batch is published once, too.
+        // A message delivered twice within one batch is handled once: the copy is deleted.
         let mut first_in_batch: HashMap<Uuid, usize> = HashMap::new();
-        let mut fresh = Vec::new();
+        let mut unique = Vec::new();
         for r in ready {
-            if seen.contains(&r.message_id) || first_in_batch.contains_key(&r.message_id) {
+            if first_in_batch.contains_key(&r.message_id) {
                 outcomes[r.index] = Some(Outcome::Done);
                 continue;
             }
             first_in_batch.insert(r.message_id, r.index);
-            fresh.push(r);
+            unique.push(r);
+        }
+        let ids: Vec<Uuid> = unique.iter().map(|r| r.message_id).collect();
+        let claimed: Vec<Uuid> = sqlx::query_scalar(
+            "INSERT INTO inbox (consumer, message_id, claimed_until)
+             SELECT $1, id, now() + $3 * interval '1 second' FROM UNNEST($2::uuid[]) AS id
+             ON CONFLICT (consumer, message_id) DO UPDATE SET claimed_until = EXCLUDED.claimed_until
+              WHERE inbox.processed_at IS NULL AND inbox.claimed_until < now()
+             RETURNING message_id",
+        )
+        .bind(CONSUMER)
+        .bind(&ids)
+        .bind(CLAIM_SECONDS)
+        .fetch_all(&self.pool)
+        .await
+        .context("failed to claim the messages in the inbox")?;
+        let mut fresh = Vec::new();
+        let mut unclaimed = Vec::new();
+        for r in unique {
+            if claimed.contains(&r.message_id) { fresh.push(r) } else { unclaimed.push(r) }
+        }
+        if !unclaimed.is_empty() {
+            let unclaimed_ids: Vec<Uuid> = unclaimed.iter().map(|r| r.message_id).collect();
+            let processed: Vec<Uuid> = sqlx::query_scalar(
+                "SELECT message_id FROM inbox WHERE consumer = $1 AND message_id = ANY($2) AND processed_at IS NOT NULL",
+            )
+            .bind(CONSUMER)
+            .bind(&unclaimed_ids)
+            .fetch_all(&self.pool)
+            .await
+            .context("failed to read the inbox")?;
+            for r in unclaimed {
+                outcomes[r.index] = Some(if processed.contains(&r.message_id) {
+                    Outcome::Done
+                } else {
+                    Outcome::Retry { reason: "another worker is publishing this message".into() }
+                });
+            }
         }
         if fresh.is_empty() {
             return Ok(());
@@ -153,24 +185,53 @@ impl Notifier {
             .map(|f| (f.id().to_owned(), format!("{}: {}", f.code(), f.message().unwrap_or(""))))
             .collect();
         let mut published = Vec::new();
+        let mut failed_ids = Vec::new();
         for r in &fresh {
             match failed.get(&r.index.to_string()) {
-                Some(reason) => outcomes[r.index] = Some(Outcome::Retry { reason: reason.clone() }),
+                Some(reason) => {
+                    outcomes[r.index] = Some(Outcome::Retry { reason: reason.clone() });
+                    failed_ids.push(r.message_id);
+                }
                 None => published.push(r),
             }
+        }
+        if !failed_ids.is_empty() {
+            // Not published: let the next delivery claim them at once.
+            let _ = sqlx::query(
+                "UPDATE inbox SET claimed_until = now() WHERE consumer = $1 AND message_id = ANY($2)",
+            )
+            .bind(CONSUMER)
+            .bind(&failed_ids)
+            .execute(&self.pool)
+            .await;
         }
         if published.is_empty() {
             return Ok(());
         }
         let published_ids: Vec<Uuid> = published.iter().map(|r| r.message_id).collect();
-        sqlx::query(
-            "INSERT INTO inbox (consumer, message_id) SELECT $1, UNNEST($2::uuid[]) ON CONFLICT DO NOTHING",
-        )
-        .bind(CONSUMER)
-        .bind(&published_ids)
-        .execute(&self.pool)
-        .await
-        .context("published, but failed to record it in the inbox")?;
+        // Published: this mark is what keeps it from being published again, so it is worth a
+        // few tries before the message is left to come back.
+        let mut attempt = 0;
+        loop {
+            let marked = sqlx::query(
+                "UPDATE inbox SET processed_at = now() WHERE consumer = $1 AND message_id = ANY($2)",
+            )
+            .bind(CONSUMER)
+            .bind(&published_ids)
+            .execute(&self.pool)
+            .await;
+            match marked {
+                Ok(_) => break,
+                Err(e) if attempt < 3 => {
+                    attempt += 1;
+                    tracing::warn!(error = %e, attempt, "published, but failed to mark it processed; retrying");
+                    tokio::time::sleep(std::time::Duration::from_millis(200 * attempt)).await;
+                }
+                Err(e) => {
+                    return Err(anyhow::Error::new(e).context("published, but failed to mark it processed"));
+                }
+            }
+        }
         for r in published {
             outcomes[r.index] = Some(Outcome::Done);
         }

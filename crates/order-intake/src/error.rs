@@ -20,8 +20,6 @@ pub enum ApiError {
     IdempotencyKeyInUse,
     #[error("the body is not valid JSON: {0}")]
     MalformedJson(String),
-    #[error("the body must be JSON (Content-Type: application/json)")]
-    UnsupportedMediaType,
     #[error("the body is larger than 16 KiB")]
     BodyTooLarge,
     #[error("{0}")]
@@ -55,7 +53,6 @@ impl ApiError {
             ApiError::IdempotencyKeyReused => "idempotency_key_reused",
             ApiError::IdempotencyKeyInUse => "idempotency_key_in_use",
             ApiError::MalformedJson(_) => "malformed_json",
-            ApiError::UnsupportedMediaType => "unsupported_media_type",
             ApiError::BodyTooLarge => "body_too_large",
             ApiError::UnknownField(_) => "unknown_field",
             ApiError::MissingField(_) => "missing_field",
@@ -83,7 +80,6 @@ impl ApiError {
             | ApiError::InvalidQuantity
             | ApiError::UnknownProduct => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::IdempotencyKeyInUse => StatusCode::CONFLICT,
-            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::PaymentDeclined(_) => StatusCode::PAYMENT_REQUIRED,
             ApiError::PaymentUnavailable | ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,

@@ -116,11 +116,15 @@ fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<UserId, ApiErro
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token)
         .ok_or(ApiError::Unauthorized)?;
     state.verifier.verify(token.trim()).map_err(|_| ApiError::Unauthorized)
 }
 
+/// Reads the body under the 16 KiB limit. The body is JSON whatever the Content-Type says
+/// (clients such as `curl -d` label it form-encoded); parsing decides.
 async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -129,12 +133,19 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
     if declared.is_some_and(|n| n > OrderRequest::MAX_BODY_BYTES) {
         return Err(ApiError::BodyTooLarge);
     }
-    if let Some(content_type) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok())
-        && !content_type.trim_start().to_ascii_lowercase().starts_with("application/json")
-    {
-        return Err(ApiError::UnsupportedMediaType);
-    }
-    axum::body::to_bytes(body, OrderRequest::MAX_BODY_BYTES).await.map_err(|_| ApiError::BodyTooLarge)
+    axum::body::to_bytes(body, OrderRequest::MAX_BODY_BYTES).await.map_err(|e| {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        let mut too_large = false;
+        while let Some(c) = cause {
+            too_large |= c.is::<http_body_util::LengthLimitError>();
+            cause = c.source();
+        }
+        if too_large {
+            ApiError::BodyTooLarge
+        } else {
+            ApiError::MalformedJson(format!("the body could not be read: {e}"))
+        }
+    })
 }
 
 async fn create_order(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {

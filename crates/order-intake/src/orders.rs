@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use orderfleet::auth::UserId;
-use orderfleet::order::{OrderNotification, OrderStatus};
-use orderfleet::outbox::{self, EventType, NewMessage};
-use orderfleet::payments::{AuthorizeRequest, IntentStatus, PaymentError, Payments};
+use orderfleet::authorization::{self, AuthorizationError, PendingOrder};
+use orderfleet::order::OrderStatus;
+use orderfleet::payments::Payments;
 use serde::Serialize;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -163,57 +163,35 @@ impl Intake<'_> {
 
     /// Takes the lease of a pending order nobody is working on.
     async fn take_over(&self, id: Uuid) -> Result<Option<OrderRow>, ApiError> {
-        sqlx::query_as::<_, OrderRow>(sqlx::AssertSqlSafe(format!(
-            "UPDATE orders SET intake_lease_until = now() + $2 * interval '1 ms', updated_at = now()
-              WHERE id = $1 AND status = 'pending_authorization'
-                AND (intake_lease_until IS NULL OR intake_lease_until < now())
-             RETURNING {ROW}"
-        )))
-        .bind(id)
-        .bind(self.lease.as_millis() as i64)
-        .fetch_optional(self.pool)
-        .await
-        .map_err(database_error)
+        match authorization::take_over(self.pool, id, self.lease).await.map_err(database_error)? {
+            Some(_) => Ok(Some(self.reload(id).await?)),
+            None => Ok(None),
+        }
     }
 
-    /// Authorizes outside any transaction, then records the result.
+    /// Authorizes outside any transaction, then records the result (see
+    /// [`orderfleet::authorization`]), and answers from what the order has become.
     async fn authorize(&self, order: OrderRow) -> Result<Placed, ApiError> {
-        let authorization = self
-            .payments
-            .authorize(&AuthorizeRequest {
-                order_id: order.id,
-                user_id: &order.user_id,
-                amount_minor: order.amount_minor,
-                currency: &order.currency,
-                payment_method: &order.payment_method,
-            })
-            .await;
-        match authorization {
-            Ok(intent) if intent.status == IntentStatus::RequiresCapture => {
-                self.commit_authorized(&order, &intent.id).await?;
-            }
-            Ok(intent) => {
-                // Confirmed but not holding funds (3-D Secure, say): this fleet takes only
-                // cards that authorize at once, so release whatever exists and decline.
-                let _ = self.payments.cancel(order.id, &intent.id).await;
-                let reason = format!(
-                    "authorization_not_completed: the payment method needs another step ({:?})",
-                    intent.status
-                );
-                self.commit_declined(&order, Some(&intent.id), &reason).await?;
-            }
-            Err(PaymentError::Declined { code, message, payment_intent_id }) => {
-                let reason = format!("{code}: {message}");
-                self.commit_declined(&order, payment_intent_id.as_deref(), &reason).await?;
-            }
-            Err(PaymentError::Refused { code, message, .. }) => {
-                let reason = format!("{code}: {message}");
-                self.commit_declined(&order, None, &reason).await?;
-            }
-            Err(PaymentError::Unavailable(reason)) => {
+        let pending = PendingOrder {
+            id: order.id,
+            user_id: order.user_id.clone(),
+            product_id: order.product_id.clone(),
+            quantity: order.quantity,
+            amount_minor: order.amount_minor,
+            currency: order.currency.clone(),
+            payment_method: order.payment_method.clone(),
+        };
+        match authorization::authorize(self.pool, self.payments, &pending).await {
+            Ok(()) => {}
+            Err(AuthorizationError::ProviderUnavailable(reason)) => {
                 tracing::warn!(order_id = %order.id, reason, "payment provider unavailable; the order stays pending");
-                self.release(order.id).await?;
                 return Err(ApiError::PaymentUnavailable);
+            }
+            Err(AuthorizationError::Database(e)) => {
+                // Give the key back if the database lets us, so a retry need not wait out the
+                // lease; if it does not, the lease expires and a retry or the sweeper takes over.
+                let _ = authorization::release(self.pool, order.id).await;
+                return Err(database_error(e));
             }
         }
         // Whoever moved the order (this request, or the sweeper in a race) decided the answer.
@@ -221,74 +199,6 @@ impl Intake<'_> {
         now.answer(false).ok_or_else(|| {
             ApiError::Unexpected(anyhow::anyhow!("order {} still pending after authorization", order.id))
         })
-    }
-
-    /// ONE transaction: `pending_authorization` → `authorized` (compare-and-set) and the
-    /// outbox rows it causes. If the compare-and-set finds the order moved on, nothing is written.
-    async fn commit_authorized(&self, order: &OrderRow, payment_intent_id: &str) -> Result<(), ApiError> {
-        let mut tx = self.pool.begin().await.map_err(database_error)?;
-        let moved = sqlx::query(
-            "UPDATE orders SET status = 'authorized', payment_intent_id = $2, intake_lease_until = NULL,
-                               updated_at = now()
-              WHERE id = $1 AND status = 'pending_authorization'",
-        )
-        .bind(order.id)
-        .bind(payment_intent_id)
-        .execute(&mut *tx)
-        .await
-        .map_err(database_error)?;
-        if moved.rows_affected() == 1 {
-            let accepted = OrderNotification {
-                user_id: order.user_id.clone(),
-                order_id: order.id,
-                status: OrderStatus::Authorized,
-                product_id: order.product_id.clone(),
-                quantity: order.quantity,
-                amount: order.amount_minor,
-                currency: order.currency.clone(),
-                reason: None,
-            };
-            let messages = [
-                NewMessage::new(EventType::StockCheckRequested, order.id, &accepted),
-                NewMessage::new(EventType::OrderAccepted, order.id, &accepted),
-            ];
-            outbox::enqueue(&mut tx, &messages).await.map_err(database_error)?;
-        }
-        tx.commit().await.map_err(database_error)?;
-        Ok(())
-    }
-
-    async fn commit_declined(
-        &self,
-        order: &OrderRow,
-        payment_intent_id: Option<&str>,
-        reason: &str,
-    ) -> Result<(), ApiError> {
-        sqlx::query(
-            "UPDATE orders SET status = 'payment_declined', failure_reason = $2,
-                               payment_intent_id = COALESCE($3, payment_intent_id),
-                               intake_lease_until = NULL, updated_at = now()
-              WHERE id = $1 AND status = 'pending_authorization'",
-        )
-        .bind(order.id)
-        .bind(reason)
-        .bind(payment_intent_id)
-        .execute(self.pool)
-        .await
-        .map_err(database_error)?;
-        Ok(())
-    }
-
-    /// Gives the lease back so a retry with the same key may finish the order at once.
-    async fn release(&self, id: Uuid) -> Result<(), ApiError> {
-        sqlx::query(
-            "UPDATE orders SET intake_lease_until = NULL WHERE id = $1 AND status = 'pending_authorization'",
-        )
-        .bind(id)
-        .execute(self.pool)
-        .await
-        .map_err(database_error)?;
-        Ok(())
     }
 
     async fn reload(&self, id: Uuid) -> Result<OrderRow, ApiError> {

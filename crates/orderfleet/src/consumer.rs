@@ -14,18 +14,23 @@
 //!   the handler's status guards make harmless.
 //! - **Poison never stops the worker**: it is left for the queue's redrive policy, which moves
 //!   it to the DLQ after its third receive.
+//! - **Graceful stop**: on the stop signal the pollers stop receiving; in-flight messages get
+//!   the grace period to finish; any still unfinished are released (visibility 0) for another
+//!   worker at once instead of waiting out their timeout; pending acknowledgements are flushed.
 //! - **Heartbeat**: while a batch is being handled, its messages' visibility is extended every
 //!   third of the queue's visibility timeout, so a slow capture is not handed to another
 //!   worker mid-flight; it stops when the handler returns.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, MessageSystemAttributeName,
 };
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -108,7 +113,7 @@ pub async fn run<H: Handler>(
     let (ack_tx, ack_rx) = mpsc::channel::<Ack>(config.max_in_flight * 2 + 20);
     let acker =
         tokio::spawn(acknowledge(sqs.clone(), config.queue_url.clone(), ack_rx, config.ack_flush_interval));
-    let in_flight = TaskTracker::new();
+    let in_flight = InFlight::default();
 
     let mut pollers = tokio::task::JoinSet::new();
     for poller in 0..config.pollers.max(1) {
@@ -129,17 +134,41 @@ pub async fn run<H: Handler>(
         }
     }
 
-    in_flight.close();
-    if tokio::time::timeout(config.shutdown_grace, in_flight.wait()).await.is_err() {
+    in_flight.tracker.close();
+    if tokio::time::timeout(config.shutdown_grace, in_flight.tracker.wait()).await.is_err() {
+        // What has not finished is handed back now rather than after its visibility timeout;
+        // a handler cut off mid-way is a crash to the next worker, which the status guards and
+        // Stripe keys make safe to resume.
+        in_flight.stop_heartbeats.cancel();
+        let unfinished: Vec<String> =
+            in_flight.receipts.lock().expect("not poisoned").drain().flat_map(|(_, r)| r).collect();
         tracing::warn!(
             grace = ?config.shutdown_grace,
-            "in-flight messages did not finish in the grace period; they return to the queue when their visibility ends"
+            count = unfinished.len(),
+            "in-flight messages did not finish in the grace period; releasing them to the queue"
         );
+        let mut pending: Vec<(String, i32)> = unfinished.into_iter().map(|r| (r, 0)).collect();
+        flush_visibility(&sqs, &config.queue_url, &mut pending).await;
     }
-    // The last sender goes with this drop, so the acker flushes what is pending and ends.
+    // Deletes and visibility changes still waiting for a batch go out before we exit.
+    let (flushed_tx, flushed_rx) = oneshot::channel();
+    if ack_tx.send(Ack::Flush(flushed_tx)).await.is_ok() {
+        let _ = tokio::time::timeout(Duration::from_secs(5), flushed_rx).await;
+    }
     drop(ack_tx);
-    let _ = acker.await;
+    if in_flight.tracker.is_empty() {
+        let _ = acker.await;
+    }
     Ok(())
+}
+
+/// The batches being handled: their tasks, and their receipts (to release at a forced stop).
+#[derive(Default, Clone)]
+struct InFlight {
+    tracker: TaskTracker,
+    receipts: Arc<Mutex<HashMap<u64, Vec<String>>>>,
+    next_id: Arc<AtomicU64>,
+    stop_heartbeats: CancellationToken,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -150,7 +179,7 @@ async fn poll<H: Handler>(
     handler: Arc<H>,
     permits: Arc<Semaphore>,
     acks: mpsc::Sender<Ack>,
-    in_flight: TaskTracker,
+    in_flight: InFlight,
     cancel: CancellationToken,
 ) {
     let queue = short_name(&config.queue_url).to_owned();
@@ -227,10 +256,19 @@ async fn poll<H: Handler>(
         let backoff = config.retry_backoff;
         let queue = queue.clone();
         let visibility = config.visibility_timeout.unwrap_or(Duration::from_secs(30));
-        in_flight.spawn(async move {
+        let batch_id = in_flight.next_id.fetch_add(1, Ordering::Relaxed);
+        in_flight
+            .receipts
+            .lock()
+            .expect("not poisoned")
+            .insert(batch_id, batch.iter().map(|m| m.receipt_handle.clone()).collect());
+        let registry = in_flight.receipts.clone();
+        let stop_heartbeats = in_flight.stop_heartbeats.clone();
+        in_flight.tracker.spawn(async move {
             let receipts: Vec<(String, String, u32)> =
                 batch.iter().map(|m| (m.message_id.clone(), m.receipt_handle.clone(), m.receive_count)).collect();
-            let outcomes = with_heartbeat(handler.handle(batch), &receipts, visibility, &acks).await;
+            let outcomes =
+                with_heartbeat(handler.handle(batch), &receipts, visibility, &acks, &stop_heartbeats).await;
             for ((message_id, receipt, receive_count), outcome) in receipts.into_iter().zip(outcomes) {
                 let ack = match outcome {
                     Outcome::Done => {
@@ -256,6 +294,7 @@ async fn poll<H: Handler>(
                 // The acker outlives every handler task, so this send only fails if it panicked.
                 let _ = acks.send(ack).await;
             }
+            registry.lock().expect("not poisoned").remove(&batch_id);
             // The permits go back here, after the acknowledgements are queued.
             drop(held);
         });
@@ -269,6 +308,7 @@ async fn with_heartbeat<T>(
     receipts: &[(String, String, u32)],
     visibility: Duration,
     acks: &mpsc::Sender<Ack>,
+    stop: &CancellationToken,
 ) -> T {
     let period = (visibility / 3).max(Duration::from_secs(1));
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
@@ -276,7 +316,7 @@ async fn with_heartbeat<T>(
     loop {
         tokio::select! {
             done = &mut work => return done,
-            _ = ticker.tick() => {
+            _ = ticker.tick(), if !stop.is_cancelled() => {
                 metrics::counter!("sqs_visibility_extensions_total").increment(receipts.len() as u64);
                 for (_, receipt, _) in receipts {
                     let _ = acks.send(Ack::Visibility(receipt.clone(), visibility.as_secs() as i32)).await;
@@ -312,6 +352,8 @@ async fn queue_visibility_timeout(sqs: &Client, queue_url: &str) -> Duration {
 enum Ack {
     Delete(String),
     Visibility(String, i32),
+    /// Send everything pending now, then answer.
+    Flush(oneshot::Sender<()>),
 }
 
 /// Batches acknowledgements: at most 10 per call, sent when 10 are waiting or when the oldest
@@ -333,6 +375,11 @@ async fn acknowledge(sqs: Client, queue_url: String, mut rx: mpsc::Receiver<Ack>
         match next {
             Some(Ack::Delete(receipt)) => deletes.push(receipt),
             Some(Ack::Visibility(receipt, seconds)) => visibility.push((receipt, seconds)),
+            Some(Ack::Flush(done)) => {
+                flush_deletes(&sqs, &queue_url, &mut deletes).await;
+                flush_visibility(&sqs, &queue_url, &mut visibility).await;
+                let _ = done.send(());
+            }
             None => {
                 flush_deletes(&sqs, &queue_url, &mut deletes).await;
                 flush_visibility(&sqs, &queue_url, &mut visibility).await;
@@ -385,6 +432,18 @@ async fn flush_deletes(sqs: &Client, queue_url: &str, pending: &mut Vec<String>)
 }
 
 async fn flush_visibility(sqs: &Client, queue_url: &str, pending: &mut Vec<(String, i32)>) {
+    // A receipt may be queued twice (a heartbeat, then the retry's backoff): the later wins,
+    // and a batch must not carry both, since SQS applies its entries in no set order.
+    let mut latest: HashMap<String, usize> = HashMap::new();
+    for (i, (receipt, _)) in pending.iter().enumerate() {
+        latest.insert(receipt.clone(), i);
+    }
+    let mut index = 0;
+    pending.retain(|(receipt, _)| {
+        let keep = latest[receipt] == index;
+        index += 1;
+        keep
+    });
     while !pending.is_empty() {
         let chunk: Vec<(String, i32)> = pending.drain(..pending.len().min(10)).collect();
         let entries: Vec<_> = chunk

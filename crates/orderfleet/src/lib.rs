@@ -9,11 +9,13 @@
 //!   LocalStack in development and the real endpoints in production.
 
 pub mod auth;
+pub mod authorization;
 pub mod aws;
 pub mod backoff;
 pub mod config;
 pub mod consumer;
 pub mod db;
+pub mod fulfilment;
 pub mod ops;
 pub mod order;
 pub mod outbox;

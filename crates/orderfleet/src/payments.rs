@@ -28,6 +28,8 @@ pub enum Operation {
     Authorize,
     Capture,
     Cancel,
+    /// A lookup; it changes nothing, so it needs no key.
+    Retrieve,
 }
 
 impl Operation {
@@ -36,6 +38,7 @@ impl Operation {
             Operation::Authorize => "authorize",
             Operation::Capture => "capture",
             Operation::Cancel => "cancel",
+            Operation::Retrieve => "retrieve",
         }
     }
 
@@ -218,7 +221,7 @@ impl Payments {
 
     /// The intent as Stripe sees it now (the sweeper trusts this over any local belief).
     pub async fn retrieve(&self, payment_intent_id: &str) -> Result<Intent, PaymentError> {
-        self.with_retries(Operation::Authorize, || {
+        self.with_retries(Operation::Retrieve, || {
             RetrievePaymentIntent::new(payment_intent_id)
                 .customize()
                 .timeout(self.retry.timeout)
@@ -307,6 +310,12 @@ fn classify(error: StripeError) -> PaymentError {
                 _ if status == 429 || status >= 500 || concurrent_use => {
                     PaymentError::Unavailable(format!("HTTP {status} {code}: {message}"))
                 }
+                // A revoked, rotated or wrong key is our problem, not the customer's: nothing
+                // is declined or failed for it; the work waits until an operator fixes the key.
+                _ if status == 401 || status == 403 => {
+                    tracing::error!(status, code, "Stripe refuses our credentials: check STRIPE_SECRET_KEY");
+                    PaymentError::Unavailable(format!("misconfigured: HTTP {status} {code}: {message}"))
+                }
                 _ => PaymentError::Refused { code, message, status },
             }
         }
@@ -315,7 +324,10 @@ fn classify(error: StripeError) -> PaymentError {
         // A body we cannot read: a proxy's error page, a cut-off answer. Retrying with the same
         // key is safe, and is what finds out what happened.
         StripeError::JSONDeserialize(e) => PaymentError::Unavailable(format!("unreadable answer: {e}")),
-        StripeError::ConfigError(e) => refused("client_configuration", e, 0),
+        StripeError::ConfigError(e) => {
+            tracing::error!(error = e, "the Stripe client is misconfigured");
+            PaymentError::Unavailable(format!("misconfigured: {e}"))
+        }
     }
 }
 
@@ -337,6 +349,7 @@ mod tests {
     fn timeouts_and_dropped_connections_are_transient() {
         assert!(classify(StripeError::Timeout).is_transient());
         assert!(classify(StripeError::ClientError("connection reset".into())).is_transient());
-        assert!(!classify(StripeError::ConfigError("bad".into())).is_transient());
+        // Our own misconfiguration must never turn into a declined card or a failed capture.
+        assert!(classify(StripeError::ConfigError("bad".into())).is_transient());
     }
 }

@@ -136,6 +136,9 @@ pub struct Claimed {
     pub payload: serde_json::Value,
     pub retry_count: i32,
     pub created_at: chrono::DateTime<chrono::Utc>,
+    /// The end of this relay's claim. Results are recorded only while it is still this claim:
+    /// a relay so slow that another took the row over must not overwrite the newer result.
+    pub claimed_until: chrono::DateTime<chrono::Utc>,
 }
 
 /// Claims up to `limit` due rows for `lease`, in one statement (its own short transaction).
@@ -148,7 +151,8 @@ pub async fn claim(pool: &PgPool, limit: i64, lease: Duration) -> sqlx::Result<V
                           ORDER BY next_attempt_at
                           LIMIT $1
                           FOR UPDATE SKIP LOCKED)
-      RETURNING o.id, o.aggregate_id, o.event_type, o.destination, o.payload, o.retry_count, o.created_at",
+      RETURNING o.id, o.aggregate_id, o.event_type, o.destination, o.payload, o.retry_count, o.created_at,
+                o.next_attempt_at AS claimed_until",
     )
     .bind(limit)
     .bind(lease.as_millis() as i64)
@@ -162,15 +166,20 @@ pub async fn record(
     outcomes: &[(Claimed, SendOutcome)],
     tuning: &RelayTuning,
 ) -> sqlx::Result<()> {
-    let sent: Vec<Uuid> =
-        outcomes.iter().filter(|(_, o)| matches!(o, SendOutcome::Sent)).map(|(row, _)| row.id).collect();
+    let (sent, sent_claims): (Vec<Uuid>, Vec<chrono::DateTime<chrono::Utc>>) = outcomes
+        .iter()
+        .filter(|(_, o)| matches!(o, SendOutcome::Sent))
+        .map(|(row, _)| (row.id, row.claimed_until))
+        .unzip();
     if !sent.is_empty() {
         sqlx::query(
-            "UPDATE outbox SET status = 'sent', sent_at = now(), updated_at = now(),
-                               last_error_code = NULL, last_error_reason = NULL
-              WHERE id = ANY($1) AND status = 'processing'",
+            "UPDATE outbox o SET status = 'sent', sent_at = now(), updated_at = now(),
+                                 last_error_code = NULL, last_error_reason = NULL
+               FROM UNNEST($1::uuid[], $2::timestamptz[]) AS c(id, claimed_until)
+              WHERE o.id = c.id AND o.status = 'processing' AND o.next_attempt_at = c.claimed_until",
         )
         .bind(&sent)
+        .bind(&sent_claims)
         .execute(pool)
         .await?;
         metrics::counter!("outbox_sent_total").increment(sent.len() as u64);
@@ -182,6 +191,7 @@ pub async fn record(
     let mut codes = Vec::new();
     let mut reasons = Vec::new();
     let mut delays_ms = Vec::new();
+    let mut claims = Vec::new();
     for (row, outcome) in outcomes {
         let (status, retry_count, code, reason, delay) = match outcome {
             SendOutcome::Sent => continue,
@@ -211,6 +221,7 @@ pub async fn record(
         codes.push(code.clone());
         reasons.push(reason.clone());
         delays_ms.push(delay.as_millis() as i64);
+        claims.push(row.claimed_until);
     }
     if !ids.is_empty() {
         sqlx::query(
@@ -218,9 +229,9 @@ pub async fn record(
                 SET status = u.status::outbox_status, retry_count = u.retry_count,
                     last_error_code = u.code, last_error_reason = u.reason,
                     next_attempt_at = now() + u.delay_ms * interval '1 ms', updated_at = now()
-               FROM UNNEST($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::bigint[])
-                 AS u(id, status, retry_count, code, reason, delay_ms)
-              WHERE o.id = u.id AND o.status = 'processing'",
+               FROM UNNEST($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::bigint[], $7::timestamptz[])
+                 AS u(id, status, retry_count, code, reason, delay_ms, claimed_until)
+              WHERE o.id = u.id AND o.status = 'processing' AND o.next_attempt_at = u.claimed_until",
         )
         .bind(&ids)
         .bind(&statuses)
@@ -228,6 +239,7 @@ pub async fn record(
         .bind(&codes)
         .bind(&reasons)
         .bind(&delays_ms)
+        .bind(&claims)
         .execute(pool)
         .await?;
     }
@@ -285,7 +297,23 @@ pub async fn run(
             continue;
         }
 
-        let outcomes = sender.send(claimed).await;
+        // The round must end well inside the claim, or another relay may take the rows over
+        // while this one still sends them; a round cut short is an outage, charged to no row.
+        let outcomes = match tokio::time::timeout(tuning.claim_lease / 2, sender.send(claimed.clone())).await
+        {
+            Ok(outcomes) => outcomes,
+            Err(_) => claimed
+                .into_iter()
+                .map(|row| {
+                    let outcome = SendOutcome::Outage {
+                        code: "timeout".into(),
+                        reason: format!("the send round took longer than {:?}", tuning.claim_lease / 2),
+                        retry_in: Duration::from_secs(1),
+                    };
+                    (row, outcome)
+                })
+                .collect(),
+        };
         let outage = outcomes.iter().all(|(_, o)| matches!(o, SendOutcome::Outage { .. }));
         let recorded = record(&pool, &outcomes, &tuning).await;
         if let Err(e) = recorded {

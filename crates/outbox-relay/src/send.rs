@@ -81,7 +81,7 @@ impl Sender {
 
         let mut calls = Vec::new();
         for (queue_url, entries) in by_queue {
-            for chunk in chunks(entries, if self.batching { 10 } else { 1 }) {
+            for chunk in chunks(entries, if self.batching { 10 } else { 1 }, MAX_MESSAGE_BYTES) {
                 calls.push(self.send_chunk(queue_url.clone(), chunk));
             }
         }
@@ -157,14 +157,19 @@ impl Sender {
     }
 }
 
-fn chunks<T>(items: Vec<T>, size: usize) -> Vec<Vec<T>> {
+/// Splits rows into batches of at most `size` entries whose bodies add up to at most
+/// `max_bytes` (SQS refuses a whole batch over its size limit).
+fn chunks<T>(items: Vec<(T, String)>, size: usize, max_bytes: usize) -> Vec<Vec<(T, String)>> {
     let mut out = Vec::new();
-    let mut current = Vec::new();
+    let mut current: Vec<(T, String)> = Vec::new();
+    let mut bytes = 0;
     for item in items {
-        current.push(item);
-        if current.len() == size {
+        if !current.is_empty() && (current.len() == size || bytes + item.1.len() > max_bytes) {
             out.push(std::mem::take(&mut current));
+            bytes = 0;
         }
+        bytes += item.1.len();
+        current.push(item);
     }
     if !current.is_empty() {
         out.push(current);
@@ -272,8 +277,12 @@ mod tests {
     }
 
     #[test]
-    fn rows_are_chunked_in_tens() {
-        let sizes: Vec<usize> = chunks((0..23).collect(), 10).iter().map(Vec::len).collect();
+    fn rows_are_chunked_in_tens_and_by_size() {
+        let small: Vec<(u32, String)> = (0..23).map(|i| (i, "x".repeat(10))).collect();
+        let sizes: Vec<usize> = chunks(small, 10, MAX_MESSAGE_BYTES).iter().map(Vec::len).collect();
         assert_eq!(sizes, [10, 10, 3]);
+        let large: Vec<(u32, String)> = (0..5).map(|i| (i, "x".repeat(100 * 1024))).collect();
+        let sizes: Vec<usize> = chunks(large, 10, MAX_MESSAGE_BYTES).iter().map(Vec::len).collect();
+        assert_eq!(sizes, [2, 2, 1]);
     }
 }

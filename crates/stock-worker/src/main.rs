@@ -60,7 +60,8 @@ async fn run(config: Config, aws: Aws) -> anyhow::Result<()> {
         ..ConsumerConfig::new(config.queue_url.as_str())
     };
     tracing::info!(queue = consumer::short_name(&consumer.queue_url), "stock-worker running");
-    consumer::run(aws.sqs(), consumer, stock_worker::handler(pool, payments), cancel.clone()).await?;
+    let fulfilment = orderfleet::fulfilment::Fulfilment { pool, payments };
+    consumer::run(aws.sqs(), consumer, stock_worker::handler(fulfilment), cancel.clone()).await?;
     cancel.cancel();
     if let Some(metrics) = metrics {
         metrics.await??;

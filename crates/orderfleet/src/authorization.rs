@@ -1,0 +1,164 @@
+//! Authorizing a `pending_authorization` order: the Stripe call outside any transaction,
+//! then ONE transaction that records the result — `authorized` with its outbox rows, or
+//! `payment_declined`. The intake runs it for a new order or a retried key; the sweeper runs
+//! it for an order whose intake died or gave up (the provider was down).
+//!
+//! Whoever runs it holds the order's lease (`intake_lease_until`), so two requests never
+//! authorize the same order at once; and the Stripe key is the order's own
+//! (`orderfleet-<order>-authorize`), so running it again replays the first authorization
+//! rather than making a second one.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::order::{OrderNotification, OrderStatus};
+use crate::outbox::{self, EventType, NewMessage};
+use crate::payments::{AuthorizeRequest, IntentStatus, PaymentError, Payments};
+
+/// What authorizing needs to know of an order.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct PendingOrder {
+    pub id: Uuid,
+    pub user_id: String,
+    pub product_id: String,
+    pub quantity: i32,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub payment_method: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuthorizationError {
+    /// Stripe could not be reached (or kept failing) after the bounded retries. The order stays
+    /// `pending_authorization` with its lease released: a retry or the sweeper finishes it.
+    #[error("payment provider unavailable: {0}")]
+    ProviderUnavailable(String),
+    #[error("database error")]
+    Database(#[from] sqlx::Error),
+}
+
+/// Takes the lease of a `pending_authorization` order nobody works on (no lease, or an
+/// expired one), for `lease`.
+pub async fn take_over(pool: &PgPool, id: Uuid, lease: Duration) -> sqlx::Result<Option<PendingOrder>> {
+    sqlx::query_as::<_, PendingOrder>(
+        "UPDATE orders SET intake_lease_until = now() + $2 * interval '1 ms', updated_at = now()
+          WHERE id = $1 AND status = 'pending_authorization'
+            AND (intake_lease_until IS NULL OR intake_lease_until < now())
+         RETURNING id, user_id, product_id, quantity, amount_minor, currency, payment_method",
+    )
+    .bind(id)
+    .bind(lease.as_millis() as i64)
+    .fetch_optional(pool)
+    .await
+}
+
+/// Authorizes the order (whose lease the caller holds) and records the result.
+pub async fn authorize(
+    pool: &PgPool,
+    payments: &Payments,
+    order: &PendingOrder,
+) -> Result<(), AuthorizationError> {
+    let result = payments
+        .authorize(&AuthorizeRequest {
+            order_id: order.id,
+            user_id: &order.user_id,
+            amount_minor: order.amount_minor,
+            currency: &order.currency,
+            payment_method: &order.payment_method,
+        })
+        .await;
+    match result {
+        Ok(intent) if intent.status == IntentStatus::RequiresCapture => {
+            commit_authorized(pool, order, &intent.id).await?
+        }
+        Ok(intent) => {
+            // Confirmed but not holding funds (3-D Secure, say): this fleet takes only cards
+            // that authorize at once, so release whatever exists and decline.
+            let _ = payments.cancel(order.id, &intent.id).await;
+            let reason = format!(
+                "authorization_incomplete: the payment method needs another step ({:?})",
+                intent.status
+            );
+            commit_declined(pool, order.id, Some(&intent.id), &reason).await?;
+        }
+        Err(PaymentError::Declined { code, message, payment_intent_id }) => {
+            commit_declined(pool, order.id, payment_intent_id.as_deref(), &format!("{code}: {message}"))
+                .await?;
+        }
+        Err(PaymentError::Refused { code, message, .. }) => {
+            // The provider refuses the request itself (an unknown payment method, say): no
+            // hold exists, and retrying cannot help.
+            commit_declined(pool, order.id, None, &format!("{code}: {message}")).await?;
+        }
+        Err(PaymentError::Unavailable(reason)) => {
+            release(pool, order.id).await?;
+            return Err(AuthorizationError::ProviderUnavailable(reason));
+        }
+    }
+    Ok(())
+}
+
+/// ONE transaction: `pending_authorization` → `authorized` (compare-and-set) and the outbox
+/// rows it causes. If the compare-and-set finds the order moved on, nothing is written.
+async fn commit_authorized(pool: &PgPool, order: &PendingOrder, payment_intent_id: &str) -> sqlx::Result<()> {
+    let mut tx = pool.begin().await?;
+    let moved = sqlx::query(
+        "UPDATE orders SET status = 'authorized', payment_intent_id = $2, intake_lease_until = NULL, updated_at = now()
+          WHERE id = $1 AND status = 'pending_authorization'",
+    )
+    .bind(order.id)
+    .bind(payment_intent_id)
+    .execute(&mut *tx)
+    .await?;
+    if moved.rows_affected() == 1 {
+        let accepted = OrderNotification {
+            user_id: order.user_id.clone(),
+            order_id: order.id,
+            status: OrderStatus::Authorized,
+            product_id: order.product_id.clone(),
+            quantity: order.quantity,
+            amount: order.amount_minor,
+            currency: order.currency.clone(),
+            reason: None,
+        };
+        let messages = [
+            NewMessage::new(EventType::StockCheckRequested, order.id, &accepted),
+            NewMessage::new(EventType::OrderAccepted, order.id, &accepted),
+        ];
+        outbox::enqueue(&mut tx, &messages).await?;
+    }
+    tx.commit().await
+}
+
+async fn commit_declined(
+    pool: &PgPool,
+    id: Uuid,
+    payment_intent_id: Option<&str>,
+    reason: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE orders SET status = 'payment_declined', failure_reason = $2,
+                           payment_intent_id = COALESCE($3, payment_intent_id),
+                           intake_lease_until = NULL, updated_at = now()
+          WHERE id = $1 AND status = 'pending_authorization'",
+    )
+    .bind(id)
+    .bind(reason)
+    .bind(payment_intent_id)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Gives the lease back so a retry with the same key (or the sweeper) may finish the order.
+pub async fn release(pool: &PgPool, id: Uuid) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE orders SET intake_lease_until = NULL WHERE id = $1 AND status = 'pending_authorization'",
+    )
+    .bind(id)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
