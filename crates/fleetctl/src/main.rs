@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use orderfleet::auth::{self, UserId};
-use orderfleet::config::{AuthConfig, ConfigError, DatabaseConfig, Env};
+use orderfleet::config::{AuthConfig, ConfigError, DatabaseConfig, Env, StripeConfig};
 use orderfleet::db::{self, PoolSize};
+use orderfleet::payments::{Payments, RetryPolicy};
 use orderfleet::product::{self, Currency, ProductUpsert, Sku};
+use orderfleet::sweeper::{SweepPolicy, Sweeper};
 
 #[derive(Debug, Parser)]
 #[command(name = "fleetctl", version, about = "Operate an orderfleet deployment")]
@@ -28,6 +30,19 @@ enum Command {
     Product(ProductCommand),
     /// Print a bearer token for a user. Reads AUTH_JWT_SECRET.
     Token(TokenArgs),
+    /// Resolve stuck orders once: pending authorizations (looked up at Stripe), and orders
+    /// whose fulfilment stalled. Reads DATABASE_URL, STRIPE_SECRET_KEY, STRIPE_API_BASE.
+    Sweep(SweepArgs),
+}
+
+#[derive(Debug, Args)]
+struct SweepArgs {
+    /// Sweep pending orders idle (no live intake lease) for at least this long.
+    #[arg(long, default_value_t = 90)]
+    pending_after_seconds: u64,
+    /// Advance orders whose fulfilment has not moved for at least this long.
+    #[arg(long, default_value_t = 300)]
+    fulfilment_after_seconds: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -107,6 +122,27 @@ async fn run(command: Command, env: &Env) -> anyhow::Result<()> {
                 product.currency.as_str(),
                 product.stock
             );
+        }
+        Command::Sweep(args) => {
+            let pool = db::connect(&DatabaseConfig::from_env(env)?, PoolSize::default()).await?;
+            let payments = Payments::new(&StripeConfig::from_env(env)?, RetryPolicy::default())?;
+            let policy = SweepPolicy {
+                pending_after: Duration::from_secs(args.pending_after_seconds),
+                fulfilment_after: Duration::from_secs(args.fulfilment_after_seconds),
+                ..SweepPolicy::default()
+            };
+            let report = Sweeper { pool, payments, policy }.sweep_once().await?;
+            println!(
+                "authorizations resolved {}, provider unavailable {}; fulfilments settled {}, blocked {}; stuck {}",
+                report.authorizations_resolved,
+                report.authorizations_unavailable,
+                report.fulfilments_settled,
+                report.fulfilments_blocked,
+                report.stuck.len()
+            );
+            for (order_id, reason) in &report.stuck {
+                println!("stuck {order_id}: {reason}");
+            }
         }
         Command::Token(args) => {
             let auth = AuthConfig::from_env(env)?;

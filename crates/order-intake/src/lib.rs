@@ -24,7 +24,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use orderfleet::auth::{TokenVerifier, UserId};
-use orderfleet::config::{AuthConfig, ConfigError, DatabaseConfig, Env, RuntimeConfig, StripeConfig};
+use orderfleet::config::{
+    AuthConfig, ConfigError, DatabaseConfig, Env, RuntimeConfig, Seconds, StripeConfig,
+};
 use orderfleet::db::{self, PoolSize};
 use orderfleet::order::OrderStatus;
 use orderfleet::payments::{Payments, RetryPolicy};
@@ -45,6 +47,8 @@ pub struct IntakeConfig {
     pub stripe: StripeConfig,
     pub auth: AuthConfig,
     pub runtime: RuntimeConfig,
+    /// How long a request may hold an order's key before a retry or the sweeper may take over.
+    pub lease: Duration,
 }
 
 impl IntakeConfig {
@@ -60,6 +64,9 @@ impl IntakeConfig {
             stripe: StripeConfig::from_env(env)?,
             auth: AuthConfig::from_env(env)?,
             runtime: RuntimeConfig::from_env(env)?,
+            // Longer than the bounded authorization retries take (3 × 5 s), so a live request
+            // never loses its key to a retry.
+            lease: env.or_default("INTAKE_LEASE_SECONDS", Seconds(Duration::from_secs(30)))?.0,
         })
     }
 }
@@ -83,9 +90,7 @@ impl AppState {
             pool,
             payments,
             verifier: Arc::new(TokenVerifier::new(&config.auth.jwt_secret)),
-            // Longer than the bounded authorization retries can take, so a live request never
-            // loses its lease to a retry.
-            lease: Duration::from_secs(30),
+            lease: config.lease,
         })
     }
 }

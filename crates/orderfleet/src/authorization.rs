@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::order::{OrderNotification, OrderStatus};
 use crate::outbox::{self, EventType, NewMessage};
-use crate::payments::{AuthorizeRequest, IntentStatus, PaymentError, Payments};
+use crate::payments::{AuthorizeRequest, Intent, IntentStatus, PaymentError, Payments};
 
 /// What authorizing needs to know of an order.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -69,9 +69,34 @@ pub async fn authorize(
             payment_method: &order.payment_method,
         })
         .await;
+    crate::failpoint::hit("after_authorize");
+    record(pool, payments, order, result).await
+}
+
+/// Records what Stripe says of the order's authorization (from the call, or from a lookup).
+pub async fn record(
+    pool: &PgPool,
+    payments: &Payments,
+    order: &PendingOrder,
+    result: Result<Intent, PaymentError>,
+) -> Result<(), AuthorizationError> {
     match result {
-        Ok(intent) if intent.status == IntentStatus::RequiresCapture => {
+        // Holding funds (or, never with manual capture, already captured): accepted.
+        Ok(intent) if matches!(intent.status, IntentStatus::RequiresCapture | IntentStatus::Succeeded) => {
             commit_authorized(pool, order, &intent.id).await?
+        }
+        // Found by the sweeper: the card was declined, or the intent cancelled; no hold.
+        Ok(intent) if intent.status == IntentStatus::RequiresPaymentMethod => {
+            commit_declined(
+                pool,
+                order.id,
+                Some(&intent.id),
+                "card_declined: the authorization did not succeed",
+            )
+            .await?
+        }
+        Ok(intent) if intent.status == IntentStatus::Canceled => {
+            commit_declined(pool, order.id, Some(&intent.id), "authorization_canceled").await?
         }
         Ok(intent) => {
             // Confirmed but not holding funds (3-D Secure, say): this fleet takes only cards

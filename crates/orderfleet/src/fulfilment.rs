@@ -112,6 +112,9 @@ impl Fulfilment {
                 .await?;
         }
         tx.commit().await.context("failed to commit the reservation")?;
+        if reserved {
+            crate::failpoint::hit("after_reserve");
+        }
         Ok(())
     }
 
@@ -122,6 +125,7 @@ impl Fulfilment {
         };
         match self.payments.capture(order.id, intent).await {
             Ok(_) => {
+                crate::failpoint::hit("after_capture");
                 let mut tx = self.pool.begin().await?;
                 if order::transition(&mut *tx, order.id, OrderStatus::StockReserved, OrderStatus::Paid, None)
                     .await?
@@ -131,6 +135,7 @@ impl Fulfilment {
                         .await?;
                 }
                 tx.commit().await.context("failed to commit the capture")?;
+                crate::failpoint::hit("after_paid");
                 Ok(None)
             }
             Err(PaymentError::Unavailable(reason)) => Ok(Some(Progress::Blocked { reason })),

@@ -15,6 +15,7 @@ pub mod backoff;
 pub mod config;
 pub mod consumer;
 pub mod db;
+pub mod failpoint;
 pub mod fulfilment;
 pub mod ops;
 pub mod order;
@@ -22,6 +23,7 @@ pub mod outbox;
 pub mod payments;
 pub mod product;
 pub mod shutdown;
+pub mod sweeper;
 pub mod telemetry;
 
 /// rustls finds two crypto providers in this build (sqlx brings one, the AWS SDK another) and

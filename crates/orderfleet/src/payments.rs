@@ -15,6 +15,7 @@ use secrecy::ExposeSecret;
 use stripe::{ApiErrorsCode, ApiErrorsType, IdempotencyKey, RequestStrategy, StripeError, StripeRequest};
 use stripe_core::payment_intent::{
     CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, RetrievePaymentIntent,
+    SearchPaymentIntent,
 };
 use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod, PaymentIntentStatus};
 use uuid::Uuid;
@@ -229,6 +230,39 @@ impl Payments {
         })
         .await
         .map(|pi| Intent::from(&pi))
+    }
+
+    /// The PaymentIntent made for an order, found by its `metadata[order_id]` (Stripe's search;
+    /// its index lags writes by up to a minute, so ask only about orders older than that).
+    /// This is how the sweeper learns what really happened to an authorization whose answer
+    /// was lost, without trusting an idempotency key that Stripe may have pruned (24 h).
+    pub async fn find_by_order(&self, order_id: Uuid) -> Result<Option<Intent>, PaymentError> {
+        let query = format!("metadata['order_id']:'{order_id}'");
+        let mut attempt = 0;
+        loop {
+            let result = SearchPaymentIntent::new(query.clone())
+                .customize()
+                .timeout(self.retry.timeout)
+                .send(&self.client)
+                .await;
+            let error = match result {
+                Ok(found) => {
+                    metrics::counter!("stripe_requests_total", "operation" => "search", "outcome" => "ok")
+                        .increment(1);
+                    // Several intents would mean a second authorization was made; the live
+                    // one (holding funds) is the one that matters.
+                    let intents: Vec<Intent> = found.data.iter().map(Intent::from).collect();
+                    let live = intents.iter().find(|i| i.status == IntentStatus::RequiresCapture).cloned();
+                    return Ok(live.or_else(|| intents.into_iter().next()));
+                }
+                Err(e) => classify(e),
+            };
+            attempt += 1;
+            if !error.is_transient() || attempt >= self.retry.attempts {
+                return Err(error);
+            }
+            tokio::time::sleep(self.retry.backoff.delay(attempt - 1)).await;
+        }
     }
 
     /// After a refused capture or cancel: if the intent is already where the call wanted it,

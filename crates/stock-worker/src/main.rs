@@ -3,10 +3,13 @@
 use std::process::ExitCode;
 
 use orderfleet::aws::Aws;
-use orderfleet::config::{ConfigError, DatabaseConfig, Env, HttpUrl, RuntimeConfig, StripeConfig};
+use std::time::Duration;
+
+use orderfleet::config::{ConfigError, DatabaseConfig, Env, HttpUrl, RuntimeConfig, Seconds, StripeConfig};
 use orderfleet::consumer::{self, ConsumerConfig};
 use orderfleet::db::{self, PoolSize};
 use orderfleet::payments::{Payments, RetryPolicy};
+use orderfleet::sweeper::{SweepPolicy, Sweeper};
 
 struct Config {
     database: DatabaseConfig,
@@ -14,6 +17,7 @@ struct Config {
     runtime: RuntimeConfig,
     queue_url: HttpUrl,
     max_in_flight: u32,
+    sweep_every: Seconds,
 }
 
 impl Config {
@@ -24,6 +28,7 @@ impl Config {
             runtime: RuntimeConfig::from_env(env)?,
             queue_url: env.required("STOCK_QUEUE_URL")?,
             max_in_flight: env.or_default("STOCK_WORKER_CONCURRENCY", 32)?,
+            sweep_every: env.or_default("SWEEP_INTERVAL_SECONDS", Seconds(Duration::from_secs(60)))?,
         })
     }
 }
@@ -60,9 +65,19 @@ async fn run(config: Config, aws: Aws) -> anyhow::Result<()> {
         ..ConsumerConfig::new(config.queue_url.as_str())
     };
     tracing::info!(queue = consumer::short_name(&consumer.queue_url), "stock-worker running");
+    // The sweeper rides along: every worker sweeps now and then (jittered); the status guards
+    // make concurrent sweeps harmless. SWEEP_INTERVAL_SECONDS=0 turns it off.
+    let sweeper = (!config.sweep_every.0.is_zero()).then(|| {
+        let sweeper =
+            Sweeper { pool: pool.clone(), payments: payments.clone(), policy: SweepPolicy::default() };
+        tokio::spawn(sweeper.run(config.sweep_every.0, cancel.clone()))
+    });
     let fulfilment = orderfleet::fulfilment::Fulfilment { pool, payments };
     consumer::run(aws.sqs(), consumer, stock_worker::handler(fulfilment), cancel.clone()).await?;
     cancel.cancel();
+    if let Some(sweeper) = sweeper {
+        let _ = sweeper.await;
+    }
     if let Some(metrics) = metrics {
         metrics.await??;
     }

@@ -38,6 +38,7 @@ const STRIPE_SHOULD_RETRY: HeaderName = HeaderName::from_static("stripe-should-r
 pub(crate) fn routes() -> Router<SimState> {
     Router::new()
         .route("/v1/payment_intents", post(create))
+        .route("/v1/payment_intents/search", get(search))
         .route("/v1/payment_intents/{id}", get(retrieve))
         .route("/v1/payment_intents/{id}/capture", post(capture))
         .route("/v1/payment_intents/{id}/cancel", post(cancel))
@@ -84,6 +85,40 @@ async fn retrieve(State(sim): State<SimState>, Path(id): Path<String>, headers: 
         Ok(_) => reply_response(sim.retrieve(&id)),
         Err(error) => error_response(&error),
     }
+}
+
+/// `GET /v1/payment_intents/search?query=metadata['order_id']:'…'`: the one form of Stripe's
+/// search query language the fleet uses (its sweeper finds an order's intent by metadata).
+async fn search(
+    State(sim): State<SimState>,
+    headers: HeaderMap,
+    axum::extract::Query(params): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    if let Err(error) = auth::authenticate(&headers) {
+        return error_response(&error);
+    }
+    let Some(query) = params.get("query") else {
+        return error_response(&StripeError::missing_param("query"));
+    };
+    match parse_metadata_query(query) {
+        Some((key, value)) => reply_response(sim.search_metadata(&key, &value)),
+        None => error_response(&StripeError::invalid_param(
+            "query",
+            format!("The sandbox supports only queries of the form metadata['key']:'value'; got {query:?}"),
+        )),
+    }
+}
+
+/// `metadata['key']:'value'` (either quote) → (key, value).
+fn parse_metadata_query(query: &str) -> Option<(String, String)> {
+    let rest = query.trim().strip_prefix("metadata[")?;
+    let quote = rest.chars().next().filter(|c| *c == '\'' || *c == '"')?;
+    let rest = &rest[1..];
+    let (key, rest) = rest.split_once(quote)?;
+    let rest = rest.strip_prefix("]:")?;
+    let value_quote = rest.chars().next().filter(|c| *c == '\'' || *c == '"')?;
+    let value = rest[1..].strip_suffix(value_quote)?;
+    Some((key.to_owned(), value.to_owned()))
 }
 
 async fn capture(
@@ -218,4 +253,22 @@ fn dropped_connection() -> Response {
         ))
     });
     Response::new(Body::from_stream(failing))
+}
+
+#[cfg(test)]
+mod search_tests {
+    use super::parse_metadata_query;
+
+    #[test]
+    fn metadata_queries_parse_with_either_quote() {
+        assert_eq!(
+            parse_metadata_query("metadata['order_id']:'abc'"),
+            Some(("order_id".into(), "abc".into()))
+        );
+        assert_eq!(
+            parse_metadata_query("metadata[\"order_id\"]:\"abc\""),
+            Some(("order_id".into(), "abc".into()))
+        );
+        assert_eq!(parse_metadata_query("amount>100"), None);
+    }
 }

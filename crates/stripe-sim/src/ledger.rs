@@ -109,6 +109,15 @@ impl Ledger {
         Reply::from_result(result)
     }
 
+    /// Intents whose metadata has `key` = `value`, oldest first, as Stripe shows them.
+    pub(crate) fn with_metadata(&self, key: &str, value: &str) -> Vec<Value> {
+        self.entries
+            .iter()
+            .map(|entry| entry.intent.to_json())
+            .filter(|json| json["metadata"][key] == value)
+            .collect()
+    }
+
     /// `GET /_sim/payment_intents`: every intent, oldest first, with its request counts.
     pub(crate) fn listing(&self) -> Vec<Value> {
         self.entries

@@ -129,6 +129,18 @@ impl Simulator {
         self.lock().ledger.retrieve(id)
     }
 
+    pub(crate) fn search_metadata(&self, key: &str, value: &str) -> Reply {
+        let data = self.lock().ledger.with_metadata(key, value);
+        Reply::ok(&json!({
+            "object": "search_result",
+            "url": "/v1/payment_intents/search",
+            "has_more": false,
+            "next_page": null,
+            "total_count": data.len(),
+            "data": data,
+        }))
+    }
+
     pub(crate) fn listing(&self) -> Value {
         json!({ "object": "list", "data": self.lock().ledger.listing() })
     }

@@ -1,0 +1,168 @@
+//! The sweeper: finishes orders that stopped moving, without the client (SPEC §1.6).
+//!
+//! - **`pending_authorization`**, nobody working on it (its lease released or expired), older
+//!   than a threshold: the intake died between authorizing and committing, or gave up on an
+//!   unavailable provider and the client never retried. The sweeper takes the lease, asks
+//!   Stripe what really happened — the order's PaymentIntent, found by `metadata[order_id]`,
+//!   rather than an idempotency key Stripe may have pruned — and records it (`authorized`
+//!   with its outbox rows, or `payment_declined`). If Stripe has no intent for the order, it
+//!   authorizes with the order's own key, exactly as the intake would have.
+//! - **`authorized`, `stock_reserved`**, or rejected with the hold not yet released, older than
+//!   a threshold: their stock-check message is late, dead-lettered or lost. The sweeper runs
+//!   [`Fulfilment::advance`], the worker's own step, which the status guards make safe to
+//!   run beside the worker.
+//!
+//! `fleetctl sweep` runs it once; `stock-worker` runs it every minute.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::authorization::{self, AuthorizationError};
+use crate::fulfilment::{Fulfilment, Progress};
+use crate::payments::{PaymentError, Payments};
+
+#[derive(Debug, Clone, Copy)]
+pub struct SweepPolicy {
+    /// A pending order this old, with no live lease, is swept. Longer than Stripe's search
+    /// lag, so a lookup sees an intent made at the start.
+    pub pending_after: Duration,
+    /// An order this long in a fulfilment status is advanced by the sweeper.
+    pub fulfilment_after: Duration,
+    /// The lease the sweeper takes on a pending order.
+    pub lease: Duration,
+    /// Orders per kind per sweep.
+    pub batch: i64,
+}
+
+impl Default for SweepPolicy {
+    fn default() -> Self {
+        Self {
+            pending_after: Duration::from_secs(90),
+            fulfilment_after: Duration::from_secs(300),
+            lease: Duration::from_secs(60),
+            batch: 200,
+        }
+    }
+}
+
+/// What one sweep did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Pending orders whose authorization is now recorded (authorized or declined).
+    pub authorizations_resolved: u64,
+    /// Pending orders left pending because Stripe is unavailable.
+    pub authorizations_unavailable: u64,
+    /// Orders advanced to a settled state.
+    pub fulfilments_settled: u64,
+    /// Orders that could not advance for now (a dependency is down).
+    pub fulfilments_blocked: u64,
+    /// Orders that cannot advance at all, with why: for a person.
+    pub stuck: Vec<(Uuid, String)>,
+}
+
+pub struct Sweeper {
+    pub pool: PgPool,
+    pub payments: Payments,
+    pub policy: SweepPolicy,
+}
+
+impl Sweeper {
+    pub async fn sweep_once(&self) -> anyhow::Result<SweepReport> {
+        let mut report = SweepReport::default();
+        self.sweep_pending(&mut report).await?;
+        self.sweep_fulfilment(&mut report).await?;
+        Ok(report)
+    }
+
+    async fn sweep_pending(&self, report: &mut SweepReport) -> anyhow::Result<()> {
+        let ids: Vec<Uuid> = sqlx::query_scalar(
+            "SELECT id FROM orders
+              WHERE status = 'pending_authorization' AND updated_at < now() - $1 * interval '1 ms'
+                AND (intake_lease_until IS NULL OR intake_lease_until < now())
+              ORDER BY updated_at LIMIT $2",
+        )
+        .bind(self.policy.pending_after.as_millis() as i64)
+        .bind(self.policy.batch)
+        .fetch_all(&self.pool)
+        .await
+        .context("failed to find pending orders")?;
+        for id in ids {
+            let Some(order) = authorization::take_over(&self.pool, id, self.policy.lease).await? else {
+                continue; // someone else took it meanwhile
+            };
+            let result = match self.payments.find_by_order(id).await {
+                Ok(Some(intent)) => {
+                    tracing::info!(order_id = %id, payment_intent = intent.id, status = ?intent.status, "sweeper found the order's PaymentIntent");
+                    authorization::record(&self.pool, &self.payments, &order, Ok(intent)).await
+                }
+                Ok(None) => authorization::authorize(&self.pool, &self.payments, &order).await,
+                Err(PaymentError::Unavailable(reason)) => {
+                    authorization::release(&self.pool, id).await?;
+                    Err(AuthorizationError::ProviderUnavailable(reason))
+                }
+                Err(other) => {
+                    authorization::release(&self.pool, id).await?;
+                    report.stuck.push((id, format!("cannot look the order up at Stripe: {other}")));
+                    continue;
+                }
+            };
+            match result {
+                Ok(()) => report.authorizations_resolved += 1,
+                Err(AuthorizationError::ProviderUnavailable(_)) => report.authorizations_unavailable += 1,
+                Err(AuthorizationError::Database(e)) => {
+                    return Err(e).context("failed to record an authorization");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn sweep_fulfilment(&self, report: &mut SweepReport) -> anyhow::Result<()> {
+        let ids: Vec<Uuid> = sqlx::query_scalar(
+            "SELECT id FROM orders
+              WHERE updated_at < now() - $1 * interval '1 ms'
+                AND (status IN ('authorized', 'stock_reserved')
+                     OR (status IN ('rejected_out_of_stock', 'capture_failed') AND authorization_released_at IS NULL))
+              ORDER BY updated_at LIMIT $2",
+        )
+        .bind(self.policy.fulfilment_after.as_millis() as i64)
+        .bind(self.policy.batch)
+        .fetch_all(&self.pool)
+        .await
+        .context("failed to find orders to advance")?;
+        let fulfilment = Fulfilment { pool: self.pool.clone(), payments: self.payments.clone() };
+        for id in ids {
+            match fulfilment.advance(id).await {
+                Progress::Settled => report.fulfilments_settled += 1,
+                Progress::Blocked { .. } => report.fulfilments_blocked += 1,
+                Progress::Stuck { reason } => report.stuck.push((id, reason)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sweeps every `every` (jittered, so replicas spread out) until `cancel` fires.
+    pub async fn run(self, every: Duration, cancel: CancellationToken) {
+        loop {
+            let jitter = crate::backoff::Backoff::new(every, every).delay(0);
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(jitter) => {}
+            }
+            match self.sweep_once().await {
+                Ok(report) if report != SweepReport::default() => {
+                    tracing::info!(?report, "sweep");
+                    for (order_id, reason) in &report.stuck {
+                        tracing::error!(%order_id, reason, "order cannot advance; it needs a person");
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = format!("{e:#}"), "sweep failed; trying again next time"),
+            }
+        }
+    }
+}
