@@ -128,3 +128,18 @@ CREATE TABLE inbox (
 );
 
 CREATE INDEX inbox_processed_by_age ON inbox (processed_at) WHERE processed_at IS NOT NULL;
+
+-- The last failure a worker saw for each SQS message it could not finish, so an operator
+-- looking at a dead letter (`fleetctl dlq peek`) sees why it is there. Keyed by SQS's message
+-- id, which a message keeps when it moves to its DLQ and back.
+CREATE TABLE message_failures (
+    queue          text NOT NULL,
+    sqs_message_id text NOT NULL,
+    receive_count  integer NOT NULL,
+    outcome        text NOT NULL,
+    reason         text NOT NULL,
+    updated_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue, sqs_message_id)
+);
+
+CREATE INDEX message_failures_by_age ON message_failures (updated_at);

@@ -6,9 +6,13 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+mod dlq;
+mod outbox;
+
 use clap::{Args, Parser, Subcommand};
 use orderfleet::auth::{self, UserId};
-use orderfleet::config::{AuthConfig, ConfigError, DatabaseConfig, Env, StripeConfig};
+use orderfleet::aws::Aws;
+use orderfleet::config::{AuthConfig, ConfigError, DatabaseConfig, Env, QueueConfig, StripeConfig};
 use orderfleet::db::{self, PoolSize};
 use orderfleet::payments::{Payments, RetryPolicy};
 use orderfleet::product::{self, Currency, ProductUpsert, Sku};
@@ -30,9 +34,52 @@ enum Command {
     Product(ProductCommand),
     /// Print a bearer token for a user. Reads AUTH_JWT_SECRET.
     Token(TokenArgs),
+    /// Dead-letter queues: depth, the messages and why they failed, redrive. Reads
+    /// STOCK_QUEUE_URL, NOTIFICATION_QUEUE_URL, the AWS variables, and DATABASE_URL (peek).
+    #[command(subcommand)]
+    Dlq(DlqCommand),
+    /// Outbox rows the relay gave up on. Reads DATABASE_URL.
+    #[command(subcommand)]
+    Outbox(OutboxCommand),
     /// Resolve stuck orders once: pending authorizations (looked up at Stripe), and orders
     /// whose fulfilment stalled. Reads DATABASE_URL, STRIPE_SECRET_KEY, STRIPE_API_BASE.
     Sweep(SweepArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum DlqCommand {
+    /// Depth and oldest message of each DLQ.
+    Stats,
+    /// Show dead letters with their receive count and the last error the workers recorded,
+    /// without consuming them.
+    Peek {
+        #[arg(long, value_enum)]
+        queue: Option<dlq::QueueName>,
+        #[arg(long, default_value_t = 10)]
+        max: usize,
+    },
+    /// Move dead letters back to their source queue (StartMessageMoveTask, as the console
+    /// does), and report the task's progress.
+    Redrive {
+        #[arg(long, value_enum)]
+        queue: Option<dlq::QueueName>,
+        /// Throttle the move (messages per second); as fast as SQS goes when unset.
+        #[arg(long, value_parser = clap::value_parser!(i32).range(1..=500))]
+        max_per_second: Option<i32>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum OutboxCommand {
+    /// List dead rows with their last error code and reason.
+    Dead,
+    /// Re-queue a dead row, or all of them, with a fresh retry budget.
+    Retry {
+        #[arg(long, conflicts_with = "all", required_unless_present = "all")]
+        id: Option<uuid::Uuid>,
+        #[arg(long)]
+        all: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -98,6 +145,57 @@ async fn main() -> ExitCode {
     }
 }
 
+async fn run_dlq(command: DlqCommand, env: &Env) -> anyhow::Result<()> {
+    let queues = QueueConfig::from_env(env)?;
+    let aws = Aws::load().await?;
+    let sqs = aws.sqs();
+    let url = |name: dlq::QueueName| match name {
+        dlq::QueueName::Stock => queues.stock_queue_url.as_str().to_owned(),
+        dlq::QueueName::Notification => queues.notification_queue_url.as_str().to_owned(),
+    };
+    let chosen = |queue: Option<dlq::QueueName>| queue.map(|q| vec![q]).unwrap_or_else(|| dlq::QueueName::all().to_vec());
+    match command {
+        DlqCommand::Stats => {
+            for name in dlq::QueueName::all() {
+                let pair = dlq::Pair::resolve(&sqs, name, &url(name)).await?;
+                let (visible, in_flight) = dlq::depth(&sqs, &pair.dlq_url).await?;
+                let sample = dlq::peek(&sqs, &pair.dlq_url, 100).await?;
+                let oldest = sample.iter().filter_map(|p| p.sent_at_ms).min();
+                let oldest =
+                    if visible + in_flight == 0 { "-".to_owned() } else { dlq::age(oldest) };
+                println!("{name:?} DLQ: {visible} messages ({in_flight} in flight), oldest {oldest}  {}", pair.dlq_url);
+            }
+        }
+        DlqCommand::Peek { queue, max } => {
+            let pool = db::connect(&DatabaseConfig::from_env(env)?, PoolSize::default()).await?;
+            for name in chosen(queue) {
+                let pair = dlq::Pair::resolve(&sqs, name, &url(name)).await?;
+                let peeked = dlq::peek(&sqs, &pair.dlq_url, max).await?;
+                let ids: Vec<String> = peeked.iter().map(|p| p.message_id.clone()).collect();
+                let failures = dlq::recorded_failures(&pool, &ids).await?;
+                println!("{name:?} DLQ: {} messages shown", peeked.len());
+                for p in peeked {
+                    let failure = failures
+                        .get(&p.message_id)
+                        .map(|(n, outcome, reason)| format!("last error (receive {n}, {outcome}): {reason}"))
+                        .unwrap_or_else(|| "no error recorded by the workers".into());
+                    let body: String = p.body.chars().take(300).collect();
+                    println!("- {}  received {} times  age {}", p.message_id, p.receive_count, dlq::age(p.sent_at_ms));
+                    println!("  {failure}");
+                    println!("  body: {body}");
+                }
+            }
+        }
+        DlqCommand::Redrive { queue, max_per_second } => {
+            for name in chosen(queue) {
+                let pair = dlq::Pair::resolve(&sqs, name, &url(name)).await?;
+                dlq::redrive(&sqs, &pair, max_per_second).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
 async fn run(command: Command, env: &Env) -> anyhow::Result<()> {
     match command {
         Command::Migrate => {
@@ -122,6 +220,33 @@ async fn run(command: Command, env: &Env) -> anyhow::Result<()> {
                 product.currency.as_str(),
                 product.stock
             );
+        }
+        Command::Dlq(command) => run_dlq(command, env).await?,
+        Command::Outbox(OutboxCommand::Dead) => {
+            let pool = db::connect(&DatabaseConfig::from_env(env)?, PoolSize::default()).await?;
+            let rows = outbox::dead(&pool).await?;
+            println!("{} dead outbox rows", rows.len());
+            for row in rows {
+                println!(
+                    "{}  {}  to {}  order {}  after {} attempts  {}: {}  (since {})",
+                    row.id,
+                    row.event_type,
+                    row.destination,
+                    row.aggregate_id,
+                    row.retry_count,
+                    row.last_error_code.as_deref().unwrap_or("-"),
+                    row.last_error_reason.as_deref().unwrap_or("-"),
+                    row.updated_at.format("%Y-%m-%d %H:%M:%S UTC")
+                );
+            }
+        }
+        Command::Outbox(OutboxCommand::Retry { id, .. }) => {
+            let pool = db::connect(&DatabaseConfig::from_env(env)?, PoolSize::default()).await?;
+            let retried = outbox::retry(&pool, id).await?;
+            if id.is_some() && retried == 0 {
+                anyhow::bail!("no dead outbox row with that id");
+            }
+            println!("{retried} outbox rows re-queued");
         }
         Command::Sweep(args) => {
             let pool = db::connect(&DatabaseConfig::from_env(env)?, PoolSize::default()).await?;

@@ -80,16 +80,33 @@ impl Handler for Notifier {
             }
         }
         if let Err(e) = self.publish_new(ready, &mut outcomes).await {
+            // The database or SNS did not answer: the worker pauses until both do.
             let reason = format!("{e:#}");
             for outcome in outcomes.iter_mut().filter(|o| o.is_none()) {
-                *outcome = Some(Outcome::Retry { reason: reason.clone() });
+                *outcome = Some(Outcome::Blocked { reason: reason.clone() });
             }
         }
         outcomes.into_iter().map(|o| o.unwrap_or(Outcome::Retry { reason: "not handled".into() })).collect()
     }
+
+    async fn ready(&self) -> Result<(), String> {
+        self.probe().await
+    }
 }
 
 impl Notifier {
+    /// The database and SNS both answer.
+    async fn probe(&self) -> Result<(), String> {
+        sqlx::query("SELECT 1").execute(&self.pool).await.map_err(|e| format!("PostgreSQL: {e}"))?;
+        self.sns
+            .get_topic_attributes()
+            .topic_arn(&self.topic_arn)
+            .send()
+            .await
+            .map_err(|e| format!("SNS: {}", DisplayErrorContext(&e)))?;
+        Ok(())
+    }
+
     async fn publish_new(&self, ready: Vec<Ready>, outcomes: &mut [Option<Outcome>]) -> anyhow::Result<()> {
         if ready.is_empty() {
             return Ok(());

@@ -52,6 +52,7 @@ async fn run(config: Config, aws: Aws) -> anyhow::Result<()> {
     let metrics = orderfleet::ops::spawn(config.runtime.metrics_listen_addr, cancel.clone());
     let consumer = ConsumerConfig {
         shutdown_grace: config.runtime.shutdown_grace,
+        failure_log: Some(pool.clone()),
         ..ConsumerConfig::new(config.queue_url.as_str())
     };
     tracing::info!(queue = consumer::short_name(&consumer.queue_url), "notification-worker running");

@@ -12,6 +12,11 @@
 //!   `ChangeMessageVisibilityBatch`, flushed every few milliseconds or every 10 entries.
 //!   Per-entry failures are read: a delete that fails leaves the message to come back, which
 //!   the handler's status guards make harmless.
+//! - **Dependencies down, receiving stops**: a `Blocked` outcome (the database or Stripe did
+//!   not answer) pauses every poller of the worker until the handler's [`Handler::ready`]
+//!   probe passes, logging once per interval. A paused worker receives nothing, so an outage
+//!   of any length adds no receives to the messages waiting in the queue and dead-letters
+//!   none of them; it resumes by itself.
 //! - **Poison never stops the worker**: it is left for the queue's redrive policy, which moves
 //!   it to the DLQ after its third receive.
 //! - **Graceful stop**: on the stop signal the pollers stop receiving; in-flight messages get
@@ -53,6 +58,9 @@ pub enum Outcome {
     Done,
     /// A transient failure: let it come back after a backoff sized by its receive count.
     Retry { reason: String },
+    /// A dependency is down: like `Retry`, and the worker stops receiving until
+    /// [`Handler::ready`] passes.
+    Blocked { reason: String },
     /// It can never succeed as it is (unreadable, unknown order or event type): leave it for
     /// the redrive policy to move to the DLQ, where a person reads it.
     Poison { reason: String },
@@ -62,6 +70,18 @@ pub enum Outcome {
 pub trait Handler: Send + Sync + 'static {
     /// Handles a batch (1–10 messages) and returns one outcome per message, in order.
     fn handle(&self, batch: Vec<Received>) -> impl Future<Output = Vec<Outcome>> + Send;
+
+    /// Whether the dependencies answer (a cheap probe), asked while the worker is paused
+    /// after a `Blocked` outcome. `Err` says what is down.
+    fn ready(&self) -> impl Future<Output = Result<(), String>> + Send {
+        async { Ok(()) }
+    }
+}
+
+/// Shared by a worker's pollers: set by a `Blocked` outcome, cleared by a passing probe.
+#[derive(Debug, Default)]
+struct Gate {
+    paused: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Clone)]
@@ -80,6 +100,8 @@ pub struct ConsumerConfig {
     pub visibility_timeout: Option<Duration>,
     /// How long in-flight handling may go on after the stop signal.
     pub shutdown_grace: Duration,
+    /// Where to record why a message did not finish (`message_failures`), for operators.
+    pub failure_log: Option<sqlx::PgPool>,
 }
 
 impl ConsumerConfig {
@@ -88,11 +110,14 @@ impl ConsumerConfig {
             queue_url: queue_url.into(),
             pollers: 2,
             max_in_flight: 32,
-            retry_backoff: Backoff::new(Duration::from_secs(2), Duration::from_secs(60)),
+            // Transient failures come back after about 5 s, 10 s, 20 s…: spread out, and still
+            // inside the three receives before the DLQ for a poison message.
+            retry_backoff: Backoff::new(Duration::from_secs(5), Duration::from_secs(300)),
             ack_flush_interval: Duration::from_millis(20),
             wait_time_seconds: 20,
             visibility_timeout: None,
             shutdown_grace: Duration::from_secs(20),
+            failure_log: None,
         }
     }
 }
@@ -114,6 +139,7 @@ pub async fn run<H: Handler>(
     let acker =
         tokio::spawn(acknowledge(sqs.clone(), config.queue_url.clone(), ack_rx, config.ack_flush_interval));
     let in_flight = InFlight::default();
+    let gate = Arc::new(Gate::default());
 
     let mut pollers = tokio::task::JoinSet::new();
     for poller in 0..config.pollers.max(1) {
@@ -125,6 +151,7 @@ pub async fn run<H: Handler>(
             permits.clone(),
             ack_tx.clone(),
             in_flight.clone(),
+            gate.clone(),
             cancel.clone(),
         ));
     }
@@ -180,12 +207,16 @@ async fn poll<H: Handler>(
     permits: Arc<Semaphore>,
     acks: mpsc::Sender<Ack>,
     in_flight: InFlight,
+    gate: Arc<Gate>,
     cancel: CancellationToken,
 ) {
     let queue = short_name(&config.queue_url).to_owned();
     let mut failures = 0u32;
     let mut last_logged: Option<Instant> = None;
     loop {
+        if gate.paused.load(Ordering::Acquire) && !wait_until_ready(&*handler, &gate, &queue, poller, &cancel).await {
+            return;
+        }
         // One permit to start; more only if free, so a busy worker asks for fewer messages.
         let first = tokio::select! {
             _ = cancel.cancelled() => return,
@@ -253,6 +284,8 @@ async fn poll<H: Handler>(
             .collect();
         let handler = handler.clone();
         let acks = acks.clone();
+        let gate = gate.clone();
+        let failure_log = config.failure_log.clone();
         let backoff = config.retry_backoff;
         let queue = queue.clone();
         let visibility = config.visibility_timeout.unwrap_or(Duration::from_secs(30));
@@ -269,7 +302,16 @@ async fn poll<H: Handler>(
                 batch.iter().map(|m| (m.message_id.clone(), m.receipt_handle.clone(), m.receive_count)).collect();
             let outcomes =
                 with_heartbeat(handler.handle(batch), &receipts, visibility, &acks, &stop_heartbeats).await;
+            let mut failures = Vec::new();
             for ((message_id, receipt, receive_count), outcome) in receipts.into_iter().zip(outcomes) {
+                match &outcome {
+                    Outcome::Done => {}
+                    Outcome::Retry { reason } => failures.push((message_id.clone(), receive_count, "retry", reason.clone())),
+                    Outcome::Blocked { reason } => {
+                        failures.push((message_id.clone(), receive_count, "blocked", reason.clone()))
+                    }
+                    Outcome::Poison { reason } => failures.push((message_id.clone(), receive_count, "poison", reason.clone())),
+                }
                 let ack = match outcome {
                     Outcome::Done => {
                         metrics::counter!("messages_handled_total", "queue" => queue.clone(), "outcome" => "done")
@@ -283,6 +325,15 @@ async fn poll<H: Handler>(
                         tracing::warn!(queue, message_id, receive_count, ?delay, reason, "transient failure; the message comes back later");
                         Ack::Visibility(receipt, delay.as_secs().max(1) as i32)
                     }
+                    Outcome::Blocked { reason } => {
+                        metrics::counter!("messages_handled_total", "queue" => queue.clone(), "outcome" => "blocked")
+                            .increment(1);
+                        if !gate.paused.swap(true, Ordering::AcqRel) {
+                            tracing::warn!(queue, reason, "a dependency is down; pausing receives until it answers");
+                        }
+                        let delay = backoff.delay(receive_count.saturating_sub(1));
+                        Ack::Visibility(receipt, delay.as_secs().max(1) as i32)
+                    }
                     Outcome::Poison { reason } => {
                         metrics::counter!("messages_handled_total", "queue" => queue.clone(), "outcome" => "poison")
                             .increment(1);
@@ -294,10 +345,79 @@ async fn poll<H: Handler>(
                 // The acker outlives every handler task, so this send only fails if it panicked.
                 let _ = acks.send(ack).await;
             }
+            if let Some(pool) = &failure_log
+                && !failures.is_empty()
+            {
+                record_failures(pool, &queue, &failures).await;
+            }
             registry.lock().expect("not poisoned").remove(&batch_id);
             // The permits go back here, after the acknowledgements are queued.
             drop(held);
         });
+    }
+}
+
+/// Records why messages did not finish, for `fleetctl dlq peek`. Best effort: when the
+/// database is what failed, this fails too, and the log line is the record.
+async fn record_failures(pool: &sqlx::PgPool, queue: &str, failures: &[(String, u32, &str, String)]) {
+    let ids: Vec<&str> = failures.iter().map(|f| f.0.as_str()).collect();
+    let counts: Vec<i32> = failures.iter().map(|f| f.1 as i32).collect();
+    let outcomes: Vec<&str> = failures.iter().map(|f| f.2).collect();
+    let reasons: Vec<&str> = failures.iter().map(|f| f.3.as_str()).collect();
+    let recorded = sqlx::query(
+        "INSERT INTO message_failures (queue, sqs_message_id, receive_count, outcome, reason)
+         SELECT $1, id, n, o, r FROM UNNEST($2::text[], $3::int[], $4::text[], $5::text[]) AS f(id, n, o, r)
+         ON CONFLICT (queue, sqs_message_id) DO UPDATE
+            SET receive_count = EXCLUDED.receive_count, outcome = EXCLUDED.outcome,
+                reason = EXCLUDED.reason, updated_at = now()",
+    )
+    .bind(queue)
+    .bind(&ids)
+    .bind(&counts)
+    .bind(&outcomes)
+    .bind(&reasons)
+    .execute(pool)
+    .await;
+    if let Err(e) = recorded {
+        tracing::debug!(error = %e, "could not record message failures");
+    }
+}
+
+/// Probes until the handler's dependencies answer, with backoff and a log line per interval.
+/// Returns false if the stop signal came first.
+async fn wait_until_ready<H: Handler>(
+    handler: &H,
+    gate: &Gate,
+    queue: &str,
+    poller: usize,
+    cancel: &CancellationToken,
+) -> bool {
+    let backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(15));
+    let mut attempt = 0;
+    let mut last_logged: Option<Instant> = None;
+    loop {
+        if !gate.paused.load(Ordering::Acquire) {
+            return true;
+        }
+        match handler.ready().await {
+            Ok(()) => {
+                if gate.paused.swap(false, Ordering::AcqRel) {
+                    tracing::info!(queue, poller, probes = attempt + 1, "dependencies answer again; receiving");
+                }
+                return true;
+            }
+            Err(reason) => {
+                if last_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(30)) {
+                    tracing::warn!(queue, poller, reason, "still waiting for a dependency; receiving nothing");
+                    last_logged = Some(Instant::now());
+                }
+                tokio::select! {
+                    _ = cancel.cancelled() => return false,
+                    _ = tokio::time::sleep(backoff.delay(attempt)) => {}
+                }
+                attempt += 1;
+            }
+        }
     }
 }
 

@@ -232,6 +232,20 @@ impl Payments {
         .map(|pi| Intent::from(&pi))
     }
 
+    /// Whether Stripe answers at all: one lookup of an intent that does not exist, no retries.
+    /// "No such intent" is an answer; a timeout, a refused connection or a 5xx is not.
+    pub async fn probe(&self) -> Result<(), String> {
+        let result = RetrievePaymentIntent::new("pi_orderfleet_probe")
+            .customize()
+            .timeout(self.retry.timeout)
+            .send(&self.client)
+            .await;
+        match result.map_err(classify) {
+            Ok(_) | Err(PaymentError::Refused { .. }) | Err(PaymentError::Declined { .. }) => Ok(()),
+            Err(PaymentError::Unavailable(reason)) => Err(format!("Stripe: {reason}")),
+        }
+    }
+
     /// The PaymentIntent made for an order, found by its `metadata[order_id]` (Stripe's search;
     /// its index lags writes by up to a minute, so ask only about orders older than that).
     /// This is how the sweeper learns what really happened to an authorization whose answer

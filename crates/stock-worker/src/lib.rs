@@ -2,7 +2,8 @@
 //! payment or cancel it — [`orderfleet::fulfilment`], which resumes from the order's status,
 //! so a redelivered, duplicated or redriven message continues where the last attempt stopped
 //! and never does a step twice. This crate only reads the message and maps the result:
-//! settled → delete; blocked (Stripe or the database down) → come back after a backoff;
+//! settled → delete; blocked (Stripe or the database down) → come back after a backoff, and
+//! the worker stops receiving until both answer again ([`Handler::ready`]);
 //! stuck, or a message that is not a stock check → leave it for the DLQ, with the reason.
 
 use std::sync::Arc;
@@ -22,6 +23,15 @@ impl Handler for StockCheck {
         // Each message on its own: the bound on concurrency is the consumer's semaphore.
         futures::future::join_all(batch.iter().map(|m| self.handle_one(&m.body))).await
     }
+
+    /// The database and Stripe both answer.
+    async fn ready(&self) -> Result<(), String> {
+        sqlx::query("SELECT 1")
+            .execute(&self.fulfilment.pool)
+            .await
+            .map_err(|e| format!("PostgreSQL: {e}"))?;
+        self.fulfilment.payments.probe().await
+    }
 }
 
 impl StockCheck {
@@ -38,7 +48,7 @@ impl StockCheck {
         }
         match self.fulfilment.advance(envelope.order_id).await {
             Progress::Settled => Outcome::Done,
-            Progress::Blocked { reason } => Outcome::Retry { reason },
+            Progress::Blocked { reason } => Outcome::Blocked { reason },
             Progress::Stuck { reason } => Outcome::Poison { reason },
         }
     }

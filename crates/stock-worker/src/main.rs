@@ -62,6 +62,7 @@ async fn run(config: Config, aws: Aws) -> anyhow::Result<()> {
     let consumer = ConsumerConfig {
         max_in_flight: config.max_in_flight.max(1) as usize,
         shutdown_grace: config.runtime.shutdown_grace,
+        failure_log: Some(pool.clone()),
         ..ConsumerConfig::new(config.queue_url.as_str())
     };
     tracing::info!(queue = consumer::short_name(&consumer.queue_url), "stock-worker running");

@@ -1,0 +1,46 @@
+//! `fleetctl outbox …`: the rows the relay gave up on, for a person to look at and retry.
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+#[derive(Debug, sqlx::FromRow)]
+pub struct DeadRow {
+    pub id: Uuid,
+    pub event_type: String,
+    pub destination: String,
+    pub aggregate_id: String,
+    pub retry_count: i32,
+    pub last_error_code: Option<String>,
+    pub last_error_reason: Option<String>,
+    pub updated_at: DateTime<Utc>,
+}
+
+pub async fn dead(pool: &PgPool) -> anyhow::Result<Vec<DeadRow>> {
+    sqlx::query_as::<_, DeadRow>(
+        "SELECT id, event_type, destination, aggregate_id, retry_count, last_error_code, last_error_reason, updated_at
+           FROM outbox WHERE status = 'dead' ORDER BY updated_at",
+    )
+    .fetch_all(pool)
+    .await
+    .context("failed to list dead outbox rows")
+}
+
+/// Puts dead rows back to `pending` with a fresh retry budget (their last error stays, for the
+/// record) and wakes the relay. `None` retries every dead row.
+pub async fn retry(pool: &PgPool, id: Option<Uuid>) -> anyhow::Result<u64> {
+    let mut tx = pool.begin().await?;
+    let retried = sqlx::query(
+        "UPDATE outbox SET status = 'pending', retry_count = 0, next_attempt_at = now(), updated_at = now()
+          WHERE status = 'dead' AND ($1::uuid IS NULL OR id = $1)",
+    )
+    .bind(id)
+    .execute(&mut *tx)
+    .await
+    .context("failed to re-queue dead rows")?
+    .rows_affected();
+    sqlx::query("SELECT pg_notify('outbox_inserted', '')").execute(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(retried)
+}
