@@ -12,6 +12,7 @@ use orderfleet::db::{self, PoolSize};
 use secrecy::ExposeSecret;
 use sqlx::{Connection, PgConnection, PgPool};
 
+pub mod audit;
 pub mod queues;
 pub mod world;
 

@@ -79,7 +79,16 @@ impl World {
 impl TestFleet {
     /// stripe-sim and an observer; no fleet binaries yet.
     pub async fn prepare(name: &str) -> anyhow::Result<Self> {
-        let world = World::create(name, None).await?;
+        Self::prepare_with_stock_visibility(name, None).await
+    }
+
+    /// The same, the stock-check queue with another visibility timeout (so a crashed worker's
+    /// message comes back in seconds, not a minute).
+    pub async fn prepare_with_stock_visibility(
+        name: &str,
+        visibility_seconds: Option<u32>,
+    ) -> anyhow::Result<Self> {
+        let world = World::create(name, visibility_seconds).await?;
         let fleet = Fleet::prepare(name, world.stack(), world.log_dir.clone()).await?;
         Ok(world.with(fleet))
     }

@@ -122,6 +122,8 @@ impl Fleet {
             ("INTAKE_LISTEN_ADDR", format!("127.0.0.1:{intake_port}")),
             ("AUTH_JWT_SECRET", jwt_secret.clone()),
             ("RUST_LOG", "info".to_owned()),
+            // Short, so a stop does not wait out an idle long poll (20 s) in every test.
+            ("SHUTDOWN_GRACE_SECONDS", "5".to_owned()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
@@ -353,6 +355,56 @@ impl Fleet {
                     .await?;
             }
         }
+    }
+
+    /// Sends SIGTERM to the process `label` without waiting (a deploy in progress).
+    pub fn sigterm(&self, label: &str) -> anyhow::Result<()> {
+        let (_, child) = self.children.iter().find(|(l, _)| l == label).context("no such process")?;
+        let pid = child.id().context("it has exited")?;
+        // SAFETY: kill(2) on a child we spawned and still own; no memory is touched.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        Ok(())
+    }
+
+    /// Sends SIGTERM to the process `label` and waits for it; its exit status.
+    pub async fn terminate(&mut self, label: &str) -> anyhow::Result<std::process::ExitStatus> {
+        let (_, child) = self.children.iter_mut().find(|(l, _)| l == label).context("no such process")?;
+        if let Some(pid) = child.id() {
+            // SAFETY: kill(2) on a child we spawned and still own; no memory is touched.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        }
+        let status = tokio::time::timeout(Duration::from_secs(60), child.wait()).await??;
+        self.children.retain(|(l, _)| l != label);
+        Ok(status)
+    }
+
+    /// Waits for the process `label` to exit by itself (a failpoint); its exit status.
+    pub async fn wait_exit(
+        &mut self,
+        label: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<std::process::ExitStatus> {
+        let (_, child) = self.children.iter_mut().find(|(l, _)| l == label).context("no such process")?;
+        let status = tokio::time::timeout(timeout, child.wait()).await.context("it did not exit")??;
+        self.children.retain(|(l, _)| l != label);
+        Ok(status)
+    }
+
+    /// Runs `fleetctl` with the fleet's environment (plus `extra`); its stdout.
+    pub async fn fleetctl(&self, args: &[&str], extra: &[(&str, &str)]) -> anyhow::Result<String> {
+        let out = Command::new(binary("fleetctl"))
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .envs(extra.iter().copied())
+            .args(args)
+            .output()
+            .await?;
+        anyhow::ensure!(
+            out.status.success(),
+            "fleetctl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// The `/metrics` text of every fleet process that answers.

@@ -8,6 +8,7 @@
 
 pub mod fleet;
 pub mod metrics;
+pub mod proxy;
 
 use std::path::PathBuf;
 

@@ -12,7 +12,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use aws_sdk_sqs::Client;
-use aws_sdk_sqs::types::{ChangeMessageVisibilityBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName};
+use aws_sdk_sqs::types::{
+    ChangeMessageVisibilityBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
+};
 use sqlx::PgPool;
 
 /// One of the fleet's queue pairs.
@@ -52,7 +54,8 @@ impl Pair {
         let policy: serde_json::Value = serde_json::from_str(policy)?;
         let dlq_arn = policy["deadLetterTargetArn"].as_str().context("no deadLetterTargetArn")?.to_owned();
         let dlq_name = dlq_arn.rsplit(':').next().context("a queue ARN")?;
-        let dlq_url = sqs.get_queue_url().queue_name(dlq_name).send().await?.queue_url.context("a DLQ URL")?;
+        let dlq_url =
+            sqs.get_queue_url().queue_name(dlq_name).send().await?.queue_url.context("a DLQ URL")?;
         Ok(Self { name, source_url: source_url.to_owned(), dlq_url, dlq_arn })
     }
 }
@@ -95,7 +98,9 @@ pub async fn peek(sqs: &Client, queue_url: &str, max: usize) -> anyhow::Result<V
                     .get(&MessageSystemAttributeName::ApproximateReceiveCount)
                     .cloned()
                     .unwrap_or_default(),
-                sent_at_ms: attrs.get(&MessageSystemAttributeName::SentTimestamp).and_then(|v| v.parse().ok()),
+                sent_at_ms: attrs
+                    .get(&MessageSystemAttributeName::SentTimestamp)
+                    .and_then(|v| v.parse().ok()),
                 body: m.body.unwrap_or_default(),
             });
         }
@@ -203,7 +208,9 @@ pub async fn redrive(sqs: &Client, pair: &Pair, max_per_second: Option<i32>) -> 
         );
         match status {
             "COMPLETED" => return Ok(()),
-            "FAILED" | "CANCELLED" => anyhow::bail!("the move task ended {status}: {}", task.failure_reason().unwrap_or("")),
+            "FAILED" | "CANCELLED" => {
+                anyhow::bail!("the move task ended {status}: {}", task.failure_reason().unwrap_or(""))
+            }
             _ => {}
         }
         anyhow::ensure!(std::time::Instant::now() < deadline, "the move task did not finish in 10 minutes");

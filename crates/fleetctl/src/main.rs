@@ -153,7 +153,9 @@ async fn run_dlq(command: DlqCommand, env: &Env) -> anyhow::Result<()> {
         dlq::QueueName::Stock => queues.stock_queue_url.as_str().to_owned(),
         dlq::QueueName::Notification => queues.notification_queue_url.as_str().to_owned(),
     };
-    let chosen = |queue: Option<dlq::QueueName>| queue.map(|q| vec![q]).unwrap_or_else(|| dlq::QueueName::all().to_vec());
+    let chosen = |queue: Option<dlq::QueueName>| {
+        queue.map(|q| vec![q]).unwrap_or_else(|| dlq::QueueName::all().to_vec())
+    };
     match command {
         DlqCommand::Stats => {
             for name in dlq::QueueName::all() {
@@ -161,9 +163,11 @@ async fn run_dlq(command: DlqCommand, env: &Env) -> anyhow::Result<()> {
                 let (visible, in_flight) = dlq::depth(&sqs, &pair.dlq_url).await?;
                 let sample = dlq::peek(&sqs, &pair.dlq_url, 100).await?;
                 let oldest = sample.iter().filter_map(|p| p.sent_at_ms).min();
-                let oldest =
-                    if visible + in_flight == 0 { "-".to_owned() } else { dlq::age(oldest) };
-                println!("{name:?} DLQ: {visible} messages ({in_flight} in flight), oldest {oldest}  {}", pair.dlq_url);
+                let oldest = if visible + in_flight == 0 { "-".to_owned() } else { dlq::age(oldest) };
+                println!(
+                    "{name:?} DLQ: {visible} messages ({in_flight} in flight), oldest {oldest}  {}",
+                    pair.dlq_url
+                );
             }
         }
         DlqCommand::Peek { queue, max } => {
@@ -180,7 +184,12 @@ async fn run_dlq(command: DlqCommand, env: &Env) -> anyhow::Result<()> {
                         .map(|(n, outcome, reason)| format!("last error (receive {n}, {outcome}): {reason}"))
                         .unwrap_or_else(|| "no error recorded by the workers".into());
                     let body: String = p.body.chars().take(300).collect();
-                    println!("- {}  received {} times  age {}", p.message_id, p.receive_count, dlq::age(p.sent_at_ms));
+                    println!(
+                        "- {}  received {} times  age {}",
+                        p.message_id,
+                        p.receive_count,
+                        dlq::age(p.sent_at_ms)
+                    );
                     println!("  {failure}");
                     println!("  body: {body}");
                 }

@@ -140,6 +140,15 @@ pub async fn run<H: Handler>(
         tokio::spawn(acknowledge(sqs.clone(), config.queue_url.clone(), ack_rx, config.ack_flush_interval));
     let in_flight = InFlight::default();
     let gate = Arc::new(Gate::default());
+    // When the stop signal came: the grace period counts from there.
+    let stopped_at = Arc::new(std::sync::OnceLock::new());
+    tokio::spawn({
+        let (cancel, stopped_at) = (cancel.clone(), stopped_at.clone());
+        async move {
+            cancel.cancelled().await;
+            let _ = stopped_at.set(tokio::time::Instant::now());
+        }
+    });
 
     let mut pollers = tokio::task::JoinSet::new();
     for poller in 0..config.pollers.max(1) {
@@ -161,8 +170,11 @@ pub async fn run<H: Handler>(
         }
     }
 
+    // One grace period in all, from the stop signal: polls in flight, then handlers.
+    let stop_by = *stopped_at.get().unwrap_or(&tokio::time::Instant::now()) + config.shutdown_grace;
     in_flight.tracker.close();
-    if tokio::time::timeout(config.shutdown_grace, in_flight.tracker.wait()).await.is_err() {
+    let remaining = stop_by.saturating_duration_since(tokio::time::Instant::now());
+    if tokio::time::timeout(remaining, in_flight.tracker.wait()).await.is_err() {
         // What has not finished is handed back now rather than after its visibility timeout;
         // a handler cut off mid-way is a crash to the next worker, which the status guards and
         // Stripe keys make safe to resume.
@@ -214,7 +226,9 @@ async fn poll<H: Handler>(
     let mut failures = 0u32;
     let mut last_logged: Option<Instant> = None;
     loop {
-        if gate.paused.load(Ordering::Acquire) && !wait_until_ready(&*handler, &gate, &queue, poller, &cancel).await {
+        if gate.paused.load(Ordering::Acquire)
+            && !wait_until_ready(&*handler, &gate, &queue, poller, &cancel).await
+        {
             return;
         }
         // One permit to start; more only if free, so a busy worker asks for fewer messages.
@@ -237,11 +251,18 @@ async fn poll<H: Handler>(
             .wait_time_seconds(config.wait_time_seconds)
             .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
             .send();
+        // A long poll in flight is let finish, up to the grace period: SQS may hand messages to
+        // a poll whose client has gone, where they would sit invisible for the visibility
+        // timeout with a receive counted for nothing. What it brings is handled as usual.
+        tokio::pin!(receive);
         let result = tokio::select! {
-            // Stop waiting at once; a long poll in flight hands nothing out once dropped
-            // except in the rare race where SQS already answered.
-            _ = cancel.cancelled() => return,
-            result = receive => result,
+            result = &mut receive => result,
+            _ = cancel.cancelled() => {
+                match tokio::time::timeout(config.shutdown_grace, &mut receive).await {
+                    Ok(result) => result,
+                    Err(_) => return,
+                }
+            }
         };
         let messages = match result {
             Ok(out) => {
@@ -402,13 +423,23 @@ async fn wait_until_ready<H: Handler>(
         match handler.ready().await {
             Ok(()) => {
                 if gate.paused.swap(false, Ordering::AcqRel) {
-                    tracing::info!(queue, poller, probes = attempt + 1, "dependencies answer again; receiving");
+                    tracing::info!(
+                        queue,
+                        poller,
+                        probes = attempt + 1,
+                        "dependencies answer again; receiving"
+                    );
                 }
                 return true;
             }
             Err(reason) => {
                 if last_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(30)) {
-                    tracing::warn!(queue, poller, reason, "still waiting for a dependency; receiving nothing");
+                    tracing::warn!(
+                        queue,
+                        poller,
+                        reason,
+                        "still waiting for a dependency; receiving nothing"
+                    );
                     last_logged = Some(Instant::now());
                 }
                 tokio::select! {

@@ -1,0 +1,490 @@
+//! The fault-injection suite (SPEC §8 under failure): crashes at the worst moments, Stripe
+//! failing in every way stripe-sim can, SQS and PostgreSQL cut away behind a proxy, poison
+//! messages and their redrive, SIGTERM in the middle of a burst, a permanent outbox failure.
+//! Every case ends by auditing every guarantee from stripe-sim's ledger, the database and
+//! SNS, and prints a `fault-suite:` line of figures (docs/failure-modes.md collects them).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use fleet_harness::proxy::Proxy;
+use orderfleet::outbox::Envelope;
+use orderfleet_tests::Fleet;
+use orderfleet_tests::audit::Audit;
+use serde_json::Value;
+
+/// Places an order, retrying while the intake is still starting (connection refused).
+async fn place(fleet: &Fleet, user: &str, key: &str, product: &str) -> fleet_harness::Answer {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match fleet.post_order(user, key, product, 1, "pm_card_visa").await {
+            Ok(answer) => return answer,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("the intake did not answer: {e:#}"),
+        }
+    }
+}
+
+async fn depth(fleet: &Fleet, queue_url: &str) -> (u64, u64) {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let out = fleet
+        .sqs
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(A::ApproximateNumberOfMessages)
+        .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .unwrap();
+    let attrs = out.attributes.unwrap_or_default();
+    let get = |a: A| attrs.get(&a).and_then(|v| v.parse().ok()).unwrap_or(0);
+    (get(A::ApproximateNumberOfMessages), get(A::ApproximateNumberOfMessagesNotVisible))
+}
+
+async fn dlqs_are_empty(fleet: &Fleet) -> bool {
+    depth(fleet, &fleet.stock.dlq_url).await == (0, 0)
+        && depth(fleet, &fleet.notification.dlq_url).await == (0, 0)
+}
+
+/// Audits, prints the figures, asserts every guarantee.
+async fn audit(
+    fleet: &Fleet,
+    case: &str,
+    product: &str,
+    stock: i32,
+    faults: usize,
+    expected_notes: usize,
+) -> Audit {
+    let notes = fleet.notifications(expected_notes, Duration::from_secs(60)).await.unwrap();
+    let audit = Audit::of(fleet, product, stock, &notes).await.unwrap();
+    println!("{}", audit.figures(case, faults));
+    audit.assert_guarantees();
+    audit
+}
+
+async fn a_stock_worker_killed_at(point: &str) {
+    // Arrange: a visibility timeout of 22 s, so the dead worker's message comes back sooner
+    // than the template's 60 s, but still later than its abandoned long polls (20 s) end: SQS
+    // (and LocalStack) hand a message to a poll whose client is gone, so a visibility shorter
+    // than the poll would let the dead worker's polls burn the message's receives.
+    let case = format!("worker-killed-{point}");
+    let mut fleet = Fleet::prepare_with_stock_visibility(&case, Some(22)).await.unwrap();
+    let no_sweep = ("SWEEP_INTERVAL_SECONDS", "0");
+    fleet.spawn("order-intake", "order-intake", &[]).unwrap();
+    fleet.spawn("outbox-relay", "outbox-relay", &[]).unwrap();
+    fleet.spawn("notification-worker", "notification-worker", &[]).unwrap();
+    fleet
+        .spawn("doomed-stock-worker", "stock-worker", &[("ORDERFLEET_FAILPOINTS", point), no_sweep])
+        .unwrap();
+    fleet.product("sku-1", 1000, 5).await.unwrap();
+
+    // Act: the worker dies at the point; a new one takes over.
+    let answer = place(&fleet, "kim", "key-1", "sku-1").await;
+    assert_eq!(answer.status, 202);
+    let died = fleet.wait_exit("doomed-stock-worker", Duration::from_secs(60)).await.unwrap();
+    assert!(!died.success(), "the failpoint {point} was not reached");
+    fleet.spawn("stock-worker", "stock-worker", &[no_sweep]).unwrap();
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+
+    // Assert: exactly one capture, order paid.
+    let audit = audit(&fleet, &case, "sku-1", 5, 1, 2).await;
+    assert_eq!(audit.by_status.get("paid"), Some(&1));
+    assert_eq!(fleet.intents().await.unwrap()[0]["capture_count"], 1);
+    assert!(dlqs_are_empty(&fleet).await);
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stock_worker_killed_after_reserving_stock_is_resumed_to_one_capture() {
+    a_stock_worker_killed_at("after_reserve").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stock_worker_killed_after_the_capture_before_its_commit_is_resumed_to_one_capture() {
+    a_stock_worker_killed_at("after_capture").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stock_worker_killed_after_its_commit_before_the_delete_is_resumed_to_one_capture() {
+    a_stock_worker_killed_at("after_paid").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stripe_failing_on_authorize_capture_and_cancel_is_retried_with_the_same_key_and_no_second_effect() {
+    let fleet = Fleet::start("stripe-faults", 1).await.unwrap();
+    fleet.product("in-stock", 1000, 100).await.unwrap();
+    fleet.product("sold-out", 1000, 0).await.unwrap();
+    let modes = ["error_500", "error_429", "timeout", "drop_after_success"];
+    let mut faults = 0;
+    for (operation, product) in [("create", "in-stock"), ("capture", "in-stock"), ("cancel", "sold-out")] {
+        for mode in modes {
+            // Arrange: the next request of this kind fails this way.
+            fleet.fault(operation, mode, 1).await.unwrap();
+            faults += 1;
+
+            // Act
+            let key = format!("{operation}-{mode}");
+            let answer = place(&fleet, "lee", &key, product).await;
+
+            // Assert: accepted, and the order reaches its terminal status.
+            assert_eq!(answer.status, 202, "{key}: {:?}", answer.body);
+            fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+        }
+    }
+    fleet.fault("any", "error_500", 0).await.unwrap();
+    let intents = fleet.intents().await.unwrap();
+    assert_eq!(intents.len(), 12, "one authorization per order");
+    for intent in &intents {
+        assert!(intent["capture_count"].as_i64().unwrap() <= 1, "{intent}");
+        assert!(intent["cancel_count"].as_i64().unwrap() <= 1, "{intent}");
+    }
+    let notes = fleet.notifications(24, Duration::from_secs(60)).await.unwrap();
+    for (product, stock) in [("in-stock", 100), ("sold-out", 0)] {
+        let audit = Audit::of(&fleet, product, stock, &notes).await.unwrap();
+        println!("{}", audit.figures(&format!("stripe-faults-{product}"), faults));
+        audit.assert_guarantees();
+    }
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_intake_killed_between_authorizing_and_committing_is_finished_by_the_sweeper() {
+    // Arrange: the intake dies right after Stripe authorizes; its lease is 1 s.
+    let mut fleet = Fleet::prepare("intake-killed").await.unwrap();
+    fleet.product("sku-1", 1000, 5).await.unwrap();
+    let lease = ("INTAKE_LEASE_SECONDS", "1");
+    fleet
+        .spawn("doomed-intake", "order-intake", &[("ORDERFLEET_FAILPOINTS", "after_authorize"), lease])
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let answered = loop {
+        let result = fleet.post_order("max", "key-1", "sku-1", 1, "pm_card_visa").await;
+        if fleet.statuses().await.unwrap().contains_key("pending_authorization") || Instant::now() > deadline
+        {
+            break result;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(answered.is_err(), "the client got an answer from a dead intake: {answered:?}");
+    assert!(!fleet.wait_exit("doomed-intake", Duration::from_secs(10)).await.unwrap().success());
+    assert_eq!(fleet.intents().await.unwrap().len(), 1, "Stripe authorized before the crash");
+
+    // Act: the sweeper, once the lease has run out.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let report = fleet
+        .fleetctl(&["sweep", "--pending-after-seconds", "0", "--fulfilment-after-seconds", "3600"], &[])
+        .await
+        .unwrap();
+    assert!(report.contains("authorizations resolved 1"), "{report}");
+    assert_eq!(fleet.statuses().await.unwrap().get("authorized"), Some(&1));
+    for (label, bin) in [
+        ("order-intake", "order-intake"),
+        ("outbox-relay", "outbox-relay"),
+        ("stock-worker", "stock-worker"),
+        ("notification-worker", "notification-worker"),
+    ] {
+        fleet.spawn(label, bin, &[]).unwrap();
+    }
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+
+    // Assert: paid on the one authorization; the client's retry gets the order.
+    let retry = place(&fleet, "max", "key-1", "sku-1").await;
+    assert_eq!((retry.status, retry.replayed), (202, true), "{:?}", retry.body);
+    let audit = audit(&fleet, "intake-killed-after-authorize", "sku-1", 5, 1, 2).await;
+    assert_eq!(audit.by_status.get("paid"), Some(&1));
+    assert_eq!(fleet.intents().await.unwrap().len(), 1);
+    fleet.stop().await.unwrap();
+}
+
+fn localstack_addr() -> SocketAddr {
+    let url = orderfleet_tests::stack_var("AWS_ENDPOINT_URL");
+    let host = url.trim_start_matches("http://").trim_end_matches('/');
+    host.replace("localhost", "127.0.0.1").parse().expect("AWS_ENDPOINT_URL is http://HOST:PORT")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_sqs_unreachable_the_intake_keeps_accepting_and_everything_drains_afterwards() {
+    // Arrange: every fleet process reaches SQS and SNS only through a proxy.
+    let proxy = Proxy::start(localstack_addr()).await.unwrap();
+    let mut fleet = Fleet::prepare("sqs-outage").await.unwrap();
+    let endpoint = proxy.url();
+    let via_proxy = [("AWS_ENDPOINT_URL", endpoint.as_str())];
+    for (label, bin) in [
+        ("order-intake", "order-intake"),
+        ("outbox-relay", "outbox-relay"),
+        ("stock-worker", "stock-worker"),
+        ("notification-worker", "notification-worker"),
+    ] {
+        fleet.spawn(label, bin, &via_proxy).unwrap();
+    }
+    fleet.product("sku-1", 1000, 6).await.unwrap();
+    assert_eq!(place(&fleet, "ned", "warm-up", "sku-1").await.status, 202);
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+
+    // Act: cut SQS away, take orders, wait, restore.
+    proxy.cut();
+    for i in 0..8 {
+        let answer = place(&fleet, &format!("user-{i}"), "key", "sku-1").await;
+        assert_eq!(answer.status, 202, "the intake needs no SQS: {:?}", answer.body);
+    }
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let waiting: Vec<(String, i32)> =
+        sqlx::query_as("SELECT status::text, retry_count FROM outbox WHERE status <> 'sent'")
+            .fetch_all(&fleet.pool)
+            .await
+            .unwrap();
+    assert_eq!(waiting.len(), 16, "each accepted order's two messages wait in the outbox");
+    assert!(waiting.iter().all(|(status, retries)| status != "dead" && *retries == 0), "{waiting:?}");
+    proxy.restore();
+    fleet.wait_settled(Duration::from_secs(120)).await.unwrap();
+
+    // Assert
+    let audit = audit(&fleet, "sqs-unreachable", "sku-1", 6, 1, 18).await;
+    assert_eq!(audit.by_status.get("paid"), Some(&6));
+    assert!(dlqs_are_empty(&fleet).await);
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_postgres_unreachable_the_workers_delete_nothing_and_resume() {
+    // Arrange: the workers reach PostgreSQL through a proxy; the intake and relay do not.
+    let db_url = orderfleet_tests::stack_var("DATABASE_URL");
+    let authority = db_url.split('@').nth(1).and_then(|rest| rest.split('/').next()).unwrap().to_owned();
+    let pg: SocketAddr = authority.replace("localhost", "127.0.0.1").parse().unwrap();
+    let proxy = Proxy::start(pg).await.unwrap();
+    let mut fleet = Fleet::prepare("postgres-outage").await.unwrap();
+    let proxied_url = fleet.db.url.replace(&authority, &proxy.addr.to_string());
+    let via_proxy = [("DATABASE_URL", proxied_url.as_str()), ("SWEEP_INTERVAL_SECONDS", "0")];
+    fleet.spawn("order-intake", "order-intake", &[]).unwrap();
+    fleet.spawn("outbox-relay", "outbox-relay", &[]).unwrap();
+    fleet.spawn("stock-worker", "stock-worker", &via_proxy).unwrap();
+    fleet.spawn("notification-worker", "notification-worker", &via_proxy).unwrap();
+    fleet.product("sku-1", 1000, 4).await.unwrap();
+    assert_eq!(place(&fleet, "ola", "warm-up", "sku-1").await.status, 202);
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+
+    // Act: cut the workers' database away while orders arrive.
+    proxy.cut();
+    for i in 0..6 {
+        assert_eq!(place(&fleet, &format!("user-{i}"), "key", "sku-1").await.status, 202);
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let (visible, in_flight) = depth(&fleet, &fleet.stock.url).await;
+    assert_eq!(visible + in_flight, 6, "a stock check was deleted without its effects");
+    assert!(dlqs_are_empty(&fleet).await, "a good message was dead-lettered during the outage");
+    proxy.restore();
+    fleet.wait_settled(Duration::from_secs(120)).await.unwrap();
+
+    // Assert
+    let audit = audit(&fleet, "postgres-unreachable-for-workers", "sku-1", 4, 1, 14).await;
+    assert_eq!(audit.by_status.get("paid"), Some(&4));
+    assert_eq!(audit.by_status.get("rejected_out_of_stock"), Some(&3));
+    assert!(dlqs_are_empty(&fleet).await);
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn poison_messages_reach_the_dlq_while_work_goes_on_and_a_fixed_one_is_redriven_once() {
+    // Arrange
+    let fleet = Fleet::start("poison", 1).await.unwrap();
+    fleet.product("sku-1", 1000, 5).await.unwrap();
+    let unknown_order = uuid::Uuid::now_v7();
+    let envelope = |event_type: &str, order_id: uuid::Uuid| {
+        serde_json::to_string(&Envelope {
+            message_id: uuid::Uuid::now_v7(),
+            event_type: event_type.into(),
+            order_id,
+            occurred_at: chrono::Utc::now(),
+            payload: serde_json::json!({}),
+        })
+        .unwrap()
+    };
+    let poison = [
+        "this is not JSON".to_owned(),
+        envelope("order.shipped", uuid::Uuid::now_v7()),
+        envelope("order.stock_check_requested", unknown_order),
+    ];
+
+    // Act: three poison messages, and a good order beside them.
+    for body in &poison {
+        fleet.sqs.send_message().queue_url(&fleet.stock.url).message_body(body).send().await.unwrap();
+    }
+    assert_eq!(place(&fleet, "pat", "key-1", "sku-1").await.status, 202);
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while depth(&fleet, &fleet.stock.dlq_url).await.0 < 3 {
+        assert!(Instant::now() < deadline, "the poison did not reach the DLQ");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // Assert: dead-lettered with their reasons, and the good order went through meanwhile.
+    assert_eq!(fleet.statuses().await.unwrap().get("paid"), Some(&1));
+    let peek = fleet.fleetctl(&["dlq", "peek", "--queue", "stock"], &[]).await.unwrap();
+    for reason in ["not a message envelope", "unknown event type", "unknown order"] {
+        assert!(peek.contains(reason), "{reason} not shown:\n{peek}");
+    }
+    let stats = fleet.fleetctl(&["dlq", "stats"], &[]).await.unwrap();
+    assert!(stats.contains("Stock DLQ: 3 messages"), "{stats}");
+
+    // Act: fix the cause of one (its order arrives, authorized at Stripe), then redrive.
+    let intent: Value = fleet
+        .http
+        .post(format!("{}/v1/payment_intents", fleet.stripe_url))
+        .bearer_auth("sk_test_stripe_sim_placeholder")
+        .form(&[
+            ("amount", "1000"),
+            ("currency", "usd"),
+            ("confirm", "true"),
+            ("capture_method", "manual"),
+            ("payment_method", "pm_card_visa"),
+            ("metadata[order_id]", &unknown_order.to_string()),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity, amount_minor,
+                             currency, payment_method, status, payment_intent_id)
+         VALUES ($1, 'quinn', 'late', '\\x00', 'sku-1', 1, 1000, 'usd', 'pm_card_visa', 'authorized', $2)",
+    )
+    .bind(unknown_order)
+    .bind(intent["id"].as_str().unwrap())
+    .execute(&fleet.pool)
+    .await
+    .unwrap();
+    let redrive = fleet.fleetctl(&["dlq", "redrive", "--queue", "stock"], &[]).await.unwrap();
+    assert!(redrive.contains("COMPLETED"), "{redrive}");
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+
+    // Assert: processed once, as a fresh message would be.
+    let status: String = sqlx::query_scalar("SELECT status::text FROM orders WHERE id = $1")
+        .bind(unknown_order)
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap();
+    assert_eq!(status, "paid");
+    let intents = fleet.intents().await.unwrap();
+    let redriven = intents.iter().find(|i| i["id"] == intent["id"]).unwrap();
+    assert_eq!(redriven["capture_count"], 1);
+    // The notifications of the hand-made order are outside this audit: only `pat`'s order counts
+    // towards its expected two, the late order adds `order.paid`.
+    let notes = fleet.notifications(3, Duration::from_secs(30)).await.unwrap();
+    let audit = Audit::of(&fleet, "sku-1", 5, &notes).await.unwrap();
+    println!("{}", audit.figures("poison-and-redrive", 3));
+    assert_eq!(
+        audit.double_captures + audit.oversold as usize + audit.lost as usize + audit.holds_left,
+        0,
+        "{audit:#?}"
+    );
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_to_every_worker_mid_burst_dead_letters_nothing_and_captures_once() {
+    // Arrange
+    let mut fleet = Fleet::start("sigterm-burst", 2).await.unwrap();
+    fleet.product("drop", 1000, 100).await.unwrap();
+
+    // Act: 500 orders; a third of the way in, every worker and the relay get SIGTERM.
+    let burst = async {
+        use futures::StreamExt;
+        futures::stream::iter(0..500)
+            .map(|i| {
+                let fleet = &fleet;
+                async move { fleet.post_order_retrying(&format!("u{i}"), "k", "drop", 1, "pm_card_visa").await }
+            })
+            .buffer_unordered(32)
+            .collect::<Vec<_>>()
+            .await
+    };
+    let labels = ["stock-worker-0", "stock-worker-1", "notification-worker", "outbox-relay"];
+    let stop = async {
+        loop {
+            let accepted: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM orders").fetch_one(&fleet.pool).await.unwrap();
+            if accepted >= 170 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for label in labels {
+            fleet.sigterm(label).unwrap();
+        }
+    };
+    let (answers, ()) = tokio::join!(burst, stop);
+    assert!(answers.iter().all(|a| a.as_ref().is_ok_and(|(a, _)| a.status == 202)), "an order was refused");
+    for label in labels {
+        let status = fleet.wait_exit(label, Duration::from_secs(60)).await.unwrap();
+        assert!(status.success(), "{label} did not stop cleanly: {status}");
+    }
+    // The restart: the stopped workers' messages wait in the queues until then.
+    for (label, bin) in [
+        ("stock-worker-0", "stock-worker"),
+        ("stock-worker-1", "stock-worker"),
+        ("notification-worker", "notification-worker"),
+        ("outbox-relay", "outbox-relay"),
+    ] {
+        fleet.spawn(label, bin, &[]).unwrap();
+    }
+    fleet.wait_settled(Duration::from_secs(180)).await.unwrap();
+
+    // Assert
+    let audit = audit(&fleet, "sigterm-mid-burst", "drop", 100, 4, 1000).await;
+    assert_eq!(audit.orders, 500);
+    assert_eq!(audit.by_status.get("paid"), Some(&100));
+    assert!(dlqs_are_empty(&fleet).await, "a SIGTERM pushed a message to a DLQ");
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_permanent_outbox_failure_is_dead_with_its_reason_and_retried_after_the_fix() {
+    // Arrange: the relay is configured with a notification queue that does not exist.
+    let mut fleet = Fleet::prepare("dead-outbox").await.unwrap();
+    let missing = format!("{}-missing", fleet.notification.url);
+    fleet.spawn("order-intake", "order-intake", &[]).unwrap();
+    fleet
+        .spawn("misconfigured-relay", "outbox-relay", &[("NOTIFICATION_QUEUE_URL", missing.as_str())])
+        .unwrap();
+    fleet.spawn("stock-worker", "stock-worker", &[]).unwrap();
+    fleet.spawn("notification-worker", "notification-worker", &[]).unwrap();
+    fleet.product("sku-1", 1000, 5).await.unwrap();
+
+    // Act
+    assert_eq!(place(&fleet, "rae", "key-1", "sku-1").await.status, 202);
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let dead = loop {
+        let dead = fleet.fleetctl(&["outbox", "dead"], &[]).await.unwrap();
+        if dead.starts_with("2 dead") || Instant::now() > deadline {
+            break dead;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+
+    // Assert: dead at once, with the code and reason, and nothing retried meanwhile.
+    assert!(dead.starts_with("2 dead"), "{dead}");
+    assert!(dead.contains("NonExistentQueue") || dead.contains("QueueDoesNotExist"), "{dead}");
+    assert!(dead.contains("after 1 attempts"), "{dead}");
+
+    // Act: fix the relay, retry the dead rows.
+    assert!(fleet.terminate("misconfigured-relay").await.unwrap().success());
+    fleet.spawn("outbox-relay", "outbox-relay", &[]).unwrap();
+    let retried = fleet.fleetctl(&["outbox", "retry", "--all"], &[]).await.unwrap();
+    assert!(retried.starts_with("2 outbox rows re-queued"), "{retried}");
+
+    // Assert: delivered, once.
+    let audit = audit(&fleet, "permanent-outbox-failure", "sku-1", 5, 2, 2).await;
+    assert_eq!(audit.by_status.get("paid"), Some(&1));
+    let (dead_rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM outbox WHERE status = 'dead'")
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap();
+    assert_eq!(dead_rows, 0);
+    fleet.stop().await.unwrap();
+}

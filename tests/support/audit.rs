@@ -1,0 +1,155 @@
+//! Checks SPEC §8's guarantees at the end of a test, from the three places that know:
+//! stripe-sim's ledger (authorizations, captures, cancels, holds), the database (orders,
+//! stock, outbox) and SNS (through the observer queue). Every fault-injection case ends here,
+//! and prints its figures for docs/failure-modes.md.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::Value;
+
+use crate::world::TestFleet;
+
+#[derive(Debug, Default)]
+pub struct Audit {
+    pub orders: i64,
+    pub by_status: HashMap<String, i64>,
+    /// Orders with more than one PaymentIntent (a second authorization).
+    pub double_authorizations: usize,
+    /// Intents captured by more than one non-replayed capture request.
+    pub double_captures: usize,
+    /// Captured intents whose order is not paid (a capture without a reservation).
+    pub captures_not_paid: usize,
+    /// Units sold beyond the stock, and whether the stock went negative or mis-counted.
+    pub oversold: i64,
+    pub stock_mismatch: i64,
+    /// Orders not terminal at the end, and not visible to an operator either.
+    pub lost: i64,
+    /// Authorizations still holding funds for an order that will not be captured.
+    pub holds_left: usize,
+    pub duplicate_notifications: usize,
+    pub missing_notifications: usize,
+}
+
+impl Audit {
+    /// Audits `product` (which started with `initial_stock` units), given the notifications
+    /// the observer saw.
+    pub async fn of(
+        fleet: &TestFleet,
+        product: &str,
+        initial_stock: i32,
+        notifications: &[(String, String)],
+    ) -> anyhow::Result<Self> {
+        let mut audit = Audit::default();
+        let orders: Vec<(uuid::Uuid, String, i32)> =
+            sqlx::query_as("SELECT id, status::text, quantity FROM orders WHERE product_id = $1")
+                .bind(product)
+                .fetch_all(&fleet.pool)
+                .await?;
+        audit.orders = orders.len() as i64;
+        let status_of: HashMap<String, String> =
+            orders.iter().map(|(id, s, _)| (id.to_string(), s.clone())).collect();
+        for (_, status, _) in &orders {
+            *audit.by_status.entry(status.clone()).or_default() += 1;
+        }
+        let units = |statuses: &[&str]| -> i64 {
+            orders.iter().filter(|(_, s, _)| statuses.contains(&s.as_str())).map(|(_, _, q)| *q as i64).sum()
+        };
+        let sold = units(&["paid"]);
+        let held = units(&["stock_reserved", "paid"]);
+        let stock: i32 = sqlx::query_scalar("SELECT stock FROM products WHERE id = $1")
+            .bind(product)
+            .fetch_one(&fleet.pool)
+            .await?;
+        audit.oversold = (sold - initial_stock as i64).max(0);
+        audit.stock_mismatch =
+            (initial_stock as i64 - held - stock as i64).abs() + if stock < 0 { 1 } else { 0 };
+        audit.lost = orders
+            .iter()
+            .filter(|(_, s, _)| {
+                matches!(s.as_str(), "pending_authorization" | "authorized" | "stock_reserved")
+            })
+            .count() as i64;
+
+        let intents = fleet.intents().await?;
+        let mut per_order: HashMap<String, usize> = HashMap::new();
+        for intent in intents.iter().filter(|i| status_of.contains_key(order_of(i))) {
+            let order = order_of(intent).to_owned();
+            *per_order.entry(order.clone()).or_default() += 1;
+            if intent["capture_count"].as_i64().unwrap_or(0) > 1 {
+                audit.double_captures += 1;
+            }
+            let order_status = status_of[&order].as_str();
+            if intent["status"] == "succeeded" && order_status != "paid" {
+                audit.captures_not_paid += 1;
+            }
+            let terminal_without_capture =
+                matches!(order_status, "rejected_out_of_stock" | "payment_declined" | "capture_failed");
+            if intent["status"] == "requires_capture" && terminal_without_capture {
+                audit.holds_left += 1;
+            }
+        }
+        audit.double_authorizations = per_order.values().filter(|n| **n > 1).count();
+
+        let mut seen: HashSet<(String, String)> = HashSet::new();
+        for note in notifications {
+            if status_of.contains_key(&note.1) && !seen.insert(note.clone()) {
+                audit.duplicate_notifications += 1;
+            }
+        }
+        for (id, status) in &status_of {
+            let mut expected = Vec::new();
+            if !matches!(status.as_str(), "pending_authorization" | "payment_declined") {
+                expected.push("order.accepted");
+            }
+            match status.as_str() {
+                "paid" => expected.push("order.paid"),
+                "rejected_out_of_stock" | "capture_failed" => expected.push("order.rejected"),
+                _ => {}
+            }
+            audit.missing_notifications +=
+                expected.iter().filter(|e| !seen.contains(&(e.to_string(), id.clone()))).count();
+        }
+        Ok(audit)
+    }
+
+    /// Panics with the figures unless every guarantee holds.
+    pub fn assert_guarantees(&self) {
+        let clean = self.double_authorizations == 0
+            && self.double_captures == 0
+            && self.captures_not_paid == 0
+            && self.oversold == 0
+            && self.stock_mismatch == 0
+            && self.lost == 0
+            && self.holds_left == 0
+            && self.duplicate_notifications == 0
+            && self.missing_notifications == 0;
+        assert!(clean, "a guarantee does not hold: {self:#?}");
+    }
+
+    /// One line for docs/failure-modes.md.
+    pub fn figures(&self, case: &str, faults: usize) -> String {
+        format!(
+            "fault-suite: case={case} orders={} faults={faults} statuses={:?} double_authorizations={} double_captures={} \
+             oversold={} lost={} holds_left={} duplicate_notifications={} missing_notifications={}",
+            self.orders,
+            sorted(&self.by_status),
+            self.double_authorizations,
+            self.double_captures,
+            self.oversold,
+            self.lost,
+            self.holds_left,
+            self.duplicate_notifications,
+            self.missing_notifications
+        )
+    }
+}
+
+fn order_of(intent: &Value) -> &str {
+    intent["metadata"]["order_id"].as_str().unwrap_or("")
+}
+
+fn sorted(map: &HashMap<String, i64>) -> Vec<(String, i64)> {
+    let mut v: Vec<_> = map.iter().map(|(k, n)| (k.clone(), *n)).collect();
+    v.sort();
+    v
+}
