@@ -32,7 +32,20 @@ async fn run(config: IntakeConfig) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("failed to bind INTAKE_LISTEN_ADDR {}: {e}", config.listen_addr))?;
     tracing::info!(addr = %config.listen_addr, "order-intake listening");
     let metrics = orderfleet::ops::spawn(config.runtime.metrics_listen_addr, cancel.clone());
-    order_intake::run(listener, state, cancel.clone()).await?;
+    // In-flight requests may finish within the grace period after the stop signal; one still
+    // running then is cut off — its order keeps its lease, and a retry or the sweeper takes over.
+    let grace = config.runtime.shutdown_grace;
+    let deadline = {
+        let cancel = cancel.clone();
+        async move {
+            cancel.cancelled().await;
+            tokio::time::sleep(grace).await;
+        }
+    };
+    tokio::select! {
+        served = order_intake::run(listener, state, cancel.clone()) => served?,
+        () = deadline => tracing::warn!(?grace, "requests still in flight after the grace period; stopping anyway"),
+    }
     cancel.cancel();
     if let Some(metrics) = metrics {
         metrics.await??;

@@ -62,6 +62,37 @@ pub async fn sweep_batch(pool: &PgPool, policy: &RetentionPolicy) -> sqlx::Resul
     Ok(done.rows_affected())
 }
 
+/// The consumers' records outlive any redelivery they guard against: an inbox id matters
+/// while a copy of its message can still arrive — the 14 days a DLQ keeps a message, then a
+/// redrive — and a recorded failure explains a dead letter for as long as that stays too.
+pub const CONSUMER_RECORDS_KEPT: Duration = Duration::from_secs(15 * 24 * 3600);
+
+/// Deletes consumer records older than [`CONSUMER_RECORDS_KEPT`], one batch.
+pub async fn sweep_consumer_records(pool: &PgPool, batch: i64) -> sqlx::Result<u64> {
+    let age_ms = CONSUMER_RECORDS_KEPT.as_millis() as i64;
+    let inbox = sqlx::query(
+        "DELETE FROM inbox WHERE (consumer, message_id) IN (
+             SELECT consumer, message_id FROM inbox
+              WHERE processed_at < now() - $1 * interval '1 ms' LIMIT $2)",
+    )
+    .bind(age_ms)
+    .bind(batch)
+    .execute(pool)
+    .await?
+    .rows_affected();
+    let failures = sqlx::query(
+        "DELETE FROM message_failures WHERE (queue, sqs_message_id) IN (
+             SELECT queue, sqs_message_id FROM message_failures
+              WHERE updated_at < now() - $1 * interval '1 ms' LIMIT $2)",
+    )
+    .bind(age_ms)
+    .bind(batch)
+    .execute(pool)
+    .await?
+    .rows_affected();
+    Ok(inbox + failures)
+}
+
 /// Runs every `policy.every` until `cancel` fires, batch after batch until none is full.
 pub async fn run(pool: PgPool, policy: RetentionPolicy, cancel: CancellationToken) {
     loop {
@@ -80,6 +111,11 @@ pub async fn run(pool: PgPool, policy: RetentionPolicy, cancel: CancellationToke
                     tracing::warn!(error = %e, "outbox retention failed; trying again later");
                     break;
                 }
+            }
+        }
+        while let Ok(n) = sweep_consumer_records(&pool, policy.batch).await {
+            if (n as i64) < policy.batch || cancel.is_cancelled() {
+                break;
             }
         }
         tokio::select! {
