@@ -1,7 +1,7 @@
 # orderfleet: the two commands are `make demo` and `make test`; see README.md.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
-.PHONY: help up down demo test lint
+.PHONY: help up down demo test bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ printf "  make %-6s %s\n", $$1, $$2 }'
@@ -17,3 +17,6 @@ demo: up ## run the main job: a flash sale through the whole fleet, with a summa
 
 test: up ## the whole suite: format, lint (Rust + CloudFormation), unit and end-to-end tests
 	@scripts/with-env.sh scripts/test.sh
+
+bench: up ## N orders through the optimized fleet, with LocalStack's own ceiling (BENCH_ARGS="--orders N --no-batching")
+	@scripts/bench.sh

@@ -16,7 +16,7 @@ pub mod audit;
 pub mod queues;
 pub mod world;
 
-pub use fleet_harness::binary;
+pub use fleet_harness::{binary, replace_database};
 pub use queues::TestQueues;
 pub use world::TestFleet as Fleet;
 
@@ -74,35 +74,5 @@ impl TestDatabase {
             .execute(&mut conn)
             .await?;
         Ok(())
-    }
-}
-
-/// The same URL with another database name (and its query string kept).
-fn replace_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let authority_end = base.find("://").map(|i| i + 3).unwrap_or(0);
-    let path_start = base[authority_end..].find('/').map(|i| i + authority_end).unwrap_or(base.len());
-    let mut out = format!("{}/{}", &base[..path_start], database);
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::replace_database;
-
-    #[test]
-    fn replace_database_keeps_credentials_host_and_query() {
-        assert_eq!(
-            replace_database("postgres://u:p@127.0.0.1:5432/orderfleet?sslmode=disable", "t1"),
-            "postgres://u:p@127.0.0.1:5432/t1?sslmode=disable"
-        );
-        assert_eq!(replace_database("postgres://u@h", "t1"), "postgres://u@h/t1");
     }
 }

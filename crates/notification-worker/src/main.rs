@@ -12,6 +12,7 @@ struct Config {
     topic: TopicConfig,
     runtime: RuntimeConfig,
     queue_url: HttpUrl,
+    batching: bool,
 }
 
 impl Config {
@@ -20,6 +21,7 @@ impl Config {
             database: DatabaseConfig::from_env(env)?,
             topic: TopicConfig::from_env(env)?,
             runtime: RuntimeConfig::from_env(env)?,
+            batching: orderfleet::config::batching(env)?,
             queue_url: env.required("NOTIFICATION_QUEUE_URL")?,
         })
     }
@@ -53,6 +55,7 @@ async fn run(config: Config, aws: Aws) -> anyhow::Result<()> {
     let consumer = ConsumerConfig {
         shutdown_grace: config.runtime.shutdown_grace,
         failure_log: Some(pool.clone()),
+        batch_size: if config.batching { 10 } else { 1 },
         ..ConsumerConfig::new(config.queue_url.as_str())
     };
     tracing::info!(queue = consumer::short_name(&consumer.queue_url), "notification-worker running");

@@ -179,6 +179,20 @@ impl Setting for LogFormat {
     }
 }
 
+/// `ORDERFLEET_BATCHING`: `on` (the default) puts up to 10 entries in every SQS and SNS
+/// call; `off` sends one per call, only to measure what batching buys (`make bench`).
+pub fn batching(env: &Env) -> Result<bool, ConfigError> {
+    let raw: Option<String> = env.optional("ORDERFLEET_BATCHING")?;
+    match raw.as_deref() {
+        None | Some("on") => Ok(true),
+        Some("off") => Ok(false),
+        Some(other) => Err(ConfigError::Malformed {
+            name: "ORDERFLEET_BATCHING",
+            reason: format!("expected \"on\" or \"off\", got {other:?}"),
+        }),
+    }
+}
+
 /// `DATABASE_URL`.
 #[derive(Debug, Clone)]
 pub struct DatabaseConfig {

@@ -91,6 +91,9 @@ pub struct ConsumerConfig {
     pub pollers: usize,
     /// Messages being handled at once, across pollers.
     pub max_in_flight: usize,
+    /// Messages per receive, and entries per delete or visibility call (1–10); 10 but to
+    /// measure what batching buys.
+    pub batch_size: usize,
     /// Visibility timeout for `Retry` and `Poison`, by receive count.
     pub retry_backoff: Backoff,
     /// How long an acknowledgement may wait to share a batch call.
@@ -110,6 +113,7 @@ impl ConsumerConfig {
             queue_url: queue_url.into(),
             pollers: 2,
             max_in_flight: 32,
+            batch_size: 10,
             // Transient failures come back after about 5 s, 10 s, 20 s…: spread out, and still
             // inside the three receives before the DLQ for a poison message.
             retry_backoff: Backoff::new(Duration::from_secs(5), Duration::from_secs(300)),
@@ -136,8 +140,13 @@ pub async fn run<H: Handler>(
     }
     let permits = Arc::new(Semaphore::new(config.max_in_flight));
     let (ack_tx, ack_rx) = mpsc::channel::<Ack>(config.max_in_flight * 2 + 20);
-    let acker =
-        tokio::spawn(acknowledge(sqs.clone(), config.queue_url.clone(), ack_rx, config.ack_flush_interval));
+    let acker = tokio::spawn(acknowledge(
+        sqs.clone(),
+        config.queue_url.clone(),
+        ack_rx,
+        config.ack_flush_interval,
+        config.batch_size.clamp(1, 10),
+    ));
     let in_flight = InFlight::default();
     let gate = Arc::new(Gate::default());
     // When the stop signal came: the grace period counts from there.
@@ -187,7 +196,7 @@ pub async fn run<H: Handler>(
             "in-flight messages did not finish in the grace period; releasing them to the queue"
         );
         let mut pending: Vec<(String, i32)> = unfinished.into_iter().map(|r| (r, 0)).collect();
-        flush_visibility(&sqs, &config.queue_url, &mut pending).await;
+        flush_visibility(&sqs, &config.queue_url, &mut pending, 10).await;
     }
     // Deletes and visibility changes still waiting for a batch go out before we exit.
     let (flushed_tx, flushed_rx) = oneshot::channel();
@@ -237,7 +246,7 @@ async fn poll<H: Handler>(
             permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
         };
         let mut held = vec![first];
-        while held.len() < 10 {
+        while held.len() < config.batch_size.clamp(1, 10) {
             match permits.clone().try_acquire_owned() {
                 Ok(p) => held.push(p),
                 Err(_) => break,
@@ -509,7 +518,13 @@ enum Ack {
 
 /// Batches acknowledgements: at most 10 per call, sent when 10 are waiting or when the oldest
 /// has waited `flush` (so latency stays low when traffic is light).
-async fn acknowledge(sqs: Client, queue_url: String, mut rx: mpsc::Receiver<Ack>, flush: Duration) {
+async fn acknowledge(
+    sqs: Client,
+    queue_url: String,
+    mut rx: mpsc::Receiver<Ack>,
+    flush: Duration,
+    batch: usize,
+) {
     let mut deletes: Vec<String> = Vec::new();
     let mut visibility: Vec<(String, i32)> = Vec::new();
     let mut deadline: Option<tokio::time::Instant> = None;
@@ -517,8 +532,8 @@ async fn acknowledge(sqs: Client, queue_url: String, mut rx: mpsc::Receiver<Ack>
         let next = tokio::select! {
             ack = rx.recv() => ack,
             _ = async { tokio::time::sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => {
-                flush_deletes(&sqs, &queue_url, &mut deletes).await;
-                flush_visibility(&sqs, &queue_url, &mut visibility).await;
+                flush_deletes(&sqs, &queue_url, &mut deletes, batch).await;
+                flush_visibility(&sqs, &queue_url, &mut visibility, batch).await;
                 deadline = None;
                 continue;
             }
@@ -527,21 +542,21 @@ async fn acknowledge(sqs: Client, queue_url: String, mut rx: mpsc::Receiver<Ack>
             Some(Ack::Delete(receipt)) => deletes.push(receipt),
             Some(Ack::Visibility(receipt, seconds)) => visibility.push((receipt, seconds)),
             Some(Ack::Flush(done)) => {
-                flush_deletes(&sqs, &queue_url, &mut deletes).await;
-                flush_visibility(&sqs, &queue_url, &mut visibility).await;
+                flush_deletes(&sqs, &queue_url, &mut deletes, batch).await;
+                flush_visibility(&sqs, &queue_url, &mut visibility, batch).await;
                 let _ = done.send(());
             }
             None => {
-                flush_deletes(&sqs, &queue_url, &mut deletes).await;
-                flush_visibility(&sqs, &queue_url, &mut visibility).await;
+                flush_deletes(&sqs, &queue_url, &mut deletes, batch).await;
+                flush_visibility(&sqs, &queue_url, &mut visibility, batch).await;
                 return;
             }
         }
-        if deletes.len() >= 10 {
-            flush_deletes(&sqs, &queue_url, &mut deletes).await;
+        if deletes.len() >= batch {
+            flush_deletes(&sqs, &queue_url, &mut deletes, batch).await;
         }
-        if visibility.len() >= 10 {
-            flush_visibility(&sqs, &queue_url, &mut visibility).await;
+        if visibility.len() >= batch {
+            flush_visibility(&sqs, &queue_url, &mut visibility, batch).await;
         }
         deadline = if deletes.is_empty() && visibility.is_empty() {
             None
@@ -551,9 +566,9 @@ async fn acknowledge(sqs: Client, queue_url: String, mut rx: mpsc::Receiver<Ack>
     }
 }
 
-async fn flush_deletes(sqs: &Client, queue_url: &str, pending: &mut Vec<String>) {
+async fn flush_deletes(sqs: &Client, queue_url: &str, pending: &mut Vec<String>, batch: usize) {
     while !pending.is_empty() {
-        let chunk: Vec<String> = pending.drain(..pending.len().min(10)).collect();
+        let chunk: Vec<String> = pending.drain(..pending.len().min(batch)).collect();
         let entries: Vec<_> = chunk
             .iter()
             .enumerate()
@@ -582,7 +597,7 @@ async fn flush_deletes(sqs: &Client, queue_url: &str, pending: &mut Vec<String>)
     }
 }
 
-async fn flush_visibility(sqs: &Client, queue_url: &str, pending: &mut Vec<(String, i32)>) {
+async fn flush_visibility(sqs: &Client, queue_url: &str, pending: &mut Vec<(String, i32)>, batch: usize) {
     // A receipt may be queued twice (a heartbeat, then the retry's backoff): the later wins,
     // and a batch must not carry both, since SQS applies its entries in no set order.
     let mut latest: HashMap<String, usize> = HashMap::new();
@@ -596,7 +611,7 @@ async fn flush_visibility(sqs: &Client, queue_url: &str, pending: &mut Vec<(Stri
         keep
     });
     while !pending.is_empty() {
-        let chunk: Vec<(String, i32)> = pending.drain(..pending.len().min(10)).collect();
+        let chunk: Vec<(String, i32)> = pending.drain(..pending.len().min(batch)).collect();
         let entries: Vec<_> = chunk
             .iter()
             .enumerate()

@@ -100,17 +100,7 @@ impl RelayConfig {
                 reason: "must be at least 1".into(),
             });
         }
-        let batching: Option<String> = env.optional("OUTBOX_BATCHING")?;
-        let batching = match batching.as_deref() {
-            None | Some("on") | Some("true") | Some("1") => true,
-            Some("off") | Some("false") | Some("0") => false,
-            Some(other) => {
-                return Err(ConfigError::Malformed {
-                    name: "OUTBOX_BATCHING",
-                    reason: format!("expected \"on\" or \"off\", got {other:?}"),
-                });
-            }
-        };
+        let batching = orderfleet::config::batching(env)?;
         Ok(Self {
             database: DatabaseConfig::from_env(env)?,
             queues: QueueConfig::from_env(env)?,

@@ -16,6 +16,7 @@ struct Config {
     stripe: StripeConfig,
     runtime: RuntimeConfig,
     queue_url: HttpUrl,
+    batching: bool,
     max_in_flight: u32,
     sweep_every: Seconds,
 }
@@ -26,6 +27,7 @@ impl Config {
             database: DatabaseConfig::from_env(env)?,
             stripe: StripeConfig::from_env(env)?,
             runtime: RuntimeConfig::from_env(env)?,
+            batching: orderfleet::config::batching(env)?,
             queue_url: env.required("STOCK_QUEUE_URL")?,
             max_in_flight: env.or_default("STOCK_WORKER_CONCURRENCY", 32)?,
             sweep_every: env.or_default("SWEEP_INTERVAL_SECONDS", Seconds(Duration::from_secs(60)))?,
@@ -63,6 +65,7 @@ async fn run(config: Config, aws: Aws) -> anyhow::Result<()> {
         max_in_flight: config.max_in_flight.max(1) as usize,
         shutdown_grace: config.runtime.shutdown_grace,
         failure_log: Some(pool.clone()),
+        batch_size: if config.batching { 10 } else { 1 },
         ..ConsumerConfig::new(config.queue_url.as_str())
     };
     tracing::info!(queue = consumer::short_name(&consumer.queue_url), "stock-worker running");

@@ -1,0 +1,393 @@
+//! `make bench`: N orders through the whole fleet against LocalStack, PostgreSQL and
+//! stripe-sim, and in the same run LocalStack's own ceiling for batched messages.
+//!
+//! It prints orders per second end to end, intake latency p50/p99, accepted → paid latency
+//! p50/p99, SQS and SNS requests per order by operation (the fleet's own counts, from each
+//! process's `/metrics`), database transactions per order (`pg_stat_database`), an idle
+//! poller's receives per minute, LocalStack's raw ceiling (batched send → receive → delete of
+//! N messages, no business logic) and the fleet's ratio to it; then one line:
+//! `bench: orders=N orders_per_s=X requests_per_order=Y ceiling_msgs_per_s=Z ratio=R`.
+//!
+//! It runs on a database of its own (created and dropped here) and on the stack's queues
+//! (purged first). `--no-batching` runs the fleet with one message per AWS call, to show what
+//! batching buys.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, SendMessageBatchRequestEntry};
+use fleet_harness::metrics::sum_by_label;
+use fleet_harness::{Fleet, Stack, replace_database};
+use futures::StreamExt;
+use orderfleet::aws::Aws;
+use sqlx::{Connection, PgConnection};
+
+struct Options {
+    orders: usize,
+    concurrency: usize,
+    batching: bool,
+    idle_seconds: u64,
+}
+
+fn options() -> anyhow::Result<Options> {
+    let mut options = Options { orders: 2000, concurrency: 64, batching: true, idle_seconds: 60 };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--orders" => options.orders = value()?.parse().context("--orders takes a number")?,
+            "--concurrency" => {
+                options.concurrency = value()?.parse().context("--concurrency takes a number")?
+            }
+            "--idle-seconds" => {
+                options.idle_seconds = value()?.parse().context("--idle-seconds takes a number")?
+            }
+            "--no-batching" => options.batching = false,
+            "--help" | "-h" => {
+                println!(
+                    "orderfleet-bench [--orders N (2000)] [--concurrency C (64)] [--idle-seconds S (60)] [--no-batching]"
+                );
+                std::process::exit(0);
+            }
+            other => anyhow::bail!("unknown argument {other}; see --help"),
+        }
+    }
+    anyhow::ensure!(options.orders >= 10, "--orders must be at least 10");
+    Ok(options)
+}
+
+fn var(name: &str) -> anyhow::Result<String> {
+    std::env::var(name).with_context(|| format!("{name} is not set: run the benchmark with `make bench`"))
+}
+
+fn say(message: &str) {
+    println!("bench: {message}");
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
+    let options = options()?;
+    let admin_url = var("DATABASE_URL")?;
+    let aws = Aws::load().await?;
+    let sqs = aws.sqs();
+
+    say(&format!("LocalStack's ceiling: {} messages, batched send → receive → delete", options.orders));
+    let ceiling = ceiling(&sqs, options.orders).await?;
+    say(&format!("  {ceiling:.0} messages/s"));
+
+    // A database of the run's own, so its transaction count is the fleet's alone.
+    let database = format!("orderfleet_bench_{}", chrono::Utc::now().format("%Y%m%d%H%M%S"));
+    let mut admin = PgConnection::connect(&admin_url).await.context("failed to reach PostgreSQL")?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}"))).execute(&mut admin).await?;
+    let database_url = replace_database(&admin_url, &database);
+    let result = fleet_run(&options, &aws, &database_url, &database, &mut admin, ceiling).await;
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)")))
+        .execute(&mut admin)
+        .await?;
+    result
+}
+
+async fn fleet_run(
+    options: &Options,
+    aws: &Aws,
+    database_url: &str,
+    database: &str,
+    admin: &mut PgConnection,
+    ceiling: f64,
+) -> anyhow::Result<()> {
+    let sqs = aws.sqs();
+    let pool = sqlx::PgPool::connect(database_url).await?;
+    orderfleet::db::migrate(&pool).await?;
+    let stack = Stack {
+        database_url: database_url.to_owned(),
+        stock_queue_url: var("STOCK_QUEUE_URL")?,
+        notification_queue_url: var("NOTIFICATION_QUEUE_URL")?,
+        topic_arn: var("NOTIFICATION_TOPIC_ARN")?,
+        aws_env: Stack::aws_env_from_process(),
+    };
+    for url in [&stack.stock_queue_url, &stack.notification_queue_url] {
+        sqs.purge_queue().queue_url(url).send().await.with_context(|| format!("failed to purge {url}"))?;
+    }
+    let log_dir = std::env::var_os("ORDERFLEET_RUN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(".run"))
+        .join("bench");
+    let batching = if options.batching { "on" } else { "off" };
+    say(&format!("starting the fleet (batching {batching}); logs in {}/", log_dir.display()));
+    let mut fleet = Fleet::prepare("bench", stack, log_dir).await?;
+    let env = [("ORDERFLEET_BATCHING", batching), ("SWEEP_INTERVAL_SECONDS", "0"), ("RUST_LOG", "warn")];
+    fleet.spawn("order-intake", "order-intake", &env)?;
+    fleet.spawn("outbox-relay", "outbox-relay", &env)?;
+    fleet.spawn("stock-worker-0", "stock-worker", &env)?;
+    fleet.spawn("stock-worker-1", "stock-worker", &env)?;
+    fleet.spawn("notification-worker", "notification-worker", &env)?;
+    let stock = (options.orders / 4) as i32;
+    fleet.product("bench", 1000, stock).await?;
+    wait_for_intake(&fleet).await?;
+    let outcome = measure(&fleet, options, admin, database, ceiling).await;
+    fleet.stop().await?;
+    pool.close().await;
+    outcome
+}
+
+async fn wait_for_intake(fleet: &Fleet) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fleet.http.get(format!("{}/healthz", fleet.intake_url)).send().await.is_err() {
+        anyhow::ensure!(Instant::now() < deadline, "the intake did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+async fn transactions(admin: &mut PgConnection, database: &str) -> anyhow::Result<i64> {
+    // Other backends report their counts when idle or every second or so; a short pause
+    // before reading lets them.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let n: i64 =
+        sqlx::query_scalar("SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1")
+            .bind(database)
+            .fetch_one(&mut *admin)
+            .await?;
+    Ok(n)
+}
+
+async fn measure(
+    fleet: &Fleet,
+    options: &Options,
+    admin: &mut PgConnection,
+    database: &str,
+    ceiling: f64,
+) -> anyhow::Result<()> {
+    let n = options.orders;
+    let before_requests = sum_by_label(&fleet.scrape_metrics().await, "aws_requests_total", "operation");
+    let before_xacts = transactions(admin, database).await?;
+
+    say(&format!("{n} orders from {n} users, {} at a time", options.concurrency));
+    let started = Instant::now();
+    let answered = Arc::new(AtomicUsize::new(0));
+    let latencies: Vec<(u16, Duration)> = futures::stream::iter(0..n)
+        .map(|i| {
+            let answered = answered.clone();
+            async move {
+                let sent = Instant::now();
+                let status = match fleet
+                    .post_order(&format!("b{i}"), &format!("bench-{i}"), "bench", 1, "pm_card_visa")
+                    .await
+                {
+                    Ok(answer) => answer.status,
+                    Err(_) => 0,
+                };
+                let done = answered.fetch_add(1, Ordering::Relaxed) + 1;
+                if done.is_multiple_of(500) {
+                    say(&format!("  {done} answered"));
+                }
+                (status, sent.elapsed())
+            }
+        })
+        .buffer_unordered(options.concurrency)
+        .collect()
+        .await;
+    let intake_seconds = started.elapsed().as_secs_f64();
+    let accepted = latencies.iter().filter(|(s, _)| *s == 202).count();
+    let statuses = latencies.iter().fold(BTreeMap::<u16, usize>::new(), |mut m, (s, _)| {
+        *m.entry(*s).or_default() += 1;
+        m
+    });
+    say(&format!("  intake done in {intake_seconds:.1} s: {statuses:?}"));
+
+    loop {
+        let open: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM orders WHERE status IN ('pending_authorization', 'authorized', 'stock_reserved')
+                OR (status = 'rejected_out_of_stock' AND authorization_released_at IS NULL)",
+        )
+        .fetch_one(&fleet.pool)
+        .await?;
+        if open == 0 {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(900),
+            "{open} orders still open after 15 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let total_seconds = started.elapsed().as_secs_f64();
+    let orders_per_s = accepted as f64 / total_seconds;
+
+    let after_requests = sum_by_label(&fleet.scrape_metrics().await, "aws_requests_total", "operation");
+    let after_xacts = transactions(admin, database).await?;
+    let by_status: BTreeMap<String, i64> =
+        sqlx::query_as::<_, (String, i64)>("SELECT status::text, count(*) FROM orders GROUP BY 1")
+            .fetch_all(&fleet.pool)
+            .await?
+            .into_iter()
+            .collect();
+    let paid_latencies: Vec<f64> = sqlx::query_scalar(
+        "SELECT EXTRACT(EPOCH FROM (updated_at - created_at))::float8 FROM orders WHERE status = 'paid'",
+    )
+    .fetch_all(&fleet.pool)
+    .await?;
+    let mut intake_ms: Vec<f64> = latencies.iter().map(|(_, d)| d.as_secs_f64() * 1000.0).collect();
+    let mut paid_ms: Vec<f64> = paid_latencies.iter().map(|s| s * 1000.0).collect();
+
+    let mut requests: BTreeMap<String, f64> = BTreeMap::new();
+    for (op, count) in &after_requests {
+        let delta = count - before_requests.get(op).copied().unwrap_or(0.0);
+        if delta > 0.0 {
+            requests.insert(op.clone(), delta);
+        }
+    }
+    // The fleet's own reads of queue attributes at start are not per-order traffic.
+    requests.remove("GetQueueAttributes");
+    let total_requests: f64 = requests.values().sum();
+    let requests_per_order = total_requests / accepted.max(1) as f64;
+    let xacts_per_order = (after_xacts - before_xacts) as f64 / accepted.max(1) as f64;
+
+    // An idle fleet: how often does a poller ask?
+    let idle = if options.idle_seconds > 0 {
+        say(&format!("idle for {} s, counting receives", options.idle_seconds));
+        let before = sum_by_label(&fleet.scrape_metrics().await, "aws_requests_total", "operation");
+        tokio::time::sleep(Duration::from_secs(options.idle_seconds)).await;
+        let after = sum_by_label(&fleet.scrape_metrics().await, "aws_requests_total", "operation");
+        let receives = after.get("ReceiveMessage").copied().unwrap_or(0.0)
+            - before.get("ReceiveMessage").copied().unwrap_or(0.0);
+        // Two stock workers and a notification worker, two pollers each.
+        let pollers = 6.0;
+        Some(receives / pollers / (options.idle_seconds as f64 / 60.0))
+    } else {
+        None
+    };
+
+    let ratio = orders_per_s / ceiling;
+    println!();
+    println!("== orderfleet bench: {n} orders, batching {} ==", if options.batching { "on" } else { "off" });
+    println!(
+        "orders by status          {}",
+        by_status.iter().map(|(s, c)| format!("{s}={c}")).collect::<Vec<_>>().join(" ")
+    );
+    println!(
+        "end to end                {accepted} accepted orders terminal in {total_seconds:.1} s = {orders_per_s:.1} orders/s"
+    );
+    println!(
+        "intake latency            p50 {:.1} ms, p99 {:.1} ms (p99/p50 {:.1}); answers {statuses:?}",
+        percentile(&mut intake_ms, 50.0),
+        percentile(&mut intake_ms, 99.0),
+        percentile(&mut intake_ms, 99.0) / percentile(&mut intake_ms, 50.0).max(0.001)
+    );
+    println!(
+        "accepted → paid           p50 {:.0} ms, p99 {:.0} ms ({} paid)",
+        percentile(&mut paid_ms, 50.0),
+        percentile(&mut paid_ms, 99.0),
+        paid_ms.len()
+    );
+    println!(
+        "SQS + SNS requests        {total_requests:.0} = {requests_per_order:.2} per order: {}",
+        requests
+            .iter()
+            .map(|(op, c)| format!("{op}={:.3}", c / accepted.max(1) as f64))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!("database transactions     {xacts_per_order:.1} per order");
+    if let Some(idle) = idle {
+        println!("idle receives             {idle:.1} per minute per poller");
+    }
+    println!("LocalStack ceiling        {ceiling:.0} messages/s (batched send → receive → delete)");
+    println!("fleet / ceiling           {ratio:.3} (orders/s over messages/s; an order is 3 messages)");
+    println!(
+        "bench: orders={accepted} orders_per_s={orders_per_s:.1} requests_per_order={requests_per_order:.2} ceiling_msgs_per_s={ceiling:.0} ratio={ratio:.3}"
+    );
+    Ok(())
+}
+
+fn percentile(values: &mut [f64], p: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    let rank = ((p / 100.0) * (values.len() - 1) as f64).round() as usize;
+    values[rank]
+}
+
+/// LocalStack's raw rate for `n` messages through one queue: 4 senders with
+/// `SendMessageBatch` of 10, 4 consumers with `ReceiveMessage` of 10 and `DeleteMessageBatch`,
+/// running together, timed from the first send to the last delete.
+async fn ceiling(sqs: &aws_sdk_sqs::Client, n: usize) -> anyhow::Result<f64> {
+    let name = format!("bench-ceiling-{}", uuid::Uuid::new_v4().simple());
+    let url = sqs.create_queue().queue_name(&name).send().await?.queue_url.context("a queue URL")?;
+    let deleted = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let batches = n.div_ceil(10);
+    let next_batch = Arc::new(AtomicUsize::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let (sqs, url, next_batch) = (sqs.clone(), url.clone(), next_batch.clone());
+        tasks.spawn(async move {
+            loop {
+                let batch = next_batch.fetch_add(1, Ordering::Relaxed);
+                if batch >= batches {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                let size = (n - batch * 10).min(10);
+                let entries = (0..size)
+                    .map(|i| {
+                        SendMessageBatchRequestEntry::builder().id(i.to_string()).message_body("x").build()
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                sqs.send_message_batch().queue_url(&url).set_entries(Some(entries)).send().await?;
+            }
+        });
+    }
+    for _ in 0..4 {
+        let (sqs, url, deleted) = (sqs.clone(), url.clone(), deleted.clone());
+        tasks.spawn(async move {
+            while deleted.load(Ordering::Relaxed) < n {
+                let out = sqs
+                    .receive_message()
+                    .queue_url(&url)
+                    .max_number_of_messages(10)
+                    .wait_time_seconds(1)
+                    .send()
+                    .await?;
+                let messages = out.messages.unwrap_or_default();
+                if messages.is_empty() {
+                    continue;
+                }
+                let entries = messages
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| {
+                        DeleteMessageBatchRequestEntry::builder()
+                            .id(i.to_string())
+                            .receipt_handle(m.receipt_handle().unwrap_or_default())
+                            .build()
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                sqs.delete_message_batch().queue_url(&url).set_entries(Some(entries)).send().await?;
+                deleted.fetch_add(messages.len(), Ordering::Relaxed);
+            }
+            Ok(())
+        });
+    }
+    while let Some(result) = tasks.join_next().await {
+        result??;
+    }
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    sqs.delete_queue().queue_url(&url).send().await?;
+    Ok(rate)
+}
