@@ -210,23 +210,35 @@ async fn measure(
     });
     say(&format!("  intake done in {intake_seconds:.1} s: {statuses:?}"));
 
+    // Done means every order terminal with its hold released, and every notification
+    // published (each notification message marked processed in the inbox).
+    let mut terminal_at = None;
     loop {
-        let open: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM orders WHERE status IN ('pending_authorization', 'authorized', 'stock_reserved')
-                OR (status = 'rejected_out_of_stock' AND authorization_released_at IS NULL)",
+        let (open, unpublished): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM orders
+                      WHERE status IN ('pending_authorization', 'authorized', 'stock_reserved')
+                         OR (status = 'rejected_out_of_stock' AND authorization_released_at IS NULL)),
+                    (SELECT count(*) FROM outbox o WHERE o.destination = 'notification'
+                        AND NOT EXISTS (SELECT 1 FROM inbox i WHERE i.message_id = o.id AND i.processed_at IS NOT NULL))",
         )
         .fetch_one(&fleet.pool)
         .await?;
-        if open == 0 {
+        if open == 0 && terminal_at.is_none() {
+            terminal_at = Some(started.elapsed());
+        }
+        if open == 0 && unpublished == 0 {
             break;
         }
         anyhow::ensure!(
             started.elapsed() < Duration::from_secs(900),
-            "{open} orders still open after 15 minutes"
+            "after 15 minutes: {open} orders open, {unpublished} notifications unpublished"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let total_seconds = started.elapsed().as_secs_f64();
+    let terminal_seconds = terminal_at.unwrap_or_default().as_secs_f64();
+    // The last deletes go out within the acknowledgement flush interval; let them.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let orders_per_s = accepted as f64 / total_seconds;
 
     let after_requests = sum_by_label(&fleet.scrape_metrics().await, "aws_requests_total", "operation");
@@ -281,7 +293,8 @@ async fn measure(
         by_status.iter().map(|(s, c)| format!("{s}={c}")).collect::<Vec<_>>().join(" ")
     );
     println!(
-        "end to end                {accepted} accepted orders terminal in {total_seconds:.1} s = {orders_per_s:.1} orders/s"
+        "end to end                {accepted} accepted orders terminal in {terminal_seconds:.1} s, every notification \
+         published in {total_seconds:.1} s = {orders_per_s:.1} orders/s"
     );
     println!(
         "intake latency            p50 {:.1} ms, p99 {:.1} ms (p99/p50 {:.1}); answers {statuses:?}",
