@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use orderfleet::auth::UserId;
-use orderfleet::authorization::{self, AuthorizationError, PendingOrder};
+use orderfleet::authorization::{self, AuthorizationError, PendingOrder, Recorded};
 use orderfleet::order::OrderStatus;
 use orderfleet::payments::Payments;
 use serde::Serialize;
@@ -181,8 +181,14 @@ impl Intake<'_> {
             currency: order.currency.clone(),
             payment_method: order.payment_method.clone(),
         };
-        match authorization::authorize(self.pool, self.payments, &pending).await {
-            Ok(()) => {}
+        let now = match authorization::authorize(self.pool, self.payments, &pending).await {
+            // This request moved the order: the answer follows from what it wrote.
+            Ok(Recorded::Authorized) => OrderRow { status: OrderStatus::Authorized, ..order },
+            Ok(Recorded::Declined(reason)) => {
+                OrderRow { status: OrderStatus::PaymentDeclined, failure_reason: Some(reason), ..order }
+            }
+            // Someone else moved it (a racing retry, the sweeper) and decided the answer.
+            Ok(Recorded::MovedElsewhere) => self.reload(order.id).await?,
             Err(AuthorizationError::ProviderUnavailable(reason)) => {
                 tracing::warn!(order_id = %order.id, reason, "payment provider unavailable; the order stays pending");
                 return Err(ApiError::PaymentUnavailable);
@@ -193,9 +199,7 @@ impl Intake<'_> {
                 let _ = authorization::release(self.pool, order.id).await;
                 return Err(database_error(e));
             }
-        }
-        // Whoever moved the order (this request, or the sweeper in a race) decided the answer.
-        let now = self.reload(order.id).await?;
+        };
         now.answer(false).ok_or_else(|| {
             ApiError::Unexpected(anyhow::anyhow!("order {} still pending after authorization", order.id))
         })

@@ -14,7 +14,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::order::{OrderNotification, OrderStatus};
-use crate::outbox::{self, EventType, NewMessage};
+use crate::outbox::{EventType, NewMessage};
 use crate::payments::{AuthorizeRequest, Intent, IntentStatus, PaymentError, Payments};
 
 /// What authorizing needs to know of an order.
@@ -54,12 +54,23 @@ pub async fn take_over(pool: &PgPool, id: Uuid, lease: Duration) -> sqlx::Result
     .await
 }
 
+/// What authorizing did to the order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    /// This call moved it to `authorized`.
+    Authorized,
+    /// This call moved it to `payment_declined`, for this reason.
+    Declined(String),
+    /// Someone else (a racing retry, the sweeper) had already moved it; read it again.
+    MovedElsewhere,
+}
+
 /// Authorizes the order (whose lease the caller holds) and records the result.
 pub async fn authorize(
     pool: &PgPool,
     payments: &Payments,
     order: &PendingOrder,
-) -> Result<(), AuthorizationError> {
+) -> Result<Recorded, AuthorizationError> {
     let result = payments
         .authorize(&AuthorizeRequest {
             order_id: order.id,
@@ -79,24 +90,19 @@ pub async fn record(
     payments: &Payments,
     order: &PendingOrder,
     result: Result<Intent, PaymentError>,
-) -> Result<(), AuthorizationError> {
-    match result {
+) -> Result<Recorded, AuthorizationError> {
+    let (intent_id, reason) = match result {
         // Holding funds (or, never with manual capture, already captured): accepted.
         Ok(intent) if matches!(intent.status, IntentStatus::RequiresCapture | IntentStatus::Succeeded) => {
-            commit_authorized(pool, order, &intent.id).await?
+            let moved = commit_authorized(pool, order, &intent.id).await?;
+            return Ok(if moved { Recorded::Authorized } else { Recorded::MovedElsewhere });
         }
         // Found by the sweeper: the card was declined, or the intent cancelled; no hold.
         Ok(intent) if intent.status == IntentStatus::RequiresPaymentMethod => {
-            commit_declined(
-                pool,
-                order.id,
-                Some(&intent.id),
-                "card_declined: the authorization did not succeed",
-            )
-            .await?
+            (Some(intent.id), "card_declined: the authorization did not succeed".to_owned())
         }
         Ok(intent) if intent.status == IntentStatus::Canceled => {
-            commit_declined(pool, order.id, Some(&intent.id), "authorization_canceled").await?
+            (Some(intent.id), "authorization_canceled".to_owned())
         }
         Ok(intent) => {
             // Confirmed but not holding funds (3-D Secure, say): this fleet takes only cards
@@ -106,75 +112,63 @@ pub async fn record(
                 "authorization_incomplete: the payment method needs another step ({:?})",
                 intent.status
             );
-            commit_declined(pool, order.id, Some(&intent.id), &reason).await?;
+            (Some(intent.id), reason)
         }
         Err(PaymentError::Declined { code, message, payment_intent_id }) => {
-            commit_declined(pool, order.id, payment_intent_id.as_deref(), &format!("{code}: {message}"))
-                .await?;
+            (payment_intent_id, format!("{code}: {message}"))
         }
-        Err(PaymentError::Refused { code, message, .. }) => {
-            // The provider refuses the request itself (an unknown payment method, say): no
-            // hold exists, and retrying cannot help.
-            commit_declined(pool, order.id, None, &format!("{code}: {message}")).await?;
-        }
+        // The provider refuses the request itself (an unknown payment method, say): no hold
+        // exists, and retrying cannot help.
+        Err(PaymentError::Refused { code, message, .. }) => (None, format!("{code}: {message}")),
         Err(PaymentError::Unavailable(reason)) => {
             release(pool, order.id).await?;
             return Err(AuthorizationError::ProviderUnavailable(reason));
         }
-    }
-    Ok(())
+    };
+    let moved = crate::order::transition_with_messages(
+        pool,
+        order.id,
+        OrderStatus::PendingAuthorization,
+        OrderStatus::PaymentDeclined,
+        Some(&reason),
+        intent_id.as_deref(),
+        &[],
+    )
+    .await?;
+    Ok(if moved { Recorded::Declined(reason) } else { Recorded::MovedElsewhere })
 }
 
-/// ONE transaction: `pending_authorization` → `authorized` (compare-and-set) and the outbox
+/// ONE statement: `pending_authorization` → `authorized` (compare-and-set) and the outbox
 /// rows it causes. If the compare-and-set finds the order moved on, nothing is written.
-async fn commit_authorized(pool: &PgPool, order: &PendingOrder, payment_intent_id: &str) -> sqlx::Result<()> {
-    let mut tx = pool.begin().await?;
-    let moved = sqlx::query(
-        "UPDATE orders SET status = 'authorized', payment_intent_id = $2, intake_lease_until = NULL, updated_at = now()
-          WHERE id = $1 AND status = 'pending_authorization'",
-    )
-    .bind(order.id)
-    .bind(payment_intent_id)
-    .execute(&mut *tx)
-    .await?;
-    if moved.rows_affected() == 1 {
-        let accepted = OrderNotification {
-            user_id: order.user_id.clone(),
-            order_id: order.id,
-            status: OrderStatus::Authorized,
-            product_id: order.product_id.clone(),
-            quantity: order.quantity,
-            amount: order.amount_minor,
-            currency: order.currency.clone(),
-            reason: None,
-        };
-        let messages = [
-            NewMessage::new(EventType::StockCheckRequested, order.id, &accepted),
-            NewMessage::new(EventType::OrderAccepted, order.id, &accepted),
-        ];
-        outbox::enqueue(&mut tx, &messages).await?;
-    }
-    tx.commit().await
-}
-
-async fn commit_declined(
+async fn commit_authorized(
     pool: &PgPool,
-    id: Uuid,
-    payment_intent_id: Option<&str>,
-    reason: &str,
-) -> sqlx::Result<()> {
-    sqlx::query(
-        "UPDATE orders SET status = 'payment_declined', failure_reason = $2,
-                           payment_intent_id = COALESCE($3, payment_intent_id),
-                           intake_lease_until = NULL, updated_at = now()
-          WHERE id = $1 AND status = 'pending_authorization'",
+    order: &PendingOrder,
+    payment_intent_id: &str,
+) -> sqlx::Result<bool> {
+    let accepted = OrderNotification {
+        user_id: order.user_id.clone(),
+        order_id: order.id,
+        status: OrderStatus::Authorized,
+        product_id: order.product_id.clone(),
+        quantity: order.quantity,
+        amount: order.amount_minor,
+        currency: order.currency.clone(),
+        reason: None,
+    };
+    let messages = [
+        NewMessage::new(EventType::StockCheckRequested, order.id, &accepted),
+        NewMessage::new(EventType::OrderAccepted, order.id, &accepted),
+    ];
+    crate::order::transition_with_messages(
+        pool,
+        order.id,
+        OrderStatus::PendingAuthorization,
+        OrderStatus::Authorized,
+        None,
+        Some(payment_intent_id),
+        &messages,
     )
-    .bind(id)
-    .bind(reason)
-    .bind(payment_intent_id)
-    .execute(pool)
-    .await?;
-    Ok(())
+    .await
 }
 
 /// Gives the lease back so a retry with the same key (or the sweeper) may finish the order.

@@ -12,7 +12,7 @@
 //! | `paid`, `payment_declined`, released | nothing |
 //!
 //! The cancel comes after the commit that decides it, so no worker cancels an authorization
-//! another is about to capture. Transactions lock the product row before the order row,
+//! another is about to capture. Statements lock the order row before the product row,
 //! always, so two of them never wait on each other in a circle.
 
 use anyhow::Context;
@@ -20,7 +20,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::order::{self, Order, OrderNotification, OrderStatus};
-use crate::outbox::{self, EventType, NewMessage};
+use crate::outbox::{EventType, NewMessage};
 use crate::payments::{PaymentError, Payments};
 
 /// Where an order stands after [`Fulfilment::advance`].
@@ -32,6 +32,16 @@ pub enum Progress {
     Blocked { reason: String },
     /// It can never go on as it is; a person must look (the reason says why).
     Stuck { reason: String },
+}
+
+/// What a capture step did.
+enum Captured {
+    /// This step moved the order (to `paid` or `capture_failed`).
+    Moved(OrderStatus),
+    /// Another delivery had already moved it.
+    Lost,
+    /// Stripe did not answer.
+    Blocked(String),
 }
 
 #[derive(Clone)]
@@ -50,20 +60,25 @@ impl Fulfilment {
     }
 
     async fn try_advance(&self, order_id: Uuid) -> anyhow::Result<Progress> {
-        // Each pass does one step and re-reads; the longest path (authorized → stock_reserved
-        // → paid) takes three, and the bound only guards against a bug looping.
+        let load = || async { order::load(&self.pool, order_id).await.context("failed to load the order") };
+        let Some(mut order) = load().await? else {
+            return Ok(Progress::Stuck { reason: format!("unknown order {order_id}") });
+        };
+        // Each pass does one step. A step that made its move carries the new status forward;
+        // one that lost its compare-and-set to another delivery reads the order again. The
+        // longest path (authorized → stock_reserved → paid) takes three passes; the bound
+        // only guards against a bug looping.
         for _ in 0..6 {
-            let Some(order) = order::load(&self.pool, order_id).await.context("failed to load the order")?
-            else {
-                return Ok(Progress::Stuck { reason: format!("unknown order {order_id}") });
-            };
-            match order.status {
+            let moved = match order.status {
                 OrderStatus::Authorized => self.reserve(&order).await?,
-                OrderStatus::StockReserved => {
-                    if let Some(progress) = self.capture(&order).await? {
-                        return Ok(progress);
-                    }
+                OrderStatus::StockReserved if order.payment_intent_id.is_none() => {
+                    return Ok(Progress::Stuck { reason: format!("order {order_id} has no payment intent") });
                 }
+                OrderStatus::StockReserved => match self.capture(&order).await? {
+                    Captured::Moved(status) => Some(status),
+                    Captured::Lost => None,
+                    Captured::Blocked(reason) => return Ok(Progress::Blocked { reason }),
+                },
                 OrderStatus::RejectedOutOfStock | OrderStatus::CaptureFailed => {
                     return self.release_authorization(&order).await;
                 }
@@ -74,98 +89,116 @@ impl Fulfilment {
                         reason: format!("order {order_id} is still pending authorization"),
                     });
                 }
+            };
+            match moved {
+                Some(status) => order.status = status,
+                None => match load().await? {
+                    Some(now) => order = now,
+                    None => return Ok(Progress::Stuck { reason: format!("order {order_id} disappeared") }),
+                },
             }
         }
         anyhow::bail!("order {order_id} did not settle")
     }
 
-    /// ONE transaction: the units and the order's compare-and-set (or its rejection).
-    async fn reserve(&self, order: &Order) -> anyhow::Result<()> {
-        let mut tx = self.pool.begin().await.context("failed to begin")?;
-        let taken = sqlx::query(
-            "UPDATE products SET stock = stock - $2, updated_at = now() WHERE id = $1 AND stock >= $2",
+    /// ONE statement: lock the order if it is still `authorized`, take the units if there
+    /// are enough (`stock >= q`, never below zero), and move the order to `stock_reserved` —
+    /// or, if short, to `rejected_out_of_stock` with its `order.rejected` message. The product
+    /// row is locked only for this one statement, which is what a flash sale queues on.
+    /// Returns the new status, or `None` if another delivery had already moved the order.
+    async fn reserve(&self, order: &Order) -> anyhow::Result<Option<OrderStatus>> {
+        let rejected = OrderNotification::of(order, OrderStatus::RejectedOutOfStock, Some("out_of_stock"));
+        let status: Option<OrderStatus> = sqlx::query_scalar(
+            "WITH claim AS (
+                 SELECT id FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE
+             ), taken AS (
+                 UPDATE products SET stock = stock - $3, updated_at = now()
+                  WHERE id = $2 AND stock >= $3 AND EXISTS (SELECT 1 FROM claim)
+              RETURNING id
+             ), moved AS (
+                 UPDATE orders
+                    SET status = CASE WHEN EXISTS (SELECT 1 FROM taken) THEN 'stock_reserved'::order_status
+                                      ELSE 'rejected_out_of_stock'::order_status END,
+                        failure_reason = CASE WHEN EXISTS (SELECT 1 FROM taken) THEN failure_reason
+                                              ELSE 'out_of_stock' END,
+                        updated_at = now()
+                  WHERE id IN (SELECT id FROM claim)
+              RETURNING id, status
+             ), rejection AS (
+                 INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload)
+                 SELECT $4, 'order', moved.id::text, 'order.rejected', 'notification', $5
+                   FROM moved WHERE moved.status = 'rejected_out_of_stock'
+                 ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING
+             )
+             SELECT status FROM moved",
         )
+        .bind(order.id)
         .bind(&order.product_id)
         .bind(order.quantity)
-        .execute(&mut *tx)
+        .bind(Uuid::now_v7())
+        .bind(serde_json::to_value(&rejected).context("a notification serializes")?)
+        .fetch_optional(&self.pool)
         .await
-        .context("failed to take stock")?;
-        let reserved = taken.rows_affected() == 1;
-        let (to, reason) = if reserved {
-            (OrderStatus::StockReserved, None)
-        } else {
-            (OrderStatus::RejectedOutOfStock, Some("out_of_stock"))
-        };
-        let moved = order::transition(&mut *tx, order.id, OrderStatus::Authorized, to, reason)
-            .await
-            .context("failed to move the order")?;
-        if !moved {
-            // Another delivery got here first; rolling back gives the units back, and the next
-            // pass reads where the other left the order.
-            tx.rollback().await.context("failed to roll back")?;
-            return Ok(());
-        }
-        if !reserved {
-            let rejected =
-                OrderNotification::of(order, OrderStatus::RejectedOutOfStock, Some("out_of_stock"));
-            outbox::enqueue(&mut tx, &[NewMessage::new(EventType::OrderRejected, order.id, rejected)])
-                .await?;
-        }
-        tx.commit().await.context("failed to commit the reservation")?;
-        if reserved {
+        .context("failed to reserve stock")?;
+        if status == Some(OrderStatus::StockReserved) {
             crate::failpoint::hit("after_reserve");
         }
-        Ok(())
+        Ok(status)
     }
 
-    /// Captures outside any transaction, then records the result. `Some` ends the pass.
-    async fn capture(&self, order: &Order) -> anyhow::Result<Option<Progress>> {
+    /// Captures outside any transaction, then records the result in one statement.
+    async fn capture(&self, order: &Order) -> anyhow::Result<Captured> {
         let Some(intent) = order.payment_intent_id.as_deref() else {
-            return Ok(Some(Progress::Stuck { reason: format!("order {} has no payment intent", order.id) }));
+            // Cannot happen (an authorized order has its intent); a person must look.
+            anyhow::bail!("order {} has no payment intent", order.id);
         };
         match self.payments.capture(order.id, intent).await {
             Ok(_) => {
                 crate::failpoint::hit("after_capture");
-                let mut tx = self.pool.begin().await?;
-                if order::transition(&mut *tx, order.id, OrderStatus::StockReserved, OrderStatus::Paid, None)
-                    .await?
-                {
-                    let paid = OrderNotification::of(order, OrderStatus::Paid, None);
-                    outbox::enqueue(&mut tx, &[NewMessage::new(EventType::OrderPaid, order.id, paid)])
-                        .await?;
-                }
-                tx.commit().await.context("failed to commit the capture")?;
+                let paid = OrderNotification::of(order, OrderStatus::Paid, None);
+                let moved = order::transition_with_messages(
+                    &self.pool,
+                    order.id,
+                    OrderStatus::StockReserved,
+                    OrderStatus::Paid,
+                    None,
+                    None,
+                    &[NewMessage::new(EventType::OrderPaid, order.id, paid)],
+                )
+                .await
+                .context("failed to record the capture")?;
                 crate::failpoint::hit("after_paid");
-                Ok(None)
+                Ok(if moved { Captured::Moved(OrderStatus::Paid) } else { Captured::Lost })
             }
-            Err(PaymentError::Unavailable(reason)) => Ok(Some(Progress::Blocked { reason })),
+            Err(PaymentError::Unavailable(reason)) => Ok(Captured::Blocked(reason)),
             Err(refused) => {
                 // The provider will not capture (the authorization expired or was cancelled):
-                // the order fails cleanly, its units go back, and the user hears of it.
+                // the order fails cleanly, its units go back, and the user hears of it. The
+                // order row is locked before the product row, as in `reserve`.
                 let reason = format!("capture refused: {refused}");
+                let failed = OrderNotification::of(order, OrderStatus::CaptureFailed, Some(&reason));
                 let mut tx = self.pool.begin().await?;
-                sqlx::query("UPDATE products SET stock = stock + $2, updated_at = now() WHERE id = $1")
-                    .bind(&order.product_id)
-                    .bind(order.quantity)
-                    .execute(&mut *tx)
-                    .await?;
-                let moved = order::transition(
+                let moved = order::transition_with_messages(
                     &mut *tx,
                     order.id,
                     OrderStatus::StockReserved,
                     OrderStatus::CaptureFailed,
                     Some(&reason),
+                    None,
+                    &[NewMessage::new(EventType::OrderRejected, order.id, failed)],
                 )
                 .await?;
                 if !moved {
                     tx.rollback().await?;
-                    return Ok(None);
+                    return Ok(Captured::Lost);
                 }
-                let failed = OrderNotification::of(order, OrderStatus::CaptureFailed, Some(&reason));
-                outbox::enqueue(&mut tx, &[NewMessage::new(EventType::OrderRejected, order.id, failed)])
+                sqlx::query("UPDATE products SET stock = stock + $2, updated_at = now() WHERE id = $1")
+                    .bind(&order.product_id)
+                    .bind(order.quantity)
+                    .execute(&mut *tx)
                     .await?;
                 tx.commit().await?;
-                Ok(None)
+                Ok(Captured::Moved(OrderStatus::CaptureFailed))
             }
         }
     }

@@ -115,6 +115,54 @@ pub async fn transition<'e>(
     Ok(done.rows_affected() == 1)
 }
 
+/// ONE statement (so one round trip and the shortest possible lock): moves the order from
+/// `from` to `to` if, and only if, it is still in `from`, and in the same statement enqueues
+/// the outbox messages the move causes. Returns whether this call made the move; if not,
+/// nothing was written. The intake's lease is cleared, and the PaymentIntent id recorded when
+/// given.
+pub async fn transition_with_messages<'e>(
+    executor: impl PgExecutor<'e>,
+    id: Uuid,
+    from: OrderStatus,
+    to: OrderStatus,
+    failure_reason: Option<&str>,
+    payment_intent_id: Option<&str>,
+    messages: &[crate::outbox::NewMessage],
+) -> sqlx::Result<bool> {
+    let ids: Vec<Uuid> = messages.iter().map(|_| Uuid::now_v7()).collect();
+    let event_types: Vec<&str> = messages.iter().map(|m| m.event_type.as_str()).collect();
+    let destinations: Vec<&str> = messages.iter().map(|m| m.event_type.destination().as_str()).collect();
+    let payloads: Vec<serde_json::Value> = messages.iter().map(|m| m.payload.clone()).collect();
+    let moved: i64 = sqlx::query_scalar(
+        "WITH moved AS (
+             UPDATE orders SET status = $3, failure_reason = COALESCE($4, failure_reason),
+                               payment_intent_id = COALESCE($5, payment_intent_id),
+                               intake_lease_until = NULL, updated_at = now()
+              WHERE id = $1 AND status = $2
+          RETURNING id
+         ), enqueued AS (
+             INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload)
+             SELECT m.message_id, 'order', moved.id::text, m.event_type, m.destination, m.payload
+               FROM moved, UNNEST($6::uuid[], $7::text[], $8::text[], $9::jsonb[])
+                    AS m(message_id, event_type, destination, payload)
+             ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING
+         )
+         SELECT count(*) FROM moved",
+    )
+    .bind(id)
+    .bind(from)
+    .bind(to)
+    .bind(failure_reason)
+    .bind(payment_intent_id)
+    .bind(&ids)
+    .bind(&event_types)
+    .bind(&destinations)
+    .bind(&payloads)
+    .fetch_one(executor)
+    .await?;
+    Ok(moved == 1)
+}
+
 /// Records that the authorization hold of an order is gone (its PaymentIntent cancelled).
 pub async fn mark_authorization_released<'e>(executor: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<()> {
     sqlx::query(

@@ -111,7 +111,7 @@ impl Sweeper {
                 }
             };
             match result {
-                Ok(()) => report.authorizations_resolved += 1,
+                Ok(_) => report.authorizations_resolved += 1,
                 Err(AuthorizationError::ProviderUnavailable(_)) => report.authorizations_unavailable += 1,
                 Err(AuthorizationError::Database(e)) => {
                     return Err(e).context("failed to record an authorization");
