@@ -76,6 +76,17 @@ pub struct Answer {
 impl Fleet {
     /// stripe-sim and an observer of the topic; no fleet binaries yet.
     pub async fn prepare(name: &str, stack: Stack, log_dir: PathBuf) -> anyhow::Result<Self> {
+        Self::prepare_observed(name, stack, log_dir, true).await
+    }
+
+    /// The same, with the topic observed through a subscribed queue or not (a benchmark
+    /// should not pay for SNS delivering every notification to one more queue).
+    pub async fn prepare_observed(
+        name: &str,
+        stack: Stack,
+        log_dir: PathBuf,
+        observe: bool,
+    ) -> anyhow::Result<Self> {
         let sdk = Aws::load().await?;
         let sqs = sdk.sqs();
         let sns = sdk.sns();
@@ -96,16 +107,19 @@ impl Fleet {
             .attributes
             .and_then(|mut a| a.remove(&QueueAttributeName::QueueArn))
             .context("the observer's ARN")?;
-        let subscription = sns
-            .subscribe()
-            .topic_arn(&stack.topic_arn)
-            .protocol("sqs")
-            .endpoint(&observer_arn)
-            .return_subscription_arn(true)
-            .send()
-            .await?
-            .subscription_arn
-            .unwrap_or_default();
+        let subscription = if !observe {
+            String::new()
+        } else {
+            sns.subscribe()
+                .topic_arn(&stack.topic_arn)
+                .protocol("sqs")
+                .endpoint(&observer_arn)
+                .return_subscription_arn(true)
+                .send()
+                .await?
+                .subscription_arn
+                .unwrap_or_default()
+        };
 
         let jwt_secret =
             uuid::Uuid::new_v4().simple().to_string() + &uuid::Uuid::new_v4().simple().to_string();
@@ -462,7 +476,9 @@ impl Fleet {
             }
         }
         let sdk = Aws::load().await?;
-        let _ = sdk.sns().unsubscribe().subscription_arn(&self.observer_subscription).send().await;
+        if !self.observer_subscription.is_empty() {
+            let _ = sdk.sns().unsubscribe().subscription_arn(&self.observer_subscription).send().await;
+        }
         let _ = self.sqs.delete_queue().queue_url(&self.observer_url).send().await;
         self.pool.close().await;
         Ok(failed)

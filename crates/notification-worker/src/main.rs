@@ -52,10 +52,9 @@ async fn run(config: Config, aws: Aws) -> anyhow::Result<()> {
     let cancel = orderfleet::shutdown::on_signal();
     let pool = db::connect_lazy(&config.database, PoolSize { max_connections: 4, ..PoolSize::default() })?;
     let metrics = orderfleet::ops::spawn(config.runtime.metrics_listen_addr, cancel.clone());
-    // Publishing is quick and the notification queue gets two messages per order: more
-    // pollers and more in flight than the stock worker, so it keeps up with a burst.
+    // The notification queue gets two messages per order: more in flight than the stock
+    // worker, so it keeps up with a burst (more pollers only made the batches smaller).
     let consumer = ConsumerConfig {
-        pollers: 4,
         max_in_flight: 80,
         shutdown_grace: config.runtime.shutdown_grace,
         failure_log: Some(pool.clone()),

@@ -129,7 +129,7 @@ async fn fleet_run(
         .join("bench");
     let batching = if options.batching { "on" } else { "off" };
     say(&format!("starting the fleet (batching {batching}); logs in {}/", log_dir.display()));
-    let mut fleet = Fleet::prepare("bench", stack, log_dir).await?;
+    let mut fleet = Fleet::prepare_observed("bench", stack, log_dir, false).await?;
     let env = [("ORDERFLEET_BATCHING", batching), ("SWEEP_INTERVAL_SECONDS", "0"), ("RUST_LOG", "warn")];
     fleet.spawn("order-intake", "order-intake", &env)?;
     fleet.spawn("outbox-relay", "outbox-relay", &env)?;
@@ -278,7 +278,7 @@ async fn measure(
         let after = sum_by_label(&fleet.scrape_metrics().await, "aws_requests_total", "operation");
         let receives = after.get("ReceiveMessage").copied().unwrap_or(0.0)
             - before.get("ReceiveMessage").copied().unwrap_or(0.0);
-        // Two stock workers and a notification worker, two pollers each.
+        // Two stock workers and a notification worker, two pollers each (ConsumerConfig).
         let pollers = 6.0;
         Some(receives / pollers / (options.idle_seconds as f64 / 60.0))
     } else {
