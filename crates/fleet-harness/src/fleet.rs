@@ -59,9 +59,22 @@ pub struct Fleet {
     log_dir: PathBuf,
 }
 
-/// A loopback port nobody listens on right now.
+/// A loopback port nobody listens on right now, for a child process to bind. Taken from below
+/// the kernel's ephemeral range (32768 and up), where no outgoing connection or port-0 bind
+/// of another test can take it between our check and the child's bind; each call moves on to
+/// the next port, from a start that differs per process.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let start = 20_000 + (std::process::id() % 10_000) as u16;
+    let _ = NEXT.compare_exchange(0, start, Ordering::Relaxed, Ordering::Relaxed);
+    loop {
+        let port = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = if port >= 32_000 { 20_000 + port % 12_000 } else { port };
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// One answer of the intake.

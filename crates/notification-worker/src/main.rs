@@ -29,29 +29,20 @@ impl Config {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let loaded =
-        async { Ok::<_, ConfigError>((Config::from_env(&Env::process())?, Aws::load().await?)) }.await;
-    let (config, aws) = match loaded {
-        Ok(loaded) => loaded,
-        Err(error) => {
-            eprintln!("notification-worker: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    orderfleet::telemetry::init(config.runtime.log_format);
-    match run(config, aws).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!(error = format!("{error:#}"), "notification-worker stopped with an error");
-            ExitCode::FAILURE
-        }
-    }
+    let loaded = async { Ok((Config::from_env(&Env::process())?, Aws::load().await?)) }.await;
+    orderfleet::startup::main(
+        "notification-worker",
+        loaded,
+        |(c, _)| c.runtime.log_format,
+        |(c, aws)| run(c, aws),
+    )
+    .await
 }
 
 async fn run(config: Config, aws: Aws) -> anyhow::Result<()> {
     let cancel = orderfleet::shutdown::on_signal();
     let pool = db::connect_lazy(&config.database, PoolSize { max_connections: 4, ..PoolSize::default() })?;
-    let metrics = orderfleet::ops::spawn(config.runtime.metrics_listen_addr, cancel.clone());
+    let metrics = orderfleet::ops::start(config.runtime.metrics_listen_addr, cancel.clone()).await?;
     // The notification queue gets two messages per order: more in flight than the stock
     // worker, so it keeps up with a burst (more pollers only made the batches smaller).
     let consumer = ConsumerConfig {
@@ -68,6 +59,5 @@ async fn run(config: Config, aws: Aws) -> anyhow::Result<()> {
     if let Some(metrics) = metrics {
         metrics.await??;
     }
-    tracing::info!("notification-worker stopped");
     Ok(())
 }

@@ -7,21 +7,13 @@ use orderfleet::config::Env;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let config = match IntakeConfig::from_env(&Env::process()) {
-        Ok(config) => config,
-        Err(error) => {
-            eprintln!("order-intake: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    orderfleet::telemetry::init(config.runtime.log_format);
-    match run(config).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!(error = format!("{error:#}"), "order-intake stopped with an error");
-            ExitCode::FAILURE
-        }
-    }
+    orderfleet::startup::main(
+        "order-intake",
+        IntakeConfig::from_env(&Env::process()),
+        |c| c.runtime.log_format,
+        run,
+    )
+    .await
 }
 
 async fn run(config: IntakeConfig) -> anyhow::Result<()> {
@@ -31,7 +23,7 @@ async fn run(config: IntakeConfig) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("failed to bind INTAKE_LISTEN_ADDR {}: {e}", config.listen_addr))?;
     tracing::info!(addr = %config.listen_addr, "order-intake listening");
-    let metrics = orderfleet::ops::spawn(config.runtime.metrics_listen_addr, cancel.clone());
+    let metrics = orderfleet::ops::start(config.runtime.metrics_listen_addr, cancel.clone()).await?;
     // In-flight requests may finish within the grace period after the stop signal; one still
     // running then is cut off — its order keeps its lease, and a retry or the sweeper takes over.
     let grace = config.runtime.shutdown_grace;
@@ -50,6 +42,5 @@ async fn run(config: IntakeConfig) -> anyhow::Result<()> {
     if let Some(metrics) = metrics {
         metrics.await??;
     }
-    tracing::info!("order-intake stopped");
     Ok(())
 }

@@ -23,6 +23,7 @@ pub mod outbox;
 pub mod payments;
 pub mod product;
 pub mod shutdown;
+pub mod startup;
 pub mod sweeper;
 pub mod telemetry;
 

@@ -42,22 +42,23 @@ async fn healthz() -> impl IntoResponse {
     axum::Json(serde_json::json!({ "status": "ok" }))
 }
 
-/// Serves [`router`] on `addr` until `cancel` fires.
-pub async fn serve(addr: SocketAddr, cancel: CancellationToken) -> anyhow::Result<()> {
+/// Binds `addr` now — so a taken or invalid `METRICS_LISTEN_ADDR` stops the binary at start,
+/// not silently later — and serves [`router`] there until `cancel` fires. The recorder is
+/// installed first, so no count made at start is lost. `None` when no address is configured.
+pub async fn start(
+    addr: Option<SocketAddr>,
+    cancel: CancellationToken,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<anyhow::Result<()>>>> {
+    let _ = metrics_handle();
+    let Some(addr) = addr else { return Ok(None) };
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("failed to bind METRICS_LISTEN_ADDR {addr}"))?;
     tracing::info!(%addr, "serving /healthz and /metrics");
-    axum::serve(listener, router())
-        .with_graceful_shutdown(async move { cancel.cancelled().await })
-        .await
-        .context("the metrics server failed")
-}
-
-/// Spawns [`serve`] when an address is configured.
-pub fn spawn(
-    addr: Option<SocketAddr>,
-    cancel: CancellationToken,
-) -> Option<tokio::task::JoinHandle<anyhow::Result<()>>> {
-    addr.map(|addr| tokio::spawn(serve(addr, cancel)))
+    Ok(Some(tokio::spawn(async move {
+        axum::serve(listener, router())
+            .with_graceful_shutdown(async move { cancel.cancelled().await })
+            .await
+            .context("the metrics server failed")
+    })))
 }

@@ -185,29 +185,34 @@ impl Payments {
     /// Captures an authorized PaymentIntent. An intent that is already captured counts as
     /// captured: the first capture's answer was lost and Stripe's key has expired.
     pub async fn capture(&self, order_id: Uuid, payment_intent_id: &str) -> Result<Intent, PaymentError> {
-        let key = Operation::Capture.idempotency_key(order_id);
-        let result = self
-            .with_retries(Operation::Capture, || {
-                CapturePaymentIntent::new(payment_intent_id)
-                    .customize()
-                    .request_strategy(RequestStrategy::Idempotent(idempotency_key(&key)))
-                    .timeout(self.retry.timeout)
-                    .send(&self.client)
-            })
-            .await;
-        match result {
-            Ok(pi) => Ok(Intent::from(&pi)),
-            Err(e) => self.settled_already(payment_intent_id, IntentStatus::Succeeded, e).await,
-        }
+        let request = CapturePaymentIntent::new(payment_intent_id);
+        self.settle(Operation::Capture, order_id, payment_intent_id, request, IntentStatus::Succeeded).await
     }
 
     /// Cancels a PaymentIntent, releasing its hold. An intent that is already cancelled, or
     /// never held funds, counts as released.
     pub async fn cancel(&self, order_id: Uuid, payment_intent_id: &str) -> Result<Intent, PaymentError> {
-        let key = Operation::Cancel.idempotency_key(order_id);
+        let request = CancelPaymentIntent::new(payment_intent_id);
+        self.settle(Operation::Cancel, order_id, payment_intent_id, request, IntentStatus::Canceled).await
+    }
+
+    /// Sends a capture or a cancel under the order's key for it, with retries; a refusal
+    /// because the intent is already `wanted` counts as done.
+    async fn settle<R>(
+        &self,
+        operation: Operation,
+        order_id: Uuid,
+        payment_intent_id: &str,
+        request: R,
+        wanted: IntentStatus,
+    ) -> Result<Intent, PaymentError>
+    where
+        R: StripeRequest<Output = PaymentIntent>,
+    {
+        let key = operation.idempotency_key(order_id);
         let result = self
-            .with_retries(Operation::Cancel, || {
-                CancelPaymentIntent::new(payment_intent_id)
+            .with_retries(operation, || {
+                request
                     .customize()
                     .request_strategy(RequestStrategy::Idempotent(idempotency_key(&key)))
                     .timeout(self.retry.timeout)
@@ -216,7 +221,7 @@ impl Payments {
             .await;
         match result {
             Ok(pi) => Ok(Intent::from(&pi)),
-            Err(e) => self.settled_already(payment_intent_id, IntentStatus::Canceled, e).await,
+            Err(e) => self.settled_already(payment_intent_id, wanted, e).await,
         }
     }
 

@@ -8,34 +8,15 @@ use outbox_relay::RelayConfig;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let config = match RelayConfig::from_env(&Env::process()) {
-        Ok(config) => config,
-        Err(error) => {
-            eprintln!("outbox-relay: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let aws = match Aws::load().await {
-        Ok(aws) => aws,
-        Err(error) => {
-            eprintln!("outbox-relay: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    orderfleet::telemetry::init(config.runtime.log_format);
-    match run(config, aws).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!(error = format!("{error:#}"), "outbox-relay stopped with an error");
-            ExitCode::FAILURE
-        }
-    }
+    let loaded = async { Ok((RelayConfig::from_env(&Env::process())?, Aws::load().await?)) }.await;
+    orderfleet::startup::main("outbox-relay", loaded, |(c, _)| c.runtime.log_format, |(c, aws)| run(c, aws))
+        .await
 }
 
 async fn run(config: RelayConfig, aws: Aws) -> anyhow::Result<()> {
     let cancel = orderfleet::shutdown::on_signal();
     let (pool, sender) = outbox_relay::build(&config, &aws).await?;
-    let metrics = orderfleet::ops::spawn(config.runtime.metrics_listen_addr, cancel.clone());
+    let metrics = orderfleet::ops::start(config.runtime.metrics_listen_addr, cancel.clone()).await?;
     let retention =
         tokio::spawn(outbox_relay::retention::run(pool.clone(), config.retention, cancel.clone()));
     tracing::info!(batching = config.tuning.batching, "outbox-relay running");
@@ -45,6 +26,5 @@ async fn run(config: RelayConfig, aws: Aws) -> anyhow::Result<()> {
     if let Some(metrics) = metrics {
         metrics.await??;
     }
-    tracing::info!("outbox-relay stopped");
     Ok(())
 }

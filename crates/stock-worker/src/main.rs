@@ -37,30 +37,16 @@ impl Config {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let loaded =
-        async { Ok::<_, ConfigError>((Config::from_env(&Env::process())?, Aws::load().await?)) }.await;
-    let (config, aws) = match loaded {
-        Ok(loaded) => loaded,
-        Err(error) => {
-            eprintln!("stock-worker: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    orderfleet::telemetry::init(config.runtime.log_format);
-    match run(config, aws).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!(error = format!("{error:#}"), "stock-worker stopped with an error");
-            ExitCode::FAILURE
-        }
-    }
+    let loaded = async { Ok((Config::from_env(&Env::process())?, Aws::load().await?)) }.await;
+    orderfleet::startup::main("stock-worker", loaded, |(c, _)| c.runtime.log_format, |(c, aws)| run(c, aws))
+        .await
 }
 
 async fn run(config: Config, aws: Aws) -> anyhow::Result<()> {
     let cancel = orderfleet::shutdown::on_signal();
     let pool = db::connect_lazy(&config.database, PoolSize { max_connections: 8, ..PoolSize::default() })?;
     let payments = Payments::new(&config.stripe, RetryPolicy::default())?;
-    let metrics = orderfleet::ops::spawn(config.runtime.metrics_listen_addr, cancel.clone());
+    let metrics = orderfleet::ops::start(config.runtime.metrics_listen_addr, cancel.clone()).await?;
     let consumer = ConsumerConfig {
         max_in_flight: config.max_in_flight.max(1) as usize,
         shutdown_grace: config.runtime.shutdown_grace,
@@ -85,6 +71,5 @@ async fn run(config: Config, aws: Aws) -> anyhow::Result<()> {
     if let Some(metrics) = metrics {
         metrics.await??;
     }
-    tracing::info!("stock-worker stopped");
     Ok(())
 }

@@ -15,21 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let config = match Config::from_env(&Env::process()) {
-        Ok(config) => config,
-        Err(error) => {
-            eprintln!("stripe-sim: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    orderfleet::telemetry::init(config.runtime.log_format);
-    match run(config).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!(error = %orderfleet::telemetry::error_chain(&error), "stripe-sim failed");
-            ExitCode::FAILURE
-        }
-    }
+    orderfleet::startup::main("stripe-sim", Config::from_env(&Env::process()), |c| c.runtime.log_format, run)
+        .await
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {
@@ -49,7 +36,6 @@ async fn run(config: Config) -> anyhow::Result<()> {
             tracing::warn!(?grace, "connections still open after the shutdown grace; exiting anyway");
         }
     }
-    tracing::info!("stripe-sim stopped");
     Ok(())
 }
 
