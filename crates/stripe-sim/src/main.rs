@@ -28,6 +28,8 @@ async fn run(config: Config) -> anyhow::Result<()> {
 
     let stop = CancellationToken::new();
     tokio::spawn(stop_on_signal(stop.clone()));
+    // /healthz and /metrics on METRICS_LISTEN_ADDR, as every long-running binary (SPEC §2).
+    let _metrics = orderfleet::ops::start(config.runtime.metrics_listen_addr, stop.clone()).await?;
     let server = stripe_sim::serve(listener, stop.clone().cancelled_owned());
     let grace = config.runtime.shutdown_grace;
     tokio::select! {
