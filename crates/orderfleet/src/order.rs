@@ -23,16 +23,6 @@ pub enum OrderStatus {
 }
 
 impl OrderStatus {
-    pub const ALL: [OrderStatus; 7] = [
-        OrderStatus::PendingAuthorization,
-        OrderStatus::Authorized,
-        OrderStatus::StockReserved,
-        OrderStatus::Paid,
-        OrderStatus::RejectedOutOfStock,
-        OrderStatus::PaymentDeclined,
-        OrderStatus::CaptureFailed,
-    ];
-
     pub fn as_str(self) -> &'static str {
         match self {
             OrderStatus::PendingAuthorization => "pending_authorization",
@@ -43,17 +33,6 @@ impl OrderStatus {
             OrderStatus::PaymentDeclined => "payment_declined",
             OrderStatus::CaptureFailed => "capture_failed",
         }
-    }
-
-    /// No transition leaves a terminal status.
-    pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            OrderStatus::Paid
-                | OrderStatus::RejectedOutOfStock
-                | OrderStatus::PaymentDeclined
-                | OrderStatus::CaptureFailed
-        )
     }
 }
 
@@ -91,28 +70,6 @@ pub async fn load<'e>(executor: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<O
     .bind(id)
     .fetch_optional(executor)
     .await
-}
-
-/// Moves an order from `from` to `to` if, and only if, it is still in `from`. Returns whether
-/// this call made the move.
-pub async fn transition<'e>(
-    executor: impl PgExecutor<'e>,
-    id: Uuid,
-    from: OrderStatus,
-    to: OrderStatus,
-    failure_reason: Option<&str>,
-) -> sqlx::Result<bool> {
-    let done = sqlx::query(
-        "UPDATE orders SET status = $3, failure_reason = COALESCE($4, failure_reason), updated_at = now()
-          WHERE id = $1 AND status = $2",
-    )
-    .bind(id)
-    .bind(from)
-    .bind(to)
-    .bind(failure_reason)
-    .execute(executor)
-    .await?;
-    Ok(done.rows_affected() == 1)
 }
 
 /// ONE statement (so one round trip and the shortest possible lock): moves the order from

@@ -1,5 +1,6 @@
 //! The transactional outbox: messages are rows written in the same transaction as the state
-//! change that causes them, and `outbox-relay` delivers them to SQS at least once.
+//! change that causes them — [`crate::order::transition_with_messages`] does both in one
+//! statement — and `outbox-relay` delivers them to SQS at least once.
 //!
 //! On the wire every message is an [`Envelope`]: its `message_id` is the outbox row's id, so
 //! consumers can recognise a redelivery by it (the inbox), and the same id and event type
@@ -7,7 +8,6 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::PgConnection;
 use uuid::Uuid;
 
 /// Where a message goes. Stored by name; the relay maps it to a queue URL from configuration.
@@ -101,35 +101,6 @@ impl NewMessage {
         let payload = serde_json::to_value(payload).expect("an outbox payload serializes to JSON");
         Self { event_type, order_id, payload }
     }
-}
-
-/// Writes the messages in the caller's transaction, in one statement. A message that already
-/// exists for the same (order, event, destination) is skipped: the state change that caused it
-/// was a compare-and-set, so a second one is a replay.
-pub async fn enqueue(tx: &mut PgConnection, messages: &[NewMessage]) -> sqlx::Result<u64> {
-    if messages.is_empty() {
-        return Ok(0);
-    }
-    let ids: Vec<Uuid> = messages.iter().map(|_| Uuid::now_v7()).collect();
-    let aggregate_ids: Vec<String> = messages.iter().map(|m| m.order_id.to_string()).collect();
-    let event_types: Vec<&str> = messages.iter().map(|m| m.event_type.as_str()).collect();
-    let destinations: Vec<&str> = messages.iter().map(|m| m.event_type.destination().as_str()).collect();
-    let payloads: Vec<serde_json::Value> = messages.iter().map(|m| m.payload.clone()).collect();
-    let inserted = sqlx::query(
-        "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload)
-         SELECT id, 'order', aggregate_id, event_type, destination, payload
-           FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[])
-             AS m(id, aggregate_id, event_type, destination, payload)
-         ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING",
-    )
-    .bind(&ids)
-    .bind(&aggregate_ids)
-    .bind(&event_types)
-    .bind(&destinations)
-    .bind(&payloads)
-    .execute(&mut *tx)
-    .await?;
-    Ok(inserted.rows_affected())
 }
 
 #[cfg(test)]
