@@ -85,6 +85,11 @@ start() {
     venv=$(ensure_venv)
     mkdir -p "$run_dir"
     say "starting on 127.0.0.1:4566 (log: $log_file)"
+    # SQS_DISABLE_CLOUDWATCH_METRICS: LocalStack emulates SQS's CloudWatch metrics with two
+    # internal PutMetricData calls per message sent and one per receive and delete, about a
+    # quarter of its CPU under load (profiled with py-spy; BENCHMARKS.md). AWS does this out
+    # of band and free, so it is off by default; SQS_DISABLE_CLOUDWATCH_METRICS=0 make up
+    # keeps it, e.g. to watch the DLQ alarms evaluate locally.
     # setsid puts LocalStack in its own process group so `stop` can end it and its children
     # without touching anything else on the machine.
     GATEWAY_LISTEN=127.0.0.1:4566 \
@@ -93,6 +98,7 @@ start() {
         SQS_ENDPOINT_STRATEGY=path \
         PERSISTENCE=0 \
         DISABLE_EVENTS=1 \
+        SQS_DISABLE_CLOUDWATCH_METRICS="${SQS_DISABLE_CLOUDWATCH_METRICS:-1}" \
         setsid "$venv/bin/python" -m localstack.runtime.main >"$log_file" 2>&1 </dev/null &
     echo $! >"$pid_file"
     local deadline=$((SECONDS + 120))

@@ -6,7 +6,13 @@
 //! - **Long polling only** (`WaitTimeSeconds` 20): an idle poller makes about three receive
 //!   calls a minute and never spins.
 //! - **Concurrency independent of batch size**: a semaphore bounds messages in flight across
-//!   all pollers; a poller asks for at most as many messages as it holds permits for.
+//!   all pollers; a poller asks for at most as many messages as it holds permits for, and
+//!   waits (briefly) for a full batch's worth of permits rather than asking for a few.
+//! - **Pollers follow the queue's depth** ([`Backlog`]): the first poller always polls; the
+//!   others poll only while receives come back full. A shallow queue is then read by one long
+//!   poll per worker, which waits a moment after a short batch so the next one is fuller:
+//!   fewer receives, deletes and publishes per message for a few milliseconds. An idle
+//!   worker makes about three receives a minute in all.
 //! - **Acknowledge after commit, in batches**: `Done` messages are deleted with
 //!   `DeleteMessageBatch`, `Retry`/`Poison` ones get a backoff-sized visibility timeout with
 //!   `ChangeMessageVisibilityBatch`, flushed every few milliseconds or every 10 entries.
@@ -39,6 +45,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::backlog::Backlog;
 use crate::backoff::Backoff;
 
 /// A received message, as the handler sees it.
@@ -87,7 +94,7 @@ struct Gate {
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
     pub queue_url: String,
-    /// Concurrent long polls.
+    /// Concurrent long polls while the queue is deep; one while it is shallow.
     pub pollers: usize,
     /// Messages being handled at once, across pollers.
     pub max_in_flight: usize,
@@ -99,7 +106,8 @@ pub struct ConsumerConfig {
     /// How long an acknowledgement may wait to share a batch call.
     pub ack_flush_interval: Duration,
     /// After a receive that came back short of a full batch, how long the poller waits before
-    /// the next, to let the queue fill.
+    /// the next, to let the queue fill; also how long it waits for a full batch's permits
+    /// before asking for fewer messages.
     pub fill_delay: Duration,
     pub wait_time_seconds: i32,
     /// The queue's visibility timeout; read from the queue at start when `None`.
@@ -153,6 +161,7 @@ pub async fn run<H: Handler>(
     ));
     let in_flight = InFlight::default();
     let gate = Arc::new(Gate::default());
+    let backlog = Arc::new(Backlog::default());
     // When the stop signal came: the grace period counts from there.
     let stopped_at = Arc::new(std::sync::OnceLock::new());
     tokio::spawn({
@@ -174,6 +183,7 @@ pub async fn run<H: Handler>(
             ack_tx.clone(),
             in_flight.clone(),
             gate.clone(),
+            backlog.clone(),
             cancel.clone(),
         ));
     }
@@ -233,6 +243,7 @@ async fn poll<H: Handler>(
     acks: mpsc::Sender<Ack>,
     in_flight: InFlight,
     gate: Arc<Gate>,
+    backlog: Arc<Backlog>,
     cancel: CancellationToken,
 ) {
     let queue = short_name(&config.queue_url).to_owned();
@@ -251,23 +262,19 @@ async fn poll<H: Handler>(
         {
             return;
         }
-        // One permit to start; more only if free, so a busy worker asks for fewer messages.
-        let first = tokio::select! {
-            _ = cancel.cancelled() => return,
-            permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
-        };
-        let mut held = vec![first];
-        while held.len() < config.batch_size.clamp(1, 10) {
-            match permits.clone().try_acquire_owned() {
-                Ok(p) => held.push(p),
-                Err(_) => break,
-            }
+        if poller > 0 && !backlog.wait_deep(&cancel).await {
+            return;
         }
+        let held = tokio::select! {
+            _ = cancel.cancelled() => return,
+            held = take_permits(&permits, config.batch_size.clamp(1, 10).min(config.max_in_flight.max(1)), config.fill_delay) => held,
+        };
+        let asked = held.num_permits();
 
         let receive = sqs
             .receive_message()
             .queue_url(&config.queue_url)
-            .max_number_of_messages(held.len() as i32)
+            .max_number_of_messages(asked as i32)
             .wait_time_seconds(config.wait_time_seconds)
             .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
             .send();
@@ -303,16 +310,20 @@ async fn poll<H: Handler>(
                 }
             }
         };
+        backlog.observe(messages.len(), asked);
         if messages.is_empty() {
             continue;
         }
         // A short batch means the queue is shallow: wait a moment before this poller asks
         // again, so the next receive (and its delete, and a publish) carries a fuller batch.
         // At load this halves the calls per message for a few milliseconds of latency.
-        fill_first = messages.len() < held.len();
+        fill_first = messages.len() < asked;
         metrics::counter!("sqs_messages_received_total", "queue" => queue.clone())
             .increment(messages.len() as u64);
-        held.truncate(messages.len());
+        let mut held = held;
+        if messages.len() < asked {
+            drop(held.split(asked - messages.len()));
+        }
 
         let batch: Vec<Received> = messages
             .into_iter()
@@ -400,6 +411,27 @@ async fn poll<H: Handler>(
             drop(held);
         });
     }
+}
+
+/// Permits for a batch of `want` messages: all of them if they come free within `patience`
+/// (a handler finishing), else as many as are free then (at least one, waiting for it).
+async fn take_permits(
+    permits: &Arc<Semaphore>,
+    want: usize,
+    patience: Duration,
+) -> tokio::sync::OwnedSemaphorePermit {
+    let full = permits.clone().acquire_many_owned(want as u32);
+    if let Ok(held) = tokio::time::timeout(patience, full).await {
+        return held.expect("the semaphore is never closed");
+    }
+    let mut held = permits.clone().acquire_owned().await.expect("the semaphore is never closed");
+    while held.num_permits() < want {
+        match permits.clone().try_acquire_owned() {
+            Ok(p) => held.merge(p),
+            Err(_) => break,
+        }
+    }
+    held
 }
 
 /// Records why messages did not finish, for `fleetctl dlq peek`. Best effort: when the

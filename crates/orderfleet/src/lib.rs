@@ -11,6 +11,7 @@
 pub mod auth;
 pub mod authorization;
 pub mod aws;
+pub mod backlog;
 pub mod backoff;
 pub mod config;
 pub mod consumer;
