@@ -98,6 +98,13 @@ async fn a_flash_sale_of_200_orders_for_50_units_sells_exactly_50() {
         .await
         .unwrap();
     assert_eq!(stock, 0);
+    // Every intake and fulfilment commit notified the relay; the burst's leftover notifications
+    // must not each wake a claim that finds nothing (the relay spun through thousands of them
+    // after a 2,000-order bench burst before it drained them at once).
+    let claims =
+        fleet_harness::metrics::sum_by_label(&fleet.scrape_metrics().await, "outbox_claims_total", "result");
+    let empty = claims.get("empty").copied().unwrap_or(0.0);
+    assert!(empty < 50.0, "the relay made {empty} empty claims: {claims:?}");
     fleet.stop().await.unwrap();
 }
 
