@@ -3,12 +3,17 @@
 //!
 //! Every client counts the requests it sends — each attempt, retries included, since each is
 //! billed — by service and operation, in the `aws_requests_total` metric that `/metrics`
-//! exports and the demo and the benchmark report per order.
+//! exports and the demo and the benchmark report per order. An attempt that fails is logged
+//! and counted in `aws_request_failures_total`: the SDK retries it, and a `ReceiveMessage`
+//! attempt abandoned after SQS took its messages leaves them invisible for the queue's
+//! visibility timeout.
 
 use aws_config::BehaviorVersion;
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::interceptors::Intercept;
-use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_runtime_api::client::interceptors::context::{
+    BeforeTransmitInterceptorContextRef, FinalizerInterceptorContextRef,
+};
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
@@ -66,6 +71,31 @@ impl Intercept for CountRequests {
                 "operation" => metadata.name().to_owned()
             )
             .increment(1);
+        }
+        Ok(())
+    }
+
+    fn read_after_attempt(
+        &self,
+        context: &FinalizerInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if let Some(Err(error)) = context.output_or_error()
+            && let Some(metadata) = cfg.load::<Metadata>()
+        {
+            metrics::counter!(
+                "aws_request_failures_total",
+                "service" => metadata.service().to_owned(),
+                "operation" => metadata.name().to_owned()
+            )
+            .increment(1);
+            tracing::warn!(
+                service = metadata.service(),
+                operation = metadata.name(),
+                error = ?error,
+                "an AWS request attempt failed"
+            );
         }
         Ok(())
     }

@@ -32,10 +32,12 @@ struct Options {
     concurrency: usize,
     batching: bool,
     idle_seconds: u64,
+    ceiling_concurrency: usize,
 }
 
 fn options() -> anyhow::Result<Options> {
-    let mut options = Options { orders: 2000, concurrency: 64, batching: true, idle_seconds: 60 };
+    let mut options =
+        Options { orders: 2000, concurrency: 64, batching: true, idle_seconds: 60, ceiling_concurrency: 4 };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
@@ -47,10 +49,14 @@ fn options() -> anyhow::Result<Options> {
             "--idle-seconds" => {
                 options.idle_seconds = value()?.parse().context("--idle-seconds takes a number")?
             }
+            "--ceiling-concurrency" => {
+                options.ceiling_concurrency =
+                    value()?.parse().context("--ceiling-concurrency takes a number")?
+            }
             "--no-batching" => options.batching = false,
             "--help" | "-h" => {
                 println!(
-                    "orderfleet-bench [--orders N (2000)] [--concurrency C (64)] [--idle-seconds S (60)] [--no-batching]"
+                    "orderfleet-bench [--orders N (2000)] [--concurrency C (64)] [--idle-seconds S (60)] [--no-batching] [--ceiling-concurrency K (4)]"
                 );
                 std::process::exit(0);
             }
@@ -87,8 +93,17 @@ async fn run() -> anyhow::Result<()> {
     let sqs = aws.sqs();
 
     say(&format!("LocalStack's ceiling: {} messages, batched send → receive → delete", options.orders));
-    let ceiling = ceiling(&sqs, options.orders).await?;
-    say(&format!("  {ceiling:.0} messages/s"));
+    let localstack = LocalStackCpu::find();
+    let cpu_before = localstack.seconds();
+    let started = Instant::now();
+    let ceiling_rate = ceiling(&sqs, options.orders, options.ceiling_concurrency).await?;
+    let ceiling = Ceiling {
+        msgs_per_s: ceiling_rate,
+        localstack: cpu_before
+            .zip(localstack.seconds())
+            .map(|(a, b)| (b - a, started.elapsed().as_secs_f64())),
+    };
+    say(&format!("  {ceiling_rate:.0} messages/s"));
 
     // A database of the run's own, so its transaction count is the fleet's alone.
     let database = format!("orderfleet_bench_{}", chrono::Utc::now().format("%Y%m%d%H%M%S"));
@@ -102,13 +117,47 @@ async fn run() -> anyhow::Result<()> {
     result
 }
 
+/// LocalStack's raw rate, and the CPU its process spent on it (seconds, over wall seconds).
+struct Ceiling {
+    msgs_per_s: f64,
+    localstack: Option<(f64, f64)>,
+}
+
+/// The CPU time of LocalStack's process, when it runs on this host (`make up` in host mode
+/// records its pid): what each order costs LocalStack, against what a bare message does.
+struct LocalStackCpu {
+    stat: Option<PathBuf>,
+}
+
+impl LocalStackCpu {
+    fn find() -> Self {
+        let run_dir =
+            std::env::var_os("ORDERFLEET_RUN_DIR").map(PathBuf::from).unwrap_or_else(|| ".run".into());
+        let stat = std::fs::read_to_string(run_dir.join("localstack.pid"))
+            .ok()
+            .map(|pid| PathBuf::from(format!("/proc/{}/stat", pid.trim())))
+            .filter(|stat| stat.exists());
+        Self { stat }
+    }
+
+    /// User plus system CPU seconds so far.
+    fn seconds(&self) -> Option<f64> {
+        let stat = std::fs::read_to_string(self.stat.as_ref()?).ok()?;
+        // The fields after the command name, which is in parentheses and may hold spaces.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        // /proc counts in USER_HZ, which Linux fixes at 100 for user space.
+        Some(ticks as f64 / 100.0)
+    }
+}
+
 async fn fleet_run(
     options: &Options,
     aws: &Aws,
     database_url: &str,
     database: &str,
     admin: &mut PgConnection,
-    ceiling: f64,
+    ceiling: Ceiling,
 ) -> anyhow::Result<()> {
     let sqs = aws.sqs();
     let pool = sqlx::PgPool::connect(database_url).await?;
@@ -130,7 +179,13 @@ async fn fleet_run(
     let batching = if options.batching { "on" } else { "off" };
     say(&format!("starting the fleet (batching {batching}); logs in {}/", log_dir.display()));
     let mut fleet = Fleet::prepare_observed("bench", stack, log_dir, false).await?;
-    let env = [("ORDERFLEET_BATCHING", batching), ("SWEEP_INTERVAL_SECONDS", "0"), ("RUST_LOG", "warn")];
+    // The production grace (SPEC's default), so the workers long-poll the full 20 s.
+    let env = [
+        ("ORDERFLEET_BATCHING", batching),
+        ("SWEEP_INTERVAL_SECONDS", "0"),
+        ("RUST_LOG", "warn"),
+        ("SHUTDOWN_GRACE_SECONDS", "20"),
+    ];
     fleet.spawn("order-intake", "order-intake", &env)?;
     fleet.spawn("outbox-relay", "outbox-relay", &env)?;
     fleet.spawn("stock-worker-0", "stock-worker", &env)?;
@@ -171,13 +226,15 @@ async fn measure(
     options: &Options,
     admin: &mut PgConnection,
     database: &str,
-    ceiling: f64,
+    ceiling: Ceiling,
 ) -> anyhow::Result<()> {
+    let localstack = LocalStackCpu::find();
     let n = options.orders;
     let before_requests = sum_by_label(&fleet.scrape_metrics().await, "aws_requests_total", "operation");
     let before_xacts = transactions(admin, database).await?;
 
     say(&format!("{n} orders from {n} users, {} at a time", options.concurrency));
+    let localstack_before = localstack.seconds();
     let started = Instant::now();
     let answered = Arc::new(AtomicUsize::new(0));
     let latencies: Vec<(u16, Duration)> = futures::stream::iter(0..n)
@@ -236,6 +293,7 @@ async fn measure(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let total_seconds = started.elapsed().as_secs_f64();
+    let localstack_fleet = localstack_before.zip(localstack.seconds()).map(|(a, b)| b - a);
     let terminal_seconds = terminal_at.unwrap_or_default().as_secs_f64();
     // The last deletes go out within the acknowledgement flush interval; let them.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -293,6 +351,7 @@ async fn measure(
         None
     };
 
+    let Ceiling { msgs_per_s: ceiling, localstack: localstack_ceiling } = ceiling;
     let ratio = orders_per_s / ceiling;
     println!();
     println!("== orderfleet bench: {n} orders, batching {} ==", if options.batching { "on" } else { "off" });
@@ -344,6 +403,22 @@ async fn measure(
         orders_per_s * 2.0,
         orders_per_s * 3.0 / ceiling * 100.0
     );
+    if let (Some((ceiling_cpu, ceiling_wall)), Some(fleet_cpu)) = (localstack_ceiling, localstack_fleet) {
+        let per_message = ceiling_cpu / n as f64;
+        let per_order = fleet_cpu / accepted.max(1) as f64;
+        let messages_per_order = per_order / per_message;
+        println!(
+            "LocalStack CPU            {:.2} ms per bare message in the ceiling ({:.0} % of a core), {:.2} ms per order in the fleet ({:.0} %)",
+            per_message * 1000.0,
+            ceiling_cpu / ceiling_wall * 100.0,
+            per_order * 1000.0,
+            fleet_cpu / total_seconds * 100.0
+        );
+        println!(
+            "                          an order costs LocalStack {messages_per_order:.1} bare messages: at equal LocalStack CPU the ratio is at most {:.2}",
+            1.0 / messages_per_order
+        );
+    }
     println!(
         "bench: orders={accepted} orders_per_s={orders_per_s:.1} requests_per_order={requests_per_order:.2} ceiling_msgs_per_s={ceiling:.0} ratio={ratio:.3}"
     );
@@ -362,7 +437,7 @@ fn percentile(values: &mut [f64], p: f64) -> f64 {
 /// LocalStack's raw rate for `n` messages through one queue: 4 senders with
 /// `SendMessageBatch` of 10, 4 consumers with `ReceiveMessage` of 10 and `DeleteMessageBatch`,
 /// running together, timed from the first send to the last delete.
-async fn ceiling(sqs: &aws_sdk_sqs::Client, n: usize) -> anyhow::Result<f64> {
+async fn ceiling(sqs: &aws_sdk_sqs::Client, n: usize, concurrency: usize) -> anyhow::Result<f64> {
     let name = format!("bench-ceiling-{}", uuid::Uuid::new_v4().simple());
     let url = sqs.create_queue().queue_name(&name).send().await?.queue_url.context("a queue URL")?;
     let deleted = Arc::new(AtomicUsize::new(0));
@@ -370,7 +445,7 @@ async fn ceiling(sqs: &aws_sdk_sqs::Client, n: usize) -> anyhow::Result<f64> {
     let batches = n.div_ceil(10);
     let next_batch = Arc::new(AtomicUsize::new(0));
     let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..4 {
+    for _ in 0..concurrency.max(1) {
         let (sqs, url, next_batch) = (sqs.clone(), url.clone(), next_batch.clone());
         tasks.spawn(async move {
             loop {
@@ -388,7 +463,7 @@ async fn ceiling(sqs: &aws_sdk_sqs::Client, n: usize) -> anyhow::Result<f64> {
             }
         });
     }
-    for _ in 0..4 {
+    for _ in 0..concurrency.max(1) {
         let (sqs, url, deleted) = (sqs.clone(), url.clone(), deleted.clone());
         tasks.spawn(async move {
             while deleted.load(Ordering::Relaxed) < n {
