@@ -415,7 +415,7 @@ async fn measure(
             fleet_cpu / total_seconds * 100.0
         );
         println!(
-            "                          an order costs LocalStack {messages_per_order:.1} bare messages: at equal LocalStack CPU the ratio is at most {:.2}",
+            "                          an order costs LocalStack the CPU of {messages_per_order:.1} bare messages: where LocalStack is the limit, the ratio stays near 1/{messages_per_order:.1} = {:.2}",
             1.0 / messages_per_order
         );
     }
