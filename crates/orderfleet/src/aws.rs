@@ -3,8 +3,8 @@
 //!
 //! Every client counts the requests it sends — each attempt, retries included, since each is
 //! billed — by service and operation, in the `aws_requests_total` metric that `/metrics`
-//! exports and the demo and the benchmark report per order. An attempt that fails is logged
-//! and counted in `aws_request_failures_total`: the SDK retries it, and a `ReceiveMessage`
+//! exports and the demo and the benchmark report per order. An attempt that fails is counted
+//! in `aws_request_failures_total` (and logged at debug): the SDK retries it, and a `ReceiveMessage`
 //! attempt abandoned after SQS took its messages leaves them invisible for the queue's
 //! visibility timeout.
 
@@ -90,7 +90,9 @@ impl Intercept for CountRequests {
                 "operation" => metadata.name().to_owned()
             )
             .increment(1);
-            tracing::warn!(
+            // Debug, not warn: the callers log outages once per interval, and an outage fails
+            // many attempts a second; the counter is what to alert on.
+            tracing::debug!(
                 service = metadata.service(),
                 operation = metadata.name(),
                 error = ?error,

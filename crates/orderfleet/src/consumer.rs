@@ -265,18 +265,26 @@ async fn poll<H: Handler>(
                 _ = tokio::time::sleep(config.fill_delay) => {}
             }
         }
+        // Parked first, then the gate: a poller woken after a long park must still find the
+        // dependencies up before it receives.
+        if poller > 0 && !backlog.wait_deep(&cancel).await {
+            return;
+        }
         if gate.paused.load(Ordering::Acquire)
             && !wait_until_ready(&*handler, &gate, &queue, poller, &cancel).await
         {
             return;
         }
-        if poller > 0 && !backlog.wait_deep(&cancel).await {
+        let full_batch = config.batch_size.clamp(1, 10).min(config.max_in_flight.max(1));
+        let held = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return,
+            held = take_permits(&permits, full_batch, config.fill_delay) => held,
+        };
+        // No poll starts after the stop signal: it could outlast the grace period.
+        if cancel.is_cancelled() {
             return;
         }
-        let held = tokio::select! {
-            _ = cancel.cancelled() => return,
-            held = take_permits(&permits, config.batch_size.clamp(1, 10).min(config.max_in_flight.max(1)), config.fill_delay) => held,
-        };
         let asked = held.num_permits();
 
         let receive = sqs
@@ -305,6 +313,8 @@ async fn poll<H: Handler>(
                 out.messages.unwrap_or_default()
             }
             Err(e) => {
+                // Whatever the queue holds, the extra pollers wait until receiving works.
+                backlog.observe(0, 1);
                 failures += 1;
                 let quiet = last_logged.is_some_and(|t| t.elapsed() < Duration::from_secs(30));
                 if !quiet {
@@ -318,7 +328,9 @@ async fn poll<H: Handler>(
                 }
             }
         };
-        backlog.observe(messages.len(), asked);
+        // Deep only when a whole batch came back: a busy worker asking for a few messages and
+        // getting them says nothing about the queue.
+        backlog.observe(messages.len(), full_batch);
         if messages.is_empty() {
             continue;
         }

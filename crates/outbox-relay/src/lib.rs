@@ -274,14 +274,32 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
     let backlog = std::sync::Arc::new(Backlog::default());
+    // A lane that panics stops the others at the end of their rounds (not mid-round, which
+    // would leave sent rows unrecorded until their lease ends), and then the relay.
+    let lanes_cancel = cancel.child_token();
     let mut lanes = tokio::task::JoinSet::new();
     for lane in 0..tuning.lanes.max(1) {
-        lanes.spawn(rounds(lane, pool.clone(), sender.clone(), tuning, backlog.clone(), cancel.clone()));
+        lanes.spawn(rounds(
+            lane,
+            pool.clone(),
+            sender.clone(),
+            tuning,
+            backlog.clone(),
+            lanes_cancel.clone(),
+        ));
     }
+    let mut panicked = None;
     while let Some(done) = lanes.join_next().await {
-        done.context("a relay lane panicked")?;
+        if let Err(e) = done {
+            tracing::error!(error = %e, "a relay lane panicked; stopping the others");
+            lanes_cancel.cancel();
+            panicked.get_or_insert(e);
+        }
     }
-    Ok(())
+    match panicked {
+        Some(e) => Err(e).context("a relay lane panicked"),
+        None => Ok(()),
+    }
 }
 
 /// One lane's rounds: claim, send, record. Lane 0 always runs and wakes on new rows; the
@@ -320,7 +338,9 @@ async fn rounds(
                 continue;
             }
         };
-        backlog.observe(claimed.len(), tuning.claim_batch as usize);
+        if claimed.is_empty() {
+            backlog.observe(0, 1);
+        }
         metrics::counter!("outbox_claims_total", "result" => if claimed.is_empty() { "empty" } else { "rows" })
             .increment(1);
 
@@ -363,9 +383,10 @@ async fn rounds(
             // may be sent twice, which the consumers' inbox and status guards absorb.
             tracing::warn!(error = %e, lane, "failed to record send results; the rows come due again after their lease");
         }
+        // The backlog is deep after a full round that SQS took: during an outage one lane is
+        // enough to find out when it answers again.
+        backlog.observe(if outage { 0 } else { outcomes.len() }, tuning.claim_batch as usize);
         if outage {
-            // One lane is enough to find out when SQS answers again.
-            backlog.observe(0, 1);
             outages += 1;
             let delay = tuning.outage_backoff.delay(outages - 1);
             if outages == 1 || outages.is_multiple_of(20) {
@@ -449,8 +470,11 @@ async fn wait_for_rows(
 pub async fn build(config: &RelayConfig, aws: &orderfleet::aws::Aws) -> anyhow::Result<(PgPool, Sender)> {
     let pool = orderfleet::db::connect_lazy(
         &config.database,
-        // A connection per lane, one for the retention job, one spare.
-        orderfleet::db::PoolSize { max_connections: config.tuning.lanes as u32 + 2, ..Default::default() },
+        // A connection per lane, lane 0's LISTEN connection, one for the retention job, one spare.
+        orderfleet::db::PoolSize {
+            max_connections: config.tuning.lanes.max(1) as u32 + 3,
+            ..Default::default()
+        },
     )
     .context("failed to build the database pool")?;
     let sender = Sender::new(aws.sqs(), &config.queues, config.tuning.batching);

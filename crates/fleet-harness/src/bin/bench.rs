@@ -434,8 +434,8 @@ fn percentile(values: &mut [f64], p: f64) -> f64 {
     values[rank]
 }
 
-/// LocalStack's raw rate for `n` messages through one queue: 4 senders with
-/// `SendMessageBatch` of 10, 4 consumers with `ReceiveMessage` of 10 and `DeleteMessageBatch`,
+/// LocalStack's raw rate for `n` messages through one queue: `concurrency` senders with
+/// `SendMessageBatch` of 10 and as many consumers with `ReceiveMessage` of 10 and `DeleteMessageBatch`,
 /// running together, timed from the first send to the last delete.
 async fn ceiling(sqs: &aws_sdk_sqs::Client, n: usize, concurrency: usize) -> anyhow::Result<f64> {
     let name = format!("bench-ceiling-{}", uuid::Uuid::new_v4().simple());
