@@ -338,8 +338,10 @@ async fn rounds(
                 continue;
             }
         };
-        if claimed.is_empty() {
-            backlog.observe(0, 1);
+        // A full claim wakes the other lanes at once, unless this lane is probing an outage:
+        // one lane is enough to find out when SQS answers again.
+        if outages == 0 || claimed.is_empty() {
+            backlog.observe(claimed.len(), tuning.claim_batch as usize);
         }
         metrics::counter!("outbox_claims_total", "result" => if claimed.is_empty() { "empty" } else { "rows" })
             .increment(1);
@@ -383,10 +385,8 @@ async fn rounds(
             // may be sent twice, which the consumers' inbox and status guards absorb.
             tracing::warn!(error = %e, lane, "failed to record send results; the rows come due again after their lease");
         }
-        // The backlog is deep after a full round that SQS took: during an outage one lane is
-        // enough to find out when it answers again.
-        backlog.observe(if outage { 0 } else { outcomes.len() }, tuning.claim_batch as usize);
         if outage {
+            backlog.observe(0, 1);
             outages += 1;
             let delay = tuning.outage_backoff.delay(outages - 1);
             if outages == 1 || outages.is_multiple_of(20) {
