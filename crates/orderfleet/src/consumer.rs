@@ -74,6 +74,28 @@ pub enum Outcome {
     Poison { reason: String },
 }
 
+impl Outcome {
+    /// Its name in `messages_handled_total` and in `message_failures.outcome`.
+    fn label(&self) -> &'static str {
+        match self {
+            Outcome::Done => "done",
+            Outcome::Retry { .. } => "retry",
+            Outcome::Blocked { .. } => "blocked",
+            Outcome::Poison { .. } => "poison",
+        }
+    }
+
+    /// Why it did not finish; `None` for `Done`.
+    fn reason(&self) -> Option<&str> {
+        match self {
+            Outcome::Done => None,
+            Outcome::Retry { reason } | Outcome::Blocked { reason } | Outcome::Poison { reason } => {
+                Some(reason)
+            }
+        }
+    }
+}
+
 /// The one step a worker does.
 pub trait Handler: Send + Sync + 'static {
     /// Handles a batch (1–10 messages) and returns one outcome per message, in order.
@@ -380,41 +402,29 @@ async fn poll<H: Handler>(
                 with_heartbeat(handler.handle(batch), &receipts, visibility, &acks, &stop_heartbeats).await;
             let mut failures = Vec::new();
             for ((message_id, receipt, receive_count), outcome) in receipts.into_iter().zip(outcomes) {
+                metrics::counter!("messages_handled_total", "queue" => queue.clone(), "outcome" => outcome.label())
+                    .increment(1);
+                let delay = backoff.delay(receive_count.saturating_sub(1));
                 match &outcome {
                     Outcome::Done => {}
-                    Outcome::Retry { reason } => failures.push((message_id.clone(), receive_count, "retry", reason.clone())),
-                    Outcome::Blocked { reason } => {
-                        failures.push((message_id.clone(), receive_count, "blocked", reason.clone()))
-                    }
-                    Outcome::Poison { reason } => failures.push((message_id.clone(), receive_count, "poison", reason.clone())),
-                }
-                let ack = match outcome {
-                    Outcome::Done => {
-                        metrics::counter!("messages_handled_total", "queue" => queue.clone(), "outcome" => "done")
-                            .increment(1);
-                        Ack::Delete(receipt)
-                    }
                     Outcome::Retry { reason } => {
-                        metrics::counter!("messages_handled_total", "queue" => queue.clone(), "outcome" => "retry")
-                            .increment(1);
-                        let delay = backoff.delay(receive_count.saturating_sub(1));
-                        tracing::warn!(queue, message_id, receive_count, ?delay, reason, "transient failure; the message comes back later");
-                        Ack::Visibility(receipt, delay.as_secs().max(1) as i32)
+                        tracing::warn!(queue, message_id, receive_count, ?delay, reason, "transient failure; the message comes back later")
                     }
                     Outcome::Blocked { reason } => {
-                        metrics::counter!("messages_handled_total", "queue" => queue.clone(), "outcome" => "blocked")
-                            .increment(1);
                         if !gate.paused.swap(true, Ordering::AcqRel) {
                             tracing::warn!(queue, reason, "a dependency is down; pausing receives until it answers");
                         }
-                        let delay = backoff.delay(receive_count.saturating_sub(1));
-                        Ack::Visibility(receipt, delay.as_secs().max(1) as i32)
                     }
                     Outcome::Poison { reason } => {
-                        metrics::counter!("messages_handled_total", "queue" => queue.clone(), "outcome" => "poison")
-                            .increment(1);
-                        let delay = backoff.delay(receive_count.saturating_sub(1));
-                        tracing::error!(queue, message_id, receive_count, reason, "unprocessable message; it goes to the DLQ after its last receive");
+                        tracing::error!(queue, message_id, receive_count, reason, "unprocessable message; it goes to the DLQ after its last receive")
+                    }
+                }
+                let ack = match outcome.reason() {
+                    None => Ack::Delete(receipt),
+                    // Every other outcome leaves the message to come back after a backoff sized
+                    // by its receive count, and records why for operators.
+                    Some(reason) => {
+                        failures.push((message_id, receive_count, outcome.label(), reason.to_owned()));
                         Ack::Visibility(receipt, delay.as_secs().max(1) as i32)
                     }
                 };
@@ -599,8 +609,7 @@ async fn acknowledge(
         let next = tokio::select! {
             ack = rx.recv() => ack,
             _ = async { tokio::time::sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => {
-                flush_deletes(&sqs, &queue_url, &mut deletes, batch).await;
-                flush_visibility(&sqs, &queue_url, &mut visibility, batch).await;
+                flush_all(&sqs, &queue_url, &mut deletes, &mut visibility, batch).await;
                 deadline = None;
                 continue;
             }
@@ -609,13 +618,11 @@ async fn acknowledge(
             Some(Ack::Delete(receipt)) => deletes.push(receipt),
             Some(Ack::Visibility(receipt, seconds)) => visibility.push((receipt, seconds)),
             Some(Ack::Flush(done)) => {
-                flush_deletes(&sqs, &queue_url, &mut deletes, batch).await;
-                flush_visibility(&sqs, &queue_url, &mut visibility, batch).await;
+                flush_all(&sqs, &queue_url, &mut deletes, &mut visibility, batch).await;
                 let _ = done.send(());
             }
             None => {
-                flush_deletes(&sqs, &queue_url, &mut deletes, batch).await;
-                flush_visibility(&sqs, &queue_url, &mut visibility, batch).await;
+                flush_all(&sqs, &queue_url, &mut deletes, &mut visibility, batch).await;
                 return;
             }
         }
@@ -631,6 +638,18 @@ async fn acknowledge(
             Some(deadline.unwrap_or_else(|| tokio::time::Instant::now() + flush))
         };
     }
+}
+
+/// Sends every pending delete and visibility change.
+async fn flush_all(
+    sqs: &Client,
+    queue_url: &str,
+    deletes: &mut Vec<String>,
+    visibility: &mut Vec<(String, i32)>,
+    batch: usize,
+) {
+    flush_deletes(sqs, queue_url, deletes, batch).await;
+    flush_visibility(sqs, queue_url, visibility, batch).await;
 }
 
 async fn flush_deletes(sqs: &Client, queue_url: &str, pending: &mut Vec<String>, batch: usize) {
