@@ -45,3 +45,30 @@ fn a_token_is_printed_when_the_secret_is_set() {
     let token = String::from_utf8(out.stdout).unwrap();
     assert_eq!(token.trim().split('.').count(), 3, "not a JWT: {token}");
 }
+
+#[test]
+fn a_stripe_budget_of_zero_a_negative_one_or_a_word_stops_each_stripe_caller_with_one_line() {
+    for bin in ["order-intake", "stock-worker"] {
+        for bad in ["0", "-3", "fast"] {
+            let out = Command::new(binary(bin))
+                .env_clear()
+                .env("DATABASE_URL", "postgres://orderfleet@127.0.0.1:1/orderfleet")
+                .env("STRIPE_SECRET_KEY", "sk_test_placeholder")
+                .env("AUTH_JWT_SECRET", "0123456789abcdef0123456789abcdef")
+                .env("STOCK_QUEUE_URL", "http://127.0.0.1:1/000000000000/stock")
+                .env("NOTIFICATION_QUEUE_URL", "http://127.0.0.1:1/000000000000/notification")
+                .env("STRIPE_MAX_REQUESTS_PER_SECOND", bad)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{bin} started with {bad}");
+            assert_eq!(stderr.trim().lines().count(), 1, "{bin}: {stderr}");
+            assert!(
+                stderr.starts_with(&format!(
+                    "{bin}: configuration error: STRIPE_MAX_REQUESTS_PER_SECOND is malformed"
+                )),
+                "{bin} {bad}: {stderr}"
+            );
+        }
+    }
+}

@@ -2,6 +2,7 @@
 //! One test binary (one link) for the whole suite; a module per subject.
 
 mod configuration;
+mod door;
 mod faults;
 mod infrastructure;
 mod intake;

@@ -67,30 +67,43 @@ async fn one_order_is_authorized_captured_paid_and_notified_once_per_event() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_flash_sale_of_200_orders_for_50_units_sells_exactly_50() {
+async fn a_burst_of_200_buyers_for_50_units_authorizes_50_cancels_none_and_turns_150_away_sold_out() {
     // Arrange
     let fleet = Fleet::start("flash-sale", 2).await.unwrap();
     fleet.product("drop", 1000, 50).await.unwrap();
 
     // Act: 200 users at once, one unit each.
-    let answers =
+    let answers: Vec<_> =
         futures::future::join_all((0..200).map(|i| {
             fleet.post_order_owned(format!("user-{i}"), format!("key-{i}"), "drop", 1, "pm_card_visa")
         }))
-        .await;
+        .await
+        .into_iter()
+        .map(|a| a.unwrap())
+        .collect();
 
-    // Assert
-    assert!(
-        answers.iter().all(|a| a.as_ref().is_ok_and(|a| a.status == 202)),
-        "not every order was accepted"
+    // Assert (SPEC §8.8): exactly the units are accepted, each with its own place in line;
+    // everyone else hears sold_out, with nothing written and no PaymentIntent.
+    let accepted: Vec<_> = answers.iter().filter(|a| a.status == 202).collect();
+    let sold_out =
+        answers.iter().filter(|a| a.status == 409 && a.body["error"]["code"] == "sold_out").count();
+    assert_eq!(
+        (accepted.len(), sold_out),
+        (50, 150),
+        "{:?}",
+        answers.iter().map(|a| a.status).collect::<Vec<_>>()
     );
+    let mut positions: Vec<i64> = accepted.iter().map(|a| a.body["position"].as_i64().unwrap()).collect();
+    positions.sort();
+    assert_eq!(positions, (1..=50).collect::<Vec<_>>());
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders").fetch_one(&fleet.pool).await.unwrap();
+    assert_eq!(orders, 50, "a sold-out answer wrote an order");
     let statuses = fleet.wait_settled(Duration::from_secs(180)).await.unwrap();
     assert_eq!(statuses.get("paid"), Some(&50), "{statuses:?}");
-    assert_eq!(statuses.get("rejected_out_of_stock"), Some(&150), "{statuses:?}");
     let intents = fleet.intents().await.unwrap();
-    assert_eq!(intents.len(), 200);
+    assert_eq!(intents.len(), 50, "one PaymentIntent per unit, none for a buyer who got nothing");
     assert_eq!(count(&intents, "capture_count"), 50, "captures");
-    assert_eq!(count(&intents, "cancel_count"), 150, "cancels");
+    assert_eq!(count(&intents, "cancel_count"), 0, "cancels");
     let holds = intents.iter().filter(|i| i["status"] == "requires_capture").count();
     assert_eq!(holds, 0, "authorization holds left behind");
     let stock: i32 = sqlx::query_scalar("SELECT stock FROM products WHERE id = 'drop'")
@@ -98,6 +111,9 @@ async fn a_flash_sale_of_200_orders_for_50_units_sells_exactly_50() {
         .await
         .unwrap();
     assert_eq!(stock, 0);
+    // Once every unit is sold, nothing can come back: sold_out without Retry-After.
+    let late = fleet.post_order("late", "key-1", "drop", 1, "pm_card_visa").await.unwrap();
+    assert_eq!((late.status, late.retry_after.as_deref()), (409, None), "{:?}", late.body);
     // Every intake and fulfilment commit notified the relay; the burst's leftover notifications
     // must not each wake a claim that finds nothing (the relay spun through thousands of them
     // after a 2,000-order bench burst before it drained them at once).

@@ -22,6 +22,15 @@ pub struct Audit {
     /// Units sold beyond the stock, and whether the stock went negative or mis-counted.
     pub oversold: i64,
     pub stock_mismatch: i64,
+    /// How far the door's count of promised units is from the orders that hold them.
+    pub promised_mismatch: i64,
+    /// Orders rejected out of stock although orders behind them in line took at least as
+    /// many units as they asked for (SPEC §8.7).
+    pub line_violations: usize,
+    /// PaymentIntents made for no order of this database (SPEC §8.8: no hold without a unit).
+    pub intents_without_order: usize,
+    /// Authorizations cancelled: in a drop with no cut, there are none (SPEC §8.8).
+    pub cancelled_authorizations: usize,
     /// Orders not terminal at the end, and not visible to an operator either.
     pub lost: i64,
     /// Authorizations still holding funds for an order that will not be captured.
@@ -31,12 +40,10 @@ pub struct Audit {
 }
 
 impl Audit {
-    /// Audits `product` (which started with `initial_stock` units), given the notifications
-    /// the observer saw.
+    /// Audits `product`, given the notifications the observer saw.
     pub async fn of(
         fleet: &TestFleet,
         product: &str,
-        initial_stock: i32,
         notifications: &[(String, String)],
     ) -> anyhow::Result<Self> {
         let mut audit = Audit::default();
@@ -45,6 +52,24 @@ impl Audit {
                 .bind(product)
                 .fetch_all(&fleet.pool)
                 .await?;
+        let line: Vec<(i64, String, i32)> = sqlx::query_as(
+            "SELECT position, status::text, quantity FROM orders WHERE product_id = $1 ORDER BY position",
+        )
+        .bind(product)
+        .fetch_all(&fleet.pool)
+        .await?;
+        for (i, (_, status, quantity)) in line.iter().enumerate() {
+            if status == "rejected_out_of_stock" {
+                let taken_behind: i64 = line[i + 1..]
+                    .iter()
+                    .filter(|(_, s, _)| matches!(s.as_str(), "stock_reserved" | "paid"))
+                    .map(|(_, _, q)| *q as i64)
+                    .sum();
+                if taken_behind >= *quantity as i64 {
+                    audit.line_violations += 1;
+                }
+            }
+        }
         audit.orders = orders.len() as i64;
         let status_of: HashMap<String, String> =
             orders.iter().map(|(id, s, _)| (id.to_string(), s.clone())).collect();
@@ -56,13 +81,15 @@ impl Audit {
         };
         let sold = units(&["paid"]);
         let held = units(&["stock_reserved", "paid"]);
-        let stock: i32 = sqlx::query_scalar("SELECT stock FROM products WHERE id = $1")
-            .bind(product)
-            .fetch_one(&fleet.pool)
-            .await?;
-        audit.oversold = (sold - initial_stock as i64).max(0);
-        audit.stock_mismatch =
-            (initial_stock as i64 - held - stock as i64).abs() + if stock < 0 { 1 } else { 0 };
+        let (total, stock, promised): (i32, i32, i32) =
+            sqlx::query_as("SELECT units_total, stock, units_promised FROM products WHERE id = $1")
+                .bind(product)
+                .fetch_one(&fleet.pool)
+                .await?;
+        audit.oversold = (sold - total as i64).max(0);
+        audit.stock_mismatch = (total as i64 - held - stock as i64).abs() + if stock < 0 { 1 } else { 0 };
+        let holding = units(&["pending_authorization", "authorized", "stock_reserved", "paid"]);
+        audit.promised_mismatch = (promised as i64 - holding).abs();
         audit.lost = orders
             .iter()
             .filter(|(_, s, _)| {
@@ -71,6 +98,17 @@ impl Audit {
             .count() as i64;
 
         let intents = fleet.intents().await?;
+        let known: HashSet<String> = sqlx::query_scalar::<_, uuid::Uuid>("SELECT id FROM orders")
+            .fetch_all(&fleet.pool)
+            .await?
+            .into_iter()
+            .map(|id| id.to_string())
+            .collect();
+        audit.intents_without_order = intents.iter().filter(|i| !known.contains(order_of(i))).count();
+        audit.cancelled_authorizations = intents
+            .iter()
+            .filter(|i| status_of.contains_key(order_of(i)) && i["cancel_count"].as_i64().unwrap_or(0) > 0)
+            .count();
         let mut per_order: HashMap<String, usize> = HashMap::new();
         for intent in intents.iter().filter(|i| status_of.contains_key(order_of(i))) {
             let order = order_of(intent).to_owned();
@@ -119,6 +157,9 @@ impl Audit {
             && self.captures_not_paid == 0
             && self.oversold == 0
             && self.stock_mismatch == 0
+            && self.promised_mismatch == 0
+            && self.line_violations == 0
+            && self.intents_without_order == 0
             && self.lost == 0
             && self.holds_left == 0
             && self.duplicate_notifications == 0
@@ -130,12 +171,13 @@ impl Audit {
     pub fn figures(&self, case: &str, faults: usize) -> String {
         format!(
             "fault-suite: case={case} orders={} faults={faults} statuses={:?} double_authorizations={} double_captures={} \
-             oversold={} lost={} holds_left={} duplicate_notifications={} missing_notifications={}",
+             oversold={} line_violations={} lost={} holds_left={} duplicate_notifications={} missing_notifications={}",
             self.orders,
             sorted(&self.by_status),
             self.double_authorizations,
             self.double_captures,
             self.oversold,
+            self.line_violations,
             self.lost,
             self.holds_left,
             self.duplicate_notifications,

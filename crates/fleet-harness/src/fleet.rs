@@ -218,17 +218,17 @@ impl Fleet {
         Ok(())
     }
 
-    /// Seeds (or resets) a product.
-    pub async fn product(&self, id: &str, price_minor: i64, stock: i32) -> anyhow::Result<()> {
-        sqlx::query(
-            "INSERT INTO products (id, name, price_minor, currency, stock) VALUES ($1, $1, $2, 'usd', $3)
-             ON CONFLICT (id) DO UPDATE SET price_minor = EXCLUDED.price_minor, stock = EXCLUDED.stock",
-        )
-        .bind(id)
-        .bind(price_minor)
-        .bind(stock)
-        .execute(&self.pool)
-        .await?;
+    /// Seeds a product with `units` for sale in all (or sets its total, as `fleetctl product
+    /// upsert --stock` does).
+    pub async fn product(&self, id: &str, price_minor: i64, units: i32) -> anyhow::Result<()> {
+        let product = orderfleet::product::ProductUpsert {
+            id: orderfleet::product::Sku::parse(id).map_err(anyhow::Error::msg)?,
+            name: id.to_owned(),
+            price_minor,
+            currency: orderfleet::product::Currency::parse("usd").map_err(anyhow::Error::msg)?,
+            units_total: units,
+        };
+        orderfleet::product::upsert(&self.pool, &product).await?;
         Ok(())
     }
 
@@ -276,8 +276,9 @@ impl Fleet {
         self.post_raw(Some(user), Some(key), &body.to_string()).await
     }
 
-    /// What a well-behaved client does: on `409` (the same key in flight) or `503` (try again),
-    /// wait as `Retry-After` says (at most a second here) and send the same request again.
+    /// What a well-behaved client does: on `409 idempotency_key_in_use` (the same key in
+    /// flight) or `503` (try again), wait as `Retry-After` says (at most a second here) and send
+    /// the same request again. A `409 sold_out` is a final answer here.
     /// Returns the final answer and the statuses of the attempts before it.
     pub async fn post_order_retrying(
         &self,
@@ -290,7 +291,8 @@ impl Fleet {
         let mut earlier = Vec::new();
         loop {
             let answer = self.post_order(user, key, product, quantity, method).await?;
-            if !matches!(answer.status, 409 | 503) || earlier.len() >= 30 {
+            let in_use = answer.status == 409 && answer.body["error"]["code"] == "idempotency_key_in_use";
+            if !(in_use || answer.status == 503) || earlier.len() >= 30 {
                 return Ok((answer, earlier));
             }
             let wait = answer.retry_after.as_deref().and_then(|s| s.parse::<u64>().ok()).unwrap_or(1).min(1);
@@ -311,6 +313,20 @@ impl Fleet {
         let response = self.http.post(format!("{}/_sim/faults", self.stripe_url)).json(&body).send().await?;
         anyhow::ensure!(response.status().is_success(), "fault not accepted: {}", response.status());
         Ok(())
+    }
+
+    /// Limits stripe-sim's request rate (0 clears it), as Stripe limits an account's.
+    pub async fn stripe_rate_limit(&self, per_second: u32) -> anyhow::Result<()> {
+        let body = serde_json::json!({ "per_second": per_second });
+        let response =
+            self.http.post(format!("{}/_sim/rate_limit", self.stripe_url)).json(&body).send().await?;
+        anyhow::ensure!(response.status().is_success(), "rate limit not accepted: {}", response.status());
+        Ok(())
+    }
+
+    /// stripe-sim's counts: `requests`, `rate_limited`, `max_requests_in_one_second`.
+    pub async fn stripe_stats(&self) -> anyhow::Result<Value> {
+        Ok(self.http.get(format!("{}/_sim/stats", self.stripe_url)).send().await?.json().await?)
     }
 
     /// Orders by status.
@@ -450,6 +466,36 @@ impl Fleet {
     /// Where the processes' logs are.
     pub fn log_dir(&self) -> &std::path::Path {
         &self.log_dir
+    }
+
+    /// Takes `n` messages off a queue (waiting up to 30 s for them to arrive) and deletes
+    /// them; their bodies, in the order received.
+    pub async fn take_messages(&self, queue_url: &str, n: usize) -> anyhow::Result<Vec<String>> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut bodies = Vec::new();
+        while bodies.len() < n {
+            anyhow::ensure!(Instant::now() < deadline, "only {} of {n} messages arrived", bodies.len());
+            let received = self
+                .sqs
+                .receive_message()
+                .queue_url(queue_url)
+                .max_number_of_messages((n - bodies.len()).min(10) as i32)
+                .wait_time_seconds(1)
+                .send()
+                .await?;
+            for message in received.messages.unwrap_or_default() {
+                bodies.push(message.body.unwrap_or_default());
+                if let Some(receipt) = message.receipt_handle {
+                    self.sqs.delete_message().queue_url(queue_url).receipt_handle(receipt).send().await?;
+                }
+            }
+        }
+        Ok(bodies)
+    }
+
+    /// Waits until the intake answers (after spawning it by hand).
+    pub async fn wait_intake(&self) -> anyhow::Result<()> {
+        self.wait_http(&format!("{}/healthz", self.intake_url)).await
     }
 
     async fn wait_http(&self, url: &str) -> anyhow::Result<()> {

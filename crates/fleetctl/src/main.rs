@@ -94,7 +94,7 @@ struct SweepArgs {
 
 #[derive(Debug, Subcommand)]
 enum ProductCommand {
-    /// Create a product, or replace its name, price, currency and stock.
+    /// Create a product, or set its name, price, currency and total units for sale.
     Upsert(UpsertArgs),
 }
 
@@ -112,8 +112,10 @@ struct UpsertArgs {
     /// ISO 4217 code, e.g. usd.
     #[arg(long, value_parser = Currency::parse)]
     currency: Currency,
-    /// Units for sale (sets the stock; does not add to it).
-    #[arg(long, value_parser = clap::value_parser!(i32).range(0..))]
+    /// The product's total units for sale, sold ones included (0 to 100000000): repeating an
+    /// upsert sells nothing twice; fewer than already sold or reserved is refused; fewer than
+    /// promised rejects the orders last in line.
+    #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(i32).range(0..=i64::from(product::MAX_UNITS)))]
     stock: i32,
 }
 
@@ -219,16 +221,25 @@ async fn run(command: Command, env: &Env) -> anyhow::Result<()> {
                 name: args.name,
                 price_minor: args.price,
                 currency: args.currency,
-                stock: args.stock,
+                units_total: args.stock,
             };
-            product::upsert(&pool, &product).await?;
+            let units = product::upsert(&pool, &product).await?;
             println!(
-                "product {} upserted: price {} {}, stock {}",
+                "product {} upserted: price {} {}, {} units for sale in all, {} sold or reserved, {} promised",
                 product.id.as_str(),
                 product.price_minor,
                 product.currency.as_str(),
-                product.stock
+                units.total,
+                units.taken,
+                units.promised,
             );
+            if units.overpromised() > 0 {
+                println!(
+                    "{} units are promised beyond the new total: the stock workers reject the orders last in line \
+                     for them and release their holds",
+                    units.overpromised()
+                );
+            }
         }
         Command::Dlq(command) => run_dlq(command, env).await?,
         Command::Outbox(OutboxCommand::Dead) => {
@@ -259,7 +270,7 @@ async fn run(command: Command, env: &Env) -> anyhow::Result<()> {
         }
         Command::Sweep(args) => {
             let pool = db::connect(&DatabaseConfig::from_env(env)?, PoolSize::default()).await?;
-            let payments = Payments::new(&StripeConfig::from_env(env)?, RetryPolicy::default())?;
+            let payments = Payments::new(&StripeConfig::from_env(env)?, RetryPolicy::background())?;
             let policy = SweepPolicy {
                 pending_after: Duration::from_secs(args.pending_after_seconds),
                 fulfilment_after: Duration::from_secs(args.fulfilment_after_seconds),

@@ -32,6 +32,11 @@ pub enum ApiError {
     InvalidQuantity,
     #[error("no product with this id")]
     UnknownProduct,
+    /// Fewer units left than asked: every unit is promised to buyers ahead or sold. Nothing
+    /// was written. `units_may_return` while an order ahead is not yet paid (its units come
+    /// back if it fails): the answer then carries `Retry-After`.
+    #[error("sold out: fewer units are left than asked; every unit is promised to buyers ahead or sold")]
+    SoldOut { units_may_return: bool },
     #[error("the payment was declined: {0}")]
     PaymentDeclined(String),
     #[error("the payment provider is unavailable; retry with the same Idempotency-Key")]
@@ -59,6 +64,7 @@ impl ApiError {
             ApiError::InvalidField { .. } => "invalid_field",
             ApiError::InvalidQuantity => "invalid_quantity",
             ApiError::UnknownProduct => "unknown_product",
+            ApiError::SoldOut { .. } => "sold_out",
             ApiError::PaymentDeclined(_) => "payment_declined",
             ApiError::PaymentUnavailable => "payment_unavailable",
             ApiError::OrderNotFound => "order_not_found",
@@ -79,7 +85,7 @@ impl ApiError {
             | ApiError::InvalidField { .. }
             | ApiError::InvalidQuantity
             | ApiError::UnknownProduct => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::IdempotencyKeyInUse => StatusCode::CONFLICT,
+            ApiError::IdempotencyKeyInUse | ApiError::SoldOut { .. } => StatusCode::CONFLICT,
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::PaymentDeclined(_) => StatusCode::PAYMENT_REQUIRED,
             ApiError::PaymentUnavailable | ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -110,6 +116,12 @@ impl IntoResponse for ApiError {
             }
             ApiError::PaymentUnavailable | ApiError::Unavailable(_) | ApiError::IdempotencyKeyInUse => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+            }
+            // Units come back when an order ahead is declined or fails; a buyer asking again
+            // every few seconds sees them soon enough, and ten thousand of them do not make
+            // the door their busiest caller.
+            ApiError::SoldOut { units_may_return: true } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
             }
             _ => {}
         }

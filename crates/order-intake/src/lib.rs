@@ -64,8 +64,8 @@ impl IntakeConfig {
             stripe: StripeConfig::from_env(env)?,
             auth: AuthConfig::from_env(env)?,
             runtime: RuntimeConfig::from_env(env)?,
-            // Longer than the bounded authorization retries take (3 × 5 s), so a live request
-            // never loses its key to a retry.
+            // Longer than the bounded authorization attempts take (3 × up to 4 s for a budget
+            // slot and 5 s for the answer), so a live request never loses its key to a retry.
             lease: env.or_default("INTAKE_LEASE_SECONDS", Seconds(Duration::from_secs(30)))?.0,
         })
     }
@@ -196,6 +196,7 @@ pub struct OrderView {
     pub currency: String,
     pub product_id: String,
     pub quantity: i32,
+    pub position: i64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub failure_reason: Option<String>,
@@ -210,7 +211,7 @@ async fn get_order(
     // An id that is not a UUID names no order; the answer is the same as for someone else's.
     let order_id = Uuid::parse_str(&order_id).map_err(|_| ApiError::OrderNotFound)?;
     let view = sqlx::query_as::<_, OrderView>(
-        "SELECT id, status, amount_minor, currency, product_id, quantity, created_at, updated_at, failure_reason
+        "SELECT id, status, amount_minor, currency, product_id, quantity, position, created_at, updated_at, failure_reason
            FROM orders WHERE id = $1 AND user_id = $2",
     )
     .bind(order_id)

@@ -1,5 +1,15 @@
-//! Placing an order: the idempotency-key claim, the authorization outside any transaction,
-//! and the one transaction that marks the order `authorized` and writes its outbox rows.
+//! Placing an order: the idempotency-key claim, the door, the authorization outside any
+//! transaction, and the one transaction that marks the order `authorized` and writes its
+//! outbox rows.
+//!
+//! **The door** comes before any payment call. One statement promises the order its units out
+//! of the product's units not yet promised (`units_promised + q <= units_total`, so never more
+//! than there are), numbers its place in line, and inserts the order; when the units are not
+//! there it writes nothing and the buyer hears `sold_out` at once, without a PaymentIntent and
+//! so without a hold on their card. That statement holds the product row's lock, the one lock
+//! every buyer of a drop queues on, for as long as it and its commit take and no longer: no
+//! network call runs under it. A buyer the door turns away never takes the lock at all: the
+//! row version they see already fails the condition.
 //!
 //! The order row is the idempotency record. `(user_id, idempotency_key)` is unique, so the
 //! first request inserts it and every other request with the same key finds it:
@@ -37,9 +47,10 @@ pub struct OrderRow {
     pub payment_method: String,
     pub status: OrderStatus,
     pub failure_reason: Option<String>,
+    pub position: i64,
 }
 
-const ROW: &str = "id, user_id, request_hash, product_id, quantity, amount_minor, currency, payment_method, status, failure_reason";
+const ROW: &str = "id, user_id, request_hash, product_id, quantity, amount_minor, currency, payment_method, status, failure_reason, position";
 
 /// The `202` body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -50,6 +61,8 @@ pub struct Accepted {
     pub currency: String,
     pub product_id: String,
     pub quantity: i32,
+    /// The order's place in line for its product, from 1.
+    pub position: i64,
 }
 
 /// How a request ended, before it becomes HTTP.
@@ -79,11 +92,22 @@ impl OrderRow {
                     currency: self.currency.clone(),
                     product_id: self.product_id.clone(),
                     quantity: self.quantity,
+                    position: self.position,
                 },
                 replayed,
             }),
         }
     }
+}
+
+/// What the door did.
+enum Door {
+    /// The order holds its units and its place in line.
+    Admitted(OrderRow),
+    /// Another request created the order under this key first.
+    KeyTaken,
+    /// Fewer units left than asked, or no such product.
+    Closed,
 }
 
 pub struct Intake<'a> {
@@ -101,42 +125,61 @@ impl Intake<'_> {
         request: &OrderRequest,
     ) -> Result<Placed, ApiError> {
         let fingerprint = request.fingerprint();
-        let order = match self.insert(user, key, request, &fingerprint).await? {
-            Some(order) => order,
-            None => match self.existing(user, key).await? {
-                None => return Err(ApiError::UnknownProduct),
-                Some(existing) if existing.request_hash != fingerprint => {
-                    return Err(ApiError::IdempotencyKeyReused);
-                }
-                Some(existing) => {
-                    if let Some(answer) = existing.answer(true) {
-                        return Ok(answer);
-                    }
-                    self.take_over(existing.id).await?.ok_or(ApiError::IdempotencyKeyInUse)?
-                }
-            },
+        if let Some(existing) = self.existing(user, key).await? {
+            return self.resume(existing, &fingerprint).await;
+        }
+        let order = match self.admit(user, key, request, &fingerprint).await? {
+            Door::Admitted(order) => order,
+            // Another request with the same key got in first, a moment ago.
+            Door::KeyTaken => {
+                let existing = self.existing(user, key).await?.ok_or_else(|| {
+                    ApiError::Unexpected(anyhow::anyhow!("an idempotency key conflicted with no order"))
+                })?;
+                return self.resume(existing, &fingerprint).await;
+            }
+            Door::Closed => return Err(self.turned_away(&request.product_id).await?),
         };
         self.authorize(order).await
     }
 
-    /// Creates the order under the key, pricing it from the product, in one statement.
-    /// `None` when the key exists already, or the product does not.
-    async fn insert(
+    /// What a request with a key already used gets: an error for another body, the first
+    /// answer again, or the pending order to finish if nobody else is working on it.
+    async fn resume(&self, existing: OrderRow, fingerprint: &[u8]) -> Result<Placed, ApiError> {
+        if existing.request_hash != fingerprint {
+            return Err(ApiError::IdempotencyKeyReused);
+        }
+        if let Some(answer) = existing.answer(true) {
+            return Ok(answer);
+        }
+        let order = self.take_over(existing.id).await?.ok_or(ApiError::IdempotencyKeyInUse)?;
+        self.authorize(order).await
+    }
+
+    /// The door: ONE statement promises the units, takes the next place in line and creates
+    /// the order under the key, priced from the product, holding the intake's lease. If the
+    /// product has fewer units unpromised than asked (or does not exist) it writes nothing.
+    async fn admit(
         &self,
         user: &UserId,
         key: &IdempotencyKey,
         request: &OrderRequest,
         fingerprint: &[u8],
-    ) -> Result<Option<OrderRow>, ApiError> {
+    ) -> Result<Door, ApiError> {
         let sql = format!(
-            "INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity,
-                                 amount_minor, currency, payment_method, intake_lease_until)
-             SELECT $1, $2, $3, $4, p.id, $6, p.price_minor * $6, p.currency, $7, now() + $8 * interval '1 ms'
-               FROM products p WHERE p.id = $5
-             ON CONFLICT (user_id, idempotency_key) DO NOTHING
+            "WITH promised AS (
+                 UPDATE products SET units_promised = units_promised + $6, last_position = last_position + 1
+                  WHERE id = $5 AND units_promised + $6 <= units_total
+              RETURNING id, price_minor, currency, last_position
+             )
+             INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity,
+                                 amount_minor, currency, payment_method, intake_lease_until, position)
+             SELECT $1, $2, $3, $4, p.id, $6, p.price_minor * $6, p.currency, $7,
+                    now() + $8 * interval '1 ms', p.last_position
+               FROM promised p
              RETURNING {ROW}"
         );
-        sqlx::query_as::<_, OrderRow>(sqlx::AssertSqlSafe(sql))
+        let started = std::time::Instant::now();
+        let admitted = sqlx::query_as::<_, OrderRow>(sqlx::AssertSqlSafe(sql))
             .bind(Uuid::now_v7())
             .bind(user.as_str())
             .bind(key.as_str())
@@ -146,8 +189,39 @@ impl Intake<'_> {
             .bind(&request.payment_method)
             .bind(self.lease.as_millis() as i64)
             .fetch_optional(self.pool)
-            .await
-            .map_err(database_error)
+            .await;
+        let outcome = match &admitted {
+            Ok(Some(_)) => "admitted",
+            Ok(None) => "closed",
+            Err(_) => "error",
+        };
+        metrics::histogram!("intake_door_seconds", "outcome" => outcome)
+            .record(started.elapsed().as_secs_f64());
+        match admitted {
+            Ok(Some(order)) => Ok(Door::Admitted(order)),
+            Ok(None) => Ok(Door::Closed),
+            // The statement failed as a whole, so the promise it made is undone with it.
+            Err(sqlx::Error::Database(e)) if e.constraint() == Some("orders_one_per_idempotency_key") => {
+                Ok(Door::KeyTaken)
+            }
+            Err(e) => Err(database_error(e)),
+        }
+    }
+
+    /// Why the door stayed closed: no such product, or sold out — with `Retry-After` while
+    /// orders ahead hold units that may still come back (not yet paid), without it once every
+    /// promised unit is sold.
+    async fn turned_away(&self, product_id: &str) -> Result<ApiError, ApiError> {
+        let (known, units_may_return): (bool, bool) = sqlx::query_as(
+            "SELECT EXISTS (SELECT 1 FROM products WHERE id = $1),
+                    EXISTS (SELECT 1 FROM orders WHERE product_id = $1
+                               AND status IN ('pending_authorization', 'authorized', 'stock_reserved'))",
+        )
+        .bind(product_id)
+        .fetch_one(self.pool)
+        .await
+        .map_err(database_error)?;
+        Ok(if known { ApiError::SoldOut { units_may_return } } else { ApiError::UnknownProduct })
     }
 
     async fn existing(&self, user: &UserId, key: &IdempotencyKey) -> Result<Option<OrderRow>, ApiError> {

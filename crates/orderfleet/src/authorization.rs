@@ -1,7 +1,8 @@
 //! Authorizing a `pending_authorization` order: the Stripe call outside any transaction,
 //! then ONE transaction that records the result — `authorized` with its outbox rows, or
-//! `payment_declined`. The intake runs it for a new order or a retried key; the sweeper runs
-//! it for an order whose intake died or gave up (the provider was down).
+//! `payment_declined`, which gives the order's promised units back. The intake runs it for a
+//! new order or a retried key; the sweeper runs it for an order whose intake died or gave up
+//! (the provider was down).
 //!
 //! Whoever runs it holds the order's lease (`intake_lease_until`), so two requests never
 //! authorize the same order at once; and the Stripe key is the order's own
@@ -125,17 +126,38 @@ pub async fn record(
             return Err(AuthorizationError::ProviderUnavailable(reason));
         }
     };
-    let moved = crate::order::transition_with_messages(
-        pool,
-        order.id,
-        OrderStatus::PendingAuthorization,
-        OrderStatus::PaymentDeclined,
-        Some(&reason),
-        intent_id.as_deref(),
-        &[],
-    )
-    .await?;
+    let moved = decline(pool, order.id, &reason, intent_id.as_deref()).await?;
     Ok(if moved { Recorded::Declined(reason) } else { Recorded::MovedElsewhere })
+}
+
+/// ONE statement: `pending_authorization` → `payment_declined` (compare-and-set), and the
+/// units the door promised the order go back to the product for the next buyer. The order row
+/// is locked before the product row, as everywhere.
+async fn decline(
+    pool: &PgPool,
+    id: Uuid,
+    reason: &str,
+    payment_intent_id: Option<&str>,
+) -> sqlx::Result<bool> {
+    let moved: i64 = sqlx::query_scalar(
+        "WITH moved AS (
+             UPDATE orders SET status = 'payment_declined', failure_reason = $2,
+                               payment_intent_id = COALESCE($3, payment_intent_id),
+                               intake_lease_until = NULL, updated_at = now()
+              WHERE id = $1 AND status = 'pending_authorization'
+          RETURNING product_id, quantity
+         ), given_back AS (
+             UPDATE products p SET units_promised = p.units_promised - moved.quantity
+               FROM moved WHERE p.id = moved.product_id
+         )
+         SELECT count(*) FROM moved",
+    )
+    .bind(id)
+    .bind(reason)
+    .bind(payment_intent_id)
+    .fetch_one(pool)
+    .await?;
+    Ok(moved == 1)
 }
 
 /// ONE statement: `pending_authorization` → `authorized` (compare-and-set) and the outbox

@@ -254,10 +254,38 @@ impl TopicConfig {
 pub struct StripeConfig {
     pub secret_key: SecretString,
     pub api_base: HttpUrl,
+    /// `STRIPE_MAX_REQUESTS_PER_SECOND`: this process's share of the account's Stripe rate
+    /// limit, retries included (see [`crate::budget`]).
+    pub max_requests_per_second: RequestsPerSecond,
+}
+
+/// A positive whole number of requests per second, at most 10,000 (Stripe's own limits are
+/// 25 per endpoint and 100 per account by default; a larger value is a typo).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestsPerSecond(pub std::num::NonZeroU32);
+
+impl RequestsPerSecond {
+    pub const MAX: u32 = 10_000;
+}
+
+impl Setting for RequestsPerSecond {
+    fn parse_setting(raw: &str) -> Result<Self, String> {
+        let n: u32 = raw.parse().map_err(|_| {
+            format!("expected a whole number of requests per second from 1 to {}, got {raw:?}", Self::MAX)
+        })?;
+        match std::num::NonZeroU32::new(n) {
+            Some(n) if n.get() <= Self::MAX => Ok(Self(n)),
+            _ => Err(format!(
+                "expected a whole number of requests per second from 1 to {}, got {raw:?}",
+                Self::MAX
+            )),
+        }
+    }
 }
 
 impl StripeConfig {
     pub const DEFAULT_API_BASE: &'static str = "https://api.stripe.com";
+    pub const DEFAULT_MAX_REQUESTS_PER_SECOND: u32 = 20;
 
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let secret_key: SecretString = env.required("STRIPE_SECRET_KEY")?;
@@ -269,7 +297,11 @@ impl StripeConfig {
             });
         }
         let api_base = env.or_default("STRIPE_API_BASE", HttpUrl(Self::DEFAULT_API_BASE.to_owned()))?;
-        Ok(Self { secret_key, api_base })
+        let default_rate =
+            std::num::NonZeroU32::new(Self::DEFAULT_MAX_REQUESTS_PER_SECOND).expect("non-zero");
+        let max_requests_per_second =
+            env.or_default("STRIPE_MAX_REQUESTS_PER_SECOND", RequestsPerSecond(default_rate))?;
+        Ok(Self { secret_key, api_base, max_requests_per_second })
     }
 }
 
@@ -370,6 +402,26 @@ mod tests {
             ("STRIPE_API_BASE", "http://127.0.0.1:12111/"),
         ]);
         assert_eq!(StripeConfig::from_env(&env).unwrap().api_base.as_str(), "http://127.0.0.1:12111");
+    }
+
+    #[test]
+    fn the_stripe_budget_defaults_to_20_and_refuses_zero_negatives_and_words() {
+        let env = Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_placeholder")]);
+        assert_eq!(StripeConfig::from_env(&env).unwrap().max_requests_per_second.0.get(), 20);
+        for bad in ["0", "-5", "ten", "2.5", "10001"] {
+            let env = Env::from_pairs([
+                ("STRIPE_SECRET_KEY", "sk_test_placeholder"),
+                ("STRIPE_MAX_REQUESTS_PER_SECOND", bad),
+            ]);
+            let error = StripeConfig::from_env(&env).unwrap_err();
+            assert_eq!(error.variable(), "STRIPE_MAX_REQUESTS_PER_SECOND", "{bad}");
+            assert!(!error.to_string().contains('\n'), "{error}");
+        }
+        let env = Env::from_pairs([
+            ("STRIPE_SECRET_KEY", "sk_test_placeholder"),
+            ("STRIPE_MAX_REQUESTS_PER_SECOND", "7"),
+        ]);
+        assert_eq!(StripeConfig::from_env(&env).unwrap().max_requests_per_second.0.get(), 7);
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //!
 //! | status | step |
 //! |---|---|
-//! | `authorized` | ONE transaction: take the units (`stock >= q`) and compare-and-set to `stock_reserved`; if short, compare-and-set to `rejected_out_of_stock` with `order.rejected` instead |
-//! | `stock_reserved` | capture (outside any transaction, Stripe key per order), then ONE transaction: `paid` + `order.paid`; a refused capture → `capture_failed`, stock back, `order.rejected` |
+//! | `authorized` | ONE transaction: take the units if the stock left covers them after every order ahead in line (`stock - ahead >= q`) and compare-and-set to `stock_reserved`; if short, compare-and-set to `rejected_out_of_stock` with `order.rejected` instead, giving its promised units back |
+//! | `stock_reserved` | capture (outside any transaction, Stripe key per order), then ONE transaction: `paid` + `order.paid`; a refused capture → `capture_failed`, units back (stock and promise), `order.rejected` |
 //! | `rejected_out_of_stock`, `capture_failed` | cancel the authorization once (Stripe key per order), and record that it is released |
 //! | `paid`, `payment_declined`, released | nothing |
 //!
@@ -101,20 +101,35 @@ impl Fulfilment {
         anyhow::bail!("order {order_id} did not settle")
     }
 
-    /// ONE statement: lock the order if it is still `authorized`, take the units if there
-    /// are enough (`stock >= q`, never below zero), and move the order to `stock_reserved` —
-    /// or, if short, to `rejected_out_of_stock` with its `order.rejected` message. The product
-    /// row is locked only for this one statement, which is what a flash sale queues on.
-    /// Returns the new status, or `None` if another delivery had already moved the order.
+    /// ONE statement: lock the order if it is still `authorized`, and take its units if the
+    /// stock not yet taken covers them **after the units of every order ahead of it in line**
+    /// that has not taken its own (`stock - ahead >= q`, never below zero): then the order moves
+    /// to `stock_reserved`. If not, it moves to `rejected_out_of_stock` with its
+    /// `order.rejected` message, and its promised units go back to the product.
+    ///
+    /// Counting the orders ahead is what keeps line order whatever order the messages arrive
+    /// in: stock is short only after an operator cut it below what the door promised, and
+    /// then the orders last in line lose, never an earlier one whose message came late. While
+    /// nothing was cut, every order holding a promise finds its units (promised never exceeds
+    /// the total), so a drop rejects no one here.
+    ///
+    /// The product row is locked only for this one statement, which is what a flash sale
+    /// queues on. Returns the new status, or `None` if another delivery had already moved the
+    /// order.
     async fn reserve(&self, order: &Order) -> anyhow::Result<Option<OrderStatus>> {
         let rejected = OrderNotification::of(order, OrderStatus::RejectedOutOfStock, Some("out_of_stock"));
         let status: Option<OrderStatus> = sqlx::query_scalar(
             "WITH claim AS (
-                 SELECT id FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE
+                 SELECT id, position FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE
+             ), ahead AS (
+                 SELECT COALESCE(sum(o.quantity), 0) AS units FROM orders o, claim
+                  WHERE o.product_id = $2 AND o.position < claim.position
+                    AND o.status IN ('pending_authorization', 'authorized')
              ), taken AS (
-                 UPDATE products SET stock = stock - $3, updated_at = now()
-                  WHERE id = $2 AND stock >= $3 AND EXISTS (SELECT 1 FROM claim)
-              RETURNING id
+                 UPDATE products p SET stock = p.stock - $3, updated_at = now()
+                   FROM claim, ahead
+                  WHERE p.id = $2 AND p.stock - ahead.units >= $3
+              RETURNING p.id
              ), moved AS (
                  UPDATE orders
                     SET status = CASE WHEN EXISTS (SELECT 1 FROM taken) THEN 'stock_reserved'::order_status
@@ -124,6 +139,10 @@ impl Fulfilment {
                         updated_at = now()
                   WHERE id IN (SELECT id FROM claim)
               RETURNING id, status
+             ), given_back AS (
+                 -- Only when `taken` did not touch the row: one change per row per statement.
+                 UPDATE products p SET units_promised = p.units_promised - $3
+                   FROM moved WHERE p.id = $2 AND moved.status = 'rejected_out_of_stock'
              ), rejection AS (
                  INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload)
                  SELECT $4, 'order', moved.id::text, 'order.rejected', 'notification', $5
@@ -192,7 +211,11 @@ impl Fulfilment {
                     tx.rollback().await?;
                     return Ok(Captured::Lost);
                 }
-                sqlx::query("UPDATE products SET stock = stock + $2, updated_at = now() WHERE id = $1")
+                // Its units go back both to the stock and to the door, for the next buyer.
+                sqlx::query(
+                    "UPDATE products SET stock = stock + $2, units_promised = units_promised - $2, updated_at = now()
+                      WHERE id = $1",
+                )
                     .bind(&order.product_id)
                     .bind(order.quantity)
                     .execute(&mut *tx)

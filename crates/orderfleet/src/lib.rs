@@ -13,6 +13,7 @@ pub mod authorization;
 pub mod aws;
 pub mod backlog;
 pub mod backoff;
+pub mod budget;
 pub mod config;
 pub mod consumer;
 pub mod db;

@@ -7,6 +7,10 @@
 //! here, next to the call: a card error or an invalid request is permanent; 429, 5xx,
 //! timeouts and dropped connections are transient and retried, with the same key, a bounded
 //! number of times before the caller sees [`PaymentError::Unavailable`].
+//!
+//! Every request, each retry included, first takes a slot of the process's Stripe request
+//! budget ([`crate::budget`]); no slot within the bounded wait is
+//! [`PaymentError::Unavailable`] too, without a request made.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -21,6 +25,7 @@ use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod, PaymentIntentStatus
 use uuid::Uuid;
 
 use crate::backoff::Backoff;
+use crate::budget::StripeBudget;
 use crate::config::StripeConfig;
 
 /// The operations that carry their own idempotency key.
@@ -122,15 +127,29 @@ pub struct RetryPolicy {
     pub backoff: Backoff,
     /// Per attempt: a request that hangs is abandoned and retried with the same key.
     pub timeout: Duration,
+    /// Per attempt: how long it may wait for a slot of the Stripe request budget.
+    pub budget_wait: Duration,
 }
 
 impl Default for RetryPolicy {
+    /// The intake's: a buyer is waiting, so a request waits at most 4 s for a budget slot, and
+    /// three attempts (slot, request, backoff) stay within the intake's 30 s lease.
     fn default() -> Self {
         Self {
             attempts: 3,
             backoff: Backoff::new(Duration::from_millis(200), Duration::from_secs(2)),
             timeout: Duration::from_secs(5),
+            budget_wait: Duration::from_secs(4),
         }
+    }
+}
+
+impl RetryPolicy {
+    /// The workers' (and the sweeper's): nobody waits on them, and a message given up for
+    /// want of a slot costs one of its three receives, so they wait longer for one; their
+    /// visibility heartbeat keeps the message theirs meanwhile.
+    pub fn background() -> Self {
+        Self { budget_wait: Duration::from_secs(30), ..Self::default() }
     }
 }
 
@@ -138,6 +157,8 @@ impl Default for RetryPolicy {
 pub struct Payments {
     client: stripe::Client,
     retry: RetryPolicy,
+    /// Shared by every clone: the budget is the process's.
+    budget: std::sync::Arc<StripeBudget>,
 }
 
 impl std::fmt::Debug for Payments {
@@ -154,7 +175,13 @@ impl Payments {
             .url(format!("{}/", config.api_base.as_str()))
             .build()
             .map_err(|e| anyhow::anyhow!("failed to build the Stripe client: {e}"))?;
-        Ok(Self { client, retry })
+        let budget = StripeBudget::new(config.max_requests_per_second.0, retry.budget_wait);
+        Ok(Self { client, retry, budget: std::sync::Arc::new(budget) })
+    }
+
+    /// Takes a slot of the Stripe request budget for one request.
+    async fn slot(&self, operation: &'static str) -> Result<(), PaymentError> {
+        self.budget.acquire(operation).await.map_err(|e| PaymentError::Unavailable(format!("throttled: {e}")))
     }
 
     /// Creates and confirms a manual-capture PaymentIntent: a hold, not a charge.
@@ -240,6 +267,7 @@ impl Payments {
     /// Whether Stripe answers at all: one lookup of an intent that does not exist, no retries.
     /// "No such intent" is an answer; a timeout, a refused connection or a 5xx is not.
     pub async fn probe(&self) -> Result<(), String> {
+        self.slot("probe").await.map_err(|e| format!("Stripe: {e}"))?;
         let result = RetrievePaymentIntent::new("pi_orderfleet_probe")
             .customize()
             .timeout(self.retry.timeout)
@@ -259,6 +287,7 @@ impl Payments {
         let query = format!("metadata['order_id']:'{order_id}'");
         let mut attempt = 0;
         loop {
+            self.slot("search").await?;
             let result = SearchPaymentIntent::new(query.clone())
                 .customize()
                 .timeout(self.retry.timeout)
@@ -312,6 +341,9 @@ impl Payments {
     {
         let mut attempt = 0;
         loop {
+            // A refused slot is not retried: the budget is saturated, and the caller's answer
+            // (503, or the message left for later) is the backoff.
+            self.slot(operation.as_str()).await?;
             let error = match call().await {
                 Ok(pi) => {
                     metrics::counter!("stripe_requests_total", "operation" => operation.as_str(), "outcome" => "ok")

@@ -42,6 +42,10 @@ impl Currency {
     }
 }
 
+/// The most units a product may be given: far beyond any drop, and far from the limits of the
+/// counters (`integer`) however many orders are promised on top.
+pub const MAX_UNITS: i32 = 100_000_000;
+
 /// What `fleetctl product upsert` writes.
 #[derive(Debug, Clone)]
 pub struct ProductUpsert {
@@ -50,28 +54,74 @@ pub struct ProductUpsert {
     /// The price in the currency's minor units (cents), > 0.
     pub price_minor: i64,
     pub currency: Currency,
-    /// Units for sale, >= 0. An upsert sets the stock; it does not add to it.
-    pub stock: i32,
+    /// The product's total units for sale, sold ones included (0..=[`MAX_UNITS`]). Repeating
+    /// an upsert therefore changes nothing, and never sells a unit twice.
+    pub units_total: i32,
 }
 
-/// Creates the product or replaces its name, price, currency and stock.
-pub async fn upsert(pool: &PgPool, product: &ProductUpsert) -> anyhow::Result<()> {
-    sqlx::query(
-        "INSERT INTO products (id, name, price_minor, currency, stock)
-         VALUES ($1, $2, $3, $4, $5)
+/// A product's units after an upsert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub struct Units {
+    /// For sale in all, sold ones included.
+    pub total: i32,
+    /// Taken by orders: reserved or sold. Never more than `total`.
+    pub taken: i32,
+    /// Promised at the door to orders that have not failed (sold ones included). More than
+    /// `total` only after a cut, until the stock worker rejects the orders last in line.
+    pub promised: i32,
+}
+
+impl Units {
+    /// Units promised beyond the total: the orders last in line that will be rejected.
+    pub fn overpromised(&self) -> i32 {
+        (self.promised - self.total).max(0)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UpsertError {
+    #[error(
+        "refused: product {sku} has {taken} units sold or reserved, so --stock (its total units for sale, \
+         sold ones included) cannot be {asked}; nothing was changed"
+    )]
+    BelowTaken { sku: String, asked: i32, taken: i32 },
+    #[error(transparent)]
+    Database(#[from] anyhow::Error),
+}
+
+/// Creates the product, or sets its name, price, currency and total units. The units not yet
+/// taken (`stock`) move by the change of the total, so units already sold or reserved stay
+/// sold; a total below them is refused and changes nothing (the compare runs on the locked
+/// row, so a stock worker taking a unit at the same moment cannot slip between). A total
+/// below the units promised is allowed: the stock worker then rejects the orders last in line.
+pub async fn upsert(pool: &PgPool, product: &ProductUpsert) -> Result<Units, UpsertError> {
+    let units: Option<Units> = sqlx::query_as(
+        "INSERT INTO products (id, name, price_minor, currency, units_total, stock)
+         VALUES ($1, $2, $3, $4, $5, $5)
          ON CONFLICT (id) DO UPDATE
-            SET name = EXCLUDED.name, price_minor = EXCLUDED.price_minor,
-                currency = EXCLUDED.currency, stock = EXCLUDED.stock, updated_at = now()",
+            SET name = EXCLUDED.name, price_minor = EXCLUDED.price_minor, currency = EXCLUDED.currency,
+                stock = products.stock + (EXCLUDED.units_total - products.units_total),
+                units_total = EXCLUDED.units_total, updated_at = now()
+          WHERE products.units_total - products.stock <= EXCLUDED.units_total
+         RETURNING units_total AS total, units_total - stock AS taken, units_promised AS promised",
     )
     .bind(product.id.as_str())
     .bind(&product.name)
     .bind(product.price_minor)
     .bind(product.currency.as_str())
-    .bind(product.stock)
-    .execute(pool)
+    .bind(product.units_total)
+    .fetch_optional(pool)
     .await
     .with_context(|| format!("failed to upsert product {}", product.id.as_str()))?;
-    Ok(())
+    if let Some(units) = units {
+        return Ok(units);
+    }
+    let taken: i32 = sqlx::query_scalar("SELECT units_total - stock FROM products WHERE id = $1")
+        .bind(product.id.as_str())
+        .fetch_one(pool)
+        .await
+        .with_context(|| format!("failed to read product {}", product.id.as_str()))?;
+    Err(UpsertError::BelowTaken { sku: product.id.as_str().to_owned(), asked: product.units_total, taken })
 }
 
 #[cfg(test)]

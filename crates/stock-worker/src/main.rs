@@ -45,7 +45,7 @@ async fn main() -> ExitCode {
 async fn run(config: Config, aws: Aws) -> anyhow::Result<()> {
     let cancel = orderfleet::shutdown::on_signal();
     let pool = db::connect_lazy(&config.database, PoolSize { max_connections: 8, ..PoolSize::default() })?;
-    let payments = Payments::new(&config.stripe, RetryPolicy::default())?;
+    let payments = Payments::new(&config.stripe, RetryPolicy::background())?;
     let metrics = orderfleet::ops::start(config.runtime.metrics_listen_addr, cancel.clone()).await?;
     let consumer = ConsumerConfig {
         max_in_flight: config.max_in_flight.max(1) as usize,

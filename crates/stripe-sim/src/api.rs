@@ -1,11 +1,16 @@
 //! The Stripe API routes: `POST /v1/payment_intents`, `GET /v1/payment_intents/{id}`,
 //! `POST /v1/payment_intents/{id}/capture`, `POST /v1/payment_intents/{id}/cancel`.
 //!
-//! Every state-changing request goes through [`mutate`], which applies the edge of Stripe's
-//! API in the order a request meets it: authentication, then an armed fault (a fault models
-//! the network or Stripe's front failing, so it strikes before anything runs), then the
-//! idempotency layer and the operation, under one lock. `drop_after_success` is the one fault
-//! that lets the operation run, then throws the answer away.
+//! Every request under `/v1/` first meets the rate limit ([`limit_rate`], when one is set):
+//! a request beyond it is answered 429 before anything else looks at it, so it has no effect
+//! and does not use up its idempotency key, and a client retries it with the same key, as
+//! Stripe advises.
+//!
+//! Every state-changing request then goes through [`mutate`], which applies the rest of the
+//! edge of Stripe's API in the order a request meets it: authentication, then an armed fault
+//! (a fault models the network or Stripe's front failing, so it strikes before anything
+//! runs), then the idempotency layer and the operation, under one lock. `drop_after_success`
+//! is the one fault that lets the operation run, then throws the answer away.
 
 use std::io;
 
@@ -26,6 +31,7 @@ use crate::form::Params;
 use crate::idempotency::{self, Scope};
 use crate::ids;
 use crate::ledger::{Ledger, Reply};
+use crate::rate::Verdict;
 use crate::requests::{CancelRequest, CaptureRequest, CreateRequest};
 use crate::simulator::{Executed, SimState, Simulator};
 
@@ -58,6 +64,24 @@ pub(crate) async fn assign_request_id(mut request: Request, next: Next) -> Respo
         response.headers_mut().insert(REQUEST_ID, value);
     }
     response
+}
+
+/// Counts every API request and answers those beyond the rate limit with Stripe's 429. It
+/// runs before routing, so unknown `/v1/` paths count too (Stripe limits them as well); the
+/// `/_sim` routes and `/healthz` are how a test looks at the simulator and are left alone.
+/// The simulator has one account, so there is no need to authenticate first to know whose
+/// limit applies.
+pub(crate) async fn limit_rate(State(sim): State<SimState>, request: Request, next: Next) -> Response {
+    if !request.uri().path().starts_with("/v1/") {
+        return next.run(request).await;
+    }
+    match sim.admit() {
+        Verdict::Admitted => next.run(request).await,
+        Verdict::Limited => {
+            tracing::debug!(path = request.uri().path(), "rate limit exceeded; answering 429");
+            retryable(error_response(&StripeError::rate_limited()))
+        }
+    }
 }
 
 /// Stripe's answer to a path or method it does not serve.
@@ -174,7 +198,7 @@ async fn mutate(
     let fault = sim.take_fault(operation);
     match fault {
         Some(Mode::Error500) => return retryable(error_response(&StripeError::internal())),
-        Some(Mode::Error429) => return retryable(error_response(&StripeError::rate_limited())),
+        Some(Mode::Error429) => return retryable(error_response(&StripeError::injected_rate_limit())),
         Some(Mode::Timeout) => {
             sim.hang().await;
             return dropped_connection();

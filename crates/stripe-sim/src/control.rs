@@ -4,8 +4,20 @@
 //!   oldest first: what a test asserts "captured once" or "hold released" against.
 //! - `POST /_sim/faults` with `{"operation", "mode", "count"}` arms a fault (see
 //!   [`crate::faults`]); `GET` shows the armed ones, `DELETE` disarms all.
-//! - `POST /_sim/reset` forgets everything, for a test that wants a clean account.
+//! - `POST /_sim/rate_limit` with `{"per_second": N}` limits the API (every `/v1/…` request)
+//!   to N requests in any one second, answering the rest with Stripe's 429 `rate_limit`
+//!   (see [`crate::rate`]); 0 clears the limit. It answers, as `GET` does, the setting:
+//!   `{"per_second": N}`. `STRIPE_SIM_RATE_LIMIT` sets it at start.
+//! - `GET /_sim/stats` → `{"requests", "rate_limited", "max_requests_in_one_second"}`: the
+//!   API requests seen, those the limit refused (not injected `error_429` faults), and the
+//!   most received in any one second.
+//! - `POST /_sim/reset` forgets every intent, idempotency key and fault and zeroes the stats,
+//!   for a test that wants a clean account. It keeps the rate limit, which is how the
+//!   simulator was set up rather than the account's history; set 0 to clear it.
 //! - `GET /healthz` answers 200 while the server runs, for start-up scripts.
+//!
+//! None of these is rate limited or counted in the stats: they are how a test looks at the
+//! simulator, and looking must not change what it sees.
 
 use axum::Router;
 use axum::body::Bytes;
@@ -25,6 +37,8 @@ pub(crate) fn routes() -> Router<SimState> {
     Router::new()
         .route("/_sim/payment_intents", get(payment_intents))
         .route("/_sim/faults", get(faults).post(arm_fault).delete(clear_faults))
+        .route("/_sim/rate_limit", get(rate_limit).post(set_rate_limit))
+        .route("/_sim/stats", get(stats))
         .route("/_sim/reset", post(reset))
         .route("/healthz", get(health))
 }
@@ -47,7 +61,7 @@ async fn clear_faults(State(sim): State<SimState>) -> Response {
 
 async fn reset(State(sim): State<SimState>) -> Response {
     sim.reset();
-    tracing::info!("simulator reset: intents, idempotency keys and faults forgotten");
+    tracing::info!("simulator reset: intents, idempotency keys, faults and stats forgotten; rate limit kept");
     ok(&json!({ "reset": true }))
 }
 
@@ -86,4 +100,38 @@ async fn arm_fault(State(sim): State<SimState>, body: Bytes) -> Response {
         }
         Err(error) => error_response(&error),
     }
+}
+
+#[derive(Debug, Deserialize)]
+struct RateLimitRequest {
+    /// API requests admitted in any one second; 0 for no limit.
+    per_second: u32,
+}
+
+fn rate_limit_json(per_second: u32) -> Value {
+    json!({ "per_second": per_second })
+}
+
+async fn rate_limit(State(sim): State<SimState>) -> Response {
+    ok(&rate_limit_json(sim.rate_limit()))
+}
+
+async fn set_rate_limit(State(sim): State<SimState>, body: Bytes) -> Response {
+    match serde_json::from_slice::<RateLimitRequest>(&body) {
+        Ok(RateLimitRequest { per_second }) => {
+            sim.set_rate_limit(per_second);
+            tracing::info!(per_second, "rate limit set (0: none)");
+            ok(&rate_limit_json(sim.rate_limit()))
+        }
+        Err(e) => error_response(&StripeError::invalid_param(
+            "per_second",
+            format!(
+                "Invalid rate limit: expected {{\"per_second\": N}}, N a whole number (0 clears the limit): {e}"
+            ),
+        )),
+    }
+}
+
+async fn stats(State(sim): State<SimState>) -> Response {
+    ok(&json!(sim.stats()))
 }

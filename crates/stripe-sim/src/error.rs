@@ -133,15 +133,28 @@ impl StripeError {
         )
     }
 
-    /// The 429 Stripe answers when a client sends too many requests.
+    /// The 429 Stripe answers when a client sends too many requests, in Stripe's words: what
+    /// the rate limit answers.
     pub(crate) fn rate_limited() -> Self {
-        Self::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            ErrorType::InvalidRequest,
+        Self::too_many_requests(
+            "Too many requests hit the API too quickly. \
+             We recommend an exponential backoff of your requests.",
+        )
+    }
+
+    /// What an `error_429` fault answers: the same error, saying it was injected, so nobody
+    /// reading a log hunts for a rate limit that is not set.
+    pub(crate) fn injected_rate_limit() -> Self {
+        Self::too_many_requests(
             "Request rate limit exceeded (stripe-sim injected fault). \
              Retry after a short delay, with the same Idempotency-Key.",
         )
-        .with_code("rate_limit")
+    }
+
+    /// Stripe's 429: an `invalid_request_error` with code `rate_limit`, which Stripe's client
+    /// libraries (any 429, in fact) turn into their rate-limit error.
+    fn too_many_requests(message: &'static str) -> Self {
+        Self::new(StatusCode::TOO_MANY_REQUESTS, ErrorType::InvalidRequest, message).with_code("rate_limit")
     }
 
     pub(crate) fn unrecognized_url(method: &str, path: &str) -> Self {

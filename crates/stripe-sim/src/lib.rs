@@ -7,12 +7,15 @@
 //! keys, manual capture and cancellation.
 //!
 //! A short tour:
-//! - `api`: the Stripe routes, and the edge every write passes in order (authentication,
-//!   injected faults, idempotency, the operation).
+//! - `api`: the Stripe routes, and the edge every write passes in order (the rate limit,
+//!   authentication, injected faults, idempotency, the operation).
 //! - `form` decodes form bodies; `requests` parses them into typed requests.
 //! - `intent` is the PaymentIntent state machine and its JSON; `cards` the test payment
 //!   methods (`pm_card_visa`, `pm_card_chargeDeclined`, …); `ledger` the intents themselves.
 //! - `idempotency` saves and replays first answers; `faults` holds injected failures.
+//! - `rate` is Stripe's request rate limit (a sliding one-second window; none unless
+//!   `STRIPE_SIM_RATE_LIMIT` or `POST /_sim/rate_limit` sets one) and the [`RequestStats`]
+//!   counting the API requests seen, limited ones included.
 //! - [`Simulator`] keeps all of it behind one lock; `control` serves `/_sim/…` for tests.
 //!
 //! State lives in memory only: restarting the simulator is a fresh test-mode account.
@@ -36,9 +39,11 @@ mod idempotency;
 mod ids;
 mod intent;
 mod ledger;
+mod rate;
 mod requests;
 mod simulator;
 
+pub use rate::RequestStats;
 pub use simulator::{SimState, Simulator};
 
 /// Where the simulator listens unless `STRIPE_SIM_LISTEN_ADDR` says otherwise.
@@ -49,6 +54,9 @@ pub const DEFAULT_LISTEN_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr:
 pub struct Config {
     /// `STRIPE_SIM_LISTEN_ADDR`.
     pub listen_addr: SocketAddr,
+    /// `STRIPE_SIM_RATE_LIMIT`: API requests admitted in any one second; 0 (the default) for
+    /// no limit.
+    pub rate_limit: u32,
     /// `LOG_FORMAT`, `SHUTDOWN_GRACE_SECONDS` (and `METRICS_LISTEN_ADDR`, unused here).
     pub runtime: RuntimeConfig,
 }
@@ -57,6 +65,7 @@ impl Config {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         Ok(Self {
             listen_addr: env.or_default("STRIPE_SIM_LISTEN_ADDR", DEFAULT_LISTEN_ADDR)?,
+            rate_limit: env.or_default("STRIPE_SIM_RATE_LIMIT", 0)?,
             runtime: RuntimeConfig::from_env(env)?,
         })
     }
@@ -71,11 +80,14 @@ pub fn router(state: SimState) -> Router {
         .fallback(api::unrecognized)
         // After the merges: it applies to the routes registered so far.
         .method_not_allowed_fallback(api::unrecognized)
+        // Around the routing, so unknown /v1 paths are limited and counted too; inside the
+        // request id, so a 429 carries a `Request-Id` like every other answer.
+        .layer(axum::middleware::from_fn_with_state(state.clone(), api::limit_rate))
         .layer(axum::middleware::from_fn(api::assign_request_id))
         .with_state(state)
 }
 
-/// Serves a fresh simulator on `listener` until `shutdown` completes.
+/// Serves a fresh simulator, with no rate limit, on `listener` until `shutdown` completes.
 pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -107,6 +119,28 @@ mod tests {
     fn the_listen_address_defaults_to_the_documented_port() {
         let config = Config::from_env(&Env::from_pairs([])).unwrap();
         assert_eq!(config.listen_addr.to_string(), "127.0.0.1:12111");
+    }
+
+    #[test]
+    fn the_rate_limit_is_off_unless_set() {
+        let unset = Config::from_env(&Env::from_pairs([])).unwrap();
+        let set = Config::from_env(&Env::from_pairs([("STRIPE_SIM_RATE_LIMIT", "7")])).unwrap();
+        let zero = Config::from_env(&Env::from_pairs([("STRIPE_SIM_RATE_LIMIT", "0")])).unwrap();
+        assert_eq!((unset.rate_limit, set.rate_limit, zero.rate_limit), (0, 7, 0));
+        assert_eq!(Simulator::new().with_rate_limit(set.rate_limit).rate_limit(), 7);
+    }
+
+    #[test]
+    fn a_malformed_rate_limit_is_named_in_one_line() {
+        for raw in ["-1", "abc", "2.5"] {
+            let error = Config::from_env(&Env::from_pairs([("STRIPE_SIM_RATE_LIMIT", raw)])).unwrap_err();
+            let message = error.to_string();
+            assert!(
+                message.starts_with("configuration error: STRIPE_SIM_RATE_LIMIT is malformed: "),
+                "{message}"
+            );
+            assert!(!message.contains('\n'), "{message}");
+        }
     }
 
     #[test]

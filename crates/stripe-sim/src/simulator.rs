@@ -1,12 +1,13 @@
-//! The simulator's whole state (intents, idempotency keys, armed faults) behind one
-//! `std::sync::Mutex`.
+//! The simulator's whole state (intents, idempotency keys, armed faults, the rate limit and
+//! its counts) behind one `std::sync::Mutex`.
 //!
 //! One lock keeps the rules simple: an idempotency lookup, the operation and the saving of
-//! its answer are one atomic step, so two requests with one key cannot both execute. Nothing
+//! its answer are one atomic step, so two requests with one key cannot both execute; and the
+//! rate limit reads the clock under it, so arrivals reach its window in time order. Nothing
 //! awaits while holding it; every operation is a few map lookups.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -15,6 +16,7 @@ use crate::error::StripeError;
 use crate::faults::{Faults, Mode, Operation};
 use crate::idempotency::{IdempotencyStore, Lookup, Saved, Scope};
 use crate::ledger::{Ledger, Reply};
+use crate::rate::{RequestStats, Traffic, Verdict};
 
 /// What [`crate::router`] serves from. Cheap to clone.
 pub type SimState = Arc<Simulator>;
@@ -32,6 +34,7 @@ struct State {
     ledger: Ledger,
     keys: IdempotencyStore,
     faults: Faults,
+    traffic: Traffic,
 }
 
 /// How an idempotent operation went.
@@ -64,9 +67,37 @@ impl Simulator {
         self
     }
 
-    /// Forgets every intent, idempotency key and fault.
+    /// Limits the API to `per_second` requests in any one second (0: no limit), as
+    /// `STRIPE_SIM_RATE_LIMIT` does for the binary.
+    pub fn with_rate_limit(self, per_second: u32) -> Self {
+        self.set_rate_limit(per_second);
+        self
+    }
+
+    /// Changes the rate limit (0 clears it), as `POST /_sim/rate_limit` does. Requests
+    /// admitted in the last second count against the new limit.
+    pub fn set_rate_limit(&self, per_second: u32) {
+        self.lock().traffic.set_limit(per_second);
+    }
+
+    /// API requests admitted per second; 0 when there is no limit.
+    pub fn rate_limit(&self) -> u32 {
+        self.lock().traffic.limit()
+    }
+
+    /// The API requests seen since start or the last [`reset`](Self::reset).
+    pub fn stats(&self) -> RequestStats {
+        self.lock().traffic.stats()
+    }
+
+    /// Forgets every intent, idempotency key and fault, and zeroes the request counts. The
+    /// rate limit stays: it is how the simulator was set up (`STRIPE_SIM_RATE_LIMIT`), not
+    /// something the account did, so a test resetting between cases keeps the limit it runs
+    /// under. The limit's window starts empty again.
     pub fn reset(&self) {
-        *self.lock() = State::default();
+        let mut state = self.lock();
+        let limit = state.traffic.limit();
+        *state = State { traffic: Traffic::with_limit(limit), ..State::default() };
     }
 
     /// Ends every request a `timeout` fault is holding, so a graceful shutdown is not kept
@@ -79,6 +110,13 @@ impl Simulator {
     /// record there is, and a test double must keep answering.
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Counts one API request and judges it against the rate limit.
+    pub(crate) fn admit(&self) -> Verdict {
+        let mut state = self.lock();
+        // Read under the lock, so concurrent arrivals join the window in time order.
+        state.traffic.arrive(Instant::now())
     }
 
     pub(crate) fn take_fault(&self, operation: Operation) -> Option<Mode> {

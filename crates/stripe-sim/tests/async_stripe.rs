@@ -120,3 +120,19 @@ async fn async_stripe_sees_a_dropped_connection_as_a_client_error_and_its_retry_
     assert_eq!(retried.expect("the replayed capture").status, PaymentIntentStatus::Succeeded);
     assert_eq!(sim.intent(authorized.id.as_str()).await["capture_count"], 1);
 }
+
+#[tokio::test]
+async fn async_stripe_reads_the_rate_limits_429_as_a_stripe_rate_limit_error() {
+    let sim = TestSim::start().await;
+    let client = client(&sim);
+    sim.set_rate_limit(1).await;
+
+    let admitted = authorize("pm_card_visa").send(&client).await;
+    let limited = authorize("pm_card_visa").send(&client).await;
+
+    assert!(admitted.is_ok(), "{admitted:?}");
+    let Err(StripeError::Stripe(error, 429)) = limited else { panic!("a parsed 429, got {limited:?}") };
+    assert_eq!(error.type_, ApiErrorsType::InvalidRequestError);
+    assert_eq!(error.code.map(|c| c.as_str().to_owned()).as_deref(), Some("rate_limit"));
+    assert!(error.message.is_some_and(|m| m.starts_with("Too many requests")));
+}

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // Each test binary uses its own subset.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -47,6 +48,7 @@ impl Answer {
 }
 
 impl TestSim {
+    /// A fresh simulator, as `stripe_sim::serve` serves it.
     pub async fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a free port");
         let base = format!("http://{}", listener.local_addr().unwrap());
@@ -54,6 +56,21 @@ impl TestSim {
         let server = tokio::spawn(stripe_sim::serve(listener, async {
             let _ = stopped.await;
         }));
+        Self::serving(base, stop, server)
+    }
+
+    /// `simulator`, as `stripe_sim::serve_with` serves it.
+    pub async fn start_with(simulator: stripe_sim::Simulator) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a free port");
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(stripe_sim::serve_with(Arc::new(simulator), listener, async {
+            let _ = stopped.await;
+        }));
+        Self::serving(base, stop, server)
+    }
+
+    fn serving(base: String, stop: oneshot::Sender<()>, server: JoinHandle<std::io::Result<()>>) -> Self {
         let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
         Self { base, client, stop: Some(stop), server: Some(server) }
     }
@@ -126,6 +143,35 @@ impl TestSim {
     pub async fn arm(&self, operation: &str, mode: &str, count: u32) {
         let armed = self.fault(json!({"operation": operation, "mode": mode, "count": count})).await;
         assert_eq!(armed.status, StatusCode::OK, "{}", armed.raw);
+    }
+
+    /// `POST /_sim/rate_limit` with `body`, as is.
+    pub async fn post_rate_limit(&self, body: &str) -> Answer {
+        let request = self
+            .client
+            .post(self.url("/_sim/rate_limit"))
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+        answer(request.send().await.expect("an answer")).await
+    }
+
+    /// Limits the API to `per_second` requests a second (0: no limit).
+    pub async fn set_rate_limit(&self, per_second: u32) {
+        let set = self.post_rate_limit(&json!({ "per_second": per_second }).to_string()).await;
+        assert_eq!(set.status, StatusCode::OK, "{}", set.raw);
+        assert_eq!(set.body, json!({ "per_second": per_second }));
+    }
+
+    /// A `/_sim/…` (or `/healthz`) GET, without the API key: these are not Stripe's routes.
+    pub async fn get_sim(&self, path: &str) -> Answer {
+        answer(self.client.get(self.url(path)).send().await.expect("an answer")).await
+    }
+
+    /// `GET /_sim/stats`.
+    pub async fn stats(&self) -> Value {
+        let stats = self.get_sim("/_sim/stats").await;
+        assert_eq!(stats.status, StatusCode::OK, "{}", stats.raw);
+        stats.body
     }
 
     /// `GET /_sim/payment_intents`' `data`.

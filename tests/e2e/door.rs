@@ -1,0 +1,325 @@
+//! The door (SPEC §1.1, §8.7–9): units promised before any payment call, places in line, line
+//! order in the stock worker whatever order its messages arrive in, `product upsert` as the
+//! product's total, and the Stripe request budget under a burst.
+
+use std::time::Duration;
+
+use fleet_harness::Answer;
+use orderfleet_tests::Fleet;
+use orderfleet_tests::audit::Audit;
+use serde_json::Value;
+
+/// stripe-sim, the intake, the relay and the notification worker: everything but the stock
+/// workers, which a test starts when it wants its stock checks handled.
+async fn without_stock_workers(name: &str, intake_env: &[(&str, &str)]) -> Fleet {
+    let mut fleet = Fleet::prepare(name).await.unwrap();
+    fleet.spawn("order-intake", "order-intake", intake_env).unwrap();
+    fleet.spawn("outbox-relay", "outbox-relay", &[]).unwrap();
+    fleet.spawn("notification-worker", "notification-worker", &[]).unwrap();
+    fleet.wait_intake().await.unwrap();
+    fleet
+}
+
+async fn order(fleet: &Fleet, user: &str, product: &str, method: &str) -> Answer {
+    fleet.post_order(user, "key-1", product, 1, method).await.unwrap()
+}
+
+fn count(intents: &[Value], field: &str) -> i64 {
+    intents.iter().map(|i| i[field].as_i64().unwrap_or(0)).sum()
+}
+
+async fn units(fleet: &Fleet, product: &str) -> (i32, i32, i32) {
+    sqlx::query_as("SELECT units_total, stock, units_promised FROM products WHERE id = $1")
+        .bind(product)
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap()
+}
+
+async fn audit(fleet: &Fleet, product: &str, notifications: usize) -> Audit {
+    let notes = fleet.notifications(notifications, Duration::from_secs(60)).await.unwrap();
+    let audit = Audit::of(fleet, product, &notes).await.unwrap();
+    audit.assert_guarantees();
+    audit
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn positions_follow_arrival_and_come_back_in_replays_and_in_get() {
+    // Arrange
+    let fleet = Fleet::start("positions", 1).await.unwrap();
+    fleet.product("sku-1", 1000, 10).await.unwrap();
+
+    // Act: five buyers, each sending after the one before was answered.
+    let mut answers = Vec::new();
+    for i in 0..5 {
+        answers.push(order(&fleet, &format!("buyer-{i}"), "sku-1", "pm_card_visa").await);
+    }
+
+    // Assert
+    let positions: Vec<i64> = answers.iter().map(|a| a.body["position"].as_i64().unwrap()).collect();
+    assert_eq!(positions, [1, 2, 3, 4, 5], "{answers:?}");
+    let replay = order(&fleet, "buyer-2", "sku-1", "pm_card_visa").await;
+    assert_eq!((replay.status, replay.replayed), (202, true));
+    assert_eq!(replay.body, answers[2].body, "a replay is the first answer");
+    let order_id = answers[2].body["order_id"].as_str().unwrap();
+    let view: Value = fleet
+        .http
+        .get(format!("{}/v1/orders/{order_id}", fleet.intake_url))
+        .bearer_auth(fleet.token("buyer-2"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(view["position"], 3, "{view}");
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    audit(&fleet, "sku-1", 10).await;
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn declined_cards_give_their_units_back_to_later_buyers() {
+    // Arrange: two units, no stock worker yet (so the orders ahead stay unpaid for a while).
+    let mut fleet = without_stock_workers("declines-give-back", &[]).await;
+    fleet.product("sku-1", 1000, 2).await.unwrap();
+
+    // Act
+    let declined = order(&fleet, "ann", "sku-1", "pm_card_chargeDeclined").await;
+    let declined_again =
+        fleet.post_order("ann", "key-2", "sku-1", 1, "pm_card_chargeDeclined").await.unwrap();
+    let bob = order(&fleet, "bob", "sku-1", "pm_card_visa").await;
+    let cid = order(&fleet, "cid", "sku-1", "pm_card_visa").await;
+    let dee = order(&fleet, "dee", "sku-1", "pm_card_visa").await;
+
+    // Assert: the declines held their units only while they were authorized, so the next two
+    // buyers got both; the third is sold out, and told to come back while the two are unpaid.
+    assert_eq!((declined.status, declined_again.status), (402, 402));
+    assert_eq!((bob.status, cid.status), (202, 202), "{bob:?} {cid:?}");
+    assert_eq!((bob.body["position"].as_i64(), cid.body["position"].as_i64()), (Some(3), Some(4)));
+    assert_eq!(dee.status, 409, "{dee:?}");
+    assert_eq!(dee.body["error"]["code"], "sold_out");
+    assert_eq!(dee.retry_after.as_deref(), Some("5"), "units may still come back");
+    assert_eq!(units(&fleet, "sku-1").await, (2, 2, 2));
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders").fetch_one(&fleet.pool).await.unwrap();
+    assert_eq!(orders, 4, "the sold-out answer wrote an order");
+
+    // Once the two are paid, nothing can come back: no Retry-After.
+    fleet.spawn("stock-worker", "stock-worker", &[]).unwrap();
+    let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(statuses.get("paid"), Some(&2), "{statuses:?}");
+    let eve = order(&fleet, "eve", "sku-1", "pm_card_visa").await;
+    assert_eq!((eve.status, eve.retry_after.as_deref()), (409, None), "{eve:?}");
+    let intents = fleet.intents().await.unwrap();
+    assert_eq!(intents.len(), 4, "two declines and two units sold; none for the sold-out buyers");
+    assert_eq!(count(&intents, "cancel_count"), 0);
+    audit(&fleet, "sku-1", 4).await;
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stock_cut_below_what_was_promised_rejects_exactly_the_last_in_line_whatever_the_arrival_order() {
+    // Arrange: ten buyers in line for ten units while no stock worker runs.
+    let mut fleet = without_stock_workers("cut-below-promised", &[]).await;
+    fleet.product("sku-1", 1000, 10).await.unwrap();
+    let mut order_at = std::collections::HashMap::new();
+    for i in 1..=10 {
+        let answer = order(&fleet, &format!("buyer-{i}"), "sku-1", "pm_card_visa").await;
+        assert_eq!(answer.body["position"], i, "{answer:?}");
+        order_at.insert(answer.body["order_id"].as_str().unwrap().to_owned(), i);
+    }
+    // The relay sent the ten stock checks in line order; they are put back last first, so the
+    // worker meets the last in line first.
+    let checks = fleet.take_messages(&fleet.stock.url.clone(), 10).await.unwrap();
+    for body in checks.iter().rev() {
+        fleet.sqs.send_message().queue_url(&fleet.stock.url).message_body(body).send().await.unwrap();
+    }
+
+    // Act: the operator cuts the stock to six.
+    let said = fleet
+        .fleetctl(
+            &[
+                "product",
+                "upsert",
+                "--id",
+                "sku-1",
+                "--name",
+                "sku-1",
+                "--price",
+                "1000",
+                "--currency",
+                "usd",
+                "--stock",
+                "6",
+            ],
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(said.contains("4 units are promised beyond the new total"), "{said}");
+    let late = order(&fleet, "late", "sku-1", "pm_card_visa").await;
+    assert_eq!(late.status, 409, "the door opened after a cut: {late:?}");
+    // One message at a time, in the order they arrive.
+    fleet.spawn("stock-worker", "stock-worker", &[("STOCK_WORKER_CONCURRENCY", "1")]).unwrap();
+    fleet.wait_settled(Duration::from_secs(120)).await.unwrap();
+
+    // Assert: positions 1–6 paid, 7–10 rejected and their holds released.
+    let rows: Vec<(uuid::Uuid, String)> =
+        sqlx::query_as("SELECT id, status::text FROM orders").fetch_all(&fleet.pool).await.unwrap();
+    let mut by_position: Vec<(i64, String)> =
+        rows.into_iter().map(|(id, status)| (order_at[&id.to_string()], status)).collect();
+    by_position.sort();
+    let expected: Vec<(i64, String)> =
+        (1..=10).map(|p| (p, if p <= 6 { "paid" } else { "rejected_out_of_stock" }.to_owned())).collect();
+    assert_eq!(by_position, expected);
+    let intents = fleet.intents().await.unwrap();
+    assert_eq!((count(&intents, "capture_count"), count(&intents, "cancel_count")), (6, 4));
+    assert_eq!(units(&fleet, "sku-1").await, (6, 0, 6));
+    audit(&fleet, "sku-1", 20).await;
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_repeated_upsert_sells_nothing_twice_and_a_total_below_the_units_sold_is_refused() {
+    // Arrange: five units, three sold.
+    let fleet = Fleet::start("upsert-total", 1).await.unwrap();
+    let upsert = |stock: &str| {
+        let args: Vec<String> = ["product", "upsert", "--id", "sku-1", "--name", "Drop", "--price", "1000"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain(["--currency", "usd", "--stock", stock].iter().map(|s| s.to_string()))
+            .collect();
+        let fleet = &fleet;
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            fleet.fleetctl(&args, &[]).await
+        }
+    };
+    upsert("5").await.unwrap();
+    for i in 0..3 {
+        assert_eq!(order(&fleet, &format!("early-{i}"), "sku-1", "pm_card_visa").await.status, 202);
+    }
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+
+    // Act: the same upsert again, mid-sale.
+    let said = upsert("5").await.unwrap();
+
+    // Assert: five in all, three of them sold: two left, not five.
+    assert!(said.contains("5 units for sale in all, 3 sold or reserved"), "{said}");
+    assert_eq!(units(&fleet, "sku-1").await, (5, 2, 3));
+    let answers: Vec<u16> =
+        futures::future::join_all((0..3).map(|i| {
+            fleet.post_order_owned(format!("late-{i}"), "key-1".into(), "sku-1", 1, "pm_card_visa")
+        }))
+        .await
+        .into_iter()
+        .map(|a| a.unwrap().status)
+        .collect();
+    let mut sorted = answers.clone();
+    sorted.sort();
+    assert_eq!(sorted, [202, 202, 409], "{answers:?}");
+    let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(statuses.get("paid"), Some(&5), "{statuses:?}");
+
+    // A total below the units sold is refused and changes nothing; so are nonsense totals.
+    let refused = upsert("4").await.unwrap_err().to_string();
+    assert!(refused.contains("refused: product sku-1 has 5 units sold or reserved"), "{refused}");
+    for bad in ["-1", "100000001", "many", "2.5"] {
+        let error = upsert(bad).await.unwrap_err().to_string();
+        assert!(error.contains("--stock"), "{bad}: {error}");
+    }
+    assert_eq!(units(&fleet, "sku-1").await, (5, 0, 5));
+    audit(&fleet, "sku-1", 10).await;
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_fleets_stripe_budgets_keep_a_rate_limited_stripe_from_answering_429_under_a_burst() {
+    // Arrange: stripe-sim allows 10 requests a second; the intake's budget is 6 and the stock
+    // worker's (sweeper included) 4.
+    let mut fleet = without_stock_workers("stripe-budget", &[("STRIPE_MAX_REQUESTS_PER_SECOND", "6")]).await;
+    fleet.spawn("stock-worker", "stock-worker", &[("STRIPE_MAX_REQUESTS_PER_SECOND", "4")]).unwrap();
+    fleet.stripe_rate_limit(10).await.unwrap();
+    fleet.product("drop", 1000, 30).await.unwrap();
+
+    // Act: 80 buyers at once for 30 units.
+    let answers = futures::future::join_all((0..80).map(|i| {
+        let fleet = &fleet;
+        async move { fleet.post_order_retrying(&format!("u{i}"), "k", "drop", 1, "pm_card_visa").await }
+    }))
+    .await;
+    let statuses = fleet.wait_settled(Duration::from_secs(120)).await.unwrap();
+
+    // Assert
+    let accepted = answers.iter().filter(|a| a.as_ref().is_ok_and(|(a, _)| a.status == 202)).count();
+    assert_eq!(accepted, 30);
+    assert_eq!(statuses.get("paid"), Some(&30), "{statuses:?}");
+    let stats = fleet.stripe_stats().await.unwrap();
+    assert_eq!(stats["rate_limited"], 0, "{stats}");
+    assert!(stats["max_requests_in_one_second"].as_u64().unwrap() <= 10, "{stats}");
+    assert!(stats["requests"].as_u64().unwrap() >= 60, "{stats}");
+    audit(&fleet, "drop", 60).await;
+
+    // Control: the same limit, with budgets that add up to more, does see 429s; so the
+    // figures above are the budgets' doing.
+    fleet.terminate("order-intake").await.unwrap();
+    fleet.spawn("order-intake", "order-intake", &[("STRIPE_MAX_REQUESTS_PER_SECOND", "200")]).unwrap();
+    fleet.wait_intake().await.unwrap();
+    fleet.product("control", 1000, 40).await.unwrap();
+    futures::future::join_all((0..40).map(|i| {
+        let fleet = &fleet;
+        async move { fleet.post_order_retrying(&format!("c{i}"), "k", "control", 1, "pm_card_visa").await }
+    }))
+    .await;
+    let stats = fleet.stripe_stats().await.unwrap();
+    assert!(stats["rate_limited"].as_u64().unwrap() > 0, "the control saw no 429: {stats}");
+    fleet.wait_settled(Duration::from_secs(120)).await.unwrap();
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_that_gets_no_stripe_slot_answers_503_keeps_its_units_and_completes_on_retry() {
+    // Arrange: one Stripe request a second, so a burst of eight queues past the 4 s wait.
+    let fleet = without_stock_workers("budget-refusal", &[("STRIPE_MAX_REQUESTS_PER_SECOND", "1")]).await;
+    fleet.product("sku-1", 1000, 10).await.unwrap();
+
+    // Act
+    let first: Vec<Answer> = futures::future::join_all(
+        (0..8).map(|i| fleet.post_order_owned(format!("u{i}"), "k".into(), "sku-1", 1, "pm_card_visa")),
+    )
+    .await
+    .into_iter()
+    .map(|a| a.unwrap())
+    .collect();
+
+    // Assert: the refused ones are 503 with Retry-After, their orders pending and still holding
+    // their units and places; a retry with the same key finishes each, in the same place.
+    let refused: Vec<usize> = (0..8).filter(|&i| first[i].status == 503).collect();
+    assert!(!refused.is_empty(), "{:?}", first.iter().map(|a| a.status).collect::<Vec<_>>());
+    for &i in &refused {
+        assert_eq!(first[i].body["error"]["code"], "payment_unavailable");
+        assert!(first[i].retry_after.is_some());
+    }
+    assert_eq!(fleet.statuses().await.unwrap().get("pending_authorization"), Some(&(refused.len() as i64)));
+    assert_eq!(units(&fleet, "sku-1").await.2, 8, "a refused order lost its units");
+    for &i in &refused {
+        let (answer, _) =
+            fleet.post_order_retrying(&format!("u{i}"), "k", "sku-1", 1, "pm_card_visa").await.unwrap();
+        assert_eq!(answer.status, 202, "{answer:?}");
+    }
+    let positions: std::collections::HashSet<i64> = sqlx::query_scalar("SELECT position FROM orders")
+        .fetch_all(&fleet.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(positions, (1..=8).collect());
+    let metrics = fleet_harness::metrics::sum_by_label(
+        &fleet.scrape_metrics().await,
+        "stripe_budget_refusals_total",
+        "operation",
+    );
+    assert!(metrics.get("authorize").copied().unwrap_or(0.0) >= refused.len() as f64, "{metrics:?}");
+    assert_eq!(fleet.stripe_stats().await.unwrap()["rate_limited"], 0);
+    fleet.stop().await.unwrap();
+}
