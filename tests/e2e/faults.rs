@@ -361,9 +361,14 @@ async fn poison_messages_reach_the_dlq_while_work_goes_on_and_a_fixed_one_is_red
         .await
         .unwrap();
     sqlx::query(
-        "INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity, amount_minor,
-                             currency, payment_method, status, payment_intent_id)
-         VALUES ($1, 'quinn', 'late', '\\x00', 'sku-1', 1, 1000, 'usd', 'pm_card_visa', 'authorized', $2)",
+        "WITH promised AS (
+             UPDATE products SET units_promised = units_promised + 1, last_position = last_position + 1
+              WHERE id = 'sku-1' RETURNING last_position
+         )
+         INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity, amount_minor,
+                             currency, payment_method, status, payment_intent_id, position)
+         SELECT $1, 'quinn', 'late', '\\x00', 'sku-1', 1, 1000, 'usd', 'pm_card_visa', 'authorized', $2, last_position
+           FROM promised",
     )
     .bind(unknown_order)
     .bind(intent["id"].as_str().unwrap())

@@ -57,20 +57,31 @@ async fn fleetctl_migrate_is_safe_to_repeat() {
 async fn stock_cannot_go_negative_and_an_idempotency_key_holds_one_order_per_user() {
     let database = TestDatabase::migrated().await.unwrap();
     let pool = &database.pool;
-    sqlx::query("INSERT INTO products (id, name, price_minor, currency, stock) VALUES ('sku-1', 'Drop', 500, 'usd', 1)")
+    sqlx::query(
+        "INSERT INTO products (id, name, price_minor, currency, units_total, stock) VALUES ('sku-1', 'Drop', 500, 'usd', 1, 1)",
+    )
         .execute(pool)
         .await
         .unwrap();
     let oversell =
         sqlx::query("UPDATE products SET stock = stock - 2 WHERE id = 'sku-1'").execute(pool).await;
     assert!(oversell.is_err(), "the CHECK on stock let it go below zero");
+    let beyond_total = sqlx::query("UPDATE products SET stock = 2 WHERE id = 'sku-1'").execute(pool).await;
+    assert!(beyond_total.is_err(), "the CHECK let the units not yet taken exceed the total");
 
     let insert = "INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity,
-                                      amount_minor, currency, payment_method)
-                  VALUES ($1, 'alice', 'key-1', '\\x00', 'sku-1', 1, 500, 'usd', 'pm_card_visa')";
-    sqlx::query(insert).bind(uuid::Uuid::new_v4()).execute(pool).await.unwrap();
-    let second = sqlx::query(insert).bind(uuid::Uuid::new_v4()).execute(pool).await;
-    let code = second.unwrap_err().into_database_error().unwrap().code().unwrap().into_owned();
-    assert_eq!(code, "23505", "a second order under the same key was not a unique violation");
+                                      amount_minor, currency, payment_method, position)
+                  VALUES ($1, 'alice', $2, '\\x00', 'sku-1', 1, 500, 'usd', 'pm_card_visa', $3)";
+    let place = |key: &'static str, position: i64| {
+        sqlx::query(insert).bind(uuid::Uuid::new_v4()).bind(key).bind(position).execute(pool)
+    };
+    place("key-1", 1).await.unwrap();
+    let constraint_broken = |result: Result<sqlx::postgres::PgQueryResult, sqlx::Error>| {
+        result.unwrap_err().into_database_error().unwrap().constraint().map(str::to_owned)
+    };
+    let same_key = constraint_broken(place("key-1", 2).await);
+    assert_eq!(same_key.as_deref(), Some("orders_one_per_idempotency_key"));
+    let same_place = constraint_broken(place("key-2", 1).await);
+    assert_eq!(same_place.as_deref(), Some("orders_one_per_position"), "two orders shared a place in line");
     database.drop().await.unwrap();
 }

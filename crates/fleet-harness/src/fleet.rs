@@ -493,6 +493,11 @@ impl Fleet {
         Ok(bodies)
     }
 
+    /// The process id of the fleet process `label`, while it runs.
+    pub fn pid(&self, label: &str) -> Option<u32> {
+        self.children.iter().find(|(l, _)| l == label).and_then(|(_, child)| child.id())
+    }
+
     /// Waits until the intake answers (after spawning it by hand).
     pub async fn wait_intake(&self) -> anyhow::Result<()> {
         self.wait_http(&format!("{}/healthz", self.intake_url)).await

@@ -101,7 +101,8 @@ impl OrderRow {
 }
 
 /// What the door did.
-enum Door {
+#[derive(Debug)]
+pub enum Door {
     /// The order holds its units and its place in line.
     Admitted(OrderRow),
     /// Another request created the order under this key first.
@@ -155,9 +156,6 @@ impl Intake<'_> {
         self.authorize(order).await
     }
 
-    /// The door: ONE statement promises the units, takes the next place in line and creates
-    /// the order under the key, priced from the product, holding the intake's lease. If the
-    /// product has fewer units unpromised than asked (or does not exist) it writes nothing.
     async fn admit(
         &self,
         user: &UserId,
@@ -165,47 +163,7 @@ impl Intake<'_> {
         request: &OrderRequest,
         fingerprint: &[u8],
     ) -> Result<Door, ApiError> {
-        let sql = format!(
-            "WITH promised AS (
-                 UPDATE products SET units_promised = units_promised + $6, last_position = last_position + 1
-                  WHERE id = $5 AND units_promised + $6 <= units_total
-              RETURNING id, price_minor, currency, last_position
-             )
-             INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity,
-                                 amount_minor, currency, payment_method, intake_lease_until, position)
-             SELECT $1, $2, $3, $4, p.id, $6, p.price_minor * $6, p.currency, $7,
-                    now() + $8 * interval '1 ms', p.last_position
-               FROM promised p
-             RETURNING {ROW}"
-        );
-        let started = std::time::Instant::now();
-        let admitted = sqlx::query_as::<_, OrderRow>(sqlx::AssertSqlSafe(sql))
-            .bind(Uuid::now_v7())
-            .bind(user.as_str())
-            .bind(key.as_str())
-            .bind(fingerprint)
-            .bind(&request.product_id)
-            .bind(request.quantity)
-            .bind(&request.payment_method)
-            .bind(self.lease.as_millis() as i64)
-            .fetch_optional(self.pool)
-            .await;
-        let outcome = match &admitted {
-            Ok(Some(_)) => "admitted",
-            Ok(None) => "closed",
-            Err(_) => "error",
-        };
-        metrics::histogram!("intake_door_seconds", "outcome" => outcome)
-            .record(started.elapsed().as_secs_f64());
-        match admitted {
-            Ok(Some(order)) => Ok(Door::Admitted(order)),
-            Ok(None) => Ok(Door::Closed),
-            // The statement failed as a whole, so the promise it made is undone with it.
-            Err(sqlx::Error::Database(e)) if e.constraint() == Some("orders_one_per_idempotency_key") => {
-                Ok(Door::KeyTaken)
-            }
-            Err(e) => Err(database_error(e)),
-        }
+        admit(self.pool, user, key, request, fingerprint, self.lease).await
     }
 
     /// Why the door stayed closed: no such product, or sold out — with `Retry-After` while
@@ -286,6 +244,60 @@ impl Intake<'_> {
             .await
             .context("failed to reload the order")
             .map_err(ApiError::Unexpected)
+    }
+}
+
+/// The door: ONE statement promises the units, takes the next place in line and creates the
+/// order under the key, priced from the product, holding the intake's lease. If the product
+/// has fewer units unpromised than asked (or does not exist) it writes nothing. Public so the
+/// benchmark can measure the hot-row statement on its own.
+pub async fn admit(
+    pool: &PgPool,
+    user: &UserId,
+    key: &IdempotencyKey,
+    request: &OrderRequest,
+    fingerprint: &[u8],
+    lease: Duration,
+) -> Result<Door, ApiError> {
+    let sql = format!(
+        "WITH promised AS (
+             UPDATE products SET units_promised = units_promised + $6, last_position = last_position + 1
+              WHERE id = $5 AND units_promised + $6 <= units_total
+          RETURNING id, price_minor, currency, last_position
+         )
+         INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity,
+                             amount_minor, currency, payment_method, intake_lease_until, position)
+         SELECT $1, $2, $3, $4, p.id, $6, p.price_minor * $6, p.currency, $7,
+                now() + $8 * interval '1 ms', p.last_position
+           FROM promised p
+         RETURNING {ROW}"
+    );
+    let started = std::time::Instant::now();
+    let admitted = sqlx::query_as::<_, OrderRow>(sqlx::AssertSqlSafe(sql))
+        .bind(Uuid::now_v7())
+        .bind(user.as_str())
+        .bind(key.as_str())
+        .bind(fingerprint)
+        .bind(&request.product_id)
+        .bind(request.quantity)
+        .bind(&request.payment_method)
+        .bind(lease.as_millis() as i64)
+        .fetch_optional(pool)
+        .await;
+    let outcome = match &admitted {
+        Ok(Some(_)) => "admitted",
+        Ok(None) => "closed",
+        Err(_) => "error",
+    };
+    metrics::histogram!("intake_door_seconds", "outcome" => outcome).record(started.elapsed().as_secs_f64());
+    match admitted {
+        Ok(Some(order)) => Ok(Door::Admitted(order)),
+        Ok(None) => Ok(Door::Closed),
+        // The statement failed as a whole, so the promise it made is undone with it.
+        Err(sqlx::Error::Database(e)) if e.constraint() == Some("orders_one_per_idempotency_key") => {
+            Ok(Door::KeyTaken)
+        }
+        Err(e) => Err(database_error(e)),
     }
 }
 

@@ -1,10 +1,12 @@
 //! `make demo`: a flash sale through the whole fleet, against the stack `make up` started.
 //!
-//! Starts stripe-sim and every binary (two stock workers), seeds a product with limited
-//! stock through `fleetctl`, fires a burst of orders from many users — some retried with the
-//! same Idempotency-Key, one with a card that is declined — waits until every order is
-//! terminal, prints what happened and checks SPEC §8's guarantees against stripe-sim's ledger,
-//! the database and the SNS topic, then stops what it started (SIGTERM).
+//! Starts stripe-sim (limited, as Stripe is, to 25 requests a second) and every binary (two
+//! stock workers), with Stripe budgets that add up to that limit; seeds a product with limited
+//! stock through `fleetctl`; lets one buyer in first with a card that is declined (their unit
+//! goes back to the line), then fires a burst of orders from many users — some retried with
+//! the same Idempotency-Key; waits until every order is terminal, prints what happened and
+//! checks SPEC §8's guarantees against stripe-sim's ledger and stats, the database and the SNS
+//! topic, then stops what it started (SIGTERM).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -15,6 +17,11 @@ use anyhow::Context;
 use fleet_harness::metrics::sum_by_label;
 use fleet_harness::{Answer, Fleet, Stack, binary};
 use futures::StreamExt;
+
+/// Stripe's default limit per endpoint, and the fleet's budgets adding up to it.
+const STRIPE_RATE_LIMIT: u32 = 25;
+const INTAKE_BUDGET: u32 = 15;
+const WORKER_BUDGET: u32 = 5;
 
 struct Options {
     orders: usize,
@@ -70,9 +77,23 @@ async fn run() -> anyhow::Result<bool> {
         .unwrap_or_else(|| PathBuf::from(".run"))
         .join("demo");
 
-    say("starting stripe-sim, order-intake, outbox-relay, 2 × stock-worker, notification-worker");
+    say(&format!(
+        "starting stripe-sim (limited to {STRIPE_RATE_LIMIT} requests/s), order-intake (Stripe budget {INTAKE_BUDGET}/s), \
+         outbox-relay, 2 × stock-worker ({WORKER_BUDGET}/s each), notification-worker"
+    ));
     say(&format!("logs: {}/", log_dir.display()));
-    let fleet = Fleet::start("demo", stack, log_dir, 2).await?;
+    let mut fleet = Fleet::prepare("demo", stack, log_dir).await?;
+    fleet.stripe_rate_limit(STRIPE_RATE_LIMIT).await?;
+    let intake_budget = [("STRIPE_MAX_REQUESTS_PER_SECOND", INTAKE_BUDGET.to_string())];
+    let worker_budget = [("STRIPE_MAX_REQUESTS_PER_SECOND", WORKER_BUDGET.to_string())];
+    let intake: Vec<(&str, &str)> = intake_budget.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let worker: Vec<(&str, &str)> = worker_budget.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    fleet.spawn("order-intake", "order-intake", &intake)?;
+    fleet.spawn("outbox-relay", "outbox-relay", &[])?;
+    fleet.spawn("stock-worker-0", "stock-worker", &worker)?;
+    fleet.spawn("stock-worker-1", "stock-worker", &worker)?;
+    fleet.spawn("notification-worker", "notification-worker", &[])?;
+    fleet.wait_intake().await?;
     let outcome = sale(&fleet, &options).await;
     say("stopping the fleet (SIGTERM)");
     let unclean = fleet.stop().await?;
@@ -97,33 +118,49 @@ async fn sale(fleet: &Fleet, options: &Options) -> anyhow::Result<bool> {
     );
     say(&format!("seeded {sku}: {} units at 49.99 usd (fleetctl product upsert)", options.stock));
 
+    // One buyer first, with a card that is declined: the unit the door promised them goes back
+    // to the line before the burst arrives.
+    let declined = fleet
+        .post_order("buyer-declined", &format!("{sku}-declined"), &sku, 1, "pm_card_chargeDeclined")
+        .await?;
+    say(&format!(
+        "a first buyer's card is declined: {} {} (their unit goes back)",
+        declined.status, declined.body["error"]["code"]
+    ));
+
     // The burst: one order per user, all at once; every 10th user retries the same request
-    // (a client that timed out), and the last user's card is declined.
+    // (a client that timed out).
     let users = options.orders;
     let started = Instant::now();
     say(&format!("firing {users} orders from {users} users, 64 at a time"));
     let run = sku.clone();
     let requests = (0..users).flat_map(move |i| {
-        let method = if i == users - 1 { "pm_card_chargeDeclined" } else { "pm_card_visa" };
         let copies = if i % 10 == 0 { 2 } else { 1 };
         let run = run.clone();
         // Keys are the client's, per order: this run's own, so a rerun is not a replay.
-        (0..copies).map(move |_| (format!("buyer-{i}"), format!("{run}-order-{i}"), method))
+        (0..copies).map(move |_| (format!("buyer-{i}"), format!("{run}-order-{i}")))
     });
     let mut answers: Vec<Answer> = Vec::new();
+    let mut sold_out_latency: Vec<Duration> = Vec::new();
+    let mut sold_out_buyers = std::collections::HashSet::new();
     let mut retried: BTreeMap<u16, usize> = BTreeMap::new();
     let product = sku.as_str();
-    let mut stream =
-        futures::stream::iter(requests)
-            .map(|(user, key, method)| async move {
-                fleet.post_order_retrying(&user, &key, product, 1, method).await
-            })
-            .buffer_unordered(64);
+    let mut stream = futures::stream::iter(requests)
+        .map(|(user, key)| async move {
+            let sent = Instant::now();
+            let answer = fleet.post_order_retrying(&user, &key, product, 1, "pm_card_visa").await;
+            answer.map(|(answer, earlier)| (user, answer, earlier, sent.elapsed()))
+        })
+        .buffer_unordered(64);
     let mut last = Instant::now();
     while let Some(result) = stream.next().await {
-        let (answer, earlier) = result?;
+        let (user, answer, earlier, took) = result?;
         for status in earlier {
             *retried.entry(status).or_default() += 1;
+        }
+        if answer.status == 409 && answer.body["error"]["code"] == "sold_out" {
+            sold_out_latency.push(took);
+            sold_out_buyers.insert(user);
         }
         answers.push(answer);
         if last.elapsed() > Duration::from_secs(1) {
@@ -193,6 +230,15 @@ async fn sale(fleet: &Fleet, options: &Options) -> anyhow::Result<bool> {
         .fetch_one(&fleet.pool)
         .await?;
     let paid = statuses.get("paid").copied().unwrap_or(0);
+    let paid_orders: std::collections::HashSet<String> = sqlx::query_scalar::<_, uuid::Uuid>(
+        "SELECT id FROM orders WHERE product_id = $1 AND status = 'paid'",
+    )
+    .bind(&sku)
+    .fetch_all(&fleet.pool)
+    .await?
+    .into_iter()
+    .map(|id| id.to_string())
+    .collect();
     let open_at_end: i64 = ["pending_authorization", "authorized", "stock_reserved"]
         .iter()
         .map(|s| statuses.get(*s).copied().unwrap_or(0))
@@ -209,11 +255,33 @@ async fn sale(fleet: &Fleet, options: &Options) -> anyhow::Result<bool> {
             repeated += 1;
         }
     }
+    let stats = fleet.stripe_stats().await?;
+    let rate_limited = stats["rate_limited"].as_u64().unwrap_or(u64::MAX);
+    let busiest_second = stats["max_requests_in_one_second"].as_u64().unwrap_or(0);
+    let declines = statuses.get("payment_declined").copied().unwrap_or(0);
+    // A hold on a buyer who got nothing: an intent that held funds for an order not paid.
+    let holds_on_losers = intents
+        .iter()
+        .filter(|i| {
+            let order_paid = paid_orders.contains(i["metadata"]["order_id"].as_str().unwrap_or(""));
+            !order_paid && matches!(i["status"].as_str(), Some("requires_capture" | "canceled"))
+        })
+        .count();
+    let keys_per_order_ok = intents.len() as i64 == orders;
+    sold_out_latency.sort();
+    let percentile = |p: f64| -> f64 {
+        if sold_out_latency.is_empty() {
+            return 0.0;
+        }
+        let i = ((sold_out_latency.len() as f64 * p).ceil() as usize).clamp(1, sold_out_latency.len()) - 1;
+        sold_out_latency[i].as_secs_f64() * 1000.0
+    };
+    let buyers_without_unit = (users as i64 + 1) - paid - declines;
     let aws = sum_by_label(&fleet.scrape_metrics().await, "aws_requests_total", "operation");
     let aws_total: f64 = aws.values().sum();
 
     println!();
-    println!("== orderfleet demo: {users} buyers, {} units of {sku} ==", options.stock);
+    println!("== orderfleet demo: {} buyers, {} units of {sku} ==", users + 1, options.stock);
     println!(
         "orders by status      {}",
         statuses.iter().map(|(s, n)| format!("{s}={n}")).collect::<Vec<_>>().join("  ")
@@ -222,10 +290,27 @@ async fn sale(fleet: &Fleet, options: &Options) -> anyhow::Result<bool> {
         "intake                {} requests, {replays} replays, final answers {by_status:?}, retried after {retried:?}",
         answers.len()
     );
-    println!("authorizations        {} PaymentIntents at stripe-sim", intents.len());
+    println!(
+        "authorizations        {} PaymentIntents at stripe-sim for {paid} units sold and {declines} declined card(s)",
+        intents.len()
+    );
     println!("captures              {captures}");
     println!("cancels               {cancels}");
     println!("holds left            {holds}");
+    println!("holds on buyers who got nothing  {holds_on_losers}");
+    println!(
+        "sold out              {} answers to {} buyers, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        sold_out_latency.len(),
+        sold_out_buyers.len(),
+        percentile(0.50),
+        percentile(0.99),
+        percentile(1.0)
+    );
+    println!(
+        "stripe-sim            {} requests, {rate_limited} rate-limited (429), busiest second {busiest_second} \
+         (limit {STRIPE_RATE_LIMIT}/s)",
+        stats["requests"]
+    );
     println!("stock left            {stock_left} (sold {paid} of {})", options.stock);
     println!("notifications         {by_event:?} ({repeated} repeated)");
     println!(
@@ -237,10 +322,7 @@ async fn sale(fleet: &Fleet, options: &Options) -> anyhow::Result<bool> {
     println!();
 
     let checks = [
-        (
-            "one order and one authorization per Idempotency-Key",
-            orders == users as i64 && intents.len() == users,
-        ),
+        ("one order and one authorization per Idempotency-Key", keys_per_order_ok),
         ("at most one capture per order, only for reserved stock", captures == paid),
         (
             "units sold never exceed stock; stock never negative",
@@ -249,6 +331,16 @@ async fn sale(fleet: &Fleet, options: &Options) -> anyhow::Result<bool> {
         ("every accepted order is terminal", open_at_end == 0),
         ("no authorization hold left behind", holds == 0),
         ("each (order, event) notification once", repeated == 0 && notes.len() as i64 == accepted * 2),
+        (
+            "a PaymentIntent only for a unit: PaymentIntents = units sold + declined cards",
+            intents.len() as i64 == paid + declines,
+        ),
+        ("no hold on a buyer who got nothing", holds_on_losers == 0 && cancels == 0),
+        (
+            "every buyer without a unit heard sold_out at once, with nothing written",
+            sold_out_buyers.len() as i64 == buyers_without_unit && orders == paid + declines,
+        ),
+        ("within Stripe's limits: stripe-sim answered no 429", rate_limited == 0),
     ];
     let mut all = true;
     for (guarantee, held) in checks {

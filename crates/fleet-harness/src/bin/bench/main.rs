@@ -10,7 +10,13 @@
 //!
 //! It runs on a database of its own (created and dropped here) and on the stack's queues
 //! (purged first). `--no-batching` runs the fleet with one message per AWS call, to show what
-//! batching buys.
+//! batching buys. The stock is as large as the number of buyers, so every order is sold and
+//! requests per order stay comparable with earlier runs; the Stripe budgets are set out of the
+//! way (1,000/s), since this run measures the queues, not Stripe.
+//!
+//! `--drop` runs a drop through the door instead ([`drop`]).
+
+mod drop;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -28,6 +34,7 @@ use orderfleet::aws::Aws;
 use sqlx::{Connection, PgConnection};
 
 struct Options {
+    drop: Option<drop::DropOptions>,
     orders: usize,
     concurrency: usize,
     batching: bool,
@@ -36,8 +43,16 @@ struct Options {
 }
 
 fn options() -> anyhow::Result<Options> {
-    let mut options =
-        Options { orders: 2000, concurrency: 64, batching: true, idle_seconds: 60, ceiling_concurrency: 4 };
+    let mut options = Options {
+        drop: None,
+        orders: 2000,
+        concurrency: 64,
+        batching: true,
+        idle_seconds: 60,
+        ceiling_concurrency: 4,
+    };
+    let mut drop = drop::DropOptions { buyers: 10_000, units: 100, concurrency: 64, stripe_limit: 25 };
+    let mut drop_mode = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
@@ -54,9 +69,16 @@ fn options() -> anyhow::Result<Options> {
                     value()?.parse().context("--ceiling-concurrency takes a number")?
             }
             "--no-batching" => options.batching = false,
+            "--drop" => drop_mode = true,
+            "--buyers" => drop.buyers = value()?.parse().context("--buyers takes a number")?,
+            "--units" => drop.units = value()?.parse().context("--units takes a number")?,
+            "--stripe-limit" => {
+                drop.stripe_limit = value()?.parse().context("--stripe-limit takes a number")?
+            }
             "--help" | "-h" => {
                 println!(
-                    "orderfleet-bench [--orders N (2000)] [--concurrency C (64)] [--idle-seconds S (60)] [--no-batching] [--ceiling-concurrency K (4)]"
+                    "orderfleet-bench [--orders N (2000)] [--concurrency C (64)] [--idle-seconds S (60)] [--no-batching] [--ceiling-concurrency K (4)]\n\
+                     orderfleet-bench --drop [--buyers N (10000)] [--units U (100)] [--concurrency C (64)] [--stripe-limit R (25)]"
                 );
                 std::process::exit(0);
             }
@@ -64,6 +86,11 @@ fn options() -> anyhow::Result<Options> {
         }
     }
     anyhow::ensure!(options.orders >= 10, "--orders must be at least 10");
+    anyhow::ensure!(drop.stripe_limit >= 3, "--stripe-limit must be at least 3 (a budget of one each)");
+    drop.concurrency = options.concurrency;
+    if drop_mode {
+        options.drop = Some(drop);
+    }
     Ok(options)
 }
 
@@ -89,6 +116,19 @@ async fn main() -> ExitCode {
 async fn run() -> anyhow::Result<()> {
     let options = options()?;
     let admin_url = var("DATABASE_URL")?;
+    if let Some(drop) = &options.drop {
+        let (database, database_url, mut admin) = bench_database(&admin_url).await?;
+        let result = async {
+            let (mut fleet, pool) = prepare_fleet(&database_url).await?;
+            let outcome = drop::run(&mut fleet, drop).await;
+            fleet.stop().await?;
+            pool.close().await;
+            outcome
+        }
+        .await;
+        drop_database(&mut admin, &database).await?;
+        return result;
+    }
     let aws = Aws::load().await?;
     let sqs = aws.sqs();
 
@@ -105,16 +145,53 @@ async fn run() -> anyhow::Result<()> {
     };
     say(&format!("  {ceiling_rate:.0} messages/s"));
 
-    // A database of the run's own, so its transaction count is the fleet's alone.
-    let database = format!("orderfleet_bench_{}", chrono::Utc::now().format("%Y%m%d%H%M%S"));
-    let mut admin = PgConnection::connect(&admin_url).await.context("failed to reach PostgreSQL")?;
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}"))).execute(&mut admin).await?;
-    let database_url = replace_database(&admin_url, &database);
-    let result = fleet_run(&options, &aws, &database_url, &database, &mut admin, ceiling).await;
-    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)")))
-        .execute(&mut admin)
-        .await?;
+    let (database, database_url, mut admin) = bench_database(&admin_url).await?;
+    let result = fleet_run(&options, &database_url, &database, &mut admin, ceiling).await;
+    drop_database(&mut admin, &database).await?;
     result
+}
+
+/// A database of the run's own, so its transaction count is the fleet's alone: its name, its
+/// URL, and a connection to the server's admin database.
+async fn bench_database(admin_url: &str) -> anyhow::Result<(String, String, PgConnection)> {
+    let database = format!("orderfleet_bench_{}", chrono::Utc::now().format("%Y%m%d%H%M%S"));
+    let mut admin = PgConnection::connect(admin_url).await.context("failed to reach PostgreSQL")?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}"))).execute(&mut admin).await?;
+    let database_url = replace_database(admin_url, &database);
+    Ok((database, database_url, admin))
+}
+
+async fn drop_database(admin: &mut PgConnection, database: &str) -> anyhow::Result<()> {
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)")))
+        .execute(admin)
+        .await?;
+    Ok(())
+}
+
+/// The bench database migrated, the stack's queues purged, stripe-sim started (no topic
+/// observer: a benchmark should not pay for SNS delivering to one more queue); no fleet
+/// binaries yet.
+async fn prepare_fleet(database_url: &str) -> anyhow::Result<(Fleet, sqlx::PgPool)> {
+    let sqs = Aws::load().await?.sqs();
+    let pool = sqlx::PgPool::connect(database_url).await?;
+    orderfleet::db::migrate(&pool).await?;
+    let stack = Stack {
+        database_url: database_url.to_owned(),
+        stock_queue_url: var("STOCK_QUEUE_URL")?,
+        notification_queue_url: var("NOTIFICATION_QUEUE_URL")?,
+        topic_arn: var("NOTIFICATION_TOPIC_ARN")?,
+        aws_env: Stack::aws_env_from_process(),
+    };
+    for url in [&stack.stock_queue_url, &stack.notification_queue_url] {
+        sqs.purge_queue().queue_url(url).send().await.with_context(|| format!("failed to purge {url}"))?;
+    }
+    let log_dir = std::env::var_os("ORDERFLEET_RUN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(".run"))
+        .join("bench");
+    say(&format!("logs in {}/", log_dir.display()));
+    let fleet = Fleet::prepare_observed("bench", stack, log_dir, false).await?;
+    Ok((fleet, pool))
 }
 
 /// LocalStack's raw rate, and the CPU its process spent on it (seconds, over wall seconds).
@@ -153,46 +230,28 @@ impl LocalStackCpu {
 
 async fn fleet_run(
     options: &Options,
-    aws: &Aws,
     database_url: &str,
     database: &str,
     admin: &mut PgConnection,
     ceiling: Ceiling,
 ) -> anyhow::Result<()> {
-    let sqs = aws.sqs();
-    let pool = sqlx::PgPool::connect(database_url).await?;
-    orderfleet::db::migrate(&pool).await?;
-    let stack = Stack {
-        database_url: database_url.to_owned(),
-        stock_queue_url: var("STOCK_QUEUE_URL")?,
-        notification_queue_url: var("NOTIFICATION_QUEUE_URL")?,
-        topic_arn: var("NOTIFICATION_TOPIC_ARN")?,
-        aws_env: Stack::aws_env_from_process(),
-    };
-    for url in [&stack.stock_queue_url, &stack.notification_queue_url] {
-        sqs.purge_queue().queue_url(url).send().await.with_context(|| format!("failed to purge {url}"))?;
-    }
-    let log_dir = std::env::var_os("ORDERFLEET_RUN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(".run"))
-        .join("bench");
+    let (mut fleet, pool) = prepare_fleet(database_url).await?;
     let batching = if options.batching { "on" } else { "off" };
-    say(&format!("starting the fleet (batching {batching}); logs in {}/", log_dir.display()));
-    let mut fleet = Fleet::prepare_observed("bench", stack, log_dir, false).await?;
+    say(&format!("starting the fleet (batching {batching})"));
     // The production grace (SPEC's default), so the workers long-poll the full 20 s.
     let env = [
         ("ORDERFLEET_BATCHING", batching),
         ("SWEEP_INTERVAL_SECONDS", "0"),
         ("RUST_LOG", "warn"),
         ("SHUTDOWN_GRACE_SECONDS", "20"),
+        ("STRIPE_MAX_REQUESTS_PER_SECOND", "1000"),
     ];
     fleet.spawn("order-intake", "order-intake", &env)?;
     fleet.spawn("outbox-relay", "outbox-relay", &env)?;
     fleet.spawn("stock-worker-0", "stock-worker", &env)?;
     fleet.spawn("stock-worker-1", "stock-worker", &env)?;
     fleet.spawn("notification-worker", "notification-worker", &env)?;
-    let stock = (options.orders / 4) as i32;
-    fleet.product("bench", 1000, stock).await?;
+    fleet.product("bench", 1000, options.orders as i32).await?;
     wait_for_intake(&fleet).await?;
     let outcome = measure(&fleet, options, admin, database, ceiling).await;
     fleet.stop().await?;

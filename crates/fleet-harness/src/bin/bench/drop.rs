@@ -1,0 +1,318 @@
+//! `make bench BENCH_ARGS=--drop`: a drop through the door (SPEC §1.1, §8.7–9).
+//!
+//! 10,000 buyers (`--buyers`) for 100 units (`--units`), one unit each, `--concurrency` at a
+//! time; stripe-sim limited to 25 requests a second (`--stripe-limit`), as Stripe limits an
+//! endpoint by default, and the fleet's Stripe budgets adding up to that limit (the intake 15,
+//! each of two stock workers 5). A buyer retries a `503` or an `idempotency_key_in_use` with
+//! the same key, as a real client would; `sold_out` is final.
+//!
+//! It prints the time until the door sold out (every unit promised) and until every unit was
+//! paid, the sold-out answers' latency, Stripe requests per unit sold, holds on buyers who got
+//! nothing, stripe-sim's 429s and busiest second, and the intake's peak memory; then it
+//! measures the hot-row statement alone — the door's one statement, from 1 and from 32
+//! connections against a product with units to spare — because that statement is what every
+//! buyer of a drop queues on. Last, one line:
+//! `bench-drop: buyers=N units=U sold_out_s=… sold_out_p99_ms=… stripe_requests_per_unit=… holds_on_losers=… rate_limited=… intake_peak_mib=…`.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use fleet_harness::Fleet;
+use futures::StreamExt;
+use order_intake::orders::{self, Door};
+use order_intake::request::{IdempotencyKey, OrderRequest};
+use orderfleet::auth::UserId;
+
+use super::{percentile, say};
+
+pub struct DropOptions {
+    pub buyers: usize,
+    pub units: i32,
+    pub concurrency: usize,
+    pub stripe_limit: u32,
+}
+
+/// The fleet's Stripe budgets: they add up to stripe-sim's limit.
+fn budgets(limit: u32) -> (u32, u32) {
+    let worker = (limit / 5).max(1);
+    (limit.saturating_sub(2 * worker).max(1), worker)
+}
+
+/// One buyer's final answer.
+struct Bought {
+    status: u16,
+    code: String,
+    /// Latency of each answer this buyer got, by status (a retried buyer gets several).
+    answers: Vec<(u16, Duration)>,
+}
+
+pub async fn run(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result<()> {
+    let (intake_budget, worker_budget) = budgets(options.stripe_limit);
+    let (intake_budget, worker_budget) = (intake_budget.to_string(), worker_budget.to_string());
+    let common = [("SWEEP_INTERVAL_SECONDS", "60"), ("RUST_LOG", "warn"), ("SHUTDOWN_GRACE_SECONDS", "20")];
+    let intake_env: Vec<(&str, &str)> =
+        common.iter().copied().chain([("STRIPE_MAX_REQUESTS_PER_SECOND", intake_budget.as_str())]).collect();
+    let worker_env: Vec<(&str, &str)> =
+        common.iter().copied().chain([("STRIPE_MAX_REQUESTS_PER_SECOND", worker_budget.as_str())]).collect();
+    fleet.stripe_rate_limit(options.stripe_limit).await?;
+    fleet.spawn("order-intake", "order-intake", &intake_env)?;
+    fleet.spawn("outbox-relay", "outbox-relay", &common)?;
+    fleet.spawn("stock-worker-0", "stock-worker", &worker_env)?;
+    fleet.spawn("stock-worker-1", "stock-worker", &worker_env)?;
+    fleet.spawn("notification-worker", "notification-worker", &common)?;
+    fleet.product("drop", 1000, options.units).await?;
+    fleet.wait_intake().await?;
+    say(&format!(
+        "a drop: {} buyers for {} units, {} at a time; stripe-sim limited to {}/s, Stripe budgets: intake {intake_budget}/s, \
+         2 stock workers {worker_budget}/s each",
+        options.buyers, options.units, options.concurrency, options.stripe_limit
+    ));
+
+    let db_start: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT clock_timestamp()").fetch_one(&fleet.pool).await?;
+    let started = Instant::now();
+    let fleet_ref = &*fleet;
+    let bought: Vec<Bought> = futures::stream::iter(0..options.buyers)
+        .map(|i| async move { buy(fleet_ref, i).await })
+        .buffer_unordered(options.concurrency)
+        .collect()
+        .await;
+    let door_seconds = started.elapsed().as_secs_f64();
+
+    let paid_units = options.units as i64;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let open: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM orders WHERE status IN ('pending_authorization', 'authorized', 'stock_reserved')
+                OR (status IN ('rejected_out_of_stock', 'capture_failed') AND authorization_released_at IS NULL)",
+        )
+        .fetch_one(&fleet.pool)
+        .await?;
+        if open == 0 {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "{open} orders still open after 10 minutes");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (promised_at, paid_at, paid): (Option<f64>, Option<f64>, i64) = sqlx::query_as(
+        "SELECT EXTRACT(EPOCH FROM (max(created_at) - $1))::float8,
+                EXTRACT(EPOCH FROM (max(updated_at) FILTER (WHERE status = 'paid') - $1))::float8,
+                COALESCE(sum(quantity) FILTER (WHERE status = 'paid'), 0)
+           FROM orders",
+    )
+    .bind(db_start)
+    .fetch_one(&fleet.pool)
+    .await?;
+    let by_status: BTreeMap<String, i64> =
+        sqlx::query_as::<_, (String, i64)>("SELECT status::text, count(*) FROM orders GROUP BY 1")
+            .fetch_all(&fleet.pool)
+            .await?
+            .into_iter()
+            .collect();
+    let paid_ids: std::collections::HashSet<String> =
+        sqlx::query_scalar::<_, uuid::Uuid>("SELECT id FROM orders WHERE status = 'paid'")
+            .fetch_all(&fleet.pool)
+            .await?
+            .into_iter()
+            .map(|id| id.to_string())
+            .collect();
+    let intents = fleet.intents().await?;
+    let holds_on_losers = intents
+        .iter()
+        .filter(|i| {
+            !paid_ids.contains(i["metadata"]["order_id"].as_str().unwrap_or(""))
+                && matches!(i["status"].as_str(), Some("requires_capture" | "canceled"))
+        })
+        .count();
+    let stats = fleet.stripe_stats().await?;
+    let stripe_requests = stats["requests"].as_u64().unwrap_or(0);
+    let rate_limited = stats["rate_limited"].as_u64().unwrap_or(0);
+    let busiest = stats["max_requests_in_one_second"].as_u64().unwrap_or(0);
+    let intake_peak_mib = fleet.pid("order-intake").and_then(peak_memory_mib);
+    let metrics = fleet.scrape_metrics().await;
+    let door_metrics = door_statement_figures(&metrics);
+
+    let mut final_codes: BTreeMap<String, usize> = BTreeMap::new();
+    let mut sold_out_ms: Vec<f64> = Vec::new();
+    let mut all_ms: Vec<f64> = Vec::new();
+    let mut retries = 0;
+    for b in &bought {
+        *final_codes
+            .entry(if b.code.is_empty() { b.status.to_string() } else { format!("{} {}", b.status, b.code) })
+            .or_default() += 1;
+        retries += b.answers.len() - 1;
+        for (status, took) in &b.answers {
+            all_ms.push(took.as_secs_f64() * 1000.0);
+            if *status == 409 && b.code == "sold_out" {
+                sold_out_ms.push(took.as_secs_f64() * 1000.0);
+            }
+        }
+    }
+    let sold_out_p50 = percentile(&mut sold_out_ms, 50.0);
+    let sold_out_p99 = percentile(&mut sold_out_ms, 99.0);
+    let per_unit = stripe_requests as f64 / paid.max(1) as f64;
+
+    println!();
+    println!("== orderfleet bench: a drop of {} buyers for {} units ==", options.buyers, options.units);
+    println!(
+        "orders by status          {}",
+        by_status.iter().map(|(s, c)| format!("{s}={c}")).collect::<Vec<_>>().join(" ")
+    );
+    println!("final answers             {final_codes:?} ({retries} retried answers before them)");
+    println!(
+        "sold out                  every unit promised {:.2} s after the first buyer; every unit paid after {:.1} s; \
+         the last buyer answered after {door_seconds:.1} s",
+        promised_at.unwrap_or(f64::NAN),
+        paid_at.unwrap_or(f64::NAN)
+    );
+    println!(
+        "sold-out answers          {} answers, p50 {sold_out_p50:.1} ms, p99 {sold_out_p99:.1} ms (every answer: p50 {:.1} ms, p99 {:.1} ms)",
+        sold_out_ms.len(),
+        percentile(&mut all_ms, 50.0),
+        percentile(&mut all_ms, 99.0)
+    );
+    println!(
+        "Stripe                    {stripe_requests} requests for {paid} units sold = {per_unit:.2} per unit; {} PaymentIntents",
+        intents.len()
+    );
+    println!("holds on buyers who got nothing  {holds_on_losers}");
+    println!(
+        "stripe-sim                {rate_limited} answered 429; busiest second {busiest} requests (limit {}/s)",
+        options.stripe_limit
+    );
+    println!(
+        "intake peak memory        {}",
+        intake_peak_mib.map(|m| format!("{m:.1} MiB (VmHWM)")).unwrap_or_else(|| "unknown".into())
+    );
+    println!("door statement (intake)   {door_metrics}");
+    anyhow::ensure!(paid == paid_units, "sold {paid} of {} units", options.units);
+
+    let hot_row = hot_row(&fleet.stack.database_url).await?;
+    println!("hot row, alone            {hot_row}");
+    println!();
+    println!(
+        "bench-drop: buyers={} units={} sold_out_s={:.2} sold_out_p99_ms={sold_out_p99:.1} stripe_requests_per_unit={per_unit:.2} \
+         holds_on_losers={holds_on_losers} rate_limited={rate_limited} intake_peak_mib={:.1}",
+        options.buyers,
+        options.units,
+        promised_at.unwrap_or(f64::NAN),
+        intake_peak_mib.unwrap_or(f64::NAN)
+    );
+    Ok(())
+}
+
+/// One buyer: asks once, and again with the same key after a 503 or while the key is in use.
+async fn buy(fleet: &Fleet, i: usize) -> Bought {
+    let mut answers = Vec::new();
+    loop {
+        let sent = Instant::now();
+        let answer = fleet.post_order(&format!("buyer-{i}"), "drop-key", "drop", 1, "pm_card_visa").await;
+        let took = sent.elapsed();
+        let Ok(answer) = answer else {
+            answers.push((0, took));
+            return Bought { status: 0, code: "unanswered".into(), answers };
+        };
+        answers.push((answer.status, took));
+        let code = answer.body["error"]["code"].as_str().unwrap_or_default().to_owned();
+        let again = answer.status == 503 || code == "idempotency_key_in_use";
+        if !again || answers.len() >= 60 {
+            return Bought { status: answer.status, code, answers };
+        }
+        let wait = answer.retry_after.as_deref().and_then(|s| s.parse::<u64>().ok()).unwrap_or(1).min(2);
+        tokio::time::sleep(Duration::from_secs(wait)).await;
+    }
+}
+
+/// The door statement's time as the intake measured it (`intake_door_seconds`), by outcome.
+fn door_statement_figures(metrics: &[String]) -> String {
+    let mut figures = Vec::new();
+    for outcome in ["admitted", "closed"] {
+        let value = |suffix: &str, quantile: Option<&str>| -> Option<f64> {
+            metrics.iter().flat_map(|t| t.lines()).find_map(|line| {
+                let (name, rest) = line.split_once('{')?;
+                if name != format!("intake_door_seconds{suffix}")
+                    || !rest.contains(&format!("outcome=\"{outcome}\""))
+                {
+                    return None;
+                }
+                if let Some(q) = quantile
+                    && !rest.contains(&format!("quantile=\"{q}\""))
+                {
+                    return None;
+                }
+                line.rsplit(' ').next()?.parse().ok()
+            })
+        };
+        if let (Some(count), Some(sum)) = (value("_count", None), value("_sum", None)) {
+            figures.push(format!(
+                "{outcome}: {count:.0}, mean {:.2} ms, p50 {:.2} ms, p99 {:.2} ms",
+                sum / count.max(1.0) * 1000.0,
+                value("", Some("0.5")).unwrap_or(f64::NAN) * 1000.0,
+                value("", Some("0.99")).unwrap_or(f64::NAN) * 1000.0
+            ));
+        }
+    }
+    figures.join("; ")
+}
+
+/// The door's statement on its own, against a product with units to spare: from one connection
+/// (its own time, commit included) and from 32 at once (how many promises a second one product
+/// row takes when every buyer queues on it).
+async fn hot_row(database_url: &str) -> anyhow::Result<String> {
+    let pool = &sqlx::postgres::PgPoolOptions::new().max_connections(32).connect(database_url).await?;
+    orderfleet::product::upsert(
+        pool,
+        &orderfleet::product::ProductUpsert {
+            id: orderfleet::product::Sku::parse("hot-row").map_err(anyhow::Error::msg)?,
+            name: "hot row".into(),
+            price_minor: 1000,
+            currency: orderfleet::product::Currency::parse("usd").map_err(anyhow::Error::msg)?,
+            units_total: orderfleet::product::MAX_UNITS,
+        },
+    )
+    .await?;
+    let request =
+        OrderRequest::parse(br#"{"product_id": "hot-row", "quantity": 1, "payment_method": "pm_card_visa"}"#)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let fingerprint = request.fingerprint();
+    let mut lines = Vec::new();
+    for (connections, promises) in [(1usize, 500usize), (32, 3000)] {
+        let started = Instant::now();
+        let mut took: Vec<f64> = futures::stream::iter(0..promises)
+            .map(|i| {
+                let (request, fingerprint) = (&request, &fingerprint);
+                async move {
+                    let user = UserId::parse(&format!("hot-{connections}-{i}")).expect("a valid user id");
+                    let key = IdempotencyKey::parse("k").expect("a valid key");
+                    let sent = Instant::now();
+                    let door =
+                        orders::admit(pool, &user, &key, request, fingerprint, Duration::from_secs(30)).await;
+                    anyhow::ensure!(matches!(door, Ok(Door::Admitted(_))), "the door refused: {door:?}");
+                    Ok(sent.elapsed().as_secs_f64() * 1000.0)
+                }
+            })
+            .buffer_unordered(connections)
+            .collect::<Vec<anyhow::Result<f64>>>()
+            .await
+            .into_iter()
+            .collect::<anyhow::Result<_>>()
+            .context("the hot-row measurement")?;
+        let seconds = started.elapsed().as_secs_f64();
+        lines.push(format!(
+            "{connections} connection(s): {:.0} promises/s, p50 {:.2} ms, p99 {:.2} ms",
+            promises as f64 / seconds,
+            percentile(&mut took, 50.0),
+            percentile(&mut took, 99.0)
+        ));
+    }
+    Ok(lines.join("; "))
+}
+
+/// The process's peak resident set (VmHWM), from /proc.
+fn peak_memory_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
