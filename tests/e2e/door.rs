@@ -179,6 +179,108 @@ async fn a_stock_cut_below_what_was_promised_rejects_exactly_the_last_in_line_wh
     fleet.stop().await.unwrap();
 }
 
+/// Places orders of these quantities, one after another (so their positions follow), while no
+/// stock worker runs; the ids by position.
+async fn line_up(fleet: &Fleet, product: &str, quantities: &[i64]) -> Vec<String> {
+    let mut ids = Vec::new();
+    for (i, quantity) in quantities.iter().enumerate() {
+        let answer = fleet
+            .post_order(&format!("buyer-{i}"), "key-1", product, *quantity, "pm_card_visa")
+            .await
+            .unwrap();
+        assert_eq!(
+            (answer.status, answer.body["position"].as_u64()),
+            (202, Some(i as u64 + 1)),
+            "{answer:?}"
+        );
+        ids.push(answer.body["order_id"].as_str().unwrap().to_owned());
+    }
+    ids
+}
+
+async fn statuses_in_line(fleet: &Fleet, ids: &[String]) -> Vec<String> {
+    let mut statuses = Vec::new();
+    for id in ids {
+        let status: String = sqlx::query_scalar("SELECT status::text FROM orders WHERE id = $1::uuid")
+            .bind(id)
+            .fetch_one(&fleet.pool)
+            .await
+            .unwrap();
+        statuses.push(status);
+    }
+    statuses
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_line_handled_all_at_once_by_two_workers_rejects_no_one() {
+    // Arrange: every unit promised, in mixed quantities, and the stock checks waiting.
+    let mut fleet = without_stock_workers("full-line-at-once", &[]).await;
+    fleet.product("sku-1", 1000, 20).await.unwrap();
+    let ids = line_up(&fleet, "sku-1", &[1, 2, 3, 1, 2, 3, 1, 2, 3, 2]).await;
+
+    // Act: two workers take the whole line at once, reserving concurrently.
+    fleet.spawn("stock-worker-0", "stock-worker", &[]).unwrap();
+    fleet.spawn("stock-worker-1", "stock-worker", &[]).unwrap();
+    fleet.wait_settled(Duration::from_secs(120)).await.unwrap();
+
+    // Assert: nothing was cut, so everyone in line is served.
+    assert_eq!(statuses_in_line(&fleet, &ids).await, vec!["paid"; 10]);
+    assert_eq!(count(&fleet.intents().await.unwrap(), "cancel_count"), 0);
+    assert_eq!(units(&fleet, "sku-1").await, (20, 0, 20));
+    audit(&fleet, "sku-1", 20).await;
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_cut_an_order_too_large_for_what_is_left_does_not_hold_back_a_smaller_one_behind_it() {
+    // Arrange: quantities 2, 3, 1, 1 in line for 7 units, their stock checks waiting.
+    let mut fleet = without_stock_workers("cut-mixed-quantities", &[]).await;
+    fleet.product("sku-1", 1000, 7).await.unwrap();
+    let ids = line_up(&fleet, "sku-1", &[2, 3, 1, 1]).await;
+
+    // Act: cut to 3, and let two workers at the line.
+    fleet.product("sku-1", 1000, 3).await.unwrap();
+    fleet.spawn("stock-worker-0", "stock-worker", &[]).unwrap();
+    fleet.spawn("stock-worker-1", "stock-worker", &[]).unwrap();
+    fleet.wait_settled(Duration::from_secs(120)).await.unwrap();
+
+    // Assert: the first takes 2; the second wants 3 of the 1 left and loses; the third takes
+    // the last unit; the fourth loses. No unit stays unsold while someone in line wanted it.
+    assert_eq!(
+        statuses_in_line(&fleet, &ids).await,
+        ["paid", "rejected_out_of_stock", "paid", "rejected_out_of_stock"]
+    );
+    assert_eq!(units(&fleet, "sku-1").await, (3, 0, 3));
+    audit(&fleet, "sku-1", 8).await;
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_same_key_20_times_at_once_for_the_last_unit_never_answers_sold_out() {
+    // Arrange
+    let fleet = Fleet::start("same-key-last-unit", 1).await.unwrap();
+    fleet.product("sku-1", 1000, 1).await.unwrap();
+
+    // Act
+    let answers: Vec<Answer> = futures::future::join_all(
+        (0..20).map(|_| fleet.post_order("kim", "key-1", "sku-1", 1, "pm_card_visa")),
+    )
+    .await
+    .into_iter()
+    .map(|a| a.unwrap())
+    .collect();
+
+    // Assert: one order; every twin is in use or a replay of it, none told the unit is gone.
+    for answer in &answers {
+        let in_use = answer.status == 409 && answer.body["error"]["code"] == "idempotency_key_in_use";
+        assert!(answer.status == 202 || in_use, "{answer:?}");
+    }
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders").fetch_one(&fleet.pool).await.unwrap();
+    assert_eq!(orders, 1);
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    fleet.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_repeated_upsert_sells_nothing_twice_and_a_total_below_the_units_sold_is_refused() {
     // Arrange: five units, three sold.
@@ -281,6 +383,7 @@ async fn the_fleets_stripe_budgets_keep_a_rate_limited_stripe_from_answering_429
 async fn a_request_that_gets_no_stripe_slot_answers_503_keeps_its_units_and_completes_on_retry() {
     // Arrange: one Stripe request a second, so a burst of eight queues past the 4 s wait.
     let fleet = without_stock_workers("budget-refusal", &[("STRIPE_MAX_REQUESTS_PER_SECOND", "1")]).await;
+    fleet.stripe_rate_limit(1).await.unwrap();
     fleet.product("sku-1", 1000, 10).await.unwrap();
 
     // Act

@@ -138,7 +138,15 @@ impl Intake<'_> {
                 })?;
                 return self.resume(existing, &fingerprint).await;
             }
-            Door::Closed => return Err(self.turned_away(&request.product_id).await?),
+            Door::Closed => {
+                // A twin request with this key may have taken the last units a moment ago: the
+                // door saw its promise committed, so its order is visible now, and this request
+                // must answer from it (in use, or its answer), never sold_out.
+                if let Some(existing) = self.existing(user, key).await? {
+                    return self.resume(existing, &fingerprint).await;
+                }
+                return Err(self.turned_away(&request.product_id).await?);
+            }
         };
         self.authorize(order).await
     }

@@ -6,7 +6,7 @@
 //!
 //! | status | step |
 //! |---|---|
-//! | `authorized` | ONE transaction: take the units if the stock left covers them after every order ahead in line (`stock - ahead >= q`) and compare-and-set to `stock_reserved`; if short, compare-and-set to `rejected_out_of_stock` with `order.rejected` instead, giving its promised units back |
+//! | `authorized` | ONE transaction, order row then product row locked: take the units if they are left after every order ahead in line has taken its own, and compare-and-set to `stock_reserved`; if short (only after a cut), compare-and-set to `rejected_out_of_stock` with `order.rejected` instead, giving its promised units back |
 //! | `stock_reserved` | capture (outside any transaction, Stripe key per order), then ONE transaction: `paid` + `order.paid`; a refused capture → `capture_failed`, units back (stock and promise), `order.rejected` |
 //! | `rejected_out_of_stock`, `capture_failed` | cancel the authorization once (Stripe key per order), and record that it is released |
 //! | `paid`, `payment_declined`, released | nothing |
@@ -32,6 +32,21 @@ pub enum Progress {
     Blocked { reason: String },
     /// It can never go on as it is; a person must look (the reason says why).
     Stuck { reason: String },
+}
+
+/// Whether an order of `quantity` finds its units when `stock` units are not yet taken and
+/// `ahead` are the quantities of the orders ahead of it in line that have not taken theirs, in
+/// line order. Each order ahead takes its units if they are there when its turn comes, and
+/// otherwise is rejected and takes none; so an order behind one too large for what is left
+/// may still be served, and no unit stays unsold while a buyer in line could have had it.
+pub fn fits_in_line(stock: i32, ahead: &[i32], quantity: i32) -> bool {
+    let mut left = stock;
+    for &wanted in ahead {
+        if wanted <= left {
+            left -= wanted;
+        }
+    }
+    quantity <= left
 }
 
 /// What a capture step did.
@@ -101,51 +116,87 @@ impl Fulfilment {
         anyhow::bail!("order {order_id} did not settle")
     }
 
-    /// ONE statement: lock the order if it is still `authorized`, and take its units if the
-    /// stock not yet taken covers them **after the units of every order ahead of it in line**
-    /// that has not taken its own (`stock - ahead >= q`, never below zero): then the order moves
-    /// to `stock_reserved`. If not, it moves to `rejected_out_of_stock` with its
-    /// `order.rejected` message, and its promised units go back to the product.
+    /// ONE short transaction: lock the order if it is still `authorized`, then the product
+    /// row, then decide with the line in view: the order takes its units only if they are
+    /// still there **after every order ahead of it in line** that has not taken its own
+    /// ([`fits_in_line`]); it moves to `stock_reserved` and the units leave `stock` (never below
+    /// zero). If not, it moves to `rejected_out_of_stock` with its `order.rejected` message, and
+    /// its promised units go back to the product.
     ///
-    /// Counting the orders ahead is what keeps line order whatever order the messages arrive
-    /// in: stock is short only after an operator cut it below what the door promised, and
-    /// then the orders last in line lose, never an earlier one whose message came late. While
+    /// Looking at the orders ahead is what keeps line order whatever order the messages arrive
+    /// in: stock is short only after an operator cut it below what the door promised, and then
+    /// the orders last in line lose, never an earlier one whose message came late. While
     /// nothing was cut, every order holding a promise finds its units (promised never exceeds
     /// the total), so a drop rejects no one here.
     ///
-    /// The product row is locked only for this one statement, which is what a flash sale
-    /// queues on. Returns the new status, or `None` if another delivery had already moved the
-    /// order.
+    /// Why a transaction and not one statement: the decision must see every reservation
+    /// committed before it. A single statement reads the line from the snapshot it started
+    /// with, and when it then waits for another worker's lock on the product row, PostgreSQL
+    /// re-checks only that row: the other order's units would count twice, once as taken and
+    /// once as still ahead, and the last in line would lose with no cut at all. Here the line
+    /// is read after the product row is locked, so nothing can change under the decision. The
+    /// lock is held for three short statements and the commit; no network call runs under it.
+    /// Returns the new status, or `None` if another delivery had already moved the order.
     async fn reserve(&self, order: &Order) -> anyhow::Result<Option<OrderStatus>> {
+        let mut tx = self.pool.begin().await.context("failed to begin a reservation")?;
+        let position: Option<i64> = sqlx::query_scalar(
+            "SELECT position FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE",
+        )
+        .bind(order.id)
+        .fetch_optional(&mut *tx)
+        .await
+        .context("failed to lock the order")?;
+        let Some(position) = position else {
+            return Ok(None); // another delivery moved it; the rollback is the drop
+        };
+        let stock: i32 = sqlx::query_scalar("SELECT stock FROM products WHERE id = $1 FOR UPDATE")
+            .bind(&order.product_id)
+            .fetch_one(&mut *tx)
+            .await
+            .context("failed to lock the product")?;
+        // Units promised to orders ahead in line that have not taken theirs; in a drop with no
+        // cut they always leave enough, so the line itself is read only when they do not.
+        let ahead = "FROM orders WHERE product_id = $1 AND position < $2
+                       AND status IN ('pending_authorization', 'authorized')";
+        let ahead_units: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT COALESCE(sum(quantity), 0)::int8 {ahead}"
+        )))
+        .bind(&order.product_id)
+        .bind(position)
+        .fetch_one(&mut *tx)
+        .await
+        .context("failed to sum the units ahead")?;
+        let fits = if i64::from(stock) - ahead_units >= i64::from(order.quantity) {
+            true
+        } else {
+            let line: Vec<i32> =
+                sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT quantity {ahead} ORDER BY position")))
+                    .bind(&order.product_id)
+                    .bind(position)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .context("failed to read the line")?;
+            fits_in_line(stock, &line, order.quantity)
+        };
         let rejected = OrderNotification::of(order, OrderStatus::RejectedOutOfStock, Some("out_of_stock"));
-        let status: Option<OrderStatus> = sqlx::query_scalar(
-            "WITH claim AS (
-                 SELECT id, position FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE
-             ), ahead AS (
-                 SELECT COALESCE(sum(o.quantity), 0) AS units FROM orders o, claim
-                  WHERE o.product_id = $2 AND o.position < claim.position
-                    AND o.status IN ('pending_authorization', 'authorized')
-             ), taken AS (
-                 UPDATE products p SET stock = p.stock - $3, updated_at = now()
-                   FROM claim, ahead
-                  WHERE p.id = $2 AND p.stock - ahead.units >= $3
-              RETURNING p.id
+        let status: OrderStatus = sqlx::query_scalar(
+            "WITH product AS (
+                 UPDATE products
+                    SET stock = stock - CASE WHEN $3 THEN $4 ELSE 0 END,
+                        units_promised = units_promised - CASE WHEN $3 THEN 0 ELSE $4 END,
+                        updated_at = now()
+                  WHERE id = $2
              ), moved AS (
                  UPDATE orders
-                    SET status = CASE WHEN EXISTS (SELECT 1 FROM taken) THEN 'stock_reserved'::order_status
+                    SET status = CASE WHEN $3 THEN 'stock_reserved'::order_status
                                       ELSE 'rejected_out_of_stock'::order_status END,
-                        failure_reason = CASE WHEN EXISTS (SELECT 1 FROM taken) THEN failure_reason
-                                              ELSE 'out_of_stock' END,
+                        failure_reason = CASE WHEN $3 THEN failure_reason ELSE 'out_of_stock' END,
                         updated_at = now()
-                  WHERE id IN (SELECT id FROM claim)
+                  WHERE id = $1
               RETURNING id, status
-             ), given_back AS (
-                 -- Only when `taken` did not touch the row: one change per row per statement.
-                 UPDATE products p SET units_promised = p.units_promised - $3
-                   FROM moved WHERE p.id = $2 AND moved.status = 'rejected_out_of_stock'
              ), rejection AS (
                  INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload)
-                 SELECT $4, 'order', moved.id::text, 'order.rejected', 'notification', $5
+                 SELECT $5, 'order', moved.id::text, 'order.rejected', 'notification', $6
                    FROM moved WHERE moved.status = 'rejected_out_of_stock'
                  ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING
              )
@@ -153,12 +204,15 @@ impl Fulfilment {
         )
         .bind(order.id)
         .bind(&order.product_id)
+        .bind(fits)
         .bind(order.quantity)
         .bind(Uuid::now_v7())
         .bind(serde_json::to_value(&rejected).context("a notification serializes")?)
-        .fetch_optional(&self.pool)
+        .fetch_one(&mut *tx)
         .await
         .context("failed to reserve stock")?;
+        tx.commit().await.context("failed to commit the reservation")?;
+        let status = Some(status);
         if status == Some(OrderStatus::StockReserved) {
             crate::failpoint::hit("after_reserve");
         }
@@ -245,5 +299,31 @@ impl Fulfilment {
                 reason: format!("cannot cancel the authorization of order {}: {refused}", order.id),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fits_in_line;
+
+    #[test]
+    fn with_enough_for_everyone_ahead_an_order_fits() {
+        assert!(fits_in_line(10, &[2, 3, 1], 4));
+        assert!(!fits_in_line(10, &[2, 3, 1], 5));
+    }
+
+    #[test]
+    fn an_order_ahead_too_large_for_what_is_left_does_not_hold_back_the_ones_behind_it() {
+        // Cut to 3: A(2) takes two, B(3) cannot and is rejected, C(1) takes the last, D(1) loses.
+        assert!(fits_in_line(3, &[], 2));
+        assert!(!fits_in_line(3, &[2], 3));
+        assert!(fits_in_line(3, &[2, 3], 1));
+        assert!(!fits_in_line(3, &[2, 3, 1], 1));
+    }
+
+    #[test]
+    fn nothing_left_fits_nothing() {
+        assert!(!fits_in_line(0, &[], 1));
+        assert!(fits_in_line(0, &[], 0));
     }
 }

@@ -146,10 +146,11 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// The workers' (and the sweeper's): nobody waits on them, and a message given up for
-    /// want of a slot costs one of its three receives, so they wait longer for one; their
-    /// visibility heartbeat keeps the message theirs meanwhile.
+    /// want of a slot costs one of its three receives, so they wait long enough for every
+    /// message a worker holds at once (32 by default) to get a slot at 1 request a second;
+    /// their visibility heartbeat keeps the message theirs meanwhile.
     pub fn background() -> Self {
-        Self { budget_wait: Duration::from_secs(30), ..Self::default() }
+        Self { budget_wait: Duration::from_secs(60), ..Self::default() }
     }
 }
 
