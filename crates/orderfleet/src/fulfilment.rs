@@ -116,8 +116,49 @@ impl Fulfilment {
         anyhow::bail!("order {order_id} did not settle")
     }
 
-    /// ONE short transaction: lock the order if it is still `authorized`, then the product
-    /// row, then decide with the line in view: the order takes its units only if they are
+    /// Reserves the order's units, or rejects it (see [`Fulfilment::reserve_in_line`]).
+    ///
+    /// First, ONE statement for the common case: while no units are promised beyond the total
+    /// (nothing was cut), the units not yet taken cover every order still holding a promise
+    /// (`stock = total - taken >= promised - taken`), so an order's units are there whatever
+    /// its place in line, and the statement takes them on that condition alone. Both sides of
+    /// it are columns of the one product row, which PostgreSQL re-checks on the latest version
+    /// after waiting for another worker's lock, so the decision is never stale. Only after a
+    /// cut does the order need the line read.
+    async fn reserve(&self, order: &Order) -> anyhow::Result<Option<OrderStatus>> {
+        let (claimed, reserved): (bool, bool) = sqlx::query_as(
+            "WITH claim AS (
+                 SELECT id FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE
+             ), taken AS (
+                 UPDATE products SET stock = stock - $3, updated_at = now()
+                  WHERE id = $2 AND units_promised <= units_total AND stock >= $3
+                    AND EXISTS (SELECT 1 FROM claim)
+              RETURNING id
+             ), moved AS (
+                 UPDATE orders SET status = 'stock_reserved', updated_at = now()
+                  WHERE id IN (SELECT id FROM claim) AND EXISTS (SELECT 1 FROM taken)
+              RETURNING id
+             )
+             SELECT EXISTS (SELECT 1 FROM claim), EXISTS (SELECT 1 FROM moved)",
+        )
+        .bind(order.id)
+        .bind(&order.product_id)
+        .bind(order.quantity)
+        .fetch_one(&self.pool)
+        .await
+        .context("failed to reserve stock")?;
+        match (claimed, reserved) {
+            (false, _) => Ok(None),
+            (true, true) => {
+                crate::failpoint::hit("after_reserve");
+                Ok(Some(OrderStatus::StockReserved))
+            }
+            (true, false) => self.reserve_in_line(order).await,
+        }
+    }
+
+    /// After a cut: ONE short transaction: lock the order if it is still `authorized`, then
+    /// the product row, then decide with the line in view: the order takes its units only if they are
     /// still there **after every order ahead of it in line** that has not taken its own
     /// ([`fits_in_line`]); it moves to `stock_reserved` and the units leave `stock` (never below
     /// zero). If not, it moves to `rejected_out_of_stock` with its `order.rejected` message, and
@@ -125,9 +166,7 @@ impl Fulfilment {
     ///
     /// Looking at the orders ahead is what keeps line order whatever order the messages arrive
     /// in: stock is short only after an operator cut it below what the door promised, and then
-    /// the orders last in line lose, never an earlier one whose message came late. While
-    /// nothing was cut, every order holding a promise finds its units (promised never exceeds
-    /// the total), so a drop rejects no one here.
+    /// the orders last in line lose, never an earlier one whose message came late.
     ///
     /// Why a transaction and not one statement: the decision must see every reservation
     /// committed before it. A single statement reads the line from the snapshot it started
@@ -137,7 +176,7 @@ impl Fulfilment {
     /// is read after the product row is locked, so nothing can change under the decision. The
     /// lock is held for three short statements and the commit; no network call runs under it.
     /// Returns the new status, or `None` if another delivery had already moved the order.
-    async fn reserve(&self, order: &Order) -> anyhow::Result<Option<OrderStatus>> {
+    async fn reserve_in_line(&self, order: &Order) -> anyhow::Result<Option<OrderStatus>> {
         let mut tx = self.pool.begin().await.context("failed to begin a reservation")?;
         let position: Option<i64> = sqlx::query_scalar(
             "SELECT position FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE",
