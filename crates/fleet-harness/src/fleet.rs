@@ -84,6 +84,8 @@ pub struct Answer {
     pub replayed: bool,
     pub retry_after: Option<String>,
     pub body: Value,
+    /// How long this one request took, from sending to the whole answer read.
+    pub took: Duration,
 }
 
 impl Fleet {
@@ -255,12 +257,13 @@ impl Fleet {
         if let Some(key) = key {
             request = request.header("idempotency-key", key);
         }
+        let sent = Instant::now();
         let response = request.send().await?;
         let status = response.status().as_u16();
         let replayed = response.headers().get("idempotent-replayed").is_some_and(|v| v == "true");
         let retry_after = response.headers().get("retry-after").map(|v| v.to_str().unwrap_or("").to_owned());
         let body = response.json::<Value>().await.unwrap_or(Value::Null);
-        Ok(Answer { status, replayed, retry_after, body })
+        Ok(Answer { status, replayed, retry_after, body, took: sent.elapsed() })
     }
 
     pub async fn post_order(

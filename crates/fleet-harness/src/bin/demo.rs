@@ -147,19 +147,18 @@ async fn sale(fleet: &Fleet, options: &Options) -> anyhow::Result<bool> {
     let product = sku.as_str();
     let mut stream = futures::stream::iter(requests)
         .map(|(user, key)| async move {
-            let sent = Instant::now();
             let answer = fleet.post_order_retrying(&user, &key, product, 1, "pm_card_visa").await;
-            answer.map(|(answer, earlier)| (user, answer, earlier, sent.elapsed()))
+            answer.map(|(answer, earlier)| (user, answer, earlier))
         })
         .buffer_unordered(64);
     let mut last = Instant::now();
     while let Some(result) = stream.next().await {
-        let (user, answer, earlier, took) = result?;
+        let (user, answer, earlier) = result?;
         for status in earlier {
             *retried.entry(status).or_default() += 1;
         }
         if answer.status == 409 && answer.body["error"]["code"] == "sold_out" {
-            sold_out_latency.push(took);
+            sold_out_latency.push(answer.took);
             sold_out_buyers.insert(user);
         }
         answers.push(answer);
