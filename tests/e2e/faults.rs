@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use fleet_harness::proxy::Proxy;
+use fleet_harness::proxy::{FilterProxy, Proxy};
 use orderfleet::outbox::Envelope;
 use orderfleet_tests::Fleet;
 use orderfleet_tests::audit::Audit;
@@ -507,5 +507,88 @@ async fn a_permanent_outbox_failure_is_dead_with_its_reason_and_retried_after_th
         .await
         .unwrap();
     assert_eq!(dead_rows, 0);
+    fleet.stop().await.unwrap();
+}
+
+/// The notification worker behind a proxy that can take SNS's Publish away while the topic
+/// still answers `GetTopicAttributes` (Publish throttled, or a KMS fault on the topic); the rest
+/// of the fleet talks to LocalStack directly.
+async fn fleet_with_publish_proxy(case: &str) -> (Fleet, FilterProxy) {
+    let proxy = FilterProxy::start(localstack_addr()).await.unwrap();
+    let mut fleet = Fleet::prepare(case).await.unwrap();
+    fleet.spawn("order-intake", "order-intake", &[]).unwrap();
+    fleet.spawn("outbox-relay", "outbox-relay", &[]).unwrap();
+    fleet.spawn("stock-worker", "stock-worker", &[]).unwrap();
+    let sns = proxy.url();
+    fleet
+        .spawn("notification-worker", "notification-worker", &[("AWS_ENDPOINT_URL_SNS", sns.as_str())])
+        .unwrap();
+    fleet.wait_intake().await.unwrap();
+    (fleet, proxy)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_sns_publish_outage_with_the_topic_still_answering_dead_letters_nothing_and_publishes_nothing_twice()
+ {
+    // Arrange: Publish and PublishBatch lose their connection; everything else answers.
+    let (fleet, proxy) = fleet_with_publish_proxy("publish-outage").await;
+    fleet.product("sku-1", 1000, 40).await.unwrap();
+    proxy.drop_requests_containing("Action=Publish");
+
+    // Act: 40 orders, paid while no notification can go out; the outage lasts a minute, well
+    // past the three receives the queue allows a message.
+    let outage = Instant::now();
+    let answers = futures::future::join_all((0..40).map(|i| {
+        let fleet = &fleet;
+        async move { place(fleet, &format!("buyer-{i}"), "key", "sku-1").await }
+    }))
+    .await;
+    assert!(answers.iter().all(|a| a.status == 202));
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(60).saturating_sub(outage.elapsed())).await;
+    let dropped = proxy.dropped();
+    proxy.forward_all();
+
+    // Assert: every notification published once, none dead-lettered.
+    assert!(dropped >= 10, "the outage dropped only {dropped} publishes");
+    let audit = audit(&fleet, "sns-publish-outage", "sku-1", 1, 80).await;
+    assert_eq!(audit.by_status.get("paid"), Some(&40));
+    assert!(dlqs_are_empty(&fleet).await, "a notification was dead-lettered by a Publish outage");
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_notification_worker_stopped_and_then_killed_during_a_publish_outage_leaves_nothing_dead_lettered()
+{
+    // Arrange: Publish is down, and ten orders' notifications are in the worker's hands.
+    let (mut fleet, proxy) = fleet_with_publish_proxy("publish-outage-stop-and-crash").await;
+    fleet.product("sku-1", 1000, 10).await.unwrap();
+    proxy.drop_requests_containing("Action=Publish");
+    for i in 0..10 {
+        assert_eq!(place(&fleet, &format!("buyer-{i}"), "key", "sku-1").await.status, 202);
+    }
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // Act: SIGTERM cuts the worker off mid-outage; its successor is killed outright; a third
+    // starts, and only then does Publish come back. The messages come back to workers while
+    // the claims the first two left are still held, and as those claims and the messages'
+    // visibility timeouts run out together.
+    let sns = proxy.url();
+    let via_proxy = [("AWS_ENDPOINT_URL_SNS", sns.as_str())];
+    let status = fleet.terminate("notification-worker").await.unwrap();
+    assert!(status.success(), "{status}");
+    fleet.spawn("notification-worker-2", "notification-worker", &via_proxy).unwrap();
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    fleet.kill("notification-worker-2").await.unwrap();
+    fleet.spawn("notification-worker-3", "notification-worker", &via_proxy).unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    proxy.forward_all();
+
+    // Assert
+    let audit = audit(&fleet, "sns-publish-outage-stop-and-crash", "sku-1", 3, 20).await;
+    assert_eq!(audit.by_status.get("paid"), Some(&10));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(dlqs_are_empty(&fleet).await, "a notification was dead-lettered across a stop or a crash");
     fleet.stop().await.unwrap();
 }

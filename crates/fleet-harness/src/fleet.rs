@@ -404,6 +404,14 @@ impl Fleet {
     }
 
     /// Sends SIGTERM to the process `label` without waiting (a deploy in progress).
+    /// Kills the process `label` at once (SIGKILL): a crash, with no chance to clean up.
+    pub async fn kill(&mut self, label: &str) -> anyhow::Result<()> {
+        let index = self.children.iter().position(|(l, _)| l == label).context("no such process")?;
+        let (_, mut child) = self.children.remove(index);
+        child.kill().await?;
+        Ok(())
+    }
+
     pub fn sigterm(&self, label: &str) -> anyhow::Result<()> {
         let (_, child) = self.children.iter().find(|(l, _)| l == label).context("no such process")?;
         let pid = child.id().context("it has exited")?;

@@ -69,3 +69,125 @@ impl Drop for Proxy {
         self.task.abort();
     }
 }
+
+/// An HTTP/1.1 proxy in front of LocalStack that can drop one kind of request: while a marker
+/// is set, a request whose body contains it loses its connection before it is forwarded (as
+/// when a load balancer or a throttled endpoint gives up on it), and every other request goes
+/// through. So a test can take SNS's Publish away while `GetTopicAttributes` still answers.
+///
+/// It handles one request per connection and tells both sides so (`Connection: close`), which
+/// keeps it to reading one request and copying one answer: the AWS SDK's requests carry a
+/// `Content-Length`.
+pub struct FilterProxy {
+    pub addr: SocketAddr,
+    dropping: Arc<std::sync::Mutex<Option<String>>>,
+    dropped: Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FilterProxy {
+    pub async fn start(target: SocketAddr) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let dropping: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+        let dropped: Arc<std::sync::atomic::AtomicU64> = Arc::default();
+        let task = tokio::spawn({
+            let (dropping, dropped) = (dropping.clone(), dropped.clone());
+            async move {
+                while let Ok((inbound, _)) = listener.accept().await {
+                    let (dropping, dropped) = (dropping.clone(), dropped.clone());
+                    tokio::spawn(async move {
+                        let _ = forward_one(inbound, target, &dropping, &dropped).await;
+                    });
+                }
+            }
+        });
+        Ok(Self { addr, dropping, dropped, task })
+    }
+
+    /// Drops every request whose body contains `marker` until [`FilterProxy::forward_all`].
+    pub fn drop_requests_containing(&self, marker: &str) {
+        *self.dropping.lock().expect("not poisoned") = Some(marker.to_owned());
+    }
+
+    pub fn forward_all(&self) {
+        *self.dropping.lock().expect("not poisoned") = None;
+    }
+
+    /// Requests dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Acquire)
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for FilterProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn forward_one(
+    mut inbound: TcpStream,
+    target: SocketAddr,
+    dropping: &std::sync::Mutex<Option<String>>,
+    dropped: &std::sync::atomic::AtomicU64,
+) -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (head, mut body) = read_head(&mut inbound).await?;
+    let length = header(&head, "content-length").and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
+    while body.len() < length {
+        let mut chunk = vec![0; length - body.len()];
+        let n = inbound.read(&mut chunk).await?;
+        anyhow::ensure!(n > 0, "the client closed mid-body");
+        body.extend_from_slice(&chunk[..n]);
+    }
+    let marker = dropping.lock().expect("not poisoned").clone();
+    if marker.is_some_and(|m| body.windows(m.len()).any(|w| w == m.as_bytes())) {
+        dropped.fetch_add(1, Ordering::AcqRel);
+        return Ok(()); // the connection drops here, unanswered
+    }
+    let mut outbound = TcpStream::connect(target).await?;
+    outbound.write_all(&with_connection_close(&head)).await?;
+    outbound.write_all(&body).await?;
+    let (answer_head, answer_rest) = read_head(&mut outbound).await?;
+    inbound.write_all(&with_connection_close(&answer_head)).await?;
+    inbound.write_all(&answer_rest).await?;
+    tokio::io::copy(&mut outbound, &mut inbound).await?;
+    inbound.shutdown().await?;
+    Ok(())
+}
+
+/// The header block (up to and including the blank line) and whatever came after it.
+async fn read_head(stream: &mut TcpStream) -> anyhow::Result<(String, Vec<u8>)> {
+    use tokio::io::AsyncReadExt;
+    let mut buffer = Vec::new();
+    loop {
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = buffer.split_off(end + 4);
+            return Ok((String::from_utf8_lossy(&buffer).into_owned(), rest));
+        }
+        let mut chunk = [0u8; 8192];
+        let n = stream.read(&mut chunk).await?;
+        anyhow::ensure!(n > 0, "closed before the end of the headers");
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        key.trim().eq_ignore_ascii_case(name).then(|| value.trim())
+    })
+}
+
+fn with_connection_close(head: &str) -> Vec<u8> {
+    let mut lines: Vec<&str> =
+        head.trim_end().lines().filter(|l| !l.to_ascii_lowercase().starts_with("connection:")).collect();
+    lines.push("Connection: close");
+    format!("{}\r\n\r\n", lines.join("\r\n")).into_bytes()
+}

@@ -53,7 +53,8 @@ async fn run(config: Config, aws: Aws) -> anyhow::Result<()> {
         ..ConsumerConfig::new(config.queue_url.as_str())
     };
     tracing::info!(queue = consumer::short_name(&consumer.queue_url), "notification-worker running");
-    let handler = notification_worker::handler(pool, aws.sns(), config.topic.notification_topic_arn);
+    let handler =
+        notification_worker::handler(pool, aws.sns(), config.topic.notification_topic_arn, cancel.clone());
     consumer::run(aws.sqs(), consumer, handler, cancel.clone()).await?;
     cancel.cancel();
     if let Some(metrics) = metrics {

@@ -66,6 +66,9 @@ pub enum Outcome {
     Done,
     /// A transient failure: let it come back after a backoff sized by its receive count.
     Retry { reason: String },
+    /// Not now, for a known time (another worker holds the message's claim until then): let
+    /// it come back after `after`, so the wait costs one receive, not a receive per backoff.
+    Wait { reason: String, after: Duration },
     /// A dependency is down: like `Retry`, and the worker stops receiving until
     /// [`Handler::ready`] passes.
     Blocked { reason: String },
@@ -80,6 +83,7 @@ impl Outcome {
         match self {
             Outcome::Done => "done",
             Outcome::Retry { .. } => "retry",
+            Outcome::Wait { .. } => "wait",
             Outcome::Blocked { .. } => "blocked",
             Outcome::Poison { .. } => "poison",
         }
@@ -89,9 +93,10 @@ impl Outcome {
     fn reason(&self) -> Option<&str> {
         match self {
             Outcome::Done => None,
-            Outcome::Retry { reason } | Outcome::Blocked { reason } | Outcome::Poison { reason } => {
-                Some(reason)
-            }
+            Outcome::Retry { reason }
+            | Outcome::Wait { reason, .. }
+            | Outcome::Blocked { reason }
+            | Outcome::Poison { reason } => Some(reason),
         }
     }
 }
@@ -404,11 +409,18 @@ async fn poll<H: Handler>(
             for ((message_id, receipt, receive_count), outcome) in receipts.into_iter().zip(outcomes) {
                 metrics::counter!("messages_handled_total", "queue" => queue.clone(), "outcome" => outcome.label())
                     .increment(1);
-                let delay = backoff.delay(receive_count.saturating_sub(1));
+                let delay = match &outcome {
+                    // SQS's longest visibility timeout is 12 hours.
+                    Outcome::Wait { after, .. } => (*after).min(Duration::from_secs(43_200)),
+                    _ => backoff.delay(receive_count.saturating_sub(1)),
+                };
                 match &outcome {
                     Outcome::Done => {}
                     Outcome::Retry { reason } => {
                         tracing::warn!(queue, message_id, receive_count, ?delay, reason, "transient failure; the message comes back later")
+                    }
+                    Outcome::Wait { reason, .. } => {
+                        tracing::info!(queue, message_id, receive_count, ?delay, reason, "not yet; the message comes back when it can go on")
                     }
                     Outcome::Blocked { reason } => {
                         if !gate.paused.swap(true, Ordering::AcqRel) {
