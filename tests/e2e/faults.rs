@@ -592,3 +592,46 @@ async fn a_notification_worker_stopped_and_then_killed_during_a_publish_outage_l
     assert!(dlqs_are_empty(&fleet).await, "a notification was dead-lettered across a stop or a crash");
     fleet.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_delete_message_batch_neither_keeps_a_worker_from_stopping_nor_repeats_a_notification() {
+    // Arrange: the notification worker reaches SQS through a proxy that never answers
+    // DeleteMessageBatch (its connections held open); everything else answers.
+    let proxy = FilterProxy::start(localstack_addr()).await.unwrap();
+    let mut fleet = Fleet::prepare("delete-hangs").await.unwrap();
+    fleet.spawn("order-intake", "order-intake", &[]).unwrap();
+    fleet.spawn("outbox-relay", "outbox-relay", &[]).unwrap();
+    fleet.spawn("stock-worker", "stock-worker", &[]).unwrap();
+    let sqs = proxy.url();
+    fleet
+        .spawn("notification-worker", "notification-worker", &[("AWS_ENDPOINT_URL_SQS", sqs.as_str())])
+        .unwrap();
+    fleet.wait_intake().await.unwrap();
+    fleet.product("sku-1", 1000, 5).await.unwrap();
+    proxy.hang_requests_containing("AmazonSQS.DeleteMessageBatch");
+
+    // Act: five orders' ten notifications go out while their deletes hang; then a SIGTERM.
+    for i in 0..5 {
+        assert_eq!(place(&fleet, &format!("buyer-{i}"), "key", "sku-1").await.status, 202);
+    }
+    let published = fleet.notifications(10, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(published.len(), 10, "publishing stalled behind the hung deletes");
+    assert!(proxy.dropped() > 0, "no delete was held");
+    fleet.sigterm("notification-worker").unwrap();
+    let stopped = fleet.wait_exit("notification-worker", Duration::from_secs(60)).await;
+
+    // Assert: it stopped within its grace and the bound on its calls; the messages it could
+    // not delete come back to a new worker, which deletes them without a second publish.
+    assert!(stopped.is_ok(), "a hung DeleteMessageBatch kept the worker from stopping: {stopped:?}");
+    proxy.forward_all();
+    fleet.spawn("notification-worker-2", "notification-worker", &[]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while depth(&fleet, &fleet.notification.url.clone()).await != (0, 0) {
+        assert!(Instant::now() < deadline, "the undeleted notifications were never settled");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let repeats = fleet.notifications(0, Duration::from_secs(3)).await.unwrap();
+    assert!(repeats.is_empty(), "published twice: {repeats:?}");
+    assert!(dlqs_are_empty(&fleet).await);
+    fleet.stop().await.unwrap();
+}

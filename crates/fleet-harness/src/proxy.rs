@@ -70,17 +70,19 @@ impl Drop for Proxy {
     }
 }
 
-/// An HTTP/1.1 proxy in front of LocalStack that can drop one kind of request: while a marker
-/// is set, a request whose body contains it loses its connection before it is forwarded (as
-/// when a load balancer or a throttled endpoint gives up on it), and every other request goes
-/// through. So a test can take SNS's Publish away while `GetTopicAttributes` still answers.
+/// An HTTP/1.1 proxy in front of LocalStack that can take one kind of request away: while a
+/// marker is set, a request whose headers or body contain it either loses its connection
+/// before it is forwarded (as when a load balancer or a throttled endpoint gives up on it) or
+/// is never answered, its connection held open (a black hole); every other request goes
+/// through. So a test can take SNS's Publish away while `GetTopicAttributes` still answers, or
+/// make SQS's `DeleteMessageBatch` hang.
 ///
 /// It handles one request per connection and tells both sides so (`Connection: close`), which
 /// keeps it to reading one request and copying one answer: the AWS SDK's requests carry a
 /// `Content-Length`.
 pub struct FilterProxy {
     pub addr: SocketAddr,
-    dropping: Arc<std::sync::Mutex<Option<String>>>,
+    dropping: Arc<std::sync::Mutex<Option<(String, Fate)>>>,
     dropped: Arc<std::sync::atomic::AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -89,7 +91,7 @@ impl FilterProxy {
     pub async fn start(target: SocketAddr) -> anyhow::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let dropping: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+        let dropping: Arc<std::sync::Mutex<Option<(String, Fate)>>> = Arc::default();
         let dropped: Arc<std::sync::atomic::AtomicU64> = Arc::default();
         let task = tokio::spawn({
             let (dropping, dropped) = (dropping.clone(), dropped.clone());
@@ -105,16 +107,22 @@ impl FilterProxy {
         Ok(Self { addr, dropping, dropped, task })
     }
 
-    /// Drops every request whose body contains `marker` until [`FilterProxy::forward_all`].
+    /// Drops every request that contains `marker` until [`FilterProxy::forward_all`].
     pub fn drop_requests_containing(&self, marker: &str) {
-        *self.dropping.lock().expect("not poisoned") = Some(marker.to_owned());
+        *self.dropping.lock().expect("not poisoned") = Some((marker.to_owned(), Fate::Dropped));
+    }
+
+    /// Never answers a request that contains `marker`, holding its connection open, until
+    /// [`FilterProxy::forward_all`] (the ones already held stay held).
+    pub fn hang_requests_containing(&self, marker: &str) {
+        *self.dropping.lock().expect("not poisoned") = Some((marker.to_owned(), Fate::Hung));
     }
 
     pub fn forward_all(&self) {
         *self.dropping.lock().expect("not poisoned") = None;
     }
 
-    /// Requests dropped so far.
+    /// Requests dropped or hung so far.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Acquire)
     }
@@ -131,10 +139,17 @@ impl Drop for FilterProxy {
     }
 }
 
+/// What happens to a request that matches the marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Dropped,
+    Hung,
+}
+
 async fn forward_one(
     mut inbound: TcpStream,
     target: SocketAddr,
-    dropping: &std::sync::Mutex<Option<String>>,
+    dropping: &std::sync::Mutex<Option<(String, Fate)>>,
     dropped: &std::sync::atomic::AtomicU64,
 ) -> anyhow::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -146,10 +161,17 @@ async fn forward_one(
         anyhow::ensure!(n > 0, "the client closed mid-body");
         body.extend_from_slice(&chunk[..n]);
     }
-    let marker = dropping.lock().expect("not poisoned").clone();
-    if marker.is_some_and(|m| body.windows(m.len()).any(|w| w == m.as_bytes())) {
-        dropped.fetch_add(1, Ordering::AcqRel);
-        return Ok(()); // the connection drops here, unanswered
+    let rule = dropping.lock().expect("not poisoned").clone();
+    if let Some((marker, fate)) = rule {
+        let contains = |bytes: &[u8]| bytes.windows(marker.len()).any(|w| w == marker.as_bytes());
+        if contains(head.as_bytes()) || contains(&body) {
+            dropped.fetch_add(1, Ordering::AcqRel);
+            if fate == Fate::Hung {
+                // Held open, never answered, until the proxy is dropped.
+                std::future::pending::<()>().await;
+            }
+            return Ok(()); // the connection drops here, unanswered
+        }
     }
     let mut outbound = TcpStream::connect(target).await?;
     outbound.write_all(&with_connection_close(&head)).await?;

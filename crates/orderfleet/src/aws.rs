@@ -7,6 +7,15 @@
 //! in `aws_request_failures_total` (and logged at debug): the SDK retries it, and a `ReceiveMessage`
 //! attempt abandoned after SQS took its messages leaves them invisible for the queue's
 //! visibility timeout.
+//!
+//! **Every call is bounded** ([`timeouts`]): a connection in 3 s, an attempt in 10 s, a call
+//! with its retries in 20 s; a long poll gets its wait on top ([`long_poll_timeouts`]). Without
+//! them a peer that stops answering without closing holds a call forever: a hung
+//! `DeleteMessageBatch` would block the consumer's acknowledgements (its heartbeats among
+//! them) and its final flush at a stop, and a hung `PublishBatch` would outlive the
+//! notification's inbox claim (30 s), letting a duplicate copy publish too.
+
+use std::time::Duration;
 
 use aws_config::BehaviorVersion;
 use aws_smithy_runtime_api::box_error::BoxError;
@@ -17,6 +26,7 @@ use aws_smithy_runtime_api::client::interceptors::context::{
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
+use aws_smithy_types::timeout::TimeoutConfig;
 
 use crate::config::ConfigError;
 
@@ -39,14 +49,41 @@ impl Aws {
     }
 
     pub fn sqs(&self) -> aws_sdk_sqs::Client {
-        let config = aws_sdk_sqs::config::Builder::from(&self.sdk).interceptor(CountRequests).build();
+        let config = aws_sdk_sqs::config::Builder::from(&self.sdk)
+            .interceptor(CountRequests)
+            .timeout_config(timeouts())
+            .build();
         aws_sdk_sqs::Client::from_conf(config)
     }
 
     pub fn sns(&self) -> aws_sdk_sns::Client {
-        let config = aws_sdk_sns::config::Builder::from(&self.sdk).interceptor(CountRequests).build();
+        let config = aws_sdk_sns::config::Builder::from(&self.sdk)
+            .interceptor(CountRequests)
+            .timeout_config(timeouts())
+            .build();
         aws_sdk_sns::Client::from_conf(config)
     }
+}
+
+/// The bound on every AWS call of the fleet. The whole call (20 s) stays under the
+/// notification worker's inbox claim (30 s).
+pub fn timeouts() -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(3))
+        .operation_attempt_timeout(Duration::from_secs(10))
+        .operation_timeout(Duration::from_secs(20))
+        .build()
+}
+
+/// The bound on a long poll that waits up to `wait` for messages: an attempt may take the
+/// wait and 10 s more.
+pub fn long_poll_timeouts(wait: Duration) -> TimeoutConfig {
+    let attempt = wait + Duration::from_secs(10);
+    TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(3))
+        .operation_attempt_timeout(attempt)
+        .operation_timeout(attempt * 2)
+        .build()
 }
 
 /// Counts every request attempt by service and operation.

@@ -320,6 +320,10 @@ async fn poll<H: Handler>(
             .max_number_of_messages(asked as i32)
             .wait_time_seconds(config.wait_time_seconds)
             .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            .customize()
+            .config_override(aws_sdk_sqs::config::Builder::default().timeout_config(
+                crate::aws::long_poll_timeouts(Duration::from_secs(config.wait_time_seconds.max(0) as u64)),
+            ))
             .send();
         // A long poll in flight is let finish, up to the grace period: SQS may hand messages to
         // a poll whose client has gone, where they would sit invisible for the visibility
