@@ -85,3 +85,39 @@ async fn stock_cannot_go_negative_and_an_idempotency_key_holds_one_order_per_use
     assert_eq!(same_place.as_deref(), Some("orders_one_per_position"), "two orders shared a place in line");
     database.drop().await.unwrap();
 }
+
+#[tokio::test]
+async fn retention_deletes_old_inbox_records_processed_or_abandoned_and_keeps_recent_ones() {
+    // Arrange: four inbox rows, by age and by whether they were processed.
+    let database = TestDatabase::migrated().await.unwrap();
+    let pool = &database.pool;
+    let rows = [
+        ("old-processed", "now() - interval '16 days'", "now() - interval '16 days'"),
+        ("old-abandoned", "now() - interval '16 days'", "NULL"),
+        ("recent-abandoned", "now() - interval '1 day'", "NULL"),
+        ("recent-processed", "now() - interval '1 day'", "now() - interval '1 day'"),
+    ];
+    let mut ids = std::collections::HashMap::new();
+    for (name, claimed, processed) in rows {
+        let id = uuid::Uuid::new_v4();
+        ids.insert(id, name);
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO inbox (consumer, message_id, claimed_until, processed_at) VALUES ('test', $1, {claimed}, {processed})"
+        )))
+        .bind(id)
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+
+    // Act
+    outbox_relay::retention::sweep_consumer_records(pool, 100).await.unwrap();
+
+    // Assert
+    let left: Vec<uuid::Uuid> =
+        sqlx::query_scalar("SELECT message_id FROM inbox").fetch_all(pool).await.unwrap();
+    let mut left: Vec<&str> = left.iter().map(|id| ids[id]).collect();
+    left.sort();
+    assert_eq!(left, ["recent-abandoned", "recent-processed"]);
+    database.drop().await.unwrap();
+}

@@ -67,13 +67,26 @@ pub async fn sweep_batch(pool: &PgPool, policy: &RetentionPolicy) -> sqlx::Resul
 /// redrive — and a recorded failure explains a dead letter for as long as that stays too.
 pub const CONSUMER_RECORDS_KEPT: Duration = Duration::from_secs(15 * 24 * 3600);
 
-/// Deletes consumer records older than [`CONSUMER_RECORDS_KEPT`], one batch.
+/// Deletes consumer records older than [`CONSUMER_RECORDS_KEPT`], one batch: inbox ids
+/// processed that long ago, inbox claims taken that long ago and never processed (a worker
+/// stopped or crashed before publishing; any copy of the message has left even its DLQ since),
+/// and recorded failures.
 pub async fn sweep_consumer_records(pool: &PgPool, batch: i64) -> sqlx::Result<u64> {
     let age_ms = CONSUMER_RECORDS_KEPT.as_millis() as i64;
     let inbox = sqlx::query(
         "DELETE FROM inbox WHERE (consumer, message_id) IN (
              SELECT consumer, message_id FROM inbox
               WHERE processed_at < now() - $1 * interval '1 ms' LIMIT $2)",
+    )
+    .bind(age_ms)
+    .bind(batch)
+    .execute(pool)
+    .await?
+    .rows_affected();
+    let abandoned = sqlx::query(
+        "DELETE FROM inbox WHERE (consumer, message_id) IN (
+             SELECT consumer, message_id FROM inbox
+              WHERE processed_at IS NULL AND claimed_until < now() - $1 * interval '1 ms' LIMIT $2)",
     )
     .bind(age_ms)
     .bind(batch)
@@ -90,7 +103,7 @@ pub async fn sweep_consumer_records(pool: &PgPool, batch: i64) -> sqlx::Result<u
     .execute(pool)
     .await?
     .rows_affected();
-    Ok(inbox + failures)
+    Ok(inbox + abandoned + failures)
 }
 
 /// Runs every `policy.every` until `cancel` fires, batch after batch until none is full.
