@@ -635,3 +635,65 @@ async fn a_hung_delete_message_batch_neither_keeps_a_worker_from_stopping_nor_re
     assert!(dlqs_are_empty(&fleet).await);
     fleet.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sweeper_reaches_an_orphaned_order_behind_200_it_cannot_settle() {
+    // Arrange: 200 old orders the sweeper can never settle (reserved, with no PaymentIntent: a
+    // person must look), and one newer authorized order whose stock check is gone.
+    let fleet = Fleet::prepare("sweeper-starvation").await.unwrap();
+    fleet.product("sku-1", 1000, 500).await.unwrap();
+    sqlx::query(
+        "INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity, amount_minor,
+                             currency, payment_method, status, position, updated_at)
+         SELECT gen_random_uuid(), 'stuck-' || n, 'key', '\\x00', 'sku-1', 1, 1000, 'usd', 'pm_card_visa',
+                'stock_reserved', n, now() - interval '1 hour'
+           FROM generate_series(1, 200) AS n",
+    )
+    .execute(&fleet.pool)
+    .await
+    .unwrap();
+    let orphan = uuid::Uuid::now_v7();
+    let intent: Value = fleet
+        .http
+        .post(format!("{}/v1/payment_intents", fleet.stripe_url))
+        .bearer_auth("sk_test_stripe_sim_placeholder")
+        .form(&[
+            ("amount", "1000"),
+            ("currency", "usd"),
+            ("capture_method", "manual"),
+            ("confirm", "true"),
+            ("payment_method", "pm_card_visa"),
+            ("metadata[order_id]", &orphan.to_string()),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity, amount_minor,
+                             currency, payment_method, status, payment_intent_id, position, updated_at)
+         VALUES ($1, 'orphan', 'key', '\\x00', 'sku-1', 1, 1000, 'usd', 'pm_card_visa', 'authorized', $2, 201,
+                 now() - interval '10 minutes')",
+    )
+    .bind(orphan)
+    .bind(intent["id"].as_str().unwrap())
+    .execute(&fleet.pool)
+    .await
+    .unwrap();
+
+    // Act: two passes of the sweeper, each taking its batch of 200.
+    for _ in 0..2 {
+        fleet.fleetctl(&["sweep", "--fulfilment-after-seconds", "60"], &[]).await.unwrap();
+    }
+
+    // Assert: the orphan was reached and finished.
+    let status: String = sqlx::query_scalar("SELECT status::text FROM orders WHERE id = $1")
+        .bind(orphan)
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap();
+    assert_eq!(status, "paid", "the sweeper never reached the orphan behind the stuck orders");
+    fleet.stop().await.unwrap();
+}

@@ -10,7 +10,10 @@
 //! - **`authorized`, `stock_reserved`**, or rejected with the hold not yet released, older than
 //!   a threshold: their stock-check message is late, dead-lettered or lost. The sweeper runs
 //!   [`Fulfilment::advance`], the worker's own step, which the status guards make safe to
-//!   run beside the worker.
+//!   run beside the worker. An order it cannot settle is stamped `swept_at`, and each pass
+//!   takes the orders never tried first, then those tried longest ago: a batch's worth of
+//!   orders blocked for good (a Stripe incident) or stuck for a person cannot starve a newer
+//!   order whose message is gone.
 //!
 //! `fleetctl sweep` runs it once; `stock-worker` runs it every minute.
 
@@ -127,7 +130,7 @@ impl Sweeper {
               WHERE updated_at < now() - $1 * interval '1 ms'
                 AND (status IN ('authorized', 'stock_reserved')
                      OR (status IN ('rejected_out_of_stock', 'capture_failed') AND authorization_released_at IS NULL))
-              ORDER BY updated_at LIMIT $2",
+              ORDER BY swept_at NULLS FIRST, updated_at LIMIT $2",
         )
         .bind(self.policy.fulfilment_after.as_millis() as i64)
         .bind(self.policy.batch)
@@ -137,10 +140,19 @@ impl Sweeper {
         let fulfilment = Fulfilment { pool: self.pool.clone(), payments: self.payments.clone() };
         for id in ids {
             match fulfilment.advance(id).await {
-                Progress::Settled => report.fulfilments_settled += 1,
+                Progress::Settled => {
+                    report.fulfilments_settled += 1;
+                    continue;
+                }
                 Progress::Blocked { .. } => report.fulfilments_blocked += 1,
                 Progress::Stuck { reason } => report.stuck.push((id, reason)),
             }
+            // Tried and not settled: to the back of the next pass.
+            sqlx::query("UPDATE orders SET swept_at = now() WHERE id = $1")
+                .bind(id)
+                .execute(&self.pool)
+                .await
+                .context("failed to stamp a swept order")?;
         }
         Ok(())
     }
