@@ -697,3 +697,54 @@ async fn the_sweeper_reaches_an_orphaned_order_behind_200_it_cannot_settle() {
     assert_eq!(status, "paid", "the sweeper never reached the orphan behind the stuck orders");
     fleet.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_data_error_for_one_order_sends_its_message_toward_the_dlq_without_pausing_the_worker() {
+    // Arrange: a trigger refuses one buyer's order its move to stock_reserved, as a constraint
+    // or a bad row would.
+    let fleet = Fleet::start("data-error", 1).await.unwrap();
+    fleet.product("sku-1", 1000, 11).await.unwrap();
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_one() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.user_id = 'refused' AND NEW.status = 'stock_reserved' THEN
+                 RAISE EXCEPTION 'refused by a test trigger' USING ERRCODE = 'check_violation';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER refuse_one BEFORE UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION refuse_one();",
+    )
+    .execute(&fleet.pool)
+    .await
+    .unwrap();
+
+    // Act
+    assert_eq!(place(&fleet, "refused", "key", "sku-1").await.status, 202);
+    for i in 0..10 {
+        assert_eq!(place(&fleet, &format!("buyer-{i}"), "key", "sku-1").await.status, 202);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let paid = fleet.statuses().await.unwrap().get("paid").copied().unwrap_or(0);
+        if paid == 10 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the others were not paid: {:?}", fleet.statuses().await.unwrap());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Assert: the refused order's message was judged unprocessable, and never as an outage
+    // that pauses the worker and probes.
+    let outcomes = fleet_harness::metrics::sum_by_label(
+        &fleet.scrape_metrics().await,
+        "messages_handled_total",
+        "outcome",
+    );
+    assert!(outcomes.get("poison").copied().unwrap_or(0.0) >= 1.0, "{outcomes:?}");
+    assert_eq!(
+        outcomes.get("blocked").copied().unwrap_or(0.0),
+        0.0,
+        "a data error paused the worker: {outcomes:?}"
+    );
+    fleet.stop().await.unwrap();
+}

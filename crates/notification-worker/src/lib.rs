@@ -147,10 +147,18 @@ impl Handler for Notifier {
             }
         }
         if let Err(e) = self.publish_new(ready, &mut outcomes).await {
-            // The database or SNS did not answer: the worker pauses until both do.
+            // A database failure of the batch's inbox statements: unreachable pauses the worker
+            // until it answers; anything else lets the batch come back soon (SNS failures are
+            // handled in publish_new itself).
             let reason = format!("{e:#}");
+            let failed = match orderfleet::db::failure_kind(&e) {
+                orderfleet::db::FailureKind::Outage => Outcome::Blocked { reason },
+                orderfleet::db::FailureKind::Transient | orderfleet::db::FailureKind::Permanent => {
+                    Outcome::Retry { reason }
+                }
+            };
             for outcome in outcomes.iter_mut().filter(|o| o.is_none()) {
-                *outcome = Some(Outcome::Blocked { reason: reason.clone() });
+                *outcome = Some(failed.clone());
             }
         }
         outcomes.into_iter().map(|o| o.unwrap_or(Outcome::Retry { reason: "not handled".into() })).collect()

@@ -55,3 +55,40 @@ pub async fn connect(config: &DatabaseConfig, size: PoolSize) -> anyhow::Result<
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
     MIGRATOR.run(pool).await.context("failed to apply migrations")
 }
+
+/// What kind of failure a database error is, decided where it happens (by SQLSTATE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The database cannot be reached, or is shutting down or starting: wait until it answers.
+    Outage,
+    /// A deadlock, a serialization failure, a cancelled statement, or no database error at
+    /// all: try the same work again soon.
+    Transient,
+    /// An integrity constraint, a data exception or an error raised on purpose by a trigger:
+    /// this work fails the same way every time.
+    Permanent,
+}
+
+/// Classifies the first database error in `error`'s chain; an error with none is transient.
+pub fn failure_kind(error: &anyhow::Error) -> FailureKind {
+    let Some(database) = error.chain().find_map(|cause| cause.downcast_ref::<sqlx::Error>()) else {
+        return FailureKind::Transient;
+    };
+    match database {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => {
+            FailureKind::Outage
+        }
+        sqlx::Error::Database(e) => {
+            let code = e.code().unwrap_or_default();
+            match &code[..code.len().min(2)] {
+                // Connection exceptions; the server shutting down or not yet accepting (but a
+                // statement cancelled by a timeout, 57014, is transient).
+                "08" | "57" if code != "57014" => FailureKind::Outage,
+                // Integrity constraint violations, data exceptions, a trigger's RAISE.
+                "23" | "22" | "P0" => FailureKind::Permanent,
+                _ => FailureKind::Transient,
+            }
+        }
+        _ => FailureKind::Transient,
+    }
+}

@@ -28,8 +28,11 @@ use crate::payments::{PaymentError, Payments};
 pub enum Progress {
     /// Nothing more to do for it.
     Settled,
-    /// A dependency failed for now (Stripe, the database): try again later.
+    /// A dependency is down (Stripe, the database unreachable): try again once it answers.
     Blocked { reason: String },
+    /// A passing failure of this order's step (a deadlock, a serialization failure): try again
+    /// soon; the dependencies are fine.
+    Retry { reason: String },
     /// It can never go on as it is; a person must look (the reason says why).
     Stuck { reason: String },
 }
@@ -47,6 +50,19 @@ pub fn fits_in_line(stock: i32, ahead: &[i32], quantity: i32) -> bool {
         }
     }
     quantity <= left
+}
+
+/// A failed step, by the kind of the database error behind it ([`crate::db::failure_kind`]):
+/// the database unreachable blocks the worker (it pauses and probes), a data or integrity
+/// error is this order's for good (its message goes to the DLQ with the reason, the worker
+/// goes on), anything else comes back soon.
+fn classify(error: &anyhow::Error) -> Progress {
+    let reason = format!("{error:#}");
+    match crate::db::failure_kind(error) {
+        crate::db::FailureKind::Outage => Progress::Blocked { reason },
+        crate::db::FailureKind::Permanent => Progress::Stuck { reason },
+        crate::db::FailureKind::Transient => Progress::Retry { reason },
+    }
 }
 
 /// What a capture step did.
@@ -70,7 +86,7 @@ impl Fulfilment {
     pub async fn advance(&self, order_id: Uuid) -> Progress {
         match self.try_advance(order_id).await {
             Ok(progress) => progress,
-            Err(e) => Progress::Blocked { reason: format!("{e:#}") },
+            Err(e) => classify(&e),
         }
     }
 
@@ -343,7 +359,15 @@ impl Fulfilment {
 
 #[cfg(test)]
 mod tests {
-    use super::fits_in_line;
+    use super::{Progress, classify, fits_in_line};
+
+    #[test]
+    fn an_unreachable_database_blocks_and_an_error_without_a_database_behind_it_is_retried() {
+        let unreachable = anyhow::Error::new(sqlx::Error::Io(std::io::Error::other("connection refused")))
+            .context("failed to reserve stock");
+        assert!(matches!(classify(&unreachable), Progress::Blocked { .. }));
+        assert!(matches!(classify(&anyhow::anyhow!("order did not settle")), Progress::Retry { .. }));
+    }
 
     #[test]
     fn with_enough_for_everyone_ahead_an_order_fits() {

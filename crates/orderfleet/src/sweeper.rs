@@ -144,7 +144,7 @@ impl Sweeper {
                     report.fulfilments_settled += 1;
                     continue;
                 }
-                Progress::Blocked { .. } => report.fulfilments_blocked += 1,
+                Progress::Blocked { .. } | Progress::Retry { .. } => report.fulfilments_blocked += 1,
                 Progress::Stuck { reason } => report.stuck.push((id, reason)),
             }
             // Tried and not settled: to the back of the next pass.

@@ -49,6 +49,7 @@ impl StockCheck {
         match self.fulfilment.advance(envelope.order_id).await {
             Progress::Settled => Outcome::Done,
             Progress::Blocked { reason } => Outcome::Blocked { reason },
+            Progress::Retry { reason } => Outcome::Retry { reason },
             Progress::Stuck { reason } => Outcome::Poison { reason },
         }
     }
