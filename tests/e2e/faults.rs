@@ -748,3 +748,38 @@ async fn a_data_error_for_one_order_sends_its_message_toward_the_dlq_without_pau
     );
     fleet.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_a_day_after_an_intake_died_mid_authorization_finds_the_first_hold_and_makes_no_second() {
+    // Arrange: the intake dies right after Stripe authorizes; the order stays pending with its
+    // PaymentIntent at Stripe; a day passes and Stripe forgets the authorization's key.
+    let mut fleet = Fleet::prepare("retry-after-a-day").await.unwrap();
+    fleet.product("sku-1", 1000, 5).await.unwrap();
+    let lease = ("INTAKE_LEASE_SECONDS", "1");
+    fleet
+        .spawn("doomed-intake", "order-intake", &[("ORDERFLEET_FAILPOINTS", "after_authorize"), lease])
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !fleet.statuses().await.unwrap().contains_key("pending_authorization") {
+        assert!(Instant::now() < deadline, "the order was never created");
+        let _ = fleet.post_order("ida", "key-1", "sku-1", 1, "pm_card_visa").await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!fleet.wait_exit("doomed-intake", Duration::from_secs(10)).await.unwrap().success());
+    assert_eq!(fleet.intents().await.unwrap().len(), 1);
+    let expired =
+        fleet.http.post(format!("{}/_sim/idempotency_keys/expire", fleet.stripe_url)).send().await.unwrap();
+    assert!(expired.status().is_success());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // Act: the client retries with its key.
+    fleet.spawn("order-intake", "order-intake", &[]).unwrap();
+    fleet.wait_intake().await.unwrap();
+    let retry = place(&fleet, "ida", "key-1", "sku-1").await;
+
+    // Assert: accepted on the first authorization; no second hold on the card.
+    assert_eq!(retry.status, 202, "{:?}", retry.body);
+    let intents = fleet.intents().await.unwrap();
+    assert_eq!(intents.len(), 1, "a second PaymentIntent: {intents:?}");
+    fleet.stop().await.unwrap();
+}

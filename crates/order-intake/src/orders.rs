@@ -100,6 +100,14 @@ impl OrderRow {
     }
 }
 
+/// Whether an order is being authorized for the first time, or again after an earlier request
+/// stopped (died, or gave up on an unavailable provider).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attempt {
+    First,
+    Resumed,
+}
+
 /// What the door did.
 #[derive(Debug)]
 pub enum Door {
@@ -129,14 +137,14 @@ impl Intake<'_> {
         if let Some(existing) = self.existing(user, key).await? {
             return self.resume(existing, &fingerprint).await;
         }
-        let order = match self.admit(user, key, request, &fingerprint).await? {
-            Door::Admitted(order) => order,
+        match self.admit(user, key, request, &fingerprint).await? {
+            Door::Admitted(order) => self.authorize(order, Attempt::First).await,
             // Another request with the same key got in first, a moment ago.
             Door::KeyTaken => {
                 let existing = self.existing(user, key).await?.ok_or_else(|| {
                     ApiError::Unexpected(anyhow::anyhow!("an idempotency key conflicted with no order"))
                 })?;
-                return self.resume(existing, &fingerprint).await;
+                self.resume(existing, &fingerprint).await
             }
             Door::Closed => {
                 // A twin request with this key may have taken the last units a moment ago: the
@@ -145,10 +153,9 @@ impl Intake<'_> {
                 if let Some(existing) = self.existing(user, key).await? {
                     return self.resume(existing, &fingerprint).await;
                 }
-                return Err(self.turned_away(&request.product_id).await?);
+                Err(self.turned_away(&request.product_id).await?)
             }
-        };
-        self.authorize(order).await
+        }
     }
 
     /// What a request with a key already used gets: an error for another body, the first
@@ -161,7 +168,7 @@ impl Intake<'_> {
             return Ok(answer);
         }
         let order = self.take_over(existing.id).await?.ok_or(ApiError::IdempotencyKeyInUse)?;
-        self.authorize(order).await
+        self.authorize(order, Attempt::Resumed).await
     }
 
     async fn admit(
@@ -210,8 +217,11 @@ impl Intake<'_> {
     }
 
     /// Authorizes outside any transaction, then records the result (see
-    /// [`orderfleet::authorization`]), and answers from what the order has become.
-    async fn authorize(&self, order: OrderRow) -> Result<Placed, ApiError> {
+    /// [`orderfleet::authorization`]), and answers from what the order has become. An order
+    /// taken over from an earlier request is first looked up at Stripe, so that a retry a day
+    /// later, after Stripe forgot the key, finds the first PaymentIntent instead of making a
+    /// second; a new order cannot have one yet, and costs one Stripe request.
+    async fn authorize(&self, order: OrderRow, attempt: Attempt) -> Result<Placed, ApiError> {
         let pending = PendingOrder {
             id: order.id,
             user_id: order.user_id.clone(),
@@ -221,7 +231,11 @@ impl Intake<'_> {
             currency: order.currency.clone(),
             payment_method: order.payment_method.clone(),
         };
-        let now = match authorization::authorize(self.pool, self.payments, &pending).await {
+        let result = match attempt {
+            Attempt::First => authorization::authorize(self.pool, self.payments, &pending).await,
+            Attempt::Resumed => authorization::resume(self.pool, self.payments, &pending).await,
+        };
+        let now = match result {
             // This request moved the order: the answer follows from what it wrote.
             Ok(Recorded::Authorized) => OrderRow { status: OrderStatus::Authorized, ..order },
             Ok(Recorded::Declined(reason)) => {
@@ -229,7 +243,9 @@ impl Intake<'_> {
             }
             // Someone else moved it (a racing retry, the sweeper) and decided the answer.
             Ok(Recorded::MovedElsewhere) => self.reload(order.id).await?,
-            Err(AuthorizationError::ProviderUnavailable(reason)) => {
+            Err(
+                AuthorizationError::ProviderUnavailable(reason) | AuthorizationError::LookupRefused(reason),
+            ) => {
                 tracing::warn!(order_id = %order.id, reason, "payment provider unavailable; the order stays pending");
                 return Err(ApiError::PaymentUnavailable);
             }

@@ -36,6 +36,11 @@ pub enum AuthorizationError {
     /// `pending_authorization` with its lease released: a retry or the sweeper finishes it.
     #[error("payment provider unavailable: {0}")]
     ProviderUnavailable(String),
+    /// Stripe refused to say whether the order already has a PaymentIntent (its search
+    /// failed for good): authorizing again could place a second hold, so the order stays
+    /// pending for a person (`fleetctl sweep` lists it as stuck).
+    #[error("cannot look the order up at Stripe: {0}")]
+    LookupRefused(String),
     #[error("database error")]
     Database(#[from] sqlx::Error),
 }
@@ -83,6 +88,37 @@ pub async fn authorize(
         .await;
     crate::failpoint::hit("after_authorize");
     record(pool, payments, order, result).await
+}
+
+/// Authorizes an order that is not new — taken over after its intake died or gave up — whose
+/// lease the caller holds: Stripe is asked first for a PaymentIntent made for it (by
+/// `metadata[order_id]`), and what it has is recorded; only if it has none is the order
+/// authorized, with its own key. The key alone is not enough: Stripe forgets it after 24 hours,
+/// and an order still pending by then would get a second PaymentIntent, a second hold on the
+/// card that nothing cancels. (Stripe's search lags its writes by up to a minute; a retry
+/// sooner than that finds nothing and authorizes with the key, which Stripe still remembers
+/// then and answers with the first PaymentIntent.)
+pub async fn resume(
+    pool: &PgPool,
+    payments: &Payments,
+    order: &PendingOrder,
+) -> Result<Recorded, AuthorizationError> {
+    match payments.find_by_order(order.id).await {
+        Ok(Some(intent)) => {
+            tracing::info!(order_id = %order.id, payment_intent = intent.id, status = ?intent.status, "found the order's PaymentIntent at Stripe");
+            record(pool, payments, order, Ok(intent)).await
+        }
+        Ok(None) => authorize(pool, payments, order).await,
+        Err(PaymentError::Unavailable(reason)) => {
+            release(pool, order.id).await?;
+            Err(AuthorizationError::ProviderUnavailable(reason))
+        }
+        Err(refused) => {
+            release(pool, order.id).await?;
+            metrics::counter!("authorization_lookups_refused_total").increment(1);
+            Err(AuthorizationError::LookupRefused(refused.to_string()))
+        }
+    }
 }
 
 /// Records what Stripe says of the order's authorization (from the call, or from a lookup).

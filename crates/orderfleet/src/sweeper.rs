@@ -26,7 +26,7 @@ use uuid::Uuid;
 
 use crate::authorization::{self, AuthorizationError};
 use crate::fulfilment::{Fulfilment, Progress};
-use crate::payments::{PaymentError, Payments};
+use crate::payments::Payments;
 
 #[derive(Debug, Clone, Copy)]
 pub struct SweepPolicy {
@@ -97,25 +97,13 @@ impl Sweeper {
             let Some(order) = authorization::take_over(&self.pool, id, self.policy.lease).await? else {
                 continue; // someone else took it meanwhile
             };
-            let result = match self.payments.find_by_order(id).await {
-                Ok(Some(intent)) => {
-                    tracing::info!(order_id = %id, payment_intent = intent.id, status = ?intent.status, "sweeper found the order's PaymentIntent");
-                    authorization::record(&self.pool, &self.payments, &order, Ok(intent)).await
-                }
-                Ok(None) => authorization::authorize(&self.pool, &self.payments, &order).await,
-                Err(PaymentError::Unavailable(reason)) => {
-                    authorization::release(&self.pool, id).await?;
-                    Err(AuthorizationError::ProviderUnavailable(reason))
-                }
-                Err(other) => {
-                    authorization::release(&self.pool, id).await?;
-                    report.stuck.push((id, format!("cannot look the order up at Stripe: {other}")));
-                    continue;
-                }
-            };
+            let result = authorization::resume(&self.pool, &self.payments, &order).await;
             match result {
                 Ok(_) => report.authorizations_resolved += 1,
                 Err(AuthorizationError::ProviderUnavailable(_)) => report.authorizations_unavailable += 1,
+                Err(AuthorizationError::LookupRefused(reason)) => {
+                    report.stuck.push((id, format!("cannot look the order up at Stripe: {reason}")))
+                }
                 Err(AuthorizationError::Database(e)) => {
                     return Err(e).context("failed to record an authorization");
                 }

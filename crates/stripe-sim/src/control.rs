@@ -40,6 +40,7 @@ pub(crate) fn routes() -> Router<SimState> {
         .route("/_sim/rate_limit", get(rate_limit).post(set_rate_limit))
         .route("/_sim/stats", get(stats))
         .route("/_sim/reset", post(reset))
+        .route("/_sim/idempotency_keys/expire", post(expire_idempotency_keys))
         .route("/healthz", get(health))
 }
 
@@ -63,6 +64,14 @@ async fn reset(State(sim): State<SimState>) -> Response {
     sim.reset();
     tracing::info!("simulator reset: intents, idempotency keys, faults and stats forgotten; rate limit kept");
     ok(&json!({ "reset": true }))
+}
+
+/// Stripe prunes idempotency keys after 24 hours; this does it now, for a test of what a
+/// retry finds a day later.
+async fn expire_idempotency_keys(State(sim): State<SimState>) -> Response {
+    let expired = sim.expire_idempotency_keys();
+    tracing::info!(expired, "idempotency keys expired");
+    ok(&json!({ "expired": expired }))
 }
 
 async fn health() -> Response {

@@ -55,6 +55,10 @@ pub(crate) struct IdempotencyStore {
 }
 
 impl IdempotencyStore {
+    pub(crate) fn len(&self) -> usize {
+        self.saved.len()
+    }
+
     pub(crate) fn lookup(&self, scope: &Scope) -> Lookup<'_> {
         let Some(saved) = self.saved.get(&(scope.account.clone(), scope.key.clone())) else {
             return Lookup::Unused;

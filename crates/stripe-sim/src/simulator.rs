@@ -100,6 +100,13 @@ impl Simulator {
         *state = State { traffic: Traffic::with_limit(limit), ..State::default() };
     }
 
+    /// Forgets every saved idempotency key, keeping the intents: what Stripe does to a key 24
+    /// hours after its first use. A request with an old key then runs again as a new one.
+    pub fn expire_idempotency_keys(&self) -> usize {
+        let mut state = self.lock();
+        std::mem::take(&mut state.keys).len()
+    }
+
     /// Ends every request a `timeout` fault is holding, so a graceful shutdown is not kept
     /// waiting on them. [`crate::serve_with`] calls this when its shutdown signal fires.
     pub fn stop_hanging(&self) {
