@@ -783,3 +783,51 @@ async fn a_retry_a_day_after_an_intake_died_mid_authorization_finds_the_first_ho
     assert_eq!(intents.len(), 1, "a second PaymentIntent: {intents:?}");
     fleet.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_messages_failures_are_kept_under_its_envelope_id_when_a_redrive_gives_it_a_new_sqs_id() {
+    // Arrange: a stock check for an order that does not exist, which can never succeed. On AWS
+    // a redrive (StartMessageMoveTask) puts the same body back under a new SQS message id;
+    // here the body is sent twice, two SQS ids for one envelope. (LocalStack 4.13.1 keeps the
+    // id on a move, so a real redrive there does not show it.)
+    let fleet = Fleet::start("failures-by-envelope", 1).await.unwrap();
+    let envelope = Envelope {
+        message_id: uuid::Uuid::now_v7(),
+        event_type: "order.stock_check_requested".into(),
+        order_id: uuid::Uuid::now_v7(),
+        occurred_at: chrono::Utc::now(),
+        payload: serde_json::json!({}),
+    };
+    let body = serde_json::to_string(&envelope).unwrap();
+
+    // Act
+    for _ in 0..2 {
+        fleet.sqs.send_message().queue_url(&fleet.stock.url).message_body(&body).send().await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let outcomes = fleet_harness::metrics::sum_by_label(
+            &fleet.scrape_metrics().await,
+            "messages_handled_total",
+            "outcome",
+        );
+        if outcomes.get("poison").copied().unwrap_or(0.0) >= 2.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the two copies were not both handled: {outcomes:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await; // the records follow the acknowledgements
+    let records: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM message_failures").fetch_one(&fleet.pool).await.unwrap();
+    assert_eq!(records, 1, "a failure history split by SQS id");
+    let rows: Vec<(String, i32)> = sqlx::query_as("SELECT message_key, failures FROM message_failures")
+        .fetch_all(&fleet.pool)
+        .await
+        .unwrap();
+
+    // Assert: one record, under the envelope's id, counting both copies' failures.
+    assert_eq!(rows[0].0, envelope.message_id.to_string());
+    assert!(rows[0].1 >= 2, "{rows:?}");
+    fleet.stop().await.unwrap();
+}

@@ -161,20 +161,31 @@ pub fn age(sent_at_ms: Option<u64>) -> String {
     }
 }
 
-/// The last failure the workers recorded for each message id.
-pub async fn recorded_failures(
-    pool: &PgPool,
-    ids: &[String],
-) -> anyhow::Result<HashMap<String, (i32, String, String)>> {
-    let rows: Vec<(String, i32, String, String)> = sqlx::query_as(
-        "SELECT DISTINCT ON (sqs_message_id) sqs_message_id, receive_count, outcome, reason
-           FROM message_failures WHERE sqs_message_id = ANY($1) ORDER BY sqs_message_id, updated_at DESC",
+/// A message's recorded failures: the last one, and how many were recorded in all.
+pub struct Recorded {
+    pub receive_count: i32,
+    pub outcome: String,
+    pub reason: String,
+    pub failures: i32,
+}
+
+/// The failures the workers recorded for each message, by its failure key
+/// ([`orderfleet::consumer::failure_key`]: the envelope's message id, kept through redrives).
+pub async fn recorded_failures(pool: &PgPool, keys: &[String]) -> anyhow::Result<HashMap<String, Recorded>> {
+    let rows: Vec<(String, i32, String, String, i32)> = sqlx::query_as(
+        "SELECT DISTINCT ON (message_key) message_key, receive_count, outcome, reason, failures
+           FROM message_failures WHERE message_key = ANY($1) ORDER BY message_key, updated_at DESC",
     )
-    .bind(ids)
+    .bind(keys)
     .fetch_all(pool)
     .await
     .context("failed to read message_failures")?;
-    Ok(rows.into_iter().map(|(id, n, o, r)| (id, (n, o, r))).collect())
+    Ok(rows
+        .into_iter()
+        .map(|(key, receive_count, outcome, reason, failures)| {
+            (key, Recorded { receive_count, outcome, reason, failures })
+        })
+        .collect())
 }
 
 /// Starts a move task from the DLQ back to its source and reports its progress until done.

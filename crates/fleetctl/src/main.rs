@@ -177,13 +177,19 @@ async fn run_dlq(command: DlqCommand, env: &Env) -> anyhow::Result<()> {
             for name in chosen(queue) {
                 let pair = dlq::Pair::resolve(&sqs, name, &url(name)).await?;
                 let peeked = dlq::peek(&sqs, &pair.dlq_url, max).await?;
-                let ids: Vec<String> = peeked.iter().map(|p| p.message_id.clone()).collect();
-                let failures = dlq::recorded_failures(&pool, &ids).await?;
+                let key = |p: &dlq::Peeked| orderfleet::consumer::failure_key(&p.body, &p.message_id);
+                let keys: Vec<String> = peeked.iter().map(key).collect();
+                let failures = dlq::recorded_failures(&pool, &keys).await?;
                 println!("{name:?} DLQ: {} messages shown", peeked.len());
                 for p in peeked {
                     let failure = failures
-                        .get(&p.message_id)
-                        .map(|(n, outcome, reason)| format!("last error (receive {n}, {outcome}): {reason}"))
+                        .get(&key(&p))
+                        .map(|r| {
+                            format!(
+                                "last error (receive {}, {}): {} ({} failures recorded in all, across redrives)",
+                                r.receive_count, r.outcome, r.reason, r.failures
+                            )
+                        })
                         .unwrap_or_else(|| "no error recorded by the workers".into());
                     let body: String = p.body.chars().take(300).collect();
                     println!(

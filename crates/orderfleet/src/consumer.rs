@@ -405,12 +405,13 @@ async fn poll<H: Handler>(
         let registry = in_flight.receipts.clone();
         let stop_heartbeats = in_flight.stop_heartbeats.clone();
         in_flight.tracker.spawn(async move {
+            let keys: Vec<String> = batch.iter().map(|m| failure_key(&m.body, &m.message_id)).collect();
             let receipts: Vec<(String, String, u32)> =
                 batch.iter().map(|m| (m.message_id.clone(), m.receipt_handle.clone(), m.receive_count)).collect();
             let outcomes =
                 with_heartbeat(handler.handle(batch), &receipts, visibility, &acks, &stop_heartbeats).await;
             let mut failures = Vec::new();
-            for ((message_id, receipt, receive_count), outcome) in receipts.into_iter().zip(outcomes) {
+            for (((message_id, receipt, receive_count), outcome), key) in receipts.into_iter().zip(outcomes).zip(keys) {
                 metrics::counter!("messages_handled_total", "queue" => queue.clone(), "outcome" => outcome.label())
                     .increment(1);
                 let delay = match &outcome {
@@ -440,7 +441,13 @@ async fn poll<H: Handler>(
                     // Every other outcome leaves the message to come back after a backoff sized
                     // by its receive count, and records why for operators.
                     Some(reason) => {
-                        failures.push((message_id, receive_count, outcome.label(), reason.to_owned()));
+                        failures.push(Failure {
+                            key,
+                            sqs_message_id: message_id,
+                            receive_count,
+                            outcome: outcome.label(),
+                            reason: reason.to_owned(),
+                        });
                         Ack::Visibility(receipt, delay.as_secs().max(1) as i32)
                     }
                 };
@@ -482,27 +489,65 @@ async fn take_permits(
 
 /// Records why messages did not finish, for `fleetctl dlq peek`. Best effort: when the
 /// database is what failed, this fails too, and the log line is the record.
-async fn record_failures(pool: &sqlx::PgPool, queue: &str, failures: &[(String, u32, &str, String)]) {
-    let ids: Vec<&str> = failures.iter().map(|f| f.0.as_str()).collect();
-    let counts: Vec<i32> = failures.iter().map(|f| f.1 as i32).collect();
-    let outcomes: Vec<&str> = failures.iter().map(|f| f.2).collect();
-    let reasons: Vec<&str> = failures.iter().map(|f| f.3.as_str()).collect();
+/// One message's failure, as recorded for operators.
+struct Failure {
+    key: String,
+    sqs_message_id: String,
+    receive_count: u32,
+    outcome: &'static str,
+    reason: String,
+}
+
+/// The key a message's failures are recorded under: its envelope's `message_id`, which it keeps
+/// through a DLQ and a redrive (SQS gives a redriven message a new message id), or its SQS
+/// message id when the body is not an envelope. `fleetctl dlq peek` looks failures up by it.
+pub fn failure_key(body: &str, sqs_message_id: &str) -> String {
+    #[derive(serde::Deserialize)]
+    struct Keyed {
+        message_id: uuid::Uuid,
+    }
+    serde_json::from_str::<Keyed>(body)
+        .map(|k| k.message_id.to_string())
+        .unwrap_or_else(|_| sqs_message_id.to_owned())
+}
+
+async fn record_failures(pool: &sqlx::PgPool, queue: &str, failures: &[Failure]) {
+    // Two copies of one message in a batch share a key, and one statement may change a row
+    // only once: one entry per key, the last copy's failure, counting them all.
+    let mut by_key: Vec<(&Failure, i32)> = Vec::new();
+    for failure in failures {
+        match by_key.iter_mut().find(|(f, _)| f.key == failure.key) {
+            Some(entry) => *entry = (failure, entry.1 + 1),
+            None => by_key.push((failure, 1)),
+        }
+    }
+    let keys: Vec<&str> = by_key.iter().map(|(f, _)| f.key.as_str()).collect();
+    let ids: Vec<&str> = by_key.iter().map(|(f, _)| f.sqs_message_id.as_str()).collect();
+    let counts: Vec<i32> = by_key.iter().map(|(f, _)| f.receive_count as i32).collect();
+    let outcomes: Vec<&str> = by_key.iter().map(|(f, _)| f.outcome).collect();
+    let reasons: Vec<&str> = by_key.iter().map(|(f, _)| f.reason.as_str()).collect();
+    let times: Vec<i32> = by_key.iter().map(|(_, n)| *n).collect();
     let recorded = sqlx::query(
-        "INSERT INTO message_failures (queue, sqs_message_id, receive_count, outcome, reason)
-         SELECT $1, id, n, o, r FROM UNNEST($2::text[], $3::int[], $4::text[], $5::text[]) AS f(id, n, o, r)
-         ON CONFLICT (queue, sqs_message_id) DO UPDATE
-            SET receive_count = EXCLUDED.receive_count, outcome = EXCLUDED.outcome,
-                reason = EXCLUDED.reason, updated_at = now()",
+        "INSERT INTO message_failures (queue, message_key, sqs_message_id, receive_count, outcome, reason, failures)
+         SELECT $1, k, id, n, o, r, t
+           FROM UNNEST($2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::int[]) AS f(k, id, n, o, r, t)
+         ON CONFLICT (queue, message_key) DO UPDATE
+            SET sqs_message_id = EXCLUDED.sqs_message_id, receive_count = EXCLUDED.receive_count,
+                outcome = EXCLUDED.outcome, reason = EXCLUDED.reason,
+                failures = message_failures.failures + EXCLUDED.failures, updated_at = now()",
     )
     .bind(queue)
+    .bind(&keys)
     .bind(&ids)
     .bind(&counts)
     .bind(&outcomes)
     .bind(&reasons)
+    .bind(&times)
     .execute(pool)
     .await;
     if let Err(e) = recorded {
-        tracing::debug!(error = %e, "could not record message failures");
+        // Warn: a failure not recorded leaves a dead letter without its reason.
+        tracing::warn!(error = %e, "could not record message failures");
     }
 }
 

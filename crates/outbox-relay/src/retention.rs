@@ -94,8 +94,8 @@ pub async fn sweep_consumer_records(pool: &PgPool, batch: i64) -> sqlx::Result<u
     .await?
     .rows_affected();
     let failures = sqlx::query(
-        "DELETE FROM message_failures WHERE (queue, sqs_message_id) IN (
-             SELECT queue, sqs_message_id FROM message_failures
+        "DELETE FROM message_failures WHERE (queue, message_key) IN (
+             SELECT queue, message_key FROM message_failures
               WHERE updated_at < now() - $1 * interval '1 ms' LIMIT $2)",
     )
     .bind(age_ms)
