@@ -62,16 +62,7 @@ async fn positions_follow_arrival_and_come_back_in_replays_and_in_get() {
     assert_eq!((replay.status, replay.replayed), (202, true));
     assert_eq!(replay.body, answers[2].body, "a replay is the first answer");
     let order_id = answers[2].body["order_id"].as_str().unwrap();
-    let view: Value = fleet
-        .http
-        .get(format!("{}/v1/orders/{order_id}", fleet.intake_url))
-        .bearer_auth(fleet.token("buyer-2"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let view: Value = fleet.get_order("buyer-2", order_id).await.unwrap().json().await.unwrap();
     assert_eq!(view["position"], 3, "{view}");
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     audit(&fleet, "sku-1", 10).await;

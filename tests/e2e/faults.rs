@@ -11,7 +11,6 @@ use fleet_harness::proxy::{FilterProxy, Proxy};
 use orderfleet::outbox::Envelope;
 use orderfleet_tests::Fleet;
 use orderfleet_tests::audit::Audit;
-use serde_json::Value;
 
 /// Places an order, retrying while the intake is still starting (connection refused).
 async fn place(fleet: &Fleet, user: &str, key: &str, product: &str) -> fleet_harness::Answer {
@@ -342,24 +341,7 @@ async fn poison_messages_reach_the_dlq_while_work_goes_on_and_a_fixed_one_is_red
     assert!(stats.contains("Stock DLQ: 3 messages"), "{stats}");
 
     // Act: fix the cause of one (its order arrives, authorized at Stripe), then redrive.
-    let intent: Value = fleet
-        .http
-        .post(format!("{}/v1/payment_intents", fleet.stripe_url))
-        .bearer_auth("sk_test_stripe_sim_placeholder")
-        .form(&[
-            ("amount", "1000"),
-            ("currency", "usd"),
-            ("confirm", "true"),
-            ("capture_method", "manual"),
-            ("payment_method", "pm_card_visa"),
-            ("metadata[order_id]", &unknown_order.to_string()),
-        ])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let intent = fleet.hold_at_stripe(unknown_order).await.unwrap();
     sqlx::query(
         "WITH promised AS (
              UPDATE products SET units_promised = units_promised + 1, last_position = last_position + 1
@@ -653,24 +635,7 @@ async fn the_sweeper_reaches_an_orphaned_order_behind_200_it_cannot_settle() {
     .await
     .unwrap();
     let orphan = uuid::Uuid::now_v7();
-    let intent: Value = fleet
-        .http
-        .post(format!("{}/v1/payment_intents", fleet.stripe_url))
-        .bearer_auth("sk_test_stripe_sim_placeholder")
-        .form(&[
-            ("amount", "1000"),
-            ("currency", "usd"),
-            ("capture_method", "manual"),
-            ("confirm", "true"),
-            ("payment_method", "pm_card_visa"),
-            ("metadata[order_id]", &orphan.to_string()),
-        ])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let intent = fleet.hold_at_stripe(orphan).await.unwrap();
     sqlx::query(
         "INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity, amount_minor,
                              currency, payment_method, status, payment_intent_id, position, updated_at)

@@ -44,24 +44,9 @@ async fn one_order_is_authorized_captured_paid_and_notified_once_per_event() {
 
     // The order as its owner sees it, and as another user does not.
     let order_id = answer.body["order_id"].as_str().unwrap();
-    let mine: Value = fleet
-        .http
-        .get(format!("{}/v1/orders/{order_id}", fleet.intake_url))
-        .bearer_auth(fleet.token("alice"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let mine: Value = fleet.get_order("alice", order_id).await.unwrap().json().await.unwrap();
     assert_eq!(mine["status"], "paid");
-    let theirs = fleet
-        .http
-        .get(format!("{}/v1/orders/{order_id}", fleet.intake_url))
-        .bearer_auth(fleet.token("mallory"))
-        .send()
-        .await
-        .unwrap();
+    let theirs = fleet.get_order("mallory", order_id).await.unwrap();
     assert_eq!(theirs.status().as_u16(), 404);
     fleet.stop().await.unwrap();
 }

@@ -318,6 +318,59 @@ impl Fleet {
         Ok(())
     }
 
+    /// PaymentIntents that hold or held funds (authorized, or cancelled after authorizing) for
+    /// an order that was not paid: holds on buyers who got nothing (SPEC §8.8).
+    pub async fn holds_without_a_unit(&self) -> anyhow::Result<usize> {
+        let paid: std::collections::HashSet<String> =
+            sqlx::query_scalar::<_, uuid::Uuid>("SELECT id FROM orders WHERE status = 'paid'")
+                .fetch_all(&self.pool)
+                .await?
+                .into_iter()
+                .map(|id| id.to_string())
+                .collect();
+        Ok(self
+            .intents()
+            .await?
+            .iter()
+            .filter(|i| {
+                !paid.contains(i["metadata"]["order_id"].as_str().unwrap_or(""))
+                    && matches!(i["status"].as_str(), Some("requires_capture" | "canceled"))
+            })
+            .count())
+    }
+
+    /// Authorizes 10.00 usd for `order_id` at stripe-sim directly, as the intake would have:
+    /// the PaymentIntent, holding funds.
+    pub async fn hold_at_stripe(&self, order_id: uuid::Uuid) -> anyhow::Result<Value> {
+        let order_id = order_id.to_string();
+        Ok(self
+            .http
+            .post(format!("{}/v1/payment_intents", self.stripe_url))
+            .bearer_auth("sk_test_stripe_sim_placeholder")
+            .form(&[
+                ("amount", "1000"),
+                ("currency", "usd"),
+                ("capture_method", "manual"),
+                ("confirm", "true"),
+                ("payment_method", "pm_card_visa"),
+                ("metadata[order_id]", order_id.as_str()),
+            ])
+            .send()
+            .await?
+            .json()
+            .await?)
+    }
+
+    /// `GET /v1/orders/{order_id}` as `user`.
+    pub async fn get_order(&self, user: &str, order_id: &str) -> anyhow::Result<reqwest::Response> {
+        Ok(self
+            .http
+            .get(format!("{}/v1/orders/{order_id}", self.intake_url))
+            .bearer_auth(self.token(user))
+            .send()
+            .await?)
+    }
+
     /// Limits stripe-sim's request rate (0 clears it), as Stripe limits an account's.
     pub async fn stripe_rate_limit(&self, per_second: u32) -> anyhow::Result<()> {
         let body = serde_json::json!({ "per_second": per_second });

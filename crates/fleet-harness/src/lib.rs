@@ -31,6 +31,16 @@ pub fn binary(name: &str) -> PathBuf {
 }
 
 /// The same PostgreSQL URL with another database name (credentials, host, query kept).
+/// The `p`-th percentile (0–100) of `values`, sorting them; 0 for none.
+pub fn percentile(values: &mut [f64], p: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    let rank = ((p / 100.0) * (values.len() - 1) as f64).round() as usize;
+    values[rank]
+}
+
 pub fn replace_database(url: &str, database: &str) -> String {
     let (base, query) = match url.split_once('?') {
         Some((b, q)) => (b, Some(q)),

@@ -137,7 +137,7 @@ impl Intake<'_> {
         if let Some(existing) = self.existing(user, key).await? {
             return self.resume(existing, &fingerprint).await;
         }
-        match self.admit(user, key, request, &fingerprint).await? {
+        match admit(self.pool, user, key, request, &fingerprint, self.lease).await? {
             Door::Admitted(order) => self.authorize(order, Attempt::First).await,
             // Another request with the same key got in first, a moment ago.
             Door::KeyTaken => {
@@ -169,16 +169,6 @@ impl Intake<'_> {
         }
         let order = self.take_over(existing.id).await?.ok_or(ApiError::IdempotencyKeyInUse)?;
         self.authorize(order, Attempt::Resumed).await
-    }
-
-    async fn admit(
-        &self,
-        user: &UserId,
-        key: &IdempotencyKey,
-        request: &OrderRequest,
-        fingerprint: &[u8],
-    ) -> Result<Door, ApiError> {
-        admit(self.pool, user, key, request, fingerprint, self.lease).await
     }
 
     /// Why the door stayed closed: no such product, or sold out — with `Retry-After` while

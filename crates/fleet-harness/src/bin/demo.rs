@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use fleet_harness::metrics::sum_by_label;
-use fleet_harness::{Answer, Fleet, Stack, binary};
+use fleet_harness::{Answer, Fleet, Stack, binary, percentile};
 use futures::StreamExt;
 
 /// Stripe's default limit per endpoint, and the fleet's budgets adding up to it.
@@ -84,10 +84,9 @@ async fn run() -> anyhow::Result<bool> {
     say(&format!("logs: {}/", log_dir.display()));
     let mut fleet = Fleet::prepare("demo", stack, log_dir).await?;
     fleet.stripe_rate_limit(STRIPE_RATE_LIMIT).await?;
-    let intake_budget = [("STRIPE_MAX_REQUESTS_PER_SECOND", INTAKE_BUDGET.to_string())];
-    let worker_budget = [("STRIPE_MAX_REQUESTS_PER_SECOND", WORKER_BUDGET.to_string())];
-    let intake: Vec<(&str, &str)> = intake_budget.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let worker: Vec<(&str, &str)> = worker_budget.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (intake_budget, worker_budget) = (INTAKE_BUDGET.to_string(), WORKER_BUDGET.to_string());
+    let intake = [("STRIPE_MAX_REQUESTS_PER_SECOND", intake_budget.as_str())];
+    let worker = [("STRIPE_MAX_REQUESTS_PER_SECOND", worker_budget.as_str())];
     fleet.spawn("order-intake", "order-intake", &intake)?;
     fleet.spawn("outbox-relay", "outbox-relay", &[])?;
     fleet.spawn("stock-worker-0", "stock-worker", &worker)?;
@@ -229,15 +228,6 @@ async fn sale(fleet: &Fleet, options: &Options) -> anyhow::Result<bool> {
         .fetch_one(&fleet.pool)
         .await?;
     let paid = statuses.get("paid").copied().unwrap_or(0);
-    let paid_orders: std::collections::HashSet<String> = sqlx::query_scalar::<_, uuid::Uuid>(
-        "SELECT id FROM orders WHERE product_id = $1 AND status = 'paid'",
-    )
-    .bind(&sku)
-    .fetch_all(&fleet.pool)
-    .await?
-    .into_iter()
-    .map(|id| id.to_string())
-    .collect();
     let open_at_end: i64 = ["pending_authorization", "authorized", "stock_reserved"]
         .iter()
         .map(|s| statuses.get(*s).copied().unwrap_or(0))
@@ -258,23 +248,9 @@ async fn sale(fleet: &Fleet, options: &Options) -> anyhow::Result<bool> {
     let rate_limited = stats["rate_limited"].as_u64().unwrap_or(u64::MAX);
     let busiest_second = stats["max_requests_in_one_second"].as_u64().unwrap_or(0);
     let declines = statuses.get("payment_declined").copied().unwrap_or(0);
-    // A hold on a buyer who got nothing: an intent that held funds for an order not paid.
-    let holds_on_losers = intents
-        .iter()
-        .filter(|i| {
-            let order_paid = paid_orders.contains(i["metadata"]["order_id"].as_str().unwrap_or(""));
-            !order_paid && matches!(i["status"].as_str(), Some("requires_capture" | "canceled"))
-        })
-        .count();
+    let holds_on_losers = fleet.holds_without_a_unit().await?;
     let keys_per_order_ok = intents.len() as i64 == orders;
-    sold_out_latency.sort();
-    let percentile = |p: f64| -> f64 {
-        if sold_out_latency.is_empty() {
-            return 0.0;
-        }
-        let i = ((sold_out_latency.len() as f64 * p).ceil() as usize).clamp(1, sold_out_latency.len()) - 1;
-        sold_out_latency[i].as_secs_f64() * 1000.0
-    };
+    let mut sold_out_ms: Vec<f64> = sold_out_latency.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
     let buyers_without_unit = (users as i64 + 1) - paid - declines;
     let aws = sum_by_label(&fleet.scrape_metrics().await, "aws_requests_total", "operation");
     let aws_total: f64 = aws.values().sum();
@@ -301,9 +277,9 @@ async fn sale(fleet: &Fleet, options: &Options) -> anyhow::Result<bool> {
         "sold out              {} answers to {} buyers, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
         sold_out_latency.len(),
         sold_out_buyers.len(),
-        percentile(0.50),
-        percentile(0.99),
-        percentile(1.0)
+        percentile(&mut sold_out_ms, 50.0),
+        percentile(&mut sold_out_ms, 99.0),
+        percentile(&mut sold_out_ms, 100.0)
     );
     println!(
         "stripe-sim            {} requests, {rate_limited} rate-limited (429), busiest second {busiest_second} \

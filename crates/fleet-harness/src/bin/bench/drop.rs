@@ -24,7 +24,9 @@ use order_intake::orders::{self, Door};
 use order_intake::request::{IdempotencyKey, OrderRequest};
 use orderfleet::auth::UserId;
 
-use super::{percentile, say};
+use fleet_harness::percentile;
+
+use super::say;
 
 pub struct DropOptions {
     pub buyers: usize,
@@ -81,20 +83,7 @@ pub async fn run(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result<()>
     let door_seconds = started.elapsed().as_secs_f64();
 
     let paid_units = options.units as i64;
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        let open: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM orders WHERE status IN ('pending_authorization', 'authorized', 'stock_reserved')
-                OR (status IN ('rejected_out_of_stock', 'capture_failed') AND authorization_released_at IS NULL)",
-        )
-        .fetch_one(&fleet.pool)
-        .await?;
-        if open == 0 {
-            break;
-        }
-        anyhow::ensure!(Instant::now() < deadline, "{open} orders still open after 10 minutes");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    fleet.wait_settled(Duration::from_secs(600)).await?;
     let (promised_at, paid_at, paid): (Option<f64>, Option<f64>, i64) = sqlx::query_as(
         "SELECT EXTRACT(EPOCH FROM (max(created_at) - $1))::float8,
                 EXTRACT(EPOCH FROM (max(updated_at) FILTER (WHERE status = 'paid') - $1))::float8,
@@ -104,27 +93,9 @@ pub async fn run(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result<()>
     .bind(db_start)
     .fetch_one(&fleet.pool)
     .await?;
-    let by_status: BTreeMap<String, i64> =
-        sqlx::query_as::<_, (String, i64)>("SELECT status::text, count(*) FROM orders GROUP BY 1")
-            .fetch_all(&fleet.pool)
-            .await?
-            .into_iter()
-            .collect();
-    let paid_ids: std::collections::HashSet<String> =
-        sqlx::query_scalar::<_, uuid::Uuid>("SELECT id FROM orders WHERE status = 'paid'")
-            .fetch_all(&fleet.pool)
-            .await?
-            .into_iter()
-            .map(|id| id.to_string())
-            .collect();
+    let by_status: BTreeMap<String, i64> = fleet.statuses().await?.into_iter().collect();
     let intents = fleet.intents().await?;
-    let holds_on_losers = intents
-        .iter()
-        .filter(|i| {
-            !paid_ids.contains(i["metadata"]["order_id"].as_str().unwrap_or(""))
-                && matches!(i["status"].as_str(), Some("requires_capture" | "canceled"))
-        })
-        .count();
+    let holds_on_losers = fleet.holds_without_a_unit().await?;
     let stats = fleet.stripe_stats().await?;
     let stripe_requests = stats["requests"].as_u64().unwrap_or(0);
     let rate_limited = stats["rate_limited"].as_u64().unwrap_or(0);

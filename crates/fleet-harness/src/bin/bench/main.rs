@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, SendMessageBatchRequestEntry};
 use fleet_harness::metrics::sum_by_label;
-use fleet_harness::{Fleet, Stack, replace_database};
+use fleet_harness::{Fleet, Stack, percentile, replace_database};
 use futures::StreamExt;
 use orderfleet::aws::Aws;
 use sqlx::{Connection, PgConnection};
@@ -360,12 +360,7 @@ async fn measure(
 
     let after_requests = sum_by_label(&fleet.scrape_metrics().await, "aws_requests_total", "operation");
     let after_xacts = transactions(admin, database).await?;
-    let by_status: BTreeMap<String, i64> =
-        sqlx::query_as::<_, (String, i64)>("SELECT status::text, count(*) FROM orders GROUP BY 1")
-            .fetch_all(&fleet.pool)
-            .await?
-            .into_iter()
-            .collect();
+    let by_status: BTreeMap<String, i64> = fleet.statuses().await?.into_iter().collect();
     let paid_latencies: Vec<f64> = sqlx::query_scalar(
         "SELECT EXTRACT(EPOCH FROM (updated_at - created_at))::float8 FROM orders WHERE status = 'paid'",
     )
@@ -482,15 +477,6 @@ async fn measure(
         "bench: orders={accepted} orders_per_s={orders_per_s:.1} requests_per_order={requests_per_order:.2} ceiling_msgs_per_s={ceiling:.0} ratio={ratio:.3}"
     );
     Ok(())
-}
-
-fn percentile(values: &mut [f64], p: f64) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    values.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
-    let rank = ((p / 100.0) * (values.len() - 1) as f64).round() as usize;
-    values[rank]
 }
 
 /// LocalStack's raw rate for `n` messages through one queue: `concurrency` senders with
