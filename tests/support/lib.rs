@@ -14,10 +14,12 @@ use sqlx::{Connection, PgConnection, PgPool};
 
 pub mod audit;
 pub mod queues;
+pub mod server;
 pub mod world;
 
 pub use fleet_harness::{binary, replace_database};
 pub use queues::TestQueues;
+pub use server::PostgresServer;
 pub use world::TestFleet as Fleet;
 
 /// A variable `make up` writes; a clear failure when the tests run without it.
@@ -48,7 +50,11 @@ impl TestDatabase {
     /// An empty database with no tables.
     pub async fn empty() -> anyhow::Result<Self> {
         let admin = DatabaseConfig::from_env(&Env::process())?;
-        let admin_url = admin.url.expose_secret().to_owned();
+        Self::empty_on(admin.url.expose_secret().to_owned()).await
+    }
+
+    /// An empty database on the server `admin_url` reaches.
+    pub async fn empty_on(admin_url: String) -> anyhow::Result<Self> {
         let name = format!("{TEST_DATABASE_PREFIX}{}", uuid::Uuid::new_v4().simple());
         let mut conn = PgConnection::connect(&admin_url).await.context("failed to reach PostgreSQL")?;
         // The name is ours (a fixed prefix and a UUID), never input.
@@ -63,6 +69,13 @@ impl TestDatabase {
     /// A database with every migration applied.
     pub async fn migrated() -> anyhow::Result<Self> {
         let database = Self::empty().await?;
+        db::migrate(&database.pool).await?;
+        Ok(database)
+    }
+
+    /// A migrated database on a server of the test's own.
+    pub async fn migrated_on(server: &PostgresServer) -> anyhow::Result<Self> {
+        let database = Self::empty_on(server.url("postgres")).await?;
         db::migrate(&database.pool).await?;
         Ok(database)
     }

@@ -41,9 +41,16 @@ struct World {
 
 impl World {
     async fn create(name: &str, stock_visibility: Option<u32>) -> anyhow::Result<Self> {
+        Self::create_with(name, stock_visibility, TestDatabase::migrated().await?).await
+    }
+
+    async fn create_with(
+        name: &str,
+        stock_visibility: Option<u32>,
+        db: TestDatabase,
+    ) -> anyhow::Result<Self> {
         let sdk = aws().await;
         let sqs = sdk.sqs();
-        let db = TestDatabase::migrated().await?;
         let stock =
             TestQueues::like_with_visibility(&sqs, StackQueue::StockCheck, name, stock_visibility).await?;
         let notification = TestQueues::like(&sqs, StackQueue::Notification, name).await?;
@@ -96,6 +103,13 @@ impl TestFleet {
     /// The whole fleet with `stock_workers` stock-worker processes.
     pub async fn start(name: &str, stock_workers: usize) -> anyhow::Result<Self> {
         Self::start_with_stock_visibility(name, stock_workers, None).await
+    }
+
+    /// The whole fleet against `db` (a database on a server of the test's own).
+    pub async fn start_on(name: &str, db: TestDatabase, stock_workers: usize) -> anyhow::Result<Self> {
+        let world = World::create_with(name, None, db).await?;
+        let fleet = Fleet::start(name, world.stack(), world.log_dir.clone(), stock_workers).await?;
+        Ok(world.with(fleet))
     }
 
     /// The whole fleet, its stock-check queue with another visibility timeout.
