@@ -338,6 +338,7 @@ async fn poison_messages_reach_the_dlq_while_work_goes_on_and_a_fixed_one_is_red
         assert!(peek.contains(reason), "{reason} not shown:\n{peek}");
     }
     let stats = fleet.fleetctl(&["dlq", "stats"], &[]).await.unwrap();
+    println!("{stats}");
     assert!(stats.contains("Stock DLQ: 3 messages"), "{stats}");
 
     // Act: fix the cause of one (its order arrives, authorized at Stripe), then redrive.
@@ -855,5 +856,118 @@ async fn postgres_restarted_twice_mid_burst_loses_nothing_and_does_nothing_twice
     assert_eq!(audit.by_status.get("paid"), Some(&60));
     assert_eq!(audit.cancelled_authorizations, 0, "a hold on a buyer who got nothing");
     assert!(dlqs_are_empty(&fleet).await, "a restart pushed a message to a DLQ");
+    fleet.stop().await.unwrap();
+}
+
+/// Waits until every order is `authorized`; their ids and PaymentIntents, oldest first.
+async fn authorized_orders(fleet: &Fleet, n: usize) -> Vec<(uuid::Uuid, String)> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let rows: Vec<(uuid::Uuid, String)> = sqlx::query_as(
+            "SELECT id, payment_intent_id FROM orders WHERE status = 'authorized' ORDER BY position",
+        )
+        .fetch_all(&fleet.pool)
+        .await
+        .unwrap();
+        if rows.len() == n {
+            return rows;
+        }
+        assert!(Instant::now() < deadline, "{} of {n} orders authorized", rows.len());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hold_past_its_deadline_is_not_captured_and_its_order_ends_capture_failed_with_its_unit_back() {
+    // Arrange: one unit, one buyer, and no stock worker yet: the stock check waits.
+    let mut fleet = Fleet::prepare("hold-expired").await.unwrap();
+    for label in ["order-intake", "outbox-relay", "notification-worker"] {
+        fleet.spawn(label, label, &[]).unwrap();
+    }
+    fleet.product("sku-1", 1000, 1).await.unwrap();
+    assert_eq!(place(&fleet, "ola", "k1", "sku-1").await.status, 202);
+    let (order_id, intent) = authorized_orders(&fleet, 1).await.remove(0);
+
+    // Act: the authorization outlives its window (about 7 days) before the worker gets to it;
+    // Stripe then cancels the PaymentIntent by itself.
+    let expired = fleet
+        .http
+        .post(format!("{}/_sim/payment_intents/{intent}/expire_authorization", fleet.stripe_url))
+        .send()
+        .await
+        .unwrap();
+    assert!(expired.status().is_success(), "stripe-sim: {}", expired.status());
+    fleet.spawn("stock-worker", "stock-worker", &[]).unwrap();
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+
+    // Assert: the order failed cleanly, and its unit went back to the door: the next buyer
+    // gets it and pays.
+    let (status, reason): (String, String) =
+        sqlx::query_as("SELECT status::text, failure_reason FROM orders WHERE id = $1")
+            .bind(order_id)
+            .fetch_one(&fleet.pool)
+            .await
+            .unwrap();
+    assert_eq!(status, "capture_failed");
+    assert!(reason.contains("canceled"), "{reason}");
+    assert_eq!(place(&fleet, "per", "k1", "sku-1").await.status, 202, "the unit did not come back");
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    let audit = audit(&fleet, "hold-expired-before-capture", "sku-1", 1, 4).await;
+    assert_eq!(audit.by_status.get("paid"), Some(&1));
+    assert_eq!(audit.by_status.get("capture_failed"), Some(&1));
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_hold_deadline_stripe_gives_is_recorded_and_dlq_stats_warns_when_a_dead_lettered_one_nears_it() {
+    // Arrange: two orders authorized; no stock worker, so their stock checks wait.
+    let mut fleet = Fleet::prepare("hold-deadline").await.unwrap();
+    for label in ["order-intake", "outbox-relay"] {
+        fleet.spawn(label, label, &[]).unwrap();
+    }
+    fleet.product("sku-1", 1000, 5).await.unwrap();
+    for user in ["ola", "per"] {
+        assert_eq!(place(&fleet, user, "k1", "sku-1").await.status, 202);
+    }
+    let orders = authorized_orders(&fleet, 2).await;
+
+    // The deadline is Stripe's (stripe-sim gives 7 days from the authorization, as Stripe does
+    // for most cards), recorded with the authorization.
+    let deadlines: Vec<Option<chrono::DateTime<chrono::Utc>>> =
+        sqlx::query_scalar("SELECT authorization_expires_at FROM orders ORDER BY position")
+            .fetch_all(&fleet.pool)
+            .await
+            .unwrap();
+    let intents = fleet.intents().await.unwrap();
+    for ((_, intent), deadline) in orders.iter().zip(&deadlines) {
+        let created = intents.iter().find(|i| i["id"] == intent.as_str()).unwrap()["created"].as_i64();
+        assert_eq!(deadline.map(|d| d.timestamp()), created.map(|c| c + 7 * 24 * 3600));
+    }
+
+    // Act: both stock checks are dead-lettered (moved to the DLQ as SQS would after three
+    // receives); days pass, so the first hold now ends in 5 hours, the second in 3 days.
+    let bodies = fleet.take_messages(&fleet.stock.url, 2).await.unwrap();
+    for body in &bodies {
+        fleet.sqs.send_message().queue_url(&fleet.stock.dlq_url).message_body(body).send().await.unwrap();
+    }
+    for (order, hours) in orders.iter().zip([5, 72]) {
+        sqlx::query(
+            "UPDATE orders SET authorization_expires_at = now() + $2 * interval '1 hour' WHERE id = $1",
+        )
+        .bind(order.0)
+        .bind(hours as f64)
+        .execute(&fleet.pool)
+        .await
+        .unwrap();
+    }
+    let stats = fleet.fleetctl(&["dlq", "stats"], &[]).await.unwrap();
+    println!("{stats}");
+
+    // Assert: a warning names the order whose hold ends within a day, and only that one.
+    let warnings: Vec<&str> = stats.lines().filter(|l| l.contains("WARNING")).collect();
+    assert_eq!(warnings.len(), 1, "{stats}");
+    assert!(warnings[0].contains("1 dead-lettered stock check"), "{stats}");
+    assert!(stats.contains(&orders[0].0.to_string()), "{stats}");
+    assert!(!stats.contains(&orders[1].0.to_string()), "{stats}");
     fleet.stop().await.unwrap();
 }

@@ -188,6 +188,49 @@ pub async fn recorded_failures(pool: &PgPool, keys: &[String]) -> anyhow::Result
         .collect())
 }
 
+/// Within this long of its hold's end, a dead-lettered stock check is worth a warning: after
+/// it, Stripe cancels the authorization and the order can only end `capture_failed`.
+pub const HOLD_WARNING: chrono::TimeDelta = chrono::TimeDelta::days(1);
+
+/// A dead-lettered stock check whose order still holds an authorization that ends soon (or
+/// has ended): its order and the deadline Stripe gave.
+pub struct HoldEnding {
+    pub order_id: uuid::Uuid,
+    pub expires_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// Of the dead-lettered messages' bodies, the stock checks whose order holds an authorization
+/// (not yet captured or released) that ends within [`HOLD_WARNING`], soonest first. A body
+/// that is not an envelope names no order and is skipped.
+pub async fn holds_ending_soon(pool: &PgPool, bodies: &[&str]) -> anyhow::Result<Vec<HoldEnding>> {
+    let orders: Vec<uuid::Uuid> = bodies
+        .iter()
+        .filter_map(|body| serde_json::from_str::<orderfleet::outbox::Envelope>(body).ok())
+        .map(|envelope| envelope.order_id)
+        .collect();
+    let rows: Vec<(uuid::Uuid, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+        "SELECT id, authorization_expires_at FROM orders
+          WHERE id = ANY($1) AND status IN ('authorized', 'stock_reserved')
+            AND authorization_released_at IS NULL
+            AND authorization_expires_at < now() + $2 * interval '1 second'
+          ORDER BY authorization_expires_at",
+    )
+    .bind(&orders)
+    .bind(HOLD_WARNING.num_seconds() as f64)
+    .fetch_all(pool)
+    .await
+    .context("failed to read the orders' hold deadlines")?;
+    Ok(rows.into_iter().map(|(order_id, expires_at)| HoldEnding { order_id, expires_at }).collect())
+}
+
+/// "in 5h 12m" or "2h 3m ago".
+pub fn until(deadline: chrono::DateTime<chrono::Utc>) -> String {
+    let left = deadline - chrono::Utc::now();
+    let minutes = left.num_minutes().abs();
+    let span = format!("{}h {}m", minutes / 60, minutes % 60);
+    if left >= chrono::TimeDelta::zero() { format!("in {span}") } else { format!("{span} ago") }
+}
+
 /// Starts a move task from the DLQ back to its source and reports its progress until done.
 pub async fn redrive(sqs: &Client, pair: &Pair, max_per_second: Option<i32>) -> anyhow::Result<()> {
     let (waiting, _) = depth(sqs, &pair.dlq_url).await?;

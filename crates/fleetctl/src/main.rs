@@ -170,6 +170,9 @@ async fn run_dlq(command: DlqCommand, env: &Env) -> anyhow::Result<()> {
                     "{name:?} DLQ: {visible} messages ({in_flight} in flight), oldest {oldest}  {}",
                     pair.dlq_url
                 );
+                if name == dlq::QueueName::Stock && !sample.is_empty() {
+                    warn_of_holds_ending(env, &sample).await;
+                }
             }
         }
         DlqCommand::Peek { queue, max } => {
@@ -211,6 +214,39 @@ async fn run_dlq(command: DlqCommand, env: &Env) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Warns of dead-lettered stock checks whose authorization ends within a day: after that
+/// Stripe cancels the hold and the order cannot be paid. The counts above stand even when the
+/// database cannot be read, so a failure here is a line, not an error.
+async fn warn_of_holds_ending(env: &Env, sample: &[dlq::Peeked]) {
+    let bodies: Vec<&str> = sample.iter().map(|p| p.body.as_str()).collect();
+    let ending = async {
+        let pool = db::connect(&DatabaseConfig::from_env(env)?, PoolSize::default()).await?;
+        dlq::holds_ending_soon(&pool, &bodies).await
+    };
+    match ending.await {
+        Ok(ending) if ending.is_empty() => {}
+        Ok(ending) => {
+            let (n, checks, hold) = match ending.len() {
+                1 => (1, "stock check", "holds an authorization that ends"),
+                n => (n, "stock checks", "hold authorizations that end"),
+            };
+            println!(
+                "WARNING: {n} dead-lettered {checks} {hold} within a day; after that Stripe cancels the hold and \
+                 the order ends capture_failed. Fix the cause and redrive (fleetctl dlq redrive --queue stock) before then:"
+            );
+            for hold in ending {
+                println!(
+                    "  order {}: hold ends {} ({})",
+                    hold.order_id,
+                    dlq::until(hold.expires_at),
+                    hold.expires_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                );
+            }
+        }
+        Err(e) => println!("hold deadlines not checked (the database could not be read): {e:#}"),
+    }
 }
 
 async fn run(command: Command, env: &Env) -> anyhow::Result<()> {

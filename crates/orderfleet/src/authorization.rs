@@ -131,7 +131,7 @@ pub async fn record(
     let (intent_id, reason) = match result {
         // Holding funds (or, never with manual capture, already captured): accepted.
         Ok(intent) if matches!(intent.status, IntentStatus::RequiresCapture | IntentStatus::Succeeded) => {
-            let moved = commit_authorized(pool, order, &intent.id).await?;
+            let moved = commit_authorized(pool, order, &intent).await?;
             return Ok(if moved { Recorded::Authorized } else { Recorded::MovedElsewhere });
         }
         // Found by the sweeper: the card was declined, or the intent cancelled; no hold.
@@ -196,13 +196,10 @@ async fn decline(
     Ok(moved == 1)
 }
 
-/// ONE statement: `pending_authorization` → `authorized` (compare-and-set) and the outbox
-/// rows it causes. If the compare-and-set finds the order moved on, nothing is written.
-async fn commit_authorized(
-    pool: &PgPool,
-    order: &PendingOrder,
-    payment_intent_id: &str,
-) -> sqlx::Result<bool> {
+/// ONE statement: `pending_authorization` → `authorized` (compare-and-set) with the hold (its
+/// PaymentIntent and Stripe's deadline for it) and the outbox rows it causes. If the
+/// compare-and-set finds the order moved on, nothing is written.
+async fn commit_authorized(pool: &PgPool, order: &PendingOrder, hold: &Intent) -> sqlx::Result<bool> {
     let accepted = OrderNotification {
         user_id: order.user_id.clone(),
         order_id: order.id,
@@ -223,7 +220,7 @@ async fn commit_authorized(
         OrderStatus::PendingAuthorization,
         OrderStatus::Authorized,
         None,
-        Some(payment_intent_id),
+        Some(hold),
         &messages,
     )
     .await

@@ -75,15 +75,15 @@ pub async fn load<'e>(executor: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<O
 /// ONE statement (so one round trip and the shortest possible lock): moves the order from
 /// `from` to `to` if, and only if, it is still in `from`, and in the same statement enqueues
 /// the outbox messages the move causes. Returns whether this call made the move; if not,
-/// nothing was written. The intake's lease is cleared, and the PaymentIntent id recorded when
-/// given.
+/// nothing was written. The intake's lease is cleared, and the hold (its PaymentIntent id and
+/// Stripe's deadline for it) recorded when given.
 pub async fn transition_with_messages<'e>(
     executor: impl PgExecutor<'e>,
     id: Uuid,
     from: OrderStatus,
     to: OrderStatus,
     failure_reason: Option<&str>,
-    payment_intent_id: Option<&str>,
+    hold: Option<&crate::payments::Intent>,
     messages: &[crate::outbox::NewMessage],
 ) -> sqlx::Result<bool> {
     let ids: Vec<Uuid> = messages.iter().map(|_| Uuid::now_v7()).collect();
@@ -94,6 +94,7 @@ pub async fn transition_with_messages<'e>(
         "WITH moved AS (
              UPDATE orders SET status = $3, failure_reason = COALESCE($4, failure_reason),
                                payment_intent_id = COALESCE($5, payment_intent_id),
+                               authorization_expires_at = COALESCE($10, authorization_expires_at),
                                intake_lease_until = NULL, updated_at = now()
               WHERE id = $1 AND status = $2
           RETURNING id
@@ -110,11 +111,12 @@ pub async fn transition_with_messages<'e>(
     .bind(from)
     .bind(to)
     .bind(failure_reason)
-    .bind(payment_intent_id)
+    .bind(hold.map(|h| h.id.as_str()))
     .bind(&ids)
     .bind(&event_types)
     .bind(&destinations)
     .bind(&payloads)
+    .bind(hold.and_then(|h| h.capture_before))
     .fetch_one(executor)
     .await?;
     Ok(moved == 1)

@@ -89,7 +89,16 @@ pub struct AuthorizeRequest<'a> {
 pub struct Intent {
     pub id: String,
     pub status: IntentStatus,
+    /// Until when Stripe honours the hold (its charge's `payment_method_details.card
+    /// .capture_before`, about 7 days for most cards); after it Stripe cancels the intent and a
+    /// capture is refused. Known when the answer carried the charge (every request here asks
+    /// for it with `expand`); `None` for a capture or a cancel, or when Stripe gave none.
+    pub capture_before: Option<chrono::DateTime<chrono::Utc>>,
 }
+
+/// What every request that reads an intent asks Stripe to include whole: the charge, where
+/// the hold's deadline is. It costs no extra request.
+const EXPAND: &str = "latest_charge";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IntentStatus {
@@ -116,7 +125,14 @@ impl From<&PaymentIntentStatus> for IntentStatus {
 
 impl From<&PaymentIntent> for Intent {
     fn from(pi: &PaymentIntent) -> Self {
-        Self { id: pi.id.as_str().to_owned(), status: (&pi.status).into() }
+        let charge = match pi.latest_charge.as_ref() {
+            Some(stripe_types::Expandable::Object(charge)) => Some(charge),
+            _ => None,
+        };
+        let capture_before = charge
+            .and_then(|c| c.payment_method_details.as_ref()?.card.as_ref()?.capture_before)
+            .and_then(|seconds| chrono::DateTime::from_timestamp(seconds, 0));
+        Self { id: pi.id.as_str().to_owned(), status: (&pi.status).into(), capture_before }
     }
 }
 
@@ -201,6 +217,7 @@ impl Payments {
                 .confirm(true)
                 .payment_method(request.payment_method)
                 .metadata(metadata.clone())
+                .expand([EXPAND.to_owned()])
                 .customize()
                 .request_strategy(RequestStrategy::Idempotent(idempotency_key(&key)))
                 .timeout(self.retry.timeout)
@@ -257,6 +274,7 @@ impl Payments {
     pub async fn retrieve(&self, payment_intent_id: &str) -> Result<Intent, PaymentError> {
         self.with_retries(Operation::Retrieve, || {
             RetrievePaymentIntent::new(payment_intent_id)
+                .expand([EXPAND.to_owned()])
                 .customize()
                 .timeout(self.retry.timeout)
                 .send(&self.client)
@@ -290,6 +308,7 @@ impl Payments {
         loop {
             self.slot("search").await?;
             let result = SearchPaymentIntent::new(query.clone())
+                .expand([format!("data.{EXPAND}")])
                 .customize()
                 .timeout(self.retry.timeout)
                 .send(&self.client)

@@ -30,6 +30,7 @@ use crate::faults::{Mode, Operation};
 use crate::form::Params;
 use crate::idempotency::{self, Scope};
 use crate::ids;
+use crate::intent::Expand;
 use crate::ledger::{Ledger, Reply};
 use crate::rate::Verdict;
 use crate::requests::{CancelRequest, CaptureRequest, CreateRequest};
@@ -103,29 +104,37 @@ async fn create(
     .await
 }
 
-async fn retrieve(State(sim): State<SimState>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+async fn retrieve(
+    State(sim): State<SimState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
     // Retrieval is never faulted and ignores idempotency keys, as Stripe's GETs do.
     match auth::authenticate(&headers) {
-        Ok(_) => reply_response(sim.retrieve(&id)),
+        Ok(_) => reply_response(sim.retrieve(&id, Expand::from_params(&query_params(&uri), ""))),
         Err(error) => error_response(&error),
     }
 }
 
+/// A GET's query string, parsed like a form body (`expand[0]=…` included).
+fn query_params(uri: &Uri) -> Params {
+    Params::parse(uri.query().unwrap_or_default().as_bytes())
+}
+
 /// `GET /v1/payment_intents/search?query=metadata['order_id']:'…'`: the one form of Stripe's
 /// search query language the fleet uses (its sweeper finds an order's intent by metadata).
-async fn search(
-    State(sim): State<SimState>,
-    headers: HeaderMap,
-    axum::extract::Query(params): axum::extract::Query<std::collections::HashMap<String, String>>,
-) -> Response {
+async fn search(State(sim): State<SimState>, headers: HeaderMap, uri: Uri) -> Response {
     if let Err(error) = auth::authenticate(&headers) {
         return error_response(&error);
     }
+    let params = query_params(&uri);
     let Some(query) = params.get("query") else {
         return error_response(&StripeError::missing_param("query"));
     };
+    let expand = Expand::from_params(&params, "data.");
     match parse_metadata_query(query) {
-        Some((key, value)) => reply_response(sim.search_metadata(&key, &value)),
+        Some((key, value)) => reply_response(sim.search_metadata(&key, &value, expand)),
         None => error_response(&StripeError::invalid_param(
             "query",
             format!("The sandbox supports only queries of the form metadata['key']:'value'; got {query:?}"),
@@ -253,7 +262,7 @@ pub(crate) fn json_response(status: StatusCode, body: String) -> Response {
     (status, [(CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
 }
 
-fn reply_response(reply: Reply) -> Response {
+pub(crate) fn reply_response(reply: Reply) -> Response {
     json_response(reply.status, reply.body)
 }
 

@@ -11,6 +11,9 @@
 //! - `GET /_sim/stats` → `{"requests", "rate_limited", "max_requests_in_one_second"}`: the
 //!   API requests seen, those the limit refused (not injected `error_429` faults), and the
 //!   most received in any one second.
+//! - `POST /_sim/payment_intents/{id}/expire_authorization` lets a hold's window (7 days)
+//!   pass now: Stripe cancels the intent (reason `automatic`), so a later capture is refused.
+//!   It answers the intent, or Stripe's error for an unknown one or one that is not a hold.
 //! - `POST /_sim/reset` forgets every intent, idempotency key and fault and zeroes the stats,
 //!   for a test that wants a clean account. It keeps the rate limit, which is how the
 //!   simulator was set up rather than the account's history; set 0 to clear it.
@@ -21,14 +24,14 @@
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::{error_response, json_response};
+use crate::api::{error_response, json_response, reply_response};
 use crate::error::StripeError;
 use crate::faults::{Mode, Operation};
 use crate::simulator::SimState;
@@ -36,6 +39,7 @@ use crate::simulator::SimState;
 pub(crate) fn routes() -> Router<SimState> {
     Router::new()
         .route("/_sim/payment_intents", get(payment_intents))
+        .route("/_sim/payment_intents/{id}/expire_authorization", post(expire_authorization))
         .route("/_sim/faults", get(faults).post(arm_fault).delete(clear_faults))
         .route("/_sim/rate_limit", get(rate_limit).post(set_rate_limit))
         .route("/_sim/stats", get(stats))
@@ -50,6 +54,10 @@ fn ok(body: &Value) -> Response {
 
 async fn payment_intents(State(sim): State<SimState>) -> Response {
     ok(&sim.listing())
+}
+
+async fn expire_authorization(State(sim): State<SimState>, Path(id): Path<String>) -> Response {
+    reply_response(sim.expire_authorization(&id))
 }
 
 async fn faults(State(sim): State<SimState>) -> Response {

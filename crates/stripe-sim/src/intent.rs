@@ -14,14 +14,20 @@
 //!
 //! A refused transition is a Stripe error carrying the intent as it is, so a client learns
 //! the state from the refusal itself.
+//!
+//! A manual-capture hold lasts [`AUTHORIZATION_WINDOW_SECONDS`] (7 days, as Stripe gives most
+//! cards): its charge's `payment_method_details.card.capture_before` says until when, seen
+//! with `expand[]=latest_charge`. Stripe then cancels the intent itself (reason `automatic`);
+//! here that happens when a test asks ([`PaymentIntent::expire_authorization`]).
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::cards::{self, Outcome};
 use crate::error::StripeError;
+use crate::form::Params;
 use crate::ids;
 use crate::requests::{CancelRequest, CaptureRequest, CreateRequest};
 
@@ -96,13 +102,18 @@ impl ConfirmationMethod {
     }
 }
 
-/// The reasons a client may give when cancelling (Stripe sets others itself).
+/// How long a manual-capture card authorization holds: Stripe's window for most cards.
+pub(crate) const AUTHORIZATION_WINDOW_SECONDS: i64 = 7 * 24 * 3600;
+
+/// The reasons a client may give when cancelling ([`CancellationReason::ALL`]), and the one
+/// Stripe gives when it cancels a hold that outlived its window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CancellationReason {
     Duplicate,
     Fraudulent,
     RequestedByCustomer,
     Abandoned,
+    Automatic,
 }
 
 impl CancellationReason {
@@ -119,7 +130,34 @@ impl CancellationReason {
             CancellationReason::Fraudulent => "fraudulent",
             CancellationReason::RequestedByCustomer => "requested_by_customer",
             CancellationReason::Abandoned => "abandoned",
+            CancellationReason::Automatic => "automatic",
         }
+    }
+}
+
+/// The charge a confirmation made: approved (a hold, or a payment) or declined.
+#[derive(Debug, Clone)]
+pub(crate) struct Charge {
+    id: String,
+    created: i64,
+    paid: bool,
+    /// The test card charged (a declined one is detached from the intent afterwards).
+    payment_method: String,
+    /// For a manual-capture hold: when Stripe stops honouring it.
+    capture_before: Option<i64>,
+}
+
+/// Which related objects an answer carries whole rather than as ids (Stripe's `expand`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Expand {
+    pub(crate) latest_charge: bool,
+}
+
+impl Expand {
+    /// From the `expand[]` parameters; `prefix` is `"data."` for a list or a search result.
+    pub(crate) fn from_params(params: &Params, prefix: &str) -> Self {
+        let wanted = format!("{prefix}latest_charge");
+        Self { latest_charge: params.array("expand").contains(&wanted) }
     }
 }
 
@@ -138,7 +176,7 @@ pub(crate) struct PaymentIntent {
     pub(crate) currency: String,
     pub(crate) description: Option<String>,
     pub(crate) last_payment_error: Option<StripeError>,
-    pub(crate) latest_charge: Option<String>,
+    pub(crate) latest_charge: Option<Charge>,
     pub(crate) metadata: BTreeMap<String, String>,
     pub(crate) payment_method: Option<String>,
     pub(crate) payment_method_types: Vec<String>,
@@ -186,7 +224,7 @@ impl PaymentIntent {
 
     /// Charges the payment method: a hold for manual capture, a payment otherwise. A decline
     /// leaves the intent waiting for another payment method and answers 402.
-    pub(crate) fn confirm(&mut self) -> Result<(), StripeError> {
+    pub(crate) fn confirm(&mut self, now: i64) -> Result<(), StripeError> {
         let card = self.payment_method.as_deref().and_then(cards::lookup);
         let Some(card) = card.filter(|_| self.status == Status::RequiresConfirmation) else {
             return Err(StripeError::unexpected_state(format!(
@@ -196,11 +234,19 @@ impl PaymentIntent {
             .with_payment_intent(self.to_json()));
         };
         let charge = ids::new("ch");
-        self.latest_charge = Some(charge.clone());
+        let approved = card.outcome == Outcome::Approved;
+        let hold = approved && self.capture_method == CaptureMethod::Manual;
+        self.latest_charge = Some(Charge {
+            id: charge.clone(),
+            created: now,
+            paid: approved,
+            payment_method: card.id.to_owned(),
+            capture_before: hold.then_some(now + AUTHORIZATION_WINDOW_SECONDS),
+        });
         match card.outcome {
             Outcome::Approved => {
                 self.last_payment_error = None;
-                if self.capture_method == CaptureMethod::Manual {
+                if hold {
                     self.status = Status::RequiresCapture;
                     self.amount_capturable = self.amount;
                 } else {
@@ -268,9 +314,35 @@ impl PaymentIntent {
         Ok(())
     }
 
+    /// What Stripe does to a hold nobody captured within its window: it cancels the intent
+    /// (reason `automatic`) and the funds go back to the card; a capture is refused from then
+    /// on. Only a hold (`requires_capture`) can expire.
+    pub(crate) fn expire_authorization(&mut self, now: i64) -> Result<(), StripeError> {
+        if self.status != Status::RequiresCapture {
+            return Err(StripeError::unexpected_state(format!(
+                "Only an authorization (status requires_capture) can expire; this PaymentIntent has a status of {}.",
+                self.status.as_str()
+            ))
+            .with_payment_intent(self.to_json()));
+        }
+        self.status = Status::Canceled;
+        self.canceled_at = Some(now);
+        self.cancellation_reason = Some(CancellationReason::Automatic);
+        self.amount_capturable = 0;
+        if let Some(charge) = &mut self.latest_charge {
+            charge.capture_before = Some(now);
+        }
+        Ok(())
+    }
+
+    /// The object as Stripe's API returns it, `latest_charge` as an id.
+    pub(crate) fn to_json(&self) -> Value {
+        self.to_json_expanded(Expand::default())
+    }
+
     /// The object as Stripe's API returns it. Every field async-stripe's PaymentIntent
     /// declares is present; those this simulator has no notion of are `null`.
-    pub(crate) fn to_json(&self) -> Value {
+    pub(crate) fn to_json_expanded(&self, expand: Expand) -> Value {
         let object = PaymentIntentObject {
             id: &self.id,
             object: "payment_intent",
@@ -293,7 +365,10 @@ impl PaymentIntent {
             excluded_payment_method_types: None,
             hooks: None,
             last_payment_error: self.last_payment_error.as_ref().map(StripeError::object_json),
-            latest_charge: self.latest_charge.as_deref(),
+            latest_charge: self.latest_charge.as_ref().map(|charge| match expand.latest_charge {
+                true => self.charge_json(charge),
+                false => Value::from(charge.id.as_str()),
+            }),
             livemode: false,
             metadata: &self.metadata,
             next_action: None,
@@ -317,6 +392,34 @@ impl PaymentIntent {
             transfer_group: self.transfer_group.as_deref(),
         };
         serde_json::to_value(object).unwrap_or(Value::Null)
+    }
+
+    /// The charge as Stripe's API returns it: every field async-stripe's Charge requires, and
+    /// the card's `capture_before`.
+    fn charge_json(&self, charge: &Charge) -> Value {
+        json!({
+            "id": charge.id,
+            "object": "charge",
+            "amount": self.amount,
+            "amount_captured": self.amount_received,
+            "amount_refunded": 0,
+            "billing_details": { "address": null, "email": null, "name": null, "phone": null, "tax_id": null },
+            "captured": self.amount_received > 0,
+            "created": charge.created,
+            "currency": self.currency,
+            "disputed": false,
+            "livemode": false,
+            "metadata": {},
+            "paid": charge.paid,
+            "payment_intent": self.id,
+            "payment_method": charge.payment_method,
+            "payment_method_details": {
+                "type": "card",
+                "card": { "capture_before": charge.capture_before, "exp_month": 12, "exp_year": 2034 },
+            },
+            "refunded": false,
+            "status": if charge.paid { "succeeded" } else { "failed" },
+        })
     }
 }
 
@@ -348,7 +451,7 @@ struct PaymentIntentObject<'a> {
     excluded_payment_method_types: Null,
     hooks: Null,
     last_payment_error: Option<Value>,
-    latest_charge: Option<&'a str>,
+    latest_charge: Option<Value>,
     livemode: bool,
     metadata: &'a BTreeMap<String, String>,
     next_action: Null,
@@ -385,7 +488,7 @@ mod tests {
     #[test]
     fn a_manual_visa_confirmation_holds_the_amount() {
         let mut pi = intent("amount=1500&currency=usd&capture_method=manual&payment_method=pm_card_visa");
-        pi.confirm().unwrap();
+        pi.confirm(1_700_000_000).unwrap();
         assert_eq!(pi.status, Status::RequiresCapture);
         assert_eq!((pi.amount_capturable, pi.amount_received), (1500, 0));
     }
@@ -393,7 +496,7 @@ mod tests {
     #[test]
     fn an_automatic_confirmation_collects_the_amount() {
         let mut pi = intent("amount=1500&currency=usd&payment_method=pm_card_visa");
-        pi.confirm().unwrap();
+        pi.confirm(1_700_000_000).unwrap();
         assert_eq!(pi.status, Status::Succeeded);
         assert_eq!((pi.amount_capturable, pi.amount_received), (0, 1500));
     }
@@ -401,7 +504,7 @@ mod tests {
     #[test]
     fn a_decline_leaves_the_intent_waiting_for_a_payment_method() {
         let mut pi = intent("amount=1500&currency=usd&payment_method=pm_card_chargeDeclined");
-        let error = pi.confirm().unwrap_err();
+        let error = pi.confirm(1_700_000_000).unwrap_err();
         assert_eq!(error.code, Some("card_declined"));
         assert_eq!(pi.status, Status::RequiresPaymentMethod);
         assert!(pi.last_payment_error.is_some());
@@ -411,7 +514,7 @@ mod tests {
     #[test]
     fn a_partial_capture_releases_the_rest() {
         let mut pi = intent("amount=1500&currency=usd&capture_method=manual&payment_method=pm_card_visa");
-        pi.confirm().unwrap();
+        pi.confirm(1_700_000_000).unwrap();
         pi.capture(&CaptureRequest { amount_to_capture: Some(1000) }).unwrap();
         assert_eq!((pi.amount_capturable, pi.amount_received), (0, 1000));
     }
@@ -419,7 +522,7 @@ mod tests {
     #[test]
     fn a_canceled_intent_cannot_be_captured_or_canceled_again() {
         let mut pi = intent("amount=1500&currency=usd&capture_method=manual&payment_method=pm_card_visa");
-        pi.confirm().unwrap();
+        pi.confirm(1_700_000_000).unwrap();
         pi.cancel(&CancelRequest { cancellation_reason: None }, 1_700_000_001).unwrap();
         let capture = pi.capture(&CaptureRequest { amount_to_capture: None }).unwrap_err();
         assert_eq!(capture.code, Some("payment_intent_unexpected_state"));
@@ -427,5 +530,35 @@ mod tests {
         let cancel = pi.cancel(&CancelRequest { cancellation_reason: None }, 1_700_000_002).unwrap_err();
         assert_eq!(cancel.code, Some("payment_intent_unexpected_state"));
         assert_eq!(pi.canceled_at, Some(1_700_000_001));
+    }
+
+    #[test]
+    fn a_hold_carries_its_deadline_and_after_it_cannot_be_captured() {
+        let mut pi = intent("amount=1500&currency=usd&capture_method=manual&payment_method=pm_card_visa");
+        pi.confirm(1_700_000_000).unwrap();
+        let expanded = pi.to_json_expanded(Expand { latest_charge: true });
+        assert_eq!(
+            expanded["latest_charge"]["payment_method_details"]["card"]["capture_before"],
+            1_700_000_000 + AUTHORIZATION_WINDOW_SECONDS
+        );
+        assert!(pi.to_json()["latest_charge"].is_string());
+
+        pi.expire_authorization(1_700_600_000).unwrap();
+        assert_eq!(
+            (pi.status, pi.cancellation_reason),
+            (Status::Canceled, Some(CancellationReason::Automatic))
+        );
+        let capture = pi.capture(&CaptureRequest { amount_to_capture: None }).unwrap_err();
+        assert_eq!(capture.code, Some("payment_intent_unexpected_state"));
+        assert!(pi.expire_authorization(1_700_600_001).is_err(), "only a hold expires");
+    }
+
+    #[test]
+    fn a_payment_collected_at_once_has_no_deadline() {
+        let mut pi = intent("amount=1500&currency=usd&payment_method=pm_card_visa");
+        pi.confirm(1_700_000_000).unwrap();
+        let card = &pi.to_json_expanded(Expand { latest_charge: true })["latest_charge"]["payment_method_details"]
+            ["card"];
+        assert!(card["capture_before"].is_null(), "{card}");
     }
 }

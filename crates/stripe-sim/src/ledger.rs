@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use serde_json::Value;
 
 use crate::error::StripeError;
-use crate::intent::PaymentIntent;
+use crate::intent::{Expand, PaymentIntent};
 use crate::requests::{CancelRequest, CaptureRequest, CreateRequest};
 
 /// An answer to a Stripe API request: what the idempotency layer stores and replays.
@@ -56,9 +56,9 @@ impl Ledger {
     /// Creates the intent and, with `confirm=true`, confirms it. A declined intent is kept
     /// (and answered with 402), as Stripe keeps it.
     pub(crate) fn create(&mut self, request: CreateRequest, now: i64) -> Reply {
-        let confirm = request.confirm;
+        let (confirm, expand) = (request.confirm, request.expand);
         let mut intent = PaymentIntent::new(request, now);
-        let confirmed = if confirm { intent.confirm() } else { Ok(()) };
+        let confirmed = if confirm { intent.confirm(now) } else { Ok(()) };
         tracing::info!(
             payment_intent = %intent.id,
             status = intent.status.as_str(),
@@ -67,14 +67,24 @@ impl Ledger {
             order_id = intent.metadata.get("order_id").map(String::as_str),
             "payment intent created"
         );
-        let reply = Reply::from_result(confirmed.map(|()| intent.to_json()));
+        let reply = Reply::from_result(confirmed.map(|()| intent.to_json_expanded(expand)));
         self.by_id.insert(intent.id.clone(), self.entries.len());
         self.entries.push(Entry { intent, capture_count: 0, cancel_count: 0 });
         reply
     }
 
-    pub(crate) fn retrieve(&self, id: &str) -> Reply {
-        Reply::from_result(self.entry(id).map(|entry| entry.intent.to_json()))
+    pub(crate) fn retrieve(&self, id: &str, expand: Expand) -> Reply {
+        Reply::from_result(self.entry(id).map(|entry| entry.intent.to_json_expanded(expand)))
+    }
+
+    /// A hold outlives its window: Stripe cancels it (see [`PaymentIntent::expire_authorization`]).
+    pub(crate) fn expire_authorization(&mut self, id: &str, now: i64) -> Reply {
+        let result = self.entry_mut(id).and_then(|entry| {
+            entry.intent.expire_authorization(now)?;
+            tracing::info!(payment_intent = %id, "authorization expired; the intent is canceled");
+            Ok(entry.intent.to_json())
+        });
+        Reply::from_result(result)
     }
 
     pub(crate) fn capture(&mut self, id: &str, request: &CaptureRequest) -> Reply {
@@ -110,11 +120,11 @@ impl Ledger {
     }
 
     /// Intents whose metadata has `key` = `value`, oldest first, as Stripe shows them.
-    pub(crate) fn with_metadata(&self, key: &str, value: &str) -> Vec<Value> {
+    pub(crate) fn with_metadata(&self, key: &str, value: &str, expand: Expand) -> Vec<Value> {
         self.entries
             .iter()
-            .map(|entry| entry.intent.to_json())
-            .filter(|json| json["metadata"][key] == value)
+            .filter(|entry| entry.intent.metadata.get(key).is_some_and(|v| v == value))
+            .map(|entry| entry.intent.to_json_expanded(expand))
             .collect()
     }
 

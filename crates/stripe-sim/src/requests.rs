@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use crate::cards::{self, TestCard};
 use crate::error::StripeError;
 use crate::form::Params;
-use crate::intent::{CancellationReason, CaptureMethod, ConfirmationMethod};
+use crate::intent::{CancellationReason, CaptureMethod, ConfirmationMethod, Expand};
 
 /// Stripe's ceiling: eight digits in the smallest currency unit.
 const MAX_AMOUNT: i64 = 99_999_999;
@@ -36,10 +36,12 @@ pub(crate) struct CreateRequest {
     pub(crate) statement_descriptor: Option<String>,
     pub(crate) statement_descriptor_suffix: Option<String>,
     pub(crate) transfer_group: Option<String>,
+    /// Whether the answer carries the charge whole (`expand[]=latest_charge`).
+    pub(crate) expand: Expand,
 }
 
 impl CreateRequest {
-    /// Parameters this simulator has no use for (`expand`, `payment_method_options`, …) are
+    /// Parameters this simulator has no use for (`payment_method_options`, …) are
     /// ignored rather than refused: real clients send them.
     pub(crate) fn parse(params: &Params) -> Result<Self, StripeError> {
         let amount =
@@ -100,6 +102,7 @@ impl CreateRequest {
             statement_descriptor: non_empty(params, "statement_descriptor"),
             statement_descriptor_suffix: non_empty(params, "statement_descriptor_suffix"),
             transfer_group: non_empty(params, "transfer_group"),
+            expand: Expand::from_params(params, ""),
         })
     }
 }

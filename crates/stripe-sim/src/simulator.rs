@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::StripeError;
 use crate::faults::{Faults, Mode, Operation};
 use crate::idempotency::{IdempotencyStore, Lookup, Saved, Scope};
+use crate::intent::Expand;
 use crate::ledger::{Ledger, Reply};
 use crate::rate::{RequestStats, Traffic, Verdict};
 
@@ -170,12 +171,17 @@ impl Simulator {
         }
     }
 
-    pub(crate) fn retrieve(&self, id: &str) -> Reply {
-        self.lock().ledger.retrieve(id)
+    pub(crate) fn retrieve(&self, id: &str, expand: Expand) -> Reply {
+        self.lock().ledger.retrieve(id, expand)
     }
 
-    pub(crate) fn search_metadata(&self, key: &str, value: &str) -> Reply {
-        let data = self.lock().ledger.with_metadata(key, value);
+    /// Ends a hold's window now (a test's way to let seven days pass).
+    pub(crate) fn expire_authorization(&self, id: &str) -> Reply {
+        self.lock().ledger.expire_authorization(id, unix_now())
+    }
+
+    pub(crate) fn search_metadata(&self, key: &str, value: &str, expand: Expand) -> Reply {
+        let data = self.lock().ledger.with_metadata(key, value, expand);
         Reply::ok(&json!({
             "object": "search_result",
             "url": "/v1/payment_intents/search",

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use stripe::{ApiErrorsType, IdempotencyKey, RequestStrategy, StripeError, StripeRequest};
 use stripe_core::payment_intent::{
     CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, RetrievePaymentIntent,
+    SearchPaymentIntent,
 };
 use stripe_core::{PaymentIntentCaptureMethod, PaymentIntentStatus};
 use support::{KEY, TestSim};
@@ -46,6 +47,45 @@ async fn async_stripe_authorizes_captures_and_reads_the_intent() {
     assert_eq!(authorized.metadata.get("order_id").map(String::as_str), Some("order-42"));
     assert_eq!(captured.status, PaymentIntentStatus::Succeeded);
     assert_eq!(retrieved.amount_received, 2500);
+}
+
+/// The hold's deadline, as the fleet reads it: `latest_charge.payment_method_details.card
+/// .capture_before` of an intent fetched with its charge expanded.
+fn capture_before(intent: &stripe_core::PaymentIntent) -> Option<i64> {
+    match intent.latest_charge.as_ref()? {
+        stripe_types::Expandable::Object(charge) => {
+            charge.payment_method_details.as_ref()?.card.as_ref()?.capture_before
+        }
+        stripe_types::Expandable::Id(_) => None,
+    }
+}
+
+#[tokio::test]
+async fn async_stripe_reads_the_holds_deadline_from_the_expanded_charge_on_create_retrieve_and_search() {
+    let sim = TestSim::start().await;
+    let client = client(&sim);
+
+    let created = authorize("pm_card_visa").expand(["latest_charge".to_owned()]).send(&client).await.unwrap();
+    let retrieved = RetrievePaymentIntent::new(created.id.clone())
+        .expand(["latest_charge".to_owned()])
+        .send(&client)
+        .await
+        .unwrap();
+    let found = SearchPaymentIntent::new("metadata['order_id']:'order-42'")
+        .expand(["data.latest_charge".to_owned()])
+        .send(&client)
+        .await
+        .unwrap();
+    let plain = RetrievePaymentIntent::new(created.id.clone()).send(&client).await.unwrap();
+
+    let deadline = created.created + 7 * 24 * 3600;
+    assert_eq!(capture_before(&created), Some(deadline));
+    assert_eq!(capture_before(&retrieved), Some(deadline));
+    assert_eq!(capture_before(&found.data[0]), Some(deadline));
+    assert!(
+        matches!(plain.latest_charge, Some(stripe_types::Expandable::Id(_))),
+        "not expanded unless asked"
+    );
 }
 
 #[tokio::test]
