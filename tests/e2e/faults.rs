@@ -706,9 +706,9 @@ async fn a_data_error_for_one_order_sends_its_message_toward_the_dlq_without_pau
         "messages_handled_total",
         "outcome",
     );
-    assert!(outcomes.get("poison").copied().unwrap_or(0.0) >= 1.0, "{outcomes:?}");
+    assert!(outcomes.get("permanent").copied().unwrap_or(0.0) >= 1.0, "{outcomes:?}");
     assert_eq!(
-        outcomes.get("blocked").copied().unwrap_or(0.0),
+        outcomes.get("outage").copied().unwrap_or(0.0),
         0.0,
         "a data error paused the worker: {outcomes:?}"
     );
@@ -777,7 +777,7 @@ async fn a_messages_failures_are_kept_under_its_envelope_id_when_a_redrive_gives
             "messages_handled_total",
             "outcome",
         );
-        if outcomes.get("poison").copied().unwrap_or(0.0) >= 2.0 {
+        if outcomes.get("permanent").copied().unwrap_or(0.0) >= 2.0 {
             break;
         }
         assert!(Instant::now() < deadline, "the two copies were not both handled: {outcomes:?}");

@@ -9,3 +9,4 @@ mod intake;
 mod migrations;
 mod pipeline;
 mod redelivery;
+mod steps;

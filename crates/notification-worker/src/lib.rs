@@ -33,6 +33,7 @@ use aws_sdk_sns::operation::publish_batch::{PublishBatchError, PublishBatchOutpu
 use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
 use orderfleet::backoff::Backoff;
 use orderfleet::consumer::{Handler, Outcome, Received};
+use orderfleet::failure::{Failure, Source};
 use orderfleet::order::OrderNotification;
 use orderfleet::outbox::{Envelope, EventType};
 use sqlx::PgPool;
@@ -57,15 +58,33 @@ pub struct Notifier {
     pub stop: CancellationToken,
 }
 
-/// How a whole `PublishBatch` call failed, decided next to the call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum PublishFailure {
-    /// SNS refused the request as malformed: no retry can help.
-    Malformed(String),
-    /// SNS answered with an error (throttled, a KMS fault, a 5xx): nothing was published.
-    Refused(String),
-    /// No answer (dropped, timed out, unreadable): some entries may have been published.
-    NoAnswer(String),
+/// A whole `PublishBatch` call's failure, classified next to the call: a request SNS refuses
+/// as malformed is permanent (no retry can help); anything else is an outage of Publish
+/// (throttling, a KMS fault on the topic, a 5xx, no answer). Also whether SNS's answer says
+/// nothing was published (an error answer; with no answer, some entries may have been).
+fn classify(error: &SdkError<PublishBatchError>) -> (Failure, bool) {
+    let reason = format!("PublishBatch failed: {}", DisplayErrorContext(error));
+    match error {
+        SdkError::ServiceError(service) => {
+            let code = service.err().code().unwrap_or("Unknown").to_owned();
+            match MALFORMED.contains(&code.as_str()) {
+                true => (Failure::permanent(Source::Sns, code, reason), true),
+                false => (Failure::outage(Source::Sns, code, reason), true),
+            }
+        }
+        SdkError::ConstructionFailure(_) => (Failure::permanent(Source::Sns, "construction", reason), true),
+        SdkError::TimeoutError(_) => (Failure::outage(Source::Sns, "timeout", reason), false),
+        _ => (Failure::outage(Source::Sns, "no_answer", reason), false),
+    }
+}
+
+/// Its label in `notification_publish_failures_total{kind}`.
+fn kind_label(failure: &Failure, nothing_published: bool) -> &'static str {
+    match (failure.kind, nothing_published) {
+        (orderfleet::failure::Kind::Permanent, _) => "malformed",
+        (_, true) => "refused",
+        (_, false) => "no_answer",
+    }
 }
 
 /// Error codes SNS gives a `PublishBatch` request that is wrong in itself.
@@ -80,26 +99,6 @@ const MALFORMED: [&str; 8] = [
     "InvalidBatchEntryId",
 ];
 
-fn classify(error: &SdkError<PublishBatchError>) -> PublishFailure {
-    let reason = format!("PublishBatch failed: {}", DisplayErrorContext(error));
-    match error {
-        SdkError::ServiceError(service) if MALFORMED.contains(&service.err().code().unwrap_or_default()) => {
-            PublishFailure::Malformed(reason)
-        }
-        SdkError::ServiceError(_) => PublishFailure::Refused(reason),
-        SdkError::ConstructionFailure(_) => PublishFailure::Malformed(reason),
-        _ => PublishFailure::NoAnswer(reason),
-    }
-}
-
-/// Why a batch was let go without a publish.
-enum LetGo {
-    /// SNS will never take it as it is.
-    Malformed(String),
-    /// The worker is stopping during an outage.
-    Stopping(String),
-}
-
 /// A message that passed parsing.
 struct Ready {
     index: usize,
@@ -110,58 +109,81 @@ struct Ready {
     body: String,
 }
 
-fn parse(body: &str) -> Result<(Envelope, OrderNotification), String> {
-    let envelope: Envelope =
-        serde_json::from_str(body).map_err(|e| format!("not a message envelope: {e}"))?;
-    match EventType::parse(&envelope.event_type) {
-        Some(EventType::OrderAccepted | EventType::OrderPaid | EventType::OrderRejected) => {}
-        _ => return Err(format!("unknown event type {:?} on the notification queue", envelope.event_type)),
+impl Ready {
+    /// The message as published: the envelope's ids and the notification.
+    fn parse(index: usize, body: &str) -> Result<Self, Failure> {
+        let permanent = |code: &str, reason: String| Failure::permanent(Source::Message, code, reason);
+        let envelope: Envelope = serde_json::from_str(body)
+            .map_err(|e| permanent("not_an_envelope", format!("not a message envelope: {e}")))?;
+        match EventType::parse(&envelope.event_type) {
+            Some(EventType::OrderAccepted | EventType::OrderPaid | EventType::OrderRejected) => {}
+            _ => {
+                let reason =
+                    format!("unknown event type {:?} on the notification queue", envelope.event_type);
+                return Err(permanent("unknown_event_type", reason));
+            }
+        }
+        let notification: OrderNotification =
+            serde_json::from_value(envelope.payload.clone()).map_err(|e| {
+                permanent("not_a_notification", format!("the payload is not an order notification: {e}"))
+            })?;
+        let body = serde_json::json!({
+            "message_id": envelope.message_id,
+            "event_type": envelope.event_type,
+            "order_id": envelope.order_id,
+            "occurred_at": envelope.occurred_at,
+            "notification": notification,
+        });
+        Ok(Self {
+            index,
+            message_id: envelope.message_id,
+            event_type: envelope.event_type,
+            user_id: notification.user_id,
+            order_id: envelope.order_id,
+            body: body.to_string(),
+        })
     }
-    let notification: OrderNotification = serde_json::from_value(envelope.payload.clone())
-        .map_err(|e| format!("the payload is not an order notification: {e}"))?;
-    Ok((envelope, notification))
+}
+
+/// The outcomes of a batch as they are decided, by the message's place in the batch.
+struct Outcomes(Vec<Option<Outcome>>);
+
+impl Outcomes {
+    fn set(&mut self, ready: &Ready, outcome: Outcome) {
+        self.0[ready.index] = Some(outcome);
+    }
+
+    fn set_all<'a>(&mut self, ready: impl IntoIterator<Item = &'a Ready>, outcome: &Outcome) {
+        for r in ready {
+            self.set(r, outcome.clone());
+        }
+    }
 }
 
 impl Handler for Notifier {
     async fn handle(&self, batch: Vec<Received>) -> Vec<Outcome> {
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
+        let mut outcomes = Outcomes(vec![None; batch.len()]);
         let mut ready = Vec::new();
         for (index, message) in batch.iter().enumerate() {
-            match parse(&message.body) {
-                Ok((envelope, notification)) => ready.push(Ready {
-                    index,
-                    message_id: envelope.message_id,
-                    event_type: envelope.event_type.clone(),
-                    user_id: notification.user_id.clone(),
-                    order_id: envelope.order_id,
-                    body: serde_json::json!({
-                        "message_id": envelope.message_id,
-                        "event_type": envelope.event_type,
-                        "order_id": envelope.order_id,
-                        "occurred_at": envelope.occurred_at,
-                        "notification": notification,
-                    })
-                    .to_string(),
-                }),
-                Err(reason) => outcomes[index] = Some(Outcome::Poison { reason }),
+            match Ready::parse(index, &message.body) {
+                Ok(r) => ready.push(r),
+                Err(failure) => outcomes.0[index] = Some(Err(failure)),
             }
         }
         if let Err(e) = self.publish_new(ready, &mut outcomes).await {
-            // A database failure of the batch's inbox statements: unreachable pauses the worker
-            // until it answers; anything else lets the batch come back soon (SNS failures are
-            // handled in publish_new itself).
-            let reason = format!("{e:#}");
-            let failed = match orderfleet::db::failure_kind(&e) {
-                orderfleet::db::FailureKind::Outage => Outcome::Blocked { reason },
-                orderfleet::db::FailureKind::Transient | orderfleet::db::FailureKind::Permanent => {
-                    Outcome::Retry { reason }
-                }
-            };
-            for outcome in outcomes.iter_mut().filter(|o| o.is_none()) {
-                *outcome = Some(failed.clone());
+            // A database failure of the batch's inbox statements, classified where it
+            // happened: unreachable pauses the worker until it answers. A permanent one is
+            // the batch's statement's, not any message's, so it comes back too.
+            let mut failure = orderfleet::db::failure(&e);
+            if failure.kind == orderfleet::failure::Kind::Permanent {
+                failure.kind = orderfleet::failure::Kind::Transient;
+            }
+            for outcome in outcomes.0.iter_mut().filter(|o| o.is_none()) {
+                *outcome = Some(Err(failure.clone()));
             }
         }
-        outcomes.into_iter().map(|o| o.unwrap_or(Outcome::Retry { reason: "not handled".into() })).collect()
+        let unhandled = || Err(Failure::transient(Source::Message, "not_handled", "not handled"));
+        outcomes.0.into_iter().map(|o| o.unwrap_or_else(unhandled)).collect()
     }
 
     async fn ready(&self) -> Result<(), String> {
@@ -182,23 +204,37 @@ impl Notifier {
         Ok(())
     }
 
-    async fn publish_new(&self, ready: Vec<Ready>, outcomes: &mut [Option<Outcome>]) -> anyhow::Result<()> {
-        if ready.is_empty() {
+    /// Publishes the messages not published before: claim them in the inbox, settle the
+    /// ones another worker holds, publish the rest in one call, record what went out.
+    /// `Err` is a database failure of the inbox statements.
+    async fn publish_new(&self, ready: Vec<Ready>, outcomes: &mut Outcomes) -> anyhow::Result<()> {
+        let unique = once_each(ready, outcomes);
+        if unique.is_empty() {
             return Ok(());
         }
-        // A message delivered twice within one batch is handled once: the copy is deleted.
-        let mut first_in_batch: HashMap<Uuid, usize> = HashMap::new();
-        let mut unique = Vec::new();
-        for r in ready {
-            if first_in_batch.contains_key(&r.message_id) {
-                outcomes[r.index] = Some(Outcome::Done);
-                continue;
-            }
-            first_in_batch.insert(r.message_id, r.index);
-            unique.push(r);
+        let claimed = self.claim(&unique).await?;
+        let (fresh, unclaimed): (Vec<Ready>, Vec<Ready>) =
+            unique.into_iter().partition(|r| claimed.contains(&r.message_id));
+        if !unclaimed.is_empty() {
+            self.settle_unclaimed(unclaimed, outcomes).await?;
         }
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        match self.publish_until_answered(&fresh).await {
+            Ok(out) => self.record_published(&out, &fresh, outcomes).await,
+            Err(failure) => {
+                outcomes.set_all(&fresh, &Err(failure));
+                Ok(())
+            }
+        }
+    }
+
+    /// Claims the messages in the inbox for [`CLAIM_SECONDS`]; the ids this worker got (not
+    /// published before, and nobody else's claim running).
+    async fn claim(&self, unique: &[Ready]) -> anyhow::Result<Vec<Uuid>> {
         let ids: Vec<Uuid> = unique.iter().map(|r| r.message_id).collect();
-        let claimed: Vec<Uuid> = sqlx::query_scalar(
+        sqlx::query_scalar(
             "INSERT INTO inbox (consumer, message_id, claimed_until)
              SELECT $1, id, now() + $3 * interval '1 second' FROM UNNEST($2::uuid[]) AS id
              ON CONFLICT (consumer, message_id) DO UPDATE SET claimed_until = EXCLUDED.claimed_until
@@ -210,96 +246,86 @@ impl Notifier {
         .bind(CLAIM_SECONDS)
         .fetch_all(&self.pool)
         .await
-        .context("failed to claim the messages in the inbox")?;
-        let mut fresh = Vec::new();
-        let mut unclaimed = Vec::new();
-        for r in unique {
-            if claimed.contains(&r.message_id) { fresh.push(r) } else { unclaimed.push(r) }
-        }
-        if !unclaimed.is_empty() {
-            self.settle_unclaimed(unclaimed, outcomes).await?;
-        }
-        if fresh.is_empty() {
-            return Ok(());
-        }
+        .context("failed to claim the messages in the inbox")
+    }
 
-        let out = match self.publish_until_answered(&fresh).await {
-            Ok(out) => out,
-            Err(LetGo::Malformed(reason)) => {
-                for r in &fresh {
-                    outcomes[r.index] = Some(Outcome::Poison { reason: reason.clone() });
-                }
-                return Ok(());
-            }
-            Err(LetGo::Stopping(reason)) => {
-                for r in &fresh {
-                    outcomes[r.index] = Some(Outcome::Retry { reason: reason.clone() });
-                }
-                return Ok(());
-            }
-        };
-        let failed: HashMap<String, String> = out
+    /// Reads SNS's answer: entries it failed come back (their claims released, since they were
+    /// not published); the published ones are marked processed, then done.
+    async fn record_published(
+        &self,
+        out: &PublishBatchOutput,
+        fresh: &[Ready],
+        outcomes: &mut Outcomes,
+    ) -> anyhow::Result<()> {
+        let failed: HashMap<&str, Failure> = out
             .failed()
             .iter()
-            .map(|f| (f.id().to_owned(), format!("{}: {}", f.code(), f.message().unwrap_or(""))))
+            .map(|f| {
+                let reason = format!("{}: {}", f.code(), f.message().unwrap_or(""));
+                (f.id(), Failure::transient(Source::Sns, f.code(), reason))
+            })
             .collect();
-        let mut published = Vec::new();
-        let mut failed_ids = Vec::new();
-        for r in &fresh {
-            match failed.get(&r.index.to_string()) {
-                Some(reason) => {
-                    outcomes[r.index] = Some(Outcome::Retry { reason: reason.clone() });
-                    failed_ids.push(r.message_id);
-                }
-                None => published.push(r),
-            }
+        let (published, refused): (Vec<&Ready>, Vec<&Ready>) =
+            fresh.iter().partition(|r| !failed.contains_key(r.index.to_string().as_str()));
+        for r in &refused {
+            outcomes.set(r, Err(failed[r.index.to_string().as_str()].clone()));
         }
-        if !failed_ids.is_empty() {
+        if !refused.is_empty() {
             // Not published: let the next delivery claim them at once.
-            self.release_claims(&failed_ids).await;
+            self.release_claims(&refused.iter().map(|r| r.message_id).collect::<Vec<_>>()).await;
         }
-        if published.is_empty() {
-            return Ok(());
+        if !published.is_empty() {
+            self.mark_processed(&published.iter().map(|r| r.message_id).collect::<Vec<_>>()).await?;
+            outcomes.set_all(published, &Ok(()));
         }
-        let published_ids: Vec<Uuid> = published.iter().map(|r| r.message_id).collect();
-        // Published: this mark is what keeps it from being published again, so it is worth a
-        // few tries before the message is left to come back.
+        Ok(())
+    }
+
+    /// Marks published messages processed. This mark is what keeps them from being published
+    /// again, so it is worth a few tries before the messages are left to come back.
+    async fn mark_processed(&self, ids: &[Uuid]) -> anyhow::Result<()> {
         let mut attempt = 0;
         loop {
             let marked = sqlx::query(
                 "UPDATE inbox SET processed_at = now() WHERE consumer = $1 AND message_id = ANY($2)",
             )
             .bind(CONSUMER)
-            .bind(&published_ids)
+            .bind(ids)
             .execute(&self.pool)
             .await;
             match marked {
-                Ok(_) => break,
+                Ok(_) => return Ok(()),
                 Err(e) if attempt < 3 => {
                     attempt += 1;
                     tracing::warn!(error = %e, attempt, "published, but failed to mark it processed; retrying");
-                    tokio::time::sleep(std::time::Duration::from_millis(200 * attempt)).await;
+                    tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
                 }
                 Err(e) => {
                     return Err(anyhow::Error::new(e).context("published, but failed to mark it processed"));
                 }
             }
         }
-        for r in published {
-            outcomes[r.index] = Some(Outcome::Done);
-        }
-        Ok(())
     }
+}
+
+/// A message delivered twice within one batch is handled once: the later copies are done.
+fn once_each(ready: Vec<Ready>, outcomes: &mut Outcomes) -> Vec<Ready> {
+    let mut seen = std::collections::HashSet::new();
+    let mut unique = Vec::new();
+    for r in ready {
+        if seen.insert(r.message_id) {
+            unique.push(r);
+        } else {
+            outcomes.set(&r, Ok(()));
+        }
+    }
+    unique
 }
 
 impl Notifier {
     /// Messages whose claim this worker did not get: done if published already; otherwise
     /// another worker holds the claim, and the message comes back when the claim ends.
-    async fn settle_unclaimed(
-        &self,
-        unclaimed: Vec<Ready>,
-        outcomes: &mut [Option<Outcome>],
-    ) -> anyhow::Result<()> {
+    async fn settle_unclaimed(&self, unclaimed: Vec<Ready>, outcomes: &mut Outcomes) -> anyhow::Result<()> {
         let ids: Vec<Uuid> = unclaimed.iter().map(|r| r.message_id).collect();
         let rows: Vec<(Uuid, bool, f64)> = sqlx::query_as(
             "SELECT message_id, processed_at IS NOT NULL,
@@ -314,15 +340,21 @@ impl Notifier {
         let state: HashMap<Uuid, (bool, f64)> =
             rows.into_iter().map(|(id, p, left)| (id, (p, left))).collect();
         for r in unclaimed {
-            outcomes[r.index] = Some(match state.get(&r.message_id) {
-                Some((true, _)) => Outcome::Done,
-                Some((false, left)) => Outcome::Wait {
-                    reason: "another worker holds this message's claim".into(),
-                    after: Duration::from_secs_f64(left + 1.0),
-                },
+            let outcome = match state.get(&r.message_id) {
+                Some((true, _)) => Ok(()),
+                Some((false, left)) => {
+                    let reason = "another worker holds this message's claim";
+                    Err(Failure::transient(Source::Inbox, "claimed", reason)
+                        .retry_in(Duration::from_secs_f64(left + 1.0)))
+                }
                 // Claimed a moment ago and gone since: try again soon.
-                None => Outcome::Retry { reason: "the inbox claim changed under this delivery".into() },
-            });
+                None => Err(Failure::transient(
+                    Source::Inbox,
+                    "claim_changed",
+                    "the inbox claim changed under this delivery",
+                )),
+            };
+            outcomes.set(&r, outcome);
         }
         Ok(())
     }
@@ -351,10 +383,11 @@ impl Notifier {
     }
 
     /// Publishes the batch, trying again with backoff while SNS fails the whole call, for as
-    /// long as that lasts; the batch is let go only if SNS calls it malformed or the worker
-    /// stops. Between attempts the batch's claims are extended past the next attempt, so no
-    /// other copy of these messages publishes while this one still may.
-    async fn publish_until_answered(&self, fresh: &[Ready]) -> Result<PublishBatchOutput, LetGo> {
+    /// long as that lasts; the batch is let go only if SNS calls it malformed (permanent) or
+    /// the worker stops (handed back as transient). Between attempts the batch's claims are
+    /// extended past the next attempt, so no other copy of these messages publishes while this
+    /// one still may.
+    async fn publish_until_answered(&self, fresh: &[Ready]) -> Result<PublishBatchOutput, Failure> {
         let entries = self.entries(fresh);
         let ids: Vec<Uuid> = fresh.iter().map(|r| r.message_id).collect();
         let mut attempt = 0;
@@ -363,27 +396,21 @@ impl Notifier {
                 .sns
                 .publish_batch()
                 .topic_arn(&self.topic_arn)
-                .set_publish_batch_request_entries(Some(entries.clone()))
-                .send()
-                .await;
-            let error = match sent {
+                .set_publish_batch_request_entries(Some(entries.clone()));
+            let (failure, nothing_published) = match sent.send().await {
                 Ok(out) => return Ok(out),
-                Err(e) => e,
+                Err(e) => classify(&e),
             };
-            let failure = classify(&error);
-            metrics::counter!("notification_publish_failures_total", "kind" => failure.kind()).increment(1);
-            let (reason, nothing_published) = match failure {
-                PublishFailure::Malformed(reason) => {
-                    self.release_claims(&ids).await;
-                    return Err(LetGo::Malformed(reason));
-                }
-                PublishFailure::Refused(reason) => (reason, true),
-                PublishFailure::NoAnswer(reason) => (reason, false),
-            };
+            metrics::counter!("notification_publish_failures_total", "kind" => kind_label(&failure, nothing_published))
+                .increment(1);
+            if failure.kind == orderfleet::failure::Kind::Permanent {
+                self.release_claims(&ids).await;
+                return Err(failure);
+            }
             if attempt % 10 == 0 {
                 tracing::warn!(
                     attempt,
-                    reason,
+                    reason = failure.reason,
                     "PublishBatch failed as a whole; keeping the batch and trying again"
                 );
             }
@@ -396,7 +423,10 @@ impl Notifier {
                     if nothing_published {
                         self.release_claims(&ids).await;
                     }
-                    return Err(LetGo::Stopping(reason));
+                    // The stop lets the batch go, not the outage: it comes back to the next
+                    // worker like any passing failure, and this stopping one probes nothing.
+                    let reason = format!("stopping during a Publish outage: {}", failure.reason);
+                    return Err(Failure::transient(Source::Sns, failure.code, reason));
                 }
                 () = tokio::time::sleep(delay) => {}
             }
@@ -430,16 +460,6 @@ impl Notifier {
         .await;
         if let Err(e) = released {
             tracing::warn!(error = %e, "failed to release inbox claims");
-        }
-    }
-}
-
-impl PublishFailure {
-    fn kind(&self) -> &'static str {
-        match self {
-            PublishFailure::Malformed(_) => "malformed",
-            PublishFailure::Refused(_) => "refused",
-            PublishFailure::NoAnswer(_) => "no_answer",
         }
     }
 }

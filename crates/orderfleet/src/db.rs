@@ -8,6 +8,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
 use crate::config::DatabaseConfig;
+use crate::failure::{Failure, Kind, Source};
 
 /// The schema, embedded at build time from `migrations/` at the repository root.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
@@ -56,39 +57,48 @@ pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
     MIGRATOR.run(pool).await.context("failed to apply migrations")
 }
 
-/// What kind of failure a database error is, decided where it happens (by SQLSTATE).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureKind {
-    /// The database cannot be reached, or is shutting down or starting: wait until it answers.
-    Outage,
-    /// A deadlock, a serialization failure, a cancelled statement, or no database error at
-    /// all: try the same work again soon.
-    Transient,
-    /// An integrity constraint, a data exception or an error raised on purpose by a trigger:
-    /// this work fails the same way every time.
-    Permanent,
+/// A database error as a [`Failure`], classified where it happens by its SQLSTATE:
+/// - unreachable, shutting down or starting up (class 08, 57 but a cancelled statement), a
+///   broken connection or an exhausted pool: an **outage** — wait until the database answers;
+/// - an integrity constraint, a data exception, or an error raised on purpose by a trigger
+///   (classes 23, 22, P0): **permanent** — this work fails the same way every time;
+/// - anything else (a deadlock, a serialization failure, a cancelled statement), or an error
+///   with no database error in its chain: **transient** — try the same work again soon.
+pub fn failure(error: &anyhow::Error) -> Failure {
+    let reason = format!("{error:#}");
+    let Some(database) = error.chain().find_map(|cause| cause.downcast_ref::<sqlx::Error>()) else {
+        return Failure::transient(Source::Database, "error", reason);
+    };
+    let (kind, code) = match database {
+        sqlx::Error::Io(_) => (Kind::Outage, "io".to_owned()),
+        sqlx::Error::PoolTimedOut => (Kind::Outage, "pool_timed_out".to_owned()),
+        sqlx::Error::PoolClosed => (Kind::Outage, "pool_closed".to_owned()),
+        sqlx::Error::Tls(_) => (Kind::Outage, "tls".to_owned()),
+        sqlx::Error::Database(e) => {
+            let code = e.code().unwrap_or_default().into_owned();
+            let kind = match &code[..code.len().min(2)] {
+                "08" | "57" if code != "57014" => Kind::Outage,
+                "23" | "22" | "P0" => Kind::Permanent,
+                _ => Kind::Transient,
+            };
+            (kind, code)
+        }
+        _ => (Kind::Transient, "error".to_owned()),
+    };
+    Failure::new(kind, Source::Database, code, reason)
 }
 
-/// Classifies the first database error in `error`'s chain; an error with none is transient.
-pub fn failure_kind(error: &anyhow::Error) -> FailureKind {
-    let Some(database) = error.chain().find_map(|cause| cause.downcast_ref::<sqlx::Error>()) else {
-        return FailureKind::Transient;
-    };
-    match database {
-        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => {
-            FailureKind::Outage
-        }
-        sqlx::Error::Database(e) => {
-            let code = e.code().unwrap_or_default();
-            match &code[..code.len().min(2)] {
-                // Connection exceptions; the server shutting down or not yet accepting (but a
-                // statement cancelled by a timeout, 57014, is transient).
-                "08" | "57" if code != "57014" => FailureKind::Outage,
-                // Integrity constraint violations, data exceptions, a trigger's RAISE.
-                "23" | "22" | "P0" => FailureKind::Permanent,
-                _ => FailureKind::Transient,
-            }
-        }
-        _ => FailureKind::Transient,
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broken_connection_is_an_outage_and_an_error_without_a_database_cause_is_transient() {
+        let io =
+            anyhow::Error::new(sqlx::Error::Io(std::io::Error::other("reset"))).context("failed to load");
+        assert_eq!((failure(&io).kind, failure(&io).code.as_str()), (Kind::Outage, "io"));
+        assert_eq!(failure(&io).source, Source::Database);
+        assert_eq!(failure(&anyhow::anyhow!("no database here")).kind, Kind::Transient);
+        assert_eq!(failure(&anyhow::Error::new(sqlx::Error::PoolTimedOut)).kind, Kind::Outage);
     }
 }

@@ -19,23 +19,10 @@ use anyhow::Context;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::failure::{Failure, Outcome, Source};
 use crate::order::{self, Order, OrderNotification, OrderStatus};
 use crate::outbox::{EventType, NewMessage};
 use crate::payments::{PaymentError, Payments};
-
-/// Where an order stands after [`Fulfilment::advance`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Progress {
-    /// Nothing more to do for it.
-    Settled,
-    /// A dependency is down (Stripe, the database unreachable): try again once it answers.
-    Blocked { reason: String },
-    /// A passing failure of this order's step (a deadlock, a serialization failure): try again
-    /// soon; the dependencies are fine.
-    Retry { reason: String },
-    /// It can never go on as it is; a person must look (the reason says why).
-    Stuck { reason: String },
-}
 
 /// Whether an order of `quantity` finds its units when `stock` units are not yet taken and
 /// `ahead` are the quantities of the orders ahead of it in line that have not taken theirs, in
@@ -50,19 +37,6 @@ pub fn fits_in_line(stock: i32, ahead: &[i32], quantity: i32) -> bool {
         }
     }
     quantity <= left
-}
-
-/// A failed step, by the kind of the database error behind it ([`crate::db::failure_kind`]):
-/// the database unreachable blocks the worker (it pauses and probes), a data or integrity
-/// error is this order's for good (its message goes to the DLQ with the reason, the worker
-/// goes on), anything else comes back soon.
-fn classify(error: &anyhow::Error) -> Progress {
-    let reason = format!("{error:#}");
-    match crate::db::failure_kind(error) {
-        crate::db::FailureKind::Outage => Progress::Blocked { reason },
-        crate::db::FailureKind::Permanent => Progress::Stuck { reason },
-        crate::db::FailureKind::Transient => Progress::Retry { reason },
-    }
 }
 
 /// What a capture step did.
@@ -82,18 +56,24 @@ pub struct Fulfilment {
 }
 
 impl Fulfilment {
-    /// Moves the order forward until it needs nothing more.
-    pub async fn advance(&self, order_id: Uuid) -> Progress {
-        match self.try_advance(order_id).await {
-            Ok(progress) => progress,
-            Err(e) => classify(&e),
-        }
+    /// Moves the order forward until it needs nothing more (`Ok`), or says why it could not go
+    /// on: Stripe or the database down (an outage), a passing database failure (transient), or
+    /// a state no step can go on from (permanent: a person must look). A database error is classified
+    /// where it happens ([`crate::db::failure`]): the database unreachable is an outage (the
+    /// worker pauses and probes), a data or integrity error is this order's for good (its
+    /// message goes to the DLQ with the reason, the worker goes on), anything else comes back
+    /// soon.
+    pub async fn advance(&self, order_id: Uuid) -> Outcome {
+        self.try_advance(order_id).await.unwrap_or_else(|e| Err(crate::db::failure(&e)))
     }
 
-    async fn try_advance(&self, order_id: Uuid) -> anyhow::Result<Progress> {
+    /// The steps; `Err` is a database error, classified by [`Fulfilment::advance`].
+    async fn try_advance(&self, order_id: Uuid) -> anyhow::Result<Outcome> {
+        let stuck = |code: &str, reason: String| Ok(Err(Failure::permanent(Source::Order, code, reason)));
         let load = || async { order::load(&self.pool, order_id).await.context("failed to load the order") };
         let Some(mut order) = load().await? else {
-            return Ok(Progress::Stuck { reason: format!("unknown order {order_id}") });
+            let reason = format!("unknown order {order_id}");
+            return Ok(Err(Failure::permanent(Source::Message, "unknown_order", reason)));
         };
         // Each pass does one step. A step that made its move carries the new status forward;
         // one that lost its compare-and-set to another delivery reads the order again. The
@@ -103,29 +83,30 @@ impl Fulfilment {
             let moved = match order.status {
                 OrderStatus::Authorized => self.reserve(&order).await?,
                 OrderStatus::StockReserved if order.payment_intent_id.is_none() => {
-                    return Ok(Progress::Stuck { reason: format!("order {order_id} has no payment intent") });
+                    return stuck("no_payment_intent", format!("order {order_id} has no payment intent"));
                 }
                 OrderStatus::StockReserved => match self.capture(&order).await? {
                     Captured::Moved(status) => Some(status),
                     Captured::Lost => None,
-                    Captured::Blocked(reason) => return Ok(Progress::Blocked { reason }),
+                    Captured::Blocked(reason) => {
+                        return Ok(Err(Failure::outage(Source::Stripe, "unavailable", reason)));
+                    }
                 },
                 OrderStatus::RejectedOutOfStock | OrderStatus::CaptureFailed => {
                     return self.release_authorization(&order).await;
                 }
-                OrderStatus::Paid | OrderStatus::PaymentDeclined => return Ok(Progress::Settled),
+                OrderStatus::Paid | OrderStatus::PaymentDeclined => return Ok(Ok(())),
                 OrderStatus::PendingAuthorization => {
                     // Fulfilment starts only after the move to `authorized`.
-                    return Ok(Progress::Stuck {
-                        reason: format!("order {order_id} is still pending authorization"),
-                    });
+                    let reason = format!("order {order_id} is still pending authorization");
+                    return stuck("not_authorized", reason);
                 }
             };
             match moved {
                 Some(status) => order.status = status,
                 None => match load().await? {
                     Some(now) => order = now,
-                    None => return Ok(Progress::Stuck { reason: format!("order {order_id} disappeared") }),
+                    None => return stuck("order_disappeared", format!("order {order_id} disappeared")),
                 },
             }
         }
@@ -336,38 +317,33 @@ impl Fulfilment {
     }
 
     /// Cancels the authorization of an order that will not be captured, once.
-    async fn release_authorization(&self, order: &Order) -> anyhow::Result<Progress> {
+    async fn release_authorization(&self, order: &Order) -> anyhow::Result<Outcome> {
         if order.authorization_released_at.is_some() {
-            return Ok(Progress::Settled);
+            return Ok(Ok(()));
         }
         let Some(intent) = order.payment_intent_id.as_deref() else {
             order::mark_authorization_released(&self.pool, order.id).await?;
-            return Ok(Progress::Settled);
+            return Ok(Ok(()));
         };
         match self.payments.cancel(order.id, intent).await {
             Ok(_) => {
                 order::mark_authorization_released(&self.pool, order.id).await?;
-                Ok(Progress::Settled)
+                Ok(Ok(()))
             }
-            Err(PaymentError::Unavailable(reason)) => Ok(Progress::Blocked { reason }),
-            Err(refused) => Ok(Progress::Stuck {
-                reason: format!("cannot cancel the authorization of order {}: {refused}", order.id),
-            }),
+            Err(PaymentError::Unavailable(reason)) => {
+                Ok(Err(Failure::outage(Source::Stripe, "unavailable", reason)))
+            }
+            Err(refused) => {
+                let reason = format!("cannot cancel the authorization of order {}: {refused}", order.id);
+                Ok(Err(Failure::permanent(Source::Stripe, "cancel_refused", reason)))
+            }
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{Progress, classify, fits_in_line};
-
-    #[test]
-    fn an_unreachable_database_blocks_and_an_error_without_a_database_behind_it_is_retried() {
-        let unreachable = anyhow::Error::new(sqlx::Error::Io(std::io::Error::other("connection refused")))
-            .context("failed to reserve stock");
-        assert!(matches!(classify(&unreachable), Progress::Blocked { .. }));
-        assert!(matches!(classify(&anyhow::anyhow!("order did not settle")), Progress::Retry { .. }));
-    }
+    use super::fits_in_line;
 
     #[test]
     fn with_enough_for_everyone_ahead_an_order_fits() {

@@ -18,6 +18,7 @@ pub mod config;
 pub mod consumer;
 pub mod db;
 pub mod failpoint;
+pub mod failure;
 pub mod fulfilment;
 pub mod ops;
 pub mod order;

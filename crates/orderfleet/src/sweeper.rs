@@ -25,7 +25,8 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::authorization::{self, AuthorizationError};
-use crate::fulfilment::{Fulfilment, Progress};
+use crate::failure::Kind;
+use crate::fulfilment::Fulfilment;
 use crate::payments::Payments;
 
 #[derive(Debug, Clone, Copy)]
@@ -128,12 +129,12 @@ impl Sweeper {
         let fulfilment = Fulfilment { pool: self.pool.clone(), payments: self.payments.clone() };
         for id in ids {
             match fulfilment.advance(id).await {
-                Progress::Settled => {
+                Ok(()) => {
                     report.fulfilments_settled += 1;
                     continue;
                 }
-                Progress::Blocked { .. } | Progress::Retry { .. } => report.fulfilments_blocked += 1,
-                Progress::Stuck { reason } => report.stuck.push((id, reason)),
+                Err(failure) if failure.kind == Kind::Permanent => report.stuck.push((id, failure.reason)),
+                Err(_) => report.fulfilments_blocked += 1,
             }
             // Tried and not settled: to the back of the next pass.
             sqlx::query("UPDATE orders SET swept_at = now() WHERE id = $1")

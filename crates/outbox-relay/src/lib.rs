@@ -25,6 +25,7 @@
 pub mod retention;
 pub mod send;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -32,13 +33,14 @@ use futures::FutureExt;
 use orderfleet::backlog::Backlog;
 use orderfleet::backoff::Backoff;
 use orderfleet::config::{ConfigError, DatabaseConfig, Env, QueueConfig, RuntimeConfig, Setting};
+use orderfleet::failure::{Failure, Kind, Outcome, Source};
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use retention::{RetentionMode, RetentionPolicy};
-pub use send::{SendOutcome, Sender};
+pub use send::Sender;
 
 #[derive(Debug, Clone)]
 pub struct RelayConfig {
@@ -173,14 +175,52 @@ pub async fn claim(pool: &PgPool, limit: i64, lease: Duration) -> sqlx::Result<V
 /// Writes what happened to each claimed row, in one statement per kind of result.
 pub async fn record(
     pool: &PgPool,
-    outcomes: &[(Claimed, SendOutcome)],
+    outcomes: &[(Claimed, Outcome)],
     tuning: &RelayTuning,
 ) -> sqlx::Result<()> {
-    let (sent, sent_claims): (Vec<Uuid>, Vec<chrono::DateTime<chrono::Utc>>) = outcomes
+    record_sent(pool, outcomes).await?;
+    let failed: Vec<(&Claimed, Retry)> = outcomes
         .iter()
-        .filter(|(_, o)| matches!(o, SendOutcome::Sent))
-        .map(|(row, _)| (row.id, row.claimed_until))
-        .unzip();
+        .filter_map(|(row, outcome)| {
+            outcome.as_ref().err().map(|failure| (row, Retry::of(row, failure, tuning)))
+        })
+        .collect();
+    if failed.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = failed.iter().map(|(row, _)| row.id).collect();
+    let statuses: Vec<&str> = failed.iter().map(|(_, r)| r.status).collect();
+    let retries: Vec<i32> = failed.iter().map(|(_, r)| r.retry_count).collect();
+    let codes: Vec<&str> = failed.iter().map(|(_, r)| r.failure.code.as_str()).collect();
+    let reasons: Vec<&str> = failed.iter().map(|(_, r)| r.failure.reason.as_str()).collect();
+    let delays_ms: Vec<i64> = failed.iter().map(|(_, r)| r.delay.as_millis() as i64).collect();
+    let claims: Vec<chrono::DateTime<chrono::Utc>> =
+        failed.iter().map(|(row, _)| row.claimed_until).collect();
+    sqlx::query(
+        "UPDATE outbox o
+            SET status = u.status::outbox_status, retry_count = u.retry_count,
+                last_error_code = u.code, last_error_reason = u.reason,
+                next_attempt_at = now() + u.delay_ms * interval '1 ms', updated_at = now()
+           FROM UNNEST($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::bigint[], $7::timestamptz[])
+             AS u(id, status, retry_count, code, reason, delay_ms, claimed_until)
+          WHERE o.id = u.id AND o.status = 'processing' AND o.next_attempt_at = u.claimed_until",
+    )
+    .bind(&ids)
+    .bind(&statuses)
+    .bind(&retries)
+    .bind(&codes)
+    .bind(&reasons)
+    .bind(&delays_ms)
+    .bind(&claims)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Marks the rows SQS took `sent`, in one statement.
+async fn record_sent(pool: &PgPool, outcomes: &[(Claimed, Outcome)]) -> sqlx::Result<()> {
+    let (sent, sent_claims): (Vec<Uuid>, Vec<chrono::DateTime<chrono::Utc>>) =
+        outcomes.iter().filter(|(_, o)| o.is_ok()).map(|(row, _)| (row.id, row.claimed_until)).unzip();
     if !sent.is_empty() {
         sqlx::query(
             "UPDATE outbox o SET status = 'sent', sent_at = now(), updated_at = now(),
@@ -194,66 +234,35 @@ pub async fn record(
         .await?;
         metrics::counter!("outbox_sent_total").increment(sent.len() as u64);
     }
+    Ok(())
+}
 
-    let mut ids = Vec::new();
-    let mut statuses = Vec::new();
-    let mut retries = Vec::new();
-    let mut codes = Vec::new();
-    let mut reasons = Vec::new();
-    let mut delays_ms = Vec::new();
-    let mut claims = Vec::new();
-    for (row, outcome) in outcomes {
-        let (status, retry_count, code, reason, delay) = match outcome {
-            SendOutcome::Sent => continue,
-            SendOutcome::Permanent { code, reason } => {
-                ("dead", row.retry_count + 1, code, reason, Duration::ZERO)
-            }
-            SendOutcome::Transient { code, reason } => {
-                let attempts = row.retry_count + 1;
-                if attempts >= tuning.max_attempts {
-                    ("dead", attempts, code, reason, Duration::ZERO)
-                } else {
-                    ("failed", attempts, code, reason, tuning.retry_backoff.delay(row.retry_count as u32))
-                }
-            }
-            // Not the row's fault: no charge to its budget.
-            SendOutcome::Outage { code, reason, retry_in } => {
-                ("pending", row.retry_count, code, reason, *retry_in)
-            }
+/// What a failed send does to its row.
+struct Retry<'a> {
+    status: &'static str,
+    retry_count: i32,
+    delay: Duration,
+    failure: &'a Failure,
+}
+
+impl<'a> Retry<'a> {
+    /// Permanent → `dead`; transient → `failed`, charged to the row's budget (`dead` once it is
+    /// spent); an outage → `pending` again, charged to nothing: not the row's fault.
+    fn of(row: &Claimed, failure: &'a Failure, tuning: &RelayTuning) -> Self {
+        let attempts = row.retry_count + 1;
+        let (status, retry_count, delay) = match failure.kind {
+            Kind::Permanent => ("dead", attempts, Duration::ZERO),
+            Kind::Transient if attempts >= tuning.max_attempts => ("dead", attempts, Duration::ZERO),
+            Kind::Transient => ("failed", attempts, tuning.retry_backoff.delay(row.retry_count as u32)),
+            Kind::Outage => ("pending", row.retry_count, failure.retry_in.unwrap_or(Duration::from_secs(1))),
         };
         if status == "dead" {
+            let (code, reason) = (&failure.code, &failure.reason);
             tracing::error!(outbox_id = %row.id, event_type = row.event_type, code, reason, "outbox row is dead; see `fleetctl outbox dead`");
             metrics::counter!("outbox_dead_total").increment(1);
         }
-        ids.push(row.id);
-        statuses.push(status);
-        retries.push(retry_count);
-        codes.push(code.clone());
-        reasons.push(reason.clone());
-        delays_ms.push(delay.as_millis() as i64);
-        claims.push(row.claimed_until);
+        Self { status, retry_count, delay, failure }
     }
-    if !ids.is_empty() {
-        sqlx::query(
-            "UPDATE outbox o
-                SET status = u.status::outbox_status, retry_count = u.retry_count,
-                    last_error_code = u.code, last_error_reason = u.reason,
-                    next_attempt_at = now() + u.delay_ms * interval '1 ms', updated_at = now()
-               FROM UNNEST($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::bigint[], $7::timestamptz[])
-                 AS u(id, status, retry_count, code, reason, delay_ms, claimed_until)
-              WHERE o.id = u.id AND o.status = 'processing' AND o.next_attempt_at = u.claimed_until",
-        )
-        .bind(&ids)
-        .bind(&statuses)
-        .bind(&retries)
-        .bind(&codes)
-        .bind(&reasons)
-        .bind(&delays_ms)
-        .bind(&claims)
-        .execute(pool)
-        .await?;
-    }
-    Ok(())
 }
 
 /// When the next row comes due, if any is waiting.
@@ -273,20 +282,16 @@ pub async fn run(
     tuning: RelayTuning,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
-    let backlog = std::sync::Arc::new(Backlog::default());
+    let backlog = Arc::new(Backlog::default());
     // A lane that panics stops the others at the end of their rounds (not mid-round, which
     // would leave sent rows unrecorded until their lease ends), and then the relay.
     let lanes_cancel = cancel.child_token();
     let mut lanes = tokio::task::JoinSet::new();
     for lane in 0..tuning.lanes.max(1) {
-        lanes.spawn(rounds(
-            lane,
-            pool.clone(),
-            sender.clone(),
-            tuning,
-            backlog.clone(),
-            lanes_cancel.clone(),
-        ));
+        lanes.spawn(
+            Lane::new(lane, pool.clone(), sender.clone(), tuning, backlog.clone(), lanes_cancel.clone())
+                .run(),
+        );
     }
     let mut panicked = None;
     while let Some(done) = lanes.join_next().await {
@@ -302,106 +307,142 @@ pub async fn run(
     }
 }
 
-/// One lane's rounds: claim, send, record. Lane 0 always runs and wakes on new rows; the
+/// One lane of the relay: a round at a time. Lane 0 always runs and wakes on new rows; the
 /// others run only while the backlog is deep.
-async fn rounds(
-    lane: usize,
+struct Lane {
+    id: usize,
     pool: PgPool,
     sender: Sender,
     tuning: RelayTuning,
-    backlog: std::sync::Arc<Backlog>,
+    backlog: Arc<Backlog>,
     cancel: CancellationToken,
-) {
-    let mut listener = if lane == 0 { connect_listener(&pool).await } else { None };
-    let mut failures: u32 = 0;
-    let mut outages: u32 = 0;
-    while !cancel.is_cancelled() {
-        if lane > 0 && !backlog.wait_deep(&cancel).await {
-            return;
+    /// Lane 0's `LISTEN outbox_inserted`, reconnected when it drops.
+    listener: Option<PgListener>,
+    /// Claims failed in a row (the database), and rounds that found SQS down in a row.
+    claim_failures: u32,
+    outages: u32,
+}
+
+impl Lane {
+    fn new(
+        id: usize,
+        pool: PgPool,
+        sender: Sender,
+        tuning: RelayTuning,
+        backlog: Arc<Backlog>,
+        cancel: CancellationToken,
+    ) -> Self {
+        Self { id, pool, sender, tuning, backlog, cancel, listener: None, claim_failures: 0, outages: 0 }
+    }
+
+    /// Rounds until the stop signal: claim, send, record, pace. A round in progress finishes
+    /// first (its sends are short and their results must be recorded, or the rows would wait
+    /// out their lease).
+    async fn run(mut self) {
+        if self.id == 0 {
+            self.listener = connect_listener(&self.pool).await;
         }
-        let claimed = match claim(&pool, tuning.claim_batch, tuning.claim_lease).await {
+        while !self.cancel.is_cancelled() {
+            if self.id > 0 && !self.backlog.wait_deep(&self.cancel).await {
+                return;
+            }
+            let Some(claimed) = self.claim().await else { continue };
+            if claimed.is_empty() {
+                self.wait_for_rows().await;
+                continue;
+            }
+            let short_round = (claimed.len() as i64) < self.tuning.claim_batch;
+            let outcomes = self.send(claimed).await;
+            let outage = outcomes.iter().all(|(_, o)| o.as_ref().is_err_and(|f| f.kind == Kind::Outage));
+            if let Err(e) = record(&self.pool, &outcomes, &self.tuning).await {
+                // The rows stay `processing` until their lease ends, then come due again: they
+                // may be sent twice, which the consumers' inbox and status guards absorb.
+                tracing::warn!(error = %e, lane = self.id, "failed to record send results; the rows come due again after their lease");
+            }
+            self.pace(outage, short_round).await;
+        }
+    }
+
+    /// Claims a round's rows; `None` after a failed claim (the database), once its backoff
+    /// has passed.
+    async fn claim(&mut self) -> Option<Vec<Claimed>> {
+        match claim(&self.pool, self.tuning.claim_batch, self.tuning.claim_lease).await {
             Ok(rows) => {
-                failures = 0;
-                rows
+                self.claim_failures = 0;
+                // A full claim wakes the other lanes at once, unless this lane is probing an
+                // outage: one lane is enough to find out when SQS answers again.
+                if self.outages == 0 || rows.is_empty() {
+                    self.backlog.observe(rows.len(), self.tuning.claim_batch as usize);
+                }
+                let result = if rows.is_empty() { "empty" } else { "rows" };
+                metrics::counter!("outbox_claims_total", "result" => result).increment(1);
+                Some(rows)
             }
             Err(e) => {
-                failures += 1;
-                backlog.observe(0, 1);
+                self.claim_failures += 1;
+                self.backlog.observe(0, 1);
+                let (failures, lane) = (self.claim_failures, self.id);
                 if failures == 1 || failures.is_multiple_of(30) {
                     tracing::warn!(error = %e, failures, lane, "cannot claim outbox rows; the database may be down");
                 }
-                pause(
-                    &cancel,
-                    Backoff::new(Duration::from_millis(200), Duration::from_secs(5)).delay(failures),
-                )
-                .await;
-                continue;
+                let delay = Backoff::new(Duration::from_millis(200), Duration::from_secs(5)).delay(failures);
+                pause(&self.cancel, delay).await;
+                None
             }
-        };
-        // A full claim wakes the other lanes at once, unless this lane is probing an outage:
-        // one lane is enough to find out when SQS answers again.
-        if outages == 0 || claimed.is_empty() {
-            backlog.observe(claimed.len(), tuning.claim_batch as usize);
         }
-        metrics::counter!("outbox_claims_total", "result" => if claimed.is_empty() { "empty" } else { "rows" })
-            .increment(1);
+    }
 
-        if claimed.is_empty() {
-            if lane > 0 {
-                continue;
-            }
-            let wait = match next_due(&pool).await {
-                Ok(Some(due)) => {
-                    (due - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO).min(tuning.poll_interval)
-                }
-                _ => tuning.poll_interval,
-            };
-            wait_for_rows(&mut listener, &pool, wait, &cancel).await;
-            continue;
-        }
-
-        let short_round = (claimed.len() as i64) < tuning.claim_batch;
-        // The round must end well inside the claim, or another relay may take the rows over
-        // while this one still sends them; a round cut short is an outage, charged to no row.
-        let outcomes = match tokio::time::timeout(tuning.claim_lease / 2, sender.send(claimed.clone())).await
-        {
+    /// Sends the rows. The round must end well inside the claim, or another relay may take
+    /// the rows over while this one still sends them; a round cut short is an outage, charged
+    /// to no row.
+    async fn send(&self, claimed: Vec<Claimed>) -> Vec<(Claimed, Outcome)> {
+        let limit = self.tuning.claim_lease / 2;
+        match tokio::time::timeout(limit, self.sender.send(claimed.clone())).await {
             Ok(outcomes) => outcomes,
-            Err(_) => claimed
-                .into_iter()
-                .map(|row| {
-                    let outcome = SendOutcome::Outage {
-                        code: "timeout".into(),
-                        reason: format!("the send round took longer than {:?}", tuning.claim_lease / 2),
-                        retry_in: Duration::from_secs(1),
-                    };
-                    (row, outcome)
-                })
-                .collect(),
-        };
-        let outage = outcomes.iter().all(|(_, o)| matches!(o, SendOutcome::Outage { .. }));
-        let recorded = record(&pool, &outcomes, &tuning).await;
-        if let Err(e) = recorded {
-            // The rows stay `processing` until their lease ends, then come due again: they
-            // may be sent twice, which the consumers' inbox and status guards absorb.
-            tracing::warn!(error = %e, lane, "failed to record send results; the rows come due again after their lease");
+            Err(_) => {
+                let reason = format!("the send round took longer than {limit:?}");
+                let failure =
+                    Failure::outage(Source::Sqs, "timeout", reason).retry_in(Duration::from_secs(1));
+                claimed.into_iter().map(|row| (row, Err(failure.clone()))).collect()
+            }
         }
+    }
+
+    /// After a round: back off while SQS is down; otherwise, after a short round, give the
+    /// outbox a moment to fill so the next round's batches go out full.
+    async fn pace(&mut self, outage: bool, short_round: bool) {
+        let lane = self.id;
         if outage {
-            backlog.observe(0, 1);
-            outages += 1;
-            let delay = tuning.outage_backoff.delay(outages - 1);
+            self.backlog.observe(0, 1);
+            self.outages += 1;
+            let (outages, delay) = (self.outages, self.tuning.outage_backoff.delay(self.outages - 1));
             if outages == 1 || outages.is_multiple_of(20) {
                 tracing::warn!(outages, lane, ?delay, "SQS is unreachable; holding every row, charging none");
             }
-            pause(&cancel, delay).await;
-        } else {
-            if outages > 0 {
-                tracing::info!(outages, lane, "SQS answers again; draining");
-            }
-            outages = 0;
-            if short_round && !tuning.fill_delay.is_zero() {
-                pause(&cancel, tuning.fill_delay).await;
-            }
+            return pause(&self.cancel, delay).await;
         }
+        if self.outages > 0 {
+            tracing::info!(outages = self.outages, lane, "SQS answers again; draining");
+        }
+        self.outages = 0;
+        if short_round && !self.tuning.fill_delay.is_zero() {
+            pause(&self.cancel, self.tuning.fill_delay).await;
+        }
+    }
+
+    /// Nothing was due: lane 0 sleeps until a notification, the next row's due time or the
+    /// fallback poll; another lane goes back to waiting for a deep backlog.
+    async fn wait_for_rows(&mut self) {
+        if self.id > 0 {
+            return;
+        }
+        let wait = match next_due(&self.pool).await {
+            Ok(Some(due)) => {
+                (due - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO).min(self.tuning.poll_interval)
+            }
+            _ => self.tuning.poll_interval,
+        };
+        wait_for_rows(&mut self.listener, &self.pool, wait, &self.cancel).await;
     }
 }
 

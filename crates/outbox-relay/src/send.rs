@@ -1,4 +1,13 @@
 //! Sending claimed rows to SQS and classifying every failure where it happens.
+//!
+//! What became of one row's send is an [`Outcome`]: `Ok` when SQS took it, or why not
+//! ([`orderfleet::failure`]):
+//! - permanent: it will never succeed as it is (too large, a queue that does not exist or
+//!   denies us): `dead` at once;
+//! - transient: this entry failed for a passing reason: retried with backoff, charged to its
+//!   budget;
+//! - outage: the whole call failed for a passing reason (SQS, or the way to it, is down):
+//!   held, charged to nothing, tried again after `retry_in`.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -8,6 +17,7 @@ use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use futures::future::join_all;
 use orderfleet::config::QueueConfig;
+use orderfleet::failure::{Failure, Outcome, Source};
 use orderfleet::outbox::{Destination, Envelope};
 
 use crate::Claimed;
@@ -15,27 +25,8 @@ use crate::Claimed;
 /// SQS refuses a message body over 256 KiB, and a batch whose bodies sum over it.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
 
-/// What became of one row's send.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SendOutcome {
-    Sent,
-    /// Will never succeed as it is: `dead` at once.
-    Permanent {
-        code: String,
-        reason: String,
-    },
-    /// This entry failed for a passing reason: retry with backoff, charged to its budget.
-    Transient {
-        code: String,
-        reason: String,
-    },
-    /// The whole call failed for a passing reason: SQS (or the way to it) is down.
-    Outage {
-        code: String,
-        reason: String,
-        retry_in: Duration,
-    },
-}
+/// How soon a row held by an outage comes due again.
+const OUTAGE_RETRY: Duration = Duration::from_secs(1);
 
 #[derive(Clone)]
 pub struct Sender {
@@ -54,29 +45,14 @@ impl Sender {
     }
 
     /// Sends every row (batches in parallel) and returns each row with its outcome.
-    pub async fn send(&self, rows: Vec<Claimed>) -> Vec<(Claimed, SendOutcome)> {
+    pub async fn send(&self, rows: Vec<Claimed>) -> Vec<(Claimed, Outcome)> {
         let mut results = Vec::with_capacity(rows.len());
         let mut by_queue: HashMap<String, Vec<(Claimed, String)>> = HashMap::new();
         for row in rows {
-            let Some(destination) = Destination::parse(&row.destination) else {
-                let reason = format!("no queue is configured for destination {:?}", row.destination);
-                results.push((row, SendOutcome::Permanent { code: "unknown_destination".into(), reason }));
-                continue;
-            };
-            let body = match envelope(&row) {
-                Ok(body) => body,
-                Err(reason) => {
-                    results.push((row, SendOutcome::Permanent { code: "invalid_row".into(), reason }));
-                    continue;
-                }
-            };
-            if body.len() > MAX_MESSAGE_BYTES {
-                let reason =
-                    format!("the message is {} bytes; SQS takes at most {MAX_MESSAGE_BYTES}", body.len());
-                results.push((row, SendOutcome::Permanent { code: "message_too_large".into(), reason }));
-                continue;
+            match self.prepare(&row) {
+                Ok((queue_url, body)) => by_queue.entry(queue_url).or_default().push((row, body)),
+                Err(failure) => results.push((row, Err(failure))),
             }
-            by_queue.entry(self.queues[&destination].clone()).or_default().push((row, body));
         }
 
         let mut calls = Vec::new();
@@ -91,11 +67,23 @@ impl Sender {
         results
     }
 
-    async fn send_chunk(
-        &self,
-        queue_url: String,
-        chunk: Vec<(Claimed, String)>,
-    ) -> Vec<(Claimed, SendOutcome)> {
+    /// The row's queue and message body, or why it can never be sent.
+    fn prepare(&self, row: &Claimed) -> Result<(String, String), Failure> {
+        let permanent = |code: &str, reason: String| Failure::permanent(Source::Message, code, reason);
+        let Some(destination) = Destination::parse(&row.destination) else {
+            let reason = format!("no queue is configured for destination {:?}", row.destination);
+            return Err(permanent("unknown_destination", reason));
+        };
+        let body = envelope(row).map_err(|reason| permanent("invalid_row", reason))?;
+        if body.len() > MAX_MESSAGE_BYTES {
+            let reason =
+                format!("the message is {} bytes; SQS takes at most {MAX_MESSAGE_BYTES}", body.len());
+            return Err(permanent("message_too_large", reason));
+        }
+        Ok((self.queues[&destination].clone(), body))
+    }
+
+    async fn send_chunk(&self, queue_url: String, chunk: Vec<(Claimed, String)>) -> Vec<(Claimed, Outcome)> {
         if !self.batching {
             let (row, body) = chunk.into_iter().next().expect("chunks are not empty");
             let attributes = attributes(&row);
@@ -107,11 +95,7 @@ impl Sender {
                 .set_message_attributes(Some(attributes))
                 .send()
                 .await;
-            let outcome = match result {
-                Ok(_) => SendOutcome::Sent,
-                Err(e) => classify_call(&e),
-            };
-            return vec![(row, outcome)];
+            return vec![(row, result.map(|_| ()).map_err(|e| classify_call(&e)))];
         }
 
         let entries: Vec<SendMessageBatchRequestEntry> = chunk
@@ -130,7 +114,7 @@ impl Sender {
             self.sqs.send_message_batch().queue_url(&queue_url).set_entries(Some(entries)).send().await;
         match result {
             Ok(out) => {
-                let failed: HashMap<String, SendOutcome> = out
+                let failed: HashMap<String, Failure> = out
                     .failed()
                     .iter()
                     .map(|f| {
@@ -140,18 +124,12 @@ impl Sender {
                         )
                     })
                     .collect();
-                chunk
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, (row, _))| {
-                        let outcome = failed.get(&i.to_string()).cloned().unwrap_or(SendOutcome::Sent);
-                        (row, outcome)
-                    })
-                    .collect()
+                let outcome = |i: usize| failed.get(&i.to_string()).cloned().map_or(Ok(()), Err);
+                chunk.into_iter().enumerate().map(|(i, (row, _))| (row, outcome(i))).collect()
             }
             Err(e) => {
-                let outcome = classify_call(&e);
-                chunk.into_iter().map(|(row, _)| (row, outcome.clone())).collect()
+                let failure = classify_call(&e);
+                chunk.into_iter().map(|(row, _)| (row, Err(failure.clone()))).collect()
             }
         }
     }
@@ -207,20 +185,20 @@ fn attributes(row: &Claimed) -> HashMap<String, MessageAttributeValue> {
     ])
 }
 
-/// A failed entry of a batch that SQS otherwise accepted.
-fn classify_entry(code: &str, message: &str, sender_fault: bool) -> SendOutcome {
+/// A failed entry of a batch that SQS otherwise accepted: permanent when SQS blames the entry,
+/// transient otherwise.
+fn classify_entry(code: &str, message: &str, sender_fault: bool) -> Failure {
     let passing =
         matches!(code, "InternalError" | "ServiceUnavailable" | "ThrottlingException" | "RequestThrottled");
-    if sender_fault && !passing {
-        SendOutcome::Permanent { code: code.to_owned(), reason: message.to_owned() }
-    } else {
-        SendOutcome::Transient { code: code.to_owned(), reason: message.to_owned() }
+    match sender_fault && !passing {
+        true => Failure::permanent(Source::Sqs, code, message),
+        false => Failure::transient(Source::Sqs, code, message),
     }
 }
 
 /// A call that failed as a whole: a missing queue or a denial is permanent for every row in
 /// it; anything that says "not now" (no connection, timeout, 5xx, throttling) is an outage.
-fn classify_call<E, R>(error: &SdkError<E, R>) -> SendOutcome
+fn classify_call<E, R>(error: &SdkError<E, R>) -> Failure
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
     R: std::fmt::Debug,
@@ -244,18 +222,16 @@ where
                 "UnsupportedOperation",
             ];
             if permanent.iter().any(|p| code == *p || code.ends_with(p)) {
-                SendOutcome::Permanent { code, reason }
+                Failure::permanent(Source::Sqs, code, reason)
             } else {
-                SendOutcome::Outage { code, reason, retry_in: Duration::from_secs(1) }
+                Failure::outage(Source::Sqs, code, reason).retry_in(OUTAGE_RETRY)
             }
         }
-        SdkError::TimeoutError(_) => {
-            SendOutcome::Outage { code: "timeout".into(), reason, retry_in: Duration::from_secs(1) }
-        }
+        SdkError::TimeoutError(_) => Failure::outage(Source::Sqs, "timeout", reason).retry_in(OUTAGE_RETRY),
         SdkError::DispatchFailure(_) => {
-            SendOutcome::Outage { code: "unreachable".into(), reason, retry_in: Duration::from_secs(1) }
+            Failure::outage(Source::Sqs, "unreachable", reason).retry_in(OUTAGE_RETRY)
         }
-        _ => SendOutcome::Outage { code: "response_error".into(), reason, retry_in: Duration::from_secs(1) },
+        _ => Failure::outage(Source::Sqs, "response_error", reason).retry_in(OUTAGE_RETRY),
     }
 }
 
@@ -265,15 +241,10 @@ mod tests {
 
     #[test]
     fn entry_failures_are_permanent_only_when_the_sender_is_at_fault() {
-        assert!(matches!(
-            classify_entry("InvalidMessageContents", "bad", true),
-            SendOutcome::Permanent { .. }
-        ));
-        assert!(matches!(classify_entry("InternalError", "oops", false), SendOutcome::Transient { .. }));
-        assert!(matches!(
-            classify_entry("RequestThrottled", "slow down", true),
-            SendOutcome::Transient { .. }
-        ));
+        use orderfleet::failure::Kind;
+        assert_eq!(classify_entry("InvalidMessageContents", "bad", true).kind, Kind::Permanent);
+        assert_eq!(classify_entry("InternalError", "oops", false).kind, Kind::Transient);
+        assert_eq!(classify_entry("RequestThrottled", "slow down", true).kind, Kind::Transient);
     }
 
     #[test]

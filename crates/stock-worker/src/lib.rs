@@ -1,15 +1,17 @@
 //! `stock-worker`: for each stock-check message, reserve the order's stock, then capture its
 //! payment or cancel it — [`orderfleet::fulfilment`], which resumes from the order's status,
 //! so a redelivered, duplicated or redriven message continues where the last attempt stopped
-//! and never does a step twice. This crate only reads the message and maps the result:
-//! settled → delete; blocked (Stripe or the database down) → come back after a backoff, and
-//! the worker stops receiving until both answer again ([`Handler::ready`]);
-//! stuck, or a message that is not a stock check → leave it for the DLQ, with the reason.
+//! and never does a step twice. This crate only reads the message; what the step says is the
+//! message's outcome as it is ([`orderfleet::failure`]): settled → delete; an outage (Stripe
+//! or the database down) → come back after a backoff, and the worker stops receiving until
+//! both answer again ([`Handler::ready`]); permanent (a stuck order, or a message that is not
+//! a stock check) → left for the DLQ, with the reason.
 
 use std::sync::Arc;
 
 use orderfleet::consumer::{Handler, Outcome, Received};
-use orderfleet::fulfilment::{Fulfilment, Progress};
+use orderfleet::failure::{Failure, Source};
+use orderfleet::fulfilment::Fulfilment;
 use orderfleet::outbox::{Envelope, EventType};
 
 /// The worker's step.
@@ -37,21 +39,14 @@ impl Handler for StockCheck {
 impl StockCheck {
     /// Handles one message body. Public so tests can drive it without SQS.
     pub async fn handle_one(&self, body: &str) -> Outcome {
-        let envelope: Envelope = match serde_json::from_str(body) {
-            Ok(e) => e,
-            Err(e) => return Outcome::Poison { reason: format!("not a message envelope: {e}") },
-        };
+        let envelope: Envelope = serde_json::from_str(body).map_err(|e| {
+            Failure::permanent(Source::Message, "not_an_envelope", format!("not a message envelope: {e}"))
+        })?;
         if EventType::parse(&envelope.event_type) != Some(EventType::StockCheckRequested) {
-            return Outcome::Poison {
-                reason: format!("unknown event type {:?} on the stock-check queue", envelope.event_type),
-            };
+            let reason = format!("unknown event type {:?} on the stock-check queue", envelope.event_type);
+            return Err(Failure::permanent(Source::Message, "unknown_event_type", reason));
         }
-        match self.fulfilment.advance(envelope.order_id).await {
-            Progress::Settled => Outcome::Done,
-            Progress::Blocked { reason } => Outcome::Blocked { reason },
-            Progress::Retry { reason } => Outcome::Retry { reason },
-            Progress::Stuck { reason } => Outcome::Poison { reason },
-        }
+        self.fulfilment.advance(envelope.order_id).await
     }
 }
 

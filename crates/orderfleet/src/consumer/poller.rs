@@ -1,0 +1,313 @@
+//! One poller: a long poll at a time, its batch handed to a task of its own.
+//!
+//! A turn is four steps, each a method below: [`Poller::wait_for_turn`] (the fill delay, the
+//! backlog, the gate, permits), [`Poller::receive`] (one long poll), [`Poller::dispatch`]
+//! (the batch to its task, under a heartbeat) and, in that task, [`Settle::batch`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::operation::receive_message::ReceiveMessageOutput;
+use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::acker::{Ack, with_heartbeat};
+use super::settle::{Delivered, Settle};
+use super::{ConsumerConfig, Handler, Received, short_name};
+use crate::backlog::Backlog;
+use crate::backoff::Backoff;
+
+/// What a worker's pollers share.
+#[derive(Clone)]
+pub(super) struct Shared {
+    /// Messages in flight, across pollers: a poller receives no more than it holds permits for.
+    pub(super) permits: Arc<Semaphore>,
+    pub(super) acks: mpsc::Sender<Ack>,
+    pub(super) in_flight: InFlight,
+    pub(super) gate: Arc<Gate>,
+    pub(super) backlog: Arc<Backlog>,
+    pub(super) cancel: CancellationToken,
+}
+
+/// Closed by an outage, opened by a passing probe: while closed, no poller receives.
+#[derive(Debug, Default)]
+pub(super) struct Gate {
+    paused: AtomicBool,
+}
+
+impl Gate {
+    /// Closes the gate; true if this call closed it (so one log line per outage).
+    pub(super) fn pause(&self) -> bool {
+        !self.paused.swap(true, Ordering::AcqRel)
+    }
+
+    fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Acquire)
+    }
+
+    /// Probes until the handler's dependencies answer, with backoff and a log line per 30 s.
+    /// Returns false if the stop signal came first.
+    async fn wait_until_ready<H: Handler>(
+        &self,
+        handler: &H,
+        queue: &str,
+        cancel: &CancellationToken,
+    ) -> bool {
+        let backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(15));
+        let mut attempt = 0;
+        let mut last_logged: Option<Instant> = None;
+        while self.is_paused() {
+            // A stopping worker receives nothing more: no probe (it may take seconds) to wait for.
+            if cancel.is_cancelled() {
+                return false;
+            }
+            match handler.ready().await {
+                Ok(()) => {
+                    if self.paused.swap(false, Ordering::AcqRel) {
+                        tracing::info!(queue, probes = attempt + 1, "dependencies answer again; receiving");
+                    }
+                }
+                Err(reason) => {
+                    if last_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(30)) {
+                        tracing::warn!(queue, reason, "still waiting for a dependency; receiving nothing");
+                        last_logged = Some(Instant::now());
+                    }
+                    if !sleep_or_stop(cancel, backoff.delay(attempt)).await {
+                        return false;
+                    }
+                    attempt += 1;
+                }
+            }
+        }
+        true
+    }
+}
+
+/// The batches being handled: their tasks, and their receipts (to release at a forced stop).
+#[derive(Default, Clone)]
+pub(super) struct InFlight {
+    pub(super) tracker: TaskTracker,
+    receipts: Arc<Mutex<HashMap<u64, Vec<String>>>>,
+    next_id: Arc<AtomicU64>,
+    pub(super) stop_heartbeats: CancellationToken,
+}
+
+impl InFlight {
+    fn register(&self, receipts: Vec<String>) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.receipts.lock().expect("not poisoned").insert(id, receipts);
+        id
+    }
+
+    fn forget(&self, id: u64) {
+        self.receipts.lock().expect("not poisoned").remove(&id);
+    }
+
+    /// Every receipt still in flight, forgotten.
+    pub(super) fn take_all(&self) -> Vec<String> {
+        self.receipts.lock().expect("not poisoned").drain().flat_map(|(_, r)| r).collect()
+    }
+}
+
+pub(super) struct Poller<H> {
+    id: usize,
+    queue: String,
+    sqs: Client,
+    config: Arc<ConsumerConfig>,
+    handler: Arc<H>,
+    shared: Shared,
+    /// Receives failed in a row, for the backoff and the log.
+    failures: u32,
+    last_logged: Option<Instant>,
+    /// The last receive came back short: wait a moment before the next, to let the queue fill.
+    fill_first: bool,
+}
+
+impl<H: Handler> Poller<H> {
+    pub(super) fn new(
+        id: usize,
+        sqs: Client,
+        config: Arc<ConsumerConfig>,
+        handler: Arc<H>,
+        shared: Shared,
+    ) -> Self {
+        let queue = short_name(&config.queue_url).to_owned();
+        Self { id, queue, sqs, config, handler, shared, failures: 0, last_logged: None, fill_first: false }
+    }
+
+    /// Turns until the stop signal.
+    pub(super) async fn run(mut self) {
+        while let Some(permits) = self.wait_for_turn().await {
+            let Some(batch) = self.receive(permits.num_permits()).await else { return };
+            if !batch.is_empty() {
+                self.dispatch(batch, permits);
+            }
+        }
+    }
+
+    /// Waits until this poller may receive, and takes permits for the messages it will ask
+    /// for; `None` at the stop signal.
+    async fn wait_for_turn(&mut self) -> Option<OwnedSemaphorePermit> {
+        let cancel = &self.shared.cancel;
+        if std::mem::take(&mut self.fill_first)
+            && !self.config.fill_delay.is_zero()
+            && !sleep_or_stop(cancel, self.config.fill_delay).await
+        {
+            return None;
+        }
+        // Parked first, then the gate: a poller woken after a long park must still find the
+        // dependencies up before it receives.
+        if self.id > 0 && !self.shared.backlog.wait_deep(cancel).await {
+            return None;
+        }
+        if !self.shared.gate.wait_until_ready(&*self.handler, &self.queue, cancel).await {
+            return None;
+        }
+        let held = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return None,
+            held = take_permits(&self.shared.permits, self.full_batch(), self.config.fill_delay) => held,
+        };
+        // No poll starts after the stop signal: it could outlast the grace period.
+        (!cancel.is_cancelled()).then_some(held)
+    }
+
+    fn full_batch(&self) -> usize {
+        self.config.batch().min(self.config.max_in_flight.max(1))
+    }
+
+    /// One long poll for up to `asked` messages: what it brought (nothing after a failed
+    /// receive, once its backoff has passed), or `None` at the stop signal.
+    async fn receive(&mut self, asked: usize) -> Option<Vec<Received>> {
+        let wait = self.config.wait_time_seconds;
+        let receive = self
+            .sqs
+            .receive_message()
+            .queue_url(&self.config.queue_url)
+            .max_number_of_messages(asked as i32)
+            .wait_time_seconds(wait)
+            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            .customize()
+            .config_override(
+                aws_sdk_sqs::config::Builder::default()
+                    .timeout_config(crate::aws::long_poll_timeouts(Duration::from_secs(wait.max(0) as u64))),
+            )
+            .send();
+        // A long poll in flight is let finish, up to the grace period: SQS may hand messages to
+        // a poll whose client has gone, where they would sit invisible for the visibility
+        // timeout with a receive counted for nothing. What it brings is handled as usual.
+        tokio::pin!(receive);
+        let result = tokio::select! {
+            result = &mut receive => result,
+            _ = self.shared.cancel.cancelled() => {
+                tokio::time::timeout(self.config.shutdown_grace, &mut receive).await.ok()?
+            }
+        };
+        match result {
+            Ok(out) => Some(self.received(out, asked)),
+            Err(e) => {
+                self.receive_failed(&e).await?;
+                Some(Vec::new())
+            }
+        }
+    }
+
+    /// What a receive brought, and what it says about the queue.
+    fn received(&mut self, out: ReceiveMessageOutput, asked: usize) -> Vec<Received> {
+        self.failures = 0;
+        let messages = out.messages.unwrap_or_default();
+        // Deep only when a whole batch came back: a busy worker asking for a few messages and
+        // getting them says nothing about the queue.
+        self.shared.backlog.observe(messages.len(), self.full_batch());
+        // A short batch means the queue is shallow: wait a moment before asking again, so the
+        // next receive (and its delete, and a publish) carries a fuller batch. At load this
+        // halves the calls per message for a few milliseconds of latency.
+        self.fill_first = !messages.is_empty() && messages.len() < asked;
+        metrics::counter!("sqs_messages_received_total", "queue" => self.queue.clone())
+            .increment(messages.len() as u64);
+        messages.into_iter().map(received).collect()
+    }
+
+    /// Backs off after a failed receive, logging once per 30 s; `None` at the stop signal.
+    async fn receive_failed(&mut self, e: &impl std::error::Error) -> Option<()> {
+        // Whatever the queue holds, the extra pollers wait until receiving works.
+        self.shared.backlog.observe(0, 1);
+        self.failures += 1;
+        if self.last_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(30)) {
+            let (queue, poller, failures) = (&self.queue, self.id, self.failures);
+            tracing::warn!(queue, poller, failures, error = %aws_sdk_sqs::error::DisplayErrorContext(e), "receive failed; backing off");
+            self.last_logged = Some(Instant::now());
+        }
+        let delay = Backoff::new(Duration::from_millis(200), Duration::from_secs(10)).delay(self.failures);
+        sleep_or_stop(&self.shared.cancel, delay).await.then_some(())
+    }
+
+    /// Hands the batch to a task of its own: the handler runs under a heartbeat, then every
+    /// outcome is settled. The permits for messages that did not come go back now; the rest
+    /// when the batch is settled.
+    fn dispatch(&self, batch: Vec<Received>, mut permits: OwnedSemaphorePermit) {
+        if batch.len() < permits.num_permits() {
+            // Permits for messages the receive did not bring: back to the pool at once.
+            drop(permits.split(permits.num_permits() - batch.len()));
+        }
+        let delivered: Vec<Delivered> = batch.iter().map(Delivered::of).collect();
+        let receipts: Vec<String> = batch.iter().map(|m| m.receipt_handle.clone()).collect();
+        let in_flight = self.shared.in_flight.clone();
+        let batch_id = in_flight.register(receipts.clone());
+        let settle =
+            Settle::new(&self.queue, &self.config, self.shared.acks.clone(), self.shared.gate.clone());
+        let visibility = self.config.visibility_timeout.unwrap_or(Duration::from_secs(30));
+        let handler = self.handler.clone();
+        self.shared.in_flight.tracker.spawn(async move {
+            let (acks, stop) = (settle.acks(), &in_flight.stop_heartbeats);
+            let outcomes = with_heartbeat(handler.handle(batch), &receipts, visibility, acks, stop).await;
+            settle.batch(delivered, outcomes).await;
+            in_flight.forget(batch_id);
+            // The permits go back only now, after the acknowledgements are queued.
+            drop(permits);
+        });
+    }
+}
+
+fn received(m: Message) -> Received {
+    Received {
+        receive_count: m
+            .attributes()
+            .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(1),
+        message_id: m.message_id.unwrap_or_default(),
+        receipt_handle: m.receipt_handle.unwrap_or_default(),
+        body: m.body.unwrap_or_default(),
+    }
+}
+
+/// Permits for a batch of `want` messages: all of them if they come free within `patience`
+/// (a handler finishing), else as many as are free then (at least one, waiting for it).
+async fn take_permits(permits: &Arc<Semaphore>, want: usize, patience: Duration) -> OwnedSemaphorePermit {
+    let full = permits.clone().acquire_many_owned(want as u32);
+    if let Ok(held) = tokio::time::timeout(patience, full).await {
+        return held.expect("the semaphore is never closed");
+    }
+    let mut held = permits.clone().acquire_owned().await.expect("the semaphore is never closed");
+    while held.num_permits() < want {
+        match permits.clone().try_acquire_owned() {
+            Ok(p) => held.merge(p),
+            Err(_) => break,
+        }
+    }
+    held
+}
+
+/// Sleeps for `delay`; false if the stop signal came first.
+async fn sleep_or_stop(cancel: &CancellationToken, delay: Duration) -> bool {
+    tokio::select! {
+        _ = cancel.cancelled() => false,
+        _ = tokio::time::sleep(delay) => true,
+    }
+}

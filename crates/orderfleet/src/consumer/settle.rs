@@ -1,0 +1,203 @@
+//! Settling: each message's outcome becomes its acknowledgement, its metric and its log line,
+//! in one place, and the failures are recorded for operators.
+//!
+//! | outcome | acknowledgement | also |
+//! |---|---|---|
+//! | `Ok` | delete | |
+//! | transient | visible again after [`Failure::retry_in`] if known, else a backoff by receive count | a warning (an info line when the failure named its time) |
+//! | outage | visible again after the backoff | the worker's gate closes: no poller receives until the probe passes |
+//! | permanent | visible again after the backoff; the redrive policy moves it to the DLQ after its third receive | an error line |
+//!
+//! Every failure is also recorded in `message_failures` under the message's
+//! [`super::failure_key`], so `fleetctl dlq peek` shows why a dead letter died.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::acker::Ack;
+use super::poller::Gate;
+use super::{ConsumerConfig, Outcome, Received, failure_key};
+use crate::backoff::Backoff;
+use crate::failure::{Failure, Kind};
+
+/// SQS's longest visibility timeout: 12 hours.
+const MAX_VISIBILITY: Duration = Duration::from_secs(43_200);
+
+/// What settling needs to know of a message once the handler has had it.
+pub(super) struct Delivered {
+    message_id: String,
+    receipt: String,
+    receive_count: u32,
+    /// Its failures' key in `message_failures`.
+    key: String,
+}
+
+impl Delivered {
+    pub(super) fn of(message: &Received) -> Self {
+        Self {
+            message_id: message.message_id.clone(),
+            receipt: message.receipt_handle.clone(),
+            receive_count: message.receive_count,
+            key: failure_key(&message.body, &message.message_id),
+        }
+    }
+}
+
+pub(super) struct Settle {
+    queue: String,
+    acks: mpsc::Sender<Ack>,
+    gate: Arc<Gate>,
+    backoff: Backoff,
+    failure_log: Option<sqlx::PgPool>,
+}
+
+impl Settle {
+    pub(super) fn new(
+        queue: &str,
+        config: &ConsumerConfig,
+        acks: mpsc::Sender<Ack>,
+        gate: Arc<Gate>,
+    ) -> Self {
+        let (backoff, failure_log) = (config.retry_backoff, config.failure_log.clone());
+        Self { queue: queue.to_owned(), acks, gate, backoff, failure_log }
+    }
+
+    pub(super) fn acks(&self) -> &mpsc::Sender<Ack> {
+        &self.acks
+    }
+
+    /// Settles every message of a batch, then records the batch's failures in one statement.
+    pub(super) async fn batch(&self, delivered: Vec<Delivered>, outcomes: Vec<Outcome>) {
+        let mut failures = Vec::new();
+        for (message, outcome) in delivered.into_iter().zip(outcomes) {
+            let ack = self.settle(&message, &outcome);
+            // The acker outlives every batch task, so this send fails only if it panicked.
+            let _ = self.acks.send(ack).await;
+            if let Err(failure) = outcome {
+                failures.push((message, failure));
+            }
+        }
+        if let Some(pool) = &self.failure_log
+            && !failures.is_empty()
+        {
+            record_failures(pool, &self.queue, &failures).await;
+        }
+    }
+
+    /// One outcome: its metric, its log line, and the acknowledgement it calls for.
+    fn settle(&self, message: &Delivered, outcome: &Outcome) -> Ack {
+        let label = outcome.as_ref().map_or_else(|failure| failure.kind.as_str(), |()| "done");
+        metrics::counter!("messages_handled_total", "queue" => self.queue.clone(), "outcome" => label)
+            .increment(1);
+        let Err(failure) = outcome else {
+            return Ack::Delete(message.receipt.clone());
+        };
+        // Every failure leaves the message to come back: when the failure says it can go on,
+        // or after a backoff sized by its receive count.
+        let delay = failure
+            .retry_in
+            .unwrap_or_else(|| self.backoff.delay(message.receive_count.saturating_sub(1)))
+            .min(MAX_VISIBILITY);
+        // An outage closes the worker's gate: no poller receives until the probe passes.
+        let paused_now = failure.kind == Kind::Outage && self.gate.pause();
+        self.log(message, failure, delay, paused_now);
+        Ack::Visibility(message.receipt.clone(), delay.as_secs().max(1) as i32)
+    }
+
+    fn log(&self, message: &Delivered, failure: &Failure, delay: Duration, paused_now: bool) {
+        let (queue, message_id, receive_count) = (&self.queue, &message.message_id, message.receive_count);
+        let (source, code, reason) = (failure.source.as_str(), &failure.code, &failure.reason);
+        match failure.kind {
+            Kind::Transient if failure.retry_in.is_some() => {
+                tracing::info!(
+                    queue,
+                    message_id,
+                    receive_count,
+                    ?delay,
+                    source,
+                    reason,
+                    "not yet; the message comes back when it can go on"
+                )
+            }
+            Kind::Transient => {
+                tracing::warn!(
+                    queue,
+                    message_id,
+                    receive_count,
+                    ?delay,
+                    source,
+                    code,
+                    reason,
+                    "transient failure; the message comes back later"
+                )
+            }
+            // One line per outage, from the outcome that closed the gate.
+            Kind::Outage if paused_now => {
+                tracing::warn!(
+                    queue,
+                    source,
+                    code,
+                    reason,
+                    "a dependency is down; pausing receives until it answers"
+                )
+            }
+            Kind::Outage => {}
+            Kind::Permanent => {
+                tracing::error!(
+                    queue,
+                    message_id,
+                    receive_count,
+                    source,
+                    code,
+                    reason,
+                    "unprocessable message; it goes to the DLQ after its last receive"
+                )
+            }
+        }
+    }
+}
+
+/// Records why messages did not finish, for `fleetctl dlq peek`. Best effort: when the
+/// database is what failed, this fails too, and the log line is the record.
+async fn record_failures(pool: &sqlx::PgPool, queue: &str, failures: &[(Delivered, Failure)]) {
+    // Two copies of one message in a batch share a key, and one statement may change a row
+    // only once: one entry per key, the last copy's failure, counting them all.
+    let mut by_key: Vec<(&Delivered, &Failure, i32)> = Vec::new();
+    for (message, failure) in failures {
+        match by_key.iter_mut().find(|(m, _, _)| m.key == message.key) {
+            Some(entry) => *entry = (message, failure, entry.2 + 1),
+            None => by_key.push((message, failure, 1)),
+        }
+    }
+    let keys: Vec<&str> = by_key.iter().map(|(m, _, _)| m.key.as_str()).collect();
+    let ids: Vec<&str> = by_key.iter().map(|(m, _, _)| m.message_id.as_str()).collect();
+    let counts: Vec<i32> = by_key.iter().map(|(m, _, _)| m.receive_count as i32).collect();
+    let outcomes: Vec<&str> = by_key.iter().map(|(_, f, _)| f.kind.as_str()).collect();
+    let reasons: Vec<String> =
+        by_key.iter().map(|(_, f, _)| format!("{} {}: {}", f.source.as_str(), f.code, f.reason)).collect();
+    let times: Vec<i32> = by_key.iter().map(|(_, _, n)| *n).collect();
+    let recorded = sqlx::query(
+        "INSERT INTO message_failures (queue, message_key, sqs_message_id, receive_count, outcome, reason, failures)
+         SELECT $1, k, id, n, o, r, t
+           FROM UNNEST($2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::int[]) AS f(k, id, n, o, r, t)
+         ON CONFLICT (queue, message_key) DO UPDATE
+            SET sqs_message_id = EXCLUDED.sqs_message_id, receive_count = EXCLUDED.receive_count,
+                outcome = EXCLUDED.outcome, reason = EXCLUDED.reason,
+                failures = message_failures.failures + EXCLUDED.failures, updated_at = now()",
+    )
+    .bind(queue)
+    .bind(&keys)
+    .bind(&ids)
+    .bind(&counts)
+    .bind(&outcomes)
+    .bind(&reasons)
+    .bind(&times)
+    .execute(pool)
+    .await;
+    if let Err(e) = recorded {
+        // Warn: a failure not recorded leaves a dead letter without its reason.
+        tracing::warn!(error = %e, "could not record message failures");
+    }
+}

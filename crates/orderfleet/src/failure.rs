@@ -1,0 +1,113 @@
+//! One vocabulary for every failure in the fleet, decided where the failure happens.
+//!
+//! Whatever failed — a database statement, a Stripe call, an SQS or SNS call, a message that
+//! cannot be read — the code next to it says which of three kinds it is, and from where:
+//!
+//! | kind | what it means | what the loops do with it |
+//! |---|---|---|
+//! | [`Kind::Transient`] | this piece of work failed for a passing reason (a deadlock, a throttled entry, another worker's claim) | try it again after a backoff (or after [`Failure::retry_in`] when that is known); the relay charges the row's budget |
+//! | [`Kind::Outage`] | a dependency is down (the database unreachable, Stripe or SQS not answering) | not the work's fault: a consumer stops receiving until its probe passes, the relay holds every row and charges none |
+//! | [`Kind::Permanent`] | it fails the same way every time (unreadable, refused as invalid, an integrity error) | set aside for a person with its reason: the DLQ for a message, `dead` for an outbox row |
+//!
+//! The consumer ([`crate::consumer`]), the relay and the fulfilment steps all speak it, so no
+//! layer translates one set of words into another.
+
+use std::fmt;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Transient,
+    Outage,
+    Permanent,
+}
+
+impl Kind {
+    /// Its name in metrics (`messages_handled_total{outcome}`) and in `message_failures`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Transient => "transient",
+            Kind::Outage => "outage",
+            Kind::Permanent => "permanent",
+        }
+    }
+}
+
+/// Where a failure happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The message itself (not an envelope, an unknown event type or order).
+    Message,
+    /// An order's own data (a state no step can go on from).
+    Order,
+    Database,
+    Stripe,
+    Sqs,
+    Sns,
+    /// The notification inbox: another worker holds the message's claim.
+    Inbox,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Message => "message",
+            Source::Order => "order",
+            Source::Database => "database",
+            Source::Stripe => "stripe",
+            Source::Sqs => "sqs",
+            Source::Sns => "sns",
+            Source::Inbox => "inbox",
+        }
+    }
+}
+
+/// What became of one piece of work (a message, a fulfilment step, an outbox row's send):
+/// done, or the failure that stopped it. The one result every loop settles.
+pub type Outcome = Result<(), Failure>;
+
+/// A classified failure: its kind, where it happened, a short code and the reason a person
+/// reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub kind: Kind,
+    pub source: Source,
+    /// Short and machine-readable: an SQLSTATE, an AWS error code, `timeout`, `unknown_order`…
+    pub code: String,
+    pub reason: String,
+    /// How long until trying again can succeed, when the failure says (another worker's claim
+    /// ends then); otherwise the loop's own backoff decides.
+    pub retry_in: Option<Duration>,
+}
+
+impl Failure {
+    pub fn new(kind: Kind, source: Source, code: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self { kind, source, code: code.into(), reason: reason.into(), retry_in: None }
+    }
+
+    pub fn transient(source: Source, code: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::new(Kind::Transient, source, code, reason)
+    }
+
+    pub fn outage(source: Source, code: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::new(Kind::Outage, source, code, reason)
+    }
+
+    pub fn permanent(source: Source, code: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::new(Kind::Permanent, source, code, reason)
+    }
+
+    /// The same failure, to be tried again after `delay`.
+    pub fn retry_in(mut self, delay: Duration) -> Self {
+        self.retry_in = Some(delay);
+        self
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} failure ({}): {}", self.kind.as_str(), self.source.as_str(), self.code, self.reason)
+    }
+}
+
+impl std::error::Error for Failure {}

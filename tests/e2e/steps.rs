@@ -1,0 +1,192 @@
+//! The stock worker's step driven in process, without SQS: `StockCheck::handle_one` and
+//! `Fulfilment::advance` against a database of the test's own and an in-process stripe-sim.
+//! What the step returns is the message's outcome as the consumer settles it (delete, come
+//! back, pause, DLQ), so these tests pin each classification where it is made.
+
+use std::time::Duration;
+
+use orderfleet::authorization;
+use orderfleet::config::{Env, StripeConfig};
+use orderfleet::failure::{Kind, Source};
+use orderfleet::fulfilment::Fulfilment;
+use orderfleet::outbox::Envelope;
+use orderfleet::payments::{Payments, RetryPolicy};
+use orderfleet_tests::TestDatabase;
+use stock_worker::StockCheck;
+use uuid::Uuid;
+
+/// A database, stripe-sim in this process, and the step over both.
+struct Step {
+    db: TestDatabase,
+    stripe_base: String,
+    step: StockCheck,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+fn payments(api_base: &str) -> Payments {
+    let env = Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_steps"), ("STRIPE_API_BASE", api_base)]);
+    let quick = RetryPolicy { attempts: 2, timeout: Duration::from_secs(2), ..RetryPolicy::default() };
+    Payments::new(&StripeConfig::from_env(&env).unwrap(), quick).unwrap()
+}
+
+impl Step {
+    async fn new() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let stripe_base = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(stripe_sim::serve(listener, async {
+            let _ = stopped.await;
+        }));
+        let db = TestDatabase::migrated().await.unwrap();
+        sqlx::query("INSERT INTO products (id, name, price_minor, currency, units_total, stock) VALUES ('sku-1', 'Sku', 1000, 'usd', 5, 5)")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        let fulfilment = Fulfilment { pool: db.pool.clone(), payments: payments(&stripe_base) };
+        Self { db, stripe_base, step: StockCheck { fulfilment }, _stop: stop }
+    }
+
+    /// An order promised its unit at the door and authorized at stripe-sim, as the intake
+    /// leaves it.
+    async fn authorized_order(&self, user: &str) -> Uuid {
+        let id = Uuid::now_v7();
+        sqlx::query(
+            "WITH door AS (
+                 UPDATE products SET units_promised = units_promised + 1, last_position = last_position + 1
+                  WHERE id = 'sku-1' RETURNING last_position
+             )
+             INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity,
+                                 amount_minor, currency, payment_method, position)
+             SELECT $1, $2, 'k', '\\x00', 'sku-1', 1, 1000, 'usd', 'pm_card_visa', last_position FROM door",
+        )
+        .bind(id)
+        .bind(user)
+        .execute(&self.db.pool)
+        .await
+        .unwrap();
+        let pool = &self.db.pool;
+        let order = authorization::take_over(pool, id, Duration::from_secs(30)).await.unwrap().unwrap();
+        authorization::authorize(pool, &self.step.fulfilment.payments, &order).await.unwrap();
+        id
+    }
+
+    async fn status(&self, id: Uuid) -> String {
+        sqlx::query_scalar("SELECT status::text FROM orders WHERE id = $1")
+            .bind(id)
+            .fetch_one(&self.db.pool)
+            .await
+            .unwrap()
+    }
+
+    async fn captures(&self) -> u64 {
+        let ledger: serde_json::Value = reqwest::get(format!("{}/_sim/payment_intents", self.stripe_base))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        ledger["data"].as_array().unwrap().iter().map(|i| i["capture_count"].as_u64().unwrap()).sum()
+    }
+}
+
+fn stock_check(order_id: Uuid, event_type: &str) -> String {
+    serde_json::to_string(&Envelope {
+        message_id: Uuid::now_v7(),
+        event_type: event_type.into(),
+        order_id,
+        occurred_at: chrono::Utc::now(),
+        payload: serde_json::json!({}),
+    })
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stock_check_pays_its_order_and_a_duplicate_delivery_is_ok_without_a_second_capture() {
+    // Arrange
+    let step = Step::new().await;
+    let order = step.authorized_order("ola").await;
+    let body = stock_check(order, "order.stock_check_requested");
+
+    // Act
+    let first = step.step.handle_one(&body).await;
+    let duplicate = step.step.handle_one(&body).await;
+
+    // Assert
+    assert_eq!((first, duplicate), (Ok(()), Ok(())));
+    assert_eq!(step.status(order).await, "paid");
+    assert_eq!(step.captures().await, 1);
+    step.db.drop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_the_stock_step_cannot_use_is_a_permanent_failure_of_the_message() {
+    // Arrange
+    let step = Step::new().await;
+    let order = step.authorized_order("ola").await;
+
+    // Act
+    let unreadable = step.step.handle_one("not json").await.unwrap_err();
+    let misrouted = step.step.handle_one(&stock_check(order, "order.paid")).await.unwrap_err();
+    let unknown =
+        step.step.handle_one(&stock_check(Uuid::now_v7(), "order.stock_check_requested")).await.unwrap_err();
+
+    // Assert: each is for a person (the DLQ), says where it failed, and touched nothing.
+    for (failure, code) in
+        [(&unreadable, "not_an_envelope"), (&misrouted, "unknown_event_type"), (&unknown, "unknown_order")]
+    {
+        assert_eq!(
+            (failure.kind, failure.source, failure.code.as_str()),
+            (Kind::Permanent, Source::Message, code)
+        );
+    }
+    assert_eq!(step.status(order).await, "authorized");
+    step.db.drop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_stripe_unreachable_advancing_is_an_outage_and_the_order_waits_reserved_for_the_next_try() {
+    // Arrange: the order is authorized; the step's Stripe is a port nobody listens on.
+    let step = Step::new().await;
+    let order = step.authorized_order("ola").await;
+    let unreachable = Fulfilment {
+        pool: step.db.pool.clone(),
+        payments: payments(&format!("http://127.0.0.1:{}", fleet_harness::free_port())),
+    };
+
+    // Act
+    let cut = unreachable.advance(order).await.unwrap_err();
+    let status_meanwhile = step.status(order).await;
+    let resumed = step.step.fulfilment.advance(order).await;
+
+    // Assert: an outage (the worker pauses and probes), the units kept, then paid once.
+    assert_eq!((cut.kind, cut.source), (Kind::Outage, Source::Stripe), "{cut}");
+    assert_eq!(status_meanwhile, "stock_reserved");
+    assert_eq!(resumed, Ok(()));
+    assert_eq!(step.status(order).await, "paid");
+    assert_eq!(step.captures().await, 1);
+    step.db.drop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_the_database_unreachable_advancing_is_an_outage_of_the_database() {
+    // Arrange: a pool that points at a port nobody listens on.
+    let step = Step::new().await;
+    let order = step.authorized_order("ola").await;
+    let url = format!("postgres://nobody@127.0.0.1:{}/none", fleet_harness::free_port());
+    let config =
+        orderfleet::config::DatabaseConfig::from_env(&Env::from_pairs([("DATABASE_URL", url.as_str())]))
+            .unwrap();
+    let size = orderfleet::db::PoolSize { acquire_timeout: Duration::from_secs(1), ..Default::default() };
+    let unreachable = Fulfilment {
+        pool: orderfleet::db::connect_lazy(&config, size).unwrap(),
+        payments: payments(&step.stripe_base),
+    };
+
+    // Act
+    let cut = unreachable.advance(order).await.unwrap_err();
+
+    // Assert
+    assert_eq!((cut.kind, cut.source), (Kind::Outage, Source::Database), "{cut}");
+    assert_eq!(step.status(order).await, "authorized");
+    step.db.drop().await.unwrap();
+}
