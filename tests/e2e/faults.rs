@@ -798,6 +798,23 @@ async fn a_messages_failures_are_kept_under_its_envelope_id_when_a_redrive_gives
     fleet.stop().await.unwrap();
 }
 
+/// Waits until some session waits on a lock (a door statement behind the test's row lock).
+async fn wait_for_a_statement_waiting_on_a_lock(fleet: &Fleet) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+                .fetch_one(&fleet.pool)
+                .await
+                .unwrap();
+        if waiting > 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no statement came to wait on the product row");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_restarted_twice_mid_burst_loses_nothing_and_does_nothing_twice() {
     // Arrange: a PostgreSQL server of the test's own (restarting the shared one would cut
@@ -809,8 +826,8 @@ async fn postgres_restarted_twice_mid_burst_loses_nothing_and_does_nothing_twice
 
     // Act: 200 buyers for 60 units, well-behaved clients that retry a 503 with their key. The
     // server restarts (a fast shutdown: every session terminated, open transactions rolled
-    // back) once the first orders are in; later, while the workers capture, it stops for 3 s
-    // before it starts again.
+    // back) once the first orders are in, with door statements cut off mid-flight; later,
+    // while the workers capture, it stops for 3 s before it starts again.
     let burst = async {
         use futures::StreamExt;
         futures::stream::iter(0..200)
@@ -835,12 +852,26 @@ async fn postgres_restarted_twice_mid_burst_loses_nothing_and_does_nothing_twice
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
+            // The first restart cuts statements in the middle for certain: the door's, held
+            // waiting on the product row, which a transaction of the test's own has locked.
+            let mut blocker = None;
+            if down.is_none() {
+                let mut tx = fleet.pool.begin().await.unwrap();
+                sqlx::query("SELECT 1 FROM products WHERE id = 'drop' FOR UPDATE")
+                    .execute(&mut *tx)
+                    .await
+                    .unwrap();
+                blocker = Some(tx);
+                wait_for_a_statement_waiting_on_a_lock(&fleet).await;
+            }
             let server = server.clone();
             let restart = move || match down {
                 None => server.restart(),
                 Some(down) => server.restart_slowly(down),
             };
             tokio::task::spawn_blocking(restart).await.unwrap().unwrap();
+            // Its connection is gone with the restart; nothing is left to roll back.
+            drop(blocker);
         }
     };
     let (answers, ()) = tokio::join!(burst, restarts);

@@ -22,9 +22,9 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
 use orderfleet::auth::UserId;
 use orderfleet::authorization::{self, AuthorizationError, PendingOrder, Recorded};
+use orderfleet::failure::Kind;
 use orderfleet::order::OrderStatus;
 use orderfleet::payments::Payments;
 use serde::Serialize;
@@ -256,8 +256,7 @@ impl Intake<'_> {
             .bind(id)
             .fetch_one(self.pool)
             .await
-            .context("failed to reload the order")
-            .map_err(ApiError::Unexpected)
+            .map_err(database_error)
     }
 }
 
@@ -315,12 +314,16 @@ pub async fn admit(
     }
 }
 
-/// A database that cannot be reached is a 503 (retry with the same key); anything else is a 500.
+/// A database error, classified where it happens ([`orderfleet::db::failure`]): the database
+/// unreachable, shutting down or restarting (a statement cut off mid-flight), or a passing
+/// failure such as a deadlock, is a 503 — nothing was committed, retry with the same key; only
+/// a permanent one (a constraint, a data error) is a 500.
 pub fn database_error(error: sqlx::Error) -> ApiError {
-    match error {
-        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => ApiError::Unavailable(
-            anyhow::Error::new(error).context("no database connection in time (overloaded or unreachable)"),
+    let error = anyhow::Error::new(error);
+    match orderfleet::db::failure(&error).kind {
+        Kind::Outage | Kind::Transient => ApiError::Unavailable(
+            error.context("the database is unavailable or the statement could not finish"),
         ),
-        other => ApiError::Unexpected(anyhow::Error::new(other).context("a database statement failed")),
+        Kind::Permanent => ApiError::Unexpected(error.context("a database statement failed")),
     }
 }
