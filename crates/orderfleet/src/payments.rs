@@ -36,6 +36,8 @@ pub enum Operation {
     Cancel,
     /// A lookup; it changes nothing, so it needs no key.
     Retrieve,
+    /// A search by metadata; a lookup too.
+    Search,
 }
 
 impl Operation {
@@ -45,6 +47,7 @@ impl Operation {
             Operation::Capture => "capture",
             Operation::Cancel => "cancel",
             Operation::Retrieve => "retrieve",
+            Operation::Search => "search",
         }
     }
 
@@ -304,33 +307,20 @@ impl Payments {
     /// was lost, without trusting an idempotency key that Stripe may have pruned (24 h).
     pub async fn find_by_order(&self, order_id: Uuid) -> Result<Option<Intent>, PaymentError> {
         let query = format!("metadata['order_id']:'{order_id}'");
-        let mut attempt = 0;
-        loop {
-            self.slot("search").await?;
-            let result = SearchPaymentIntent::new(query.clone())
-                .expand([format!("data.{EXPAND}")])
-                .customize()
-                .timeout(self.retry.timeout)
-                .send(&self.client)
-                .await;
-            let error = match result {
-                Ok(found) => {
-                    metrics::counter!("stripe_requests_total", "operation" => "search", "outcome" => "ok")
-                        .increment(1);
-                    // Several intents would mean a second authorization was made; the live
-                    // one (holding funds) is the one that matters.
-                    let intents: Vec<Intent> = found.data.iter().map(Intent::from).collect();
-                    let live = intents.iter().find(|i| i.status == IntentStatus::RequiresCapture).cloned();
-                    return Ok(live.or_else(|| intents.into_iter().next()));
-                }
-                Err(e) => classify(e),
-            };
-            attempt += 1;
-            if !error.is_transient() || attempt >= self.retry.attempts {
-                return Err(error);
-            }
-            tokio::time::sleep(self.retry.backoff.delay(attempt - 1)).await;
-        }
+        let found = self
+            .with_retries(Operation::Search, || {
+                SearchPaymentIntent::new(query.clone())
+                    .expand([format!("data.{EXPAND}")])
+                    .customize()
+                    .timeout(self.retry.timeout)
+                    .send(&self.client)
+            })
+            .await?;
+        // Several intents would mean a second authorization was made; the live one (holding
+        // funds) is the one that matters.
+        let intents: Vec<Intent> = found.data.iter().map(Intent::from).collect();
+        let live = intents.iter().find(|i| i.status == IntentStatus::RequiresCapture).cloned();
+        Ok(live.or_else(|| intents.into_iter().next()))
     }
 
     /// After a refused capture or cancel: if the intent is already where the call wanted it,
@@ -350,14 +340,10 @@ impl Payments {
         if now.status == wanted || released { Ok(now) } else { Err(error) }
     }
 
-    async fn with_retries<F, Fut>(
-        &self,
-        operation: Operation,
-        mut call: F,
-    ) -> Result<PaymentIntent, PaymentError>
+    async fn with_retries<T, F, Fut>(&self, operation: Operation, mut call: F) -> Result<T, PaymentError>
     where
         F: FnMut() -> Fut,
-        Fut: Future<Output = Result<PaymentIntent, StripeError>>,
+        Fut: Future<Output = Result<T, StripeError>>,
     {
         let mut attempt = 0;
         loop {
@@ -365,10 +351,10 @@ impl Payments {
             // (503, or the message left for later) is the backoff.
             self.slot(operation.as_str()).await?;
             let error = match call().await {
-                Ok(pi) => {
+                Ok(answer) => {
                     metrics::counter!("stripe_requests_total", "operation" => operation.as_str(), "outcome" => "ok")
                         .increment(1);
-                    return Ok(pi);
+                    return Ok(answer);
                 }
                 Err(e) => classify(e),
             };
@@ -380,7 +366,7 @@ impl Payments {
                 return Err(error);
             }
             let delay = self.retry.backoff.delay(attempt - 1);
-            tracing::warn!(operation = operation.as_str(), attempt, ?delay, %error, "retrying the Stripe call with the same key");
+            tracing::warn!(operation = operation.as_str(), attempt, ?delay, %error, "retrying the Stripe call (with the same key, if it has one)");
             tokio::time::sleep(delay).await;
         }
     }
