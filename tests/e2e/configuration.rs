@@ -72,3 +72,18 @@ fn a_stripe_budget_of_zero_a_negative_one_or_a_word_stops_each_stripe_caller_wit
         }
     }
 }
+
+#[test]
+fn a_token_lives_a_day_at_most() {
+    let secret = "0123456789abcdef0123456789abcdef";
+    let ttl = |seconds: &str| {
+        run_without_environment(
+            &["token", "--user", "alice", "--ttl-seconds", seconds],
+            &[("AUTH_JWT_SECRET", secret)],
+        )
+    };
+    assert!(ttl("86400").0);
+    let (ok, stderr) = ttl("86401");
+    assert!(!ok);
+    assert!(stderr.contains("--ttl-seconds"), "{stderr}");
+}

@@ -239,3 +239,56 @@ async fn the_intake_serves_healthz_and_metrics_without_a_token() {
     assert!(text.contains("intake_orders_total"), "{text}");
     fleet.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_a_token_bound_to_this_service_gets_in() {
+    // Arrange
+    let fleet = Fleet::start("token-binding", 1).await.unwrap();
+    fleet.product("sku-1", 1000, 5).await.unwrap();
+    let now = chrono::Utc::now().timestamp();
+    let claims = serde_json::json!({ "sub": "alice", "iss": "orderfleet", "aud": "orderfleet-api", "iat": now, "nbf": now, "exp": now + 600 });
+    let sign = |claims: &serde_json::Value| {
+        let key = jsonwebtoken::EncodingKey::from_secret(fleet.jwt_secret.as_bytes());
+        jsonwebtoken::encode(&jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256), claims, &key)
+            .unwrap()
+    };
+    let without = |claim: &str| {
+        let mut c = claims.clone();
+        c.as_object_mut().unwrap().remove(claim);
+        c
+    };
+    let with = |claim: &str, value: serde_json::Value| {
+        let mut c = claims.clone();
+        c[claim] = value;
+        c
+    };
+    let from_fleetctl = fleet.fleetctl(&["token", "--user", "alice"], &[]).await.unwrap();
+    let for_another_api =
+        fleet.fleetctl(&["token", "--user", "alice"], &[("AUTH_JWT_AUDIENCE", "another-api")]).await.unwrap();
+    let cases = [
+        ("fleetctl's token", from_fleetctl.trim().to_owned(), 202),
+        ("a token with every claim", sign(&claims), 202),
+        ("no aud", sign(&without("aud")), 401),
+        ("no iss", sign(&without("iss")), 401),
+        ("another audience", for_another_api.trim().to_owned(), 401),
+        ("another issuer", sign(&with("iss", "someone-else".into())), 401),
+        ("not valid yet", sign(&with("nbf", (now + 600).into())), 401),
+    ];
+
+    // Act + Assert
+    let body = r#"{"product_id": "sku-1", "quantity": 1, "payment_method": "pm_card_visa"}"#;
+    for (i, (name, token, status)) in cases.into_iter().enumerate() {
+        let answer = fleet
+            .http
+            .post(format!("{}/v1/orders", fleet.intake_url))
+            .bearer_auth(token)
+            .header("idempotency-key", format!("k{i}"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status().as_u16(), status, "{name}");
+    }
+    fleet.stop().await.unwrap();
+}

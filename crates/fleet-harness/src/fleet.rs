@@ -234,9 +234,14 @@ impl Fleet {
         Ok(())
     }
 
+    /// A token for `user` as `fleetctl token` makes it (the default issuer and audience).
     pub fn token(&self, user: &str) -> String {
-        let secret = secrecy::SecretString::from(self.jwt_secret.clone());
-        auth::issue_token(&secret, &UserId::parse(user).unwrap(), Duration::from_secs(600)).unwrap()
+        let config = orderfleet::config::AuthConfig {
+            jwt_secret: secrecy::SecretString::from(self.jwt_secret.clone()),
+            issuer: orderfleet::config::AuthConfig::DEFAULT_ISSUER.into(),
+            audience: orderfleet::config::AuthConfig::DEFAULT_AUDIENCE.into(),
+        };
+        auth::issue_token(&config, &UserId::parse(user).unwrap(), Duration::from_secs(600)).unwrap()
     }
 
     /// `POST /v1/orders` with a raw body.

@@ -32,7 +32,7 @@ enum Command {
     /// Manage products. Reads DATABASE_URL.
     #[command(subcommand)]
     Product(ProductCommand),
-    /// Print a bearer token for a user. Reads AUTH_JWT_SECRET.
+    /// Print a bearer token for a user. Reads AUTH_JWT_SECRET, AUTH_JWT_ISSUER, AUTH_JWT_AUDIENCE.
     Token(TokenArgs),
     /// Dead-letter queues: depth, the messages and why they failed, redrive. Reads
     /// STOCK_QUEUE_URL, NOTIFICATION_QUEUE_URL, the AWS variables, and DATABASE_URL (peek).
@@ -124,8 +124,8 @@ struct TokenArgs {
     /// The user the token acts for (its `sub`).
     #[arg(long, value_parser = UserId::parse)]
     user: UserId,
-    /// How long the token is valid.
-    #[arg(long, default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=31_536_000))]
+    /// How long the token is valid, in seconds: at most a day (86400).
+    #[arg(long, default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     ttl_seconds: u64,
 }
 
@@ -333,8 +333,7 @@ async fn run(command: Command, env: &Env) -> anyhow::Result<()> {
         }
         Command::Token(args) => {
             let auth = AuthConfig::from_env(env)?;
-            let token =
-                auth::issue_token(&auth.jwt_secret, &args.user, Duration::from_secs(args.ttl_seconds))?;
+            let token = auth::issue_token(&auth, &args.user, Duration::from_secs(args.ttl_seconds))?;
             println!("{token}");
         }
     }

@@ -86,12 +86,7 @@ impl AppState {
             PoolSize { max_connections: 16, min_connections: 4, ..PoolSize::default() },
         )?;
         let payments = Payments::new(&config.stripe, RetryPolicy::default())?;
-        Ok(Self {
-            pool,
-            payments,
-            verifier: Arc::new(TokenVerifier::new(&config.auth.jwt_secret)),
-            lease: config.lease,
-        })
+        Ok(Self { pool, payments, verifier: Arc::new(TokenVerifier::new(&config.auth)), lease: config.lease })
     }
 }
 

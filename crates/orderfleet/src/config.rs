@@ -305,15 +305,21 @@ impl StripeConfig {
     }
 }
 
-/// `AUTH_JWT_SECRET`: the HS256 secret for bearer tokens.
+/// Bearer tokens: `AUTH_JWT_SECRET` (the HS256 secret), and the `iss` and `aud` every token
+/// must carry exactly (`AUTH_JWT_ISSUER`, `AUTH_JWT_AUDIENCE`), so a token made for another
+/// service with the same secret is refused here.
 #[derive(Debug, Clone)]
 pub struct AuthConfig {
     pub jwt_secret: SecretString,
+    pub issuer: String,
+    pub audience: String,
 }
 
 impl AuthConfig {
     /// Shorter secrets make HS256 tokens guessable; RFC 7518 asks for at least the hash size.
     pub const MIN_SECRET_BYTES: usize = 32;
+    pub const DEFAULT_ISSUER: &'static str = "orderfleet";
+    pub const DEFAULT_AUDIENCE: &'static str = "orderfleet-api";
 
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let jwt_secret: SecretString = env.required("AUTH_JWT_SECRET")?;
@@ -323,8 +329,22 @@ impl AuthConfig {
                 reason: format!("must be at least {} bytes long", Self::MIN_SECRET_BYTES),
             });
         }
-        Ok(Self { jwt_secret })
+        let issuer = claim_value(env, "AUTH_JWT_ISSUER", Self::DEFAULT_ISSUER)?;
+        let audience = claim_value(env, "AUTH_JWT_AUDIENCE", Self::DEFAULT_AUDIENCE)?;
+        Ok(Self { jwt_secret, issuer, audience })
     }
+}
+
+/// A token claim's expected value: 1 to 255 visible characters, no spaces.
+fn claim_value(env: &Env, name: &'static str, default: &str) -> Result<String, ConfigError> {
+    let value: String = env.or_default(name, default.to_owned())?;
+    if value.is_empty() || value.len() > 255 || !value.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(ConfigError::Malformed {
+            name,
+            reason: "expected 1 to 255 visible ASCII characters".into(),
+        });
+    }
+    Ok(value)
 }
 
 /// What every long-running binary reads: logs, the metrics address, the shutdown grace.
