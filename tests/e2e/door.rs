@@ -417,3 +417,105 @@ async fn a_request_that_gets_no_stripe_slot_answers_503_keeps_its_units_and_comp
     assert_eq!(fleet.stripe_stats().await.unwrap()["rate_limited"], 0);
     fleet.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bot_firing_at_once_gets_only_its_limit_per_customer_and_a_declined_order_does_not_count() {
+    // Arrange: 50 units, at most 2 per buyer.
+    let fleet = Fleet::start("max-per-buyer", 1).await.unwrap();
+    let upsert = [
+        "product",
+        "upsert",
+        "--id",
+        "drop",
+        "--name",
+        "Drop",
+        "--price",
+        "1000",
+        "--currency",
+        "usd",
+        "--stock",
+        "50",
+        "--max-per-buyer",
+        "2",
+    ];
+    let said = fleet.fleetctl(&upsert, &[]).await.unwrap();
+    assert!(said.contains("at most 2 per buyer"), "{said}");
+
+    // Act: one user fires 40 orders at once, each under its own key.
+    let fleet_ref = &fleet;
+    let bot = futures::future::join_all((0..40).map(|i| async move {
+        fleet_ref.post_order_retrying("bot", &format!("k{i}"), "drop", 1, "pm_card_visa").await
+    }))
+    .await;
+    // Another buyer: a declined card first, which holds nothing, then two orders, then a third.
+    let declined = fleet.post_order("ola", "d", "drop", 1, "pm_card_chargeDeclined").await.unwrap();
+    let ola: Vec<Answer> = futures::future::join_all((0..3).map(|i| async move {
+        fleet_ref.post_order("ola", &format!("k{i}"), "drop", 1, "pm_card_visa").await
+    }))
+    .await
+    .into_iter()
+    .map(Result::unwrap)
+    .collect();
+    let replay = fleet.post_order("bot", "k0", "drop", 1, "pm_card_visa").await.unwrap();
+
+    // Assert: two units for the bot, 38 refusals that wrote nothing and reached no Stripe.
+    let statuses: Vec<u16> = bot.iter().map(|a| a.as_ref().unwrap().0.status).collect();
+    assert_eq!(statuses.iter().filter(|s| **s == 202).count(), 2, "{statuses:?}");
+    let refused: Vec<&Answer> =
+        bot.iter().map(|a| &a.as_ref().unwrap().0).filter(|a| a.status == 409).collect();
+    assert_eq!(refused.len(), 38, "{statuses:?}");
+    assert!(
+        refused.iter().all(|a| a.body["error"]["code"] == "purchase_limit_reached"),
+        "{:?}",
+        refused[0].body
+    );
+    assert_eq!(declined.status, 402);
+    let ola_statuses: Vec<u16> = ola.iter().map(|a| a.status).collect();
+    assert_eq!(ola_statuses.iter().filter(|s| **s == 202).count(), 2, "{ola_statuses:?}");
+    assert_eq!(ola_statuses.iter().filter(|s| **s == 409).count(), 1, "{ola_statuses:?}");
+    assert!(replay.replayed || replay.status == 409, "a used key answers from its order: {replay:?}");
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders").fetch_one(&fleet.pool).await.unwrap();
+    assert_eq!(orders, 5, "a refused order was written");
+    let intents = fleet.intents().await.unwrap();
+    assert_eq!(intents.len(), 5, "a refused order reached Stripe");
+    assert_eq!(units(&fleet, "drop").await.2, 4, "promised: 2 for the bot and 2 for ola");
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upsert_without_a_cap_removes_it() {
+    let fleet = Fleet::start("max-per-buyer-removed", 1).await.unwrap();
+    let upsert = |cap: Option<&'static str>| {
+        let mut args = vec![
+            "product",
+            "upsert",
+            "--id",
+            "sku-1",
+            "--name",
+            "S",
+            "--price",
+            "100",
+            "--currency",
+            "usd",
+            "--stock",
+            "9",
+        ];
+        args.extend(cap.map(|c| ["--max-per-buyer", c]).into_iter().flatten());
+        args
+    };
+    fleet.fleetctl(&upsert(Some("1")), &[]).await.unwrap();
+    assert_eq!(fleet.post_order("ola", "k1", "sku-1", 1, "pm_card_visa").await.unwrap().status, 202);
+    let second = fleet.post_order("ola", "k2", "sku-1", 1, "pm_card_visa").await.unwrap();
+    assert_eq!((second.status, second.body["error"]["code"].as_str()), (409, Some("purchase_limit_reached")));
+
+    fleet.fleetctl(&upsert(None), &[]).await.unwrap();
+
+    assert_eq!(fleet.post_order("ola", "k3", "sku-1", 1, "pm_card_visa").await.unwrap().status, 202);
+    for bad in ["0", "-1", "many"] {
+        let refused = fleet.fleetctl(&upsert(Some(bad)), &[]).await;
+        assert!(refused.is_err(), "--max-per-buyer {bad} was taken");
+    }
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    fleet.stop().await.unwrap();
+}

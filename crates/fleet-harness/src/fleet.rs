@@ -229,6 +229,7 @@ impl Fleet {
             price_minor,
             currency: orderfleet::product::Currency::parse("usd").map_err(anyhow::Error::msg)?,
             units_total: units,
+            max_per_buyer: None,
         };
         orderfleet::product::upsert(&self.pool, &product).await?;
         Ok(())

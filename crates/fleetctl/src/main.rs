@@ -117,6 +117,10 @@ struct UpsertArgs {
     /// promised rejects the orders last in line.
     #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(i32).range(0..=i64::from(product::MAX_UNITS)))]
     stock: i32,
+    /// "Limit N per customer": the most units one buyer may hold in this product's orders
+    /// that have not failed. Without it, no cap (an earlier cap is removed).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..=i64::from(product::MAX_PER_BUYER)))]
+    max_per_buyer: Option<i32>,
 }
 
 #[derive(Debug, Args)]
@@ -264,16 +268,21 @@ async fn run(command: Command, env: &Env) -> anyhow::Result<()> {
                 price_minor: args.price,
                 currency: args.currency,
                 units_total: args.stock,
+                max_per_buyer: args.max_per_buyer,
             };
             let units = product::upsert(&pool, &product).await?;
             println!(
-                "product {} upserted: price {} {}, {} units for sale in all, {} sold or reserved, {} promised",
+                "product {} upserted: price {} {}, {} units for sale in all, {} sold or reserved, {} promised, {}",
                 product.id.as_str(),
                 product.price_minor,
                 product.currency.as_str(),
                 units.total,
                 units.taken,
                 units.promised,
+                match product.max_per_buyer {
+                    Some(n) => format!("at most {n} per buyer"),
+                    None => "no cap per buyer".to_owned(),
+                },
             );
             if units.overpromised() > 0 {
                 println!(

@@ -37,6 +37,8 @@ pub enum ApiError {
     /// back if it fails): the answer then carries `Retry-After`.
     #[error("sold out: fewer units are left than asked; every unit is promised to buyers ahead or sold")]
     SoldOut { units_may_return: bool },
+    #[error("this order would take you past the product's limit per customer")]
+    PurchaseLimitReached,
     #[error("the payment was declined: {0}")]
     PaymentDeclined(String),
     #[error("the payment provider is unavailable; retry with the same Idempotency-Key")]
@@ -65,6 +67,7 @@ impl ApiError {
             ApiError::InvalidQuantity => "invalid_quantity",
             ApiError::UnknownProduct => "unknown_product",
             ApiError::SoldOut { .. } => "sold_out",
+            ApiError::PurchaseLimitReached => "purchase_limit_reached",
             ApiError::PaymentDeclined(_) => "payment_declined",
             ApiError::PaymentUnavailable => "payment_unavailable",
             ApiError::OrderNotFound => "order_not_found",
@@ -85,7 +88,9 @@ impl ApiError {
             | ApiError::InvalidField { .. }
             | ApiError::InvalidQuantity
             | ApiError::UnknownProduct => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::IdempotencyKeyInUse | ApiError::SoldOut { .. } => StatusCode::CONFLICT,
+            ApiError::IdempotencyKeyInUse | ApiError::SoldOut { .. } | ApiError::PurchaseLimitReached => {
+                StatusCode::CONFLICT
+            }
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::PaymentDeclined(_) => StatusCode::PAYMENT_REQUIRED,
             ApiError::PaymentUnavailable | ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,

@@ -117,6 +117,9 @@ pub enum Door {
     KeyTaken,
     /// Fewer units left than asked, or no such product.
     Closed,
+    /// The buyer's orders of this product that have not failed, with this one, would hold
+    /// more units than the product's cap per buyer.
+    OverLimit,
 }
 
 pub struct Intake<'a> {
@@ -146,14 +149,18 @@ impl Intake<'_> {
                 })?;
                 self.resume(existing, &fingerprint).await
             }
-            Door::Closed => {
-                // A twin request with this key may have taken the last units a moment ago: the
-                // door saw its promise committed, so its order is visible now, and this request
-                // must answer from it (in use, or its answer), never sold_out.
+            door @ (Door::Closed | Door::OverLimit) => {
+                // A twin request with this key may have taken the last units (or the buyer's
+                // last allowance) a moment ago: the door saw its promise committed, so its
+                // order is visible now, and this request must answer from it (in use, or its
+                // answer), never sold_out.
                 if let Some(existing) = self.existing(user, key).await? {
                     return self.resume(existing, &fingerprint).await;
                 }
-                Err(self.turned_away(&request.product_id).await?)
+                match door {
+                    Door::OverLimit => Err(ApiError::PurchaseLimitReached),
+                    _ => Err(self.turned_away(&request.product_id).await?),
+                }
             }
         }
     }
@@ -262,8 +269,9 @@ impl Intake<'_> {
 
 /// The door: ONE statement promises the units, takes the next place in line and creates the
 /// order under the key, priced from the product, holding the intake's lease. If the product
-/// has fewer units unpromised than asked (or does not exist) it writes nothing. Public so the
-/// benchmark can measure the hot-row statement on its own.
+/// has fewer units unpromised than asked (or does not exist) it writes nothing. A product with
+/// a cap per buyer goes through [`admit_capped`] instead. Public so the benchmark can measure
+/// the hot-row statement on its own.
 pub async fn admit(
     pool: &PgPool,
     user: &UserId,
@@ -272,10 +280,48 @@ pub async fn admit(
     fingerprint: &[u8],
     lease: Duration,
 ) -> Result<Door, ApiError> {
+    let started = std::time::Instant::now();
+    let admitted = door(pool, Entry { user, key, request, fingerprint, lease }, Cap::OnlyUncapped).await;
+    let outcome = match &admitted {
+        Ok(Door::Admitted(_)) => "admitted",
+        Ok(_) => "closed",
+        Err(_) => "error",
+    };
+    metrics::histogram!("intake_door_seconds", "outcome" => outcome).record(started.elapsed().as_secs_f64());
+    match admitted? {
+        Door::Closed => match max_per_buyer(pool, &request.product_id, request.quantity).await? {
+            Some(cap) => admit_capped(pool, Entry { user, key, request, fingerprint, lease }, cap).await,
+            None => Ok(Door::Closed),
+        },
+        door => Ok(door),
+    }
+}
+
+/// What the door needs of a request.
+#[derive(Clone, Copy)]
+struct Entry<'a> {
+    user: &'a UserId,
+    key: &'a IdempotencyKey,
+    request: &'a OrderRequest,
+    fingerprint: &'a [u8],
+    lease: Duration,
+}
+
+/// Whether the door statement serves only products without a cap per buyer (the one
+/// statement of the common case), or any (inside [`admit_capped`], the cap already checked).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cap {
+    OnlyUncapped,
+    Checked,
+}
+
+/// The door's statement (see [`admit`]).
+async fn door<'e>(executor: impl sqlx::PgExecutor<'e>, entry: Entry<'_>, cap: Cap) -> Result<Door, ApiError> {
+    let uncapped = if cap == Cap::OnlyUncapped { "AND max_per_buyer IS NULL" } else { "" };
     let sql = format!(
         "WITH promised AS (
              UPDATE products SET units_promised = units_promised + $6, last_position = last_position + 1
-              WHERE id = $5 AND units_promised + $6 <= units_total
+              WHERE id = $5 AND units_promised + $6 <= units_total {uncapped}
           RETURNING id, price_minor, currency, last_position
          )
          INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity,
@@ -285,24 +331,17 @@ pub async fn admit(
            FROM promised p
          RETURNING {ROW}"
     );
-    let started = std::time::Instant::now();
     let admitted = sqlx::query_as::<_, OrderRow>(sqlx::AssertSqlSafe(sql))
         .bind(Uuid::now_v7())
-        .bind(user.as_str())
-        .bind(key.as_str())
-        .bind(fingerprint)
-        .bind(&request.product_id)
-        .bind(request.quantity)
-        .bind(&request.payment_method)
-        .bind(lease.as_millis() as i64)
-        .fetch_optional(pool)
+        .bind(entry.user.as_str())
+        .bind(entry.key.as_str())
+        .bind(entry.fingerprint)
+        .bind(&entry.request.product_id)
+        .bind(entry.request.quantity)
+        .bind(&entry.request.payment_method)
+        .bind(entry.lease.as_millis() as i64)
+        .fetch_optional(executor)
         .await;
-    let outcome = match &admitted {
-        Ok(Some(_)) => "admitted",
-        Ok(None) => "closed",
-        Err(_) => "error",
-    };
-    metrics::histogram!("intake_door_seconds", "outcome" => outcome).record(started.elapsed().as_secs_f64());
     match admitted {
         Ok(Some(order)) => Ok(Door::Admitted(order)),
         Ok(None) => Ok(Door::Closed),
@@ -312,6 +351,57 @@ pub async fn admit(
         }
         Err(e) => Err(database_error(e)),
     }
+}
+
+/// The product's cap per buyer, if it has one and has the units asked for left (a product
+/// sold out is sold out, capped or not).
+async fn max_per_buyer(pool: &PgPool, product_id: &str, quantity: i32) -> Result<Option<i32>, ApiError> {
+    let cap: Option<Option<i32>> = sqlx::query_scalar(
+        "SELECT max_per_buyer FROM products WHERE id = $1 AND units_promised + $2 <= units_total",
+    )
+    .bind(product_id)
+    .bind(quantity)
+    .fetch_optional(pool)
+    .await
+    .map_err(database_error)?;
+    Ok(cap.flatten())
+}
+
+/// The door of a product with a cap per buyer: ONE short transaction that takes a lock of the
+/// buyer's own for this product (so a bot's hundred requests at once pass one at a time), counts
+/// the units the buyer's orders that have not failed hold, and runs the door's statement only if
+/// this order fits under the cap. Each statement of the transaction sees every order committed
+/// before it began, so the count includes the buyer's previous request, whichever replica
+/// took it. Nothing is written for a refused order.
+async fn admit_capped(pool: &PgPool, entry: Entry<'_>, cap: i32) -> Result<Door, ApiError> {
+    let (user, product) = (entry.user.as_str(), entry.request.product_id.as_str());
+    let mut tx = pool.begin().await.map_err(database_error)?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))")
+        .bind(user)
+        .bind(product)
+        .execute(&mut *tx)
+        .await
+        .map_err(database_error)?;
+    let held: i64 = sqlx::query_scalar(
+        "SELECT COALESCE(sum(quantity), 0) FROM orders
+          WHERE user_id = $1 AND product_id = $2
+            AND status NOT IN ('payment_declined', 'rejected_out_of_stock', 'capture_failed')",
+    )
+    .bind(user)
+    .bind(product)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(database_error)?;
+    if held + i64::from(entry.request.quantity) > i64::from(cap) {
+        // Dropping the transaction rolls it back: nothing was written.
+        return Ok(Door::OverLimit);
+    }
+    let admitted = door(&mut *tx, entry, Cap::Checked).await?;
+    if let Door::Admitted(_) = admitted {
+        tx.commit().await.map_err(database_error)?;
+    }
+    // Otherwise the transaction is dropped, and rolled back: nothing was written.
+    Ok(admitted)
 }
 
 /// A database error, classified where it happens ([`orderfleet::db::failure`]): the database

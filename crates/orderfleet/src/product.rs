@@ -57,7 +57,13 @@ pub struct ProductUpsert {
     /// The product's total units for sale, sold ones included (0..=[`MAX_UNITS`]). Repeating
     /// an upsert therefore changes nothing, and never sells a unit twice.
     pub units_total: i32,
+    /// The most units one buyer may hold in this product's orders that have not failed
+    /// ("limit N per customer"); `None`: no cap.
+    pub max_per_buyer: Option<i32>,
 }
+
+/// The highest `--max-per-buyer` taken: a cap above any drop's stock is no cap at all.
+pub const MAX_PER_BUYER: i32 = 1_000_000;
 
 /// A product's units after an upsert.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
@@ -89,19 +95,21 @@ pub enum UpsertError {
     Database(#[from] anyhow::Error),
 }
 
-/// Creates the product, or sets its name, price, currency and total units. The units not yet
+/// Creates the product, or sets its name, price, currency, total units and per-buyer cap (an
+/// upsert without a cap removes it). The units not yet
 /// taken (`stock`) move by the change of the total, so units already sold or reserved stay
 /// sold; a total below them is refused and changes nothing (the compare runs on the locked
 /// row, so a stock worker taking a unit at the same moment cannot slip between). A total
 /// below the units promised is allowed: the stock worker then rejects the orders last in line.
 pub async fn upsert(pool: &PgPool, product: &ProductUpsert) -> Result<Units, UpsertError> {
     let units: Option<Units> = sqlx::query_as(
-        "INSERT INTO products (id, name, price_minor, currency, units_total, stock)
-         VALUES ($1, $2, $3, $4, $5, $5)
+        "INSERT INTO products (id, name, price_minor, currency, units_total, stock, max_per_buyer)
+         VALUES ($1, $2, $3, $4, $5, $5, $6)
          ON CONFLICT (id) DO UPDATE
             SET name = EXCLUDED.name, price_minor = EXCLUDED.price_minor, currency = EXCLUDED.currency,
                 stock = products.stock + (EXCLUDED.units_total - products.units_total),
-                units_total = EXCLUDED.units_total, updated_at = now()
+                units_total = EXCLUDED.units_total, max_per_buyer = EXCLUDED.max_per_buyer,
+                updated_at = now()
           WHERE products.units_total - products.stock <= EXCLUDED.units_total
          RETURNING units_total AS total, units_total - stock AS taken, units_promised AS promised",
     )
@@ -110,6 +118,7 @@ pub async fn upsert(pool: &PgPool, product: &ProductUpsert) -> Result<Units, Ups
     .bind(product.price_minor)
     .bind(product.currency.as_str())
     .bind(product.units_total)
+    .bind(product.max_per_buyer)
     .fetch_optional(pool)
     .await
     .with_context(|| format!("failed to upsert product {}", product.id.as_str()))?;

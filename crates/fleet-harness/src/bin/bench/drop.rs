@@ -240,6 +240,7 @@ async fn hot_row(database_url: &str) -> anyhow::Result<String> {
             price_minor: 1000,
             currency: orderfleet::product::Currency::parse("usd").map_err(anyhow::Error::msg)?,
             units_total: orderfleet::product::MAX_UNITS,
+            max_per_buyer: None,
         },
     )
     .await?;
