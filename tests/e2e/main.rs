@@ -9,4 +9,5 @@ mod intake;
 mod migrations;
 mod pipeline;
 mod redelivery;
+mod security;
 mod steps;

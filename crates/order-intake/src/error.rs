@@ -37,10 +37,13 @@ pub enum ApiError {
     /// back if it fails): the answer then carries `Retry-After`.
     #[error("sold out: fewer units are left than asked; every unit is promised to buyers ahead or sold")]
     SoldOut { units_may_return: bool },
+    #[error("too many requests; try again after the time in Retry-After")]
+    RateLimited { retry_after_seconds: u64 },
     #[error("this order would take you past the product's limit per customer")]
     PurchaseLimitReached,
-    #[error("the payment was declined: {0}")]
-    PaymentDeclined(String),
+    /// Never the issuer's reason: that would make the intake a card-testing oracle.
+    #[error("the payment was declined; nothing was charged")]
+    PaymentDeclined,
     #[error("the payment provider is unavailable; retry with the same Idempotency-Key")]
     PaymentUnavailable,
     #[error("no such order")]
@@ -68,7 +71,8 @@ impl ApiError {
             ApiError::UnknownProduct => "unknown_product",
             ApiError::SoldOut { .. } => "sold_out",
             ApiError::PurchaseLimitReached => "purchase_limit_reached",
-            ApiError::PaymentDeclined(_) => "payment_declined",
+            ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::PaymentDeclined => "payment_declined",
             ApiError::PaymentUnavailable => "payment_unavailable",
             ApiError::OrderNotFound => "order_not_found",
             ApiError::Unavailable(_) => "service_unavailable",
@@ -92,7 +96,8 @@ impl ApiError {
                 StatusCode::CONFLICT
             }
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::PaymentDeclined(_) => StatusCode::PAYMENT_REQUIRED,
+            ApiError::PaymentDeclined => StatusCode::PAYMENT_REQUIRED,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::PaymentUnavailable | ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::OrderNotFound => StatusCode::NOT_FOUND,
             ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -121,6 +126,9 @@ impl IntoResponse for ApiError {
             }
             ApiError::PaymentUnavailable | ApiError::Unavailable(_) | ApiError::IdempotencyKeyInUse => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+            }
+            ApiError::RateLimited { retry_after_seconds } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_seconds));
             }
             // Units come back when an order ahead is declined or fails; a buyer asking again
             // every few seconds sees them soon enough, and ten thousand of them do not make

@@ -8,6 +8,7 @@
 //! block it.
 
 pub mod error;
+pub mod limits;
 pub mod orders;
 pub mod request;
 
@@ -36,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::error::ApiError;
+use crate::limits::{Limits, LimitsConfig};
 use crate::orders::{Intake, Placed, database_error};
 use crate::request::{IdempotencyKey, OrderRequest};
 
@@ -49,6 +51,7 @@ pub struct IntakeConfig {
     pub runtime: RuntimeConfig,
     /// How long a request may hold an order's key before a retry or the sweeper may take over.
     pub lease: Duration,
+    pub limits: LimitsConfig,
 }
 
 impl IntakeConfig {
@@ -67,6 +70,7 @@ impl IntakeConfig {
             // Longer than the bounded authorization attempts take (3 × up to 4 s for a budget
             // slot and 5 s for the answer), so a live request never loses its key to a retry.
             lease: env.or_default("INTAKE_LEASE_SECONDS", Seconds(Duration::from_secs(30)))?.0,
+            limits: LimitsConfig::from_env(env)?,
         })
     }
 }
@@ -77,6 +81,7 @@ pub struct AppState {
     pub payments: Payments,
     pub verifier: Arc<TokenVerifier>,
     pub lease: Duration,
+    pub limits: Arc<Limits>,
 }
 
 impl AppState {
@@ -86,18 +91,50 @@ impl AppState {
             PoolSize { max_connections: 16, min_connections: 4, ..PoolSize::default() },
         )?;
         let payments = Payments::new(&config.stripe, RetryPolicy::default())?;
-        Ok(Self { pool, payments, verifier: Arc::new(TokenVerifier::new(&config.auth)), lease: config.lease })
+        Ok(Self {
+            pool,
+            payments,
+            verifier: Arc::new(TokenVerifier::new(&config.auth)),
+            lease: config.lease,
+            limits: Arc::new(Limits::new(config.limits)),
+        })
     }
 }
 
 pub fn router(state: AppState) -> Router {
+    let limits = state.limits.clone();
+    // Outermost first: the rate over everyone, then the bound on requests in flight (one over
+    // it is shed at once, answered like a rate limit), then the routes.
+    let shed = tower::ServiceBuilder::new()
+        .layer(axum::error_handling::HandleErrorLayer::new(|_: tower::BoxError| async {
+            limits::rate_limited(Duration::from_secs(1))
+        }))
+        .layer(tower::load_shed::LoadShedLayer::new())
+        .layer(tower::limit::ConcurrencyLimitLayer::new(limits.config.max_in_flight));
     Router::new()
         .route("/v1/orders", post(create_order))
         .route("/v1/orders/{order_id}", get(get_order))
         // The body is read by hand under our own limit, to answer 413 in the API's error shape.
         .layer(DefaultBodyLimit::disable())
+        .layer(shed)
+        .layer(axum::middleware::from_fn_with_state(limits, over_everyones_rate))
         .with_state(state)
         .merge(orderfleet::ops::router())
+}
+
+/// Refuses a request when the intake as a whole is over its rate, before any work.
+async fn over_everyones_rate(
+    State(limits): State<Arc<Limits>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match limits.check_global() {
+        Ok(()) => next.run(request).await,
+        Err(refused) => {
+            metrics::counter!("intake_rate_limited_total", "limit" => "global").increment(1);
+            refused.into_response()
+        }
+    }
 }
 
 /// Serves until `cancel` fires; in-flight requests finish first.
@@ -106,10 +143,28 @@ pub async fn run(
     state: AppState,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
+    // The per-user buckets of quiet users are dropped every minute, so memory follows the
+    // users of the last minute, not every user ever seen.
+    let (limits, stop) = (state.limits.clone(), cancel.clone());
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(60));
+        while tokio::select! { _ = every.tick() => true, () = stop.cancelled() => false } {
+            limits.forget_quiet_users();
+        }
+    });
     axum::serve(listener, router(state))
         .with_graceful_shutdown(async move { cancel.cancelled().await })
         .await
         .context("the HTTP server failed")
+}
+
+/// The token's user, within their rate.
+fn user_within_rate(state: &AppState, headers: &HeaderMap) -> Result<UserId, ApiError> {
+    let user = authenticate(state, headers)?;
+    state.limits.check_user(&user).inspect_err(|_| {
+        metrics::counter!("intake_rate_limited_total", "limit" => "user").increment(1);
+    })?;
+    Ok(user)
 }
 
 fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<UserId, ApiError> {
@@ -172,11 +227,16 @@ fn with_replay(mut response: Response, replayed: bool) -> Response {
 }
 
 async fn place_order(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Placed, ApiError> {
-    let user = authenticate(state, headers)?;
+    let user = user_within_rate(state, headers)?;
     let key = IdempotencyKey::from_headers(headers)?;
     let body = read_body(headers, body).await?;
     let request = OrderRequest::parse(&body)?;
-    let intake = Intake { pool: &state.pool, payments: &state.payments, lease: state.lease };
+    let intake = Intake {
+        pool: &state.pool,
+        payments: &state.payments,
+        lease: state.lease,
+        declines_per_hour: state.limits.config.declines_per_hour,
+    };
     intake.place(&user, &key, &request).await
 }
 
@@ -202,7 +262,7 @@ async fn get_order(
     headers: HeaderMap,
     Path(order_id): Path<String>,
 ) -> Result<Json<OrderView>, ApiError> {
-    let user = authenticate(&state, &headers)?;
+    let user = user_within_rate(&state, &headers)?;
     // An id that is not a UUID names no order; the answer is the same as for someone else's.
     let order_id = Uuid::parse_str(&order_id).map_err(|_| ApiError::OrderNotFound)?;
     let view = sqlx::query_as::<_, OrderView>(

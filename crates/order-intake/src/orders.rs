@@ -78,12 +78,9 @@ impl OrderRow {
     fn answer(&self, replayed: bool) -> Option<Placed> {
         match self.status {
             OrderStatus::PendingAuthorization => None,
-            OrderStatus::PaymentDeclined => Some(Placed::Declined {
-                error: ApiError::PaymentDeclined(
-                    self.failure_reason.clone().unwrap_or_else(|| "declined".into()),
-                ),
-                replayed,
-            }),
+            OrderStatus::PaymentDeclined => {
+                Some(Placed::Declined { error: ApiError::PaymentDeclined, replayed })
+            }
             _ => Some(Placed::Accepted {
                 body: Accepted {
                     order_id: self.id,
@@ -127,6 +124,9 @@ pub struct Intake<'a> {
     pub payments: &'a Payments,
     /// How long a request may work on a pending order before another may take it over.
     pub lease: Duration,
+    /// Declined cards in the last hour after which a user's new orders are refused before any
+    /// Stripe call (card testing); 0: no such limit.
+    pub declines_per_hour: u32,
 }
 
 impl Intake<'_> {
@@ -140,6 +140,7 @@ impl Intake<'_> {
         if let Some(existing) = self.existing(user, key).await? {
             return self.resume(existing, &fingerprint).await;
         }
+        self.not_card_testing(user).await?;
         match admit(self.pool, user, key, request, &fingerprint, self.lease).await? {
             Door::Admitted(order) => self.authorize(order, Attempt::First).await,
             // Another request with the same key got in first, a moment ago.
@@ -163,6 +164,33 @@ impl Intake<'_> {
                 }
             }
         }
+    }
+
+    /// Refuses a new order from a user whose cards were declined too often in the last hour:
+    /// a card tester gets `429` and no more answers from Stripe. (A retry of an order already
+    /// placed is answered from it, as always.)
+    async fn not_card_testing(&self, user: &UserId) -> Result<(), ApiError> {
+        if self.declines_per_hour == 0 {
+            return Ok(());
+        }
+        let oldest: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
+            "SELECT min(updated_at) FROM (
+                 SELECT updated_at FROM orders
+                  WHERE user_id = $1 AND status = 'payment_declined' AND updated_at > now() - interval '1 hour'
+                  ORDER BY updated_at DESC LIMIT $2
+             ) recent HAVING count(*) >= $2",
+        )
+        .bind(user.as_str())
+        .bind(i64::from(self.declines_per_hour))
+        .fetch_optional(self.pool)
+        .await
+        .map_err(database_error)?
+        .flatten();
+        let Some(oldest) = oldest else { return Ok(()) };
+        metrics::counter!("intake_rate_limited_total", "limit" => "declines").increment(1);
+        // Until the oldest of those declines is an hour old.
+        let wait = (oldest + chrono::TimeDelta::hours(1) - chrono::Utc::now()).to_std().unwrap_or_default();
+        Err(crate::limits::rate_limited(wait))
     }
 
     /// What a request with a key already used gets: an error for another body, the first
@@ -235,9 +263,11 @@ impl Intake<'_> {
         let now = match result {
             // This request moved the order: the answer follows from what it wrote.
             Ok(Recorded::Authorized) => OrderRow { status: OrderStatus::Authorized, ..order },
-            Ok(Recorded::Declined(reason)) => {
-                OrderRow { status: OrderStatus::PaymentDeclined, failure_reason: Some(reason), ..order }
-            }
+            Ok(Recorded::Declined(_detail)) => OrderRow {
+                status: OrderStatus::PaymentDeclined,
+                failure_reason: Some(authorization::DECLINED.to_owned()),
+                ..order
+            },
             // Someone else moved it (a racing retry, the sweeper) and decided the answer.
             Ok(Recorded::MovedElsewhere) => self.reload(order.id).await?,
             Err(

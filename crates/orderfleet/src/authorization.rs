@@ -65,7 +65,7 @@ pub async fn take_over(pool: &PgPool, id: Uuid, lease: Duration) -> sqlx::Result
 pub enum Recorded {
     /// This call moved it to `authorized`.
     Authorized,
-    /// This call moved it to `payment_declined`, for this reason.
+    /// This call moved it to `payment_declined`; the issuer's detail (for operators only).
     Declined(String),
     /// Someone else (a racing retry, the sweeper) had already moved it; read it again.
     MovedElsewhere,
@@ -166,18 +166,25 @@ pub async fn record(
     Ok(if moved { Recorded::Declined(reason) } else { Recorded::MovedElsewhere })
 }
 
+/// What a buyer (and `GET /v1/orders/{id}`) is told of any decline: no more, so the intake
+/// tells a card tester nothing about the card. The issuer's detail goes to `decline_detail`
+/// and the logs, for operators.
+pub const DECLINED: &str = "payment_declined";
+
 /// ONE statement: `pending_authorization` → `payment_declined` (compare-and-set), and the
 /// units the door promised the order go back to the product for the next buyer. The order row
-/// is locked before the product row, as everywhere.
+/// is locked before the product row, as everywhere. `detail` (the issuer's reason) is kept
+/// for operators only.
 async fn decline(
     pool: &PgPool,
     id: Uuid,
-    reason: &str,
+    detail: &str,
     payment_intent_id: Option<&str>,
 ) -> sqlx::Result<bool> {
+    tracing::info!(order_id = %id, detail, "authorization declined");
     let moved: i64 = sqlx::query_scalar(
         "WITH moved AS (
-             UPDATE orders SET status = 'payment_declined', failure_reason = $2,
+             UPDATE orders SET status = 'payment_declined', failure_reason = $4, decline_detail = $2,
                                payment_intent_id = COALESCE($3, payment_intent_id),
                                intake_lease_until = NULL, updated_at = now()
               WHERE id = $1 AND status = 'pending_authorization'
@@ -189,8 +196,9 @@ async fn decline(
          SELECT count(*) FROM moved",
     )
     .bind(id)
-    .bind(reason)
+    .bind(detail)
     .bind(payment_intent_id)
+    .bind(DECLINED)
     .fetch_one(pool)
     .await?;
     Ok(moved == 1)
