@@ -83,10 +83,34 @@ impl World {
     }
 }
 
+/// Tests hammer the intake from a few users, and some decline many cards: they run with the
+/// per-user limits out of the way. The limits themselves are tested at their defaults
+/// ([`TestFleet::start_with_default_limits`]).
+const GENEROUS_LIMITS: [(&str, &str); 3] = [
+    ("INTAKE_USER_RATE_PER_SECOND", "10000"),
+    ("INTAKE_USER_BURST", "10000"),
+    ("INTAKE_DECLINES_PER_HOUR", "0"),
+];
+
+fn with_generous_limits(mut fleet: Fleet) -> Fleet {
+    for (key, value) in GENEROUS_LIMITS {
+        fleet.set_env(key, value);
+    }
+    fleet
+}
+
 impl TestFleet {
     /// stripe-sim and an observer; no fleet binaries yet.
     pub async fn prepare(name: &str) -> anyhow::Result<Self> {
         Self::prepare_with_stock_visibility(name, None).await
+    }
+
+    /// The whole fleet with the intake's limits at their defaults.
+    pub async fn start_with_default_limits(name: &str, stock_workers: usize) -> anyhow::Result<Self> {
+        let world = World::create(name, None).await?;
+        let mut fleet = Fleet::prepare(name, world.stack(), world.log_dir.clone()).await?;
+        fleet.spawn_all(stock_workers).await?;
+        Ok(world.with(fleet))
     }
 
     /// The same, the stock-check queue with another visibility timeout (so a crashed worker's
@@ -97,7 +121,7 @@ impl TestFleet {
     ) -> anyhow::Result<Self> {
         let world = World::create(name, visibility_seconds).await?;
         let fleet = Fleet::prepare(name, world.stack(), world.log_dir.clone()).await?;
-        Ok(world.with(fleet))
+        Ok(world.with(with_generous_limits(fleet)))
     }
 
     /// The whole fleet with `stock_workers` stock-worker processes.
@@ -108,7 +132,9 @@ impl TestFleet {
     /// The whole fleet against `db` (a database on a server of the test's own).
     pub async fn start_on(name: &str, db: TestDatabase, stock_workers: usize) -> anyhow::Result<Self> {
         let world = World::create_with(name, None, db).await?;
-        let fleet = Fleet::start(name, world.stack(), world.log_dir.clone(), stock_workers).await?;
+        let fleet = Fleet::prepare(name, world.stack(), world.log_dir.clone()).await?;
+        let mut fleet = with_generous_limits(fleet);
+        fleet.spawn_all(stock_workers).await?;
         Ok(world.with(fleet))
     }
 
@@ -119,7 +145,9 @@ impl TestFleet {
         visibility_seconds: Option<u32>,
     ) -> anyhow::Result<Self> {
         let world = World::create(name, visibility_seconds).await?;
-        let fleet = Fleet::start(name, world.stack(), world.log_dir.clone(), stock_workers).await?;
+        let fleet = Fleet::prepare(name, world.stack(), world.log_dir.clone()).await?;
+        let mut fleet = with_generous_limits(fleet);
+        fleet.spawn_all(stock_workers).await?;
         Ok(world.with(fleet))
     }
 

@@ -189,14 +189,25 @@ impl Fleet {
         stock_workers: usize,
     ) -> anyhow::Result<Self> {
         let mut fleet = Self::prepare(name, stack, log_dir).await?;
-        fleet.spawn("order-intake", "order-intake", &[])?;
-        fleet.spawn("outbox-relay", "outbox-relay", &[])?;
-        for i in 0..stock_workers {
-            fleet.spawn(&format!("stock-worker-{i}"), "stock-worker", &[])?;
-        }
-        fleet.spawn("notification-worker", "notification-worker", &[])?;
-        fleet.wait_http(&format!("{}/healthz", fleet.intake_url)).await?;
+        fleet.spawn_all(stock_workers).await?;
         Ok(fleet)
+    }
+
+    /// Starts every fleet binary (after [`Fleet::prepare`]), `stock_workers` stock workers.
+    pub async fn spawn_all(&mut self, stock_workers: usize) -> anyhow::Result<()> {
+        self.spawn("order-intake", "order-intake", &[])?;
+        self.spawn("outbox-relay", "outbox-relay", &[])?;
+        for i in 0..stock_workers {
+            self.spawn(&format!("stock-worker-{i}"), "stock-worker", &[])?;
+        }
+        self.spawn("notification-worker", "notification-worker", &[])?;
+        self.wait_http(&format!("{}/healthz", self.intake_url)).await
+    }
+
+    /// Sets a variable of the environment every process spawned from now on gets.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.to_owned(), value.to_owned()));
     }
 
     /// Starts one of the binaries as `label`, with the fleet's environment plus `extra`.

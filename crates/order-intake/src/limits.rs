@@ -43,7 +43,7 @@ impl LimitsConfig {
     pub const DEFAULT: Self = Self {
         user_rate_per_second: NonZeroU32::new(5).unwrap(),
         user_burst: NonZeroU32::new(10).unwrap(),
-        rate_per_second: NonZeroU32::new(5_000).unwrap(),
+        rate_per_second: NonZeroU32::new(20_000).unwrap(),
         max_in_flight: 1_024,
         declines_per_hour: 5,
         header_timeout: Duration::from_secs(5),
