@@ -108,3 +108,68 @@ async fn a_decline_tells_the_buyer_only_payment_declined_and_a_card_tester_is_st
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     fleet.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn five_hundred_idle_connections_neither_stop_a_real_order_nor_stay_open_past_the_header_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    // Arrange: a 2 s header timeout and a 2 s body timeout, so the test is short.
+    let mut fleet = Fleet::prepare("slow-clients").await.unwrap();
+    fleet.set_env("INTAKE_HEADER_TIMEOUT_SECONDS", "2");
+    fleet.set_env("INTAKE_BODY_TIMEOUT_SECONDS", "2");
+    fleet.spawn_all(1).await.unwrap();
+    fleet.product("sku-1", 1000, 5).await.unwrap();
+    let addr = fleet.intake_url.trim_start_matches("http://").to_owned();
+
+    // Act: 500 connections at once; half send nothing, half half a request, then stall. One
+    // more sends its headers and ten bytes of a hundred-byte body.
+    let mut idle = Vec::new();
+    for i in 0..500 {
+        let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        if i % 2 == 1 {
+            stream.write_all(b"POST /v1/orders HTTP/1.1\r\nHost: intake\r\nContent-Ty").await.unwrap();
+        }
+        idle.push(stream);
+    }
+    let mut slow_body = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /v1/orders HTTP/1.1\r\nHost: intake\r\nAuthorization: Bearer {}\r\nIdempotency-Key: slow\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"product_\"",
+        fleet.token("slow")
+    );
+    slow_body.write_all(head.as_bytes()).await.unwrap();
+    let opened = Instant::now();
+    let real = fleet.post_order("ola", "k1", "sku-1", 1, "pm_card_visa").await.unwrap();
+    let answered_after = opened.elapsed();
+
+    // Assert: the real order got in beside them (how fast is printed, not asserted).
+    assert_eq!(real.status, 202, "{:?}", real.body);
+    let mut still_open = 0;
+    for stream in &mut idle {
+        let mut byte = [0u8; 1];
+        if tokio::time::timeout(Duration::from_millis(1), stream.read(&mut byte)).await.is_err() {
+            still_open += 1;
+        }
+    }
+    println!(
+        "security: slow-clients real_order_answered_in={answered_after:?} idle_still_open_then={still_open}"
+    );
+    assert!(
+        answered_after < Duration::from_secs(2) || still_open == 500,
+        "the order was not answered before the idle connections were cut"
+    );
+    // ... and the intake closes every idle one after its header timeout (the wait is generous:
+    // this is whether, not how fast).
+    for stream in &mut idle {
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut rest)).await;
+        assert!(closed.is_ok(), "an idle connection is still open after 30 s");
+    }
+    // The slow body is answered 408 request_timeout.
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), slow_body.read_to_end(&mut answer)).await.unwrap().unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request_timeout"), "{answer}");
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    fleet.stop().await.unwrap();
+}

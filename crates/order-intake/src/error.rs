@@ -37,6 +37,8 @@ pub enum ApiError {
     /// back if it fails): the answer then carries `Retry-After`.
     #[error("sold out: fewer units are left than asked; every unit is promised to buyers ahead or sold")]
     SoldOut { units_may_return: bool },
+    #[error("the request took too long to arrive or to answer; try again with the same Idempotency-Key")]
+    RequestTimeout,
     #[error("too many requests; try again after the time in Retry-After")]
     RateLimited { retry_after_seconds: u64 },
     #[error("this order would take you past the product's limit per customer")]
@@ -72,6 +74,7 @@ impl ApiError {
             ApiError::SoldOut { .. } => "sold_out",
             ApiError::PurchaseLimitReached => "purchase_limit_reached",
             ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::RequestTimeout => "request_timeout",
             ApiError::PaymentDeclined => "payment_declined",
             ApiError::PaymentUnavailable => "payment_unavailable",
             ApiError::OrderNotFound => "order_not_found",
@@ -98,6 +101,7 @@ impl ApiError {
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::PaymentDeclined => StatusCode::PAYMENT_REQUIRED,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::PaymentUnavailable | ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::OrderNotFound => StatusCode::NOT_FOUND,
             ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,

@@ -16,7 +16,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -104,18 +103,24 @@ impl AppState {
 pub fn router(state: AppState) -> Router {
     let limits = state.limits.clone();
     // Outermost first: the rate over everyone, then the bound on requests in flight (one over
-    // it is shed at once, answered like a rate limit), then the routes.
+    // it is shed at once, answered like a rate limit), then the whole-request timeout and the
+    // body's, then the routes.
     let shed = tower::ServiceBuilder::new()
-        .layer(axum::error_handling::HandleErrorLayer::new(|_: tower::BoxError| async {
-            limits::rate_limited(Duration::from_secs(1))
+        .layer(axum::error_handling::HandleErrorLayer::new(|error: tower::BoxError| async move {
+            match error.is::<tower::timeout::error::Elapsed>() {
+                true => ApiError::RequestTimeout,
+                false => limits::rate_limited(Duration::from_secs(1)),
+            }
         }))
         .layer(tower::load_shed::LoadShedLayer::new())
-        .layer(tower::limit::ConcurrencyLimitLayer::new(limits.config.max_in_flight));
+        .layer(tower::limit::ConcurrencyLimitLayer::new(limits.config.max_in_flight))
+        .layer(tower::timeout::TimeoutLayer::new(limits.config.request_timeout));
     Router::new()
         .route("/v1/orders", post(create_order))
         .route("/v1/orders/{order_id}", get(get_order))
         // The body is read by hand under our own limit, to answer 413 in the API's error shape.
         .layer(DefaultBodyLimit::disable())
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(limits.config.body_timeout))
         .layer(shed)
         .layer(axum::middleware::from_fn_with_state(limits, over_everyones_rate))
         .with_state(state)
@@ -138,24 +143,56 @@ async fn over_everyones_rate(
 }
 
 /// Serves until `cancel` fires; in-flight requests finish first.
+///
+/// Each connection is served by hyper with a header-read timeout (`INTAKE_HEADER_TIMEOUT_SECONDS`):
+/// a client that connects and sends nothing, or half a request, is cut off then, instead of
+/// holding its socket for ever (`axum::serve` sets no such timer).
 pub async fn run(
     listener: tokio::net::TcpListener,
     state: AppState,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
-    // The per-user buckets of quiet users are dropped every minute, so memory follows the
-    // users of the last minute, not every user ever seen.
-    let (limits, stop) = (state.limits.clone(), cancel.clone());
+    forget_quiet_users_every_minute(state.limits.clone(), cancel.clone());
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(state.limits.config.header_timeout);
+    let app = router(state);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors, say: wait a moment rather than spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = cancel.cancelled() => break,
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let connection = graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    // No new connections; idle ones close, requests in flight finish.
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// The per-user buckets of quiet users are dropped every minute, so memory follows the users
+/// of the last minute, not every user ever seen.
+fn forget_quiet_users_every_minute(limits: Arc<Limits>, stop: CancellationToken) {
     tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(60));
         while tokio::select! { _ = every.tick() => true, () = stop.cancelled() => false } {
             limits.forget_quiet_users();
         }
     });
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move { cancel.cancelled().await })
-        .await
-        .context("the HTTP server failed")
 }
 
 /// The token's user, within their rate.
@@ -190,13 +227,16 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
     }
     axum::body::to_bytes(body, OrderRequest::MAX_BODY_BYTES).await.map_err(|e| {
         let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-        let mut too_large = false;
+        let (mut too_large, mut too_slow) = (false, false);
         while let Some(c) = cause {
             too_large |= c.is::<http_body_util::LengthLimitError>();
+            too_slow |= c.is::<tower_http::timeout::TimeoutError>();
             cause = c.source();
         }
         if too_large {
             ApiError::BodyTooLarge
+        } else if too_slow {
+            ApiError::RequestTimeout
         } else {
             ApiError::MalformedJson(format!("the body could not be read: {e}"))
         }
