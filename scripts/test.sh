@@ -11,6 +11,13 @@ say "cfn-lint infra/*.yaml"
 venv=$("$root/localstack/host.sh" venv)
 "$venv/bin/cfn-lint" infra/*.yaml
 
+say "no production build carries the crash points (the failpoints feature)"
+for package in order-intake outbox-relay stock-worker notification-worker fleetctl; do
+    if cargo tree --quiet -p "$package" -e features -i orderfleet | grep -q 'feature "failpoints"'; then
+        die "$package's own build enables orderfleet's failpoints feature"
+    fi
+done
+
 say "cargo clippy --all-targets -- -D warnings"
 cargo clippy --quiet --workspace --all-targets -- -D warnings
 

@@ -1,16 +1,30 @@
 //! Crash points for the fault-injection suite: with `ORDERFLEET_FAILPOINTS=name[,name…]` set,
 //! the process aborts at once on reaching a named point — no cleanup, no flush, exactly as if
-//! it had been SIGKILLed there. Unset (always, in production) a point costs one branch.
+//! it had been SIGKILLed there.
+//!
+//! They exist only in builds with the `failpoints` feature, which the end-to-end tests enable
+//! (the workspace build unifies it into the binaries they run). A binary built on its own
+//! (`cargo build --release -p order-intake`, as an image does) has none: there `hit` is empty
+//! and the variable means nothing, so no setting can make a production process abort.
+//! `scripts/test.sh` checks that no binary's own build pulls the feature in.
 //!
 //! The points: `after_authorize` (intake: Stripe authorized, nothing committed),
 //! `after_reserve` (stock reserved and committed, not captured), `after_capture` (captured,
 //! not committed), `after_paid` (paid committed, message not deleted).
 
+#[cfg(feature = "failpoints")]
 use std::sync::OnceLock;
 
+#[cfg(feature = "failpoints")]
 static ARMED: OnceLock<Vec<String>> = OnceLock::new();
 
+/// Without the `failpoints` feature: nothing.
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn hit(_name: &str) {}
+
 /// Aborts the process if `name` is armed.
+#[cfg(feature = "failpoints")]
 pub fn hit(name: &str) {
     let armed = ARMED.get_or_init(|| {
         std::env::var("ORDERFLEET_FAILPOINTS")
