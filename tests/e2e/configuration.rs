@@ -87,3 +87,28 @@ fn a_token_lives_a_day_at_most() {
     assert!(!ok);
     assert!(stderr.contains("--ttl-seconds"), "{stderr}");
 }
+
+#[test]
+fn a_database_elsewhere_without_verified_tls_or_stripe_over_http_stops_the_binary_with_one_line() {
+    let (ok, stderr) =
+        run_without_environment(&["migrate"], &[("DATABASE_URL", "postgres://u:pw@db.example.com/orders")]);
+    assert!(!ok);
+    assert!(stderr.contains("DATABASE_URL") && stderr.contains("sslmode=verify-full"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    for bin in ["order-intake", "stock-worker"] {
+        let out = Command::new(binary(bin))
+            .env_clear()
+            .env("DATABASE_URL", "postgres://orderfleet@127.0.0.1:1/orderfleet")
+            .env("STRIPE_SECRET_KEY", "sk_test_placeholder")
+            .env("STRIPE_API_BASE", "http://api.stripe.com")
+            .env("AUTH_JWT_SECRET", "0123456789abcdef0123456789abcdef")
+            .env("STOCK_QUEUE_URL", "http://127.0.0.1:1/000000000000/stock")
+            .env("NOTIFICATION_QUEUE_URL", "http://127.0.0.1:1/000000000000/notification")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bin} started with Stripe over http");
+        assert!(stderr.contains("STRIPE_API_BASE") && stderr.contains("https"), "{bin}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{bin}: {stderr}");
+    }
+}

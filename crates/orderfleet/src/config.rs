@@ -197,21 +197,47 @@ pub fn batching(env: &Env) -> Result<bool, ConfigError> {
 #[derive(Debug, Clone)]
 pub struct DatabaseConfig {
     pub url: SecretString,
+    /// Set when the connection to another machine is encrypted but the server's certificate is
+    /// not checked (`sslmode=require` or `verify-ca`): allowed, with a warning at start.
+    pub unverified_tls: bool,
 }
 
 impl DatabaseConfig {
+    /// A database on another machine must be reached over TLS that checks the server
+    /// (`sslmode=verify-full`); `require` is accepted with a warning; anything less (no
+    /// `sslmode`, `disable`, `allow`, `prefer`) stops the binary. Loopback and Unix sockets
+    /// need none.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let url: SecretString = env.required("DATABASE_URL")?;
+        // The URL may hold a password, so no reason below echoes it.
+        let malformed = |reason: &str| ConfigError::Malformed { name: "DATABASE_URL", reason: reason.into() };
         let scheme_ok = ["postgres://", "postgresql://"].iter().any(|p| url.expose_secret().starts_with(p));
         if !scheme_ok {
-            // The URL may hold a password, so the reason does not echo it.
-            return Err(ConfigError::Malformed {
-                name: "DATABASE_URL",
-                reason: "expected a postgres:// or postgresql:// URL".into(),
-            });
+            return Err(malformed("expected a postgres:// or postgresql:// URL"));
         }
-        Ok(Self { url })
+        let parsed = url::Url::parse(url.expose_secret()).map_err(|_| malformed("not a valid URL"))?;
+        let query = |key: &str| parsed.query_pairs().find(|(k, _)| k == key).map(|(_, v)| v.into_owned());
+        let host = query("host").unwrap_or_else(|| parsed.host_str().unwrap_or_default().to_owned());
+        if is_local(&host) {
+            return Ok(Self { url, unverified_tls: false });
+        }
+        match query("sslmode").as_deref() {
+            Some("verify-full") => Ok(Self { url, unverified_tls: false }),
+            Some("require" | "verify-ca") => Ok(Self { url, unverified_tls: true }),
+            _ => Err(malformed(
+                "a database on another machine needs sslmode=verify-full (or require, which does not check the server's certificate)",
+            )),
+        }
     }
+}
+
+/// Whether `host` is this machine: a loopback name or address, or a Unix socket directory.
+pub fn is_local(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.is_empty()
+        || host.starts_with('/')
+        || host.eq_ignore_ascii_case("localhost")
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The SQS queues the fleet sends to and reads from (the messaging stack's outputs).
@@ -297,6 +323,15 @@ impl StripeConfig {
             });
         }
         let api_base = env.or_default("STRIPE_API_BASE", HttpUrl(Self::DEFAULT_API_BASE.to_owned()))?;
+        // The secret key travels in every request: only over TLS, unless to this machine (stripe-sim).
+        let base = url::Url::parse(api_base.as_str()).ok();
+        let local = base.as_ref().and_then(|u| u.host_str()).is_some_and(is_local);
+        if !local && base.as_ref().is_none_or(|u| u.scheme() != "https") {
+            return Err(ConfigError::Malformed {
+                name: "STRIPE_API_BASE",
+                reason: "must be https:// (http:// only for a simulator on this machine)".into(),
+            });
+        }
         let default_rate =
             std::num::NonZeroU32::new(Self::DEFAULT_MAX_REQUESTS_PER_SECOND).expect("non-zero");
         let max_requests_per_second =
@@ -455,5 +490,56 @@ mod tests {
     fn a_topic_that_is_not_an_arn_is_refused() {
         let env = Env::from_pairs([("NOTIFICATION_TOPIC_ARN", "order-notifications")]);
         assert_eq!(TopicConfig::from_env(&env).unwrap_err().variable(), "NOTIFICATION_TOPIC_ARN");
+    }
+}
+
+#[cfg(test)]
+mod transport_tests {
+    use super::*;
+
+    fn database(url: &str) -> Result<DatabaseConfig, ConfigError> {
+        DatabaseConfig::from_env(&Env::from_pairs([("DATABASE_URL", url)]))
+    }
+
+    fn stripe(base: &str) -> Result<StripeConfig, ConfigError> {
+        StripeConfig::from_env(&Env::from_pairs([
+            ("STRIPE_SECRET_KEY", "sk_test_x"),
+            ("STRIPE_API_BASE", base),
+        ]))
+    }
+
+    #[test]
+    fn a_database_on_another_machine_needs_a_verified_tls_connection() {
+        for local in [
+            "postgres://u:p@127.0.0.1:5432/db",
+            "postgres://u@localhost/db",
+            "postgres://u@[::1]/db",
+            "postgres:///db?host=/var/run/postgresql",
+        ] {
+            let config = database(local).unwrap_or_else(|e| panic!("{local}: {e}"));
+            assert!(!config.unverified_tls, "{local}");
+        }
+        for refused in [
+            "postgres://u:secret@db.example.com/db",
+            "postgres://u:secret@10.0.0.5/db?sslmode=prefer",
+            "postgres://u:secret@db.example.com/db?sslmode=disable",
+            "postgres://u:secret@127.0.0.1/db?host=db.example.com",
+        ] {
+            let error = database(refused).unwrap_err().to_string();
+            assert!(error.contains("DATABASE_URL") && error.contains("verify-full"), "{refused}: {error}");
+            assert!(!error.contains("secret"), "the password was echoed: {error}");
+        }
+        assert!(!database("postgres://u@db.example.com/db?sslmode=verify-full").unwrap().unverified_tls);
+        assert!(database("postgres://u@db.example.com/db?sslmode=require").unwrap().unverified_tls);
+    }
+
+    #[test]
+    fn stripe_on_another_machine_is_https_only() {
+        assert!(stripe("https://api.stripe.com").is_ok());
+        assert!(stripe("http://127.0.0.1:12111").is_ok());
+        assert!(stripe("http://localhost:12111").is_ok());
+        let error = stripe("http://api.stripe.com").unwrap_err().to_string();
+        assert!(error.contains("STRIPE_API_BASE"), "{error}");
+        assert!(stripe("http://10.0.0.7:12111").is_err());
     }
 }

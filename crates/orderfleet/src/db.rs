@@ -33,6 +33,7 @@ impl Default for PoolSize {
 /// Connects lazily: the pool opens connections on first use, so a binary starts (and serves
 /// `/healthz`) while the database is still coming up, and recovers by itself after an outage.
 pub fn connect_lazy(config: &DatabaseConfig, size: PoolSize) -> anyhow::Result<PgPool> {
+    warn_if_unverified(config);
     PgPoolOptions::new()
         .max_connections(size.max_connections)
         .min_connections(size.min_connections)
@@ -43,12 +44,21 @@ pub fn connect_lazy(config: &DatabaseConfig, size: PoolSize) -> anyhow::Result<P
 
 /// Connects now, failing when the database is unreachable (for one-shot commands).
 pub async fn connect(config: &DatabaseConfig, size: PoolSize) -> anyhow::Result<PgPool> {
+    warn_if_unverified(config);
     PgPoolOptions::new()
         .max_connections(size.max_connections)
         .acquire_timeout(size.acquire_timeout)
         .connect(config.url.expose_secret())
         .await
         .context("failed to connect to PostgreSQL (DATABASE_URL)")
+}
+
+fn warn_if_unverified(config: &DatabaseConfig) {
+    if config.unverified_tls {
+        tracing::warn!(
+            "DATABASE_URL: the connection is encrypted but the server's certificate is not checked; use sslmode=verify-full"
+        );
+    }
 }
 
 /// Applies every migration not yet applied. Safe to repeat and to run from several processes
