@@ -18,6 +18,9 @@ for package in order-intake outbox-relay stock-worker notification-worker fleetc
     fi
 done
 
+say "dependencies: advisories, duplicate versions, licenses, sources (cargo-deny)"
+"$root/scripts/audit.sh"
+
 say "cargo clippy --all-targets -- -D warnings"
 cargo clippy --quiet --workspace --all-targets -- -D warnings
 

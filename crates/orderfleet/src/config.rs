@@ -534,6 +534,18 @@ mod transport_tests {
     }
 
     #[test]
+    fn a_short_signing_secret_or_a_malformed_issuer_is_refused_by_name() {
+        let auth = |pairs: &[(&str, &str)]| AuthConfig::from_env(&Env::from_pairs(pairs.iter().copied()));
+        let short = auth(&[("AUTH_JWT_SECRET", "too-short")]).unwrap_err().to_string();
+        assert!(short.contains("AUTH_JWT_SECRET") && short.contains("32"), "{short}");
+        let secret = ("AUTH_JWT_SECRET", "0123456789abcdef0123456789abcdef");
+        let blank = auth(&[secret, ("AUTH_JWT_ISSUER", "has a space")]).unwrap_err().to_string();
+        assert!(blank.contains("AUTH_JWT_ISSUER"), "{blank}");
+        let defaults = auth(&[secret]).unwrap();
+        assert_eq!((defaults.issuer.as_str(), defaults.audience.as_str()), ("orderfleet", "orderfleet-api"));
+    }
+
+    #[test]
     fn stripe_on_another_machine_is_https_only() {
         assert!(stripe("https://api.stripe.com").is_ok());
         assert!(stripe("http://127.0.0.1:12111").is_ok());

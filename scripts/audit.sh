@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The dependency check of `make test`: cargo-deny over Cargo.lock against deny.toml —
+# known-vulnerable, unmaintained or yanked crates (the RustSec advisory database), a second
+# version of a crate, licenses outside the allowed list, crates from anywhere but crates.io.
+#
+# These machines reach crates.io but not GitHub, so the advisory database cannot be fetched:
+# the snapshot in deny/ (RustSec advisory-db at bf5c0d2, 2026-08-21) is put where cargo-deny
+# keeps its databases, unless one is there already, and cargo-deny runs with --offline. With
+# internet, `cargo deny check` (no --offline) fetches the live database into the same place.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+cd "$root"
+
+deny_version=0.20.2
+tools="${XDG_CACHE_HOME:-$HOME/.cache}/orderfleet/tools"
+deny="$tools/bin/cargo-deny"
+if [[ ! -x "$deny" ]] || ! "$deny" --version | grep -q "$deny_version"; then
+    say "installing cargo-deny $deny_version (once per machine, about three minutes)"
+    cargo install --quiet --locked "cargo-deny@$deny_version" --root "$tools"
+fi
+
+# cargo-deny's directory for the default database (advisory-db, hashed from its URL).
+db="${CARGO_HOME:-$HOME/.cargo}/advisory-dbs/advisory-db-3157b0e258782691"
+if [[ ! -d "$db/.git" ]]; then
+    say "unpacking the RustSec advisory database snapshot (2026-08-21) into $db"
+    rm -rf "$db" && mkdir -p "$db"
+    tar -xzf deny/rustsec-advisory-db.tar.gz -C "$db" --strip-components=1
+    # cargo-deny reads the database's age from its git history: the snapshot's own date.
+    (cd "$db" && git init -q && git add -A &&
+        GIT_AUTHOR_DATE=2026-08-21T00:00:00Z GIT_COMMITTER_DATE=2026-08-21T00:00:00Z \
+            git -c user.name=snapshot -c user.email=snapshot@localhost commit -q -m "RustSec advisory-db bf5c0d2")
+fi
+
+# cargo-deny reads the crate graph of every target, so every crate must be downloaded.
+cargo fetch --locked --quiet
+"$deny" --offline check --show-stats
