@@ -11,6 +11,9 @@ say "cfn-lint infra/*.yaml"
 venv=$("$root/localstack/host.sh" venv)
 "$venv/bin/cfn-lint" infra/*.yaml
 
+say "checkov infra/ (every finding fixed, or skipped in the template with its reason)"
+"$root/scripts/checkov.sh"
+
 say "no production build carries the crash points (the failpoints feature)"
 for package in order-intake outbox-relay stock-worker notification-worker fleetctl; do
     if cargo tree --quiet -p "$package" -e features -i orderfleet | grep -q 'feature "failpoints"'; then

@@ -99,3 +99,48 @@ async fn a_message_received_three_times_is_in_the_dlq_after_the_fourth_receive()
     assert_eq!(dead.messages()[0].body(), Some("poison"));
     queues.delete(&sqs).await.unwrap();
 }
+
+/// Whether a resource policy denies every request made without TLS.
+fn denies_requests_without_tls(policy: &str) -> bool {
+    let policy: serde_json::Value = serde_json::from_str(policy).unwrap_or_default();
+    let statements = match &policy["Statement"] {
+        serde_json::Value::Array(all) => all.clone(),
+        one => vec![one.clone()],
+    };
+    statements.iter().any(|s| {
+        s["Effect"] == "Deny"
+            && s["Principal"] == "*"
+            && (s["Condition"]["Bool"]["aws:SecureTransport"] == "false"
+                || s["Condition"]["Bool"]["aws:SecureTransport"] == false)
+    })
+}
+
+#[tokio::test]
+async fn the_queues_and_the_topic_deny_requests_without_tls() {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let sdk = aws().await;
+    let sqs = sdk.sqs();
+    for variable in ["STOCK_QUEUE_URL", "NOTIFICATION_QUEUE_URL", "STOCK_DLQ_URL", "NOTIFICATION_DLQ_URL"] {
+        let url = stack_var(variable);
+        let attrs = sqs
+            .get_queue_attributes()
+            .queue_url(&url)
+            .attribute_names(QueueAttributeName::Policy)
+            .send()
+            .await;
+        let policy = attrs.unwrap().attributes.unwrap_or_default().remove(&QueueAttributeName::Policy);
+        assert!(policy.as_deref().is_some_and(denies_requests_without_tls), "{variable}: {policy:?}");
+    }
+    let topic = stack_var("NOTIFICATION_TOPIC_ARN");
+    let attrs = sdk
+        .sns()
+        .get_topic_attributes()
+        .topic_arn(&topic)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap_or_default();
+    let policy = attrs.get("Policy").map(String::as_str);
+    assert!(policy.is_some_and(denies_requests_without_tls), "topic: {policy:?}");
+}
