@@ -137,18 +137,34 @@ impl Intake<'_> {
         request: &OrderRequest,
     ) -> Result<Placed, ApiError> {
         let fingerprint = request.fingerprint();
-        if let Some(existing) = self.existing(user, key).await? {
+        let entry = Entry { user, key, request, fingerprint: &fingerprint, lease: self.lease };
+        // One statement for what most requests need to know first: is the key used, and is
+        // this user a card tester.
+        let (used, card_testing_until) = self.first_look(user, key).await?;
+        if used && let Some(existing) = self.existing(user, key).await? {
             return self.resume(existing, &fingerprint).await;
         }
-        self.not_card_testing(user).await?;
-        match admit(self.pool, user, key, request, &fingerprint, self.lease).await? {
+        if let Some(until) = card_testing_until {
+            metrics::counter!("intake_rate_limited_total", "limit" => "declines").increment(1);
+            return Err(crate::limits::rate_limited(
+                (until - chrono::Utc::now()).to_std().unwrap_or_default(),
+            ));
+        }
+        let door = admit(self.pool, user, key, request, &fingerprint, self.lease).await?;
+        self.after_the_door(entry, door, true).await
+    }
+
+    /// What the door's answer leads to. `first` is false after a capped product's own door.
+    async fn after_the_door(&self, entry: Entry<'_>, door: Door, first: bool) -> Result<Placed, ApiError> {
+        let (user, key, fingerprint) = (entry.user, entry.key, entry.fingerprint);
+        match door {
             Door::Admitted(order) => self.authorize(order, Attempt::First).await,
             // Another request with the same key got in first, a moment ago.
             Door::KeyTaken => {
                 let existing = self.existing(user, key).await?.ok_or_else(|| {
                     ApiError::Unexpected(anyhow::anyhow!("an idempotency key conflicted with no order"))
                 })?;
-                self.resume(existing, &fingerprint).await
+                self.resume(existing, fingerprint).await
             }
             door @ (Door::Closed | Door::OverLimit) => {
                 // A twin request with this key may have taken the last units (or the buyer's
@@ -156,41 +172,49 @@ impl Intake<'_> {
                 // order is visible now, and this request must answer from it (in use, or its
                 // answer), never sold_out.
                 if let Some(existing) = self.existing(user, key).await? {
-                    return self.resume(existing, &fingerprint).await;
+                    return self.resume(existing, fingerprint).await;
                 }
-                match door {
-                    Door::OverLimit => Err(ApiError::PurchaseLimitReached),
-                    _ => Err(self.turned_away(&request.product_id).await?),
+                match (door, first) {
+                    (Door::OverLimit, _) => Err(ApiError::PurchaseLimitReached),
+                    (_, true) => {
+                        match self.turned_away(&entry.request.product_id, entry.request.quantity).await? {
+                            TurnedAway::Capped(cap) => {
+                                let door = admit_capped(self.pool, entry, cap).await?;
+                                Box::pin(self.after_the_door(entry, door, false)).await
+                            }
+                            TurnedAway::Refused(refusal) => Err(refusal),
+                        }
+                    }
+                    (_, false) => Err(ApiError::SoldOut { units_may_return: true }),
                 }
             }
         }
     }
 
-    /// Refuses a new order from a user whose cards were declined too often in the last hour:
-    /// a card tester gets `429` and no more answers from Stripe. (A retry of an order already
-    /// placed is answered from it, as always.)
-    async fn not_card_testing(&self, user: &UserId) -> Result<(), ApiError> {
-        if self.declines_per_hour == 0 {
-            return Ok(());
-        }
-        let oldest: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
-            "SELECT min(updated_at) FROM (
-                 SELECT updated_at FROM orders
-                  WHERE user_id = $1 AND status = 'payment_declined' AND updated_at > now() - interval '1 hour'
-                  ORDER BY updated_at DESC LIMIT $2
-             ) recent HAVING count(*) >= $2",
+    /// Whether `key` is used already, and, when the user's cards were declined
+    /// `declines_per_hour` times in the last hour, until when their new orders are refused
+    /// (the oldest of those declines plus an hour).
+    async fn first_look(
+        &self,
+        user: &UserId,
+        key: &IdempotencyKey,
+    ) -> Result<(bool, Option<chrono::DateTime<chrono::Utc>>), ApiError> {
+        let (used, oldest): (bool, Option<chrono::DateTime<chrono::Utc>>) = sqlx::query_as(
+            "SELECT EXISTS (SELECT 1 FROM orders WHERE user_id = $1 AND idempotency_key = $2),
+                    (SELECT min(updated_at) FROM (
+                         SELECT updated_at FROM orders
+                          WHERE $3 > 0 AND user_id = $1 AND status = 'payment_declined'
+                            AND updated_at > now() - interval '1 hour'
+                          ORDER BY updated_at DESC LIMIT $3
+                     ) recent HAVING count(*) >= $3 AND $3 > 0)",
         )
         .bind(user.as_str())
+        .bind(key.as_str())
         .bind(i64::from(self.declines_per_hour))
-        .fetch_optional(self.pool)
+        .fetch_one(self.pool)
         .await
-        .map_err(database_error)?
-        .flatten();
-        let Some(oldest) = oldest else { return Ok(()) };
-        metrics::counter!("intake_rate_limited_total", "limit" => "declines").increment(1);
-        // Until the oldest of those declines is an hour old.
-        let wait = (oldest + chrono::TimeDelta::hours(1) - chrono::Utc::now()).to_std().unwrap_or_default();
-        Err(crate::limits::rate_limited(wait))
+        .map_err(database_error)?;
+        Ok((used, oldest.map(|o| o + chrono::TimeDelta::hours(1))))
     }
 
     /// What a request with a key already used gets: an error for another body, the first
@@ -206,20 +230,27 @@ impl Intake<'_> {
         self.authorize(order, Attempt::Resumed).await
     }
 
-    /// Why the door stayed closed: no such product, or sold out — with `Retry-After` while
+    /// Why the door stayed closed: no such product; sold out — with `Retry-After` while
     /// orders ahead hold units that may still come back (not yet paid), without it once every
-    /// promised unit is sold.
-    async fn turned_away(&self, product_id: &str) -> Result<ApiError, ApiError> {
-        let (known, units_may_return): (bool, bool) = sqlx::query_as(
+    /// promised unit is sold; or the product has a cap per buyer and the units asked for, and
+    /// goes through its own door ([`admit_capped`]).
+    async fn turned_away(&self, product_id: &str, quantity: i32) -> Result<TurnedAway, ApiError> {
+        let (known, units_may_return, cap): (bool, bool, Option<i32>) = sqlx::query_as(
             "SELECT EXISTS (SELECT 1 FROM products WHERE id = $1),
                     EXISTS (SELECT 1 FROM orders WHERE product_id = $1
-                               AND status IN ('pending_authorization', 'authorized', 'stock_reserved'))",
+                               AND status IN ('pending_authorization', 'authorized', 'stock_reserved')),
+                    (SELECT max_per_buyer FROM products WHERE id = $1 AND units_promised + $2 <= units_total)",
         )
         .bind(product_id)
+        .bind(quantity)
         .fetch_one(self.pool)
         .await
         .map_err(database_error)?;
-        Ok(if known { ApiError::SoldOut { units_may_return } } else { ApiError::UnknownProduct })
+        Ok(match (known, cap) {
+            (false, _) => TurnedAway::Refused(ApiError::UnknownProduct),
+            (true, Some(cap)) => TurnedAway::Capped(cap),
+            (true, None) => TurnedAway::Refused(ApiError::SoldOut { units_may_return }),
+        })
     }
 
     async fn existing(&self, user: &UserId, key: &IdempotencyKey) -> Result<Option<OrderRow>, ApiError> {
@@ -299,9 +330,9 @@ impl Intake<'_> {
 
 /// The door: ONE statement promises the units, takes the next place in line and creates the
 /// order under the key, priced from the product, holding the intake's lease. If the product
-/// has fewer units unpromised than asked (or does not exist) it writes nothing. A product with
-/// a cap per buyer goes through [`admit_capped`] instead. Public so the benchmark can measure
-/// the hot-row statement on its own.
+/// has fewer units unpromised than asked (or does not exist), or a cap per buyer (it goes
+/// through [`admit_capped`]), it writes nothing. Public so the benchmark can measure the
+/// hot-row statement on its own.
 pub async fn admit(
     pool: &PgPool,
     user: &UserId,
@@ -318,13 +349,13 @@ pub async fn admit(
         Err(_) => "error",
     };
     metrics::histogram!("intake_door_seconds", "outcome" => outcome).record(started.elapsed().as_secs_f64());
-    match admitted? {
-        Door::Closed => match max_per_buyer(pool, &request.product_id, request.quantity).await? {
-            Some(cap) => admit_capped(pool, Entry { user, key, request, fingerprint, lease }, cap).await,
-            None => Ok(Door::Closed),
-        },
-        door => Ok(door),
-    }
+    admitted
+}
+
+/// Why the door stayed closed for good, or that a capped product's own door is to be tried.
+enum TurnedAway {
+    Refused(ApiError),
+    Capped(i32),
 }
 
 /// What the door needs of a request.
@@ -381,20 +412,6 @@ async fn door<'e>(executor: impl sqlx::PgExecutor<'e>, entry: Entry<'_>, cap: Ca
         }
         Err(e) => Err(database_error(e)),
     }
-}
-
-/// The product's cap per buyer, if it has one and has the units asked for left (a product
-/// sold out is sold out, capped or not).
-async fn max_per_buyer(pool: &PgPool, product_id: &str, quantity: i32) -> Result<Option<i32>, ApiError> {
-    let cap: Option<Option<i32>> = sqlx::query_scalar(
-        "SELECT max_per_buyer FROM products WHERE id = $1 AND units_promised + $2 <= units_total",
-    )
-    .bind(product_id)
-    .bind(quantity)
-    .fetch_optional(pool)
-    .await
-    .map_err(database_error)?;
-    Ok(cap.flatten())
 }
 
 /// The door of a product with a cap per buyer: ONE short transaction that takes a lock of the
