@@ -113,7 +113,9 @@ pub fn router(state: AppState) -> Router {
             }
         }))
         .layer(tower::load_shed::LoadShedLayer::new())
-        .layer(tower::limit::ConcurrencyLimitLayer::new(limits.config.max_in_flight))
+        // Global: Router::layer wraps each route on its own, and a plain ConcurrencyLimitLayer
+        // would give every route a bound of its own.
+        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(limits.config.max_in_flight))
         .layer(tower::timeout::TimeoutLayer::new(limits.config.request_timeout));
     Router::new()
         .route("/v1/orders", post(create_order))

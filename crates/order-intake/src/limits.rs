@@ -48,7 +48,9 @@ impl LimitsConfig {
         declines_per_hour: 5,
         header_timeout: Duration::from_secs(5),
         body_timeout: Duration::from_secs(10),
-        request_timeout: Duration::from_secs(30),
+        // Above the longest an order can take: a body (10 s), then, for a retried order, a
+        // lookup at Stripe and an authorization, each with its bounded retries (about 45 s).
+        request_timeout: Duration::from_secs(60),
     };
 
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {

@@ -215,16 +215,18 @@ impl DatabaseConfig {
         if !scheme_ok {
             return Err(malformed("expected a postgres:// or postgresql:// URL"));
         }
-        let parsed = url::Url::parse(url.expose_secret()).map_err(|_| malformed("not a valid URL"))?;
-        let query = |key: &str| parsed.query_pairs().find(|(k, _)| k == key).map(|(_, v)| v.into_owned());
-        let host = query("host").unwrap_or_else(|| parsed.host_str().unwrap_or_default().to_owned());
-        if is_local(&host) {
+        // Decided from the options sqlx itself will connect with: the last of repeated
+        // parameters, `ssl-mode` as well as `sslmode`, `hostaddr`, and PGHOST/PGSSLMODE.
+        let options = sqlx::postgres::PgConnectOptions::from_str(url.expose_secret())
+            .map_err(|_| malformed("not a valid PostgreSQL URL"))?;
+        if options.get_socket().is_some() || is_local(options.get_host()) {
             return Ok(Self { url, unverified_tls: false });
         }
-        match query("sslmode").as_deref() {
-            Some("verify-full") => Ok(Self { url, unverified_tls: false }),
-            Some("require" | "verify-ca") => Ok(Self { url, unverified_tls: true }),
-            _ => Err(malformed(
+        use sqlx::postgres::PgSslMode;
+        match options.get_ssl_mode() {
+            PgSslMode::VerifyFull => Ok(Self { url, unverified_tls: false }),
+            PgSslMode::Require | PgSslMode::VerifyCa => Ok(Self { url, unverified_tls: true }),
+            PgSslMode::Disable | PgSslMode::Allow | PgSslMode::Prefer => Err(malformed(
                 "a database on another machine needs sslmode=verify-full (or require, which does not check the server's certificate)",
             )),
         }
@@ -524,6 +526,9 @@ mod transport_tests {
             "postgres://u:secret@10.0.0.5/db?sslmode=prefer",
             "postgres://u:secret@db.example.com/db?sslmode=disable",
             "postgres://u:secret@127.0.0.1/db?host=db.example.com",
+            "postgres://u:secret@db.example.com/db?sslmode=verify-full&sslmode=disable",
+            "postgres://u:secret@db.example.com/db?sslmode=verify-full&ssl-mode=disable",
+            "postgres://u:secret@localhost/db?hostaddr=10.0.0.5",
         ] {
             let error = database(refused).unwrap_err().to_string();
             assert!(error.contains("DATABASE_URL") && error.contains("verify-full"), "{refused}: {error}");
