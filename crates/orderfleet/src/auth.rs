@@ -79,6 +79,7 @@ pub fn issue_token(config: &AuthConfig, user: &UserId, ttl: Duration) -> anyhow:
 #[derive(Debug, Deserialize)]
 struct Subject {
     sub: String,
+    exp: u64,
 }
 
 /// Verifies an HS256 token (signature, expiry) and returns its user.
@@ -101,6 +102,11 @@ impl TokenVerifier {
     pub fn verify(&self, token: &str) -> Result<UserId, String> {
         let data =
             jsonwebtoken::decode::<Subject>(token, &self.key, &self.validation).map_err(|e| e.to_string())?;
+        // A token made elsewhere with the same secret may not outlive what `fleetctl token` allows.
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?.as_secs();
+        if data.claims.exp > now + MAX_TOKEN_TTL.as_secs() + self.validation.leeway {
+            return Err("the token lives longer than a day".into());
+        }
         UserId::parse(&data.claims.sub)
     }
 }
@@ -188,6 +194,14 @@ mod tests {
         let header = base64_url(r#"{"alg":"none","typ":"JWT"}"#);
         let token = format!("{header}.{}.", base64_url(&good_claims().to_string()));
         assert!(TokenVerifier::new(&c).verify(&token).is_err());
+    }
+
+    #[test]
+    fn a_token_valid_for_longer_than_a_day_is_refused_wherever_it_was_made() {
+        let c = config(&"k".repeat(32));
+        let mut claims = good_claims();
+        claims["exp"] = json!(now() + 2 * 24 * 3600);
+        assert!(TokenVerifier::new(&c).verify(&signed(&c, claims)).is_err());
     }
 
     #[test]
