@@ -234,6 +234,20 @@ async fn with_sqs_unreachable_the_intake_keeps_accepting_and_everything_drains_a
     fleet.product("sku-1", 1000, 9).await.unwrap();
     assert_eq!(place(&fleet, "ned", "warm-up", "sku-1").await.status, 202);
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    // Settled is not relayed: the warm-up's order.paid row may still wait for the relay, and
+    // the cut must find the outbox empty, or it would count 17 rows below, not 16.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let unsent: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status <> 'sent'")
+            .fetch_one(&fleet.pool)
+            .await
+            .unwrap();
+        if unsent == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the warm-up's messages were never relayed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // Act: cut SQS away, take orders, wait, restore.
     proxy.cut();
