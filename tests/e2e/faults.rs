@@ -161,15 +161,21 @@ async fn stripe_failing_on_authorize_capture_and_cancel_is_retried_with_the_same
     fleet.stop().await.unwrap();
 }
 
+/// An intake that aborts right after Stripe authorizes, before it commits; its lease is 1 s,
+/// so a retry or the sweeper may take the order over soon.
+fn spawn_intake_that_dies_after_authorizing(fleet: &mut Fleet) {
+    let lease = ("INTAKE_LEASE_SECONDS", "1");
+    fleet
+        .spawn("doomed-intake", "order-intake", &[("ORDERFLEET_FAILPOINTS", "after_authorize"), lease])
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_intake_killed_between_authorizing_and_committing_is_finished_by_the_sweeper() {
     // Arrange: the intake dies right after Stripe authorizes; its lease is 1 s.
     let mut fleet = Fleet::prepare("intake-killed").await.unwrap();
     fleet.product("sku-1", 1000, 5).await.unwrap();
-    let lease = ("INTAKE_LEASE_SECONDS", "1");
-    fleet
-        .spawn("doomed-intake", "order-intake", &[("ORDERFLEET_FAILPOINTS", "after_authorize"), lease])
-        .unwrap();
+    spawn_intake_that_dies_after_authorizing(&mut fleet);
     let deadline = Instant::now() + Duration::from_secs(20);
     let answered = loop {
         let result = fleet.post_order("max", "key-1", "sku-1", 1, "pm_card_visa").await;
@@ -735,10 +741,7 @@ async fn a_retry_a_day_after_an_intake_died_mid_authorization_finds_the_first_ho
     // PaymentIntent at Stripe; a day passes and Stripe forgets the authorization's key.
     let mut fleet = Fleet::prepare("retry-after-a-day").await.unwrap();
     fleet.product("sku-1", 1000, 5).await.unwrap();
-    let lease = ("INTAKE_LEASE_SECONDS", "1");
-    fleet
-        .spawn("doomed-intake", "order-intake", &[("ORDERFLEET_FAILPOINTS", "after_authorize"), lease])
-        .unwrap();
+    spawn_intake_that_dies_after_authorizing(&mut fleet);
     let deadline = Instant::now() + Duration::from_secs(20);
     while !fleet.statuses().await.unwrap().contains_key("pending_authorization") {
         assert!(Instant::now() < deadline, "the order was never created");

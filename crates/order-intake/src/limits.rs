@@ -97,16 +97,12 @@ impl Limits {
 
     /// One request of anyone's: refused when the intake as a whole is over its rate.
     pub fn check_global(&self) -> Result<(), ApiError> {
-        self.global
-            .check()
-            .map_err(|not_until| rate_limited(not_until.wait_time_from(DefaultClock::default().now())))
+        self.global.check().map_err(refused)
     }
 
     /// One request of `user`'s: refused when this user is over their rate.
     pub fn check_user(&self, user: &UserId) -> Result<(), ApiError> {
-        self.per_user
-            .check_key(&user.as_str().to_owned())
-            .map_err(|not_until| rate_limited(not_until.wait_time_from(DefaultClock::default().now())))
+        self.per_user.check_key(&user.as_str().to_owned()).map_err(refused)
     }
 
     /// Forgets the buckets of users who have been quiet long enough to be full again.
@@ -114,6 +110,11 @@ impl Limits {
         self.per_user.retain_recent();
         self.per_user.shrink_to_fit();
     }
+}
+
+/// A bucket's refusal as `429 rate_limited`, to come back when the bucket has a cell again.
+fn refused(not_until: governor::NotUntil<<DefaultClock as Clock>::Instant>) -> ApiError {
+    rate_limited(not_until.wait_time_from(DefaultClock::default().now()))
 }
 
 /// `429 rate_limited`, to try again after `wait` (whole seconds, at least one).

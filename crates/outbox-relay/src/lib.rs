@@ -254,7 +254,7 @@ impl<'a> Retry<'a> {
             Kind::Permanent => ("dead", attempts, Duration::ZERO),
             Kind::Transient if attempts >= tuning.max_attempts => ("dead", attempts, Duration::ZERO),
             Kind::Transient => ("failed", attempts, tuning.retry_backoff.delay(row.retry_count as u32)),
-            Kind::Outage => ("pending", row.retry_count, failure.retry_in.unwrap_or(Duration::from_secs(1))),
+            Kind::Outage => ("pending", row.retry_count, failure.retry_in.unwrap_or(send::OUTAGE_RETRY)),
         };
         if status == "dead" {
             let (code, reason) = (&failure.code, &failure.reason);
@@ -401,8 +401,7 @@ impl Lane {
             Ok(outcomes) => outcomes,
             Err(_) => {
                 let reason = format!("the send round took longer than {limit:?}");
-                let failure =
-                    Failure::outage(Source::Sqs, "timeout", reason).retry_in(Duration::from_secs(1));
+                let failure = Failure::outage(Source::Sqs, "timeout", reason).retry_in(send::OUTAGE_RETRY);
                 claimed.into_iter().map(|row| (row, Err(failure.clone()))).collect()
             }
         }

@@ -26,7 +26,7 @@ use crate::Claimed;
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
 
 /// How soon a row held by an outage comes due again.
-const OUTAGE_RETRY: Duration = Duration::from_secs(1);
+pub(crate) const OUTAGE_RETRY: Duration = Duration::from_secs(1);
 
 #[derive(Clone)]
 pub struct Sender {
