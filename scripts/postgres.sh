@@ -29,6 +29,7 @@ up() {
     if [[ -n "${DATABASE_URL:-}" ]]; then
         command -v pg_isready >/dev/null && ! pg_isready -q -d "$DATABASE_URL" -t 10 &&
             die "DATABASE_URL is set but that server does not answer; start it or unset DATABASE_URL"
+        service_roles "$DATABASE_URL"
         set_env DATABASE_URL "$DATABASE_URL"
         say "using DATABASE_URL from the environment"
         return
@@ -68,11 +69,26 @@ SELECT 'CREATE ROLE $local_user LOGIN CREATEDB PASSWORD ''$local_password'''
 WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$local_user') \gexec
 SELECT 'CREATE DATABASE $local_db OWNER $local_user'
 WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$local_db') \gexec
+-- So the tests' DROP DATABASE … WITH (FORCE) ends the sessions the service roles left open.
+GRANT pg_signal_backend TO $local_user;
 SQL
     fi
     local url="postgres://$local_user:$local_password@127.0.0.1:$port/$local_db"
     pg_isready -q -d "$url" -t 30 || die "PostgreSQL does not answer at 127.0.0.1:$port"
+    if [[ $(id -u) == 0 || $(id -un) == postgres ]]; then
+        as_postgres psql -q -p "$port" -v ON_ERROR_STOP=1 -f - <"$root/scripts/dev-roles.sql"
+    else
+        service_roles "$url"
+    fi
     set_env DATABASE_URL "$url"
+}
+
+# The roles each binary connects as (migration 0010 grants their table rights), able to log
+# in with development passwords: the tests and the demo run every binary as its own role.
+service_roles() {
+    command -v psql >/dev/null || die "psql is needed to set up the service roles (scripts/dev-roles.sql)"
+    psql -q -v ON_ERROR_STOP=1 -d "$1" -f "$root/scripts/dev-roles.sql" ||
+        die "could not set up the service roles: DATABASE_URL's role needs CREATEROLE, or run scripts/dev-roles.sql as a superuser"
 }
 
 down() {

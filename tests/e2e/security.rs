@@ -173,3 +173,137 @@ async fn five_hundred_idle_connections_neither_stop_a_real_order_nor_stay_open_p
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     fleet.stop().await.unwrap();
 }
+
+/// Every right a role holds on each table of the schema, as `has_table_privilege` sees it
+/// (through grants to the role, to PUBLIC, or ownership), with SELECT granted on some columns
+/// only shown as `S(those,columns)`.
+async fn table_rights(pool: &sqlx::PgPool, role: &str) -> std::collections::BTreeMap<String, String> {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT c.relname::text,
+                concat_ws(',', CASE WHEN has_table_privilege($1, c.oid, 'SELECT') THEN 'S' END,
+                               CASE WHEN has_table_privilege($1, c.oid, 'INSERT') THEN 'I' END,
+                               CASE WHEN has_table_privilege($1, c.oid, 'UPDATE') THEN 'U' END,
+                               CASE WHEN has_table_privilege($1, c.oid, 'DELETE') THEN 'D' END,
+                               CASE WHEN has_table_privilege($1, c.oid, 'TRUNCATE') THEN 'TRUNCATE' END,
+                               CASE WHEN has_table_privilege($1, c.oid, 'REFERENCES') THEN 'REFERENCES' END,
+                               CASE WHEN has_table_privilege($1, c.oid, 'TRIGGER') THEN 'TRIGGER' END,
+                               -- SELECT on some columns only: which.
+                               (SELECT 'S(' || string_agg(a.attname, ',' ORDER BY a.attname) || ')'
+                                  FROM pg_attribute a
+                                 WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+                                   AND NOT has_table_privilege($1, c.oid, 'SELECT')
+                                   AND has_column_privilege($1, c.oid, a.attnum, 'SELECT')))
+           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+          ORDER BY 1",
+    )
+    .bind(role)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    rows.into_iter().filter(|(_, rights)| !rights.is_empty()).collect()
+}
+
+#[tokio::test]
+async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_owns_nothing() {
+    // Arrange
+    let database = orderfleet_tests::TestDatabase::migrated().await.unwrap();
+
+    // Act
+    let mut held = std::collections::BTreeMap::new();
+    for (bin, role) in orderfleet_tests::SERVICE_ROLES {
+        held.insert(bin, table_rights(&database.pool, role).await);
+    }
+
+    // Assert: the matrix docs/security.md shows. A new table, or a new right, is a decision
+    // to make here (and there), not a side effect of a migration.
+    // Writing a message reads the columns of the constraint that keeps it one per event.
+    const OUTBOX_INSERT: &str = "I,S(aggregate_id,aggregate_type,destination,event_type)";
+    let expected = |rights: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+        rights.iter().map(|(t, r)| (t.to_string(), r.to_string())).collect()
+    };
+    let want = std::collections::BTreeMap::from([
+        ("order-intake", expected(&[("orders", "S,I,U"), ("outbox", OUTBOX_INSERT), ("products", "S,U")])),
+        (
+            "outbox-relay",
+            expected(&[
+                ("inbox", "S,D"),
+                ("message_failures", "S,D"),
+                ("outbox", "S,U,D"),
+                ("outbox_archive", "I,S(id)"),
+            ]),
+        ),
+        (
+            "stock-worker",
+            expected(&[
+                ("message_failures", "S,I,U"),
+                ("orders", "S,U"),
+                ("outbox", OUTBOX_INSERT),
+                ("products", "S,U"),
+            ]),
+        ),
+        ("notification-worker", expected(&[("inbox", "S,I,U"), ("message_failures", "S,I,U")])),
+        (
+            "fleetctl",
+            expected(&[
+                ("message_failures", "S"),
+                ("orders", "S,U"),
+                ("outbox", "S,I,U"),
+                ("products", "S,I,U"),
+            ]),
+        ),
+    ]);
+    assert_eq!(held, want);
+    let (powerful, owned, may_create): (i64, i64, bool) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM pg_roles
+                  WHERE rolname = ANY($1) AND (rolsuper OR rolcreaterole OR rolcreatedb OR rolbypassrls)),
+                (SELECT count(*) FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner WHERE r.rolname = ANY($1)),
+                (SELECT bool_or(has_schema_privilege(r, 'public', 'CREATE')) FROM unnest($1::text[]) r)",
+    )
+    .bind(orderfleet_tests::SERVICE_ROLES.map(|(_, role)| role).to_vec())
+    .fetch_one(&database.pool)
+    .await
+    .unwrap();
+    assert_eq!((powerful, owned, may_create), (0, 0, false), "a service role may do more than its tables");
+    database.drop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_notification_workers_role_cannot_change_a_product_or_an_order() {
+    // Arrange: a product, and a connection as the notification worker connects.
+    let database = orderfleet_tests::TestDatabase::migrated().await.unwrap();
+    sqlx::query("INSERT INTO products (id, name, price_minor, currency, units_total, stock) VALUES ('drop', 'Drop', 500, 'usd', 5, 5)")
+        .execute(&database.pool)
+        .await
+        .unwrap();
+    let role = orderfleet_tests::service_role("notification-worker").unwrap();
+    let mut worker =
+        <sqlx::PgConnection as sqlx::Connection>::connect(&orderfleet_tests::as_role(&database.url, role))
+            .await
+            .unwrap();
+
+    // Act
+    let attempts = [
+        // No WHERE: a WHERE would need SELECT, and the refusal would prove less.
+        "UPDATE products SET stock = 0",
+        "DELETE FROM orders",
+        "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload)
+         VALUES (gen_random_uuid(), 'order', 'x', 'order.paid', 'notification', '{}')",
+    ];
+    let mut codes = Vec::new();
+    for sql in attempts {
+        let error = sqlx::query(sql).execute(&mut worker).await.unwrap_err();
+        codes.push(error.into_database_error().and_then(|e| e.code().map(|c| c.into_owned())));
+    }
+
+    sqlx::Connection::close(worker).await.unwrap();
+
+    // Assert: refused (42501 insufficient_privilege), and the product untouched.
+    assert_eq!(codes, vec![Some("42501".to_owned()); 3]);
+    let stock: i32 = sqlx::query_scalar("SELECT stock FROM products WHERE id = 'drop'")
+        .fetch_one(&database.pool)
+        .await
+        .unwrap();
+    assert_eq!(stock, 5);
+    database.drop().await.unwrap();
+}

@@ -17,7 +17,7 @@ pub mod queues;
 pub mod server;
 pub mod world;
 
-pub use fleet_harness::{binary, replace_database};
+pub use fleet_harness::{SERVICE_ROLES, as_role, binary, replace_database, service_role};
 pub use queues::TestQueues;
 pub use server::PostgresServer;
 pub use world::TestFleet as Fleet;
@@ -73,8 +73,11 @@ impl TestDatabase {
         Ok(database)
     }
 
-    /// A migrated database on a server of the test's own.
+    /// A migrated database on a server of the test's own, whose service roles can log in.
     pub async fn migrated_on(server: &PostgresServer) -> anyhow::Result<Self> {
+        let mut conn = PgConnection::connect(&server.url("postgres")).await?;
+        sqlx::raw_sql(fleet_harness::DEV_ROLES_SQL).execute(&mut conn).await?;
+        conn.close().await?;
         let database = Self::empty_on(server.url("postgres")).await?;
         db::migrate(&database.pool).await?;
         Ok(database)

@@ -210,7 +210,8 @@ impl Fleet {
         self.env.push((key.to_owned(), value.to_owned()));
     }
 
-    /// Starts one of the binaries as `label`, with the fleet's environment plus `extra`.
+    /// Starts one of the binaries as `label`, with the fleet's environment plus `extra`,
+    /// connected to the database as its own role (whichever `DATABASE_URL` it is given).
     pub fn spawn(&mut self, label: &str, bin: &str, extra: &[(&str, &str)]) -> anyhow::Result<()> {
         let log = std::fs::File::create(self.log_dir.join(format!("{label}.log")))?;
         let metrics_addr = format!("127.0.0.1:{}", free_port());
@@ -222,6 +223,7 @@ impl Fleet {
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("METRICS_LISTEN_ADDR", &metrics_addr)
             .envs(extra.iter().copied())
+            .envs(self.database_url_as(bin, extra))
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log))
             .kill_on_drop(true)
@@ -229,6 +231,19 @@ impl Fleet {
             .with_context(|| format!("failed to start {bin}"))?;
         self.children.push((label.to_owned(), child));
         Ok(())
+    }
+
+    /// `DATABASE_URL` (from `extra`, else the fleet's) logging in as `bin`'s service role;
+    /// none for a binary that has no role.
+    fn database_url_as(&self, bin: &str, extra: &[(&str, &str)]) -> Option<(&'static str, String)> {
+        let role = crate::service_role(bin)?;
+        let url = extra
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == "DATABASE_URL")
+            .map(|(_, v)| *v)
+            .or_else(|| self.env.iter().find(|(k, _)| k == "DATABASE_URL").map(|(_, v)| v.as_str()))?;
+        Some(("DATABASE_URL", crate::as_role(url, role)))
     }
 
     /// Seeds a product with `units` for sale in all (or sets its total, as `fleetctl product
@@ -514,12 +529,15 @@ impl Fleet {
         Ok(status)
     }
 
-    /// Runs `fleetctl` with the fleet's environment (plus `extra`); its stdout.
+    /// Runs `fleetctl` with the fleet's environment (plus `extra`), as the operator's role
+    /// (`migrate` as the owner's); its stdout.
     pub async fn fleetctl(&self, args: &[&str], extra: &[(&str, &str)]) -> anyhow::Result<String> {
+        let as_operator = args.first() != Some(&"migrate");
         let out = Command::new(binary("fleetctl"))
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .envs(extra.iter().copied())
+            .envs(if as_operator { self.database_url_as("fleetctl", extra) } else { None })
             .args(args)
             .output()
             .await?;

@@ -30,7 +30,38 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
-/// The same PostgreSQL URL with another database name (credentials, host, query kept).
+/// The database role each binary connects as: migration 0010 grants each only the table rights
+/// its code uses. `fleetctl migrate` alone runs as the owner of the tables.
+pub const SERVICE_ROLES: [(&str, &str); 5] = [
+    ("order-intake", "orderfleet_intake"),
+    ("outbox-relay", "orderfleet_relay"),
+    ("stock-worker", "orderfleet_stock_worker"),
+    ("notification-worker", "orderfleet_notification_worker"),
+    ("fleetctl", "orderfleet_operator"),
+];
+
+/// The role `bin` connects as, if it connects to the database at all.
+pub fn service_role(bin: &str) -> Option<&'static str> {
+    SERVICE_ROLES.iter().find(|(b, _)| *b == bin).map(|(_, role)| *role)
+}
+
+/// What makes the service roles able to log in on a development or test cluster, each with
+/// its own name as its password (throwaway credentials for a loopback-only cluster).
+pub const DEV_ROLES_SQL: &str = include_str!("../../../scripts/dev-roles.sql");
+
+/// The same PostgreSQL URL logging in as `role` with its development password (host,
+/// database and query kept).
+pub fn as_role(url: &str, role: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else { return url.to_owned() };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let host = match rest[..authority_end].rfind('@') {
+        Some(at) => &rest[at + 1..],
+        None => rest,
+    };
+    format!("{}{role}:{role}@{host}", &url[..scheme_end])
+}
+
 /// The `p`-th percentile (0–100) of `values`, sorting them; 0 for none.
 pub fn percentile(values: &mut [f64], p: f64) -> f64 {
     if values.is_empty() {
@@ -41,6 +72,7 @@ pub fn percentile(values: &mut [f64], p: f64) -> f64 {
     values[rank]
 }
 
+/// The same PostgreSQL URL with another database name (credentials, host, query kept).
 pub fn replace_database(url: &str, database: &str) -> String {
     let (base, query) = match url.split_once('?') {
         Some((b, q)) => (b, Some(q)),
@@ -58,7 +90,7 @@ pub fn replace_database(url: &str, database: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::replace_database;
+    use super::{as_role, replace_database};
 
     #[test]
     fn replace_database_keeps_credentials_host_and_query() {
@@ -67,5 +99,15 @@ mod tests {
             "postgres://u:p@127.0.0.1:5432/t1?sslmode=disable"
         );
         assert_eq!(replace_database("postgres://u@h", "t1"), "postgres://u@h/t1");
+    }
+
+    #[test]
+    fn as_role_replaces_the_login_and_keeps_host_database_and_query() {
+        assert_eq!(
+            as_role("postgres://u:p@127.0.0.1:5432/db?sslmode=disable", "r"),
+            "postgres://r:r@127.0.0.1:5432/db?sslmode=disable"
+        );
+        assert_eq!(as_role("postgres://u@h:1/db", "r"), "postgres://r:r@h:1/db");
+        assert_eq!(as_role("postgres://h/db", "r"), "postgres://r:r@h/db");
     }
 }

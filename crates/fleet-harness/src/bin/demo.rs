@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use fleet_harness::metrics::sum_by_label;
-use fleet_harness::{Answer, Fleet, Stack, binary, percentile};
+use fleet_harness::{Answer, Fleet, Stack, percentile};
 use futures::StreamExt;
 
 /// Stripe's default limit per endpoint, and the fleet's budgets adding up to it.
@@ -105,16 +105,16 @@ async fn run() -> anyhow::Result<bool> {
 async fn sale(fleet: &Fleet, options: &Options) -> anyhow::Result<bool> {
     // A product of this run's own, so earlier runs' orders do not count.
     let sku = format!("drop-{}", chrono::Utc::now().format("%Y%m%d-%H%M%S"));
-    let upsert = tokio::process::Command::new(binary("fleetctl"))
-        .args(["product", "upsert", "--id", &sku, "--name", "Limited drop", "--price", "4999"])
-        .args(["--currency", "usd", "--stock", &options.stock.to_string()])
-        .output()
+    let stock = options.stock.to_string();
+    fleet
+        .fleetctl(
+            &["product", "upsert", "--id", &sku, "--name", "Limited drop", "--price", "4999"]
+                .into_iter()
+                .chain(["--currency", "usd", "--stock", &stock])
+                .collect::<Vec<_>>(),
+            &[],
+        )
         .await?;
-    anyhow::ensure!(
-        upsert.status.success(),
-        "fleetctl product upsert: {}",
-        String::from_utf8_lossy(&upsert.stderr)
-    );
     say(&format!("seeded {sku}: {} units at 49.99 usd (fleetctl product upsert)", options.stock));
 
     // One buyer first, with a card that is declined: the unit the door promised them goes back
