@@ -27,15 +27,22 @@ BEGIN
 END
 $$;
 
--- Nothing for anyone by default (tables grant nothing to PUBLIC; this says so).
-REVOKE ALL ON products, orders, outbox, outbox_archive, inbox, message_failures FROM PUBLIC;
+-- Nothing for anyone but what follows: not PUBLIC (tables grant it nothing; this says so), and
+-- not a service role that held more before (this file is the whole of their rights).
+REVOKE ALL ON products, orders, outbox, outbox_archive, inbox, message_failures
+    FROM PUBLIC, orderfleet_intake, orderfleet_relay, orderfleet_stock_worker,
+         orderfleet_notification_worker, orderfleet_operator;
+-- No one creates in the schema (PostgreSQL 15 and later already refuse PUBLIC; before 15 this
+-- takes effect only when the migrating role owns the schema, and otherwise warns).
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 
 -- `INSERT … ON CONFLICT` reads the conflict target's columns, so a role that only writes a
 -- table still needs SELECT on those columns: granted on them alone.
 
 -- order-intake: the door promises units (products), writes and reads orders under their
 -- idempotency keys, and writes each order's outbox rows in the same transaction.
-GRANT SELECT, UPDATE ON products TO orderfleet_intake;
+-- On products only the door's counters: a compromised intake cannot reprice or restock.
+GRANT SELECT, UPDATE (units_promised, last_position) ON products TO orderfleet_intake;
 GRANT SELECT, INSERT, UPDATE ON orders TO orderfleet_intake;
 GRANT INSERT, SELECT (aggregate_type, aggregate_id, event_type, destination) ON outbox TO orderfleet_intake;
 
@@ -47,7 +54,8 @@ GRANT SELECT, DELETE ON inbox, message_failures TO orderfleet_relay;
 
 -- stock-worker (and its sweeper): reserves stock in line order, moves orders on, writes the
 -- messages a move causes, and records why a message did not finish.
-GRANT SELECT, UPDATE ON products, orders TO orderfleet_stock_worker;
+GRANT SELECT, UPDATE (stock, units_promised, updated_at) ON products TO orderfleet_stock_worker;
+GRANT SELECT, UPDATE ON orders TO orderfleet_stock_worker;
 GRANT INSERT, SELECT (aggregate_type, aggregate_id, event_type, destination) ON outbox TO orderfleet_stock_worker;
 GRANT SELECT, INSERT, UPDATE ON message_failures TO orderfleet_stock_worker;
 

@@ -70,13 +70,14 @@ WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$local_user') \gexec
 SELECT 'CREATE DATABASE $local_db OWNER $local_user'
 WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$local_db') \gexec
 -- So the tests' DROP DATABASE … WITH (FORCE) ends the sessions the service roles left open.
-GRANT pg_signal_backend TO $local_user;
+SELECT 'GRANT pg_signal_backend TO $local_user'
+WHERE NOT pg_has_role('$local_user', 'pg_signal_backend', 'MEMBER') \gexec
 SQL
     fi
     local url="postgres://$local_user:$local_password@127.0.0.1:$port/$local_db"
     pg_isready -q -d "$url" -t 30 || die "PostgreSQL does not answer at 127.0.0.1:$port"
     if [[ $(id -u) == 0 || $(id -un) == postgres ]]; then
-        as_postgres psql -q -p "$port" -v ON_ERROR_STOP=1 -f - <"$root/scripts/dev-roles.sql"
+        roles_log_in "$url" || as_postgres psql -q -p "$port" -v ON_ERROR_STOP=1 -f - <"$root/scripts/dev-roles.sql"
     else
         service_roles "$url"
     fi
@@ -85,10 +86,29 @@ SQL
 
 # The roles each binary connects as (migration 0010 grants their table rights), able to log
 # in with development passwords: the tests and the demo run every binary as its own role.
+# Nothing to do when they already can; on another machine's server, never done unasked
+# (it sets each role's password to its name).
 service_roles() {
+    local url=$1 host
+    roles_log_in "$url" && return
     command -v psql >/dev/null || die "psql is needed to set up the service roles (scripts/dev-roles.sql)"
-    psql -q -v ON_ERROR_STOP=1 -d "$1" -f "$root/scripts/dev-roles.sql" ||
-        die "could not set up the service roles: DATABASE_URL's role needs CREATEROLE, or run scripts/dev-roles.sql as a superuser"
+    host=$(sed -E 's#^[a-z]+://([^@/]*@)?(\[[^]]*\]|[^:/?]*).*#\2#' <<<"$url")
+    case "$host" in
+        127.0.0.1 | localhost | "[::1]" | "") ;;
+        *) die "the service roles cannot log in to $host: set them up there (docs/security.md), or on a throwaway server run scripts/dev-roles.sql as a superuser" ;;
+    esac
+    psql -q -v ON_ERROR_STOP=1 -d "$url" -f "$root/scripts/dev-roles.sql" ||
+        die "could not set up the service roles: DATABASE_URL's role needs CREATEROLE (and, from PostgreSQL 16, ADMIN OPTION on roles it did not create), or run scripts/dev-roles.sql as a superuser"
+}
+
+# Whether every service role logs in with its development password.
+roles_log_in() {
+    local url=$1 role
+    command -v psql >/dev/null || return 1
+    for role in $(grep -o "'orderfleet_[a-z_]*'" "$root/scripts/dev-roles.sql" | tr -d "'"); do
+        PGCONNECT_TIMEOUT=5 psql -q -At -d "$(sed -E "s#^([a-z]+://)([^@/]*@)?#\1$role:$role@#" <<<"$url")" \
+            -c 'SELECT 1' >/dev/null 2>&1 || return 1
+    done
 }
 
 down() {

@@ -50,7 +50,10 @@ async fn dlqs_are_empty(fleet: &Fleet) -> bool {
 
 /// Audits, prints the figures, asserts every guarantee.
 async fn audit(fleet: &Fleet, case: &str, product: &str, faults: usize, expected_notes: usize) -> Audit {
-    let notes = fleet.notifications(expected_notes, Duration::from_secs(60)).await.unwrap();
+    // A bound, not a wait: it returns once they are all in. Generous, because a notification
+    // a killed worker held comes back only after its claim (30 s) and its message's visibility
+    // run out, and a loaded machine adds to both (60 s once fell 10 notifications short).
+    let notes = fleet.notifications(expected_notes, Duration::from_secs(120)).await.unwrap();
     let audit = Audit::of(fleet, product, &notes).await.unwrap();
     println!("{}", audit.figures(case, faults));
     audit.assert_guarantees();

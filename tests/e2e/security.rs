@@ -174,25 +174,25 @@ async fn five_hundred_idle_connections_neither_stop_a_real_order_nor_stay_open_p
     fleet.stop().await.unwrap();
 }
 
-/// Every right a role holds on each table of the schema, as `has_table_privilege` sees it
-/// (through grants to the role, to PUBLIC, or ownership), with SELECT granted on some columns
-/// only shown as `S(those,columns)`.
+/// Every right a role holds on each table of the schema, as PostgreSQL checks it (through
+/// grants to the role, to PUBLIC, or ownership): `S`, `I`, `U`, `D` on the whole table,
+/// `S(a,b)` on those columns only; tables it holds nothing on are left out.
 async fn table_rights(pool: &sqlx::PgPool, role: &str) -> std::collections::BTreeMap<String, String> {
-    let rows: Vec<(String, String)> = sqlx::query_as(
+    let rows: Vec<(String, Option<String>)> = sqlx::query_as(
         "SELECT c.relname::text,
-                concat_ws(',', CASE WHEN has_table_privilege($1, c.oid, 'SELECT') THEN 'S' END,
-                               CASE WHEN has_table_privilege($1, c.oid, 'INSERT') THEN 'I' END,
-                               CASE WHEN has_table_privilege($1, c.oid, 'UPDATE') THEN 'U' END,
-                               CASE WHEN has_table_privilege($1, c.oid, 'DELETE') THEN 'D' END,
-                               CASE WHEN has_table_privilege($1, c.oid, 'TRUNCATE') THEN 'TRUNCATE' END,
-                               CASE WHEN has_table_privilege($1, c.oid, 'REFERENCES') THEN 'REFERENCES' END,
-                               CASE WHEN has_table_privilege($1, c.oid, 'TRIGGER') THEN 'TRIGGER' END,
-                               -- SELECT on some columns only: which.
-                               (SELECT 'S(' || string_agg(a.attname, ',' ORDER BY a.attname) || ')'
-                                  FROM pg_attribute a
-                                 WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-                                   AND NOT has_table_privilege($1, c.oid, 'SELECT')
-                                   AND has_column_privilege($1, c.oid, a.attnum, 'SELECT')))
+                (SELECT string_agg(
+                            CASE WHEN has_table_privilege($1, c.oid, p.name) THEN p.letter
+                                 ELSE p.letter || '(' || (SELECT string_agg(a.attname, ',' ORDER BY a.attname)
+                                                            FROM pg_attribute a
+                                                           WHERE a.attrelid = c.oid AND a.attnum > 0
+                                                             AND NOT a.attisdropped
+                                                             AND has_column_privilege($1, c.oid, a.attnum, p.name)) || ')'
+                            END, ',' ORDER BY p.n)
+                   FROM (VALUES (1, 'SELECT', 'S'), (2, 'INSERT', 'I'), (3, 'UPDATE', 'U'), (4, 'DELETE', 'D'),
+                                (5, 'TRUNCATE', 'TRUNCATE'), (6, 'REFERENCES', 'REFERENCES'), (7, 'TRIGGER', 'TRIGGER'))
+                        AS p(n, name, letter)
+                  WHERE has_table_privilege($1, c.oid, p.name)
+                     OR (p.n IN (1, 2, 3, 6) AND has_any_column_privilege($1, c.oid, p.name)))
            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
           WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
           ORDER BY 1",
@@ -201,7 +201,7 @@ async fn table_rights(pool: &sqlx::PgPool, role: &str) -> std::collections::BTre
     .fetch_all(pool)
     .await
     .unwrap();
-    rows.into_iter().filter(|(_, rights)| !rights.is_empty()).collect()
+    rows.into_iter().filter_map(|(table, rights)| Some((table, rights?))).collect()
 }
 
 #[tokio::test]
@@ -218,19 +218,26 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
     // Assert: the matrix docs/security.md shows. A new table, or a new right, is a decision
     // to make here (and there), not a side effect of a migration.
     // Writing a message reads the columns of the constraint that keeps it one per event.
-    const OUTBOX_INSERT: &str = "I,S(aggregate_id,aggregate_type,destination,event_type)";
+    const OUTBOX_INSERT: &str = "S(aggregate_id,aggregate_type,destination,event_type),I";
     let expected = |rights: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
         rights.iter().map(|(t, r)| (t.to_string(), r.to_string())).collect()
     };
     let want = std::collections::BTreeMap::from([
-        ("order-intake", expected(&[("orders", "S,I,U"), ("outbox", OUTBOX_INSERT), ("products", "S,U")])),
+        (
+            "order-intake",
+            expected(&[
+                ("orders", "S,I,U"),
+                ("outbox", OUTBOX_INSERT),
+                ("products", "S,U(last_position,units_promised)"),
+            ]),
+        ),
         (
             "outbox-relay",
             expected(&[
                 ("inbox", "S,D"),
                 ("message_failures", "S,D"),
                 ("outbox", "S,U,D"),
-                ("outbox_archive", "I,S(id)"),
+                ("outbox_archive", "S(id),I"),
             ]),
         ),
         (
@@ -239,7 +246,7 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
                 ("message_failures", "S,I,U"),
                 ("orders", "S,U"),
                 ("outbox", OUTBOX_INSERT),
-                ("products", "S,U"),
+                ("products", "S,U(stock,units_promised,updated_at)"),
             ]),
         ),
         ("notification-worker", expected(&[("inbox", "S,I,U"), ("message_failures", "S,I,U")])),
@@ -254,6 +261,18 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
         ),
     ]);
     assert_eq!(held, want);
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm', 'S') ORDER BY 1",
+    )
+    .fetch_all(&database.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        tables,
+        ["_sqlx_migrations", "inbox", "message_failures", "orders", "outbox", "outbox_archive", "products"],
+        "a new table: decide here which service may use it, and grant that in its migration"
+    );
     let (powerful, owned, may_create): (i64, i64, bool) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM pg_roles
                   WHERE rolname = ANY($1) AND (rolsuper OR rolcreaterole OR rolcreatedb OR rolbypassrls)),
@@ -269,7 +288,7 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
 }
 
 #[tokio::test]
-async fn the_notification_workers_role_cannot_change_a_product_or_an_order() {
+async fn the_notification_workers_role_cannot_touch_products_orders_or_the_outbox_nor_the_intakes_reprice() {
     // Arrange: a product, and a connection as the notification worker connects.
     let database = orderfleet_tests::TestDatabase::migrated().await.unwrap();
     sqlx::query("INSERT INTO products (id, name, price_minor, currency, units_total, stock) VALUES ('drop', 'Drop', 500, 'usd', 5, 5)")
@@ -286,6 +305,7 @@ async fn the_notification_workers_role_cannot_change_a_product_or_an_order() {
     let attempts = [
         // No WHERE: a WHERE would need SELECT, and the refusal would prove less.
         "UPDATE products SET stock = 0",
+        "UPDATE orders SET status = 'paid'",
         "DELETE FROM orders",
         "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload)
          VALUES (gen_random_uuid(), 'order', 'x', 'order.paid', 'notification', '{}')",
@@ -297,13 +317,24 @@ async fn the_notification_workers_role_cannot_change_a_product_or_an_order() {
     }
 
     sqlx::Connection::close(worker).await.unwrap();
+    // The intake may move the door's counters on a product, never its price or its stock.
+    let role = orderfleet_tests::service_role("order-intake").unwrap();
+    let mut intake =
+        <sqlx::PgConnection as sqlx::Connection>::connect(&orderfleet_tests::as_role(&database.url, role))
+            .await
+            .unwrap();
+    for sql in ["UPDATE products SET price_minor = 1", "UPDATE products SET stock = 0"] {
+        let error = sqlx::query(sql).execute(&mut intake).await.unwrap_err();
+        codes.push(error.into_database_error().and_then(|e| e.code().map(|c| c.into_owned())));
+    }
+    sqlx::Connection::close(intake).await.unwrap();
 
     // Assert: refused (42501 insufficient_privilege), and the product untouched.
-    assert_eq!(codes, vec![Some("42501".to_owned()); 3]);
-    let stock: i32 = sqlx::query_scalar("SELECT stock FROM products WHERE id = 'drop'")
+    assert_eq!(codes, vec![Some("42501".to_owned()); 6]);
+    let product: (i32, i64) = sqlx::query_as("SELECT stock, price_minor FROM products WHERE id = 'drop'")
         .fetch_one(&database.pool)
         .await
         .unwrap();
-    assert_eq!(stock, 5);
+    assert_eq!(product, (5, 500));
     database.drop().await.unwrap();
 }

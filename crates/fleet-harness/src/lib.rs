@@ -52,6 +52,12 @@ pub const DEV_ROLES_SQL: &str = include_str!("../../../scripts/dev-roles.sql");
 /// The same PostgreSQL URL logging in as `role` with its development password (host,
 /// database and query kept).
 pub fn as_role(url: &str, role: &str) -> String {
+    // sqlx takes a login from the query too, which would win over the one set here.
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    assert!(
+        !query.split('&').any(|p| p.starts_with("user=") || p.starts_with("password=")),
+        "DATABASE_URL names its login in the query; put it before the host"
+    );
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else { return url.to_owned() };
     let rest = &url[scheme_end..];
     let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
