@@ -1,7 +1,7 @@
 # orderfleet: the two commands are `make demo` and `make test`; see README.md.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
-.PHONY: help up down demo test bench
+.PHONY: help up down demo test bench image
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ printf "  make %-6s %s\n", $$1, $$2 }'
@@ -20,3 +20,6 @@ test: up ## the whole suite: format, lint (Rust + CloudFormation), unit and end-
 
 bench: up ## N orders through the optimized fleet, with LocalStack's own ceiling (BENCH_ARGS="--orders N --no-batching")
 	@scripts/bench.sh
+
+image: ## the fleet's one image (Dockerfile): with Docker if it answers, else buildah (IMAGE=name:tag)
+	@scripts/image.sh

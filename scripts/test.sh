@@ -14,6 +14,9 @@ venv=$("$root/localstack/host.sh" venv)
 say "checkov infra/ (every finding fixed, or skipped in the template with its reason)"
 "$root/scripts/checkov.sh"
 
+say "hadolint Dockerfile"
+"$root/scripts/hadolint.sh"
+
 say "no production build carries the crash points (the failpoints feature)"
 for package in order-intake outbox-relay stock-worker notification-worker fleetctl; do
     if cargo tree --quiet -p "$package" -e features -i orderfleet | grep -q 'feature "failpoints"'; then
@@ -33,3 +36,8 @@ psql -q -d "$DATABASE_URL" -At -c "SELECT datname FROM pg_database WHERE datname
 
 say "cargo test (unit and end-to-end, against PostgreSQL and LocalStack)"
 cargo test --workspace
+
+say "the image (make image), and the fleet run from it paying an order (buildah run)"
+export IMAGE=${IMAGE:-localhost/orderfleet:dev}
+IMAGE_BUILDER=buildah "$root/scripts/image.sh"
+ORDERFLEET_IMAGE="$IMAGE" cargo test -p orderfleet-tests --test e2e -- --ignored image::

@@ -4,6 +4,7 @@
 mod configuration;
 mod door;
 mod faults;
+mod image;
 mod infrastructure;
 mod intake;
 mod migrations;

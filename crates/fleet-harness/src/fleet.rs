@@ -57,6 +57,8 @@ pub struct Fleet {
     /// Each fleet process's `/metrics` URL, by label.
     metrics_urls: Vec<(String, String)>,
     log_dir: PathBuf,
+    /// A `buildah` container of the fleet's image the binaries run in, or none (this machine).
+    image_container: Option<String>,
 }
 
 /// A loopback port nobody listens on right now, for a child process to bind. Taken from below
@@ -175,6 +177,7 @@ impl Fleet {
             children: Vec::new(),
             metrics_urls: Vec::new(),
             log_dir,
+            image_container: None,
         };
         fleet.spawn("stripe-sim", "stripe-sim", &[])?;
         fleet.wait_http(&format!("{}/_sim/payment_intents", fleet.stripe_url)).await?;
@@ -204,6 +207,17 @@ impl Fleet {
         self.wait_http(&format!("{}/healthz", self.intake_url)).await
     }
 
+    /// The `/metrics` URL of the process `label`.
+    pub fn metrics_url(&self, label: &str) -> Option<&str> {
+        self.metrics_urls.iter().find(|(l, _)| l == label).map(|(_, url)| url.as_str())
+    }
+
+    /// Runs every fleet binary spawned from now on inside `container` (made with `buildah
+    /// from` over the fleet's image), as the image has it; stripe-sim stays on this machine.
+    pub fn run_in_image(&mut self, container: &str) {
+        self.image_container = Some(container.to_owned());
+    }
+
     /// Sets a variable of the environment every process spawned from now on gets.
     pub fn set_env(&mut self, key: &str, value: &str) {
         self.env.retain(|(k, _)| k != key);
@@ -218,12 +232,29 @@ impl Fleet {
         if bin != "stripe-sim" {
             self.metrics_urls.push((label.to_owned(), format!("http://{metrics_addr}/metrics")));
         }
-        let child = Command::new(binary(bin))
-            .env_clear()
-            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("METRICS_LISTEN_ADDR", &metrics_addr)
-            .envs(extra.iter().copied())
-            .envs(self.database_url_as(bin, extra))
+        let mut env: Vec<(String, String)> = self.env.clone();
+        env.push(("METRICS_LISTEN_ADDR".into(), metrics_addr));
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        env.extend(self.database_url_as(bin, extra).map(|(k, v)| (k.to_owned(), v)));
+        let mut command = match (&self.image_container, bin) {
+            (Some(container), bin) if bin != "stripe-sim" => {
+                // Inside the image: its root filesystem, its user, only these variables on
+                // top of its own; the network is this machine's.
+                let mut command = Command::new("buildah");
+                command.args(["run", "--isolation", "chroot"]);
+                for (k, v) in &env {
+                    command.arg("--env").arg(format!("{k}={v}"));
+                }
+                command.args([container.as_str(), "--", &format!("/usr/local/bin/{bin}")]);
+                command
+            }
+            _ => {
+                let mut command = Command::new(binary(bin));
+                command.env_clear().envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+                command
+            }
+        };
+        let child = command
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log))
             .kill_on_drop(true)
@@ -488,7 +519,6 @@ impl Fleet {
         }
     }
 
-    /// Sends SIGTERM to the process `label` without waiting (a deploy in progress).
     /// Kills the process `label` at once (SIGKILL): a crash, with no chance to clean up.
     pub async fn kill(&mut self, label: &str) -> anyhow::Result<()> {
         let index = self.children.iter().position(|(l, _)| l == label).context("no such process")?;
@@ -497,21 +527,33 @@ impl Fleet {
         Ok(())
     }
 
+    /// Sends SIGTERM to the process `label` without waiting (a deploy in progress).
     pub fn sigterm(&self, label: &str) -> anyhow::Result<()> {
         let (_, child) = self.children.iter().find(|(l, _)| l == label).context("no such process")?;
-        let pid = child.id().context("it has exited")?;
-        // SAFETY: kill(2) on a child we spawned and still own; no memory is touched.
-        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        self.send_sigterm(child.id().context("it has exited")?);
         Ok(())
+    }
+
+    /// SIGTERM to the binary a child of ours runs: the child itself, or, inside the image, the
+    /// binary `buildah run` started (what Docker or ECS signal; buildah would kill it instead).
+    fn send_sigterm(&self, pid: u32) {
+        let targets = match self.image_container {
+            Some(_) => leaf_descendants(pid),
+            None => vec![pid],
+        };
+        for target in targets {
+            // SAFETY: kill(2) on a process we started (or one it started); no memory is touched.
+            unsafe { libc::kill(target as i32, libc::SIGTERM) };
+        }
     }
 
     /// Sends SIGTERM to the process `label` and waits for it; its exit status.
     pub async fn terminate(&mut self, label: &str) -> anyhow::Result<std::process::ExitStatus> {
-        let (_, child) = self.children.iter_mut().find(|(l, _)| l == label).context("no such process")?;
+        let (_, child) = self.children.iter().find(|(l, _)| l == label).context("no such process")?;
         if let Some(pid) = child.id() {
-            // SAFETY: kill(2) on a child we spawned and still own; no memory is touched.
-            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            self.send_sigterm(pid);
         }
+        let (_, child) = self.children.iter_mut().find(|(l, _)| l == label).context("no such process")?;
         let status = tokio::time::timeout(Duration::from_secs(60), child.wait()).await??;
         self.children.retain(|(l, _)| l != label);
         Ok(status)
@@ -624,8 +666,7 @@ impl Fleet {
     pub async fn stop(mut self) -> anyhow::Result<Vec<String>> {
         for (_, child) in &self.children {
             if let Some(pid) = child.id() {
-                // SAFETY: kill(2) with a pid we spawned and still own; no memory is touched.
-                unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+                self.send_sigterm(pid);
             }
         }
         let mut failed = Vec::new();
@@ -660,4 +701,30 @@ impl Fleet {
     ) -> anyhow::Result<Answer> {
         self.post_order(&user, &key, product, quantity, method).await
     }
+}
+
+/// The processes under `pid` that have none of their own (`/proc`, Linux), or `pid` itself.
+fn leaf_descendants(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let id: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // "pid (comm) state ppid …": comm may hold spaces and parentheses.
+            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+            Some((id, ppid))
+        })
+        .collect();
+    let mut leaves = Vec::new();
+    let mut stack = vec![pid];
+    while let Some(p) = stack.pop() {
+        let children: Vec<u32> = parents.iter().filter(|(_, pp)| *pp == p).map(|(id, _)| *id).collect();
+        if children.is_empty() {
+            leaves.push(p);
+        }
+        stack.extend(children);
+    }
+    leaves
 }

@@ -1,0 +1,92 @@
+//! The fleet's image (Dockerfile, `make image`): its binaries, run from the image with
+//! `buildah run` against PostgreSQL, LocalStack and stripe-sim on this machine, pay an order.
+//!
+//! Ignored in a plain `cargo test`, since it needs the image built; `make test` builds it and
+//! runs this with `ORDERFLEET_IMAGE` naming it (`scripts/test.sh`).
+
+use std::process::Command;
+use std::time::Duration;
+
+use orderfleet_tests::Fleet;
+
+/// A `buildah` working container over the image, removed when dropped.
+struct Container(String);
+
+impl Container {
+    fn from(image: &str) -> Self {
+        Self(buildah(&["from", "--pull=never", "--quiet", image]))
+    }
+
+    /// `buildah run` of `command` inside, as the image's user; its stdout.
+    fn run(&self, command: &[&str]) -> String {
+        buildah(&[&["run", "--isolation", "chroot", &self.0, "--"], command].concat())
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = Command::new("buildah").args(["rm", &self.0]).output();
+    }
+}
+
+impl Container {
+    /// Whether `command` run inside succeeds.
+    fn status(&self, command: &[&str]) -> bool {
+        Command::new("buildah")
+            .args([&["run", "--isolation", "chroot", &self.0, "--"], command].concat())
+            .output()
+            .expect("buildah")
+            .status
+            .success()
+    }
+}
+
+fn buildah(args: &[&str]) -> String {
+    let out = Command::new("buildah").args(args).output().expect("buildah (make image installs it)");
+    assert!(out.status.success(), "buildah {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the image: `make image`, then ORDERFLEET_IMAGE=<image> cargo test -- --ignored image::"]
+async fn the_fleet_run_from_its_image_pays_an_order_as_a_user_that_is_not_root() {
+    // Arrange: a container of the image, and the fleet's binaries started inside it.
+    let image = std::env::var("ORDERFLEET_IMAGE").expect("ORDERFLEET_IMAGE names the image to test");
+    let container = Container::from(&image);
+    let mut fleet = Fleet::prepare("image").await.unwrap();
+    fleet.run_in_image(&container.0);
+    fleet.spawn_all(1).await.unwrap();
+    fleet.product("sku-1", 2500, 3).await.unwrap();
+
+    // Act
+    let answer = fleet.post_order("alice", "key-1", "sku-1", 1, "pm_card_visa").await.unwrap();
+
+    // Assert: paid, captured once, both notifications out; the image runs as its own user
+    // and carries every binary and its health check.
+    assert_eq!(answer.status, 202, "{:?}", answer.body);
+    let statuses = fleet.wait_settled(Duration::from_secs(90)).await.unwrap();
+    assert_eq!(statuses.get("paid"), Some(&1), "{statuses:?}");
+    let intents = fleet.intents().await.unwrap();
+    assert_eq!((intents.len(), intents[0]["capture_count"].as_i64()), (1, Some(1)));
+    let mut events: Vec<String> =
+        fleet.notifications(2, Duration::from_secs(30)).await.unwrap().into_iter().map(|(e, _)| e).collect();
+    events.sort();
+    assert_eq!(events, ["order.accepted", "order.paid"]);
+    assert_eq!(container.run(&["id", "-u"]), "10001");
+    let listed = container.run(&["ls", "/usr/local/bin"]);
+    let mut binaries: Vec<&str> = listed.lines().collect();
+    binaries.sort();
+    assert_eq!(
+        binaries,
+        ["fleetctl", "healthcheck", "notification-worker", "order-intake", "outbox-relay", "stock-worker"]
+    );
+    let intake_metrics = fleet.metrics_url("order-intake").unwrap().trim_start_matches("http://");
+    let addr = intake_metrics.trim_end_matches("/metrics");
+    let healthy =
+        container.status(&["env", &format!("METRICS_LISTEN_ADDR={addr}"), "/usr/local/bin/healthcheck"]);
+    let nobody = format!("METRICS_LISTEN_ADDR=127.0.0.1:{}", fleet_harness::free_port());
+    let unhealthy = container.status(&["env", &nobody, "/usr/local/bin/healthcheck"]);
+    assert_eq!((healthy, unhealthy), (true, false), "the health check against a live intake, then nothing");
+    // Every binary stops cleanly on SIGTERM through `buildah run`, as under `docker stop`.
+    fleet.stop().await.unwrap();
+}
