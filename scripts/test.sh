@@ -17,6 +17,9 @@ say "checkov infra/ (every finding fixed, or skipped in the template with its re
 say "hadolint Dockerfile"
 "$root/scripts/hadolint.sh"
 
+say "systemd-analyze verify deploy/systemd/ (and its exposure score)"
+"$root/scripts/systemd-verify.sh"
+
 say "no production build carries the crash points (the failpoints feature)"
 for package in order-intake outbox-relay stock-worker notification-worker fleetctl; do
     if cargo tree --quiet -p "$package" -e features -i orderfleet | grep -q 'feature "failpoints"'; then

@@ -1022,3 +1022,70 @@ async fn the_hold_deadline_stripe_gives_is_recorded_and_dlq_stats_warns_when_a_d
     assert!(!stats.contains(&orders[1].0.to_string()), "{stats}");
     fleet.stop().await.unwrap();
 }
+
+/// The AWS CLI that `make up` installed with LocalStack (its virtualenv), for what an operator
+/// types or the console calls.
+fn aws_cli() -> std::path::PathBuf {
+    let host_sh = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../localstack/host.sh");
+    let out = std::process::Command::new(host_sh).arg("venv").output().expect("localstack/host.sh venv");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("bin/aws")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_lettered_stock_check_redriven_with_the_aws_cli_as_the_console_does_ends_paid_with_one_capture()
+ {
+    // Arrange: a trigger refuses one buyer's order its move to paid, so the capture goes
+    // through at Stripe and its record fails on every receive, until the DLQ.
+    let fleet = Fleet::start("console-redrive", 1).await.unwrap();
+    fleet.product("sku-1", 1000, 2).await.unwrap();
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_paid() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.user_id = 'refused' AND NEW.status = 'paid' THEN
+                 RAISE EXCEPTION 'refused by a test trigger' USING ERRCODE = 'check_violation';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER refuse_paid BEFORE UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION refuse_paid();",
+    )
+    .execute(&fleet.pool)
+    .await
+    .unwrap();
+    assert_eq!(place(&fleet, "refused", "key", "sku-1").await.status, 202);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while depth(&fleet, &fleet.stock.dlq_url).await.0 < 1 {
+        assert!(Instant::now() < deadline, "the stock check did not reach the DLQ");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(fleet.statuses().await.unwrap().get("stock_reserved"), Some(&1));
+
+    // Act: the cause fixed, the DLQ redriven as the console's "Start DLQ redrive" does:
+    // StartMessageMoveTask with the DLQ as the source and no destination (back to the queue
+    // whose redrive policy names it).
+    sqlx::raw_sql("DROP TRIGGER refuse_paid ON orders").execute(&fleet.pool).await.unwrap();
+    let region = orderfleet_tests::stack_var("AWS_REGION");
+    let endpoint = orderfleet_tests::stack_var("AWS_ENDPOINT_URL");
+    let out = std::process::Command::new(aws_cli())
+        .args(["--endpoint-url", &endpoint, "--region", &region, "--output", "json"])
+        .args(["sqs", "start-message-move-task", "--source-arn", &fleet.stock.dlq_arn])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "aws sqs start-message-move-task: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let task: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(task["TaskHandle"].is_string(), "{task}");
+    fleet.wait_settled(Duration::from_secs(90)).await.unwrap();
+
+    // Assert: paid, captured once in all, nothing left in the DLQ, the buyer told once.
+    assert_eq!(fleet.statuses().await.unwrap().get("paid"), Some(&1));
+    let intents = fleet.intents().await.unwrap();
+    assert_eq!((intents.len(), intents[0]["capture_count"].as_i64()), (1, Some(1)), "{intents:?}");
+    let audit = audit(&fleet, "console-redrive", "sku-1", 1, 2).await;
+    assert_eq!(audit.by_status.get("paid"), Some(&1));
+    assert!(dlqs_are_empty(&fleet).await);
+    fleet.stop().await.unwrap();
+}
