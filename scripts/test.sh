@@ -37,6 +37,11 @@ cargo clippy --quiet --workspace --all-targets -- -D warnings
 psql -q -d "$DATABASE_URL" -At -c "SELECT datname FROM pg_database WHERE datname LIKE 'orderfleet\_test\_%'" |
     while read -r db; do psql -q -d "$DATABASE_URL" -c "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)"; done
 
+# The processes' logs, one directory per test: the least-privilege check below reads this
+# run's alone.
+target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+rm -rf "$target_dir/debug/e2e-logs"
+
 say "cargo test (unit and end-to-end, against PostgreSQL and LocalStack)"
 cargo test --workspace
 
@@ -44,3 +49,6 @@ say "the image (make image), and the fleet run from it paying an order (buildah 
 export IMAGE=${IMAGE:-localhost/orderfleet:dev}
 IMAGE_BUILDER=buildah "$root/scripts/image.sh"
 ORDERFLEET_IMAGE="$IMAGE" cargo test -p orderfleet-tests --test e2e -- --ignored image::
+
+say "least privilege: the AWS operations each binary called in this run against what its role grants"
+"$venv/bin/python" scripts/least-privilege.py "$target_dir/debug/e2e-logs" infra/services.yaml

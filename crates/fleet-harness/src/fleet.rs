@@ -580,9 +580,19 @@ impl Fleet {
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .envs(extra.iter().copied())
             .envs(if as_operator { self.database_url_as("fleetctl", extra) } else { None })
+            // Its stderr goes to fleetctl.log, with the AWS operations it called (what the
+            // test command's least-privilege check reads).
+            .env("RUST_LOG", "warn,aws_operations=debug")
             .args(args)
             .output()
             .await?;
+        if let Ok(mut log) =
+            std::fs::OpenOptions::new().create(true).append(true).open(self.log_dir.join("fleetctl.log"))
+        {
+            use std::io::Write;
+            let _ = writeln!(log, "$ fleetctl {}", args.join(" "));
+            let _ = log.write_all(&out.stderr);
+        }
         anyhow::ensure!(
             out.status.success(),
             "fleetctl {args:?} failed: {}",

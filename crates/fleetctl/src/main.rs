@@ -137,7 +137,10 @@ struct TokenArgs {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     orderfleet::telemetry::init(Default::default());
-    match run(cli.command, &Env::process()).await {
+    let outcome = run(cli.command, &Env::process()).await;
+    // At debug: a command's output stays its own (RUST_LOG=aws_operations=debug shows it).
+    orderfleet::aws::log_operations_called("fleetctl", tracing::Level::DEBUG);
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             // A configuration error is one line naming the variable; anything else prints its

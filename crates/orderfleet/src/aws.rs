@@ -8,6 +8,10 @@
 //! attempt abandoned after SQS took its messages leaves them invisible for the queue's
 //! visibility timeout.
 //!
+//! The operations a process called are also kept by name ([`operations_called`]) and logged
+//! when it stops (target `aws_operations`): what its IAM role must allow, which the test
+//! command compares with what `infra/` grants each role.
+//!
 //! **Every call is bounded** ([`timeouts`]): a connection in 3 s, an attempt in 10 s, a call
 //! with its retries in 20 s; a long poll gets its wait on top ([`long_poll_timeouts`]). Without
 //! them a peer that stops answering without closing holds a call forever: a hung
@@ -15,6 +19,8 @@
 //! them) and its final flush at a stop, and a hung `PublishBatch` would outlive the
 //! notification's inbox claim (30 s), letting a duplicate copy publish too.
 
+use std::collections::BTreeSet;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use aws_config::BehaviorVersion;
@@ -86,6 +92,27 @@ pub fn long_poll_timeouts(wait: Duration) -> TimeoutConfig {
         .build()
 }
 
+/// Every `service:Operation` this process has sent a request for.
+static CALLED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// The AWS operations this process has called (`sqs:ReceiveMessage,sns:PublishBatch`, in
+/// order; `none` for none).
+pub fn operations_called() -> String {
+    let called = CALLED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if called.is_empty() { "none".to_owned() } else { called.iter().cloned().collect::<Vec<_>>().join(",") }
+}
+
+/// Logs [`operations_called`] for `binary` (target `aws_operations`, at `level`): the line the
+/// test command's least-privilege check reads.
+pub fn log_operations_called(binary: &str, level: tracing::Level) {
+    let operations = operations_called();
+    if level == tracing::Level::INFO {
+        tracing::info!(target: "aws_operations", binary, operations, "AWS operations this process called");
+    } else {
+        tracing::debug!(target: "aws_operations", binary, operations, "AWS operations this process called");
+    }
+}
+
 /// Counts every request attempt by service and operation.
 #[derive(Debug)]
 struct CountRequests;
@@ -108,6 +135,8 @@ impl Intercept for CountRequests {
                 "operation" => metadata.name().to_owned()
             )
             .increment(1);
+            let called = format!("{}:{}", metadata.service(), metadata.name());
+            CALLED.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(called);
         }
         Ok(())
     }

@@ -23,7 +23,9 @@ where
         }
     };
     crate::telemetry::init(log_format(&config));
-    match run(config).await {
+    let outcome = run(config).await;
+    crate::aws::log_operations_called(name, tracing::Level::INFO);
+    match outcome {
         Ok(()) => {
             tracing::info!("{name} stopped");
             ExitCode::SUCCESS

@@ -1,0 +1,119 @@
+"""Least privilege, proven: the AWS operations each binary really called during the test
+suite, against the IAM actions its role in infra/ grants. Nothing missing, nothing extra.
+
+    least-privilege.py LOG_DIR TEMPLATE...
+
+Every binary logs, when it stops, the operations it called (target `aws_operations`, from
+`orderfleet::aws`); the suite leaves those lines in LOG_DIR (one directory per test, one log per
+process). Each TEMPLATE is CloudFormation, read with cfn-lint's parser (run this with the Python
+of cfn-lint's virtualenv); a role is matched to its binary by the `orderfleet:binary` tag on the
+role. Actions are compared, not resources: each role names its queues and topic, and cfn-lint and
+checkov check those.
+"""
+
+import pathlib
+import re
+import sys
+
+from cfnlint.decode import decode
+
+# A batch call is authorized as its single form.
+AUTHORIZED_AS = {
+    "sqs:SendMessageBatch": "sqs:SendMessage",
+    "sqs:DeleteMessageBatch": "sqs:DeleteMessage",
+    "sqs:ChangeMessageVisibilityBatch": "sqs:ChangeMessageVisibility",
+    "sns:PublishBatch": "sns:Publish",
+}
+# What SQS checks on the caller's behalf besides the call itself: a move task receives and
+# deletes from the DLQ, reads its attributes, and sends to the destination queue.
+ALSO_NEEDS = {
+    "sqs:StartMessageMoveTask": {
+        "sqs:ReceiveMessage",
+        "sqs:DeleteMessage",
+        "sqs:GetQueueAttributes",
+        "sqs:SendMessage",
+    },
+}
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+FIELD = re.compile(r'"?(binary|operations)"?[=:]\s*"([^"]*)"')
+
+
+def called(log_dir):
+    """{binary: set of 'service:Operation'} from every `aws_operations` line under log_dir."""
+    found = {}
+    for log in pathlib.Path(log_dir).rglob("*.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            if "aws_operations" not in line:
+                continue
+            fields = dict(FIELD.findall(ANSI.sub("", line)))
+            if "binary" not in fields or "operations" not in fields:
+                continue
+            # The SDK names the service as its model does (SQS); IAM's prefix is lower case.
+            operations = {
+                f"{service.lower()}:{name}"
+                for service, _, name in (op.partition(":") for op in fields["operations"].split(","))
+                if fields["operations"] != "none"
+            }
+            found.setdefault(fields["binary"], set()).update(operations)
+    return found
+
+
+def granted(template_path):
+    """{binary: set of IAM actions} for each role tagged `orderfleet:binary` in the template."""
+    template, problems = decode(template_path)
+    if problems or template is None:
+        sys.exit(f"{template_path}: cannot be read: {problems}")
+    roles = {}
+    for name, resource in template.get("Resources", {}).items():
+        if resource.get("Type") != "AWS::IAM::Role":
+            continue
+        tags = {t.get("Key"): t.get("Value") for t in resource.get("Properties", {}).get("Tags", [])}
+        binary = tags.get("orderfleet:binary")
+        if binary is None:
+            continue
+        actions = set()
+        for policy in resource["Properties"].get("Policies", []):
+            for statement in policy["PolicyDocument"]["Statement"]:
+                if statement.get("Effect") != "Allow":
+                    continue
+                action = statement["Action"]
+                actions.update([action] if isinstance(action, str) else action)
+        if resource["Properties"].get("ManagedPolicyArns"):
+            sys.exit(f"{template_path}: {name} has managed policies; list its actions instead")
+        roles[binary] = (name, actions)
+    return roles
+
+
+def main():
+    log_dir, templates = sys.argv[1], sys.argv[2:]
+    calls = called(log_dir)
+    failed = False
+    for template in templates:
+        roles = granted(template)
+        for binary in sorted(set(roles) | set(calls)):
+            if binary == "stripe-sim":
+                continue
+            if binary not in roles:
+                print(f"{template}: {binary} called AWS but no role is tagged orderfleet:binary={binary}")
+                failed = True
+                continue
+            role, actions = roles[binary]
+            if binary not in calls:
+                print(f"{template}: {role}: the suite never stopped a {binary} cleanly, so nothing proves its grants")
+                failed = True
+                continue
+            needed = {AUTHORIZED_AS.get(op, op) for op in calls[binary]}
+            needed |= set().union(*(ALSO_NEEDS.get(op, set()) for op in calls[binary]))
+            missing, extra = sorted(needed - actions), sorted(actions - needed)
+            status = "ok" if not (missing or extra) else "MISMATCH"
+            print(f"{template}: {role} ({binary}): {status}; called {', '.join(sorted(calls[binary])) or 'nothing'}")
+            if missing:
+                print(f"    missing (called, not granted): {', '.join(missing)}")
+            if extra:
+                print(f"    extra (granted, never needed): {', '.join(extra)}")
+            failed |= bool(missing or extra)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
