@@ -6,8 +6,8 @@
 #
 # The five fleet binaries are built here (release, without the test-only crash points) and
 # staged with the Dockerfile and deploy/healthcheck.sh in a build context of their own, so the
-# image holds nothing else from the repository. With a Docker engine, `docker build` from its
-# registry's debian:bookworm-slim. Without one (these machines), buildah, and a Debian base
+# image holds nothing else from the repository; the same binaries also go into a tarball for
+# EC2. With a Docker engine, `docker build` from its registry's debian:bookworm-slim. Without one (these machines), buildah, and a Debian base
 # made once with mmdebstrap from Debian's mirrors (no container registry needed); both are
 # installed with apt-get when missing and we are root.
 set -euo pipefail
@@ -55,6 +55,19 @@ mkdir -p "$context/bin"
 cp Dockerfile "$context/"
 cp deploy/healthcheck.sh "$context/bin/healthcheck"
 for binary in "${binaries[@]}"; do cp "$release_dir/$binary" "$context/bin/"; done
+
+# The same binaries for EC2 (infra/ec2.yaml): a tarball of bin/, the systemd unit and the
+# first-boot script, to upload to the bucket its ArtifactBucket names.
+tarball="$run_dir/orderfleet-linux-x86_64.tar.gz"
+release=$(mktemp -d)
+mkdir -p "$release/bin" "$release/deploy/systemd"
+cp "$context/bin/"* "$release/bin/"
+rm "$release/bin/healthcheck"
+cp deploy/systemd/*.service "$release/deploy/systemd/"
+cp deploy/ec2-bootstrap.sh "$release/deploy/"
+tar -czf "$tarball" -C "$release" bin deploy
+rm -rf "$release"
+say "the EC2 release: $tarball ($(du -h "$tarball" | cut -f1))"
 
 builder=${IMAGE_BUILDER:-$(docker_engine_answers && echo docker || echo buildah)}
 if [[ "$builder" == docker ]]; then

@@ -34,6 +34,10 @@ ALSO_NEEDS = {
         "sqs:SendMessage",
     },
 }
+# What an EC2 instance's first boot calls (infra/ec2.yaml's user data, deploy/ec2-bootstrap.sh):
+# the release from S3 and the binary's secret set. A role keeps these in a policy named
+# `bootstrap`, checked against exactly this.
+BOOTSTRAP = {"s3:GetObject", "secretsmanager:GetSecretValue"}
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 FIELD = re.compile(r'"?(binary|operations)"?[=:]\s*"([^"]*)"')
 
@@ -71,16 +75,21 @@ def granted(template_path):
         binary = tags.get("orderfleet:binary")
         if binary is None:
             continue
-        actions = set()
+        actions, bootstrap = set(), None
         for policy in resource["Properties"].get("Policies", []):
+            allowed = set()
             for statement in policy["PolicyDocument"]["Statement"]:
                 if statement.get("Effect") != "Allow":
                     continue
                 action = statement["Action"]
-                actions.update([action] if isinstance(action, str) else action)
+                allowed.update([action] if isinstance(action, str) else action)
+            if policy["PolicyName"] == "bootstrap":
+                bootstrap = allowed
+            else:
+                actions |= allowed
         if resource["Properties"].get("ManagedPolicyArns"):
             sys.exit(f"{template_path}: {name} has managed policies; list its actions instead")
-        roles[binary] = (name, actions)
+        roles[binary] = (name, actions, bootstrap)
     return roles
 
 
@@ -88,16 +97,20 @@ def main():
     log_dir, templates = sys.argv[1], sys.argv[2:]
     calls = called(log_dir)
     failed = False
+    deployed = set()
     for template in templates:
         roles = granted(template)
+        deployed |= set(roles)
         for binary in sorted(set(roles) | set(calls)):
             if binary == "stripe-sim":
                 continue
             if binary not in roles:
-                print(f"{template}: {binary} called AWS but no role is tagged orderfleet:binary={binary}")
-                failed = True
+                print(f"{template}: {binary}: not deployed by this template (no role tagged orderfleet:binary={binary})")
                 continue
-            role, actions = roles[binary]
+            role, actions, bootstrap = roles[binary]
+            if bootstrap is not None and bootstrap != BOOTSTRAP:
+                print(f"{template}: {role}: its bootstrap policy grants {sorted(bootstrap)}, the first boot calls {sorted(BOOTSTRAP)}")
+                failed = True
             if binary not in calls:
                 print(f"{template}: {role}: the suite never stopped a {binary} cleanly, so nothing proves its grants")
                 failed = True
@@ -112,6 +125,9 @@ def main():
             if extra:
                 print(f"    extra (granted, never needed): {', '.join(extra)}")
             failed |= bool(missing or extra)
+    for binary in sorted(set(calls) - deployed - {"stripe-sim"}):
+        print(f"{binary} called AWS, and no template gives it a role")
+        failed = True
     sys.exit(1 if failed else 0)
 
 

@@ -17,7 +17,8 @@ local_password=orderfleet
 local_db=orderfleet
 
 as_postgres() {
-    if [[ $(id -un) == postgres ]]; then "$@"; else runuser -u postgres -- "$@"; fi
+    # From /, which postgres may enter (it may not enter root's working directory).
+    if [[ $(id -un) == postgres ]]; then "$@"; else (cd / && runuser -u postgres -- "$@"); fi
 }
 
 first_cluster() {

@@ -51,4 +51,4 @@ IMAGE_BUILDER=buildah "$root/scripts/image.sh"
 ORDERFLEET_IMAGE="$IMAGE" cargo test -p orderfleet-tests --test e2e -- --ignored image::
 
 say "least privilege: the AWS operations each binary called in this run against what its role grants"
-"$venv/bin/python" scripts/least-privilege.py "$target_dir/debug/e2e-logs" infra/services.yaml
+"$venv/bin/python" scripts/least-privilege.py "$target_dir/debug/e2e-logs" infra/services.yaml infra/ec2.yaml
