@@ -22,6 +22,7 @@ RUN apt-get update \
     && useradd --uid 10001 --user-group --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin orderfleet
 
+# (--chmod needs BuildKit on Docker, its default builder since Docker 23.)
 COPY --chmod=0555 bin/ /usr/local/bin/
 
 # Nothing is written to the filesystem: logs go to stdout, state to PostgreSQL. The image
@@ -40,7 +41,8 @@ EXPOSE 8080 9090
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
     CMD ["/usr/local/bin/healthcheck"]
 
-# Stop with SIGTERM (the default), and allow more than SHUTDOWN_GRACE_SECONDS (20 s by
-# default) before a kill: `docker stop -t 30`, ECS `stopTimeout: 30`.
+# Stop with SIGTERM, and allow more than SHUTDOWN_GRACE_SECONDS (20 s by default) before the
+# kill: `docker stop` waits 10 s unless told otherwise, so `docker stop -t 30`; on ECS,
+# `stopTimeout: 30` (infra/services.yaml).
 STOPSIGNAL SIGTERM
 CMD ["order-intake"]

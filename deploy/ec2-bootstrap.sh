@@ -20,6 +20,10 @@ case "$binary" in
 esac
 install -m 0555 "$here/bin/$binary" /usr/local/bin/
 install -m 0644 "$here/deploy/systemd/orderfleet@.service" /etc/systemd/system/
+# An instance is disposable: when systemd gives up on its service, it powers off, and its
+# Auto Scaling group (whose EC2 health check sees a stopped instance) replaces it.
+install -d -m 0755 "/etc/systemd/system/orderfleet@$binary.service.d"
+install -m 0644 "$here/deploy/systemd/ec2-failure-action.conf" "/etc/systemd/system/orderfleet@$binary.service.d/"
 install -d -m 0700 /etc/orderfleet
 umask 077
 cat >/etc/orderfleet/common.env
@@ -28,7 +32,9 @@ aws secretsmanager get-secret-value --region "$region" --secret-id "$secret_arn"
     python3 -c 'import json, sys
 # Double-quoted, with backslashes and quotes escaped, as systemd reads an EnvironmentFile.
 for key, value in json.load(sys.stdin).items():
-    escaped = value.replace("\\", "\\\\").replace("\"", "\\\"")
+    escaped = str(value).replace("\\", "\\\\").replace("\"", "\\\"")
     print(f"{key}=\"{escaped}\"")' >"/etc/orderfleet/$binary.env"
 systemctl daemon-reload
-systemctl enable --now "orderfleet@$binary.service"
+systemctl enable "orderfleet@$binary.service"
+# A restart, not a start: run again with a new release, the new binary takes over.
+systemctl restart "orderfleet@$binary.service"

@@ -63,7 +63,7 @@ release=$(mktemp -d)
 mkdir -p "$release/bin" "$release/deploy/systemd"
 cp "$context/bin/"* "$release/bin/"
 rm "$release/bin/healthcheck"
-cp deploy/systemd/*.service "$release/deploy/systemd/"
+cp deploy/systemd/*.service deploy/systemd/*.conf "$release/deploy/systemd/"
 cp deploy/ec2-bootstrap.sh "$release/deploy/"
 tar -czf "$tarball" -C "$release" bin deploy
 rm -rf "$release"

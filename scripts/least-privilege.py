@@ -62,19 +62,38 @@ def called(log_dir):
     return found
 
 
+# Roles that belong to no binary, and what they are for: they are not compared here.
+NOT_A_BINARY = {
+    "ExecutionRole": "ECS pulls the image, writes logs and reads the secrets with it",
+    "ConsoleRedriveRole": "a person's, for the SQS console's DLQ redrive (docs/security.md)",
+}
+
+
 def granted(template_path):
-    """{binary: set of IAM actions} for each role tagged `orderfleet:binary` in the template."""
+    """{binary: (role, actions, bootstrap actions)} for each role tagged `orderfleet:binary`.
+
+    Fails on what would let a right escape the comparison: a policy outside a role's own
+    `Policies` (AWS::IAM::Policy, AWS::IAM::ManagedPolicy, ManagedPolicyArns), a role that is
+    neither tagged nor listed in NOT_A_BINARY, two roles for one binary, an EC2 role without
+    its bootstrap policy, or a template without a single tagged role."""
     template, problems = decode(template_path)
     if problems or template is None:
         sys.exit(f"{template_path}: cannot be read: {problems}")
     roles = {}
     for name, resource in template.get("Resources", {}).items():
+        if resource.get("Type") in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+            sys.exit(f"{template_path}: {name}: put its statements in the role's own Policies, where this check reads them")
         if resource.get("Type") != "AWS::IAM::Role":
             continue
         tags = {t.get("Key"): t.get("Value") for t in resource.get("Properties", {}).get("Tags", [])}
         binary = tags.get("orderfleet:binary")
         if binary is None:
+            if name not in NOT_A_BINARY:
+                sys.exit(f"{template_path}: {name}: tag it orderfleet:binary=<binary>, or list it in NOT_A_BINARY with its reason")
+            print(f"{template_path}: {name}: no binary's ({NOT_A_BINARY[name]})")
             continue
+        if binary in roles:
+            sys.exit(f"{template_path}: {name} and {roles[binary][0]} are both tagged orderfleet:binary={binary}")
         actions, bootstrap = set(), None
         for policy in resource["Properties"].get("Policies", []):
             allowed = set()
@@ -89,7 +108,13 @@ def granted(template_path):
                 actions |= allowed
         if resource["Properties"].get("ManagedPolicyArns"):
             sys.exit(f"{template_path}: {name} has managed policies; list its actions instead")
+        trusted = resource["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        on_ec2 = any("ec2.amazonaws.com" in str(statement.get("Principal")) for statement in trusted)
+        if on_ec2 and bootstrap is None:
+            sys.exit(f"{template_path}: {name} is an instance's role without a bootstrap policy")
         roles[binary] = (name, actions, bootstrap)
+    if not roles:
+        sys.exit(f"{template_path}: no role is tagged orderfleet:binary; nothing would be compared")
     return roles
 
 

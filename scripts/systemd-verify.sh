@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `systemd-analyze verify` on every unit in deploy/systemd/, for each binary the template
-# runs, in `make test`. It runs against a throwaway root holding this machine's system units,
+# `systemd-analyze verify` on every unit in deploy/systemd/ (with EC2's drop-in), for each
+# binary the template runs, in `make test`. It runs against a throwaway root holding this machine's system units,
 # the units, a stand-in executable per binary and empty settings files, so it needs neither a
 # running systemd nor the binaries installed. systemd-analyze exits 0 on a misspelt key or a
 # value it cannot parse (it warns and ignores the line), so any output fails the check.
@@ -20,6 +20,9 @@ for binary in "${binaries[@]}"; do
     printf '#!/bin/sh\n' >"$fake_root/usr/local/bin/$binary"
     chmod +x "$fake_root/usr/local/bin/$binary"
     touch "$fake_root/etc/orderfleet/$binary.env"
+    # As deploy/ec2-bootstrap.sh installs it on an instance.
+    mkdir -p "$fake_root/etc/systemd/system/orderfleet@$binary.service.d"
+    cp deploy/systemd/ec2-failure-action.conf "$fake_root/etc/systemd/system/orderfleet@$binary.service.d/"
 done
 
 failed=0

@@ -48,7 +48,8 @@ cargo test --workspace
 say "the image (make image), and the fleet run from it paying an order (buildah run)"
 export IMAGE=${IMAGE:-localhost/orderfleet:dev}
 IMAGE_BUILDER=buildah "$root/scripts/image.sh"
-ORDERFLEET_IMAGE="$IMAGE" cargo test -p orderfleet-tests --test e2e -- --ignored image::
+ORDERFLEET_IMAGE="$IMAGE" cargo test -p orderfleet-tests --test e2e -- --ignored image:: 2>&1 | tee "$run_dir/image-test.log"
+grep -q "test result: ok. 1 passed" "$run_dir/image-test.log" || die "the image test did not run (renamed?)"
 
 say "least privilege: the AWS operations each binary called in this run against what its role grants"
 "$venv/bin/python" scripts/least-privilege.py "$target_dir/debug/e2e-logs" infra/services.yaml infra/ec2.yaml

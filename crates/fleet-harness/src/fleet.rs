@@ -523,6 +523,9 @@ impl Fleet {
     pub async fn kill(&mut self, label: &str) -> anyhow::Result<()> {
         let index = self.children.iter().position(|(l, _)| l == label).context("no such process")?;
         let (_, mut child) = self.children.remove(index);
+        if let Some(pid) = child.id() {
+            self.signal(pid, libc::SIGKILL);
+        }
         child.kill().await?;
         Ok(())
     }
@@ -537,13 +540,18 @@ impl Fleet {
     /// SIGTERM to the binary a child of ours runs: the child itself, or, inside the image, the
     /// binary `buildah run` started (what Docker or ECS signal; buildah would kill it instead).
     fn send_sigterm(&self, pid: u32) {
+        self.signal(pid, libc::SIGTERM);
+    }
+
+    /// `signal` to the binary a child of ours runs (see [`Fleet::send_sigterm`]).
+    fn signal(&self, pid: u32, signal: i32) {
         let targets = match self.image_container {
             Some(_) => leaf_descendants(pid),
             None => vec![pid],
         };
         for target in targets {
             // SAFETY: kill(2) on a process we started (or one it started); no memory is touched.
-            unsafe { libc::kill(target as i32, libc::SIGTERM) };
+            unsafe { libc::kill(target as i32, signal) };
         }
     }
 
@@ -684,6 +692,14 @@ impl Fleet {
             match tokio::time::timeout(Duration::from_secs(30), child.wait()).await {
                 Ok(Ok(status)) if status.success() => {}
                 _ => {
+                    if let Some(pid) = child.id()
+                        && self.image_container.is_some()
+                    {
+                        for target in leaf_descendants(pid) {
+                            // SAFETY: kill(2) on a process our child started; no memory is touched.
+                            unsafe { libc::kill(target as i32, libc::SIGKILL) };
+                        }
+                    }
                     let _ = child.kill().await;
                     failed.push(label.clone());
                 }
@@ -696,6 +712,20 @@ impl Fleet {
         let _ = self.sqs.delete_queue().queue_url(&self.observer_url).send().await;
         self.pool.close().await;
         Ok(failed)
+    }
+}
+
+impl Drop for Fleet {
+    /// A fleet dropped before its stop (a failed test): `kill_on_drop` reaches each child, and
+    /// inside the image the child is `buildah run`, so the binaries it started are killed here.
+    fn drop(&mut self) {
+        if self.image_container.is_some() {
+            for (_, child) in &self.children {
+                if let Some(pid) = child.id() {
+                    self.signal(pid, libc::SIGKILL);
+                }
+            }
+        }
     }
 }
 
