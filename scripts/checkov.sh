@@ -6,12 +6,6 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$root"
 
-version=3.3.30
-venv="${XDG_CACHE_HOME:-$HOME/.cache}/orderfleet/checkov-venv-$version"
-if [[ ! -x "$venv/bin/checkov" ]]; then
-    say "installing checkov $version into $venv (once per machine)"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet "checkov==$version"
-fi
+venv=$(tool_venv checkov 3.3.30 checkov)
 # It cannot reach its vendor's API from here and says so on stderr; the scan itself is local.
 "$venv/bin/checkov" --directory infra --framework cloudformation --compact --quiet 2>/dev/null

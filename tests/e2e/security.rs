@@ -287,47 +287,52 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
     database.drop().await.unwrap();
 }
 
+/// The SQLSTATE of each statement run on `url` as `binary`'s role (each must fail).
+async fn refusal_codes(url: &str, binary: &str, statements: &[&'static str]) -> Vec<Option<String>> {
+    let role = orderfleet_tests::service_role(binary).unwrap();
+    let mut connection =
+        <sqlx::PgConnection as sqlx::Connection>::connect(&orderfleet_tests::as_role(url, role))
+            .await
+            .unwrap();
+    let mut codes = Vec::new();
+    for sql in statements {
+        let error = sqlx::query(*sql).execute(&mut connection).await.unwrap_err();
+        codes.push(error.into_database_error().and_then(|e| e.code().map(|c| c.into_owned())));
+    }
+    sqlx::Connection::close(connection).await.unwrap();
+    codes
+}
+
 #[tokio::test]
 async fn the_notification_workers_role_cannot_touch_products_orders_or_the_outbox_nor_the_intakes_reprice() {
-    // Arrange: a product, and a connection as the notification worker connects.
+    // Arrange: a product.
     let database = orderfleet_tests::TestDatabase::migrated().await.unwrap();
     sqlx::query("INSERT INTO products (id, name, price_minor, currency, units_total, stock) VALUES ('drop', 'Drop', 500, 'usd', 5, 5)")
         .execute(&database.pool)
         .await
         .unwrap();
-    let role = orderfleet_tests::service_role("notification-worker").unwrap();
-    let mut worker =
-        <sqlx::PgConnection as sqlx::Connection>::connect(&orderfleet_tests::as_role(&database.url, role))
-            .await
-            .unwrap();
-
-    // Act
-    let attempts = [
-        // No WHERE: a WHERE would need SELECT, and the refusal would prove less.
-        "UPDATE products SET stock = 0",
-        "UPDATE orders SET status = 'paid'",
-        "DELETE FROM orders",
-        "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload)
-         VALUES (gen_random_uuid(), 'order', 'x', 'order.paid', 'notification', '{}')",
-    ];
-    let mut codes = Vec::new();
-    for sql in attempts {
-        let error = sqlx::query(sql).execute(&mut worker).await.unwrap_err();
-        codes.push(error.into_database_error().and_then(|e| e.code().map(|c| c.into_owned())));
-    }
-
-    sqlx::Connection::close(worker).await.unwrap();
+    // Act: each statement without a WHERE, which would need SELECT and so prove less.
+    let mut codes = refusal_codes(
+        &database.url,
+        "notification-worker",
+        &[
+            "UPDATE products SET stock = 0",
+            "UPDATE orders SET status = 'paid'",
+            "DELETE FROM orders",
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload)
+             VALUES (gen_random_uuid(), 'order', 'x', 'order.paid', 'notification', '{}')",
+        ],
+    )
+    .await;
     // The intake may move the door's counters on a product, never its price or its stock.
-    let role = orderfleet_tests::service_role("order-intake").unwrap();
-    let mut intake =
-        <sqlx::PgConnection as sqlx::Connection>::connect(&orderfleet_tests::as_role(&database.url, role))
-            .await
-            .unwrap();
-    for sql in ["UPDATE products SET price_minor = 1", "UPDATE products SET stock = 0"] {
-        let error = sqlx::query(sql).execute(&mut intake).await.unwrap_err();
-        codes.push(error.into_database_error().and_then(|e| e.code().map(|c| c.into_owned())));
-    }
-    sqlx::Connection::close(intake).await.unwrap();
+    codes.extend(
+        refusal_codes(
+            &database.url,
+            "order-intake",
+            &["UPDATE products SET price_minor = 1", "UPDATE products SET stock = 0"],
+        )
+        .await,
+    );
 
     // Assert: refused (42501 insufficient_privilege), and the product untouched.
     assert_eq!(codes, vec![Some("42501".to_owned()); 6]);

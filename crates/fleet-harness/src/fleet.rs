@@ -524,7 +524,7 @@ impl Fleet {
         let index = self.children.iter().position(|(l, _)| l == label).context("no such process")?;
         let (_, mut child) = self.children.remove(index);
         if let Some(pid) = child.id() {
-            self.signal(pid, libc::SIGKILL);
+            signal_binary(pid, libc::SIGKILL, self.image_container.is_some());
         }
         child.kill().await?;
         Ok(())
@@ -533,35 +533,17 @@ impl Fleet {
     /// Sends SIGTERM to the process `label` without waiting (a deploy in progress).
     pub fn sigterm(&self, label: &str) -> anyhow::Result<()> {
         let (_, child) = self.children.iter().find(|(l, _)| l == label).context("no such process")?;
-        self.send_sigterm(child.id().context("it has exited")?);
+        signal_binary(child.id().context("it has exited")?, libc::SIGTERM, self.image_container.is_some());
         Ok(())
-    }
-
-    /// SIGTERM to the binary a child of ours runs: the child itself, or, inside the image, the
-    /// binary `buildah run` started (what Docker or ECS signal; buildah would kill it instead).
-    fn send_sigterm(&self, pid: u32) {
-        self.signal(pid, libc::SIGTERM);
-    }
-
-    /// `signal` to the binary a child of ours runs (see [`Fleet::send_sigterm`]).
-    fn signal(&self, pid: u32, signal: i32) {
-        let targets = match self.image_container {
-            Some(_) => leaf_descendants(pid),
-            None => vec![pid],
-        };
-        for target in targets {
-            // SAFETY: kill(2) on a process we started (or one it started); no memory is touched.
-            unsafe { libc::kill(target as i32, signal) };
-        }
     }
 
     /// Sends SIGTERM to the process `label` and waits for it; its exit status.
     pub async fn terminate(&mut self, label: &str) -> anyhow::Result<std::process::ExitStatus> {
-        let (_, child) = self.children.iter().find(|(l, _)| l == label).context("no such process")?;
-        if let Some(pid) = child.id() {
-            self.send_sigterm(pid);
-        }
+        let in_image = self.image_container.is_some();
         let (_, child) = self.children.iter_mut().find(|(l, _)| l == label).context("no such process")?;
+        if let Some(pid) = child.id() {
+            signal_binary(pid, libc::SIGTERM, in_image);
+        }
         let status = tokio::time::timeout(Duration::from_secs(60), child.wait()).await??;
         self.children.retain(|(l, _)| l != label);
         Ok(status)
@@ -682,9 +664,10 @@ impl Fleet {
     /// Stops every process with SIGTERM (as a deploy does), waits for them, and removes the
     /// observer. Returns the labels of processes that did not exit 0.
     pub async fn stop(mut self) -> anyhow::Result<Vec<String>> {
+        let in_image = self.image_container.is_some();
         for (_, child) in &self.children {
             if let Some(pid) = child.id() {
-                self.send_sigterm(pid);
+                signal_binary(pid, libc::SIGTERM, in_image);
             }
         }
         let mut failed = Vec::new();
@@ -692,13 +675,8 @@ impl Fleet {
             match tokio::time::timeout(Duration::from_secs(30), child.wait()).await {
                 Ok(Ok(status)) if status.success() => {}
                 _ => {
-                    if let Some(pid) = child.id()
-                        && self.image_container.is_some()
-                    {
-                        for target in leaf_descendants(pid) {
-                            // SAFETY: kill(2) on a process our child started; no memory is touched.
-                            unsafe { libc::kill(target as i32, libc::SIGKILL) };
-                        }
+                    if let Some(pid) = child.id() {
+                        signal_binary(pid, libc::SIGKILL, in_image);
                     }
                     let _ = child.kill().await;
                     failed.push(label.clone());
@@ -722,7 +700,7 @@ impl Drop for Fleet {
         if self.image_container.is_some() {
             for (_, child) in &self.children {
                 if let Some(pid) = child.id() {
-                    self.signal(pid, libc::SIGKILL);
+                    signal_binary(pid, libc::SIGKILL, true);
                 }
             }
         }
@@ -740,6 +718,17 @@ impl Fleet {
         method: &str,
     ) -> anyhow::Result<Answer> {
         self.post_order(&user, &key, product, quantity, method).await
+    }
+}
+
+/// Sends `signal` to the binary a child of ours runs: the child itself, or, inside the image
+/// (`in_image`), the binary `buildah run` started, as Docker or ECS would (buildah, signalled
+/// itself, kills its child instead of passing SIGTERM on).
+fn signal_binary(pid: u32, signal: i32, in_image: bool) {
+    let targets = if in_image { leaf_descendants(pid) } else { vec![pid] };
+    for target in targets {
+        // SAFETY: kill(2) on a process we started (or one it started); no memory is touched.
+        unsafe { libc::kill(target as i32, signal) };
     }
 }
 
