@@ -8,6 +8,7 @@ mod image;
 mod infrastructure;
 mod intake;
 mod migrations;
+mod observability;
 mod pipeline;
 mod redelivery;
 mod security;

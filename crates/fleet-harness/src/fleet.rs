@@ -487,6 +487,23 @@ impl Fleet {
         expected: usize,
         timeout: Duration,
     ) -> anyhow::Result<Vec<(String, String)>> {
+        let mut seen = Vec::new();
+        for outer in self.notification_messages(expected, timeout).await? {
+            let event_type =
+                outer["MessageAttributes"]["event_type"]["Value"].as_str().unwrap_or("?").to_owned();
+            let inner: Value = serde_json::from_str(outer["Message"].as_str().unwrap_or("{}"))?;
+            seen.push((event_type, inner["order_id"].as_str().unwrap_or("?").to_owned()));
+        }
+        Ok(seen)
+    }
+
+    /// The notifications seen on the topic as SNS delivered them (its JSON, with the message
+    /// attributes), waiting as [`Fleet::notifications`] does.
+    pub async fn notification_messages(
+        &self,
+        expected: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<Vec<Value>> {
         let deadline = Instant::now() + timeout;
         let mut seen = Vec::new();
         loop {
@@ -504,11 +521,7 @@ impl Fleet {
                 return Ok(seen);
             }
             for m in messages {
-                let outer: Value = serde_json::from_str(m.body().unwrap_or("{}"))?;
-                let event_type =
-                    outer["MessageAttributes"]["event_type"]["Value"].as_str().unwrap_or("?").to_owned();
-                let inner: Value = serde_json::from_str(outer["Message"].as_str().unwrap_or("{}"))?;
-                seen.push((event_type, inner["order_id"].as_str().unwrap_or("?").to_owned()));
+                seen.push(serde_json::from_str(m.body().unwrap_or("{}"))?);
                 self.sqs
                     .delete_message()
                     .queue_url(&self.observer_url)

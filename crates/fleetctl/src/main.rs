@@ -136,10 +136,11 @@ struct TokenArgs {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    orderfleet::telemetry::init(Default::default());
+    let telemetry = orderfleet::telemetry::init(Default::default(), "fleetctl");
     let outcome = run(cli.command, &Env::process()).await;
     // At debug: a command's output stays its own (RUST_LOG=aws_operations=debug shows it).
     orderfleet::aws::log_operations_called("fleetctl", tracing::Level::DEBUG);
+    telemetry.shutdown().await;
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -107,11 +107,14 @@ struct Ready {
     user_id: String,
     order_id: Uuid,
     body: String,
+    /// The order's trace context, passed on as the `traceparent` attribute.
+    traceparent: Option<String>,
 }
 
 impl Ready {
     /// The message as published: the envelope's ids and the notification.
-    fn parse(index: usize, body: &str) -> Result<Self, Failure> {
+    fn parse(index: usize, message: &Received) -> Result<Self, Failure> {
+        let body = &message.body;
         let permanent = |code: &str, reason: String| Failure::permanent(Source::Message, code, reason);
         let envelope: Envelope = serde_json::from_str(body)
             .map_err(|e| permanent("not_an_envelope", format!("not a message envelope: {e}")))?;
@@ -141,6 +144,7 @@ impl Ready {
             user_id: notification.user_id,
             order_id: envelope.order_id,
             body: body.to_string(),
+            traceparent: message.traceparent.clone(),
         })
     }
 }
@@ -165,7 +169,7 @@ impl Handler for Notifier {
         let mut outcomes = Outcomes(vec![None; batch.len()]);
         let mut ready = Vec::new();
         for (index, message) in batch.iter().enumerate() {
-            match Ready::parse(index, &message.body) {
+            match Ready::parse(index, message) {
                 Ok(r) => ready.push(r),
                 Err(failure) => outcomes.0[index] = Some(Err(failure)),
             }
@@ -372,6 +376,9 @@ impl Notifier {
                     .message(&r.body)
                     .message_attributes("event_type", string(&r.event_type))
                     .message_attributes("user_id", string(&r.user_id));
+                if let Some(traceparent) = &r.traceparent {
+                    entry = entry.message_attributes(orderfleet::trace::TRACEPARENT, string(traceparent));
+                }
                 if fifo {
                     entry = entry
                         .message_deduplication_id(r.message_id.to_string())

@@ -30,9 +30,12 @@ use orderfleet::config::{
 use orderfleet::db::{self, PoolSize};
 use orderfleet::order::OrderStatus;
 use orderfleet::payments::{Payments, RetryPolicy};
+use orderfleet::trace::{TRACEPARENT, Trace};
 use serde::Serialize;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use tracing::field::Empty;
 use uuid::Uuid;
 
 use crate::error::ApiError;
@@ -245,9 +248,19 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
     })
 }
 
+/// `POST /v1/orders`, in a span of its own that starts the order's trace ([`orderfleet::trace`]):
+/// every line it logs carries the `trace_id`, and the `order_id` once the order is known.
 async fn create_order(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
-    let result = place_order(&state, &headers, body).await;
+    let span = tracing::info_span!("order_request", trace_id = Empty, order_id = Empty);
+    let caller = headers.get(TRACEPARENT).and_then(|v| v.to_str().ok());
+    let trace = Trace::start(caller, &span).traceparent();
+    let result = place_order(&state, &headers, body, &trace).instrument(span.clone()).await;
+    if let Ok(Placed::Accepted { body, .. }) = &result {
+        span.record("order_id", tracing::field::display(body.order_id));
+    }
+    // In the span: an error's answer logs its cause.
+    let _in_span = span.enter();
     let response = match result {
         Ok(Placed::Accepted { body, replayed }) => {
             with_replay((StatusCode::ACCEPTED, Json(body)).into_response(), replayed)
@@ -255,8 +268,9 @@ async fn create_order(State(state): State<AppState>, headers: HeaderMap, body: B
         Ok(Placed::Declined { error, replayed }) => with_replay(error.into_response(), replayed),
         Err(error) => error.into_response(),
     };
-    let status = response.status().as_u16().to_string();
-    metrics::counter!("intake_orders_total", "status" => status).increment(1);
+    let status = response.status().as_u16();
+    tracing::info!(status, "order request answered");
+    metrics::counter!("intake_orders_total", "status" => status.to_string()).increment(1);
     metrics::histogram!("intake_order_seconds").record(started.elapsed().as_secs_f64());
     response
 }
@@ -268,7 +282,12 @@ fn with_replay(mut response: Response, replayed: bool) -> Response {
     response
 }
 
-async fn place_order(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Placed, ApiError> {
+async fn place_order(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+    traceparent: &str,
+) -> Result<Placed, ApiError> {
     let user = user_within_rate(state, headers)?;
     let key = IdempotencyKey::from_headers(headers)?;
     let body = read_body(headers, body).await?;
@@ -278,6 +297,7 @@ async fn place_order(state: &AppState, headers: &HeaderMap, body: Body) -> Resul
         payments: &state.payments,
         lease: state.lease,
         declines_per_hour: state.limits.config.declines_per_hour,
+        traceparent,
     };
     intake.place(&user, &key, &request).await
 }

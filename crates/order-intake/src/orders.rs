@@ -127,6 +127,8 @@ pub struct Intake<'a> {
     /// Declined cards in the last hour after which a user's new orders are refused before any
     /// Stripe call (card testing); 0: no such limit.
     pub declines_per_hour: u32,
+    /// The request's trace context, stored on a new order ([`orderfleet::trace`]).
+    pub traceparent: &'a str,
 }
 
 impl Intake<'_> {
@@ -137,7 +139,14 @@ impl Intake<'_> {
         request: &OrderRequest,
     ) -> Result<Placed, ApiError> {
         let fingerprint = request.fingerprint();
-        let entry = Entry { user, key, request, fingerprint: &fingerprint, lease: self.lease };
+        let entry = Entry {
+            user,
+            key,
+            request,
+            fingerprint: &fingerprint,
+            lease: self.lease,
+            traceparent: self.traceparent,
+        };
         // One statement for what most requests need to know first: is the key used, and is
         // this user a card tester.
         let (used, card_testing_until) = self.first_look(user, key).await?;
@@ -150,7 +159,7 @@ impl Intake<'_> {
                 (until - chrono::Utc::now()).to_std().unwrap_or_default(),
             ));
         }
-        let door = admit(self.pool, user, key, request, &fingerprint, self.lease).await?;
+        let door = admit(self.pool, entry).await?;
         self.after_the_door(entry, door, true).await
     }
 
@@ -278,6 +287,7 @@ impl Intake<'_> {
     /// later, after Stripe forgot the key, finds the first PaymentIntent instead of making a
     /// second; a new order cannot have one yet, and costs one Stripe request.
     async fn authorize(&self, order: OrderRow, attempt: Attempt) -> Result<Placed, ApiError> {
+        tracing::Span::current().record("order_id", tracing::field::display(order.id));
         let pending = PendingOrder {
             id: order.id,
             user_id: order.user_id.clone(),
@@ -304,7 +314,7 @@ impl Intake<'_> {
             Err(
                 AuthorizationError::ProviderUnavailable(reason) | AuthorizationError::LookupRefused(reason),
             ) => {
-                tracing::warn!(order_id = %order.id, reason, "payment provider unavailable; the order stays pending");
+                tracing::warn!(reason, "payment provider unavailable; the order stays pending");
                 return Err(ApiError::PaymentUnavailable);
             }
             Err(AuthorizationError::Database(e)) => {
@@ -333,16 +343,9 @@ impl Intake<'_> {
 /// has fewer units unpromised than asked (or does not exist), or a cap per buyer (it goes
 /// through [`admit_capped`]), it writes nothing. Public so the benchmark can measure the
 /// hot-row statement on its own.
-pub async fn admit(
-    pool: &PgPool,
-    user: &UserId,
-    key: &IdempotencyKey,
-    request: &OrderRequest,
-    fingerprint: &[u8],
-    lease: Duration,
-) -> Result<Door, ApiError> {
+pub async fn admit(pool: &PgPool, entry: Entry<'_>) -> Result<Door, ApiError> {
     let started = std::time::Instant::now();
-    let admitted = door(pool, Entry { user, key, request, fingerprint, lease }, Cap::OnlyUncapped).await;
+    let admitted = door(pool, entry, Cap::OnlyUncapped).await;
     let outcome = match &admitted {
         Ok(Door::Admitted(_)) => "admitted",
         Ok(_) => "closed",
@@ -360,12 +363,16 @@ enum TurnedAway {
 
 /// What the door needs of a request.
 #[derive(Clone, Copy)]
-struct Entry<'a> {
-    user: &'a UserId,
-    key: &'a IdempotencyKey,
-    request: &'a OrderRequest,
-    fingerprint: &'a [u8],
-    lease: Duration,
+pub struct Entry<'a> {
+    pub user: &'a UserId,
+    pub key: &'a IdempotencyKey,
+    pub request: &'a OrderRequest,
+    /// [`OrderRequest::fingerprint`]: the same key with another body is refused.
+    pub fingerprint: &'a [u8],
+    /// How long this request may work on the order before another may take it over.
+    pub lease: Duration,
+    /// The request's W3C trace context, kept on the order.
+    pub traceparent: &'a str,
 }
 
 /// Whether the door statement serves only products without a cap per buyer (the one
@@ -386,9 +393,9 @@ async fn door<'e>(executor: impl sqlx::PgExecutor<'e>, entry: Entry<'_>, cap: Ca
           RETURNING id, price_minor, currency, last_position
          )
          INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity,
-                             amount_minor, currency, payment_method, intake_lease_until, position)
+                             amount_minor, currency, payment_method, intake_lease_until, position, traceparent)
          SELECT $1, $2, $3, $4, p.id, $6, p.price_minor * $6, p.currency, $7,
-                now() + $8 * interval '1 ms', p.last_position
+                now() + $8 * interval '1 ms', p.last_position, $9
            FROM promised p
          RETURNING {ROW}"
     );
@@ -401,6 +408,7 @@ async fn door<'e>(executor: impl sqlx::PgExecutor<'e>, entry: Entry<'_>, cap: Ca
         .bind(entry.request.quantity)
         .bind(&entry.request.payment_method)
         .bind(entry.lease.as_millis() as i64)
+        .bind(entry.traceparent)
         .fetch_optional(executor)
         .await;
     match admitted {

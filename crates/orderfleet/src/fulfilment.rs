@@ -229,10 +229,10 @@ impl Fulfilment {
                         failure_reason = CASE WHEN $3 THEN failure_reason ELSE 'out_of_stock' END,
                         updated_at = now()
                   WHERE id = $1
-              RETURNING id, status
+              RETURNING id, status, traceparent
              ), rejection AS (
-                 INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload)
-                 SELECT $5, 'order', moved.id::text, 'order.rejected', 'notification', $6
+                 INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
+                 SELECT $5, 'order', moved.id::text, 'order.rejected', 'notification', $6, moved.traceparent
                    FROM moved WHERE moved.status = 'rejected_out_of_stock'
                  ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING
              )

@@ -29,6 +29,7 @@ pub mod shutdown;
 pub mod startup;
 pub mod sweeper;
 pub mod telemetry;
+pub mod trace;
 
 /// rustls finds two crypto providers in this build (sqlx brings one, the AWS SDK another) and
 /// then cannot pick a default, which makes async-stripe's connector panic at start. Choosing

@@ -56,12 +56,14 @@ pub struct Order {
     pub payment_intent_id: Option<String>,
     pub failure_reason: Option<String>,
     pub authorization_released_at: Option<DateTime<Utc>>,
+    /// The W3C trace context of the request that made the order ([`crate::trace`]).
+    pub traceparent: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
 
 pub const ORDER_COLUMNS: &str = "id, user_id, product_id, quantity, amount_minor, currency, payment_method, \
-     status, payment_intent_id, failure_reason, authorization_released_at, created_at, updated_at";
+     status, payment_intent_id, failure_reason, authorization_released_at, traceparent, created_at, updated_at";
 
 pub async fn load<'e>(executor: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<Option<Order>> {
     sqlx::query_as::<_, Order>(sqlx::AssertSqlSafe(format!(
@@ -74,7 +76,7 @@ pub async fn load<'e>(executor: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<O
 
 /// ONE statement (so one round trip and the shortest possible lock): moves the order from
 /// `from` to `to` if, and only if, it is still in `from`, and in the same statement enqueues
-/// the outbox messages the move causes. Returns whether this call made the move; if not,
+/// the outbox messages the move causes, each carrying the order's trace context. Returns whether this call made the move; if not,
 /// nothing was written. The intake's lease is cleared, and the hold (its PaymentIntent id and
 /// Stripe's deadline for it) recorded when given.
 pub async fn transition_with_messages<'e>(
@@ -97,10 +99,10 @@ pub async fn transition_with_messages<'e>(
                                authorization_expires_at = COALESCE($10, authorization_expires_at),
                                intake_lease_until = NULL, updated_at = now()
               WHERE id = $1 AND status = $2
-          RETURNING id
+          RETURNING id, traceparent
          ), enqueued AS (
-             INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload)
-             SELECT m.message_id, 'order', moved.id::text, m.event_type, m.destination, m.payload
+             INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
+             SELECT m.message_id, 'order', moved.id::text, m.event_type, m.destination, m.payload, moved.traceparent
                FROM moved, UNNEST($6::uuid[], $7::text[], $8::text[], $9::jsonb[])
                     AS m(message_id, event_type, destination, payload)
              ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING

@@ -22,10 +22,10 @@ where
             return ExitCode::FAILURE;
         }
     };
-    crate::telemetry::init(log_format(&config));
+    let telemetry = crate::telemetry::init(log_format(&config), name);
     let outcome = run(config).await;
     crate::aws::log_operations_called(name, tracing::Level::INFO);
-    match outcome {
+    let code = match outcome {
         Ok(()) => {
             tracing::info!("{name} stopped");
             ExitCode::SUCCESS
@@ -34,5 +34,7 @@ where
             tracing::error!(error = crate::telemetry::error_chain(&error), "{name} stopped with an error");
             ExitCode::FAILURE
         }
-    }
+    };
+    telemetry.shutdown().await;
+    code
 }

@@ -148,6 +148,8 @@ pub struct Claimed {
     pub payload: serde_json::Value,
     pub retry_count: i32,
     pub created_at: chrono::DateTime<chrono::Utc>,
+    /// The order's W3C trace context, sent as the `traceparent` message attribute.
+    pub traceparent: Option<String>,
     /// The end of this relay's claim. Results are recorded only while it is still this claim:
     /// a relay so slow that another took the row over must not overwrite the newer result.
     pub claimed_until: chrono::DateTime<chrono::Utc>,
@@ -164,7 +166,7 @@ pub async fn claim(pool: &PgPool, limit: i64, lease: Duration) -> sqlx::Result<V
                           LIMIT $1
                           FOR UPDATE SKIP LOCKED)
       RETURNING o.id, o.aggregate_id, o.event_type, o.destination, o.payload, o.retry_count, o.created_at,
-                o.next_attempt_at AS claimed_until",
+                o.traceparent, o.next_attempt_at AS claimed_until",
     )
     .bind(limit)
     .bind(lease.as_millis() as i64)
@@ -233,8 +235,28 @@ async fn record_sent(pool: &PgPool, outcomes: &[(Claimed, Outcome)]) -> sqlx::Re
         .execute(pool)
         .await?;
         metrics::counter!("outbox_sent_total").increment(sent.len() as u64);
+        for (row, _) in outcomes.iter().filter(|(_, o)| o.is_ok()) {
+            let (event_type, destination) = (&row.event_type, &row.destination);
+            row.span().in_scope(|| tracing::info!(event_type, destination, "outbox row sent"));
+        }
     }
     Ok(())
+}
+
+impl Claimed {
+    /// The span of this row's lines: its order's `trace_id` and `order_id`, and its own id.
+    pub fn span(&self) -> tracing::Span {
+        let span = tracing::info_span!(
+            "outbox_row",
+            trace_id = tracing::field::Empty,
+            order_id = %self.aggregate_id,
+            outbox_id = %self.id
+        );
+        if let Some(trace) = self.traceparent.as_deref().and_then(orderfleet::trace::Trace::parse) {
+            trace.enter(&span);
+        }
+        span
+    }
 }
 
 /// What a failed send does to its row.
@@ -258,7 +280,14 @@ impl<'a> Retry<'a> {
         };
         if status == "dead" {
             let (code, reason) = (&failure.code, &failure.reason);
-            tracing::error!(outbox_id = %row.id, event_type = row.event_type, code, reason, "outbox row is dead; see `fleetctl outbox dead`");
+            row.span().in_scope(|| {
+                tracing::error!(
+                    event_type = row.event_type,
+                    code,
+                    reason,
+                    "outbox row is dead; see `fleetctl outbox dead`"
+                )
+            });
             metrics::counter!("outbox_dead_total").increment(1);
         }
         Self { status, retry_count, delay, failure }

@@ -36,9 +36,11 @@ pub async fn sweep_batch(pool: &PgPool, policy: &RetentionPolicy) -> sqlx::Resul
                           ORDER BY sent_at LIMIT $2 FOR UPDATE SKIP LOCKED)
                      RETURNING *)
                  INSERT INTO outbox_archive (id, aggregate_type, aggregate_id, event_type, destination, payload,
-                                             status, retry_count, last_error_code, last_error_reason, created_at, sent_at)
+                                             status, retry_count, last_error_code, last_error_reason, created_at, sent_at,
+                                             traceparent)
                  SELECT id, aggregate_type, aggregate_id, event_type, destination, payload,
-                        status, retry_count, last_error_code, last_error_reason, created_at, sent_at FROM old
+                        status, retry_count, last_error_code, last_error_reason, created_at, sent_at,
+                        traceparent FROM old
                  ON CONFLICT (id) DO NOTHING",
             )
             .bind(age_ms)

@@ -179,10 +179,14 @@ fn attributes(row: &Claimed) -> HashMap<String, MessageAttributeValue> {
             .build()
             .expect("data type is set")
     };
-    HashMap::from([
+    let mut attributes = HashMap::from([
         ("message_id".to_owned(), string(row.id.to_string())),
         ("event_type".to_owned(), string(row.event_type.clone())),
-    ])
+    ]);
+    if let Some(traceparent) = &row.traceparent {
+        attributes.insert(orderfleet::trace::TRACEPARENT.to_owned(), string(traceparent.clone()));
+    }
+    attributes
 }
 
 /// A failed entry of a batch that SQS otherwise accepted: permanent when SQS blames the entry,

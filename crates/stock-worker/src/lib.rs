@@ -7,12 +7,17 @@
 //! both answer again ([`Handler::ready`]); permanent (a stuck order, or a message that is not
 //! a stock check) → left for the DLQ, with the reason.
 
+// Instrumenting the handler's future makes the compiler prove `Send` through async-stripe's
+// deeply nested types: more than the default recursion limit.
+#![recursion_limit = "256"]
+
 use std::sync::Arc;
 
 use orderfleet::consumer::{Handler, Outcome, Received};
 use orderfleet::failure::{Failure, Source};
 use orderfleet::fulfilment::Fulfilment;
 use orderfleet::outbox::{Envelope, EventType};
+use tracing::Instrument;
 
 /// The worker's step.
 #[derive(Clone)]
@@ -23,7 +28,9 @@ pub struct StockCheck {
 impl Handler for StockCheck {
     async fn handle(&self, batch: Vec<Received>) -> Vec<Outcome> {
         // Each message on its own: the bound on concurrency is the consumer's semaphore.
-        futures::future::join_all(batch.iter().map(|m| self.handle_one(&m.body))).await
+        // Each in its message's span: its order's trace_id and order_id on every line.
+        futures::future::join_all(batch.iter().map(|m| self.handle_one(&m.body).instrument(m.span.clone())))
+            .await
     }
 
     /// The database and Stripe both answer.

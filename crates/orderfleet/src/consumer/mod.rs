@@ -64,6 +64,35 @@ pub struct Received {
     pub body: String,
     /// How many times SQS has handed this message out, this time included.
     pub receive_count: u32,
+    /// The order's W3C trace context: the message attribute `traceparent`.
+    pub traceparent: Option<String>,
+    /// The span to handle the message in ([`Received::span_for`]).
+    pub span: tracing::Span,
+}
+
+impl Received {
+    /// The span of everything done for a message: its order's `trace_id` and `order_id`
+    /// (from the `traceparent` attribute and the envelope) on every line logged in it, and its
+    /// parent in exported traces. Made once, when the message is received.
+    pub fn span_for(message_id: &str, body: &str, traceparent: Option<&str>) -> tracing::Span {
+        #[derive(serde::Deserialize)]
+        struct OfOrder {
+            order_id: uuid::Uuid,
+        }
+        let span = tracing::info_span!(
+            "message",
+            trace_id = tracing::field::Empty,
+            order_id = tracing::field::Empty,
+            message_id
+        );
+        if let Ok(envelope) = serde_json::from_str::<OfOrder>(body) {
+            span.record("order_id", tracing::field::display(envelope.order_id));
+        }
+        if let Some(trace) = traceparent.and_then(crate::trace::Trace::parse) {
+            trace.enter(&span);
+        }
+        span
+    }
 }
 
 /// What became of one message ([`crate::failure::Outcome`]): `Ok` when its effects are

@@ -192,6 +192,7 @@ impl<H: Handler> Poller<H> {
             .max_number_of_messages(asked as i32)
             .wait_time_seconds(wait)
             .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            .message_attribute_names(crate::trace::TRACEPARENT)
             .customize()
             .config_override(
                 aws_sdk_sqs::config::Builder::default()
@@ -275,16 +276,24 @@ impl<H: Handler> Poller<H> {
 }
 
 fn received(m: Message) -> Received {
-    Received {
+    let mut received = Received {
         receive_count: m
             .attributes()
             .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
             .and_then(|c| c.parse().ok())
             .unwrap_or(1),
+        traceparent: m
+            .message_attributes()
+            .and_then(|a| a.get(crate::trace::TRACEPARENT))
+            .and_then(|v| v.string_value())
+            .map(str::to_owned),
         message_id: m.message_id.unwrap_or_default(),
         receipt_handle: m.receipt_handle.unwrap_or_default(),
         body: m.body.unwrap_or_default(),
-    }
+        span: tracing::Span::none(),
+    };
+    received.span = Received::span_for(&received.message_id, &received.body, received.traceparent.as_deref());
+    received
 }
 
 /// Permits for a batch of `want` messages: all of them if they come free within `patience`

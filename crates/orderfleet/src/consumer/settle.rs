@@ -32,6 +32,8 @@ pub(super) struct Delivered {
     receive_count: u32,
     /// Its failures' key in `message_failures`.
     key: String,
+    /// Its order's `trace_id` and `order_id`, on the message's log line.
+    span: tracing::Span,
 }
 
 impl Delivered {
@@ -41,6 +43,7 @@ impl Delivered {
             receipt: message.receipt_handle.clone(),
             receive_count: message.receive_count,
             key: failure_key(&message.body, &message.message_id),
+            span: message.span.clone(),
         }
     }
 }
@@ -91,7 +94,9 @@ impl Settle {
         let label = outcome.as_ref().map_or_else(|failure| failure.kind.as_str(), |()| "done");
         metrics::counter!("messages_handled_total", "queue" => self.queue.clone(), "outcome" => label)
             .increment(1);
+        let _in_span = message.span.enter();
         let Err(failure) = outcome else {
+            tracing::info!(queue = self.queue, receive_count = message.receive_count, "message handled");
             return Ack::Delete(message.receipt.clone());
         };
         // Every failure leaves the message to come back: when the failure says it can go on,
@@ -107,13 +112,13 @@ impl Settle {
     }
 
     fn log(&self, message: &Delivered, failure: &Failure, delay: Duration, paused_now: bool) {
-        let (queue, message_id, receive_count) = (&self.queue, &message.message_id, message.receive_count);
+        // The message's id, its order and trace come from its span (see `settle`).
+        let (queue, receive_count) = (&self.queue, message.receive_count);
         let (source, code, reason) = (failure.source.as_str(), &failure.code, &failure.reason);
         match failure.kind {
             Kind::Transient if failure.retry_in.is_some() => {
                 tracing::info!(
                     queue,
-                    message_id,
                     receive_count,
                     ?delay,
                     source,
@@ -124,7 +129,6 @@ impl Settle {
             Kind::Transient => {
                 tracing::warn!(
                     queue,
-                    message_id,
                     receive_count,
                     ?delay,
                     source,
@@ -147,7 +151,6 @@ impl Settle {
             Kind::Permanent => {
                 tracing::error!(
                     queue,
-                    message_id,
                     receive_count,
                     source,
                     code,

@@ -258,8 +258,16 @@ async fn hot_row(database_url: &str) -> anyhow::Result<String> {
                     let user = UserId::parse(&format!("hot-{connections}-{i}")).expect("a valid user id");
                     let key = IdempotencyKey::parse("k").expect("a valid key");
                     let sent = Instant::now();
-                    let door =
-                        orders::admit(pool, &user, &key, request, fingerprint, Duration::from_secs(30)).await;
+                    let traceparent = orderfleet::trace::Trace::random().traceparent();
+                    let entry = orders::Entry {
+                        user: &user,
+                        key: &key,
+                        request,
+                        fingerprint,
+                        lease: Duration::from_secs(30),
+                        traceparent: &traceparent,
+                    };
+                    let door = orders::admit(pool, entry).await;
                     anyhow::ensure!(matches!(door, Ok(Door::Admitted(_))), "the door refused: {door:?}");
                     Ok(sent.elapsed().as_secs_f64() * 1000.0)
                 }

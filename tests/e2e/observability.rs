@@ -1,0 +1,185 @@
+//! What an operator sees of the fleet: one order's trace through every process's log, its
+//! spans exported over OTLP when asked, and the outbox's state as CloudWatch metrics.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::time::Duration;
+
+use orderfleet_tests::Fleet;
+use serde_json::Value;
+
+/// The processes an order passes through, by their log's label.
+const PROCESSES: [&str; 4] = ["order-intake", "outbox-relay", "stock-worker-0", "notification-worker"];
+
+/// A caller's trace context, as an upstream service would send it.
+const CALLER_TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CALLER_TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// Every JSON line of `label`'s log; a line that is not JSON fails the test (LOG_FORMAT=json).
+fn json_lines(log_dir: &Path, label: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(log_dir.join(format!("{label}.log"))).unwrap();
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{label}: not a JSON line ({e}): {l}")))
+        .collect()
+}
+
+/// The trace ids on the lines of `label` about `order_id`; `None` for a line without one.
+fn trace_ids_of(log_dir: &Path, label: &str, order_id: &str) -> Vec<Option<String>> {
+    json_lines(log_dir, label)
+        .into_iter()
+        .filter(|line| line["order_id"].as_str() == Some(order_id))
+        .map(|line| line["trace_id"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// POSTs an order, with the caller's `traceparent` when given; its order id.
+async fn order(fleet: &Fleet, user: &str, key: &str, traceparent: Option<&str>) -> String {
+    let mut request = reqwest::Client::new()
+        .post(format!("{}/v1/orders", fleet.intake_url))
+        .bearer_auth(fleet.token(user))
+        .header("Idempotency-Key", key)
+        .header("Content-Type", "application/json")
+        .body(r#"{"product_id":"sku-1","quantity":1,"payment_method":"pm_card_visa"}"#);
+    if let Some(traceparent) = traceparent {
+        request = request.header("traceparent", traceparent);
+    }
+    let answer = request.send().await.unwrap();
+    assert_eq!(answer.status().as_u16(), 202);
+    let body: Value = answer.json().await.unwrap();
+    body["order_id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_orders_trace_id_is_on_every_line_about_it_in_every_process_and_on_its_notifications() {
+    // Arrange: the fleet logging JSON; one order continues a caller's trace, one starts its own.
+    let mut fleet = Fleet::prepare("trace-context").await.unwrap();
+    fleet.set_env("LOG_FORMAT", "json");
+    fleet.spawn_all(1).await.unwrap();
+    fleet.product("sku-1", 1500, 10).await.unwrap();
+
+    // Act
+    let continued = order(&fleet, "alice", "k-1", Some(CALLER_TRACEPARENT)).await;
+    let started = order(&fleet, "bob", "k-2", None).await;
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    let notifications = fleet.notification_messages(4, Duration::from_secs(30)).await.unwrap();
+    let log_dir = fleet.log_dir().to_owned();
+
+    // Assert: the new trace's id, as the intake logged it.
+    let intake_ids: BTreeSet<Option<String>> =
+        trace_ids_of(&log_dir, "order-intake", &started).into_iter().collect();
+    assert_eq!(intake_ids.len(), 1, "one trace per request: {intake_ids:?}");
+    let new_trace = intake_ids.into_iter().next().flatten().expect("the intake's lines carry a trace_id");
+    assert!(new_trace.len() == 32 && new_trace.chars().all(|c| c.is_ascii_hexdigit()), "{new_trace}");
+    assert_ne!(new_trace, CALLER_TRACE_ID);
+    // Every process logged each order, and every line about it carries the order's trace id.
+    for (order_id, trace_id) in [(&continued, CALLER_TRACE_ID), (&started, new_trace.as_str())] {
+        for label in PROCESSES {
+            let ids = trace_ids_of(&log_dir, label, order_id);
+            assert!(!ids.is_empty(), "{label} logged nothing about order {order_id}");
+            assert!(
+                ids.iter().all(|id| id.as_deref() == Some(trace_id)),
+                "{label}: order {order_id}'s lines carry {ids:?}, not only {trace_id}"
+            );
+        }
+    }
+    // SNS got each notification with its order's traceparent.
+    let mut by_order: HashMap<String, Vec<String>> = HashMap::new();
+    for outer in &notifications {
+        let inner: Value = serde_json::from_str(outer["Message"].as_str().unwrap()).unwrap();
+        let traceparent = outer["MessageAttributes"]["traceparent"]["Value"].as_str().unwrap_or("none");
+        by_order
+            .entry(inner["order_id"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(traceparent.to_owned());
+    }
+    for (order_id, trace_id) in [(&continued, CALLER_TRACE_ID), (&started, new_trace.as_str())] {
+        let traceparents = &by_order[order_id.as_str()];
+        assert_eq!(traceparents.len(), 2, "accepted and paid: {traceparents:?}");
+        assert!(
+            traceparents.iter().all(|t| t.split('-').nth(1) == Some(trace_id)),
+            "{order_id}: {traceparents:?}"
+        );
+    }
+    fleet.stop().await.unwrap();
+}
+
+/// A stand-in OpenTelemetry collector: takes every OTLP/HTTP request, answers 200, and keeps
+/// its path and body.
+async fn collector() -> (String, tokio::sync::mpsc::UnboundedReceiver<(String, Vec<u8>)>) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut stream = BufReader::new(stream);
+                loop {
+                    let mut request_line = String::new();
+                    if stream.read_line(&mut request_line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let path = request_line.split_whitespace().nth(1).unwrap_or("").to_owned();
+                    let mut length = 0usize;
+                    loop {
+                        let mut header = String::new();
+                        stream.read_line(&mut header).await.unwrap();
+                        if header.trim().is_empty() {
+                            break;
+                        }
+                        if let Some((name, value)) = header.split_once(':')
+                            && name.eq_ignore_ascii_case("content-length")
+                        {
+                            length = value.trim().parse().unwrap();
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    stream.read_exact(&mut body).await.unwrap();
+                    let _ = tx.send((path, body));
+                    let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+                    stream.get_mut().write_all(answer.as_bytes()).await.unwrap();
+                }
+            });
+        }
+    });
+    (url, rx)
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_an_otlp_endpoint_every_process_exports_its_spans_of_the_order_under_the_callers_trace() {
+    // Arrange: every binary exporting to a collector of the test's own.
+    let (endpoint, mut exported) = collector().await;
+    let mut fleet = Fleet::prepare("otlp-export").await.unwrap();
+    fleet.set_env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
+    fleet.spawn_all(1).await.unwrap();
+    fleet.product("sku-1", 1500, 10).await.unwrap();
+
+    // Act: one order, paid; the stop flushes every process's spans.
+    order(&fleet, "alice", "k-1", Some(CALLER_TRACEPARENT)).await;
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(fleet.notifications(2, Duration::from_secs(30)).await.unwrap().len(), 2);
+    fleet.stop().await.unwrap();
+
+    // Assert: each process sent spans in the caller's trace (the id travels as raw bytes in
+    // the protobuf body, beside the process's service name).
+    let trace_id: Vec<u8> =
+        (0..16).map(|i| u8::from_str_radix(&CALLER_TRACE_ID[2 * i..2 * i + 2], 16).unwrap()).collect();
+    let mut bodies = Vec::new();
+    while let Ok((path, body)) = exported.try_recv() {
+        assert_eq!(path, "/v1/traces");
+        bodies.push(body);
+    }
+    for service in ["order-intake", "outbox-relay", "stock-worker", "notification-worker"] {
+        assert!(
+            bodies.iter().any(|b| contains(b, service.as_bytes()) && contains(b, &trace_id)),
+            "{service} exported no span of the caller's trace ({} requests in all)",
+            bodies.len()
+        );
+    }
+}
