@@ -1039,7 +1039,7 @@ async fn the_hold_deadline_stripe_gives_is_recorded_and_dlq_stats_warns_when_a_d
 
 /// The AWS CLI that `make up` installed with LocalStack (its virtualenv), for what an operator
 /// types or the console calls.
-fn aws_cli() -> std::path::PathBuf {
+pub(crate) fn aws_cli() -> std::path::PathBuf {
     let host_sh = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../localstack/host.sh");
     let out = std::process::Command::new(host_sh).arg("venv").output().expect("localstack/host.sh venv");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

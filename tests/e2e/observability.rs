@@ -183,3 +183,59 @@ async fn with_an_otlp_endpoint_every_process_exports_its_spans_of_the_order_unde
         );
     }
 }
+
+/// The maximum of `metric` in `namespace` over the last ten minutes, as the alarms read it.
+fn cloudwatch_maximum(namespace: &str, metric: &str) -> Option<f64> {
+    let region = std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into());
+    let endpoint = orderfleet_tests::stack_var("AWS_ENDPOINT_URL");
+    let now = chrono::Utc::now();
+    let out = std::process::Command::new(crate::faults::aws_cli())
+        .args(["--endpoint-url", &endpoint, "--region", &region, "--output", "json"])
+        .args(["cloudwatch", "get-metric-statistics", "--namespace", namespace, "--metric-name", metric])
+        .args(["--statistics", "Maximum", "--period", "60"])
+        .args(["--start-time", &(now - chrono::TimeDelta::minutes(10)).to_rfc3339()])
+        .args(["--end-time", &(now + chrono::TimeDelta::minutes(1)).to_rfc3339()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "get-metric-statistics: {}", String::from_utf8_lossy(&out.stderr));
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    answer["Datapoints"].as_array()?.iter().filter_map(|d| d["Maximum"].as_f64()).reduce(f64::max)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_relay_puts_the_outboxs_dead_rows_and_oldest_pending_age_to_cloudwatch_for_the_alarms() {
+    // Arrange: a row no queue takes (it goes dead) and a row written an hour ago and not yet
+    // due (it waits, pending); the relay publishing every second to a namespace of its own.
+    let namespace = format!("orderfleet/test-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let mut fleet = Fleet::prepare("outbox-gauges").await.unwrap();
+    sqlx::raw_sql(
+        "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload)
+         VALUES (gen_random_uuid(), 'order', 'o-dead', 'order.paid', 'nowhere', '{}');
+         INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload,
+                             created_at, next_attempt_at)
+         VALUES (gen_random_uuid(), 'order', 'o-late', 'order.paid', 'notification', '{}',
+                 now() - interval '1 hour', now() + interval '1 hour');",
+    )
+    .execute(&fleet.pool)
+    .await
+    .unwrap();
+
+    // Act
+    let gauges = [("CLOUDWATCH_NAMESPACE", namespace.as_str()), ("OUTBOX_METRICS_INTERVAL_SECONDS", "1")];
+    fleet.spawn("outbox-relay", "outbox-relay", &gauges).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let (dead, age) = loop {
+        let dead = cloudwatch_maximum(&namespace, "OutboxDeadRows");
+        let age = cloudwatch_maximum(&namespace, "OutboxOldestPendingAgeSeconds");
+        if dead.is_some_and(|d| d >= 1.0) || std::time::Instant::now() > deadline {
+            break (dead, age);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    fleet.stop().await.unwrap();
+
+    // Assert
+    assert_eq!(dead, Some(1.0), "OutboxDeadRows");
+    let age = age.expect("OutboxOldestPendingAgeSeconds was published");
+    assert!((3500.0..3700.0).contains(&age), "the oldest pending row is an hour old: {age}");
+}

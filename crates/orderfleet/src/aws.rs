@@ -62,6 +62,14 @@ impl Aws {
         aws_sdk_sqs::Client::from_conf(config)
     }
 
+    pub fn cloudwatch(&self) -> aws_sdk_cloudwatch::Client {
+        let config = aws_sdk_cloudwatch::config::Builder::from(&self.sdk)
+            .interceptor(CountRequests)
+            .timeout_config(timeouts())
+            .build();
+        aws_sdk_cloudwatch::Client::from_conf(config)
+    }
+
     pub fn sns(&self) -> aws_sdk_sns::Client {
         let config = aws_sdk_sns::config::Builder::from(&self.sdk)
             .interceptor(CountRequests)

@@ -22,6 +22,7 @@
 //!
 //! [`retention`] moves sent rows past their age to `outbox_archive` (or deletes them).
 
+pub mod gauges;
 pub mod retention;
 pub mod send;
 
@@ -49,6 +50,7 @@ pub struct RelayConfig {
     pub runtime: RuntimeConfig,
     pub retention: RetentionPolicy,
     pub tuning: RelayTuning,
+    pub gauges: gauges::GaugeConfig,
 }
 
 /// The relay's knobs; defaults fit a flash sale on a small box.
@@ -121,6 +123,10 @@ impl RelayConfig {
             database: DatabaseConfig::from_env(env)?,
             queues: QueueConfig::from_env(env)?,
             runtime: RuntimeConfig::from_env(env)?,
+            gauges: gauges::GaugeConfig {
+                namespace: env.optional("CLOUDWATCH_NAMESPACE")?,
+                every: Duration::from_secs(env.or_default("OUTBOX_METRICS_INTERVAL_SECONDS", 60u64)?.max(1)),
+            },
             retention: RetentionPolicy {
                 age: Duration::from_secs(hours * 3600),
                 mode: mode.map(|m| m.0).unwrap_or(RetentionMode::Archive),
@@ -539,9 +545,10 @@ async fn wait_for_rows(
 pub async fn build(config: &RelayConfig, aws: &orderfleet::aws::Aws) -> anyhow::Result<(PgPool, Sender)> {
     let pool = orderfleet::db::connect_lazy(
         &config.database,
-        // A connection per lane, lane 0's LISTEN connection, one for the retention job, one spare.
+        // A connection per lane, lane 0's LISTEN connection, one each for the retention job and
+        // the gauges, one spare.
         orderfleet::db::PoolSize {
-            max_connections: config.tuning.lanes.max(1) as u32 + 3,
+            max_connections: config.tuning.lanes.max(1) as u32 + 4,
             ..Default::default()
         },
     )

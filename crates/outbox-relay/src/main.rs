@@ -19,10 +19,17 @@ async fn run(config: RelayConfig, aws: Aws) -> anyhow::Result<()> {
     let metrics = orderfleet::ops::start(config.runtime.metrics_listen_addr, cancel.clone()).await?;
     let retention =
         tokio::spawn(outbox_relay::retention::run(pool.clone(), config.retention, cancel.clone()));
+    let gauges = tokio::spawn(outbox_relay::gauges::run(
+        pool.clone(),
+        aws.cloudwatch(),
+        config.gauges,
+        cancel.clone(),
+    ));
     tracing::info!(batching = config.tuning.batching, "outbox-relay running");
     outbox_relay::run(pool, sender, config.tuning, cancel.clone()).await?;
     cancel.cancel();
     let _ = retention.await;
+    let _ = gauges.await;
     if let Some(metrics) = metrics {
         metrics.await??;
     }

@@ -1,0 +1,100 @@
+//! What the outbox's alarms need: its state, which only PostgreSQL knows, as metrics.
+//!
+//! Every interval the relay reads two gauges in one short statement — rows `dead` (a person
+//! must look: `fleetctl outbox dead`) and the age of the oldest row not yet sent (the relay or
+//! SQS is behind or down) — and serves them on `/metrics` (`outbox_dead_rows`,
+//! `outbox_oldest_pending_age_seconds`). When `CLOUDWATCH_NAMESPACE` is set, it also puts
+//! them to CloudWatch (`OutboxDeadRows`, `OutboxOldestPendingAgeSeconds`, no dimensions)
+//! with one PutMetricData call, where the templates' alarms and dashboard read them.
+//! PutMetricData rather than an embedded-metric-format log line: it needs no agent on EC2
+//! and no log driver support on ECS, and the same code runs against LocalStack.
+//!
+//! Every relay replica publishes the same values; the alarms take the maximum. A failed read
+//! or put is logged (once per failure streak) and tried again next interval: the gauges must
+//! never stop the relay.
+
+use std::time::Duration;
+
+use aws_sdk_cloudwatch::types::{MetricDatum, StandardUnit};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+/// Where and how often the gauges go.
+#[derive(Debug, Clone)]
+pub struct GaugeConfig {
+    /// The CloudWatch namespace; `None`: served on `/metrics` only.
+    pub namespace: Option<String>,
+    pub every: Duration,
+}
+
+/// The outbox's state at one moment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OutboxGauges {
+    pub dead_rows: i64,
+    /// Seconds since the oldest row still to be sent was written; 0 when none is waiting.
+    pub oldest_pending_age_seconds: f64,
+}
+
+/// Reads both gauges in one statement; each side uses its partial index.
+pub async fn read(pool: &PgPool) -> sqlx::Result<OutboxGauges> {
+    let (dead_rows, oldest_pending_age_seconds): (i64, f64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM outbox WHERE status = 'dead'),
+                COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(created_at))::float8
+                            FROM outbox WHERE status IN ('pending', 'processing', 'failed')), 0)",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(OutboxGauges { dead_rows, oldest_pending_age_seconds: oldest_pending_age_seconds.max(0.0) })
+}
+
+/// Reads and publishes the gauges every interval until the stop signal.
+pub async fn run(
+    pool: PgPool,
+    cloudwatch: aws_sdk_cloudwatch::Client,
+    config: GaugeConfig,
+    cancel: CancellationToken,
+) {
+    let mut every = tokio::time::interval(config.every);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    while tokio::select! { _ = every.tick() => true, () = cancel.cancelled() => false } {
+        match publish(&pool, &cloudwatch, config.namespace.as_deref()).await {
+            Ok(()) => failing = false,
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!(error = format!("{e:#}"), "cannot publish the outbox gauges; trying again");
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+async fn publish(
+    pool: &PgPool,
+    cloudwatch: &aws_sdk_cloudwatch::Client,
+    namespace: Option<&str>,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let gauges = read(pool).await.context("failed to read the outbox gauges")?;
+    metrics::gauge!("outbox_dead_rows").set(gauges.dead_rows as f64);
+    metrics::gauge!("outbox_oldest_pending_age_seconds").set(gauges.oldest_pending_age_seconds);
+    let Some(namespace) = namespace else { return Ok(()) };
+    let datum = |name: &str, value: f64, unit: StandardUnit| {
+        MetricDatum::builder().metric_name(name).value(value).unit(unit).build()
+    };
+    cloudwatch
+        .put_metric_data()
+        .namespace(namespace)
+        .metric_data(datum("OutboxDeadRows", gauges.dead_rows as f64, StandardUnit::Count))
+        .metric_data(datum(
+            "OutboxOldestPendingAgeSeconds",
+            gauges.oldest_pending_age_seconds,
+            StandardUnit::Seconds,
+        ))
+        .send()
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!("PutMetricData failed: {}", aws_sdk_cloudwatch::error::DisplayErrorContext(&e))
+        })?;
+    Ok(())
+}
