@@ -7,8 +7,9 @@ Every binary logs, when it stops, the operations it called (target `aws_operatio
 `orderfleet::aws`); the suite leaves those lines in LOG_DIR (one directory per test, one log per
 process). Each TEMPLATE is CloudFormation, read with cfn-lint's parser (run this with the Python
 of cfn-lint's virtualenv); a role is matched to its binary by the `orderfleet:binary` tag on the
-role. Actions are compared, not resources: each role names its queues and topic, and cfn-lint and
-checkov check those.
+role. Actions are compared, not resources or conditions: each role names its queues and topic,
+and cfn-lint and checkov check those; a condition (the relay's PutMetricData, bound to its
+namespace) narrows a grant without changing its action.
 """
 
 import pathlib
@@ -17,6 +18,14 @@ import sys
 
 from cfnlint.decode import decode
 
+# The SDK names a service as its model does (SQS, SNS, CloudWatch: the `service` half of the
+# logged `service:Operation`); IAM's prefix for it, keyed by that name in lower case. A service
+# missing here stops the check rather than be guessed.
+IAM_PREFIX = {
+    "sqs": "sqs",
+    "sns": "sns",
+    "cloudwatch": "cloudwatch",
+}
 # A batch call is authorized as its single form.
 AUTHORIZED_AS = {
     "sqs:SendMessageBatch": "sqs:SendMessage",
@@ -52,12 +61,13 @@ def called(log_dir):
             fields = dict(FIELD.findall(ANSI.sub("", line)))
             if "binary" not in fields or "operations" not in fields:
                 continue
-            # The SDK names the service as its model does (SQS); IAM's prefix is lower case.
-            operations = {
-                f"{service.lower()}:{name}"
-                for service, _, name in (op.partition(":") for op in fields["operations"].split(","))
-                if fields["operations"] != "none"
-            }
+            operations = set()
+            if fields["operations"] != "none":
+                for service, _, name in (op.partition(":") for op in fields["operations"].split(",")):
+                    prefix = IAM_PREFIX.get(service.lower())
+                    if prefix is None:
+                        sys.exit(f"{log}: {fields['binary']} called {service}:{name}; add {service.lower()!r} to IAM_PREFIX")
+                    operations.add(f"{prefix}:{name}")
             found.setdefault(fields["binary"], set()).update(operations)
     return found
 
