@@ -15,12 +15,18 @@ const PROCESSES: [&str; 4] = ["order-intake", "outbox-relay", "stock-worker-0", 
 const CALLER_TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
-/// Every JSON line of `label`'s log; a line that is not JSON fails the test (LOG_FORMAT=json).
+/// Every JSON line of `label`'s log; a line that is not JSON, or that names `order_id` or
+/// `trace_id` twice (a span's field and the event's), fails the test (LOG_FORMAT=json).
 fn json_lines(log_dir: &Path, label: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(log_dir.join(format!("{label}.log"))).unwrap();
     text.lines()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{label}: not a JSON line ({e}): {l}")))
+        .map(|l| {
+            for key in ["\"order_id\":", "\"trace_id\":"] {
+                assert!(l.matches(key).count() <= 1, "{label}: {key} twice: {l}");
+            }
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("{label}: not a JSON line ({e}): {l}"))
+        })
         .collect()
 }
 
@@ -33,21 +39,24 @@ fn trace_ids_of(log_dir: &Path, label: &str, order_id: &str) -> Vec<Option<Strin
         .collect()
 }
 
-/// POSTs an order, with the caller's `traceparent` when given; its order id.
-async fn order(fleet: &Fleet, user: &str, key: &str, traceparent: Option<&str>) -> String {
+/// POSTs an order paid with `card`, with the caller's `traceparent` when given; the answer.
+async fn order_with(fleet: &Fleet, user: &str, key: &str, card: &str, traceparent: Option<&str>) -> Value {
     let mut request = reqwest::Client::new()
         .post(format!("{}/v1/orders", fleet.intake_url))
         .bearer_auth(fleet.token(user))
         .header("Idempotency-Key", key)
         .header("Content-Type", "application/json")
-        .body(r#"{"product_id":"sku-1","quantity":1,"payment_method":"pm_card_visa"}"#);
+        .body(format!(r#"{{"product_id":"sku-1","quantity":1,"payment_method":"{card}"}}"#));
     if let Some(traceparent) = traceparent {
         request = request.header("traceparent", traceparent);
     }
-    let answer = request.send().await.unwrap();
-    assert_eq!(answer.status().as_u16(), 202);
-    let body: Value = answer.json().await.unwrap();
-    body["order_id"].as_str().unwrap().to_owned()
+    request.send().await.unwrap().json().await.unwrap()
+}
+
+/// POSTs an order the card pays; its order id.
+async fn order(fleet: &Fleet, user: &str, key: &str, traceparent: Option<&str>) -> String {
+    let body = order_with(fleet, user, key, "pm_card_visa", traceparent).await;
+    body["order_id"].as_str().unwrap_or_else(|| panic!("not accepted: {body}")).to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -58,12 +67,17 @@ async fn one_orders_trace_id_is_on_every_line_about_it_in_every_process_and_on_i
     fleet.spawn_all(1).await.unwrap();
     fleet.product("sku-1", 1500, 10).await.unwrap();
 
-    // Act
+    // Act: the second order's request is retried with its key (it must log under the order's
+    // trace, not a new one), and a third order is declined (its lines in the intake only).
     let continued = order(&fleet, "alice", "k-1", Some(CALLER_TRACEPARENT)).await;
     let started = order(&fleet, "bob", "k-2", None).await;
+    assert_eq!(order(&fleet, "bob", "k-2", None).await, started);
+    let declined = order_with(&fleet, "carol", "k-3", "pm_card_chargeDeclined", None).await;
+    assert_eq!(declined["error"]["code"], "payment_declined", "{declined}");
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     let notifications = fleet.notification_messages(4, Duration::from_secs(30)).await.unwrap();
     let log_dir = fleet.log_dir().to_owned();
+    fleet.stop().await.unwrap();
 
     // Assert: the new trace's id, as the intake logged it.
     let intake_ids: BTreeSet<Option<String>> =
@@ -101,7 +115,10 @@ async fn one_orders_trace_id_is_on_every_line_about_it_in_every_process_and_on_i
             "{order_id}: {traceparents:?}"
         );
     }
-    fleet.stop().await.unwrap();
+    // No process wrote a line with a key twice (checked while reading every log).
+    for label in PROCESSES {
+        json_lines(&log_dir, label);
+    }
 }
 
 /// A stand-in OpenTelemetry collector: takes every OTLP/HTTP request, answers 200, and keeps

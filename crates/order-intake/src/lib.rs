@@ -252,7 +252,8 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
 /// every line it logs carries the `trace_id`, and the `order_id` once the order is known.
 async fn create_order(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
-    let span = tracing::info_span!("order_request", trace_id = Empty, order_id = Empty);
+    // Error-level, so that it stays on whatever `RUST_LOG` keeps (see `trace::order_span`).
+    let span = tracing::error_span!("order_request", trace_id = Empty, order_id = Empty);
     let caller = headers.get(TRACEPARENT).and_then(|v| v.to_str().ok());
     let trace = Trace::start(caller, &span).traceparent();
     let result = place_order(&state, &headers, body, &trace).instrument(span.clone()).await;
@@ -324,9 +325,22 @@ async fn get_order(
     headers: HeaderMap,
     Path(order_id): Path<String>,
 ) -> Result<Json<OrderView>, ApiError> {
-    let user = user_within_rate(&state, &headers)?;
+    let span = tracing::error_span!("order_lookup", trace_id = Empty, order_id = %order_id);
+    Trace::start(headers.get(TRACEPARENT).and_then(|v| v.to_str().ok()), &span);
+    let found = look_up_order(&state, &headers, &order_id).instrument(span.clone()).await;
+    // In the span: an error's answer logs its cause.
+    let _in_span = span.enter();
+    found
+}
+
+async fn look_up_order(
+    state: &AppState,
+    headers: &HeaderMap,
+    order_id: &str,
+) -> Result<Json<OrderView>, ApiError> {
+    let user = user_within_rate(state, headers)?;
     // An id that is not a UUID names no order; the answer is the same as for someone else's.
-    let order_id = Uuid::parse_str(&order_id).map_err(|_| ApiError::OrderNotFound)?;
+    let order_id = Uuid::parse_str(order_id).map_err(|_| ApiError::OrderNotFound)?;
     let view = sqlx::query_as::<_, OrderView>(
         "SELECT id, status, amount_minor, currency, product_id, quantity, position, created_at, updated_at, failure_reason
            FROM orders WHERE id = $1 AND user_id = $2",

@@ -48,9 +48,11 @@ pub struct OrderRow {
     pub status: OrderStatus,
     pub failure_reason: Option<String>,
     pub position: i64,
+    /// The trace context of the request that made the order.
+    pub traceparent: Option<String>,
 }
 
-const ROW: &str = "id, user_id, request_hash, product_id, quantity, amount_minor, currency, payment_method, status, failure_reason, position";
+const ROW: &str = "id, user_id, request_hash, product_id, quantity, amount_minor, currency, payment_method, status, failure_reason, position, traceparent";
 
 /// The `202` body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -229,6 +231,12 @@ impl Intake<'_> {
     /// What a request with a key already used gets: an error for another body, the first
     /// answer again, or the pending order to finish if nobody else is working on it.
     async fn resume(&self, existing: OrderRow, fingerprint: &[u8]) -> Result<Placed, ApiError> {
+        // This request's lines belong to the order's trace, which its first request started.
+        let span = tracing::Span::current();
+        span.record("order_id", tracing::field::display(existing.id));
+        if let Some(trace) = existing.traceparent.as_deref().and_then(orderfleet::trace::Trace::parse) {
+            span.record("trace_id", trace.trace_id());
+        }
         if existing.request_hash != fingerprint {
             return Err(ApiError::IdempotencyKeyReused);
         }

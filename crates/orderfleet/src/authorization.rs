@@ -105,7 +105,7 @@ pub async fn resume(
 ) -> Result<Recorded, AuthorizationError> {
     match payments.find_by_order(order.id).await {
         Ok(Some(intent)) => {
-            tracing::info!(order_id = %order.id, payment_intent = intent.id, status = ?intent.status, "found the order's PaymentIntent at Stripe");
+            tracing::info!(payment_intent = intent.id, status = ?intent.status, "found the order's PaymentIntent at Stripe");
             record(pool, payments, order, Ok(intent)).await
         }
         Ok(None) => authorize(pool, payments, order).await,
@@ -181,7 +181,8 @@ async fn decline(
     detail: &str,
     payment_intent_id: Option<&str>,
 ) -> sqlx::Result<bool> {
-    tracing::info!(order_id = %id, detail, "authorization declined");
+    // The order's id and trace are on the caller's span (the request's, or the sweeper's).
+    tracing::info!(detail, "authorization declined");
     let moved: i64 = sqlx::query_scalar(
         "WITH moved AS (
              UPDATE orders SET status = 'payment_declined', failure_reason = $4, decline_detail = $2,

@@ -22,6 +22,7 @@ use std::time::Duration;
 use anyhow::Context;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::authorization::{self, AuthorizationError};
@@ -83,8 +84,8 @@ impl Sweeper {
     }
 
     async fn sweep_pending(&self, report: &mut SweepReport) -> anyhow::Result<()> {
-        let ids: Vec<Uuid> = sqlx::query_scalar(
-            "SELECT id FROM orders
+        let orders: Vec<(Uuid, Option<String>)> = sqlx::query_as(
+            "SELECT id, traceparent FROM orders
               WHERE status = 'pending_authorization' AND updated_at < now() - $1 * interval '1 ms'
                 AND (intake_lease_until IS NULL OR intake_lease_until < now())
               ORDER BY updated_at LIMIT $2",
@@ -94,16 +95,20 @@ impl Sweeper {
         .fetch_all(&self.pool)
         .await
         .context("failed to find pending orders")?;
-        for id in ids {
+        for (id, traceparent) in orders {
+            let span = crate::trace::order_span(id, traceparent.as_deref());
             let Some(order) = authorization::take_over(&self.pool, id, self.policy.lease).await? else {
                 continue; // someone else took it meanwhile
             };
-            let result = authorization::resume(&self.pool, &self.payments, &order).await;
+            let result =
+                authorization::resume(&self.pool, &self.payments, &order).instrument(span.clone()).await;
             match result {
                 Ok(_) => report.authorizations_resolved += 1,
                 Err(AuthorizationError::ProviderUnavailable(_)) => report.authorizations_unavailable += 1,
                 Err(AuthorizationError::LookupRefused(reason)) => {
-                    report.stuck.push((id, format!("cannot look the order up at Stripe: {reason}")))
+                    let reason = format!("cannot look the order up at Stripe: {reason}");
+                    span.in_scope(|| tracing::error!(reason, "order cannot advance; it needs a person"));
+                    report.stuck.push((id, reason))
                 }
                 Err(AuthorizationError::Database(e)) => {
                     return Err(e).context("failed to record an authorization");
@@ -114,8 +119,8 @@ impl Sweeper {
     }
 
     async fn sweep_fulfilment(&self, report: &mut SweepReport) -> anyhow::Result<()> {
-        let ids: Vec<Uuid> = sqlx::query_scalar(
-            "SELECT id FROM orders
+        let orders: Vec<(Uuid, Option<String>)> = sqlx::query_as(
+            "SELECT id, traceparent FROM orders
               WHERE updated_at < now() - $1 * interval '1 ms'
                 AND (status IN ('authorized', 'stock_reserved')
                      OR (status IN ('rejected_out_of_stock', 'capture_failed') AND authorization_released_at IS NULL))
@@ -127,13 +132,18 @@ impl Sweeper {
         .await
         .context("failed to find orders to advance")?;
         let fulfilment = Fulfilment { pool: self.pool.clone(), payments: self.payments.clone() };
-        for id in ids {
-            match fulfilment.advance(id).await {
+        for (id, traceparent) in orders {
+            let span = crate::trace::order_span(id, traceparent.as_deref());
+            match fulfilment.advance(id).instrument(span.clone()).await {
                 Ok(()) => {
                     report.fulfilments_settled += 1;
                     continue;
                 }
-                Err(failure) if failure.kind == Kind::Permanent => report.stuck.push((id, failure.reason)),
+                Err(failure) if failure.kind == Kind::Permanent => {
+                    let reason = &failure.reason;
+                    span.in_scope(|| tracing::error!(reason, "order cannot advance; it needs a person"));
+                    report.stuck.push((id, failure.reason))
+                }
                 Err(_) => report.fulfilments_blocked += 1,
             }
             // Tried and not settled: to the back of the next pass.
@@ -155,12 +165,8 @@ impl Sweeper {
                 _ = tokio::time::sleep(jitter) => {}
             }
             match self.sweep_once().await {
-                Ok(report) if report != SweepReport::default() => {
-                    tracing::info!(?report, "sweep");
-                    for (order_id, reason) in &report.stuck {
-                        tracing::error!(%order_id, reason, "order cannot advance; it needs a person");
-                    }
-                }
+                // Each stuck order was logged in its own span, with its trace.
+                Ok(report) if report != SweepReport::default() => tracing::info!(?report, "sweep"),
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = format!("{e:#}"), "sweep failed; trying again next time"),
             }

@@ -1,6 +1,6 @@
 //! What the outbox's alarms need: its state, which only PostgreSQL knows, as metrics.
 //!
-//! Every interval the relay reads two gauges in one short statement — rows `dead` (a person
+//! Every interval (`OUTBOX_METRICS_INTERVAL_SECONDS`, 30) the relay reads two gauges in one short statement — rows `dead` (a person
 //! must look: `fleetctl outbox dead`) and the age of the oldest row not yet sent (the relay or
 //! SQS is behind or down) — and serves them on `/metrics` (`outbox_dead_rows`,
 //! `outbox_oldest_pending_age_seconds`). When `CLOUDWATCH_NAMESPACE` is set, it also puts
@@ -35,7 +35,9 @@ pub struct OutboxGauges {
     pub oldest_pending_age_seconds: f64,
 }
 
-/// Reads both gauges in one statement; each side uses its partial index.
+/// Reads both gauges in one statement: the dead rows through their partial index, the oldest
+/// unsent row through the claim's (`outbox_due`), which holds only unfinished rows: a few
+/// normally, the whole backlog during an SQS outage, read once an interval.
 pub async fn read(pool: &PgPool) -> sqlx::Result<OutboxGauges> {
     let (dead_rows, oldest_pending_age_seconds): (i64, f64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM outbox WHERE status = 'dead'),

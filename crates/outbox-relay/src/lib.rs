@@ -106,6 +106,20 @@ impl Setting for Mode {
     }
 }
 
+/// `OUTBOX_METRICS_INTERVAL_SECONDS`: 30 by default, 1 to 60. The alarms read one-minute
+/// periods, the pending-age one treating a missing minute as breaching: a slower interval
+/// would page with nothing wrong.
+fn gauge_interval(env: &Env) -> Result<Duration, ConfigError> {
+    let seconds: u64 = env.or_default("OUTBOX_METRICS_INTERVAL_SECONDS", 30)?;
+    if !(1..=60).contains(&seconds) {
+        return Err(ConfigError::Malformed {
+            name: "OUTBOX_METRICS_INTERVAL_SECONDS",
+            reason: format!("must be 1 to 60 (the alarms' period), got {seconds}"),
+        });
+    }
+    Ok(Duration::from_secs(seconds))
+}
+
 impl RelayConfig {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let hours: u64 = env.or_default("OUTBOX_RETENTION_HOURS", 168)?;
@@ -125,7 +139,7 @@ impl RelayConfig {
             runtime: RuntimeConfig::from_env(env)?,
             gauges: gauges::GaugeConfig {
                 namespace: env.optional("CLOUDWATCH_NAMESPACE")?,
-                every: Duration::from_secs(env.or_default("OUTBOX_METRICS_INTERVAL_SECONDS", 60u64)?.max(1)),
+                every: gauge_interval(env)?,
             },
             retention: RetentionPolicy {
                 age: Duration::from_secs(hours * 3600),
@@ -252,7 +266,8 @@ async fn record_sent(pool: &PgPool, outcomes: &[(Claimed, Outcome)]) -> sqlx::Re
 impl Claimed {
     /// The span of this row's lines: its order's `trace_id` and `order_id`, and its own id.
     pub fn span(&self) -> tracing::Span {
-        let span = tracing::info_span!(
+        // Error-level, so that it stays on whatever `RUST_LOG` keeps (see `trace::order_span`).
+        let span = tracing::error_span!(
             "outbox_row",
             trace_id = tracing::field::Empty,
             order_id = %self.aggregate_id,

@@ -79,7 +79,8 @@ impl Received {
         struct OfOrder {
             order_id: uuid::Uuid,
         }
-        let span = tracing::info_span!(
+        // Error-level, so that it stays on whatever `RUST_LOG` keeps (see `trace::order_span`).
+        let span = tracing::error_span!(
             "message",
             trace_id = tracing::field::Empty,
             order_id = tracing::field::Empty,
