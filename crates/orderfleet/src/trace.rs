@@ -85,7 +85,7 @@ impl Trace {
 
     /// The context of what `span` causes: `span` itself when spans are exported, so the trace
     /// tree shows it; otherwise a new span id of this trace.
-    pub fn child_of(&self, span: &tracing::Span) -> Self {
+    fn child_of(&self, span: &tracing::Span) -> Self {
         let exported = span.context().span().span_context().clone();
         if exported.is_valid() && exported.trace_id() == self.0.trace_id() {
             Self(exported)
@@ -120,15 +120,15 @@ impl Trace {
 /// that it stays on whatever `RUST_LOG` keeps: the warnings and errors need it most.
 pub fn order_span(order_id: uuid::Uuid, traceparent: Option<&str>) -> tracing::Span {
     let span = tracing::error_span!("order", trace_id = tracing::field::Empty, order_id = %order_id);
-    if let Some(trace) = traceparent.and_then(Trace::parse) {
-        trace.enter(&span);
-    }
+    follow(&span, traceparent);
     span
 }
 
-impl std::fmt::Display for Trace {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.traceparent())
+/// Puts `span` in the trace `traceparent` names ([`Trace::enter`]); nothing when it names none
+/// (a row or message from before traces, or an invalid value).
+pub fn follow(span: &tracing::Span, traceparent: Option<&str>) {
+    if let Some(trace) = traceparent.and_then(Trace::parse) {
+        trace.enter(span);
     }
 }
 

@@ -273,9 +273,7 @@ impl Claimed {
             order_id = %self.aggregate_id,
             outbox_id = %self.id
         );
-        if let Some(trace) = self.traceparent.as_deref().and_then(orderfleet::trace::Trace::parse) {
-            trace.enter(&span);
-        }
+        orderfleet::trace::follow(&span, self.traceparent.as_deref());
         span
     }
 }

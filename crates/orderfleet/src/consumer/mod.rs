@@ -89,9 +89,7 @@ impl Received {
         if let Ok(envelope) = serde_json::from_str::<OfOrder>(body) {
             span.record("order_id", tracing::field::display(envelope.order_id));
         }
-        if let Some(trace) = traceparent.and_then(crate::trace::Trace::parse) {
-            trace.enter(&span);
-        }
+        crate::trace::follow(&span, traceparent);
         span
     }
 }
