@@ -1091,3 +1091,55 @@ async fn a_dead_lettered_stock_check_redriven_with_the_aws_cli_as_the_console_do
     assert!(dlqs_are_empty(&fleet).await);
     fleet.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_whose_task_dies_exits_non_zero_with_a_line_naming_the_task() {
+    // Arrange: each long-running process with one of its tasks made to panic (a failpoint);
+    // everything else it needs is there, so only the dead task can end it.
+    let mut fleet = Fleet::prepare("a-task-dies").await.unwrap();
+    let cases = [
+        (
+            "stock-worker-sweeper",
+            "stock-worker",
+            "sweeper_panics",
+            "sweeper",
+            ("SWEEP_INTERVAL_SECONDS", "1"),
+        ),
+        ("stock-worker-poller", "stock-worker", "poller_panics", "consumer", ("SWEEP_INTERVAL_SECONDS", "0")),
+        (
+            "outbox-relay-retention",
+            "outbox-relay",
+            "retention_panics",
+            "retention",
+            ("OUTBOX_RETENTION_HOURS", "1"),
+        ),
+        (
+            "outbox-relay-gauges",
+            "outbox-relay",
+            "gauges_panics",
+            "gauges",
+            ("OUTBOX_METRICS_INTERVAL_SECONDS", "1"),
+        ),
+        (
+            "notification-worker-poller",
+            "notification-worker",
+            "poller_panics",
+            "consumer",
+            ("LOG_FORMAT", "text"),
+        ),
+    ];
+    for (label, bin, point, _, setting) in cases {
+        fleet.spawn(label, bin, &[("ORDERFLEET_FAILPOINTS", point), setting]).unwrap();
+    }
+
+    // Act + Assert: each exits by itself, non-zero, its last line naming the task and why.
+    for (label, _, point, task, _) in cases {
+        let status = fleet.wait_exit(label, Duration::from_secs(60)).await.unwrap();
+        assert_eq!(status.code(), Some(1), "{label}: {status:?}");
+        let log = std::fs::read_to_string(fleet.log_dir().join(format!("{label}.log"))).unwrap();
+        let why = format!("the {task} task failed: ");
+        let last = log.lines().rfind(|l| l.contains("stopped with an error")).unwrap_or_default();
+        assert!(last.contains(&why) && last.contains(&format!("failpoint {point}")), "{label}: {last}");
+    }
+    fleet.stop().await.unwrap();
+}

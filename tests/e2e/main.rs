@@ -9,6 +9,7 @@ mod infrastructure;
 mod intake;
 mod migrations;
 mod observability;
+mod outages;
 mod pipeline;
 mod redelivery;
 mod security;

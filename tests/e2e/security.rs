@@ -174,6 +174,50 @@ async fn five_hundred_idle_connections_neither_stop_a_real_order_nor_stay_open_p
     fleet.stop().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_keep_alive_connection_idle_past_a_load_balancers_60_s_still_serves_while_half_a_request_is_cut_at_5_s()
+ {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    // Arrange: the intake at its defaults (idle 75 s, headers 5 s), as an ALB's target.
+    let mut fleet = Fleet::prepare("keep-alive").await.unwrap();
+    fleet.spawn_all(1).await.unwrap();
+    fleet.wait_intake().await.unwrap();
+    let addr = fleet.intake_url.trim_start_matches("http://").to_owned();
+    let health = b"GET /healthz HTTP/1.1\r\nHost: intake\r\n\r\n";
+    let answer = async |stream: &mut tokio::net::TcpStream| {
+        let mut buffer = vec![0u8; 4096];
+        let n =
+            tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buffer)).await.unwrap().unwrap();
+        String::from_utf8_lossy(&buffer[..n]).into_owned()
+    };
+
+    // Act: one connection makes a request, then idles 65 s, as a balancer's pooled
+    // connection does; another sends half a request's headers and stalls.
+    let mut kept = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    kept.write_all(health).await.unwrap();
+    assert!(answer(&mut kept).await.starts_with("HTTP/1.1 200"));
+    let mut half = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    half.write_all(b"GET /healthz HTTP/1.1\r\nHost: in").await.unwrap();
+    let stalled = Instant::now();
+    let mut rest = Vec::new();
+    let cut = tokio::time::timeout(Duration::from_secs(30), half.read_to_end(&mut rest)).await;
+    let cut_after = stalled.elapsed();
+    tokio::time::sleep(Duration::from_secs(65).saturating_sub(stalled.elapsed())).await;
+
+    // Assert: the half request was cut at the header timeout; the idle one still serves.
+    assert!(cut.is_ok(), "half a request was still open after 30 s");
+    assert!(
+        cut_after >= Duration::from_secs(4) && cut_after < Duration::from_secs(15),
+        "cut after {cut_after:?}"
+    );
+    kept.write_all(health).await.unwrap();
+    let second = answer(&mut kept).await;
+    assert!(second.starts_with("HTTP/1.1 200"), "the second request on a connection idle 65 s: {second:?}");
+    println!("security: keep-alive idle 65 s then served; half a request cut after {cut_after:?}");
+    fleet.stop().await.unwrap();
+}
+
 /// Every right a role holds on each table of the schema, as PostgreSQL checks it (through
 /// grants to the role, to PUBLIC, or ownership): `S`, `I`, `U`, `D` on the whole table,
 /// `S(a,b)` on those columns only; tables it holds nothing on are left out.

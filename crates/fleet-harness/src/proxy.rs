@@ -1,19 +1,64 @@
-//! A TCP proxy a test can cut and restore: put it between the fleet and LocalStack (an SQS
-//! outage) or PostgreSQL (a database outage). Cut, it drops every open connection and every
-//! new one at once, as a dead host behind a firewall that rejects would.
+//! Proxies a test puts between the fleet and a dependency to take it away.
+//!
+//! [`Proxy`] is a TCP proxy that takes a dependency away in the [`Shape`]s outages really take
+//! (SPEC §8.10): refused, reset, silent, frozen mid-exchange, failing its TLS handshake,
+//! answering 5xx. [`FilterProxy`] takes one kind of HTTP request away and lets the rest through.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+/// How a dependency is away. What each does to the connections open when it starts, and to
+/// new ones while it lasts:
+///
+/// | shape | open connections | new connections | like |
+/// |---|---|---|---|
+/// | `Refused` | reset | refused (the port is closed) | the service down on a live host |
+/// | `Reset` | reset | accepted, then reset | a firewall rejecting, a crashed balancer |
+/// | `Blackhole` | silent | accepted, never answered | a host gone dark: packets dropped |
+/// | `Frozen` | silent **for good**, even after the outage | forwarded | a NAT or firewall that forgot the flows: only new connections work |
+/// | `TlsFails` | reset | the TLS handshake fails: PostgreSQL's `SSLRequest` is accepted (`S`), then a TLS alert; a plaintext HTTP request gets the alert's bytes | a bad certificate, a TLS-terminating balancer failing |
+/// | `ServerError` | reset | every HTTP request answered `503` | a load balancer with no healthy target |
+///
+/// When the outage ends ([`Proxy::restore`]), the silent connections of a `Blackhole` are
+/// reset (the host that comes back does not know them); a `Frozen` one stays silent, so only
+/// a client with its own deadlines gets past it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Refused,
+    Reset,
+    Blackhole,
+    Frozen,
+    TlsFails,
+    ServerError,
+}
+
+impl Shape {
+    pub const ALL: [Shape; 6] =
+        [Shape::Refused, Shape::Reset, Shape::Blackhole, Shape::Frozen, Shape::TlsFails, Shape::ServerError];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Shape::Refused => "refused",
+            Shape::Reset => "reset",
+            Shape::Blackhole => "blackhole",
+            Shape::Frozen => "frozen",
+            Shape::TlsFails => "tls-fails",
+            Shape::ServerError => "5xx",
+        }
+    }
+}
+
+/// A TCP proxy that can take its target away in any [`Shape`].
 pub struct Proxy {
     pub addr: SocketAddr,
-    cut: Arc<AtomicBool>,
-    // Bumped on every cut, so open connections notice and close.
-    generation: watch::Sender<u64>,
+    /// The shape now (`None`: forwarding), and how many times it changed.
+    state: watch::Sender<(Option<Shape>, u64)>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -22,40 +67,29 @@ impl Proxy {
     pub async fn start(target: SocketAddr) -> anyhow::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let cut = Arc::new(AtomicBool::new(false));
-        let (generation, _) = watch::channel(0u64);
-        let task = tokio::spawn({
-            let cut = cut.clone();
-            let generation = generation.clone();
-            async move {
-                while let Ok((inbound, _)) = listener.accept().await {
-                    if cut.load(Ordering::Acquire) {
-                        drop(inbound);
-                        continue;
-                    }
-                    let mut changed = generation.subscribe();
-                    tokio::spawn(async move {
-                        let Ok(mut outbound) = TcpStream::connect(target).await else { return };
-                        let mut inbound = inbound;
-                        tokio::select! {
-                            _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                            _ = changed.changed() => {}
-                        }
-                    });
-                }
-            }
-        });
-        Ok(Self { addr, cut, generation, task })
+        let (state, _) = watch::channel((None, 0));
+        let task = tokio::spawn(accept_loop(listener, target, state.clone()));
+        Ok(Self { addr, state, task })
     }
 
-    /// Drops every connection, and refuses new ones until [`Proxy::restore`].
+    /// Takes the target away in `shape` until [`Proxy::restore`].
+    pub fn take_away(&self, shape: Shape) {
+        self.state.send_modify(|(now, changes)| {
+            *now = Some(shape);
+            *changes += 1;
+        });
+    }
+
+    /// Drops every connection and every new one at once ([`Shape::Reset`]).
     pub fn cut(&self) {
-        self.cut.store(true, Ordering::Release);
-        self.generation.send_modify(|g| *g += 1);
+        self.take_away(Shape::Reset);
     }
 
     pub fn restore(&self) {
-        self.cut.store(false, Ordering::Release);
+        self.state.send_modify(|(now, changes)| {
+            *now = None;
+            *changes += 1;
+        });
     }
 
     /// `http://127.0.0.1:<port>`.
@@ -67,7 +101,173 @@ impl Proxy {
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.task.abort();
+        // The connections' tasks end with the state's sender.
     }
+}
+
+async fn accept_loop(listener: TcpListener, target: SocketAddr, state: watch::Sender<(Option<Shape>, u64)>) {
+    let addr = listener.local_addr().expect("bound");
+    let mut listener = Some(listener);
+    let mut changes = state.subscribe();
+    loop {
+        let shape = changes.borrow_and_update().0;
+        // Refused: the port closed, so the kernel refuses; open again when it ends.
+        if shape == Some(Shape::Refused) {
+            listener = None;
+            if changes.changed().await.is_err() {
+                return;
+            }
+            continue;
+        }
+        let Some(open) = listener.as_ref() else {
+            listener = rebind(addr).await;
+            continue;
+        };
+        tokio::select! {
+            accepted = open.accept() => {
+                let Ok((inbound, _)) = accepted else { continue };
+                let _ = inbound.set_nodelay(true);
+                tokio::spawn(serve(inbound, target, shape, state.subscribe()));
+            }
+            changed = changes.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+/// The port again, after a `Refused` outage (another socket may hold it for a moment).
+async fn rebind(addr: SocketAddr) -> Option<TcpListener> {
+    for _ in 0..100 {
+        if let Ok(listener) = TcpListener::bind(addr).await {
+            return Some(listener);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the proxy could not listen on {addr} again");
+}
+
+/// One connection, accepted while the outage (if any) had `shape`.
+async fn serve(
+    inbound: TcpStream,
+    target: SocketAddr,
+    shape: Option<Shape>,
+    mut changes: watch::Receiver<(Option<Shape>, u64)>,
+) {
+    match shape {
+        None | Some(Shape::Frozen) => {}
+        Some(Shape::Refused | Shape::Reset) => return reset(inbound),
+        Some(Shape::Blackhole) => {
+            // Never read, never answered; reset when the host comes back.
+            let _ = changes.wait_for(|(now, _)| *now != Some(Shape::Blackhole)).await;
+            return reset(inbound);
+        }
+        Some(Shape::TlsFails) => return fail_tls(inbound).await,
+        Some(Shape::ServerError) => return answer_503s(inbound).await,
+    }
+    let Ok(outbound) = TcpStream::connect(target).await else { return reset(inbound) };
+    let _ = outbound.set_nodelay(true);
+    forward(inbound, outbound, changes).await;
+}
+
+/// Forwards both ways until either side closes or an outage takes the connection.
+async fn forward(
+    inbound: TcpStream,
+    outbound: TcpStream,
+    mut changes: watch::Receiver<(Option<Shape>, u64)>,
+) {
+    changes.mark_unchanged();
+    let (mut in_read, mut in_write) = inbound.into_split();
+    let (mut out_read, mut out_write) = outbound.into_split();
+    let shape = {
+        let upstream = async {
+            let _ = tokio::io::copy(&mut in_read, &mut out_write).await;
+            let _ = out_write.shutdown().await;
+        };
+        let downstream = async {
+            let _ = tokio::io::copy(&mut out_read, &mut in_write).await;
+            let _ = in_write.shutdown().await;
+        };
+        tokio::pin!(upstream, downstream);
+        let (mut up_done, mut down_done) = (false, false);
+        loop {
+            tokio::select! {
+                () = &mut upstream, if !up_done => up_done = true,
+                () = &mut downstream, if !down_done => down_done = true,
+                changed = changes.changed() => match changed {
+                    Err(_) => return,
+                    Ok(()) => if let Some(shape) = changes.borrow_and_update().0 { break shape },
+                },
+            }
+            if up_done && down_done {
+                return;
+            }
+        }
+    };
+    // The copies stop here, with whatever they held: bytes in flight are lost.
+    let (inbound, outbound) = (
+        in_read.reunite(in_write).expect("halves of one stream"),
+        out_read.reunite(out_write).expect("halves of one stream"),
+    );
+    match shape {
+        Shape::Frozen => {
+            // Silent for good: held until the proxy goes.
+            let _ = changes.wait_for(|_| false).await;
+            drop((inbound, outbound));
+        }
+        Shape::Blackhole => {
+            let _ = changes.wait_for(|(now, _)| *now != Some(Shape::Blackhole)).await;
+            reset(inbound);
+            reset(outbound);
+        }
+        _ => {
+            reset(inbound);
+            reset(outbound);
+        }
+    }
+}
+
+/// Closes with a reset (RST), not an orderly close: the peer's next read or write fails.
+fn reset(stream: TcpStream) {
+    let _ = stream.set_zero_linger();
+    drop(stream);
+}
+
+/// A TLS handshake that fails: PostgreSQL's `SSLRequest` is accepted with `S` and then the
+/// "handshake" is a fatal `handshake_failure` alert; anything else gets the alert's bytes.
+async fn fail_tls(mut inbound: TcpStream) {
+    const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+    const ALERT: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x28];
+    let mut first = [0u8; 8];
+    if inbound.read_exact(&mut first).await.is_err() {
+        return;
+    }
+    if first == SSL_REQUEST {
+        let _ = inbound.write_all(b"S").await;
+        // The client's ClientHello, read and refused.
+        let mut hello = [0u8; 4096];
+        let _ = tokio::time::timeout(Duration::from_secs(1), inbound.read(&mut hello)).await;
+    }
+    let _ = inbound.write_all(&ALERT).await;
+    let _ = inbound.shutdown().await;
+}
+
+/// Answers every HTTP request on the connection `503 Service Unavailable`.
+async fn answer_503s(mut inbound: TcpStream) {
+    let body = r#"{"error":{"type":"api_error","message":"no healthy upstream"}}"#;
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let Ok((head, mut body_read)) = read_head(&mut inbound).await else { return };
+    let length = header(&head, "content-length").and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
+    while body_read.len() < length {
+        let mut chunk = vec![0; length - body_read.len()];
+        match inbound.read(&mut chunk).await {
+            Ok(n) if n > 0 => body_read.extend_from_slice(&chunk[..n]),
+            _ => return,
+        }
+    }
+    let _ = inbound.write_all(answer.as_bytes()).await;
+    let _ = inbound.shutdown().await;
 }
 
 /// An HTTP/1.1 proxy in front of LocalStack that can take one kind of request away: while a
@@ -152,7 +352,6 @@ async fn forward_one(
     dropping: &std::sync::Mutex<Option<(String, Fate)>>,
     dropped: &std::sync::atomic::AtomicU64,
 ) -> anyhow::Result<()> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (head, mut body) = read_head(&mut inbound).await?;
     let length = header(&head, "content-length").and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
     while body.len() < length {
@@ -186,7 +385,6 @@ async fn forward_one(
 
 /// The header block (up to and including the blank line) and whatever came after it.
 async fn read_head(stream: &mut TcpStream) -> anyhow::Result<(String, Vec<u8>)> {
-    use tokio::io::AsyncReadExt;
     let mut buffer = Vec::new();
     loop {
         if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {

@@ -33,6 +33,7 @@ use aws_sdk_sns::operation::publish_batch::{PublishBatchError, PublishBatchOutpu
 use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
 use orderfleet::backoff::Backoff;
 use orderfleet::consumer::{Handler, Outcome, Received};
+use orderfleet::db;
 use orderfleet::failure::{Failure, Source};
 use orderfleet::order::OrderNotification;
 use orderfleet::outbox::{Envelope, EventType};
@@ -198,7 +199,7 @@ impl Handler for Notifier {
 impl Notifier {
     /// The database and SNS both answer.
     async fn probe(&self) -> Result<(), String> {
-        sqlx::query("SELECT 1").execute(&self.pool).await.map_err(|e| format!("PostgreSQL: {e}"))?;
+        db::probe(&self.pool).await?;
         self.sns
             .get_topic_attributes()
             .topic_arn(&self.topic_arn)
@@ -216,11 +217,13 @@ impl Notifier {
         if unique.is_empty() {
             return Ok(());
         }
-        let claimed = self.claim(&unique).await?;
+        // Every statement is bounded (`db::bounded`): a connection frozen mid-exchange is an
+        // outage, not a batch held forever.
+        let claimed = db::bounded("failed to claim the messages in the inbox", self.claim(&unique)).await?;
         let (fresh, unclaimed): (Vec<Ready>, Vec<Ready>) =
             unique.into_iter().partition(|r| claimed.contains(&r.message_id));
         if !unclaimed.is_empty() {
-            self.settle_unclaimed(unclaimed, outcomes).await?;
+            db::bounded("failed to read the inbox", self.settle_unclaimed(unclaimed, outcomes)).await?;
         }
         if fresh.is_empty() {
             return Ok(());
@@ -290,23 +293,28 @@ impl Notifier {
     async fn mark_processed(&self, ids: &[Uuid]) -> anyhow::Result<()> {
         let mut attempt = 0;
         loop {
-            let marked = sqlx::query(
+            let mark = sqlx::query(
                 "UPDATE inbox SET processed_at = now() WHERE consumer = $1 AND message_id = ANY($2)",
             )
             .bind(CONSUMER)
             .bind(ids)
-            .execute(&self.pool)
+            .execute(&self.pool);
+            let marked = db::bounded("failed to mark published messages processed", async {
+                mark.await.map_err(anyhow::Error::from)
+            })
             .await;
             match marked {
                 Ok(_) => return Ok(()),
                 Err(e) if attempt < 3 => {
                     attempt += 1;
-                    tracing::warn!(error = %e, attempt, "published, but failed to mark it processed; retrying");
+                    tracing::warn!(
+                        error = format!("{e:#}"),
+                        attempt,
+                        "published, but failed to mark it processed; retrying"
+                    );
                     tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
                 }
-                Err(e) => {
-                    return Err(anyhow::Error::new(e).context("published, but failed to mark it processed"));
-                }
+                Err(e) => return Err(e.context("published, but failed to mark it processed")),
             }
         }
     }
@@ -449,10 +457,13 @@ impl Notifier {
         .bind(CONSUMER)
         .bind(ids)
         .bind(by.as_millis() as i64)
-        .execute(&self.pool)
+        .execute(&self.pool);
+        let extended = db::bounded("failed to extend inbox claims", async {
+            extended.await.map_err(anyhow::Error::from)
+        })
         .await;
         if let Err(e) = extended {
-            tracing::warn!(error = %e, "failed to extend inbox claims");
+            tracing::warn!(error = format!("{e:#}"), "failed to extend inbox claims");
         }
     }
 
@@ -463,10 +474,13 @@ impl Notifier {
         )
         .bind(CONSUMER)
         .bind(ids)
-        .execute(&self.pool)
+        .execute(&self.pool);
+        let released = db::bounded("failed to release inbox claims", async {
+            released.await.map_err(anyhow::Error::from)
+        })
         .await;
         if let Err(e) = released {
-            tracing::warn!(error = %e, "failed to release inbox claims");
+            tracing::warn!(error = format!("{e:#}"), "failed to release inbox claims");
         }
     }
 }

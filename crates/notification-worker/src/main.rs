@@ -6,6 +6,7 @@ use orderfleet::aws::Aws;
 use orderfleet::config::{ConfigError, DatabaseConfig, Env, HttpUrl, RuntimeConfig, TopicConfig};
 use orderfleet::consumer::{self, ConsumerConfig};
 use orderfleet::db::{self, PoolSize};
+use orderfleet::tasks::Tasks;
 
 struct Config {
     database: DatabaseConfig,
@@ -55,10 +56,10 @@ async fn run(config: Config, aws: Aws) -> anyhow::Result<()> {
     tracing::info!(queue = consumer::short_name(&consumer.queue_url), "notification-worker running");
     let handler =
         notification_worker::handler(pool, aws.sns(), config.topic.notification_topic_arn, cancel.clone());
-    consumer::run(aws.sqs(), consumer, handler, cancel.clone()).await?;
-    cancel.cancel();
+    let mut tasks = Tasks::new(cancel.clone());
     if let Some(metrics) = metrics {
-        metrics.await??;
+        tasks.adopt("metrics", metrics);
     }
-    Ok(())
+    tasks.spawn("consumer", consumer::run(aws.sqs(), consumer, handler, cancel));
+    tasks.run_until_stopped().await
 }

@@ -7,6 +7,7 @@
 //! limit, and `/healthz` and `/metrics`. The intake never calls SQS: an SQS outage cannot
 //! block it.
 
+pub mod connection;
 pub mod error;
 pub mod limits;
 pub mod orders;
@@ -149,9 +150,11 @@ async fn over_everyones_rate(
 
 /// Serves until `cancel` fires; in-flight requests finish first.
 ///
-/// Each connection is served by hyper with a header-read timeout (`INTAKE_HEADER_TIMEOUT_SECONDS`):
-/// a client that connects and sends nothing, or half a request, is cut off then, instead of
-/// holding its socket for ever (`axum::serve` sets no such timer).
+/// Each connection is served by hyper under two clocks ([`connection`]): a client that connects
+/// and sends nothing, or half a request, is cut off at the header timeout
+/// (`INTAKE_HEADER_TIMEOUT_SECONDS`), instead of holding its socket for ever (`axum::serve`
+/// sets no such timer); a keep-alive connection between requests stays open for the idle
+/// timeout (`INTAKE_IDLE_TIMEOUT_SECONDS`), longer than a load balancer's.
 pub async fn run(
     listener: tokio::net::TcpListener,
     state: AppState,
@@ -159,7 +162,9 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     forget_quiet_users_every_minute(state.limits.clone(), cancel.clone());
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(state.limits.config.header_timeout);
+    // hyper's one timer runs from when it starts waiting for a request: the idle timeout.
+    http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(state.limits.config.idle_timeout);
+    let header_timeout = state.limits.config.header_timeout;
     let app = router(state);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
@@ -175,11 +180,28 @@ pub async fn run(
             },
             () = cancel.cancelled() => break,
         };
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
-        let connection = graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(stream), service));
+        let clock = connection::HeadClock::new();
+        let service = {
+            let (app, clock) = (hyper_util::service::TowerToHyperService::new(app.clone()), clock.clone());
+            hyper::service::service_fn(move |request| {
+                clock.request_began();
+                let (answer, clock) = (hyper::service::Service::call(&app, request), clock.clone());
+                async move {
+                    let answer = answer.await;
+                    clock.request_answered();
+                    answer
+                }
+            })
+        };
+        let io = hyper_util::rt::TokioIo::new(connection::Watched::new(stream, clock.clone()));
+        let connection = graceful.watch(http.serve_connection(io, service));
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "connection ended with an error");
+            tokio::select! {
+                ended = connection => if let Err(e) = ended {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                },
+                // Dropping the connection closes its socket.
+                () = clock.headers_late(header_timeout) => tracing::debug!("request headers too slow; connection closed"),
             }
         });
     }

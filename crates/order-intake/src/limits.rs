@@ -37,6 +37,10 @@ pub struct LimitsConfig {
     pub header_timeout: Duration,
     pub body_timeout: Duration,
     pub request_timeout: Duration,
+    /// How long a keep-alive connection may wait, idle, for its next request: longer than
+    /// the load balancer's own idle timeout (60 s on an ALB), or the balancer sends a buyer's
+    /// request on a connection the intake has just closed and answers 502.
+    pub idle_timeout: Duration,
 }
 
 impl LimitsConfig {
@@ -51,6 +55,7 @@ impl LimitsConfig {
         // Above the longest an order can take: a body (10 s), then, for a retried order, a
         // lookup at Stripe and an authorization, each with its bounded retries (about 45 s).
         request_timeout: Duration::from_secs(60),
+        idle_timeout: Duration::from_secs(75),
     };
 
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
@@ -77,6 +82,7 @@ impl LimitsConfig {
             header_timeout: timeout("INTAKE_HEADER_TIMEOUT_SECONDS", d.header_timeout)?,
             body_timeout: timeout("INTAKE_BODY_TIMEOUT_SECONDS", d.body_timeout)?,
             request_timeout: timeout("INTAKE_REQUEST_TIMEOUT_SECONDS", d.request_timeout)?,
+            idle_timeout: timeout("INTAKE_IDLE_TIMEOUT_SECONDS", d.idle_timeout)?,
         })
     }
 }
@@ -147,6 +153,7 @@ mod tests {
             ("INTAKE_USER_RATE_PER_SECOND", "0"),
             ("INTAKE_MAX_IN_FLIGHT", "none"),
             ("INTAKE_HEADER_TIMEOUT_SECONDS", "0"),
+            ("INTAKE_IDLE_TIMEOUT_SECONDS", "soon"),
         ] {
             let error = LimitsConfig::from_env(&Env::from_pairs([(name, value)])).unwrap_err();
             assert!(error.to_string().contains(name), "{error}");

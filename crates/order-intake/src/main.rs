@@ -38,6 +38,8 @@ async fn run(config: IntakeConfig) -> anyhow::Result<()> {
         served = order_intake::run(listener, state, cancel.clone()) => served?,
         () = deadline => tracing::warn!(?grace, "requests still in flight after the grace period; stopping anyway"),
     }
+    // Serving ends only at the stop signal; anything else must not look like a clean stop.
+    anyhow::ensure!(cancel.is_cancelled(), "the server task ended before the stop signal");
     cancel.cancel();
     if let Some(metrics) = metrics {
         metrics.await??;

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use secrecy::ExposeSecret;
-use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgPool};
 
 use crate::config::DatabaseConfig;
 use crate::failure::{Failure, Kind, Source};
@@ -34,20 +34,70 @@ impl Default for PoolSize {
 /// `/healthz`) while the database is still coming up, and recovers by itself after an outage.
 pub fn connect_lazy(config: &DatabaseConfig, size: PoolSize) -> anyhow::Result<PgPool> {
     warn_if_unverified(config);
-    PgPoolOptions::new()
-        .max_connections(size.max_connections)
+    options(size)
         .min_connections(size.min_connections)
-        .acquire_timeout(size.acquire_timeout)
         .connect_lazy(config.url.expose_secret())
         .context("failed to parse DATABASE_URL into connection options")
+}
+
+fn options(size: PoolSize) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(size.max_connections)
+        .acquire_timeout(size.acquire_timeout)
+        // sqlx tests a connection when it goes back to the pool with a ping that has no
+        // deadline: a connection frozen mid-exchange (a peer gone without a reset, a
+        // firewall that forgot the flow) would hold its place in the pool until the kernel
+        // gives up on it, minutes later, and a few of them starve the pool for good. This
+        // ping, first, has a deadline; a connection that misses it is closed and its place
+        // freed. It costs one round trip per release, which sqlx's own ping then repeats.
+        .after_release(|connection, _| {
+            Box::pin(async move {
+                match tokio::time::timeout(RELEASE_PING_DEADLINE, connection.ping()).await {
+                    Ok(answered) => answered.map(|()| true),
+                    Err(_) => Err(sqlx::Error::Io(std::io::ErrorKind::TimedOut.into())),
+                }
+            })
+        })
+}
+
+/// How long the ping of a connection going back to the pool may take.
+const RELEASE_PING_DEADLINE: Duration = Duration::from_secs(2);
+
+/// How long a worker's database step (a statement, or one short transaction) may take before
+/// it counts as unanswered. The steps hold no lock across a network call and take
+/// milliseconds; one that takes this long is on a connection that froze mid-exchange, or on a
+/// server that stopped answering, and waiting longer only holds the message.
+pub const STEP_DEADLINE: Duration = Duration::from_secs(10);
+
+/// A database step that got no answer within its deadline ([`bounded`]).
+#[derive(Debug, thiserror::Error)]
+#[error("the database did not answer within {0:?}")]
+pub struct Unanswered(pub Duration);
+
+/// Runs one database step within [`STEP_DEADLINE`]; past it the step is dropped (its
+/// transaction, never committed, rolls back with its connection) and the error is
+/// [`Unanswered`], an outage to [`failure`].
+pub async fn bounded<T>(
+    what: &'static str,
+    step: impl Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    match tokio::time::timeout(STEP_DEADLINE, step).await {
+        Ok(result) => result,
+        Err(_) => Err(anyhow::Error::new(Unanswered(STEP_DEADLINE)).context(what)),
+    }
+}
+
+/// Whether the database answers: `SELECT 1` within the step deadline (a worker's probe while
+/// it is paused).
+pub async fn probe(pool: &PgPool) -> Result<(), String> {
+    let ping = async { sqlx::query("SELECT 1").execute(pool).await.map(|_| ()).map_err(anyhow::Error::from) };
+    bounded("failed to probe the database", ping).await.map_err(|e| format!("PostgreSQL: {e:#}"))
 }
 
 /// Connects now, failing when the database is unreachable (for one-shot commands).
 pub async fn connect(config: &DatabaseConfig, size: PoolSize) -> anyhow::Result<PgPool> {
     warn_if_unverified(config);
-    PgPoolOptions::new()
-        .max_connections(size.max_connections)
-        .acquire_timeout(size.acquire_timeout)
+    options(size)
         .connect(config.url.expose_secret())
         .await
         .context("failed to connect to PostgreSQL (DATABASE_URL)")
@@ -67,33 +117,55 @@ pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
     MIGRATOR.run(pool).await.context("failed to apply migrations")
 }
 
-/// A database error as a [`Failure`], classified where it happens by its SQLSTATE:
-/// - unreachable, shutting down or starting up (class 08, 57 but a cancelled statement), a
-///   broken connection or an exhausted pool: an **outage** — wait until the database answers;
-/// - an integrity constraint, a data exception, or an error raised on purpose by a trigger
-///   (classes 23, 22, P0): **permanent** — this work fails the same way every time;
-/// - anything else (a deadlock, a serialization failure, a cancelled statement), or an error
-///   with no database error in its chain: **transient** — try the same work again soon.
+/// A database error as a [`Failure`], classified where it happens.
+///
+/// What a cut connection looks like depends on where in the exchange it comes and on TLS: a
+/// reset is `Io`, but a cut during the TLS request is a `Protocol` error ("unexpected response
+/// from SSLRequest"), a cut inside TLS a `Tls` one, a server gone quiet [`Unanswered`] or a
+/// pool timeout. So the kinds are decided by what the error is *not*:
+/// - an answer from the server with a SQLSTATE is classified by its class: unreachable,
+///   refusing connections, out of resources or shutting down (08, 28, 3D, 53, 57 but a
+///   cancelled statement) is an **outage**; an integrity constraint, a data exception, or an
+///   error raised on purpose by a trigger (23, 22, P0) is **permanent**; anything else (a
+///   deadlock, a serialization failure, a cancelled statement) is **transient**;
+/// - an error about the rows we asked for (a row missing, a value that does not decode) is
+///   **transient**: a bug or a race, retried a bounded number of times;
+/// - every other error, and any error raised while getting or opening a connection whatever
+///   its variant (connecting, TLS, the pool's ping, the pool's timeout), is about the
+///   connection, not the work: an **outage**;
+/// - an error with no database error in its chain is **transient**.
 pub fn failure(error: &anyhow::Error) -> Failure {
     let reason = format!("{error:#}");
+    if error.chain().any(|cause| cause.is::<Unanswered>()) {
+        return Failure::outage(Source::Database, "unanswered", reason);
+    }
     let Some(database) = error.chain().find_map(|cause| cause.downcast_ref::<sqlx::Error>()) else {
         return Failure::transient(Source::Database, "error", reason);
     };
     let (kind, code) = match database {
-        sqlx::Error::Io(_) => (Kind::Outage, "io".to_owned()),
-        sqlx::Error::PoolTimedOut => (Kind::Outage, "pool_timed_out".to_owned()),
-        sqlx::Error::PoolClosed => (Kind::Outage, "pool_closed".to_owned()),
-        sqlx::Error::Tls(_) => (Kind::Outage, "tls".to_owned()),
         sqlx::Error::Database(e) => {
             let code = e.code().unwrap_or_default().into_owned();
             let kind = match &code[..code.len().min(2)] {
-                "08" | "57" if code != "57014" => Kind::Outage,
+                "08" | "28" | "3D" | "53" | "57" if code != "57014" => Kind::Outage,
                 "23" | "22" | "P0" => Kind::Permanent,
                 _ => Kind::Transient,
             };
             (kind, code)
         }
-        _ => (Kind::Transient, "error".to_owned()),
+        sqlx::Error::RowNotFound
+        | sqlx::Error::ColumnNotFound(_)
+        | sqlx::Error::ColumnIndexOutOfBounds { .. }
+        | sqlx::Error::ColumnDecode { .. }
+        | sqlx::Error::Decode(_)
+        | sqlx::Error::Encode(_)
+        | sqlx::Error::TypeNotFound { .. }
+        | sqlx::Error::InvalidArgument(_) => (Kind::Transient, "rows".to_owned()),
+        sqlx::Error::Io(_) => (Kind::Outage, "io".to_owned()),
+        sqlx::Error::Tls(_) => (Kind::Outage, "tls".to_owned()),
+        sqlx::Error::Protocol(_) => (Kind::Outage, "protocol".to_owned()),
+        sqlx::Error::PoolTimedOut => (Kind::Outage, "pool_timed_out".to_owned()),
+        sqlx::Error::PoolClosed => (Kind::Outage, "pool_closed".to_owned()),
+        _ => (Kind::Outage, "connection".to_owned()),
     };
     Failure::new(kind, Source::Database, code, reason)
 }
@@ -110,5 +182,29 @@ mod tests {
         assert_eq!(failure(&io).source, Source::Database);
         assert_eq!(failure(&anyhow::anyhow!("no database here")).kind, Kind::Transient);
         assert_eq!(failure(&anyhow::Error::new(sqlx::Error::PoolTimedOut)).kind, Kind::Outage);
+    }
+
+    #[test]
+    fn a_connection_cut_during_the_tls_request_or_a_step_left_unanswered_is_an_outage() {
+        // What the stock worker saw when a proxy cut PostgreSQL, which speaks TLS: not `Io`.
+        let cut = sqlx::Error::Protocol("unexpected response from SSLRequest: 0x00".into());
+        let cut = anyhow::Error::new(cut).context("failed to load the order");
+        assert_eq!((failure(&cut).kind, failure(&cut).code.as_str()), (Kind::Outage, "protocol"));
+        let tls = anyhow::Error::new(sqlx::Error::Tls(
+            "peer closed connection without sending TLS close_notify".into(),
+        ));
+        assert_eq!(failure(&tls).kind, Kind::Outage);
+        let frozen = anyhow::Error::new(Unanswered(STEP_DEADLINE)).context("failed to reserve stock");
+        assert_eq!((failure(&frozen).kind, failure(&frozen).code.as_str()), (Kind::Outage, "unanswered"));
+        // A row that is not there is the work's, not the connection's.
+        assert_eq!(failure(&anyhow::Error::new(sqlx::Error::RowNotFound)).kind, Kind::Transient);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_step_that_never_answers_is_cut_at_its_deadline() {
+        let never = bounded("failed to wait", std::future::pending::<anyhow::Result<()>>());
+        let error = never.await.unwrap_err();
+        assert_eq!(failure(&error).kind, Kind::Outage);
+        assert!(format!("{error:#}").starts_with("failed to wait: the database did not answer"), "{error:#}");
     }
 }

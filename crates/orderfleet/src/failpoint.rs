@@ -23,16 +23,35 @@ static ARMED: OnceLock<Vec<String>> = OnceLock::new();
 #[inline(always)]
 pub fn hit(_name: &str) {}
 
+/// Without the `failpoints` feature: nothing.
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn panic_at(_name: &str) {}
+
 /// Aborts the process if `name` is armed.
 #[cfg(feature = "failpoints")]
 pub fn hit(name: &str) {
+    if armed(name) {
+        eprintln!("failpoint {name}: aborting");
+        std::process::abort();
+    }
+}
+
+/// Panics (the task it runs in dies, the process goes on) if `name` is armed: the points
+/// `sweeper_panics`, `retention_panics`, `gauges_panics`, `poller_panics`.
+#[cfg(feature = "failpoints")]
+pub fn panic_at(name: &str) {
+    if armed(name) {
+        panic!("failpoint {name}");
+    }
+}
+
+#[cfg(feature = "failpoints")]
+fn armed(name: &str) -> bool {
     let armed = ARMED.get_or_init(|| {
         std::env::var("ORDERFLEET_FAILPOINTS")
             .map(|v| v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect())
             .unwrap_or_default()
     });
-    if armed.iter().any(|a| a == name) {
-        eprintln!("failpoint {name}: aborting");
-        std::process::abort();
-    }
+    armed.iter().any(|a| a == name)
 }

@@ -34,7 +34,7 @@ impl Kind {
 }
 
 /// Where a failure happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Source {
     /// The message itself (not an envelope, an unknown event type or order).
     Message,
@@ -49,6 +49,12 @@ pub enum Source {
 }
 
 impl Source {
+    /// A service the fleet calls, which can be down: the database, Stripe, SQS, SNS. A
+    /// failure from one of them may be the service's, not the work's.
+    pub fn is_dependency(self) -> bool {
+        matches!(self, Source::Database | Source::Stripe | Source::Sqs | Source::Sns)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Source::Message => "message",

@@ -70,7 +70,13 @@ impl Fulfilment {
     /// The steps; `Err` is a database error, classified by [`Fulfilment::advance`].
     async fn try_advance(&self, order_id: Uuid) -> anyhow::Result<Outcome> {
         let stuck = |code: &str, reason: String| Ok(Err(Failure::permanent(Source::Order, code, reason)));
-        let load = || async { order::load(&self.pool, order_id).await.context("failed to load the order") };
+        // Every database step is bounded ([`crate::db::bounded`]): a connection frozen
+        // mid-exchange is an outage, not a message held forever.
+        let load = || {
+            crate::db::bounded("failed to load the order", async {
+                order::load(&self.pool, order_id).await.map_err(anyhow::Error::from)
+            })
+        };
         let Some(mut order) = load().await? else {
             let reason = format!("unknown order {order_id}");
             return Ok(Err(Failure::permanent(Source::Message, "unknown_order", reason)));
@@ -81,7 +87,9 @@ impl Fulfilment {
         // only guards against a bug looping.
         for _ in 0..6 {
             let moved = match order.status {
-                OrderStatus::Authorized => self.reserve(&order).await?,
+                OrderStatus::Authorized => {
+                    crate::db::bounded("failed to reserve stock", self.reserve(&order)).await?
+                }
                 OrderStatus::StockReserved if order.payment_intent_id.is_none() => {
                     return stuck("no_payment_intent", format!("order {order_id} has no payment intent"));
                 }
@@ -264,18 +272,24 @@ impl Fulfilment {
         match self.payments.capture(order.id, intent).await {
             Ok(_) => {
                 crate::failpoint::hit("after_capture");
-                let paid = OrderNotification::of(order, OrderStatus::Paid, None);
-                let moved = order::transition_with_messages(
+                let paid = [NewMessage::new(
+                    EventType::OrderPaid,
+                    order.id,
+                    OrderNotification::of(order, OrderStatus::Paid, None),
+                )];
+                let record = order::transition_with_messages(
                     &self.pool,
                     order.id,
                     OrderStatus::StockReserved,
                     OrderStatus::Paid,
                     None,
                     None,
-                    &[NewMessage::new(EventType::OrderPaid, order.id, paid)],
-                )
-                .await
-                .context("failed to record the capture")?;
+                    &paid,
+                );
+                let moved = crate::db::bounded("failed to record the capture", async {
+                    record.await.map_err(anyhow::Error::from)
+                })
+                .await?;
                 crate::failpoint::hit("after_paid");
                 Ok(if moved { Captured::Moved(OrderStatus::Paid) } else { Captured::Lost })
             }
@@ -285,35 +299,42 @@ impl Fulfilment {
                 // the order fails cleanly, its units go back, and the user hears of it. The
                 // order row is locked before the product row, as in `reserve`.
                 let reason = format!("capture refused: {refused}");
-                let failed = OrderNotification::of(order, OrderStatus::CaptureFailed, Some(&reason));
-                let mut tx = self.pool.begin().await?;
-                let moved = order::transition_with_messages(
-                    &mut *tx,
-                    order.id,
-                    OrderStatus::StockReserved,
-                    OrderStatus::CaptureFailed,
-                    Some(&reason),
-                    None,
-                    &[NewMessage::new(EventType::OrderRejected, order.id, failed)],
-                )
-                .await?;
-                if !moved {
-                    tx.rollback().await?;
-                    return Ok(Captured::Lost);
-                }
-                // Its units go back both to the stock and to the door, for the next buyer.
-                sqlx::query(
-                    "UPDATE products SET stock = stock + $2, units_promised = units_promised - $2, updated_at = now()
-                      WHERE id = $1",
-                )
-                    .bind(&order.product_id)
-                    .bind(order.quantity)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(Captured::Moved(OrderStatus::CaptureFailed))
+                crate::db::bounded("failed to record the refused capture", self.fail_capture(order, &reason))
+                    .await
             }
         }
+    }
+
+    /// A capture Stripe refused: ONE transaction moves the order to `capture_failed` with its
+    /// `order.rejected` message and gives its units back.
+    async fn fail_capture(&self, order: &Order, reason: &str) -> anyhow::Result<Captured> {
+        let failed = OrderNotification::of(order, OrderStatus::CaptureFailed, Some(reason));
+        let mut tx = self.pool.begin().await?;
+        let moved = order::transition_with_messages(
+            &mut *tx,
+            order.id,
+            OrderStatus::StockReserved,
+            OrderStatus::CaptureFailed,
+            Some(reason),
+            None,
+            &[NewMessage::new(EventType::OrderRejected, order.id, failed)],
+        )
+        .await?;
+        if !moved {
+            tx.rollback().await?;
+            return Ok(Captured::Lost);
+        }
+        // Its units go back both to the stock and to the door, for the next buyer.
+        sqlx::query(
+            "UPDATE products SET stock = stock + $2, units_promised = units_promised - $2, updated_at = now()
+                      WHERE id = $1",
+        )
+        .bind(&order.product_id)
+        .bind(order.quantity)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Captured::Moved(OrderStatus::CaptureFailed))
     }
 
     /// Cancels the authorization of an order that will not be captured, once.
@@ -321,13 +342,18 @@ impl Fulfilment {
         if order.authorization_released_at.is_some() {
             return Ok(Ok(()));
         }
+        let mark_released = || {
+            crate::db::bounded("failed to record the released authorization", async {
+                order::mark_authorization_released(&self.pool, order.id).await.map_err(anyhow::Error::from)
+            })
+        };
         let Some(intent) = order.payment_intent_id.as_deref() else {
-            order::mark_authorization_released(&self.pool, order.id).await?;
+            mark_released().await?;
             return Ok(Ok(()));
         };
         match self.payments.cancel(order.id, intent).await {
             Ok(_) => {
-                order::mark_authorization_released(&self.pool, order.id).await?;
+                mark_released().await?;
                 Ok(Ok(()))
             }
             Err(PaymentError::Unavailable(reason)) => {

@@ -28,6 +28,7 @@ pub mod product;
 pub mod shutdown;
 pub mod startup;
 pub mod sweeper;
+pub mod tasks;
 pub mod telemetry;
 pub mod trace;
 

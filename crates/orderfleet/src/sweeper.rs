@@ -164,6 +164,7 @@ impl Sweeper {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(jitter) => {}
             }
+            crate::failpoint::panic_at("sweeper_panics");
             match self.sweep_once().await {
                 // Each stuck order was logged in its own span, with its trace.
                 Ok(report) if report != SweepReport::default() => tracing::info!(?report, "sweep"),

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use orderfleet::aws::Aws;
 use orderfleet::config::Env;
+use orderfleet::tasks::Tasks;
 use outbox_relay::RelayConfig;
 
 #[tokio::main]
@@ -17,21 +18,20 @@ async fn run(config: RelayConfig, aws: Aws) -> anyhow::Result<()> {
     let cancel = orderfleet::shutdown::on_signal();
     let (pool, sender) = outbox_relay::build(&config, &aws).await?;
     let metrics = orderfleet::ops::start(config.runtime.metrics_listen_addr, cancel.clone()).await?;
-    let retention =
-        tokio::spawn(outbox_relay::retention::run(pool.clone(), config.retention, cancel.clone()));
-    let gauges = tokio::spawn(outbox_relay::gauges::run(
-        pool.clone(),
-        aws.cloudwatch(),
-        config.gauges,
-        cancel.clone(),
-    ));
-    tracing::info!(batching = config.tuning.batching, "outbox-relay running");
-    outbox_relay::run(pool, sender, config.tuning, cancel.clone()).await?;
-    cancel.cancel();
-    let _ = retention.await;
-    let _ = gauges.await;
+    let mut tasks = Tasks::new(cancel.clone());
     if let Some(metrics) = metrics {
-        metrics.await??;
+        tasks.adopt("metrics", metrics);
     }
-    Ok(())
+    tasks.spawn_loop(
+        "retention",
+        outbox_relay::retention::run(pool.clone(), config.retention, cancel.clone()),
+    );
+    let cloudwatch = aws.cloudwatch();
+    tasks.spawn_loop(
+        "gauges",
+        outbox_relay::gauges::run(pool.clone(), cloudwatch, config.gauges, cancel.clone()),
+    );
+    tracing::info!(batching = config.tuning.batching, "outbox-relay running");
+    tasks.spawn("relay", outbox_relay::run(pool, sender, config.tuning, cancel));
+    tasks.run_until_stopped().await
 }

@@ -35,10 +35,7 @@ impl Handler for StockCheck {
 
     /// The database and Stripe both answer.
     async fn ready(&self) -> Result<(), String> {
-        sqlx::query("SELECT 1")
-            .execute(&self.fulfilment.pool)
-            .await
-            .map_err(|e| format!("PostgreSQL: {e}"))?;
+        orderfleet::db::probe(&self.fulfilment.pool).await?;
         self.fulfilment.payments.probe().await
     }
 }

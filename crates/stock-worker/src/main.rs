@@ -10,6 +10,7 @@ use orderfleet::consumer::{self, ConsumerConfig};
 use orderfleet::db::{self, PoolSize};
 use orderfleet::payments::{Payments, RetryPolicy};
 use orderfleet::sweeper::{SweepPolicy, Sweeper};
+use orderfleet::tasks::Tasks;
 
 struct Config {
     database: DatabaseConfig,
@@ -57,19 +58,16 @@ async fn run(config: Config, aws: Aws) -> anyhow::Result<()> {
     tracing::info!(queue = consumer::short_name(&consumer.queue_url), "stock-worker running");
     // The sweeper rides along: every worker sweeps now and then (jittered); the status guards
     // make concurrent sweeps harmless. SWEEP_INTERVAL_SECONDS=0 turns it off.
-    let sweeper = (!config.sweep_every.0.is_zero()).then(|| {
+    let mut tasks = Tasks::new(cancel.clone());
+    if !config.sweep_every.0.is_zero() {
         let sweeper =
             Sweeper { pool: pool.clone(), payments: payments.clone(), policy: SweepPolicy::default() };
-        tokio::spawn(sweeper.run(config.sweep_every.0, cancel.clone()))
-    });
-    let fulfilment = orderfleet::fulfilment::Fulfilment { pool, payments };
-    consumer::run(aws.sqs(), consumer, stock_worker::handler(fulfilment), cancel.clone()).await?;
-    cancel.cancel();
-    if let Some(sweeper) = sweeper {
-        let _ = sweeper.await;
+        tasks.spawn_loop("sweeper", sweeper.run(config.sweep_every.0, cancel.clone()));
     }
     if let Some(metrics) = metrics {
-        metrics.await??;
+        tasks.adopt("metrics", metrics);
     }
-    Ok(())
+    let fulfilment = orderfleet::fulfilment::Fulfilment { pool, payments };
+    tasks.spawn("consumer", consumer::run(aws.sqs(), consumer, stock_worker::handler(fulfilment), cancel));
+    tasks.run_until_stopped().await
 }

@@ -24,11 +24,14 @@
 //!   `ChangeMessageVisibilityBatch`, flushed every few milliseconds or every 10 entries.
 //!   Per-entry failures are read: a delete that fails leaves the message to come back, which
 //!   the handler's status guards make harmless.
-//! - **An outage stops receiving**: an [`Kind::Outage`] (the database or Stripe did not
-//!   answer) pauses every poller of the worker until the handler's [`Handler::ready`] probe
-//!   passes, logging once per interval. A paused worker receives nothing, so an outage of any
-//!   length adds no receives to the messages waiting in the queue and dead-letters none of
-//!   them; it resumes by itself.
+//! - **An outage holds, and stops receiving** ([`hold`]): a message an outage stopped (the
+//!   failure says so, or the loop sees it: a failing probe right after a dependency's passing
+//!   failure, or three different messages failing on one dependency within 10 s) is kept by
+//!   its batch's task, invisible under the heartbeat, while every poller of the worker pauses
+//!   until the handler's [`Handler::ready`] probe passes; then it is handled again. A paused
+//!   worker receives nothing and a held message is not handed out again, so an outage of any
+//!   length costs a message at most the receive it came with and dead-letters none (SPEC
+//!   §8.10); it resumes by itself.
 //! - **A permanent failure never stops the worker**: the message is left for the queue's
 //!   redrive policy, which moves it to the DLQ after its third receive, and its reason is
 //!   recorded (`message_failures`) for `fleetctl dlq peek`.
@@ -40,6 +43,7 @@
 //!   worker mid-flight; it stops when the handler returns.
 
 mod acker;
+mod hold;
 mod poller;
 mod settle;
 
@@ -196,6 +200,7 @@ pub async fn run<H: Handler>(
         acks: acks.clone(),
         in_flight: InFlight::default(),
         gate: Arc::new(Gate::default()),
+        breaker: Arc::default(),
         backlog: Arc::new(Backlog::default()),
         cancel: cancel.clone(),
     };
@@ -205,9 +210,14 @@ pub async fn run<H: Handler>(
         let poller = Poller::new(id, sqs.clone(), config.clone(), handler.clone(), shared.clone());
         pollers.spawn(poller.run());
     }
+    // A poller ends only at the stop signal. One that panics takes the worker down with an
+    // error (in-flight work still finishes or is released below): a worker short of its
+    // first poller would receive nothing while looking alive.
+    let mut panicked = None;
     while let Some(result) = pollers.join_next().await {
         if let Err(e) = result {
-            tracing::error!(error = %e, "a poller panicked");
+            cancel.cancel();
+            panicked.get_or_insert_with(|| crate::tasks::why_it_ended(e));
         }
     }
     // One grace period in all, from the stop signal: polls in flight, then handlers.
@@ -226,7 +236,10 @@ pub async fn run<H: Handler>(
     if finished {
         let _ = acker.await;
     }
-    Ok(())
+    match panicked {
+        Some(why) => Err(anyhow::anyhow!("a poller of {} {why}", short_name(&config.queue_url))),
+        None => Ok(()),
+    }
 }
 
 /// When the stop signal came: the grace period counts from there.

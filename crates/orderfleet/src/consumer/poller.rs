@@ -16,8 +16,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::acker::{Ack, with_heartbeat};
-use super::settle::{Delivered, Settle};
+use super::acker::Ack;
+use super::hold::{BatchTask, Breaker};
+use super::settle::Settle;
 use super::{ConsumerConfig, Handler, Received, short_name};
 use crate::backlog::Backlog;
 use crate::backoff::Backoff;
@@ -30,6 +31,8 @@ pub(super) struct Shared {
     pub(super) acks: mpsc::Sender<Ack>,
     pub(super) in_flight: InFlight,
     pub(super) gate: Arc<Gate>,
+    /// Sees an outage in failures no classification called one ([`Breaker`]).
+    pub(super) breaker: Arc<Breaker>,
     pub(super) backlog: Arc<Backlog>,
     pub(super) cancel: CancellationToken,
 }
@@ -52,7 +55,7 @@ impl Gate {
 
     /// Probes until the handler's dependencies answer, with backoff and a log line per 30 s.
     /// Returns false if the stop signal came first.
-    async fn wait_until_ready<H: Handler>(
+    pub(super) async fn wait_until_ready<H: Handler>(
         &self,
         handler: &H,
         queue: &str,
@@ -143,6 +146,7 @@ impl<H: Handler> Poller<H> {
     /// Turns until the stop signal.
     pub(super) async fn run(mut self) {
         while let Some(permits) = self.wait_for_turn().await {
+            crate::failpoint::panic_at("poller_panics");
             let Some(batch) = self.receive(permits.num_permits()).await else { return };
             if !batch.is_empty() {
                 self.dispatch(batch, permits);
@@ -248,26 +252,35 @@ impl<H: Handler> Poller<H> {
         sleep_or_stop(&self.shared.cancel, delay).await.then_some(())
     }
 
-    /// Hands the batch to a task of its own: the handler runs under a heartbeat, then every
-    /// outcome is settled. The permits for messages that did not come go back now; the rest
-    /// when the batch is settled.
+    /// Hands the batch to a task of its own ([`BatchTask`]): the handler runs under a
+    /// heartbeat, then every outcome is settled, but for the messages an outage stopped, which
+    /// the task holds until the dependency answers. The permits for messages that did not come
+    /// go back now; the rest when the batch is settled.
     fn dispatch(&self, batch: Vec<Received>, mut permits: OwnedSemaphorePermit) {
         if batch.len() < permits.num_permits() {
             // Permits for messages the receive did not bring: back to the pool at once.
             drop(permits.split(permits.num_permits() - batch.len()));
         }
-        let delivered: Vec<Delivered> = batch.iter().map(Delivered::of).collect();
         let receipts: Vec<String> = batch.iter().map(|m| m.receipt_handle.clone()).collect();
         let in_flight = self.shared.in_flight.clone();
-        let batch_id = in_flight.register(receipts.clone());
-        let settle =
-            Settle::new(&self.queue, &self.config, self.shared.acks.clone(), self.shared.gate.clone());
-        let visibility = self.config.visibility_timeout.unwrap_or(Duration::from_secs(30));
-        let handler = self.handler.clone();
+        let batch_id = in_flight.register(receipts);
+        let task = BatchTask {
+            handler: self.handler.clone(),
+            settle: Settle::new(
+                &self.queue,
+                &self.config,
+                self.shared.acks.clone(),
+                self.shared.gate.clone(),
+            ),
+            gate: self.shared.gate.clone(),
+            breaker: self.shared.breaker.clone(),
+            queue: self.queue.clone(),
+            visibility: self.config.visibility_timeout.unwrap_or(Duration::from_secs(30)),
+            cancel: self.shared.cancel.clone(),
+            stop_heartbeats: in_flight.stop_heartbeats.clone(),
+        };
         self.shared.in_flight.tracker.spawn(async move {
-            let (acks, stop) = (settle.acks(), &in_flight.stop_heartbeats);
-            let outcomes = with_heartbeat(handler.handle(batch), &receipts, visibility, acks, stop).await;
-            settle.batch(delivered, outcomes).await;
+            task.run(batch).await;
             in_flight.forget(batch_id);
             // The permits go back only now, after the acknowledgements are queued.
             drop(permits);
@@ -314,7 +327,7 @@ async fn take_permits(permits: &Arc<Semaphore>, want: usize, patience: Duration)
 }
 
 /// Sleeps for `delay`; false if the stop signal came first.
-async fn sleep_or_stop(cancel: &CancellationToken, delay: Duration) -> bool {
+pub(super) async fn sleep_or_stop(cancel: &CancellationToken, delay: Duration) -> bool {
     tokio::select! {
         _ = cancel.cancelled() => false,
         _ = tokio::time::sleep(delay) => true,

@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `Ok` | delete | |
 //! | transient | visible again after [`Failure::retry_in`] if known, else a backoff by receive count | a warning (an info line when the failure named its time) |
-//! | outage | visible again after the backoff | the worker's gate closes: no poller receives until the probe passes |
+//! | outage (only once the batch stops holding it: [`super::hold`]) | visible again after the backoff | the worker's gate closes: no poller receives until the probe passes |
 //! | permanent | visible again after the backoff; the redrive policy moves it to the DLQ after its third receive | an error line |
 //!
 //! Every failure is also recorded in `message_failures` under the message's
@@ -72,9 +72,9 @@ impl Settle {
     }
 
     /// Settles every message of a batch, then records the batch's failures in one statement.
-    pub(super) async fn batch(&self, delivered: Vec<Delivered>, outcomes: Vec<Outcome>) {
+    pub(super) async fn batch(&self, settled: Vec<(Delivered, Outcome)>) {
         let mut failures = Vec::new();
-        for (message, outcome) in delivered.into_iter().zip(outcomes) {
+        for (message, outcome) in settled {
             let ack = self.settle(&message, &outcome);
             // The acker outlives every batch task, so this send fails only if it panicked.
             let _ = self.acks.send(ack).await;

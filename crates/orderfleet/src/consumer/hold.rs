@@ -1,0 +1,219 @@
+//! A batch's life, and holding its messages through an outage.
+//!
+//! A batch is handled under a heartbeat; every outcome is settled ([`Settle`]) but one: a
+//! message stopped by a dependency that is down is neither handed back nor dead-lettered. Its
+//! batch's task **holds** it (the heartbeat keeps it invisible), closes the worker's gate so
+//! no poller receives, waits until the probe passes, and handles it again. SQS counts a
+//! receive only when it hands a message out, and a held message is not handed out again: an
+//! outage of any length costs a message at most the one receive it came with (SPEC §8.10).
+//!
+//! What counts as an outage is decided two ways:
+//! - **the failure says so**: [`Kind::Outage`], classified where it happened (the database
+//!   unreachable, Stripe not answering);
+//! - **the loop sees it**: a dependency's failure classified transient is an outage when the
+//!   probe fails right after it, or when it is the [`Breaker`]'s third different message
+//!   failing on that dependency within its window — what a cut looks like in a shape no
+//!   classification foresaw (a connection cut mid-TLS, a proxy answering garbage).
+//!
+//! A held message is handled again at most [`MAX_HOLDS`] times, each after a backoff and a
+//! passing probe. One that keeps failing while its dependencies answer has a problem of its
+//! own: it is settled like any other failure (it comes back, and after its third receive
+//! goes to the DLQ), so it cannot hold a permit for ever. At the stop signal the held
+//! messages are settled as they are: they come back after a backoff, to another worker.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use super::acker::with_heartbeat;
+use super::poller::{Gate, sleep_or_stop};
+use super::settle::{Delivered, Settle};
+use super::{Handler, Outcome, Received, failure_key};
+use crate::backoff::Backoff;
+use crate::failure::{Failure, Kind, Source};
+
+/// How many times a held message is handled again before it is settled as it is.
+pub(super) const MAX_HOLDS: u32 = 10;
+
+/// The wait before a held message is handled again (then the probe must pass too): about 1 s,
+/// 2 s, 4 s… up to 30 s, so ten holds span a few minutes of a dependency that answers its
+/// probe but not the work.
+const HOLD_BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+
+/// How long the probe that confirms an outage may take.
+const PROBE_DEADLINE: Duration = Duration::from_secs(15);
+
+/// Recognises an outage by what the loop sees: [`Breaker::THRESHOLD`] different messages
+/// failing on the same dependency within [`Breaker::WINDOW`], none of them permanently.
+#[derive(Debug, Default)]
+pub(super) struct Breaker {
+    recent: Mutex<HashMap<Source, VecDeque<(Instant, String)>>>,
+}
+
+impl Breaker {
+    const THRESHOLD: usize = 3;
+    const WINDOW: Duration = Duration::from_secs(10);
+
+    /// Records a transient failure of message `key` on `source`; true when it trips the
+    /// breaker (and the count starts again).
+    pub(super) fn trips(&self, source: Source, key: &str) -> bool {
+        self.trips_at(source, key, Instant::now())
+    }
+
+    fn trips_at(&self, source: Source, key: &str, now: Instant) -> bool {
+        let mut recent = self.recent.lock().expect("not poisoned");
+        let failures = recent.entry(source).or_default();
+        while failures.front().is_some_and(|(at, _)| now.duration_since(*at) > Self::WINDOW) {
+            failures.pop_front();
+        }
+        // The same message failing twice is one message: only different ones say outage.
+        failures.retain(|(_, k)| k != key);
+        failures.push_back((now, key.to_owned()));
+        let tripped = failures.len() >= Self::THRESHOLD;
+        if tripped {
+            failures.clear();
+        }
+        tripped
+    }
+}
+
+/// What one batch's task needs.
+pub(super) struct BatchTask<H> {
+    pub(super) handler: Arc<H>,
+    pub(super) settle: Settle,
+    pub(super) gate: Arc<Gate>,
+    pub(super) breaker: Arc<Breaker>,
+    pub(super) queue: String,
+    /// The queue's visibility timeout, which the heartbeat renews.
+    pub(super) visibility: Duration,
+    pub(super) cancel: CancellationToken,
+    pub(super) stop_heartbeats: CancellationToken,
+}
+
+impl<H: Handler> BatchTask<H> {
+    /// Handles the batch until every message is settled.
+    pub(super) async fn run(self, batch: Vec<Received>) {
+        let mut pending = batch;
+        let mut holds = 0;
+        loop {
+            let outcomes = self.handle(&pending).await;
+            let (held, settled) = self.sort(pending, outcomes, holds < MAX_HOLDS).await;
+            self.settle.batch(settled).await;
+            if held.is_empty() {
+                return;
+            }
+            if self.gate.pause() {
+                let failure = &held[0].1;
+                tracing::warn!(
+                    queue = self.queue,
+                    held = held.len(),
+                    source = failure.source.as_str(),
+                    code = failure.code,
+                    reason = failure.reason,
+                    "a dependency is down; holding the messages it stopped and receiving nothing until it answers"
+                );
+            }
+            metrics::counter!("messages_held_total", "queue" => self.queue.clone())
+                .increment(held.len() as u64);
+            let receipts: Vec<String> = held.iter().map(|(m, _)| m.receipt_handle.clone()).collect();
+            let wait = self.wait_to_try_again(holds);
+            let again =
+                with_heartbeat(wait, &receipts, self.visibility, self.settle.acks(), &self.stop_heartbeats)
+                    .await;
+            if !again {
+                // Stopping: the held messages come back after a backoff, to another worker.
+                let settled =
+                    held.into_iter().map(|(m, failure)| (Delivered::of(&m), Err(failure))).collect();
+                self.settle.batch(settled).await;
+                return;
+            }
+            holds += 1;
+            pending = held.into_iter().map(|(m, _)| m).collect();
+        }
+    }
+
+    async fn handle(&self, batch: &[Received]) -> Vec<Outcome> {
+        let receipts: Vec<String> = batch.iter().map(|m| m.receipt_handle.clone()).collect();
+        let work = self.handler.handle(batch.to_vec());
+        with_heartbeat(work, &receipts, self.visibility, self.settle.acks(), &self.stop_heartbeats).await
+    }
+
+    /// Splits the outcomes into the messages to hold (stopped by an outage, while holds are
+    /// left) and the ones to settle now.
+    async fn sort(
+        &self,
+        batch: Vec<Received>,
+        outcomes: Vec<Outcome>,
+        may_hold: bool,
+    ) -> (Vec<(Received, Failure)>, Vec<(Delivered, Outcome)>) {
+        let mut outage_seen = false;
+        for (message, outcome) in batch.iter().zip(&outcomes) {
+            if let Err(failure) = outcome
+                && is_dependencys(failure)
+                && self.breaker.trips(failure.source, &failure_key(&message.body, &message.message_id))
+            {
+                tracing::warn!(
+                    queue = self.queue,
+                    source = failure.source.as_str(),
+                    "several messages failed on the same dependency in a short time: an outage"
+                );
+                outage_seen = true;
+            }
+        }
+        // A passing failure of a dependency, right after which it does not answer its probe,
+        // is an outage too. One probe for the whole batch.
+        if !outage_seen && outcomes.iter().any(|o| o.as_ref().is_err_and(is_dependencys)) {
+            let probe = tokio::time::timeout(PROBE_DEADLINE, self.handler.ready()).await;
+            outage_seen = !matches!(probe, Ok(Ok(())));
+        }
+        let (mut held, mut settled) = (Vec::new(), Vec::new());
+        for (message, outcome) in batch.into_iter().zip(outcomes) {
+            match outcome {
+                Err(failure)
+                    if may_hold
+                        && (failure.kind == Kind::Outage || (outage_seen && is_dependencys(&failure))) =>
+                {
+                    held.push((message, failure));
+                }
+                outcome => settled.push((Delivered::of(&message), outcome)),
+            }
+        }
+        (held, settled)
+    }
+
+    /// Waits a backoff, then until the probe passes; false at the stop signal.
+    async fn wait_to_try_again(&self, holds: u32) -> bool {
+        sleep_or_stop(&self.cancel, HOLD_BACKOFF.delay(holds)).await
+            && self.gate.wait_until_ready(&*self.handler, &self.queue, &self.cancel).await
+    }
+}
+
+/// A dependency's passing failure that did not name when to try again: the kind an outage in
+/// an unforeseen shape takes.
+fn is_dependencys(failure: &Failure) -> bool {
+    failure.kind == Kind::Transient && failure.source.is_dependency() && failure.retry_in.is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn three_different_messages_failing_on_one_dependency_within_the_window_trip_the_breaker() {
+        let breaker = Breaker::default();
+        let t0 = Instant::now();
+        assert!(!breaker.trips_at(Source::Database, "a", t0));
+        // The same message again is still one message.
+        assert!(!breaker.trips_at(Source::Database, "a", t0 + Duration::from_secs(1)));
+        // Another dependency counts on its own.
+        assert!(!breaker.trips_at(Source::Stripe, "b", t0 + Duration::from_secs(1)));
+        assert!(!breaker.trips_at(Source::Database, "b", t0 + Duration::from_secs(2)));
+        assert!(breaker.trips_at(Source::Database, "c", t0 + Duration::from_secs(3)));
+        // Tripped, it starts again; failures older than the window are forgotten.
+        assert!(!breaker.trips_at(Source::Database, "d", t0 + Duration::from_secs(4)));
+        assert!(!breaker.trips_at(Source::Database, "e", t0 + Duration::from_secs(20)));
+        assert!(!breaker.trips_at(Source::Database, "f", t0 + Duration::from_secs(31)));
+    }
+}

@@ -1,0 +1,238 @@
+//! The outage matrix (SPEC §8.10): each dependency — PostgreSQL, SQS, SNS, Stripe — taken
+//! away in every shape an outage really takes ([`Shape`]: refused, reset, silent, frozen
+//! mid-exchange, a failing TLS handshake, and for HTTP 5xx answers), for 25 s (longer than
+//! three receives' backoff) while orders arrive. After each shape: every order the intake
+//! accepted is paid, both DLQs are empty, nothing is captured or notified twice, and no
+//! message was received more than twice: **an outage costs a message at most one receive**,
+//! so with `maxReceiveCount` 3 no good message can reach a DLQ through outages alone.
+//!
+//! One fleet per dependency goes through the shapes one after another; each prints a
+//! `fault-matrix:` line (docs/failure-modes.md collects them).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use fleet_harness::proxy::{Proxy, Shape};
+use orderfleet_tests::Fleet;
+use orderfleet_tests::audit::Audit;
+use serde_json::Value;
+
+/// How long each outage lasts.
+const OUTAGE: Duration = Duration::from_secs(25);
+/// Orders placed during each outage, spread over it.
+const ORDERS_PER_OUTAGE: usize = 3;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dependency {
+    Postgres,
+    Sqs,
+    Sns,
+    Stripe,
+}
+
+impl Dependency {
+    fn name(self) -> &'static str {
+        match self {
+            Dependency::Postgres => "postgres",
+            Dependency::Sqs => "sqs",
+            Dependency::Sns => "sns",
+            Dependency::Stripe => "stripe",
+        }
+    }
+
+    /// Every shape but 5xx answers, which only an HTTP dependency gives.
+    fn shapes(self) -> Vec<Shape> {
+        Shape::ALL.into_iter().filter(|s| self != Dependency::Postgres || *s != Shape::ServerError).collect()
+    }
+}
+
+fn socket_of(url: &str) -> SocketAddr {
+    let authority = url.trim_start_matches("http://").split('/').next().unwrap_or_default();
+    authority.replace("localhost", "127.0.0.1").parse().expect("http://HOST:PORT")
+}
+
+/// The fleet with `dependency` reached only through `proxy` by the processes that use it
+/// (PostgreSQL: the two workers, so that messages keep coming to them while their database
+/// is away; the intake and the relay reach it directly).
+async fn fleet_behind(dependency: Dependency) -> (Fleet, Proxy) {
+    let case = format!("outage-matrix-{}", dependency.name());
+    let mut fleet = Fleet::prepare(&case).await.unwrap();
+    fleet.set_env("LOG_FORMAT", "json");
+    let aws = orderfleet_tests::stack_var("AWS_ENDPOINT_URL");
+    let db_url = fleet.db.url.clone();
+    let db_authority = db_url.split('@').nth(1).and_then(|rest| rest.split('/').next()).unwrap().to_owned();
+    let target = match dependency {
+        Dependency::Postgres => socket_of(&format!("http://{db_authority}")),
+        Dependency::Sqs | Dependency::Sns => socket_of(&aws),
+        Dependency::Stripe => socket_of(&fleet.stripe_url),
+    };
+    let proxy = Proxy::start(target).await.unwrap();
+    let proxied_db = db_url.replace(&db_authority, &proxy.addr.to_string());
+    let through = proxy.url();
+    // The SDK's service-specific endpoint variables take one service away and leave the other.
+    type Settings<'a> = Vec<(&'a str, &'a str)>;
+    let (intake, relay, workers): (Settings, Settings, Settings) = match dependency {
+        Dependency::Postgres => (vec![], vec![], vec![("DATABASE_URL", &proxied_db)]),
+        Dependency::Sqs => {
+            (vec![], vec![("AWS_ENDPOINT_URL_SQS", &through)], vec![("AWS_ENDPOINT_URL_SQS", &through)])
+        }
+        Dependency::Sns => (vec![], vec![], vec![("AWS_ENDPOINT_URL_SNS", &through)]),
+        Dependency::Stripe => {
+            (vec![("STRIPE_API_BASE", &through)], vec![], vec![("STRIPE_API_BASE", &through)])
+        }
+    };
+    fleet.spawn("order-intake", "order-intake", &intake).unwrap();
+    fleet.spawn("outbox-relay", "outbox-relay", &relay).unwrap();
+    fleet.spawn("stock-worker", "stock-worker", &workers).unwrap();
+    fleet.spawn("notification-worker", "notification-worker", &workers).unwrap();
+    (fleet, proxy)
+}
+
+/// Places an order; `None` when the intake answered `503 payment_unavailable` (Stripe away:
+/// the buyer tries again later with the same key).
+async fn place(fleet: &Fleet, user: &str, key: &str) -> Option<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let answer = loop {
+        match fleet.post_order(user, key, "sku-1", 1, "pm_card_visa").await {
+            Ok(answer) => break answer,
+            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => panic!("the intake did not answer: {e:#}"),
+        }
+    };
+    match answer.status {
+        202 => Some(answer.body["order_id"].as_str().unwrap().to_owned()),
+        503 => None,
+        status => panic!("an order answered {status}: {:?}", answer.body),
+    }
+}
+
+/// The most times any message was received, by the worker's log lines about messages
+/// (`receive_count` on every settled message; JSON lines).
+fn most_receives(log_dir: &Path, label: &str) -> u64 {
+    let text = std::fs::read_to_string(log_dir.join(format!("{label}.log"))).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|line| line.get("receive_count").and_then(Value::as_u64))
+        .max()
+        .unwrap_or(0)
+}
+
+async fn dlq_depth(fleet: &Fleet, url: &str) -> u64 {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let out = fleet
+        .sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(A::ApproximateNumberOfMessages)
+        .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .unwrap();
+    let attrs = out.attributes.unwrap_or_default();
+    let get = |a: A| attrs.get(&a).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    get(A::ApproximateNumberOfMessages) + get(A::ApproximateNumberOfMessagesNotVisible)
+}
+
+async fn every_shape_of(dependency: Dependency) {
+    // Arrange: the fleet behind the proxy, warmed up (pooled connections to be cut).
+    let (fleet, proxy) = fleet_behind(dependency).await;
+    let shapes = dependency.shapes();
+    fleet.product("sku-1", 1000, (shapes.len() * (ORDERS_PER_OUTAGE + 1)) as i32).await.unwrap();
+    let mut accepted = Vec::new();
+    let mut figures = Vec::new();
+    for (n, shape) in shapes.into_iter().enumerate() {
+        let started = Instant::now();
+        accepted.extend(place(&fleet, "warm", &format!("{}-warm", shape.as_str())).await);
+        fleet.wait_settled(Duration::from_secs(120)).await.unwrap();
+
+        // Act: take it away while orders arrive, then bring it back.
+        proxy.take_away(shape);
+        let outage_began = Instant::now();
+        let mut unanswered = Vec::new();
+        for i in 0..ORDERS_PER_OUTAGE {
+            let due = outage_began + OUTAGE.mul_f64(i as f64 / ORDERS_PER_OUTAGE as f64);
+            tokio::time::sleep_until(due.into()).await;
+            let buyer = format!("buyer-{n}-{i}");
+            match place(&fleet, &buyer, "key").await {
+                Some(order) => accepted.push(order),
+                None => unanswered.push(buyer),
+            }
+        }
+        tokio::time::sleep_until((outage_began + OUTAGE).into()).await;
+        proxy.restore();
+        // The buyers who heard 503 try again with their key, as a client does (the sweeper
+        // would finish their orders too, after its 90 s).
+        for buyer in unanswered {
+            let (answer, _) =
+                fleet.post_order_retrying(&buyer, "key", "sku-1", 1, "pm_card_visa").await.unwrap();
+            assert_eq!(answer.status, 202, "{buyer}'s retry after the outage: {:?}", answer.body);
+            accepted.push(answer.body["order_id"].as_str().unwrap().to_owned());
+        }
+        let settled = fleet.wait_settled(Duration::from_secs(180)).await;
+
+        // Assert, after each shape: nothing unsettled, nothing dead-lettered, no message
+        // received more than twice (once before or during the outage, once after it).
+        let case = format!("{} {}", dependency.name(), shape.as_str());
+        settled.unwrap_or_else(|e| panic!("{case}: {e:#}"));
+        let dead = (
+            dlq_depth(&fleet, &fleet.stock.dlq_url).await,
+            dlq_depth(&fleet, &fleet.notification.dlq_url).await,
+        );
+        let receives = (
+            most_receives(fleet.log_dir(), "stock-worker"),
+            most_receives(fleet.log_dir(), "notification-worker"),
+        );
+        let line = format!(
+            "fault-matrix: {case}: most receives per message stock={} notification={}, dead letters stock={} notification={}, {:.0} s",
+            receives.0,
+            receives.1,
+            dead.0,
+            dead.1,
+            started.elapsed().as_secs_f64()
+        );
+        println!("{line}");
+        figures.push(line);
+        assert_eq!(dead, (0, 0), "{case}: a good message was dead-lettered");
+        assert!(
+            receives.0 <= 2 && receives.1 <= 2,
+            "{case}: an outage cost a message more than one receive: {receives:?}"
+        );
+    }
+
+    // Assert: every accepted order paid, once; every notification once.
+    let notes = fleet.notifications(2 * accepted.len(), Duration::from_secs(120)).await.unwrap();
+    let audit = Audit::of(&fleet, "sku-1", &notes).await.unwrap();
+    println!("{}", audit.figures(&format!("outage-matrix-{}", dependency.name()), figures.len()));
+    audit.assert_guarantees();
+    for order in &accepted {
+        let status: String = sqlx::query_scalar("SELECT status::text FROM orders WHERE id = $1::uuid")
+            .bind(order)
+            .fetch_one(&fleet.pool)
+            .await
+            .unwrap();
+        assert_eq!(status, "paid", "accepted order {order}");
+    }
+    drop(proxy);
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_away_in_every_shape_costs_no_message_more_than_one_receive() {
+    every_shape_of(Dependency::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sqs_away_in_every_shape_costs_no_message_more_than_one_receive() {
+    every_shape_of(Dependency::Sqs).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sns_away_in_every_shape_costs_no_message_more_than_one_receive() {
+    every_shape_of(Dependency::Sns).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stripe_away_in_every_shape_costs_no_message_more_than_one_receive() {
+    every_shape_of(Dependency::Stripe).await;
+}
