@@ -519,3 +519,85 @@ async fn an_upsert_without_a_cap_removes_it() {
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     fleet.stop().await.unwrap();
 }
+
+/// `fleetctl product upsert` for sku `product` with `stock` units: its output, or its error.
+async fn upsert_stock(fleet: &Fleet, product: &str, stock: &str) -> anyhow::Result<String> {
+    let args = ["product", "upsert", "--id", product, "--name", product, "--price", "1000"];
+    fleet.fleetctl(&[&args[..], &["--currency", "usd", "--stock", stock]].concat(), &[]).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_cut_an_order_whose_turn_depends_on_a_pending_order_ahead_waits_and_gets_the_unit_it_declines()
+ {
+    // Arrange: A (first in line, a card that will be declined) stays pending: its
+    // authorization meets a 500, which Stripe saves under its key. B (second) is authorized;
+    // no stock worker runs yet.
+    let mut fleet = without_stock_workers("cut-behind-a-pending-order", &[]).await;
+    fleet.product("sku-1", 1000, 2).await.unwrap();
+    fleet.fault("create", "error_500", 1).await.unwrap();
+    let a = fleet.post_order("ann", "key-a", "sku-1", 1, "pm_card_chargeDeclined").await.unwrap();
+    assert_eq!(a.status, 503, "{a:?}");
+    let b = order(&fleet, "bob", "sku-1", "pm_card_visa").await;
+    assert_eq!((b.status, b.body["position"].as_i64()), (202, Some(2)), "{b:?}");
+
+    // Act: cut to one unit. B's turn now depends on A: if A is authorized, A has the unit;
+    // if A is declined, B has it. The worker must wait for A, not reject B at once.
+    upsert_stock(&fleet, "sku-1", "1").await.unwrap();
+    fleet.spawn("stock-worker", "stock-worker", &[]).unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let b_now: String = sqlx::query_scalar("SELECT status::text FROM orders WHERE user_id = 'bob'")
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap();
+    assert_eq!(b_now, "authorized", "B was decided while A ahead of it was still pending");
+    // A's buyer retries: a new attempt, and the card is declined; its unit goes back.
+    let (a_again, _) =
+        fleet.post_order_retrying("ann", "key-a", "sku-1", 1, "pm_card_chargeDeclined").await.unwrap();
+    assert_eq!(a_again.status, 402, "{a_again:?}");
+
+    // Assert: B got the unit A did not take.
+    let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(statuses.get("paid"), Some(&1), "{statuses:?}");
+    assert_eq!(statuses.get("payment_declined"), Some(&1), "{statuses:?}");
+    assert_eq!(statuses.get("rejected_out_of_stock"), None, "{statuses:?}");
+    audit(&fleet, "sku-1", 2).await;
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_that_would_reject_an_order_ahead_of_one_already_served_is_refused_naming_the_smallest_total() {
+    // Arrange: three in line for three units; A, first, stays pending (a saved 500), while B
+    // and C behind it are reserved and paid.
+    let mut fleet = without_stock_workers("cut-ahead-of-served", &[]).await;
+    fleet.spawn("stock-worker", "stock-worker", &[]).unwrap();
+    fleet.product("sku-1", 1000, 3).await.unwrap();
+    fleet.fault("create", "error_500", 1).await.unwrap();
+    let a = fleet.post_order("ann", "key-a", "sku-1", 1, "pm_card_visa").await.unwrap();
+    assert_eq!(a.status, 503, "{a:?}");
+    for buyer in ["bob", "cy"] {
+        assert_eq!(order(&fleet, buyer, "sku-1", "pm_card_visa").await.status, 202);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while fleet.statuses().await.unwrap().get("paid") != Some(&2) {
+        assert!(std::time::Instant::now() < deadline, "B and C were not paid");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Act: cut to two, which is above the two units sold, but would leave A, ahead of both,
+    // without a unit; then cut (and raise) to three.
+    let refused = upsert_stock(&fleet, "sku-1", "2").await.unwrap_err().to_string();
+    let accepted = upsert_stock(&fleet, "sku-1", "3").await;
+
+    // Assert: refused, naming the smallest total it takes, and nothing changed; three is fine,
+    // and A, retried, gets its unit.
+    assert!(refused.contains("the smallest total it accepts is 3"), "{refused}");
+    assert!(refused.contains("nothing was changed"), "{refused}");
+    accepted.unwrap();
+    assert_eq!(units(&fleet, "sku-1").await, (3, 1, 3));
+    let (a_again, _) = fleet.post_order_retrying("ann", "key-a", "sku-1", 1, "pm_card_visa").await.unwrap();
+    assert_eq!(a_again.status, 202, "{a_again:?}");
+    let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(statuses.get("paid"), Some(&3), "{statuses:?}");
+    audit(&fleet, "sku-1", 6).await;
+    fleet.stop().await.unwrap();
+}

@@ -145,9 +145,10 @@ async fn stripe_failing_on_authorize_capture_and_cancel_is_retried_with_the_same
             fleet.fault(operation, mode, 1).await.unwrap();
             faults += 1;
 
-            // Act
+            // Act: the buyer retries a 503 with the same key, as a client does.
             let key = format!("{operation}-{mode}");
-            let answer = place(&fleet, "lee", &key, "in-stock").await;
+            let (answer, _) =
+                fleet.post_order_retrying("lee", &key, "in-stock", 1, "pm_card_visa").await.unwrap();
 
             // Assert: accepted, and the order reaches its terminal status.
             assert_eq!(answer.status, 202, "{key}: {:?}", answer.body);
@@ -1141,5 +1142,155 @@ async fn a_process_whose_task_dies_exits_non_zero_with_a_line_naming_the_task() 
         let last = log.lines().rfind(|l| l.contains("stopped with an error")).unwrap_or_default();
         assert!(last.contains(&why) && last.contains(&format!("failpoint {point}")), "{label}: {last}");
     }
+    fleet.stop().await.unwrap();
+}
+
+/// Stripe saves the answer of a request that began executing, a 500 included, under its
+/// idempotency key, and replays it to every retry with that key for 24 hours (SPEC §6;
+/// stripe-sim now does too). After one, the fleet asks Stripe what the attempt did and, only
+/// when it did nothing, moves the order to a new attempt with a new key. One test per
+/// operation; each failed before: the fleet retried the same key and got the 500 again (the
+/// buyer heard 503 thirty times; the capture and the cancel never happened).
+async fn fleet_for_saved_500s(case: &str) -> Fleet {
+    let mut fleet = Fleet::prepare(case).await.unwrap();
+    for (label, bin) in [
+        ("order-intake", "order-intake"),
+        ("outbox-relay", "outbox-relay"),
+        ("notification-worker", "notification-worker"),
+        ("stock-worker", "stock-worker"),
+    ] {
+        fleet.spawn(label, bin, &[]).unwrap();
+    }
+    fleet.wait_intake().await.unwrap();
+    fleet
+}
+
+async fn attempt_of(fleet: &Fleet, order: &str) -> i32 {
+    sqlx::query_scalar("SELECT payment_attempt FROM orders WHERE id = $1::uuid")
+        .bind(order)
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap()
+}
+
+/// One PaymentIntent per order, captured or cancelled once, no hold left, every guarantee.
+async fn audit_saved_500s(fleet: &Fleet, case: &str, product: &str, orders: usize) {
+    let intents = fleet.intents().await.unwrap();
+    assert_eq!(intents.len(), orders, "one authorization per order: {intents:?}");
+    for intent in &intents {
+        assert!(intent["capture_count"].as_i64().unwrap() <= 1, "{intent}");
+        assert!(intent["cancel_count"].as_i64().unwrap() <= 1, "{intent}");
+    }
+    audit(fleet, case, product, 1, 2 * orders).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_500_stripe_saved_under_an_authorizations_key_is_followed_by_a_new_attempt() {
+    // Arrange: the first attempt's create answers 500, saved under its key.
+    let fleet = fleet_for_saved_500s("stripe-saved-500-authorize").await;
+    fleet.product("sku-1", 1000, 1).await.unwrap();
+    fleet.fault("create", "error_500", 1).await.unwrap();
+
+    // Act: the buyer retries the 503 with the same key, as a client does.
+    let (answer, before) = fleet.post_order_retrying("ann", "k-1", "sku-1", 1, "pm_card_visa").await.unwrap();
+
+    // Assert: the retry found nothing at Stripe for the order and authorized in a second
+    // attempt, with a new key.
+    assert_eq!(answer.status, 202, "{:?} after {before:?}", answer.body);
+    assert!(before.contains(&503), "the first answer was not the 500's 503: {before:?}");
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(attempt_of(&fleet, answer.body["order_id"].as_str().unwrap()).await, 2);
+    audit_saved_500s(&fleet, "stripe-saved-500-authorize", "sku-1", 1).await;
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_500_stripe_saved_under_a_captures_key_is_followed_by_a_new_attempt() {
+    // Arrange: the first capture answers 500, saved under its key.
+    let fleet = fleet_for_saved_500s("stripe-saved-500-capture").await;
+    fleet.product("sku-1", 1000, 1).await.unwrap();
+    fleet.fault("capture", "error_500", 1).await.unwrap();
+
+    // Act
+    let answer = place(&fleet, "bob", "k-1", "sku-1").await;
+    assert_eq!(answer.status, 202, "{:?}", answer.body);
+
+    // Assert: the worker asked Stripe, found the intent still uncaptured, and captured in
+    // the next attempt.
+    let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(statuses.get("paid"), Some(&1), "{statuses:?}");
+    assert_eq!(attempt_of(&fleet, answer.body["order_id"].as_str().unwrap()).await, 2);
+    audit_saved_500s(&fleet, "stripe-saved-500-capture", "sku-1", 1).await;
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_500_stripe_saved_under_a_cancels_key_is_followed_by_a_new_attempt() {
+    // Arrange: an order accepted, then its stock cut with no worker running, so that its
+    // authorization must be cancelled; the first cancel answers 500, saved under its key.
+    let mut fleet = fleet_for_saved_500s("stripe-saved-500-cancel").await;
+    fleet.terminate("stock-worker").await.unwrap();
+    fleet.product("sku-cut", 1000, 1).await.unwrap();
+    let answer = place(&fleet, "cy", "k-1", "sku-cut").await;
+    assert_eq!(answer.status, 202, "{:?}", answer.body);
+    fleet.product("sku-cut", 1000, 0).await.unwrap();
+    fleet.fault("cancel", "error_500", 1).await.unwrap();
+
+    // Act
+    fleet.spawn("stock-worker-2", "stock-worker", &[]).unwrap();
+
+    // Assert: the worker asked Stripe, found the hold still there, and cancelled it in the
+    // next attempt.
+    let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(statuses.get("rejected_out_of_stock"), Some(&1), "{statuses:?}");
+    assert_eq!(attempt_of(&fleet, answer.body["order_id"].as_str().unwrap()).await, 2);
+    audit_saved_500s(&fleet, "stripe-saved-500-cancel", "sku-cut", 1).await;
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn publish_answers_withheld_for_45_s_repeat_notifications_which_their_notification_id_tells_apart() {
+    // Arrange: SNS takes every PublishBatch, but for 45 s its answers never arrive (the calls
+    // time out after SNS published): the one case besides a crash in which a notification can
+    // go out twice (SPEC §1.4).
+    let (fleet, proxy) = fleet_with_publish_proxy("publish-answers-lost").await;
+    fleet.product("sku-1", 1000, 5).await.unwrap();
+    proxy.withhold_answers_containing("Action=PublishBatch");
+
+    // Act: five orders paid while the answers are lost; then they come through again.
+    for i in 0..5 {
+        assert_eq!(place(&fleet, &format!("buyer-{i}"), "key", "sku-1").await.status, 202);
+    }
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(45)).await;
+    let withheld = proxy.dropped();
+    proxy.forward_all();
+
+    // Assert: every notification arrived; repeats are counted, and every copy carries the
+    // notification_id of its envelope, by which a subscriber keeps exactly one of each.
+    let delivered = fleet.notification_messages(10, Duration::from_secs(90)).await.unwrap();
+    let mut by_id: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut kept = std::collections::HashSet::new();
+    for outer in &delivered {
+        let id = outer["MessageAttributes"]["notification_id"]["Value"].as_str().expect("a notification_id");
+        *by_id.entry(id.to_owned()).or_default() += 1;
+        let inner: serde_json::Value = serde_json::from_str(outer["Message"].as_str().unwrap()).unwrap();
+        let event = outer["MessageAttributes"]["event_type"]["Value"].as_str().unwrap().to_owned();
+        kept.insert((id.to_owned(), event, inner["order_id"].as_str().unwrap().to_owned()));
+    }
+    let repeats = delivered.len() - by_id.len();
+    println!(
+        "fault-suite: publish-answers-withheld-45s: {withheld} PublishBatch answers withheld, {} notifications, {} deliveries ({repeats} repeats, at most {} of one)",
+        by_id.len(),
+        delivered.len(),
+        by_id.values().max().copied().unwrap_or(0)
+    );
+    assert!(withheld >= 1, "no answer was withheld");
+    assert_eq!(by_id.len(), 10, "each order's two notifications, by notification_id: {by_id:?}");
+    let events_per_order: std::collections::HashSet<(String, String)> =
+        kept.iter().map(|(_, event, order)| (event.clone(), order.clone())).collect();
+    assert_eq!(events_per_order.len(), 10, "one notification_id per (order, event)");
+    assert_eq!(kept.len(), 10, "a notification_id names one (order, event): {kept:?}");
+    assert!(dlqs_are_empty(&fleet).await);
     fleet.stop().await.unwrap();
 }

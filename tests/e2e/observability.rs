@@ -231,7 +231,14 @@ async fn the_relay_puts_the_outboxs_dead_rows_and_oldest_pending_age_to_cloudwat
          INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload,
                              created_at, next_attempt_at)
          VALUES (gen_random_uuid(), 'order', 'o-late', 'order.paid', 'notification', '{}',
-                 now() - interval '1 hour', now() + interval '1 hour');",
+                 now() - interval '1 hour', now() + interval '1 hour');
+         INSERT INTO products (id, name, price_minor, currency, units_total, stock)
+         VALUES ('sku-1', 'sku-1', 1000, 'usd', 10, 10);
+         INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity, amount_minor,
+                             currency, payment_method, position, updated_at)
+         VALUES (gen_random_uuid(), 'ann', 'k-stuck', '\\x00', 'sku-1', 1, 1000, 'usd', 'pm_card_visa', 1,
+                 now() - interval '5 minutes'),
+                (gen_random_uuid(), 'bob', 'k-fresh', '\\x00', 'sku-1', 1, 1000, 'usd', 'pm_card_visa', 2, now());",
     )
     .execute(&fleet.pool)
     .await
@@ -241,11 +248,12 @@ async fn the_relay_puts_the_outboxs_dead_rows_and_oldest_pending_age_to_cloudwat
     let gauges = [("CLOUDWATCH_NAMESPACE", namespace.as_str()), ("OUTBOX_METRICS_INTERVAL_SECONDS", "1")];
     fleet.spawn("outbox-relay", "outbox-relay", &gauges).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let (dead, age) = loop {
+    let (dead, age, stuck) = loop {
         let dead = cloudwatch_maximum(&namespace, "OutboxDeadRows");
         let age = cloudwatch_maximum(&namespace, "OutboxOldestPendingAgeSeconds");
-        if dead.is_some_and(|d| d >= 1.0) || std::time::Instant::now() > deadline {
-            break (dead, age);
+        let stuck = cloudwatch_maximum(&namespace, "OrdersPendingAuthorizationStuck");
+        if dead.is_some_and(|d| d >= 1.0) && stuck.is_some() || std::time::Instant::now() > deadline {
+            break (dead, age, stuck);
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
@@ -255,4 +263,6 @@ async fn the_relay_puts_the_outboxs_dead_rows_and_oldest_pending_age_to_cloudwat
     assert_eq!(dead, Some(1.0), "OutboxDeadRows");
     let age = age.expect("OutboxOldestPendingAgeSeconds was published");
     assert!((3500.0..3700.0).contains(&age), "the oldest pending row is an hour old: {age}");
+    // One order pending five minutes with no lease is stuck; one pending a moment is not.
+    assert_eq!(stuck, Some(1.0), "OrdersPendingAuthorizationStuck");
 }

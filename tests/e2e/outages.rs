@@ -3,8 +3,11 @@
 //! mid-exchange, a failing TLS handshake, and for HTTP 5xx answers), for 25 s (longer than
 //! three receives' backoff) while orders arrive. After each shape: every order the intake
 //! accepted is paid, both DLQs are empty, nothing is captured or notified twice, and no
-//! message was received more than twice: **an outage costs a message at most one receive**,
-//! so with `maxReceiveCount` 3 no good message can reach a DLQ through outages alone.
+//! message was received more often than the outage allows: **an outage costs a message at
+//! most one receive** (SPEC §8.10), so with `maxReceiveCount` 3 no good message can reach a
+//! DLQ through outages alone. The workers do better than that bound: a message an outage
+//! stops is held, not handed back, so it is received once — twice only when SQS itself is
+//! away and loses its delete.
 //!
 //! One fleet per dependency goes through the shapes one after another; each prints a
 //! `fault-matrix:` line (docs/failure-modes.md collects them).
@@ -41,6 +44,12 @@ impl Dependency {
         }
     }
 
+    /// The most receives a message may take: one, as a held message is not handed out again;
+    /// two when SQS itself is away, as a delete it lost lets the message come back once more.
+    fn most_receives_allowed(self) -> u64 {
+        if self == Dependency::Sqs { 2 } else { 1 }
+    }
+
     /// Every shape but 5xx answers, which only an HTTP dependency gives.
     fn shapes(self) -> Vec<Shape> {
         Shape::ALL.into_iter().filter(|s| self != Dependency::Postgres || *s != Shape::ServerError).collect()
@@ -72,17 +81,15 @@ async fn fleet_behind(dependency: Dependency) -> (Fleet, Proxy) {
     let through = proxy.url();
     // The SDK's service-specific endpoint variables take one service away and leave the other.
     type Settings<'a> = Vec<(&'a str, &'a str)>;
-    let (intake, relay, workers): (Settings, Settings, Settings) = match dependency {
-        Dependency::Postgres => (vec![], vec![], vec![("DATABASE_URL", &proxied_db)]),
+    let (relay, workers): (Settings, Settings) = match dependency {
+        Dependency::Postgres => (vec![], vec![("DATABASE_URL", &proxied_db)]),
         Dependency::Sqs => {
-            (vec![], vec![("AWS_ENDPOINT_URL_SQS", &through)], vec![("AWS_ENDPOINT_URL_SQS", &through)])
+            (vec![("AWS_ENDPOINT_URL_SQS", &through)], vec![("AWS_ENDPOINT_URL_SQS", &through)])
         }
-        Dependency::Sns => (vec![], vec![], vec![("AWS_ENDPOINT_URL_SNS", &through)]),
-        Dependency::Stripe => {
-            (vec![("STRIPE_API_BASE", &through)], vec![], vec![("STRIPE_API_BASE", &through)])
-        }
+        Dependency::Sns => (vec![], vec![("AWS_ENDPOINT_URL_SNS", &through)]),
+        Dependency::Stripe => (vec![], vec![("STRIPE_API_BASE", &through)]),
     };
-    fleet.spawn("order-intake", "order-intake", &intake).unwrap();
+    fleet.spawn("order-intake", "order-intake", &[]).unwrap();
     fleet.spawn("outbox-relay", "outbox-relay", &relay).unwrap();
     fleet.spawn("stock-worker", "stock-worker", &workers).unwrap();
     fleet.spawn("notification-worker", "notification-worker", &workers).unwrap();
@@ -194,9 +201,10 @@ async fn every_shape_of(dependency: Dependency) {
         println!("{line}");
         figures.push(line);
         assert_eq!(dead, (0, 0), "{case}: a good message was dead-lettered");
+        let allowed = dependency.most_receives_allowed();
         assert!(
-            receives.0 <= 2 && receives.1 <= 2,
-            "{case}: an outage cost a message more than one receive: {receives:?}"
+            receives.0 <= allowed && receives.1 <= allowed,
+            "{case}: a message was received more than {allowed} times: {receives:?}"
         );
     }
 

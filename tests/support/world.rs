@@ -96,6 +96,8 @@ fn with_generous_limits(mut fleet: Fleet) -> Fleet {
     for (key, value) in GENEROUS_LIMITS {
         fleet.set_env(key, value);
     }
+    // stripe-sim's search sees a PaymentIntent the moment it is made: a second is plenty.
+    fleet.set_env("STRIPE_SEARCH_LAG_SECONDS", "1");
     fleet
 }
 

@@ -318,6 +318,13 @@ impl FilterProxy {
         *self.dropping.lock().expect("not poisoned") = Some((marker.to_owned(), Fate::Hung));
     }
 
+    /// Forwards a request that contains `marker` (its effect happens) and never delivers the
+    /// answer, holding the connection until the client gives up: a lost answer. Until
+    /// [`FilterProxy::forward_all`].
+    pub fn withhold_answers_containing(&self, marker: &str) {
+        *self.dropping.lock().expect("not poisoned") = Some((marker.to_owned(), Fate::AnswerWithheld));
+    }
+
     pub fn forward_all(&self) {
         *self.dropping.lock().expect("not poisoned") = None;
     }
@@ -344,6 +351,7 @@ impl Drop for FilterProxy {
 enum Fate {
     Dropped,
     Hung,
+    AnswerWithheld,
 }
 
 async fn forward_one(
@@ -361,9 +369,11 @@ async fn forward_one(
         body.extend_from_slice(&chunk[..n]);
     }
     let rule = dropping.lock().expect("not poisoned").clone();
+    let mut withheld = false;
     if let Some((marker, fate)) = rule {
         let contains = |bytes: &[u8]| bytes.windows(marker.len()).any(|w| w == marker.as_bytes());
-        if contains(head.as_bytes()) || contains(&body) {
+        withheld = fate == Fate::AnswerWithheld && (contains(head.as_bytes()) || contains(&body));
+        if fate != Fate::AnswerWithheld && (contains(head.as_bytes()) || contains(&body)) {
             dropped.fetch_add(1, Ordering::AcqRel);
             if fate == Fate::Hung {
                 // Held open, never answered, until the proxy is dropped.
@@ -376,6 +386,13 @@ async fn forward_one(
     outbound.write_all(&with_connection_close(&head)).await?;
     outbound.write_all(&body).await?;
     let (answer_head, answer_rest) = read_head(&mut outbound).await?;
+    if withheld {
+        dropped.fetch_add(1, Ordering::AcqRel);
+        // The effect happened; its answer never arrives. Held until the client gives up.
+        let mut byte = [0u8; 1];
+        let _ = inbound.read(&mut byte).await;
+        return Ok(());
+    }
     inbound.write_all(&with_connection_close(&answer_head)).await?;
     inbound.write_all(&answer_rest).await?;
     tokio::io::copy(&mut outbound, &mut inbound).await?;

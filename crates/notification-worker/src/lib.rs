@@ -2,10 +2,13 @@
 //!
 //! A batch at a time: messages already in the inbox (published before; this is a duplicate or
 //! a redrive) are deleted without a publish; the rest go out in one `PublishBatch`, with the
-//! message attributes `event_type` and `user_id`; each published message id is recorded in the
-//! inbox, then the message is deleted. Only a crash between the publish and its inbox record
-//! can repeat a notification; on a FIFO topic the message id is the deduplication id and SNS
-//! drops even that repeat.
+//! message attributes `event_type`, `user_id` and `notification_id` (the envelope's message
+//! id); each published message id is recorded in the inbox, then the message is deleted.
+//! Two things can repeat a notification: a crash between the publish and its inbox record, and
+//! an answer lost after SNS took the publish (the call timed out; SNS cannot be asked what it
+//! did, so the batch is published again). Every copy carries the same `notification_id`, so a
+//! subscriber drops a repeat by it (docs/operations.md); on a FIFO topic it is the
+//! deduplication id and SNS drops the repeat itself.
 //!
 //! **A Publish outage dead-letters nothing.** When a whole `PublishBatch` call fails — SNS
 //! throttling Publish, a KMS fault on the topic, connections dropped — while the topic itself
@@ -383,7 +386,10 @@ impl Notifier {
                     .id(r.index.to_string())
                     .message(&r.body)
                     .message_attributes("event_type", string(&r.event_type))
-                    .message_attributes("user_id", string(&r.user_id));
+                    .message_attributes("user_id", string(&r.user_id))
+                    // The same on every copy of this notification: a subscriber's key to drop
+                    // repeats (SPEC §1.4).
+                    .message_attributes("notification_id", string(&r.message_id.to_string()));
                 if let Some(traceparent) = &r.traceparent {
                     entry = entry.message_attributes(orderfleet::trace::TRACEPARENT, string(traceparent));
                 }
@@ -407,11 +413,20 @@ impl Notifier {
         let ids: Vec<Uuid> = fresh.iter().map(|r| r.message_id).collect();
         let mut attempt = 0;
         loop {
+            // One attempt per call: the SDK's own retries of a call whose answer was lost would
+            // each publish the batch again; this loop retries after its backoff instead.
+            // Measured with every answer withheld for 45 s: at most 5 deliveries of one
+            // notification with the SDK's retries, 4 without (docs/failure-modes.md).
             let sent = self
                 .sns
                 .publish_batch()
                 .topic_arn(&self.topic_arn)
-                .set_publish_batch_request_entries(Some(entries.clone()));
+                .set_publish_batch_request_entries(Some(entries.clone()))
+                .customize()
+                .config_override(
+                    aws_sdk_sns::config::Builder::default()
+                        .retry_config(aws_sdk_sns::config::retry::RetryConfig::standard().with_max_attempts(1)),
+                );
             let (failure, nothing_published) = match sent.send().await {
                 Ok(out) => return Ok(out),
                 Err(e) => classify(&e),

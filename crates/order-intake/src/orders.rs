@@ -50,9 +50,11 @@ pub struct OrderRow {
     pub position: i64,
     /// The trace context of the request that made the order.
     pub traceparent: Option<String>,
+    /// Its Stripe attempt (`orderfleet::payments::Operation::idempotency_key`).
+    pub payment_attempt: i32,
 }
 
-const ROW: &str = "id, user_id, request_hash, product_id, quantity, amount_minor, currency, payment_method, status, failure_reason, position, traceparent";
+const ROW: &str = "id, user_id, request_hash, product_id, quantity, amount_minor, currency, payment_method, status, failure_reason, position, traceparent, payment_attempt";
 
 /// The `202` body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -308,6 +310,7 @@ impl Intake<'_> {
             amount_minor: order.amount_minor,
             currency: order.currency.clone(),
             payment_method: order.payment_method.clone(),
+            payment_attempt: order.payment_attempt,
         };
         let result = match attempt {
             Attempt::First => authorization::authorize(self.pool, self.payments, &pending).await,

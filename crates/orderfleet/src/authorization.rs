@@ -28,6 +28,8 @@ pub struct PendingOrder {
     pub amount_minor: i64,
     pub currency: String,
     pub payment_method: String,
+    /// Its Stripe attempt ([`crate::payments::Operation::idempotency_key`]).
+    pub payment_attempt: i32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -52,7 +54,7 @@ pub async fn take_over(pool: &PgPool, id: Uuid, lease: Duration) -> sqlx::Result
         "UPDATE orders SET intake_lease_until = now() + $2 * interval '1 ms', updated_at = now()
           WHERE id = $1 AND status = 'pending_authorization'
             AND (intake_lease_until IS NULL OR intake_lease_until < now())
-         RETURNING id, user_id, product_id, quantity, amount_minor, currency, payment_method",
+         RETURNING id, user_id, product_id, quantity, amount_minor, currency, payment_method, payment_attempt",
     )
     .bind(id)
     .bind(lease.as_millis() as i64)
@@ -80,6 +82,7 @@ pub async fn authorize(
     let result = payments
         .authorize(&AuthorizeRequest {
             order_id: order.id,
+            attempt: order.payment_attempt,
             user_id: &order.user_id,
             amount_minor: order.amount_minor,
             currency: &order.currency,
@@ -93,11 +96,16 @@ pub async fn authorize(
 /// Authorizes an order that is not new — taken over after its intake died or gave up — whose
 /// lease the caller holds: Stripe is asked first for a PaymentIntent made for it (by
 /// `metadata[order_id]`), and what it has is recorded; only if it has none is the order
-/// authorized, with its own key. The key alone is not enough: Stripe forgets it after 24 hours,
-/// and an order still pending by then would get a second PaymentIntent, a second hold on the
-/// card that nothing cancels. (Stripe's search lags its writes by up to a minute; a retry
-/// sooner than that finds nothing and authorizes with the key, which Stripe still remembers
-/// then and answers with the first PaymentIntent.)
+/// authorized. The key alone is not enough: Stripe forgets it after 24 hours, and an order
+/// still pending by then would get a second PaymentIntent, a second hold on the card that
+/// nothing cancels.
+///
+/// Which key: when the order's attempt began longer ago than Stripe's search can lag
+/// ([`Payments::search_lag`]), the search is the truth — the attempt made nothing (it failed
+/// with a 5xx that Stripe saved under its key, or never reached Stripe) — and the order moves
+/// to its next attempt, with a new key. Sooner than that the search may miss the attempt's
+/// intent, so the attempt's own key is used again: Stripe answers with what it saved for it,
+/// the first PaymentIntent, or the same 5xx (the buyer hears 503 and tries later).
 pub async fn resume(
     pool: &PgPool,
     payments: &Payments,
@@ -108,8 +116,25 @@ pub async fn resume(
             tracing::info!(payment_intent = intent.id, status = ?intent.status, "found the order's PaymentIntent at Stripe");
             record(pool, payments, order, Ok(intent)).await
         }
-        Ok(None) => authorize(pool, payments, order).await,
-        Err(PaymentError::Unavailable(reason)) => {
+        Ok(None) => {
+            let attempt = crate::order::next_payment_attempt(
+                pool,
+                order.id,
+                OrderStatus::PendingAuthorization,
+                order.payment_attempt,
+                payments.search_lag(),
+            )
+            .await?
+            .unwrap_or(order.payment_attempt);
+            if attempt != order.payment_attempt {
+                tracing::info!(
+                    attempt,
+                    "Stripe holds nothing for the order's last attempt; a new attempt, with a new key"
+                );
+            }
+            authorize(pool, payments, &PendingOrder { payment_attempt: attempt, ..order.clone() }).await
+        }
+        Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
             release(pool, order.id).await?;
             Err(AuthorizationError::ProviderUnavailable(reason))
         }
@@ -144,7 +169,7 @@ pub async fn record(
         Ok(intent) => {
             // Confirmed but not holding funds (3-D Secure, say): this fleet takes only cards
             // that authorize at once, so release whatever exists and decline.
-            let _ = payments.cancel(order.id, &intent.id).await;
+            let _ = payments.cancel(order.id, order.payment_attempt, &intent.id).await;
             let reason = format!(
                 "authorization_incomplete: the payment method needs another step ({:?})",
                 intent.status
@@ -157,7 +182,9 @@ pub async fn record(
         // The provider refuses the request itself (an unknown payment method, say): no hold
         // exists, and retrying cannot help.
         Err(PaymentError::Refused { code, message, .. }) => (None, format!("{code}: {message}")),
-        Err(PaymentError::Unavailable(reason)) => {
+        // Unanswered, or a 5xx Stripe saved under the attempt's key: the order stays pending,
+        // its lease released; a retry or the sweeper looks it up and goes on (see `resume`).
+        Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
             release(pool, order.id).await?;
             return Err(AuthorizationError::ProviderUnavailable(reason));
         }

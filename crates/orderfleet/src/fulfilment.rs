@@ -15,6 +15,8 @@
 //! another is about to capture. Statements lock the order row before the product row,
 //! always, so two of them never wait on each other in a circle.
 
+use std::time::Duration;
+
 use anyhow::Context;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -22,7 +24,7 @@ use uuid::Uuid;
 use crate::failure::{Failure, Outcome, Source};
 use crate::order::{self, Order, OrderNotification, OrderStatus};
 use crate::outbox::{EventType, NewMessage};
-use crate::payments::{PaymentError, Payments};
+use crate::payments::{Intent, IntentStatus, PaymentError, Payments};
 
 /// Whether an order of `quantity` finds its units when `stock` units are not yet taken and
 /// `ahead` are the quantities of the orders ahead of it in line that have not taken theirs, in
@@ -37,6 +39,19 @@ pub fn fits_in_line(stock: i32, ahead: &[i32], quantity: i32) -> bool {
         }
     }
     quantity <= left
+}
+
+/// The code of the failure that says an order's turn waits on a pending order ahead of it.
+pub const WAITING_FOR_THE_LINE: &str = "waiting_for_the_line";
+
+/// What a reservation step did.
+enum Reserved {
+    /// This step moved the order (to `stock_reserved` or `rejected_out_of_stock`).
+    Moved(OrderStatus),
+    /// Another delivery had already moved it.
+    Lost,
+    /// Whether its units are left depends on an order ahead still pending authorization.
+    Waiting(String),
 }
 
 /// What a capture step did.
@@ -88,7 +103,14 @@ impl Fulfilment {
         for _ in 0..6 {
             let moved = match order.status {
                 OrderStatus::Authorized => {
-                    crate::db::bounded("failed to reserve stock", self.reserve(&order)).await?
+                    match crate::db::bounded("failed to reserve stock", self.reserve(&order)).await? {
+                        Reserved::Moved(status) => Some(status),
+                        Reserved::Lost => None,
+                        Reserved::Waiting(reason) => {
+                            let waiting = Failure::transient(Source::Order, WAITING_FOR_THE_LINE, reason);
+                            return Ok(Err(waiting.retry_in(Duration::from_secs(5))));
+                        }
+                    }
                 }
                 OrderStatus::StockReserved if order.payment_intent_id.is_none() => {
                     return stuck("no_payment_intent", format!("order {order_id} has no payment intent"));
@@ -130,7 +152,7 @@ impl Fulfilment {
     /// it are columns of the one product row, which PostgreSQL re-checks on the latest version
     /// after waiting for another worker's lock, so the decision is never stale. Only after a
     /// cut does the order need the line read.
-    async fn reserve(&self, order: &Order) -> anyhow::Result<Option<OrderStatus>> {
+    async fn reserve(&self, order: &Order) -> anyhow::Result<Reserved> {
         let (claimed, reserved): (bool, bool) = sqlx::query_as(
             "WITH claim AS (
                  SELECT id FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE
@@ -153,10 +175,10 @@ impl Fulfilment {
         .await
         .context("failed to reserve stock")?;
         match (claimed, reserved) {
-            (false, _) => Ok(None),
+            (false, _) => Ok(Reserved::Lost),
             (true, true) => {
                 crate::failpoint::hit("after_reserve");
-                Ok(Some(OrderStatus::StockReserved))
+                Ok(Reserved::Moved(OrderStatus::StockReserved))
             }
             (true, false) => self.reserve_in_line(order).await,
         }
@@ -167,7 +189,10 @@ impl Fulfilment {
     /// still there **after every order ahead of it in line** that has not taken its own
     /// ([`fits_in_line`]); it moves to `stock_reserved` and the units leave `stock` (never below
     /// zero). If not, it moves to `rejected_out_of_stock` with its `order.rejected` message, and
-    /// its promised units go back to the product.
+    /// its promised units go back to the product. An order ahead still pending authorization
+    /// may take its units or be declined and take none: when the answer depends on which, the
+    /// order waits ([`Reserved::Waiting`]), so it is neither rejected for a unit that then
+    /// goes unsold nor given one that an order ahead of it then needs.
     ///
     /// Looking at the orders ahead is what keeps line order whatever order the messages arrive
     /// in: stock is short only after an operator cut it below what the door promised, and then
@@ -180,8 +205,8 @@ impl Fulfilment {
     /// once as still ahead, and the last in line would lose with no cut at all. Here the line
     /// is read after the product row is locked, so nothing can change under the decision. The
     /// lock is held for three short statements and the commit; no network call runs under it.
-    /// Returns the new status, or `None` if another delivery had already moved the order.
-    async fn reserve_in_line(&self, order: &Order) -> anyhow::Result<Option<OrderStatus>> {
+    /// Returns the move made, or that another delivery had already moved the order.
+    async fn reserve_in_line(&self, order: &Order) -> anyhow::Result<Reserved> {
         let mut tx = self.pool.begin().await.context("failed to begin a reservation")?;
         let position: Option<i64> = sqlx::query_scalar(
             "SELECT position FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE",
@@ -191,7 +216,7 @@ impl Fulfilment {
         .await
         .context("failed to lock the order")?;
         let Some(position) = position else {
-            return Ok(None); // another delivery moved it; the rollback is the drop
+            return Ok(Reserved::Lost); // another delivery moved it; the rollback is the drop
         };
         let stock: i32 = sqlx::query_scalar("SELECT stock FROM products WHERE id = $1 FOR UPDATE")
             .bind(&order.product_id)
@@ -213,14 +238,34 @@ impl Fulfilment {
         let fits = if i64::from(stock) - ahead_units >= i64::from(order.quantity) {
             true
         } else {
-            let line: Vec<i32> =
-                sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT quantity {ahead} ORDER BY position")))
-                    .bind(&order.product_id)
-                    .bind(position)
-                    .fetch_all(&mut *tx)
-                    .await
-                    .context("failed to read the line")?;
-            fits_in_line(stock, &line, order.quantity)
+            // The line ahead, each order with whether it is still pending authorization: a
+            // pending one may yet take its units or be declined and take none. When the two
+            // agree the answer is known; when they do not, it waits for the pending order.
+            let line: Vec<(i32, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT quantity, status = 'pending_authorization' {ahead} ORDER BY position"
+            )))
+            .bind(&order.product_id)
+            .bind(position)
+            .fetch_all(&mut *tx)
+            .await
+            .context("failed to read the line")?;
+            let every_one: Vec<i32> = line.iter().map(|(quantity, _)| *quantity).collect();
+            let authorized: Vec<i32> = line.iter().filter(|(_, pending)| !pending).map(|(q, _)| *q).collect();
+            match (
+                fits_in_line(stock, &every_one, order.quantity),
+                fits_in_line(stock, &authorized, order.quantity),
+            ) {
+                (true, _) => true,
+                (false, false) => false,
+                (false, true) => {
+                    let pending = line.iter().filter(|(_, pending)| *pending).count();
+                    let reason = format!(
+                        "whether order {} gets its units depends on {pending} order(s) ahead of it still pending authorization",
+                        order.id
+                    );
+                    return Ok(Reserved::Waiting(reason)); // the rollback is the drop
+                }
+            }
         };
         let rejected = OrderNotification::of(order, OrderStatus::RejectedOutOfStock, Some("out_of_stock"));
         let status: OrderStatus = sqlx::query_scalar(
@@ -256,11 +301,10 @@ impl Fulfilment {
         .await
         .context("failed to reserve stock")?;
         tx.commit().await.context("failed to commit the reservation")?;
-        let status = Some(status);
-        if status == Some(OrderStatus::StockReserved) {
+        if status == OrderStatus::StockReserved {
             crate::failpoint::hit("after_reserve");
         }
-        Ok(status)
+        Ok(Reserved::Moved(status))
     }
 
     /// Captures outside any transaction, then records the result in one statement.
@@ -269,7 +313,9 @@ impl Fulfilment {
             // Cannot happen (an authorized order has its intent); a person must look.
             anyhow::bail!("order {} has no payment intent", order.id);
         };
-        match self.payments.capture(order.id, intent).await {
+        let captured = self.payments.capture(order.id, order.payment_attempt, intent).await;
+        let captured = self.after_a_failed_attempt(order, intent, IntentStatus::Succeeded, captured).await?;
+        match captured {
             Ok(_) => {
                 crate::failpoint::hit("after_capture");
                 let paid = [NewMessage::new(
@@ -293,7 +339,9 @@ impl Fulfilment {
                 crate::failpoint::hit("after_paid");
                 Ok(if moved { Captured::Moved(OrderStatus::Paid) } else { Captured::Lost })
             }
-            Err(PaymentError::Unavailable(reason)) => Ok(Captured::Blocked(reason)),
+            Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
+                Ok(Captured::Blocked(reason))
+            }
             Err(refused) => {
                 // The provider will not capture (the authorization expired or was cancelled):
                 // the order fails cleanly, its units go back, and the user hears of it. The
@@ -337,6 +385,57 @@ impl Fulfilment {
         Ok(Captured::Moved(OrderStatus::CaptureFailed))
     }
 
+    /// After Stripe answered a capture or a cancel with a 5xx, which it saved under the
+    /// attempt's key (a retry with the key would get it again for 24 hours): asks Stripe what
+    /// the attempt did, from the intent itself (a retrieve is never stale). Already where the
+    /// call wanted it (`wanted`; for a cancel, also never holding funds): done. Still holding
+    /// funds: the attempt did nothing, so the order moves to its next attempt, whose new keys
+    /// the step uses when it runs again (the failure stays, and the message is held until
+    /// Stripe answers). Any other state is the call's refusal. Other results pass through.
+    async fn after_a_failed_attempt(
+        &self,
+        order: &Order,
+        intent: &str,
+        wanted: IntentStatus,
+        result: Result<Intent, PaymentError>,
+    ) -> anyhow::Result<Result<Intent, PaymentError>> {
+        let Err(PaymentError::AttemptFailed(reason)) = result else { return Ok(result) };
+        let now = match self.payments.retrieve(intent).await {
+            Ok(now) => now,
+            Err(e) => return Ok(Err(PaymentError::Unavailable(format!("{reason}; then {e}")))),
+        };
+        let released = wanted == IntentStatus::Canceled && now.status == IntentStatus::RequiresPaymentMethod;
+        if now.status == wanted || released {
+            return Ok(Ok(now));
+        }
+        if now.status != IntentStatus::RequiresCapture {
+            let message = format!("{reason}; the intent is now {:?}", now.status);
+            return Ok(Err(PaymentError::Refused {
+                code: "payment_intent_unexpected_state".into(),
+                message,
+                status: 400,
+            }));
+        }
+        let next = crate::db::bounded("failed to start the next payment attempt", async {
+            order::next_payment_attempt(
+                &self.pool,
+                order.id,
+                order.status,
+                order.payment_attempt,
+                Duration::ZERO,
+            )
+            .await
+            .map_err(anyhow::Error::from)
+        })
+        .await?;
+        tracing::warn!(
+            attempt = next,
+            reason,
+            "Stripe saved a failure under this attempt's key and did nothing; the next attempt has new keys"
+        );
+        Ok(Err(PaymentError::AttemptFailed(format!("{reason}; nothing done, the next attempt has new keys"))))
+    }
+
     /// Cancels the authorization of an order that will not be captured, once.
     async fn release_authorization(&self, order: &Order) -> anyhow::Result<Outcome> {
         if order.authorization_released_at.is_some() {
@@ -351,12 +450,13 @@ impl Fulfilment {
             mark_released().await?;
             return Ok(Ok(()));
         };
-        match self.payments.cancel(order.id, intent).await {
+        let cancelled = self.payments.cancel(order.id, order.payment_attempt, intent).await;
+        match self.after_a_failed_attempt(order, intent, IntentStatus::Canceled, cancelled).await? {
             Ok(_) => {
                 mark_released().await?;
                 Ok(Ok(()))
             }
-            Err(PaymentError::Unavailable(reason)) => {
+            Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
                 Ok(Err(Failure::outage(Source::Stripe, "unavailable", reason)))
             }
             Err(refused) => {

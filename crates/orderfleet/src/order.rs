@@ -58,12 +58,48 @@ pub struct Order {
     pub authorization_released_at: Option<DateTime<Utc>>,
     /// The W3C trace context of the request that made the order ([`crate::trace`]).
     pub traceparent: Option<String>,
+    /// Its Stripe attempt, from 1 ([`crate::payments::Operation::idempotency_key`]).
+    pub payment_attempt: i32,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
 
 pub const ORDER_COLUMNS: &str = "id, user_id, product_id, quantity, amount_minor, currency, payment_method, \
-     status, payment_intent_id, failure_reason, authorization_released_at, traceparent, created_at, updated_at";
+     status, payment_intent_id, failure_reason, authorization_released_at, traceparent, payment_attempt, \
+     created_at, updated_at";
+
+/// ONE statement: moves an order still in `status` on to its next Stripe attempt (new
+/// idempotency keys), if it is still on `attempt` and that attempt began at least `settled_for`
+/// ago; returns the attempt the order is on now, moved or not (`None`: no such order in
+/// `status`). Kept on the order, so no crash loses it; a compare-and-set, so two processes
+/// that saw the same attempt fail move the order once and then share the new keys.
+///
+/// `settled_for` is how long Stripe's search may lag the attempt's writes: an authorization
+/// found missing by search is trusted only that long after its attempt began.
+pub async fn next_payment_attempt<'e>(
+    executor: impl PgExecutor<'e>,
+    id: Uuid,
+    status: OrderStatus,
+    attempt: i32,
+    settled_for: std::time::Duration,
+) -> sqlx::Result<Option<i32>> {
+    sqlx::query_scalar(
+        "WITH moved AS (
+             UPDATE orders SET payment_attempt = payment_attempt + 1, payment_attempt_at = now(), updated_at = now()
+              WHERE id = $1 AND status = $2 AND payment_attempt = $3
+                AND payment_attempt_at <= now() - $4 * interval '1 ms'
+          RETURNING payment_attempt
+         )
+         SELECT COALESCE((SELECT payment_attempt FROM moved),
+                         (SELECT payment_attempt FROM orders WHERE id = $1 AND status = $2))",
+    )
+    .bind(id)
+    .bind(status)
+    .bind(attempt)
+    .bind(settled_for.as_millis() as i64)
+    .fetch_one(executor)
+    .await
+}
 
 pub async fn load<'e>(executor: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<Option<Order>> {
     sqlx::query_as::<_, Order>(sqlx::AssertSqlSafe(format!(

@@ -1,12 +1,22 @@
 //! Payments through Stripe's API with async-stripe, against Stripe in production and
 //! stripe-sim locally (`STRIPE_API_BASE`): one code path for both.
 //!
-//! Every call carries a Stripe idempotency key derived from the order and the operation
-//! (`orderfleet-<order>-authorize|capture|cancel`), so a retry, a redelivery or a redrive days
-//! later replays the first result instead of making a second effect. Failures are classified
-//! here, next to the call: a card error or an invalid request is permanent; 429, 5xx,
-//! timeouts and dropped connections are transient and retried, with the same key, a bounded
-//! number of times before the caller sees [`PaymentError::Unavailable`].
+//! Every call carries a Stripe idempotency key derived from the order, the operation and the
+//! order's **attempt** (`orderfleet-<order>-authorize|capture|cancel`, then
+//! `…-attempt-<n>` from the second), so a retry, a redelivery or a redrive days later replays
+//! the first result instead of making a second effect. Failures are classified here, next to
+//! the call: a card error or an invalid request is permanent; 429, timeouts and dropped
+//! connections are transient and retried, with the same key, a bounded number of times
+//! before the caller sees [`PaymentError::Unavailable`].
+//!
+//! A **5xx** is different. Stripe saves the answer of a request that began executing, a 500
+//! included, under its key for 24 hours, and replays it to every retry with that key
+//! (docs.stripe.com/api/idempotent_requests): retrying with the same key can only get the 500
+//! again. So a 5xx to a request with a key ends that attempt at once
+//! ([`PaymentError::AttemptFailed`]), and the caller asks Stripe what the attempt did — the
+//! intent itself for a capture or a cancel, a search by `metadata[order_id]` for an
+//! authorization — and moves the order to its next attempt, with new keys, only when the
+//! attempt did nothing ([`crate::order::next_payment_attempt`]).
 //!
 //! Every request, each retry included, first takes a slot of the process's Stripe request
 //! budget ([`crate::budget`]); no slot within the bounded wait is
@@ -51,10 +61,19 @@ impl Operation {
         }
     }
 
-    /// The Stripe idempotency key of this operation on this order: stable across processes,
-    /// retries and redeliveries.
-    pub fn idempotency_key(self, order_id: Uuid) -> String {
-        format!("orderfleet-{order_id}-{}", self.as_str())
+    /// The Stripe idempotency key of this operation in attempt `attempt` (from 1) on this
+    /// order: stable across processes, retries and redeliveries of the attempt. The first
+    /// attempt's keys are the ones used before attempts were counted.
+    pub fn idempotency_key(self, order_id: Uuid, attempt: i32) -> String {
+        match attempt {
+            ..=1 => format!("orderfleet-{order_id}-{}", self.as_str()),
+            n => format!("orderfleet-{order_id}-{}-attempt-{n}", self.as_str()),
+        }
+    }
+
+    /// Whether requests of this operation carry an idempotency key (they change something).
+    fn has_key(self) -> bool {
+        matches!(self, Operation::Authorize | Operation::Capture | Operation::Cancel)
     }
 }
 
@@ -69,11 +88,16 @@ pub enum PaymentError {
     /// Unreachable, timing out, rate-limiting or failing with 5xx after the bounded retries.
     #[error("payment provider unavailable: {0}")]
     Unavailable(String),
+    /// Stripe answered 5xx to this attempt's request and saved that answer under its key: a
+    /// retry with the key gets it again for 24 hours. What the attempt did is unknown until
+    /// Stripe is asked; only if it did nothing may the order's next attempt begin.
+    #[error("the payment provider failed this attempt: {0}")]
+    AttemptFailed(String),
 }
 
 impl PaymentError {
     pub fn is_transient(&self) -> bool {
-        matches!(self, PaymentError::Unavailable(_))
+        matches!(self, PaymentError::Unavailable(_) | PaymentError::AttemptFailed(_))
     }
 }
 
@@ -81,6 +105,8 @@ impl PaymentError {
 #[derive(Debug, Clone)]
 pub struct AuthorizeRequest<'a> {
     pub order_id: Uuid,
+    /// The order's attempt ([`Operation::idempotency_key`]).
+    pub attempt: i32,
     pub user_id: &'a str,
     pub amount_minor: i64,
     pub currency: &'a str,
@@ -179,6 +205,7 @@ pub struct Payments {
     retry: RetryPolicy,
     /// Shared by every clone: the budget is the process's.
     budget: std::sync::Arc<StripeBudget>,
+    search_lag: Duration,
 }
 
 impl std::fmt::Debug for Payments {
@@ -196,7 +223,12 @@ impl Payments {
             .build()
             .map_err(|e| anyhow::anyhow!("failed to build the Stripe client: {e}"))?;
         let budget = StripeBudget::new(config.max_requests_per_second.0, retry.budget_wait);
-        Ok(Self { client, retry, budget: std::sync::Arc::new(budget) })
+        Ok(Self { client, retry, budget: std::sync::Arc::new(budget), search_lag: config.search_lag.0 })
+    }
+
+    /// How long Stripe's search may lag its writes (`STRIPE_SEARCH_LAG_SECONDS`).
+    pub fn search_lag(&self) -> Duration {
+        self.search_lag
     }
 
     /// Takes a slot of the Stripe request budget for one request.
@@ -206,7 +238,7 @@ impl Payments {
 
     /// Creates and confirms a manual-capture PaymentIntent: a hold, not a charge.
     pub async fn authorize(&self, request: &AuthorizeRequest<'_>) -> Result<Intent, PaymentError> {
-        let key = Operation::Authorize.idempotency_key(request.order_id);
+        let key = Operation::Authorize.idempotency_key(request.order_id, request.attempt);
         let metadata = HashMap::from([
             ("order_id".to_owned(), request.order_id.to_string()),
             ("user_id".to_owned(), request.user_id.to_owned()),
@@ -232,16 +264,28 @@ impl Payments {
 
     /// Captures an authorized PaymentIntent. An intent that is already captured counts as
     /// captured: the first capture's answer was lost and Stripe's key has expired.
-    pub async fn capture(&self, order_id: Uuid, payment_intent_id: &str) -> Result<Intent, PaymentError> {
+    pub async fn capture(
+        &self,
+        order_id: Uuid,
+        attempt: i32,
+        payment_intent_id: &str,
+    ) -> Result<Intent, PaymentError> {
         let request = CapturePaymentIntent::new(payment_intent_id);
-        self.settle(Operation::Capture, order_id, payment_intent_id, request, IntentStatus::Succeeded).await
+        let key = Operation::Capture.idempotency_key(order_id, attempt);
+        self.settle(Operation::Capture, &key, payment_intent_id, request, IntentStatus::Succeeded).await
     }
 
     /// Cancels a PaymentIntent, releasing its hold. An intent that is already cancelled, or
     /// never held funds, counts as released.
-    pub async fn cancel(&self, order_id: Uuid, payment_intent_id: &str) -> Result<Intent, PaymentError> {
+    pub async fn cancel(
+        &self,
+        order_id: Uuid,
+        attempt: i32,
+        payment_intent_id: &str,
+    ) -> Result<Intent, PaymentError> {
         let request = CancelPaymentIntent::new(payment_intent_id);
-        self.settle(Operation::Cancel, order_id, payment_intent_id, request, IntentStatus::Canceled).await
+        let key = Operation::Cancel.idempotency_key(order_id, attempt);
+        self.settle(Operation::Cancel, &key, payment_intent_id, request, IntentStatus::Canceled).await
     }
 
     /// Sends a capture or a cancel under the order's key for it, with retries; a refusal
@@ -249,7 +293,7 @@ impl Payments {
     async fn settle<R>(
         &self,
         operation: Operation,
-        order_id: Uuid,
+        key: &str,
         payment_intent_id: &str,
         request: R,
         wanted: IntentStatus,
@@ -257,12 +301,11 @@ impl Payments {
     where
         R: StripeRequest<Output = PaymentIntent>,
     {
-        let key = operation.idempotency_key(order_id);
         let result = self
             .with_retries(operation, || {
                 request
                     .customize()
-                    .request_strategy(RequestStrategy::Idempotent(idempotency_key(&key)))
+                    .request_strategy(RequestStrategy::Idempotent(idempotency_key(key)))
                     .timeout(self.retry.timeout)
                     .send(&self.client)
             })
@@ -297,7 +340,9 @@ impl Payments {
             .await;
         match result.map_err(classify) {
             Ok(_) | Err(PaymentError::Refused { .. }) | Err(PaymentError::Declined { .. }) => Ok(()),
-            Err(PaymentError::Unavailable(reason)) => Err(format!("Stripe: {reason}")),
+            Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
+                Err(format!("Stripe: {reason}"))
+            }
         }
     }
 
@@ -356,8 +401,20 @@ impl Payments {
                         .increment(1);
                     return Ok(answer);
                 }
-                Err(e) => classify(e),
+                // A 5xx to a request with a key is saved under the key: retrying it can only
+                // get it again. Without a key (a lookup) it is just a passing failure.
+                Err(e) => match classify(e) {
+                    PaymentError::AttemptFailed(reason) if !operation.has_key() => {
+                        PaymentError::Unavailable(reason)
+                    }
+                    error => error,
+                },
             };
+            if let PaymentError::AttemptFailed(_) = error {
+                metrics::counter!("stripe_requests_total", "operation" => operation.as_str(), "outcome" => "attempt_failed")
+                    .increment(1);
+                return Err(error);
+            }
             let outcome = if error.is_transient() { "transient" } else { "permanent" };
             metrics::counter!("stripe_requests_total", "operation" => operation.as_str(), "outcome" => outcome)
                 .increment(1);
@@ -398,7 +455,8 @@ fn classify(error: StripeError) -> PaymentError {
                     message,
                     payment_intent_id: api.payment_intent.as_ref().map(|pi| pi.id.as_str().to_owned()),
                 },
-                _ if status == 429 || status >= 500 || concurrent_use => {
+                _ if status >= 500 => PaymentError::AttemptFailed(format!("HTTP {status} {code}: {message}")),
+                _ if status == 429 || concurrent_use => {
                     PaymentError::Unavailable(format!("HTTP {status} {code}: {message}"))
                 }
                 // A revoked, rotated or wrong key is our problem, not the customer's: nothing
@@ -430,10 +488,14 @@ mod tests {
     fn idempotency_keys_are_per_order_and_operation() {
         let order = Uuid::nil();
         assert_eq!(
-            Operation::Capture.idempotency_key(order),
+            Operation::Capture.idempotency_key(order, 1),
             "orderfleet-00000000-0000-0000-0000-000000000000-capture"
         );
-        assert_ne!(Operation::Capture.idempotency_key(order), Operation::Cancel.idempotency_key(order));
+        assert_eq!(
+            Operation::Capture.idempotency_key(order, 2),
+            "orderfleet-00000000-0000-0000-0000-000000000000-capture-attempt-2"
+        );
+        assert_ne!(Operation::Capture.idempotency_key(order, 1), Operation::Cancel.idempotency_key(order, 1));
     }
 
     #[test]

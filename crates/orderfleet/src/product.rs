@@ -88,9 +88,15 @@ impl Units {
 pub enum UpsertError {
     #[error(
         "refused: product {sku} has {taken} units sold or reserved, so --stock (its total units for sale, \
-         sold ones included) cannot be {asked}; nothing was changed"
+         sold ones included) cannot be {asked}; the smallest total it accepts is {least}; nothing was changed"
     )]
-    BelowTaken { sku: String, asked: i32, taken: i32 },
+    BelowTaken { sku: String, asked: i32, taken: i32, least: i32 },
+    #[error(
+        "refused: product {sku} has an order reserved or sold at place {position} in line, and the orders up to \
+         it hold {least} units, so --stock {asked} would reject an order ahead of one already served; the \
+         smallest total it accepts is {least}; nothing was changed"
+    )]
+    BelowLine { sku: String, asked: i32, position: i64, least: i32 },
     #[error(transparent)]
     Database(#[from] anyhow::Error),
 }
@@ -98,10 +104,39 @@ pub enum UpsertError {
 /// Creates the product, or sets its name, price, currency, total units and per-buyer cap (an
 /// upsert without a cap removes it). The units not yet
 /// taken (`stock`) move by the change of the total, so units already sold or reserved stay
-/// sold; a total below them is refused and changes nothing (the compare runs on the locked
-/// row, so a stock worker taking a unit at the same moment cannot slip between). A total
-/// below the units promised is allowed: the stock worker then rejects the orders last in line.
+/// sold. A total below the units promised is allowed: the stock worker then rejects the orders
+/// last in line. But a cut may reject only orders *behind* every order already served: the
+/// total must cover every order still in line up to the last one that took its units
+/// (SPEC §8.7), or an order ahead of one already reserved or sold would lose its unit to it.
+/// Anything less is refused, naming the smallest total accepted, and changes nothing.
+///
+/// ONE short transaction: the product row is locked first (as a stock worker's reservation
+/// locks it), so the line read next sees every reservation committed before it and none can
+/// slip in between the check and the update.
 pub async fn upsert(pool: &PgPool, product: &ProductUpsert) -> Result<Units, UpsertError> {
+    let mut tx = pool.begin().await.context("failed to begin the upsert")?;
+    sqlx::query("SELECT 1 FROM products WHERE id = $1 FOR UPDATE")
+        .bind(product.id.as_str())
+        .execute(&mut *tx)
+        .await
+        .with_context(|| format!("failed to lock product {}", product.id.as_str()))?;
+    // The last place in line that took its units, and the units the orders up to it hold.
+    let (last_served, least): (Option<i64>, i64) = sqlx::query_as(
+        "WITH served AS (
+             SELECT max(position) AS position FROM orders
+              WHERE product_id = $1 AND status IN ('stock_reserved', 'paid')
+         )
+         SELECT served.position,
+                COALESCE((SELECT sum(quantity) FROM orders
+                           WHERE product_id = $1 AND position <= served.position
+                             AND status IN ('pending_authorization', 'authorized', 'stock_reserved', 'paid')), 0)::int8
+           FROM served",
+    )
+    .bind(product.id.as_str())
+    .fetch_one(&mut *tx)
+    .await
+    .with_context(|| format!("failed to read the line of product {}", product.id.as_str()))?;
+    let least = i32::try_from(least).unwrap_or(i32::MAX);
     let units: Option<Units> = sqlx::query_as(
         "INSERT INTO products (id, name, price_minor, currency, units_total, stock, max_per_buyer)
          VALUES ($1, $2, $3, $4, $5, $5, $6)
@@ -110,7 +145,7 @@ pub async fn upsert(pool: &PgPool, product: &ProductUpsert) -> Result<Units, Ups
                 stock = products.stock + (EXCLUDED.units_total - products.units_total),
                 units_total = EXCLUDED.units_total, max_per_buyer = EXCLUDED.max_per_buyer,
                 updated_at = now()
-          WHERE products.units_total - products.stock <= EXCLUDED.units_total
+          WHERE products.units_total - products.stock <= EXCLUDED.units_total AND $7 <= EXCLUDED.units_total
          RETURNING units_total AS total, units_total - stock AS taken, units_promised AS promised",
     )
     .bind(product.id.as_str())
@@ -119,18 +154,24 @@ pub async fn upsert(pool: &PgPool, product: &ProductUpsert) -> Result<Units, Ups
     .bind(product.currency.as_str())
     .bind(product.units_total)
     .bind(product.max_per_buyer)
-    .fetch_optional(pool)
+    .bind(least)
+    .fetch_optional(&mut *tx)
     .await
     .with_context(|| format!("failed to upsert product {}", product.id.as_str()))?;
     if let Some(units) = units {
+        tx.commit().await.context("failed to commit the upsert")?;
         return Ok(units);
     }
     let taken: i32 = sqlx::query_scalar("SELECT units_total - stock FROM products WHERE id = $1")
         .bind(product.id.as_str())
-        .fetch_one(pool)
+        .fetch_one(&mut *tx)
         .await
         .with_context(|| format!("failed to read product {}", product.id.as_str()))?;
-    Err(UpsertError::BelowTaken { sku: product.id.as_str().to_owned(), asked: product.units_total, taken })
+    let (sku, asked) = (product.id.as_str().to_owned(), product.units_total);
+    Err(match last_served {
+        Some(position) if asked >= taken => UpsertError::BelowLine { sku, asked, position, least },
+        _ => UpsertError::BelowTaken { sku, asked, taken, least: least.max(taken) },
+    })
 }
 
 #[cfg(test)]

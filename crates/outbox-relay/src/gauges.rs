@@ -1,11 +1,15 @@
 //! What the outbox's alarms need: its state, which only PostgreSQL knows, as metrics.
 //!
-//! Every interval (`OUTBOX_METRICS_INTERVAL_SECONDS`, 30) the relay reads two gauges in one short statement — rows `dead` (a person
-//! must look: `fleetctl outbox dead`) and the age of the oldest row not yet sent (the relay or
-//! SQS is behind or down) — and serves them on `/metrics` (`outbox_dead_rows`,
-//! `outbox_oldest_pending_age_seconds`). When `CLOUDWATCH_NAMESPACE` is set, it also puts
-//! them to CloudWatch (`OutboxDeadRows`, `OutboxOldestPendingAgeSeconds`, no dimensions)
-//! with one PutMetricData call, where the templates' alarms and dashboard read them.
+//! Every interval (`OUTBOX_METRICS_INTERVAL_SECONDS`, 30) the relay reads three gauges in one
+//! short statement — rows `dead` (a person must look: `fleetctl outbox dead`), the age of the
+//! oldest row not yet sent (the relay or SQS is behind or down), and the orders stuck in
+//! `pending_authorization` (no live lease, unmoved for [`STUCK_AFTER`]: an intake died
+//! mid-authorization, or Stripe failed and the buyer never came back; the sweeper should
+//! resolve them within minutes) — and serves them on `/metrics` (`outbox_dead_rows`,
+//! `outbox_oldest_pending_age_seconds`, `orders_pending_authorization_stuck`). When
+//! `CLOUDWATCH_NAMESPACE` is set, it also puts them to CloudWatch (`OutboxDeadRows`,
+//! `OutboxOldestPendingAgeSeconds`, `OrdersPendingAuthorizationStuck`, no dimensions) with
+//! one PutMetricData call, where the templates' alarms and dashboard read them.
 //! PutMetricData rather than an embedded-metric-format log line: it needs no agent on EC2
 //! and no log driver support on ECS, and the same code runs against LocalStack.
 //!
@@ -27,26 +31,41 @@ pub struct GaugeConfig {
     pub every: Duration,
 }
 
-/// The outbox's state at one moment.
+/// How long an order may sit in `pending_authorization` with no live lease before it counts
+/// as stuck: two of the intake's leases (30 s), so a buyer's prompt retry never counts.
+pub const STUCK_AFTER: Duration = Duration::from_secs(60);
+
+/// The outbox's state at one moment, and the orders stuck before it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OutboxGauges {
     pub dead_rows: i64,
     /// Seconds since the oldest row still to be sent was written; 0 when none is waiting.
     pub oldest_pending_age_seconds: f64,
+    /// Orders in `pending_authorization` that nobody holds and nothing moved for [`STUCK_AFTER`].
+    pub stuck_pending_orders: i64,
 }
 
-/// Reads both gauges in one statement: the dead rows through their partial index, the oldest
+/// Reads the gauges in one statement: the dead rows through their partial index, the oldest
 /// unsent row through the claim's (`outbox_due`), which holds only unfinished rows: a few
-/// normally, the whole backlog during an SQS outage, read once an interval.
+/// normally, the whole backlog during an SQS outage, read once an interval; the stuck orders
+/// through the sweeper's index of unfinished orders by age.
 pub async fn read(pool: &PgPool) -> sqlx::Result<OutboxGauges> {
-    let (dead_rows, oldest_pending_age_seconds): (i64, f64) = sqlx::query_as(
+    let (dead_rows, oldest_pending_age_seconds, stuck_pending_orders): (i64, f64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM outbox WHERE status = 'dead'),
                 COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(created_at))::float8
-                            FROM outbox WHERE status IN ('pending', 'processing', 'failed')), 0)",
+                            FROM outbox WHERE status IN ('pending', 'processing', 'failed')), 0),
+                (SELECT count(*) FROM orders
+                  WHERE status = 'pending_authorization' AND updated_at < now() - $1 * interval '1 ms'
+                    AND (intake_lease_until IS NULL OR intake_lease_until < now()))",
     )
+    .bind(STUCK_AFTER.as_millis() as i64)
     .fetch_one(pool)
     .await?;
-    Ok(OutboxGauges { dead_rows, oldest_pending_age_seconds: oldest_pending_age_seconds.max(0.0) })
+    Ok(OutboxGauges {
+        dead_rows,
+        oldest_pending_age_seconds: oldest_pending_age_seconds.max(0.0),
+        stuck_pending_orders,
+    })
 }
 
 /// Reads and publishes the gauges every interval until the stop signal.
@@ -81,6 +100,7 @@ async fn publish(
     let gauges = read(pool).await.context("failed to read the outbox gauges")?;
     metrics::gauge!("outbox_dead_rows").set(gauges.dead_rows as f64);
     metrics::gauge!("outbox_oldest_pending_age_seconds").set(gauges.oldest_pending_age_seconds);
+    metrics::gauge!("orders_pending_authorization_stuck").set(gauges.stuck_pending_orders as f64);
     let Some(namespace) = namespace else { return Ok(()) };
     let datum = |name: &str, value: f64, unit: StandardUnit| {
         MetricDatum::builder().metric_name(name).value(value).unit(unit).build()
@@ -93,6 +113,11 @@ async fn publish(
             "OutboxOldestPendingAgeSeconds",
             gauges.oldest_pending_age_seconds,
             StandardUnit::Seconds,
+        ))
+        .metric_data(datum(
+            "OrdersPendingAuthorizationStuck",
+            gauges.stuck_pending_orders as f64,
+            StandardUnit::Count,
         ))
         .send()
         .await

@@ -124,8 +124,9 @@ impl Sender {
                         )
                     })
                     .collect();
-                let outcome = |i: usize| failed.get(&i.to_string()).cloned().map_or(Ok(()), Err);
-                chunk.into_iter().enumerate().map(|(i, (row, _))| (row, outcome(i))).collect()
+                let sent: Vec<&str> = out.successful().iter().map(|s| s.id()).collect();
+                let outcomes = entry_outcomes(chunk.len(), &sent, &failed);
+                chunk.into_iter().map(|(row, _)| row).zip(outcomes).collect()
             }
             Err(e) => {
                 let failure = classify_call(&e);
@@ -189,6 +190,28 @@ fn attributes(row: &Claimed) -> HashMap<String, MessageAttributeValue> {
     attributes
 }
 
+/// Each entry's outcome from a `SendMessageBatch` answer, entries being ids `0..count`:
+/// listed as failed, its classified failure; listed as sent, done. An entry in neither list
+/// (an answer SQS should never give, and a truncated or mangled one can) is not known to be
+/// sent, so it is not marked sent: it is tried again, a duplicate at worst, which the
+/// consumers drop.
+fn entry_outcomes(count: usize, sent: &[&str], failed: &HashMap<String, Failure>) -> Vec<Outcome> {
+    (0..count)
+        .map(|i| {
+            let id = i.to_string();
+            match failed.get(&id) {
+                Some(failure) => Err(failure.clone()),
+                None if sent.contains(&id.as_str()) => Ok(()),
+                None => Err(Failure::transient(
+                    Source::Sqs,
+                    "missing_from_answer",
+                    format!("SendMessageBatch's answer lists entry {id} neither as sent nor as failed"),
+                )),
+            }
+        })
+        .collect()
+}
+
 /// A failed entry of a batch that SQS otherwise accepted: permanent when SQS blames the entry,
 /// transient otherwise.
 fn classify_entry(code: &str, message: &str, sender_fault: bool) -> Failure {
@@ -222,6 +245,8 @@ where
                 "KmsDisabled",
                 "KmsNotFound",
                 "InvalidParameterValue",
+                // A body with characters SQS does not take: the same row fails the same way.
+                "InvalidMessageContents",
                 "BatchRequestTooLong",
                 "UnsupportedOperation",
             ];
@@ -249,6 +274,29 @@ mod tests {
         assert_eq!(classify_entry("InvalidMessageContents", "bad", true).kind, Kind::Permanent);
         assert_eq!(classify_entry("InternalError", "oops", false).kind, Kind::Transient);
         assert_eq!(classify_entry("RequestThrottled", "slow down", true).kind, Kind::Transient);
+    }
+
+    #[test]
+    fn an_entry_the_answer_lists_neither_as_sent_nor_as_failed_is_sent_again() {
+        use orderfleet::failure::Kind;
+        let failed = HashMap::from([("1".to_owned(), classify_entry("InternalError", "oops", false))]);
+        let outcomes = entry_outcomes(3, &["0"], &failed);
+        assert_eq!(outcomes[0], Ok(()));
+        assert_eq!(outcomes[1].as_ref().unwrap_err().code, "InternalError");
+        let missing = outcomes[2].as_ref().unwrap_err();
+        assert_eq!((missing.kind, missing.code.as_str()), (Kind::Transient, "missing_from_answer"));
+    }
+
+    #[test]
+    fn a_message_sqs_refuses_as_invalid_contents_unbatched_is_permanent() {
+        use aws_sdk_sqs::operation::send_message::SendMessageError;
+        use orderfleet::failure::Kind;
+        let meta = aws_sdk_sqs::error::ErrorMetadata::builder()
+            .code("InvalidMessageContents")
+            .message("Invalid binary character '#x0' was found in the message body")
+            .build();
+        let error = SdkError::service_error(SendMessageError::generic(meta), ());
+        assert_eq!(classify_call(&error).kind, Kind::Permanent);
     }
 
     #[test]

@@ -12,10 +12,11 @@
 #![recursion_limit = "256"]
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use orderfleet::consumer::{Handler, Outcome, Received};
 use orderfleet::failure::{Failure, Source};
-use orderfleet::fulfilment::Fulfilment;
+use orderfleet::fulfilment::{Fulfilment, WAITING_FOR_THE_LINE};
 use orderfleet::outbox::{Envelope, EventType};
 use tracing::Instrument;
 
@@ -29,8 +30,10 @@ impl Handler for StockCheck {
     async fn handle(&self, batch: Vec<Received>) -> Vec<Outcome> {
         // Each message on its own: the bound on concurrency is the consumer's semaphore.
         // Each in its message's span: its order's trace_id and order_id on every line.
-        futures::future::join_all(batch.iter().map(|m| self.handle_one(&m.body).instrument(m.span.clone())))
-            .await
+        futures::future::join_all(
+            batch.iter().map(|m| self.handle_waiting_for_the_line(&m.body).instrument(m.span.clone())),
+        )
+        .await
     }
 
     /// The database and Stripe both answer.
@@ -40,7 +43,28 @@ impl Handler for StockCheck {
     }
 }
 
+/// How long a stock check may wait, its message kept invisible by the heartbeat, for an order
+/// ahead of it to be authorized or declined (after an operator's cut). The intake settles a
+/// pending order within its lease (30 s), or the sweeper after 90 s; past this bound the
+/// message comes back later, one receive spent.
+const LINE_PATIENCE: Duration = Duration::from_secs(600);
+
 impl StockCheck {
+    /// [`StockCheck::handle_one`], waiting in place while the order's turn depends on a
+    /// pending order ahead: every receive spent waiting would bring the message nearer the
+    /// DLQ for no fault of its own.
+    pub async fn handle_waiting_for_the_line(&self, body: &str) -> Outcome {
+        let started = tokio::time::Instant::now();
+        loop {
+            match self.handle_one(body).await {
+                Err(failure) if failure.code == WAITING_FOR_THE_LINE && started.elapsed() < LINE_PATIENCE => {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
     /// Handles one message body. Public so tests can drive it without SQS.
     pub async fn handle_one(&self, body: &str) -> Outcome {
         let envelope: Envelope = serde_json::from_str(body).map_err(|e| {

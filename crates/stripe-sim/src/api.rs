@@ -206,7 +206,11 @@ async fn mutate(
 
     let fault = sim.take_fault(operation);
     match fault {
-        Some(Mode::Error500) => return retryable(error_response(&StripeError::internal())),
+        // Stripe saves the answer of a request that began executing, a 500 included, under
+        // its key, and replays it to every retry with that key for 24 hours: below, as the
+        // operation's answer. A request without a key just gets it.
+        Some(Mode::Error500) if key.is_none() => return retryable(error_response(&StripeError::internal())),
+        Some(Mode::Error500) => {}
         Some(Mode::Error429) => return retryable(error_response(&StripeError::injected_rate_limit())),
         Some(Mode::Timeout) => {
             sim.hang().await;
@@ -217,7 +221,12 @@ async fn mutate(
 
     let params = Params::parse(body);
     let scope = key.clone().map(|key| Scope { account, key, endpoint, fingerprint: params.fingerprint() });
-    let executed = sim.execute(scope.as_ref(), &request_id.0, |ledger, now| run(&params, ledger, now));
+    let executed = match fault {
+        Some(Mode::Error500) => {
+            sim.execute(scope.as_ref(), &request_id.0, |_, _| Ok(Reply::error(&StripeError::internal())))
+        }
+        _ => sim.execute(scope.as_ref(), &request_id.0, |ledger, now| run(&params, ledger, now)),
+    };
     if fault == Some(Mode::DropAfterSuccess) {
         return dropped_connection();
     }

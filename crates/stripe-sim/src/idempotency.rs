@@ -2,12 +2,20 @@
 //!
 //! - Keys belong to the account (the API key), not to an endpoint: reusing a key on another
 //!   endpoint, or on the same endpoint with other parameters, is an `idempotency_error`.
-//! - The first request's answer, status and body, is saved once the operation has run, error
-//!   answers (a 402 decline, a 400 state error, a 404) included, and replayed to every later
-//!   request with the same key and parameters, with `Idempotent-Replayed: true`.
+//! - The first request's answer, status and body, is saved once the operation began
+//!   executing, error answers (a 402 decline, a 400 state error, a 404, **a 500**) included,
+//!   and replayed to every later request with the same key and parameters, with
+//!   `Idempotent-Replayed: true`, for 24 hours (`POST /_sim/idempotency_keys/expire`). Stripe
+//!   says so: "Stripe's idempotency works by saving the resulting status code and body of
+//!   the first request made for any given idempotency key, regardless of whether it succeeds
+//!   or fails. Subsequent requests with the same key return the same result, including 500
+//!   errors" (docs.stripe.com/api/idempotent_requests). An injected `error_500` on a request
+//!   with a key is such an answer: the operation did nothing, and its 500 is saved, so a
+//!   client that retries with the same key gets the 500 again until it starts a new attempt
+//!   with a new key.
 //! - Nothing is saved for a request refused before it began executing (parameter
-//!   validation), nor for an injected fault that answered 500/429 or hung: those model Stripe
-//!   never having run the operation, so a retry with the same key runs it.
+//!   validation), nor for an injected fault that answered 429 or hung: those model Stripe's
+//!   front refusing it or the network losing it, so a retry with the same key runs it.
 //!
 //! Stripe answers 409 to a request whose key is in use by one still executing. Here the
 //! lookup, the operation and the saving of its answer happen under one lock, so a concurrent

@@ -10,19 +10,35 @@ use serde_json::json;
 use support::{AUTHORIZE, TestSim};
 
 #[tokio::test]
-async fn an_error_500_fault_answers_api_error_without_effect_and_then_passes() {
+async fn an_error_500_fault_is_saved_under_its_key_and_replayed_until_the_key_expires() {
     let sim = TestSim::start().await;
     sim.arm("create", "error_500", 1).await;
 
     let faulted = sim.post("/v1/payment_intents", AUTHORIZE, Some("k-500")).await;
     let retried = sim.post("/v1/payment_intents", AUTHORIZE, Some("k-500")).await;
+    let new_key = sim.post("/v1/payment_intents", AUTHORIZE, Some("k-500-attempt-2")).await;
 
     assert_eq!(faulted.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(faulted.error_type(), "api_error");
     assert!(faulted.header("request-id").is_some());
-    // Nothing ran and nothing was saved under the key: the retry runs for real.
-    assert_eq!(retried.status, StatusCode::OK, "{}", retried.raw);
-    assert_eq!(retried.header("idempotent-replayed"), None);
+    // As on Stripe: the 500 is the key's saved answer, replayed to a retry with the key; the
+    // operation did nothing, and a new key runs it.
+    assert_eq!(retried.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", retried.raw);
+    assert_eq!(retried.header("idempotent-replayed"), Some("true"));
+    assert_eq!(new_key.status, StatusCode::OK, "{}", new_key.raw);
+    assert_eq!(sim.intents().await.len(), 1);
+}
+
+#[tokio::test]
+async fn an_error_500_fault_without_a_key_saves_nothing() {
+    let sim = TestSim::start().await;
+    sim.arm("create", "error_500", 1).await;
+
+    let faulted = sim.post("/v1/payment_intents", AUTHORIZE, None).await;
+    let again = sim.post("/v1/payment_intents", AUTHORIZE, None).await;
+
+    assert_eq!(faulted.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(again.status, StatusCode::OK, "{}", again.raw);
     assert_eq!(sim.intents().await.len(), 1);
 }
 

@@ -225,7 +225,20 @@ impl<H: Handler> Poller<H> {
     /// What a receive brought, and what it says about the queue.
     fn received(&mut self, out: ReceiveMessageOutput, asked: usize) -> Vec<Received> {
         self.failures = 0;
-        let messages = out.messages.unwrap_or_default();
+        let (messages, damaged) = split_damaged(out.messages.unwrap_or_default());
+        for message in damaged {
+            // Neither handled nor deleted: handed back at once, for a receive that brings it
+            // whole. Each one counts toward its redrive, as any receive does.
+            metrics::counter!("sqs_messages_damaged_total", "queue" => self.queue.clone()).increment(1);
+            tracing::warn!(
+                queue = self.queue,
+                message_id = message.message_id().unwrap_or_default(),
+                "a received message does not match its MD5OfBody; handing it back unhandled"
+            );
+            if let Some(receipt) = message.receipt_handle {
+                let _ = self.shared.acks.try_send(Ack::Visibility(receipt, 0));
+            }
+        }
         // Deep only when a whole batch came back: a busy worker asking for a few messages and
         // getting them says nothing about the queue.
         self.shared.backlog.observe(messages.len(), self.full_batch());
@@ -288,6 +301,24 @@ impl<H: Handler> Poller<H> {
     }
 }
 
+/// The messages whose body is the one SQS stored, and the ones damaged on the way.
+///
+/// SQS sends with every message `MD5OfBody`, the MD5 of the body it stored; a body that does
+/// not match it was changed on the way (a proxy, a bug). The AWS SDKs for Java and Python check
+/// it and retry; the SDK for Rust does not, so the consumer does. A message without the
+/// digest is taken as it is.
+pub(super) fn split_damaged(messages: Vec<Message>) -> (Vec<Message>, Vec<Message>) {
+    messages.into_iter().partition(|m| match (m.body(), m.md5_of_body()) {
+        (Some(body), Some(expected)) => body_matches(body, expected),
+        _ => true,
+    })
+}
+
+fn body_matches(body: &str, md5_of_body: &str) -> bool {
+    use md5::Digest;
+    hex::encode(md5::Md5::digest(body.as_bytes())).eq_ignore_ascii_case(md5_of_body)
+}
+
 fn received(m: Message) -> Received {
     let mut received = Received {
         receive_count: m
@@ -331,5 +362,26 @@ pub(super) async fn sleep_or_stop(cancel: &CancellationToken, delay: Duration) -
     tokio::select! {
         _ = cancel.cancelled() => false,
         _ = tokio::time::sleep(delay) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(body: &str, md5_of_body: &str) -> Message {
+        Message::builder().message_id(body).body(body).md5_of_body(md5_of_body).receipt_handle("r").build()
+    }
+
+    #[test]
+    fn a_message_whose_body_does_not_match_its_md5_is_set_apart() {
+        // MD5("hello"), as SQS computes it.
+        let whole = message("hello", "5d41402abc4b2a76b9719d911017c592");
+        let damaged = message("hellO", "5d41402abc4b2a76b9719d911017c592");
+        let unchecked = Message::builder().body("no digest").build();
+        let (kept, set_apart) = split_damaged(vec![whole, damaged, unchecked]);
+        assert_eq!(kept.iter().map(|m| m.body().unwrap()).collect::<Vec<_>>(), ["hello", "no digest"]);
+        assert_eq!(set_apart.len(), 1);
+        assert_eq!(set_apart[0].body(), Some("hellO"));
     }
 }
