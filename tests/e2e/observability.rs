@@ -235,7 +235,7 @@ async fn the_relay_puts_the_outboxs_dead_rows_and_oldest_pending_age_to_cloudwat
          INSERT INTO products (id, name, price_minor, currency, units_total, stock)
          VALUES ('sku-1', 'sku-1', 1000, 'usd', 10, 10);
          INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity, amount_minor,
-                             currency, payment_method, position, updated_at)
+                             currency, payment_method, position, created_at)
          VALUES (gen_random_uuid(), 'ann', 'k-stuck', '\\x00', 'sku-1', 1, 1000, 'usd', 'pm_card_visa', 1,
                  now() - interval '5 minutes'),
                 (gen_random_uuid(), 'bob', 'k-fresh', '\\x00', 'sku-1', 1, 1000, 'usd', 'pm_card_visa', 2, now());",

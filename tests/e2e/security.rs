@@ -280,7 +280,7 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
             expected(&[
                 ("inbox", "S,D"),
                 ("message_failures", "S,D"),
-                ("orders", "S(intake_lease_until,status,updated_at)"),
+                ("orders", "S(created_at,intake_lease_until,status)"),
                 ("outbox", "S,U,D"),
                 ("outbox_archive", "S(id),I"),
             ]),

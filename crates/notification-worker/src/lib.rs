@@ -275,10 +275,22 @@ impl Notifier {
                 (f.id(), Failure::transient(Source::Sns, f.code(), reason))
             })
             .collect();
+        let sent: std::collections::HashSet<&str> = out.successful().iter().filter_map(|s| s.id()).collect();
         let (published, refused): (Vec<&Ready>, Vec<&Ready>) =
-            fresh.iter().partition(|r| !failed.contains_key(r.index.to_string().as_str()));
+            fresh.iter().partition(|r| sent.contains(r.index.to_string().as_str()));
+        let (refused, unknown): (Vec<&Ready>, Vec<&Ready>) =
+            refused.into_iter().partition(|r| failed.contains_key(r.index.to_string().as_str()));
         for r in &refused {
             outcomes.set(r, Err(failed[r.index.to_string().as_str()].clone()));
+        }
+        // In neither list (an answer SNS should never give; a mangled one can): maybe published,
+        // so not marked processed; it comes back when its claim ends and goes out again, a
+        // repeat at worst, which its notification_id tells apart.
+        for r in &unknown {
+            let reason = "PublishBatch's answer lists the entry neither as published nor as failed";
+            let failure = Failure::transient(Source::Sns, "missing_from_answer", reason)
+                .retry_in(Duration::from_secs(CLAIM_SECONDS as u64));
+            outcomes.set(r, Err(failure));
         }
         if !refused.is_empty() {
             // Not published: let the next delivery claim them at once.
@@ -417,16 +429,15 @@ impl Notifier {
             // each publish the batch again; this loop retries after its backoff instead.
             // Measured with every answer withheld for 45 s: at most 5 deliveries of one
             // notification with the SDK's retries, 4 without (docs/failure-modes.md).
-            let sent = self
-                .sns
-                .publish_batch()
-                .topic_arn(&self.topic_arn)
-                .set_publish_batch_request_entries(Some(entries.clone()))
-                .customize()
-                .config_override(
-                    aws_sdk_sns::config::Builder::default()
-                        .retry_config(aws_sdk_sns::config::retry::RetryConfig::standard().with_max_attempts(1)),
-                );
+            let sent =
+                self.sns
+                    .publish_batch()
+                    .topic_arn(&self.topic_arn)
+                    .set_publish_batch_request_entries(Some(entries.clone()))
+                    .customize()
+                    .config_override(aws_sdk_sns::config::Builder::default().retry_config(
+                        aws_sdk_sns::config::retry::RetryConfig::standard().with_max_attempts(1),
+                    ));
             let (failure, nothing_published) = match sent.send().await {
                 Ok(out) => return Ok(out),
                 Err(e) => classify(&e),

@@ -7,6 +7,11 @@
 //! limit, and `/healthz` and `/metrics`. The intake never calls SQS: an SQS outage cannot
 //! block it.
 
+// Proving the order handler's future `Send` goes through async-stripe's deeply nested types
+// (an authorization resumed after a saved 5xx nests one more level): more than the default
+// recursion limit.
+#![recursion_limit = "256"]
+
 pub mod connection;
 pub mod error;
 pub mod limits;

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use order_intake::{AppState, IntakeConfig};
 use orderfleet::config::Env;
+use orderfleet::tasks::Tasks;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -34,15 +35,18 @@ async fn run(config: IntakeConfig) -> anyhow::Result<()> {
             tokio::time::sleep(grace).await;
         }
     };
-    tokio::select! {
-        served = order_intake::run(listener, state, cancel.clone()) => served?,
-        () = deadline => tracing::warn!(?grace, "requests still in flight after the grace period; stopping anyway"),
-    }
-    // Serving ends only at the stop signal; anything else must not look like a clean stop.
-    anyhow::ensure!(cancel.is_cancelled(), "the server task ended before the stop signal");
-    cancel.cancel();
+    // Supervised (orderfleet::tasks): the server and the metrics each run until the stop
+    // signal; one that ends before it stops the other and the process exits 1, naming it.
+    let mut tasks = Tasks::new(cancel.clone());
     if let Some(metrics) = metrics {
-        metrics.await??;
+        tasks.adopt("metrics", metrics);
     }
-    Ok(())
+    tasks.spawn("server", async move {
+        tokio::select! {
+            served = order_intake::run(listener, state, cancel) => served?,
+            () = deadline => tracing::warn!(?grace, "requests still in flight after the grace period; stopping anyway"),
+        }
+        Ok(())
+    });
+    tasks.run_until_stopped().await
 }

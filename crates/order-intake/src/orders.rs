@@ -445,7 +445,8 @@ async fn door<'e>(executor: impl sqlx::PgExecutor<'e>, entry: Entry<'_>, cap: Ca
 /// took it. Nothing is written for a refused order.
 async fn admit_capped(pool: &PgPool, entry: Entry<'_>, cap: i32) -> Result<Door, ApiError> {
     let (user, product) = (entry.user.as_str(), entry.request.product_id.as_str());
-    let mut tx = pool.begin().await.map_err(database_error)?;
+    // Ended by the server if this client goes quiet inside it: its locks never outlive it.
+    let mut tx = orderfleet::db::begin(pool).await.map_err(database_error_of)?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))")
         .bind(user)
         .bind(product)
@@ -479,7 +480,11 @@ async fn admit_capped(pool: &PgPool, entry: Entry<'_>, cap: i32) -> Result<Door,
 /// failure such as a deadlock, is a 503 — nothing was committed, retry with the same key; only
 /// a permanent one (a constraint, a data error) is a 500.
 pub fn database_error(error: sqlx::Error) -> ApiError {
-    let error = anyhow::Error::new(error);
+    database_error_of(anyhow::Error::new(error))
+}
+
+/// [`database_error`] of an error already in a chain.
+fn database_error_of(error: anyhow::Error) -> ApiError {
     match orderfleet::db::failure(&error).kind {
         Kind::Outage | Kind::Transient => ApiError::Unavailable(
             error.context("the database is unavailable or the statement could not finish"),

@@ -79,6 +79,12 @@ pub async fn authorize(
     payments: &Payments,
     order: &PendingOrder,
 ) -> Result<Recorded, AuthorizationError> {
+    let result = call_stripe(payments, order).await;
+    record(pool, payments, order, result).await
+}
+
+/// The authorization request of the order's attempt, under that attempt's key.
+async fn call_stripe(payments: &Payments, order: &PendingOrder) -> Result<Intent, PaymentError> {
     let result = payments
         .authorize(&AuthorizeRequest {
             order_id: order.id,
@@ -90,7 +96,7 @@ pub async fn authorize(
         })
         .await;
     crate::failpoint::hit("after_authorize");
-    record(pool, payments, order, result).await
+    result
 }
 
 /// Authorizes an order that is not new — taken over after its intake died or gave up — whose
@@ -100,39 +106,55 @@ pub async fn authorize(
 /// still pending by then would get a second PaymentIntent, a second hold on the card that
 /// nothing cancels.
 ///
-/// Which key: when the order's attempt began longer ago than Stripe's search can lag
-/// ([`Payments::search_lag`]), the search is the truth — the attempt made nothing (it failed
-/// with a 5xx that Stripe saved under its key, or never reached Stripe) — and the order moves
-/// to its next attempt, with a new key. Sooner than that the search may miss the attempt's
-/// intent, so the attempt's own key is used again: Stripe answers with what it saved for it,
-/// the first PaymentIntent, or the same 5xx (the buyer hears 503 and tries later).
+/// Which key: the attempt's own first, which Stripe answers with what it saved for it (the
+/// intent an answer lost on the way made, or a decline) or runs if it never got the request.
+/// Only if Stripe saved a 5xx under it, its search finds no intent for the order, and the
+/// attempt began longer ago than the search can lag ([`Payments::search_lag`]), did the
+/// attempt do nothing: the order moves to its next attempt, with a new key. Otherwise the buyer
+/// hears 503 and tries later.
 pub async fn resume(
     pool: &PgPool,
     payments: &Payments,
     order: &PendingOrder,
 ) -> Result<Recorded, AuthorizationError> {
+    let searched = std::time::Instant::now();
     match payments.find_by_order(order.id).await {
         Ok(Some(intent)) => {
             tracing::info!(payment_intent = intent.id, status = ?intent.status, "found the order's PaymentIntent at Stripe");
             record(pool, payments, order, Ok(intent)).await
         }
         Ok(None) => {
-            let attempt = crate::order::next_payment_attempt(
+            // The attempt's own key first, which is always safe: Stripe answers what it saved
+            // for it (the intent of an answer lost on the way, a decline, a 5xx) or, if the
+            // request never reached it, runs it now.
+            let again = call_stripe(payments, order).await;
+            let Err(PaymentError::AttemptFailed(reason)) = again else {
+                return record(pool, payments, order, again).await;
+            };
+            // Stripe saved a 5xx under the key, and its search found no intent for the order:
+            // trusted once the attempt began longer ago than the search can lag (counted from
+            // the search, a moment ago), that means the attempt did nothing, and the next one
+            // may begin, with a new key.
+            let settled_for = payments.search_lag() + searched.elapsed();
+            let next = crate::order::next_payment_attempt(
                 pool,
                 order.id,
                 OrderStatus::PendingAuthorization,
                 order.payment_attempt,
-                payments.search_lag(),
+                settled_for,
             )
-            .await?
-            .unwrap_or(order.payment_attempt);
-            if attempt != order.payment_attempt {
-                tracing::info!(
-                    attempt,
-                    "Stripe holds nothing for the order's last attempt; a new attempt, with a new key"
-                );
+            .await?;
+            match next {
+                None => Ok(Recorded::MovedElsewhere),
+                Some(next) if next != order.payment_attempt => {
+                    tracing::info!(
+                        attempt = next,
+                        "Stripe holds nothing for the order's last attempt; a new attempt, with a new key"
+                    );
+                    authorize(pool, payments, &PendingOrder { payment_attempt: next, ..order.clone() }).await
+                }
+                Some(_) => record(pool, payments, order, Err(PaymentError::AttemptFailed(reason))).await,
             }
-            authorize(pool, payments, &PendingOrder { payment_attempt: attempt, ..order.clone() }).await
         }
         Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
             release(pool, order.id).await?;

@@ -87,6 +87,29 @@ pub async fn bounded<T>(
     }
 }
 
+/// Begins a transaction that the server ends by itself if the client goes quiet inside it
+/// (`idle_in_transaction_session_timeout`, [`IDLE_IN_TRANSACTION`]): a connection frozen
+/// between two of its statements would otherwise keep its row locks — a product's row, which
+/// every reservation and the door wait on — until the kernel gives up on the connection,
+/// hours later. `SET LOCAL` lasts the transaction alone, so the pool's connections are left as
+/// they were; a single statement outside a transaction needs none.
+pub async fn begin(pool: &PgPool) -> anyhow::Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+    let mut tx = pool.begin().await.context("failed to begin a transaction")?;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SET LOCAL idle_in_transaction_session_timeout = {}",
+        IDLE_IN_TRANSACTION.as_millis()
+    )))
+    .execute(&mut *tx)
+    .await
+    .context("failed to bound the transaction's idle time")?;
+    Ok(tx)
+}
+
+/// How long a worker's transaction may sit idle, waiting for its client, before the server
+/// ends it and frees its locks: above [`STEP_DEADLINE`], so only a client that has given up
+/// meets it.
+pub const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(15);
+
 /// Whether the database answers: `SELECT 1` within the step deadline (a worker's probe while
 /// it is paused).
 pub async fn probe(pool: &PgPool) -> Result<(), String> {

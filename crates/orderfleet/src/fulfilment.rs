@@ -41,6 +41,41 @@ pub fn fits_in_line(stock: i32, ahead: &[i32], quantity: i32) -> bool {
     quantity <= left
 }
 
+/// Whether an order of `quantity` finds its units when `stock` units are not yet taken and
+/// `ahead` are the orders ahead of it in line that have not taken theirs, each with whether it
+/// is still pending authorization (it may yet take its units, or be declined and take none):
+/// `Some` when every way the pending ones can go gives the same answer, `None` when it
+/// depends on them. [`fits_in_line`] lets an order too large for what is left be passed over,
+/// so the answer is not monotonic in what the pending orders do, and every combination is
+/// tried; past [`MOST_PENDING_WEIGHED`] pending orders ahead it is `None` (wait) unless the
+/// units cover every order ahead outright.
+pub fn fits_whatever_the_pending_do(stock: i32, ahead: &[(i32, bool)], quantity: i32) -> Option<bool> {
+    let everyone: i64 = ahead.iter().map(|(q, _)| i64::from(*q)).sum();
+    if i64::from(stock) - everyone >= i64::from(quantity) {
+        return Some(true);
+    }
+    let pending: Vec<usize> = (0..ahead.len()).filter(|&i| ahead[i].1).collect();
+    if pending.len() > MOST_PENDING_WEIGHED {
+        return None;
+    }
+    let mut answers = (0u32..1 << pending.len()).map(|taken| {
+        let line: Vec<i32> = ahead
+            .iter()
+            .enumerate()
+            .filter(|(i, (_, is_pending))| {
+                !is_pending || pending.iter().position(|p| p == i).is_some_and(|bit| taken & (1 << bit) != 0)
+            })
+            .map(|(_, (q, _))| *q)
+            .collect();
+        fits_in_line(stock, &line, quantity)
+    });
+    let first = answers.next().expect("at least one combination");
+    answers.all(|answer| answer == first).then_some(first)
+}
+
+/// The most pending orders ahead whose every outcome is weighed (2^n combinations).
+pub const MOST_PENDING_WEIGHED: usize = 10;
+
 /// The code of the failure that says an order's turn waits on a pending order ahead of it.
 pub const WAITING_FOR_THE_LINE: &str = "waiting_for_the_line";
 
@@ -207,7 +242,7 @@ impl Fulfilment {
     /// lock is held for three short statements and the commit; no network call runs under it.
     /// Returns the move made, or that another delivery had already moved the order.
     async fn reserve_in_line(&self, order: &Order) -> anyhow::Result<Reserved> {
-        let mut tx = self.pool.begin().await.context("failed to begin a reservation")?;
+        let mut tx = crate::db::begin(&self.pool).await.context("failed to begin a reservation")?;
         let position: Option<i64> = sqlx::query_scalar(
             "SELECT position FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE",
         )
@@ -249,15 +284,9 @@ impl Fulfilment {
             .fetch_all(&mut *tx)
             .await
             .context("failed to read the line")?;
-            let every_one: Vec<i32> = line.iter().map(|(quantity, _)| *quantity).collect();
-            let authorized: Vec<i32> = line.iter().filter(|(_, pending)| !pending).map(|(q, _)| *q).collect();
-            match (
-                fits_in_line(stock, &every_one, order.quantity),
-                fits_in_line(stock, &authorized, order.quantity),
-            ) {
-                (true, _) => true,
-                (false, false) => false,
-                (false, true) => {
+            match fits_whatever_the_pending_do(stock, &line, order.quantity) {
+                Some(fits) => fits,
+                None => {
                     let pending = line.iter().filter(|(_, pending)| *pending).count();
                     let reason = format!(
                         "whether order {} gets its units depends on {pending} order(s) ahead of it still pending authorization",
@@ -357,7 +386,7 @@ impl Fulfilment {
     /// `order.rejected` message and gives its units back.
     async fn fail_capture(&self, order: &Order, reason: &str) -> anyhow::Result<Captured> {
         let failed = OrderNotification::of(order, OrderStatus::CaptureFailed, Some(reason));
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::db::begin(&self.pool).await?;
         let moved = order::transition_with_messages(
             &mut *tx,
             order.id,
@@ -484,6 +513,21 @@ mod tests {
         assert!(!fits_in_line(3, &[2], 3));
         assert!(fits_in_line(3, &[2, 3], 1));
         assert!(!fits_in_line(3, &[2, 3, 1], 1));
+    }
+
+    #[test]
+    fn an_order_waits_when_a_pending_order_ahead_decides_its_turn_whichever_way_it_goes() {
+        use super::fits_whatever_the_pending_do as decide;
+        // Cut to 3: P1 (1, pending), A2 (3), then X (2). If P1 takes its unit, A2 is passed
+        // over and X fits; if P1 is declined, A2 takes all three and X does not: wait.
+        assert_eq!(decide(3, &[(1, true), (3, false)], 2), None);
+        // Stock 2: P1 (1, pending), P2 (1, pending), A (2), then X (1). Both pending taking,
+        // or neither, leave nothing for X; one of them taking leaves X its unit: wait.
+        assert_eq!(decide(2, &[(1, true), (1, true), (2, false)], 1), None);
+        // Whatever the pending one does, the answer is the same: decided.
+        assert_eq!(decide(3, &[(1, true)], 1), Some(true));
+        assert_eq!(decide(1, &[(1, false), (1, true)], 1), Some(false));
+        assert_eq!(decide(10, &[(1, true), (2, false)], 3), Some(true));
     }
 
     #[test]

@@ -242,6 +242,9 @@ impl Payments {
         let metadata = HashMap::from([
             ("order_id".to_owned(), request.order_id.to_string()),
             ("user_id".to_owned(), request.user_id.to_owned()),
+            // Which attempt made it: an operator looking at an order's intents in Stripe's
+            // dashboard sees which key each came from.
+            ("attempt".to_owned(), request.attempt.to_string()),
         ]);
         let currency: stripe_types::Currency = request.currency.parse().map_err(|_| {
             refused("invalid_currency", format!("unknown currency {}", request.currency), 400)

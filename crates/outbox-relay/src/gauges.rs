@@ -32,7 +32,9 @@ pub struct GaugeConfig {
 }
 
 /// How long an order may sit in `pending_authorization` with no live lease before it counts
-/// as stuck: two of the intake's leases (30 s), so a buyer's prompt retry never counts.
+/// as stuck: two of the intake's leases (30 s), so a buyer's prompt retry never counts. Its
+/// age is from its creation: a sweep or a retry that takes its lease and gives it back
+/// refreshes `updated_at`, and must not hide an order stuck for good.
 pub const STUCK_AFTER: Duration = Duration::from_secs(60);
 
 /// The outbox's state at one moment, and the orders stuck before it.
@@ -41,7 +43,7 @@ pub struct OutboxGauges {
     pub dead_rows: i64,
     /// Seconds since the oldest row still to be sent was written; 0 when none is waiting.
     pub oldest_pending_age_seconds: f64,
-    /// Orders in `pending_authorization` that nobody holds and nothing moved for [`STUCK_AFTER`].
+    /// Orders in `pending_authorization`, older than [`STUCK_AFTER`], that nobody holds.
     pub stuck_pending_orders: i64,
 }
 
@@ -55,7 +57,7 @@ pub async fn read(pool: &PgPool) -> sqlx::Result<OutboxGauges> {
                 COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(created_at))::float8
                             FROM outbox WHERE status IN ('pending', 'processing', 'failed')), 0),
                 (SELECT count(*) FROM orders
-                  WHERE status = 'pending_authorization' AND updated_at < now() - $1 * interval '1 ms'
+                  WHERE status = 'pending_authorization' AND created_at < now() - $1 * interval '1 ms'
                     AND (intake_lease_until IS NULL OR intake_lease_until < now()))",
     )
     .bind(STUCK_AFTER.as_millis() as i64)

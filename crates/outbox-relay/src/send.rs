@@ -17,7 +17,7 @@ use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use futures::future::join_all;
 use orderfleet::config::QueueConfig;
-use orderfleet::failure::{Failure, Outcome, Source};
+use orderfleet::failure::{Failure, Kind, Outcome, Source};
 use orderfleet::outbox::{Destination, Envelope};
 
 use crate::Claimed;
@@ -86,16 +86,7 @@ impl Sender {
     async fn send_chunk(&self, queue_url: String, chunk: Vec<(Claimed, String)>) -> Vec<(Claimed, Outcome)> {
         if !self.batching {
             let (row, body) = chunk.into_iter().next().expect("chunks are not empty");
-            let attributes = attributes(&row);
-            let result = self
-                .sqs
-                .send_message()
-                .queue_url(&queue_url)
-                .message_body(body)
-                .set_message_attributes(Some(attributes))
-                .send()
-                .await;
-            return vec![(row, result.map(|_| ()).map_err(|e| classify_call(&e)))];
+            return vec![self.send_one(&queue_url, row, body).await];
         }
 
         let entries: Vec<SendMessageBatchRequestEntry> = chunk
@@ -130,9 +121,35 @@ impl Sender {
             }
             Err(e) => {
                 let failure = classify_call(&e);
+                if chunk.len() > 1
+                    && failure.kind == Kind::Permanent
+                    && failure.code.ends_with("InvalidMessageContents")
+                {
+                    // One entry's body may fail the whole call: each on its own, so that the
+                    // others go and only the bad one is dead.
+                    let mut results = Vec::with_capacity(chunk.len());
+                    for (row, body) in chunk {
+                        results.push(self.send_one(&queue_url, row, body).await);
+                    }
+                    return results;
+                }
                 chunk.into_iter().map(|(row, _)| (row, Err(failure.clone()))).collect()
             }
         }
+    }
+
+    /// One row, with `SendMessage`.
+    async fn send_one(&self, queue_url: &str, row: Claimed, body: String) -> (Claimed, Outcome) {
+        let attributes = attributes(&row);
+        let result = self
+            .sqs
+            .send_message()
+            .queue_url(queue_url)
+            .message_body(body)
+            .set_message_attributes(Some(attributes))
+            .send()
+            .await;
+        (row, result.map(|_| ()).map_err(|e| classify_call(&e)))
     }
 }
 

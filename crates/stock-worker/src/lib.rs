@@ -43,21 +43,26 @@ impl Handler for StockCheck {
     }
 }
 
-/// How long a stock check may wait, its message kept invisible by the heartbeat, for an order
-/// ahead of it to be authorized or declined (after an operator's cut). The intake settles a
-/// pending order within its lease (30 s), or the sweeper after 90 s; past this bound the
-/// message comes back later, one receive spent.
-const LINE_PATIENCE: Duration = Duration::from_secs(600);
+/// How often a stock check still waiting for an order ahead of it says so.
+const WAITING_LOGGED_EVERY: Duration = Duration::from_secs(60);
 
 impl StockCheck {
-    /// [`StockCheck::handle_one`], waiting in place while the order's turn depends on a
-    /// pending order ahead: every receive spent waiting would bring the message nearer the
-    /// DLQ for no fault of its own.
+    /// [`StockCheck::handle_one`], waiting in place (the heartbeat keeps the message
+    /// invisible) for as long as the order's turn depends on a pending order ahead: every
+    /// receive spent waiting would bring the message nearer the DLQ for no fault of its own.
+    /// The order ahead is settled by its buyer's retry or the sweeper; while Stripe is down that
+    /// can take the outage's length, and the wait is as long. It says so every minute.
     pub async fn handle_waiting_for_the_line(&self, body: &str) -> Outcome {
         let started = tokio::time::Instant::now();
+        let mut said = started;
         loop {
             match self.handle_one(body).await {
-                Err(failure) if failure.code == WAITING_FOR_THE_LINE && started.elapsed() < LINE_PATIENCE => {
+                Err(failure) if failure.code == WAITING_FOR_THE_LINE => {
+                    if said.elapsed() >= WAITING_LOGGED_EVERY {
+                        let waited = started.elapsed();
+                        tracing::warn!(?waited, reason = failure.reason, "still waiting for the line");
+                        said = tokio::time::Instant::now();
+                    }
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
                 outcome => return outcome,

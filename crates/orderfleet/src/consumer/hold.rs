@@ -15,11 +15,15 @@
 //!   failing on that dependency within its window — what a cut looks like in a shape no
 //!   classification foresaw (a connection cut mid-TLS, a proxy answering garbage).
 //!
-//! A held message is handled again at most [`MAX_HOLDS`] times, each after a backoff and a
-//! passing probe. One that keeps failing while its dependencies answer has a problem of its
-//! own: it is settled like any other failure (it comes back, and after its third receive
-//! goes to the DLQ), so it cannot hold a permit for ever. At the stop signal the held
-//! messages are settled as they are: they come back after a backoff, to another worker.
+//! A held message is handled again after a backoff and a passing probe, for as long as its
+//! failure is classified an outage: a dependency that answers the probe but not the work (a
+//! disk full under `SELECT 1`, Stripe failing captures while lookups answer) is still down, and
+//! an outage never dead-letters good work. An outage only *inferred* (a transient failure, then
+//! a failing probe or the breaker) is held at most [`MAX_HOLDS`] times: one that keeps failing
+//! while its dependencies answer has a problem of its own, and is settled like any other
+//! failure (it comes back, and after its third receive goes to the DLQ). At the stop signal
+//! the held messages are settled as they are: they come back after a backoff, to another
+//! worker.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -27,14 +31,15 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::acker::with_heartbeat;
+use super::acker::{Ack, with_heartbeat};
 use super::poller::{Gate, sleep_or_stop};
 use super::settle::{Delivered, Settle};
 use super::{Handler, Outcome, Received, failure_key};
 use crate::backoff::Backoff;
 use crate::failure::{Failure, Kind, Source};
 
-/// How many times a held message is handled again before it is settled as it is.
+/// How many times a message held for an inferred outage is handled again before it is
+/// settled as it is.
 pub(super) const MAX_HOLDS: u32 = 10;
 
 /// The wait before a held message is handled again (then the probe must pass too): about 1 s,
@@ -99,7 +104,10 @@ impl<H: Handler> BatchTask<H> {
         let mut holds = 0;
         loop {
             let outcomes = self.handle(&pending).await;
-            let (held, settled) = self.sort(pending, outcomes, holds < MAX_HOLDS).await;
+            // Sorting may probe for seconds: under the heartbeat, like the handling.
+            let receipts: Vec<String> = pending.iter().map(|m| m.receipt_handle.clone()).collect();
+            let sorted = self.sort(pending, outcomes, holds < MAX_HOLDS);
+            let (held, settled) = self.heartbeat(sorted, &receipts).await;
             self.settle.batch(settled).await;
             if held.is_empty() {
                 return;
@@ -118,10 +126,13 @@ impl<H: Handler> BatchTask<H> {
             metrics::counter!("messages_held_total", "queue" => self.queue.clone())
                 .increment(held.len() as u64);
             let receipts: Vec<String> = held.iter().map(|(m, _)| m.receipt_handle.clone()).collect();
-            let wait = self.wait_to_try_again(holds);
-            let again =
-                with_heartbeat(wait, &receipts, self.visibility, self.settle.acks(), &self.stop_heartbeats)
-                    .await;
+            // Extended now, then every third of the timeout while waiting: no gap between the
+            // sorting's heartbeat and the wait's first beat lets a held message go visible.
+            let visibility = self.visibility.as_secs() as i32;
+            for receipt in &receipts {
+                let _ = self.settle.acks().send(Ack::Visibility(receipt.clone(), visibility)).await;
+            }
+            let again = self.heartbeat(self.wait_to_try_again(holds), &receipts).await;
             if !again {
                 // Stopping: the held messages come back after a backoff, to another worker.
                 let settled =
@@ -136,17 +147,22 @@ impl<H: Handler> BatchTask<H> {
 
     async fn handle(&self, batch: &[Received]) -> Vec<Outcome> {
         let receipts: Vec<String> = batch.iter().map(|m| m.receipt_handle.clone()).collect();
-        let work = self.handler.handle(batch.to_vec());
-        with_heartbeat(work, &receipts, self.visibility, self.settle.acks(), &self.stop_heartbeats).await
+        self.heartbeat(self.handler.handle(batch.to_vec()), &receipts).await
     }
 
-    /// Splits the outcomes into the messages to hold (stopped by an outage, while holds are
-    /// left) and the ones to settle now.
+    /// `work`, while the messages of `receipts` stay invisible.
+    async fn heartbeat<T>(&self, work: impl Future<Output = T>, receipts: &[String]) -> T {
+        with_heartbeat(work, receipts, self.visibility, self.settle.acks(), &self.stop_heartbeats).await
+    }
+
+    /// Splits the outcomes into the messages to hold (stopped by an outage: always when the
+    /// failure says so, while holds are left when the outage is inferred) and the ones to
+    /// settle now.
     async fn sort(
         &self,
         batch: Vec<Received>,
         outcomes: Vec<Outcome>,
-        may_hold: bool,
+        may_hold_inferred: bool,
     ) -> (Vec<(Received, Failure)>, Vec<(Delivered, Outcome)>) {
         let mut outage_seen = false;
         for (message, outcome) in batch.iter().zip(&outcomes) {
@@ -172,8 +188,8 @@ impl<H: Handler> BatchTask<H> {
         for (message, outcome) in batch.into_iter().zip(outcomes) {
             match outcome {
                 Err(failure)
-                    if may_hold
-                        && (failure.kind == Kind::Outage || (outage_seen && is_dependencys(&failure))) =>
+                    if failure.kind == Kind::Outage
+                        || (may_hold_inferred && outage_seen && is_dependencys(&failure)) =>
                 {
                     held.push((message, failure));
                 }

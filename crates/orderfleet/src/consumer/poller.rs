@@ -227,8 +227,10 @@ impl<H: Handler> Poller<H> {
         self.failures = 0;
         let (messages, damaged) = split_damaged(out.messages.unwrap_or_default());
         for message in damaged {
-            // Neither handled nor deleted: handed back at once, for a receive that brings it
-            // whole. Each one counts toward its redrive, as any receive does.
+            // Neither handled nor deleted: handed back after a pause, for a receive that brings
+            // it whole. Each one counts toward its redrive, as any receive does; the pause
+            // keeps a way that damages every body from spending a message's receives in
+            // seconds.
             metrics::counter!("sqs_messages_damaged_total", "queue" => self.queue.clone()).increment(1);
             tracing::warn!(
                 queue = self.queue,
@@ -236,7 +238,7 @@ impl<H: Handler> Poller<H> {
                 "a received message does not match its MD5OfBody; handing it back unhandled"
             );
             if let Some(receipt) = message.receipt_handle {
-                let _ = self.shared.acks.try_send(Ack::Visibility(receipt, 0));
+                let _ = self.shared.acks.try_send(Ack::Visibility(receipt, DAMAGED_BACK_AFTER_SECONDS));
             }
         }
         // Deep only when a whole batch came back: a busy worker asking for a few messages and
@@ -300,6 +302,9 @@ impl<H: Handler> Poller<H> {
         });
     }
 }
+
+/// How long a message whose body came damaged stays invisible before it is received again.
+const DAMAGED_BACK_AFTER_SECONDS: i32 = 30;
 
 /// The messages whose body is the one SQS stored, and the ones damaged on the way.
 ///

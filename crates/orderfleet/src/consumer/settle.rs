@@ -197,10 +197,14 @@ async fn record_failures(pool: &sqlx::PgPool, queue: &str, failures: &[(Delivere
     .bind(&outcomes)
     .bind(&reasons)
     .bind(&times)
-    .execute(pool)
+    .execute(pool);
+    // Bounded: a connection frozen here would hold the batch's task, and its permits, for ever.
+    let recorded = crate::db::bounded("failed to record message failures", async {
+        recorded.await.map_err(anyhow::Error::from)
+    })
     .await;
     if let Err(e) = recorded {
         // Warn: a failure not recorded leaves a dead letter without its reason.
-        tracing::warn!(error = %e, "could not record message failures");
+        tracing::warn!(error = format!("{e:#}"), "could not record message failures");
     }
 }
