@@ -27,7 +27,8 @@ async fn place(fleet: &Fleet, user: &str, key: &str, product: &str) -> fleet_har
     }
 }
 
-async fn depth(fleet: &Fleet, queue_url: &str) -> (u64, u64) {
+/// A queue's messages: (visible, in flight).
+pub(crate) async fn depth(fleet: &Fleet, queue_url: &str) -> (u64, u64) {
     use aws_sdk_sqs::types::QueueAttributeName as A;
     let out = fleet
         .sqs

@@ -125,20 +125,10 @@ fn most_receives(log_dir: &Path, label: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Messages in a queue, visible or in flight.
 async fn dlq_depth(fleet: &Fleet, url: &str) -> u64 {
-    use aws_sdk_sqs::types::QueueAttributeName as A;
-    let out = fleet
-        .sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(A::ApproximateNumberOfMessages)
-        .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
-        .send()
-        .await
-        .unwrap();
-    let attrs = out.attributes.unwrap_or_default();
-    let get = |a: A| attrs.get(&a).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    get(A::ApproximateNumberOfMessages) + get(A::ApproximateNumberOfMessagesNotVisible)
+    let (visible, in_flight) = crate::faults::depth(fleet, url).await;
+    visible + in_flight
 }
 
 async fn every_shape_of(dependency: Dependency) {
