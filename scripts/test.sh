@@ -14,6 +14,9 @@ venv=$("$root/localstack/host.sh" venv)
 say "checkov infra/ (every finding fixed, or skipped in the template with its reason)"
 "$root/scripts/checkov.sh"
 
+say "schemathesis, for the contract test (installed once per machine)"
+"$root/scripts/schemathesis.sh" --version
+
 say "hadolint Dockerfile"
 "$root/scripts/hadolint.sh"
 

@@ -969,14 +969,19 @@ async fn a_hold_past_its_deadline_is_not_captured_and_its_order_ends_capture_fai
 
     // Assert: the order failed cleanly, and its unit went back to the door: the next buyer
     // gets it and pays.
-    let (status, reason): (String, String) =
-        sqlx::query_as("SELECT status::text, failure_reason FROM orders WHERE id = $1")
+    let (status, reason, detail): (String, String, Option<String>) =
+        sqlx::query_as("SELECT status::text, failure_reason, decline_detail FROM orders WHERE id = $1")
             .bind(order_id)
             .fetch_one(&fleet.pool)
             .await
             .unwrap();
     assert_eq!(status, "capture_failed");
-    assert!(reason.contains("canceled"), "{reason}");
+    // The buyer reads a code; Stripe's words are for operators only (issue 19).
+    assert_eq!(reason, "capture_failed");
+    assert!(detail.as_deref().is_some_and(|d| d.contains("canceled")), "{detail:?}");
+    let view: serde_json::Value =
+        fleet.get_order("ola", &order_id.to_string()).await.unwrap().json().await.unwrap();
+    assert_eq!(view["failure_reason"], "capture_failed", "{view}");
     assert_eq!(place(&fleet, "per", "k1", "sku-1").await.status, 202, "the unit did not come back");
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     let audit = audit(&fleet, "hold-expired-before-capture", "sku-1", 1, 4).await;

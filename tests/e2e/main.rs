@@ -2,7 +2,9 @@
 //! One test binary (one link) for the whole suite; a module per subject.
 
 mod configuration;
+mod contract;
 mod door;
+mod edge;
 mod faults;
 mod image;
 mod infrastructure;

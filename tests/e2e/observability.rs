@@ -61,9 +61,11 @@ async fn order(fleet: &Fleet, user: &str, key: &str, traceparent: Option<&str>) 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn one_orders_trace_id_is_on_every_line_about_it_in_every_process_and_on_its_notifications() {
-    // Arrange: the fleet logging JSON; one order continues a caller's trace, one starts its own.
+    // Arrange: the fleet logging JSON, its intake trusting callers' traces (behind a gateway of
+    // the operator's own); one order continues a caller's trace, one starts its own.
     let mut fleet = Fleet::prepare("trace-context").await.unwrap();
     fleet.set_env("LOG_FORMAT", "json");
+    fleet.set_env("INTAKE_CALLER_TRACE", "continue");
     fleet.spawn_all(1).await.unwrap();
     fleet.product("sku-1", 1500, 10).await.unwrap();
 
@@ -121,6 +123,39 @@ async fn one_orders_trace_id_is_on_every_line_about_it_in_every_process_and_on_i
     }
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn by_default_a_callers_traceparent_starts_no_trace_of_ours_and_is_kept_as_a_link() {
+    // Arrange: the intake at its default: a client's trace context is not trusted.
+    let mut fleet = Fleet::prepare("trace-untrusted").await.unwrap();
+    fleet.set_env("LOG_FORMAT", "json");
+    fleet.spawn_all(1).await.unwrap();
+    fleet.product("sku-1", 1500, 10).await.unwrap();
+
+    // Act: a client sends its own traceparent, sampled flag set.
+    let order_id = order(&fleet, "alice", "k-1", Some(CALLER_TRACEPARENT)).await;
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    let stored: String = sqlx::query_scalar("SELECT traceparent FROM orders WHERE id = $1::uuid")
+        .bind(&order_id)
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap();
+    let log_dir = fleet.log_dir().to_owned();
+    fleet.stop().await.unwrap();
+
+    // Assert: the order's trace is the intake's own, and the caller's id is on the request's
+    // line as a link, for whoever wants to join the two.
+    assert_ne!(stored.split('-').nth(1), Some(CALLER_TRACE_ID), "the caller chose the trace: {stored}");
+    let answered: Vec<Value> = json_lines(&log_dir, "order-intake")
+        .into_iter()
+        .filter(|l| l["order_id"].as_str() == Some(order_id.as_str()) && l["caller_trace_id"].is_string())
+        .collect();
+    assert!(!answered.is_empty(), "no intake line about the order names the caller's trace");
+    for line in answered {
+        assert_eq!(line["caller_trace_id"], CALLER_TRACE_ID, "{line}");
+        assert_ne!(line["trace_id"], CALLER_TRACE_ID, "{line}");
+    }
+}
+
 /// A stand-in OpenTelemetry collector: takes every OTLP/HTTP request, answers 200, and keeps
 /// its path and body.
 async fn collector() -> (String, tokio::sync::mpsc::UnboundedReceiver<(String, Vec<u8>)>) {
@@ -174,6 +209,8 @@ async fn with_an_otlp_endpoint_every_process_exports_its_spans_of_the_order_unde
     let (endpoint, mut exported) = collector().await;
     let mut fleet = Fleet::prepare("otlp-export").await.unwrap();
     fleet.set_env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
+    // The caller is trusted here (the default starts a trace of our own, tested above).
+    fleet.set_env("INTAKE_CALLER_TRACE", "continue");
     fleet.spawn_all(1).await.unwrap();
     fleet.product("sku-1", 1500, 10).await.unwrap();
 

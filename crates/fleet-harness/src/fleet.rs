@@ -204,7 +204,16 @@ impl Fleet {
             self.spawn(&format!("stock-worker-{i}"), "stock-worker", &[])?;
         }
         self.spawn("notification-worker", "notification-worker", &[])?;
-        self.wait_http(&format!("{}/healthz", self.intake_url)).await
+        self.wait_http(&format!("{}/healthz", self.intake_url)).await?;
+        // Every process answers /healthz once its SIGTERM handler is in place: a test that
+        // stops the fleet a moment after starting it would otherwise kill a process still
+        // starting, which dies of the signal (exit code none) instead of stopping cleanly.
+        let health: Vec<String> =
+            self.metrics_urls.iter().map(|(_, url)| url.replace("/metrics", "/healthz")).collect();
+        for url in health {
+            self.wait_http(&url).await?;
+        }
+        Ok(())
     }
 
     /// The `/metrics` URL of the process `label`.

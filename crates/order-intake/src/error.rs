@@ -50,6 +50,10 @@ pub enum ApiError {
     PaymentUnavailable,
     #[error("no such order")]
     OrderNotFound,
+    #[error("no such route; the API is described at /openapi.json")]
+    NotFound,
+    #[error("this route does not take this method; see the Allow header")]
+    MethodNotAllowed,
     #[error("the service is temporarily unavailable; retry with the same Idempotency-Key")]
     Unavailable(#[source] anyhow::Error),
     #[error("an unexpected error occurred")]
@@ -78,6 +82,8 @@ impl ApiError {
             ApiError::PaymentDeclined => "payment_declined",
             ApiError::PaymentUnavailable => "payment_unavailable",
             ApiError::OrderNotFound => "order_not_found",
+            ApiError::NotFound => "not_found",
+            ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Unavailable(_) => "service_unavailable",
             ApiError::Unexpected(_) => "internal_error",
         }
@@ -103,8 +109,89 @@ impl ApiError {
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::PaymentUnavailable | ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::OrderNotFound => StatusCode::NOT_FOUND,
+            ApiError::OrderNotFound | ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// One of each refusal, for the API's description ([`crate::openapi`]): its codes by status.
+    /// [`ApiError::ordinal`]'s exhaustive match makes a new variant fail the test below until it
+    /// is added here.
+    pub fn one_of_each() -> Vec<ApiError> {
+        vec![
+            ApiError::Unauthorized,
+            ApiError::IdempotencyKeyMissing,
+            ApiError::IdempotencyKeyInvalid,
+            ApiError::IdempotencyKeyReused,
+            ApiError::IdempotencyKeyInUse,
+            ApiError::MalformedJson(String::new()),
+            ApiError::BodyTooLarge,
+            ApiError::UnknownField(String::new()),
+            ApiError::MissingField(String::new()),
+            ApiError::InvalidField { field: "quantity", reason: String::new() },
+            ApiError::InvalidQuantity,
+            ApiError::UnknownProduct,
+            ApiError::SoldOut { units_may_return: true },
+            ApiError::RequestTimeout,
+            ApiError::RateLimited { retry_after_seconds: 1 },
+            ApiError::PurchaseLimitReached,
+            ApiError::PaymentDeclined,
+            ApiError::PaymentUnavailable,
+            ApiError::OrderNotFound,
+            ApiError::NotFound,
+            ApiError::MethodNotAllowed,
+            ApiError::Unavailable(anyhow::anyhow!("")),
+            ApiError::Unexpected(anyhow::anyhow!("")),
+        ]
+    }
+
+    #[cfg(test)]
+    /// How many variants there are: one more than [`ApiError::ordinal`]'s last arm.
+    const VARIANTS: usize = 23;
+
+    /// The variant's place in [`ApiError::one_of_each`].
+    #[cfg(test)]
+    fn ordinal(&self) -> usize {
+        match self {
+            ApiError::Unauthorized => 0,
+            ApiError::IdempotencyKeyMissing => 1,
+            ApiError::IdempotencyKeyInvalid => 2,
+            ApiError::IdempotencyKeyReused => 3,
+            ApiError::IdempotencyKeyInUse => 4,
+            ApiError::MalformedJson(_) => 5,
+            ApiError::BodyTooLarge => 6,
+            ApiError::UnknownField(_) => 7,
+            ApiError::MissingField(_) => 8,
+            ApiError::InvalidField { .. } => 9,
+            ApiError::InvalidQuantity => 10,
+            ApiError::UnknownProduct => 11,
+            ApiError::SoldOut { .. } => 12,
+            ApiError::RequestTimeout => 13,
+            ApiError::RateLimited { .. } => 14,
+            ApiError::PurchaseLimitReached => 15,
+            ApiError::PaymentDeclined => 16,
+            ApiError::PaymentUnavailable => 17,
+            ApiError::OrderNotFound => 18,
+            ApiError::NotFound => 19,
+            ApiError::MethodNotAllowed => 20,
+            ApiError::Unavailable(_) => 21,
+            ApiError::Unexpected(_) => 22,
+        }
+    }
+
+    /// The seconds in the answer's `Retry-After`, when it carries one.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            ApiError::PaymentUnavailable | ApiError::Unavailable(_) | ApiError::IdempotencyKeyInUse => {
+                Some(2)
+            }
+            ApiError::RateLimited { retry_after_seconds } => Some(*retry_after_seconds),
+            // Units come back when an order ahead is declined or fails; a buyer asking again
+            // every few seconds sees them soon enough, and ten thousand of them do not make
+            // the door their busiest caller.
+            ApiError::SoldOut { units_may_return: true } => Some(5),
+            _ => None,
         }
     }
 
@@ -124,24 +211,23 @@ impl IntoResponse for ApiError {
         }
         let mut response = (self.status(), Json(self.body())).into_response();
         let headers = response.headers_mut();
-        match self {
-            ApiError::Unauthorized => {
-                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            }
-            ApiError::PaymentUnavailable | ApiError::Unavailable(_) | ApiError::IdempotencyKeyInUse => {
-                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
-            }
-            ApiError::RateLimited { retry_after_seconds } => {
-                headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_seconds));
-            }
-            // Units come back when an order ahead is declined or fails; a buyer asking again
-            // every few seconds sees them soon enough, and ten thousand of them do not make
-            // the door their busiest caller.
-            ApiError::SoldOut { units_may_return: true } => {
-                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-            }
-            _ => {}
+        if let ApiError::Unauthorized = self {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Some(seconds) = self.retry_after() {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_of_each_holds_every_variant_once() {
+        let ordinals: Vec<usize> = ApiError::one_of_each().iter().map(ApiError::ordinal).collect();
+        assert_eq!(ordinals, (0..ApiError::VARIANTS).collect::<Vec<_>>());
     }
 }

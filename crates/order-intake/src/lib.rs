@@ -15,6 +15,7 @@
 pub mod connection;
 pub mod error;
 pub mod limits;
+pub mod openapi;
 pub mod orders;
 pub mod request;
 
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -36,7 +37,7 @@ use orderfleet::config::{
 use orderfleet::db::{self, PoolSize};
 use orderfleet::order::OrderStatus;
 use orderfleet::payments::{Payments, RetryPolicy};
-use orderfleet::trace::{TRACEPARENT, Trace};
+use orderfleet::trace::{CallerTrace, TRACEPARENT, Trace};
 use serde::Serialize;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -60,6 +61,8 @@ pub struct IntakeConfig {
     /// How long a request may hold an order's key before a retry or the sweeper may take over.
     pub lease: Duration,
     pub limits: LimitsConfig,
+    /// Whose trace a request with a `traceparent` joins (`INTAKE_CALLER_TRACE`).
+    pub caller_trace: CallerTrace,
 }
 
 impl IntakeConfig {
@@ -79,6 +82,7 @@ impl IntakeConfig {
             // slot and 5 s for the answer), so a live request never loses its key to a retry.
             lease: env.or_default("INTAKE_LEASE_SECONDS", Seconds(Duration::from_secs(30)))?.0,
             limits: LimitsConfig::from_env(env)?,
+            caller_trace: env.or_default("INTAKE_CALLER_TRACE", CallerTrace::Link)?,
         })
     }
 }
@@ -90,6 +94,7 @@ pub struct AppState {
     pub verifier: Arc<TokenVerifier>,
     pub lease: Duration,
     pub limits: Arc<Limits>,
+    pub caller_trace: CallerTrace,
 }
 
 impl AppState {
@@ -105,12 +110,14 @@ impl AppState {
             verifier: Arc::new(TokenVerifier::new(&config.auth)),
             lease: config.lease,
             limits: Arc::new(Limits::new(config.limits)),
+            caller_trace: config.caller_trace,
         })
     }
 }
 
 pub fn router(state: AppState) -> Router {
     let limits = state.limits.clone();
+    let verifier = state.verifier.clone();
     // Outermost first: the rate over everyone, then the bound on requests in flight (one over
     // it is shed at once, answered like a rate limit), then the whole-request timeout and the
     // body's, then the routes.
@@ -126,7 +133,7 @@ pub fn router(state: AppState) -> Router {
         // would give every route a bound of its own.
         .layer(tower::limit::GlobalConcurrencyLimitLayer::new(limits.config.max_in_flight))
         .layer(tower::timeout::TimeoutLayer::new(limits.config.request_timeout));
-    Router::new()
+    let api = Router::new()
         .route("/v1/orders", post(create_order))
         .route("/v1/orders/{order_id}", get(get_order))
         // The body is read by hand under our own limit, to answer 413 in the API's error shape.
@@ -134,11 +141,43 @@ pub fn router(state: AppState) -> Router {
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(limits.config.body_timeout))
         .layer(shed)
         .layer(axum::middleware::from_fn_with_state(limits, over_everyones_rate))
-        .with_state(state)
-        .merge(orderfleet::ops::router())
+        .with_state(state);
+    api.merge(orderfleet::ops::router())
+        .route("/openapi.json", get(openapi::serve))
+        .fallback(|| async { ApiError::NotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        // Outermost of all: the token, before anything about the request is looked at (its
+        // path, its method, the rate), so a request without a valid one learns nothing and
+        // spends nothing of the buyers' budget.
+        .layer(axum::middleware::from_fn_with_state(verifier, token_first))
 }
 
-/// Refuses a request when the intake as a whole is over its rate, before any work.
+/// Every `/v1` request needs a valid bearer token, checked before anything else; its user rides
+/// in the request's extensions to the handler. Other paths (`/healthz`, `/metrics`,
+/// `/openapi.json`, unknown ones) need none.
+async fn token_first(
+    State(verifier): State<Arc<TokenVerifier>>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let path = request.uri().path();
+    if path != "/v1" && !path.starts_with("/v1/") {
+        return next.run(request).await;
+    }
+    match authenticate(&verifier, request.headers()) {
+        Ok(user) => {
+            request.extensions_mut().insert(user);
+            next.run(request).await
+        }
+        Err(refused) => {
+            metrics::counter!("intake_unauthorized_total").increment(1);
+            refused.into_response()
+        }
+    }
+}
+
+/// Refuses a request when the intake as a whole is over its rate, before any work. Only
+/// requests with a valid token reach it (see [`token_first`]).
 async fn over_everyones_rate(
     State(limits): State<Arc<Limits>>,
     request: axum::extract::Request,
@@ -228,15 +267,13 @@ fn forget_quiet_users_every_minute(limits: Arc<Limits>, stop: CancellationToken)
 }
 
 /// The token's user, within their rate.
-fn user_within_rate(state: &AppState, headers: &HeaderMap) -> Result<UserId, ApiError> {
-    let user = authenticate(state, headers)?;
-    state.limits.check_user(&user).inspect_err(|_| {
+fn within_rate(state: &AppState, user: &UserId) -> Result<(), ApiError> {
+    state.limits.check_user(user).inspect_err(|_| {
         metrics::counter!("intake_rate_limited_total", "limit" => "user").increment(1);
-    })?;
-    Ok(user)
+    })
 }
 
-fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<UserId, ApiError> {
+fn authenticate(verifier: &TokenVerifier, headers: &HeaderMap) -> Result<UserId, ApiError> {
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -244,7 +281,7 @@ fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<UserId, ApiErro
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token)
         .ok_or(ApiError::Unauthorized)?;
-    state.verifier.verify(token.trim()).map_err(|_| ApiError::Unauthorized)
+    verifier.verify(token.trim()).map_err(|_| ApiError::Unauthorized)
 }
 
 /// Reads the body under the 16 KiB limit. The body is JSON whatever the Content-Type says
@@ -277,13 +314,19 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
 
 /// `POST /v1/orders`, in a span of its own that starts the order's trace ([`orderfleet::trace`]):
 /// every line it logs carries the `trace_id`, and the `order_id` once the order is known.
-async fn create_order(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+async fn create_order(
+    State(state): State<AppState>,
+    Extension(user): Extension<UserId>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let started = Instant::now();
     // Error-level, so that it stays on whatever `RUST_LOG` keeps (see `trace::order_span`).
-    let span = tracing::error_span!("order_request", trace_id = Empty, order_id = Empty);
+    let span =
+        tracing::error_span!("order_request", trace_id = Empty, order_id = Empty, caller_trace_id = Empty);
     let caller = headers.get(TRACEPARENT).and_then(|v| v.to_str().ok());
-    let trace = Trace::start(caller, &span).traceparent();
-    let result = place_order(&state, &headers, body, &trace).instrument(span.clone()).await;
+    let trace = Trace::start_at_edge(caller, state.caller_trace, &span).traceparent();
+    let result = place_order(&state, &user, &headers, body, &trace).instrument(span.clone()).await;
     if let Ok(Placed::Accepted { body, .. }) = &result {
         span.record("order_id", tracing::field::display(body.order_id));
     }
@@ -312,11 +355,12 @@ fn with_replay(mut response: Response, replayed: bool) -> Response {
 
 async fn place_order(
     state: &AppState,
+    user: &UserId,
     headers: &HeaderMap,
     body: Body,
     traceparent: &str,
 ) -> Result<Placed, ApiError> {
-    let user = user_within_rate(state, headers)?;
+    within_rate(state, user)?;
     let key = IdempotencyKey::from_headers(headers)?;
     let body = read_body(headers, body).await?;
     let request = OrderRequest::parse(&body)?;
@@ -327,11 +371,12 @@ async fn place_order(
         declines_per_hour: state.limits.config.declines_per_hour,
         traceparent,
     };
-    intake.place(&user, &key, &request).await
+    intake.place(user, &key, &request).await
 }
 
 /// `GET /v1/orders/{id}`.
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[schema(as = Order, title = "Order")]
 pub struct OrderView {
     #[sqlx(rename = "id")]
     pub order_id: Uuid,
@@ -349,23 +394,28 @@ pub struct OrderView {
 
 async fn get_order(
     State(state): State<AppState>,
+    Extension(user): Extension<UserId>,
     headers: HeaderMap,
-    Path(order_id): Path<String>,
+    // A path that is not UTF-8 names no order: the same answer as an unknown id, never a
+    // plain-text 400 of the framework's.
+    order_id: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Json<OrderView>, ApiError> {
-    let span = tracing::error_span!("order_lookup", trace_id = Empty, order_id = %order_id);
-    Trace::start(headers.get(TRACEPARENT).and_then(|v| v.to_str().ok()), &span);
-    let found = look_up_order(&state, &headers, &order_id).instrument(span.clone()).await;
+    let order_id = order_id.map(|Path(id)| id).unwrap_or_default();
+    let span = tracing::error_span!(
+        "order_lookup",
+        trace_id = Empty,
+        order_id = %order_id,
+        caller_trace_id = Empty
+    );
+    Trace::start_at_edge(headers.get(TRACEPARENT).and_then(|v| v.to_str().ok()), state.caller_trace, &span);
+    let found = look_up_order(&state, &user, &order_id).instrument(span.clone()).await;
     // In the span: an error's answer logs its cause.
     let _in_span = span.enter();
     found
 }
 
-async fn look_up_order(
-    state: &AppState,
-    headers: &HeaderMap,
-    order_id: &str,
-) -> Result<Json<OrderView>, ApiError> {
-    let user = user_within_rate(state, headers)?;
+async fn look_up_order(state: &AppState, user: &UserId, order_id: &str) -> Result<Json<OrderView>, ApiError> {
+    within_rate(state, user)?;
     // An id that is not a UUID names no order; the answer is the same as for someone else's.
     let order_id = Uuid::parse_str(order_id).map_err(|_| ApiError::OrderNotFound)?;
     let view = sqlx::query_as::<_, OrderView>(

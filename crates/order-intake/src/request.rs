@@ -34,11 +34,18 @@ impl IdempotencyKey {
 }
 
 /// The body of `POST /v1/orders`, as sent.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct RawOrderRequest {
+#[schema(as = OrderRequest, title = "OrderRequest")]
+pub(crate) struct RawOrderRequest {
+    /// The product's id.
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", example = "sku-1")]
     product_id: String,
+    /// Units to buy; the amount is the product's price times this.
+    #[schema(minimum = 1, maximum = 10, example = 2)]
     quantity: i64,
+    /// A Stripe PaymentMethod id.
+    #[schema(pattern = "^pm_[A-Za-z0-9_]+$", max_length = 255, example = "pm_card_visa")]
     payment_method: String,
 }
 

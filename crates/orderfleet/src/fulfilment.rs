@@ -79,6 +79,10 @@ pub const MOST_PENDING_WEIGHED: usize = 10;
 /// The code of the failure that says an order's turn waits on a pending order ahead of it.
 pub const WAITING_FOR_THE_LINE: &str = "waiting_for_the_line";
 
+/// The `failure_reason` of an order whose capture Stripe refused: a code, what buyers read.
+/// Stripe's own words go to the log and the operators' `decline_detail` column.
+pub const CAPTURE_FAILED: &str = "capture_failed";
+
 /// What a reservation step did.
 enum Reserved {
     /// This step moved the order (to `stock_reserved` or `rejected_out_of_stock`).
@@ -375,16 +379,21 @@ impl Fulfilment {
                 // The provider will not capture (the authorization expired or was cancelled):
                 // the order fails cleanly, its units go back, and the user hears of it. The
                 // order row is locked before the product row, as in `reserve`.
-                let reason = format!("capture refused: {refused}");
-                crate::db::bounded("failed to record the refused capture", self.fail_capture(order, &reason))
+                // Stripe's words are for operators (the log and `decline_detail`); the buyer,
+                // in `GET` and in the notification, reads only the code.
+                let detail = format!("capture refused: {refused}");
+                tracing::warn!(detail, "the payment provider refused the capture");
+                crate::db::bounded("failed to record the refused capture", self.fail_capture(order, &detail))
                     .await
             }
         }
     }
 
     /// A capture Stripe refused: ONE transaction moves the order to `capture_failed` with its
-    /// `order.rejected` message and gives its units back.
-    async fn fail_capture(&self, order: &Order, reason: &str) -> anyhow::Result<Captured> {
+    /// `order.rejected` message, keeps Stripe's `detail` where only operators look, and gives
+    /// its units back.
+    async fn fail_capture(&self, order: &Order, detail: &str) -> anyhow::Result<Captured> {
+        let reason = CAPTURE_FAILED;
         let failed = OrderNotification::of(order, OrderStatus::CaptureFailed, Some(reason));
         let mut tx = crate::db::begin(&self.pool).await?;
         let moved = order::transition_with_messages(
@@ -401,13 +410,17 @@ impl Fulfilment {
             tx.rollback().await?;
             return Ok(Captured::Lost);
         }
-        // Its units go back both to the stock and to the door, for the next buyer.
+        // Its units go back both to the stock and to the door, for the next buyer; in the same
+        // statement, the provider's words go to the operators' column.
         sqlx::query(
-            "UPDATE products SET stock = stock + $2, units_promised = units_promised - $2, updated_at = now()
+            "WITH detail AS (UPDATE orders SET decline_detail = $4 WHERE id = $3)
+             UPDATE products SET stock = stock + $2, units_promised = units_promised - $2, updated_at = now()
                       WHERE id = $1",
         )
         .bind(&order.product_id)
         .bind(order.quantity)
+        .bind(order.id)
+        .bind(detail)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;

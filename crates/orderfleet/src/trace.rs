@@ -115,6 +115,46 @@ impl Trace {
     }
 }
 
+/// Whose trace a request joins, when it carries a `traceparent` (`INTAKE_CALLER_TRACE`).
+///
+/// A client on the internet can send any context, its sampled flag included: trusting it lets
+/// a stranger choose the ids our traces are filed under and how many of them are kept. So by
+/// default ([`CallerTrace::Link`]) the intake starts its own trace at the edge and keeps the
+/// caller's id as a link: on the span (exported spans carry it as an OpenTelemetry link) and
+/// as `caller_trace_id` on the request's log lines. [`CallerTrace::Continue`] is for an intake
+/// whose callers are the operator's own services, behind a gateway that sets the header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CallerTrace {
+    #[default]
+    Link,
+    Continue,
+}
+
+impl crate::config::Setting for CallerTrace {
+    fn parse_setting(s: &str) -> Result<Self, String> {
+        match s {
+            "link" => Ok(Self::Link),
+            "continue" => Ok(Self::Continue),
+            other => Err(format!("must be `link` or `continue`, not {other:?}")),
+        }
+    }
+}
+
+impl Trace {
+    /// [`Trace::start`] at the edge, where `policy` decides what a caller's context may do.
+    /// The span needs a `caller_trace_id` field.
+    pub fn start_at_edge(traceparent: Option<&str>, policy: CallerTrace, span: &tracing::Span) -> Self {
+        match (policy, traceparent.and_then(Self::parse)) {
+            (CallerTrace::Continue, _) | (CallerTrace::Link, None) => Self::start(traceparent, span),
+            (CallerTrace::Link, Some(caller)) => {
+                span.add_link(caller.0.clone());
+                span.record("caller_trace_id", tracing::field::display(caller.0.trace_id()));
+                Self::start(None, span)
+            }
+        }
+    }
+}
+
 /// The span of work on one order outside a request or a message (the sweeper's): its
 /// `order_id`, and its `trace_id` when the order has a trace context. An error-level span, so
 /// that it stays on whatever `RUST_LOG` keeps: the warnings and errors need it most.

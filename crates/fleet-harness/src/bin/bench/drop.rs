@@ -267,7 +267,7 @@ async fn hot_row(database_url: &str) -> anyhow::Result<String> {
                         lease: Duration::from_secs(30),
                         traceparent: &traceparent,
                     };
-                    let door = orders::admit(pool, entry).await;
+                    let door = orders::admit(pool, entry, 0).await;
                     anyhow::ensure!(matches!(door, Ok(Door::Admitted(_))), "the door refused: {door:?}");
                     Ok(sent.elapsed().as_secs_f64() * 1000.0)
                 }

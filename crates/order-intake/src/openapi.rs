@@ -1,0 +1,338 @@
+//! The API as an OpenAPI 3.1 document (SPEC §4), served at `GET /openapi.json` and committed as
+//! `docs/openapi.json` (a test fails when the two differ).
+//!
+//! The bodies' schemas are derived from the handlers' own types ([`RawOrderRequest`], [`Accepted`],
+//! [`OrderView`], [`OrderStatus`]); every refusal's status and `code` comes from [`ApiError`]
+//! itself, so a new refusal is documented the moment it exists. The operations are written out
+//! here, one function each, with the headers SPEC §4 names.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use axum::http::header;
+use axum::response::IntoResponse;
+use orderfleet::order::OrderStatus;
+use serde_json::json;
+use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::link::LinkBuilder;
+use utoipa::openapi::path::{
+    HttpMethod, Operation, OperationBuilder, ParameterBuilder, ParameterIn, PathItem,
+};
+use utoipa::openapi::request_body::RequestBodyBuilder;
+use utoipa::openapi::response::{Response, ResponseBuilder};
+use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{
+    ComponentsBuilder, ContentBuilder, InfoBuilder, OpenApi, OpenApiBuilder, PathsBuilder, Ref, RefOr,
+    Required,
+};
+use utoipa::{PartialSchema, ToSchema};
+
+use crate::OrderView;
+use crate::error::ApiError;
+use crate::orders::Accepted;
+use crate::request::RawOrderRequest;
+
+/// The document, built once.
+static DOCUMENT: LazyLock<String> =
+    LazyLock::new(|| serde_json::to_string_pretty(&document()).expect("the document serializes") + "\n");
+
+/// `GET /openapi.json`.
+pub async fn serve() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], DOCUMENT.as_str())
+}
+
+/// The document as text, as served and as committed.
+pub fn text() -> &'static str {
+    &DOCUMENT
+}
+
+pub fn document() -> OpenApi {
+    let mut schemas: Vec<(String, RefOr<Schema>)> = Vec::new();
+    <RawOrderRequest as ToSchema>::schemas(&mut schemas);
+    <Accepted as ToSchema>::schemas(&mut schemas);
+    <OrderView as ToSchema>::schemas(&mut schemas);
+    let components = ComponentsBuilder::new()
+        .schema("OrderRequest", RawOrderRequest::schema())
+        .schema("Accepted", Accepted::schema())
+        .schema("Order", OrderView::schema())
+        .schema("OrderStatus", OrderStatus::schema())
+        .schema(
+            "Error",
+            error_schema(&ApiError::one_of_each().iter().map(ApiError::code).collect::<Vec<_>>()),
+        )
+        .schemas_from_iter(schemas)
+        .security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .description(Some("HS256; the user is the token's `sub` (`fleetctl token --user USER`)"))
+                    .build(),
+            ),
+        )
+        .build();
+    let paths = PathsBuilder::new()
+        .path("/v1/orders", PathItem::new(HttpMethod::Post, create_order()))
+        .path("/v1/orders/{order_id}", PathItem::new(HttpMethod::Get, get_order()))
+        .build();
+    OpenApiBuilder::new()
+        .info(
+            InfoBuilder::new()
+                .title("orderfleet order intake")
+                .version(env!("CARGO_PKG_VERSION"))
+                .description(Some(
+                    "Takes orders for scarce products: promises units at the door, authorizes the \
+                     payment (manual capture), and answers at once. Retry any request with the same \
+                     `Idempotency-Key` and body: the first answer comes back, never a second order.",
+                ))
+                .build(),
+        )
+        .paths(paths)
+        .components(Some(components))
+        .security(Some([SecurityRequirement::new("bearer", Vec::<String>::new())]))
+        .build()
+}
+
+/// Refusals a `POST /v1/orders` can answer.
+fn create_refusals() -> Vec<ApiError> {
+    ApiError::one_of_each()
+        .into_iter()
+        .filter(|e| !matches!(e, ApiError::OrderNotFound | ApiError::NotFound | ApiError::MethodNotAllowed))
+        .collect()
+}
+
+/// Refusals a `GET /v1/orders/{order_id}` can answer.
+fn get_refusals() -> Vec<ApiError> {
+    ApiError::one_of_each()
+        .into_iter()
+        .filter(|e| {
+            matches!(
+                e,
+                ApiError::Unauthorized
+                    | ApiError::RateLimited { .. }
+                    | ApiError::RequestTimeout
+                    | ApiError::OrderNotFound
+                    | ApiError::Unavailable(_)
+                    | ApiError::Unexpected(_)
+            )
+        })
+        .collect()
+}
+
+fn create_order() -> Operation {
+    let accepted = ResponseBuilder::new()
+        .description(
+            "Accepted and authorized: the units are the order's; the payment is held, to be captured",
+        )
+        .content(
+            "application/json",
+            ContentBuilder::new().schema(Some(Ref::from_schema_name("Accepted"))).build(),
+        )
+        .header("Idempotent-Replayed", replayed_header())
+        .link(
+            "GetOrder",
+            LinkBuilder::new()
+                .operation_id("getOrder")
+                .parameter("order_id", "$response.body#/order_id")
+                .description("The order this answer accepted")
+                .build(),
+        )
+        .build();
+    let mut responses = refusals(&create_refusals());
+    responses.insert("202".into(), accepted);
+    OperationBuilder::new()
+        .operation_id(Some("createOrder"))
+        .tag("orders")
+        .summary(Some("Place an order"))
+        .description(Some(
+            "The amount is the product's price times the quantity, computed by the server. A buyer \
+             who gets no unit is answered `409 sold_out` at once, before any payment call.",
+        ))
+        .parameter(
+            ParameterBuilder::new()
+                .name("Idempotency-Key")
+                .parameter_in(ParameterIn::Header)
+                .required(Required::True)
+                .description(Some(
+                    "1–255 visible ASCII characters; the same key and body again answers the first answer",
+                ))
+                .schema(Some(
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .min_length(Some(1))
+                        .max_length(Some(255))
+                        .pattern(Some("^[\\x21-\\x7E]+$"))
+                        .examples([json!("order-2026-11-23-0001")]),
+                )),
+        )
+        .parameter(traceparent())
+        .request_body(Some(
+            RequestBodyBuilder::new()
+                .required(Some(Required::True))
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("OrderRequest")))
+                        .example(Some(
+                            json!({"product_id": "sku-1", "quantity": 2, "payment_method": "pm_card_visa"}),
+                        ))
+                        .build(),
+                )
+                .build(),
+        ))
+        .responses(utoipa::openapi::ResponsesBuilder::new().responses_from_iter(responses).build())
+        .build()
+}
+
+fn get_order() -> Operation {
+    let found = ResponseBuilder::new()
+        .description("The order, as it is now")
+        .content(
+            "application/json",
+            ContentBuilder::new().schema(Some(Ref::from_schema_name("Order"))).build(),
+        )
+        .build();
+    let mut responses = refusals(&get_refusals());
+    responses.insert("200".into(), found);
+    OperationBuilder::new()
+        .operation_id(Some("getOrder"))
+        .tag("orders")
+        .summary(Some("Read one of your orders"))
+        .description(Some("Another user's order, or an id that names none, is `404 order_not_found`."))
+        .parameter(
+            ParameterBuilder::new()
+                .name("order_id")
+                .parameter_in(ParameterIn::Path)
+                .required(Required::True)
+                .description(Some("The `order_id` a `202` answered"))
+                .schema(Some(ObjectBuilder::new().schema_type(Type::String).format(Some(
+                    utoipa::openapi::SchemaFormat::KnownFormat(utoipa::openapi::KnownFormat::Uuid),
+                )))),
+        )
+        .parameter(traceparent())
+        .responses(utoipa::openapi::ResponsesBuilder::new().responses_from_iter(responses).build())
+        .build()
+}
+
+/// One response per status the refusals answer, its `code` an enum of theirs, with the headers
+/// each carries.
+fn refusals(errors: &[ApiError]) -> BTreeMap<String, Response> {
+    let mut by_status: BTreeMap<u16, Vec<&ApiError>> = BTreeMap::new();
+    for error in errors {
+        by_status.entry(error.status().as_u16()).or_default().push(error);
+    }
+    by_status
+        .into_iter()
+        .map(|(status, errors)| {
+            let codes: Vec<&str> = errors.iter().map(|e| e.code()).collect();
+            let reason = axum::http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason());
+            let mut response = ResponseBuilder::new()
+                .description(format!("{}: `{}`", reason.unwrap_or("refused"), codes.join("`, `")))
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(error_schema(&codes)))
+                        .example(Some(errors[0].body()))
+                        .build(),
+                );
+            // Headers: those every answer of the status carries are required (a sold-out
+            // answer carries Retry-After only while units may come back).
+            let waits = |e: &&ApiError| e.retry_after().is_some();
+            if errors.iter().any(waits) {
+                let always = errors.iter().all(|e| waits(e) && !matches!(e, ApiError::SoldOut { .. }));
+                response = response.header("Retry-After", retry_after_header(always));
+            }
+            if status == 401 {
+                response = response.header(
+                    "WWW-Authenticate",
+                    HeaderBuilder::new()
+                        .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+                        .description(Some("`Bearer`; always sent"))
+                        .build(),
+                );
+            }
+            if errors.iter().any(|e| matches!(e, ApiError::PaymentDeclined)) {
+                response = response.header("Idempotent-Replayed", replayed_header());
+            }
+            (status.to_string(), response.build())
+        })
+        .collect()
+}
+
+/// `{"error": {"code", "message"}}`, the code one of `codes`.
+fn error_schema(codes: &[&str]) -> Schema {
+    let detail = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .property("code", ObjectBuilder::new().schema_type(Type::String).enum_values(Some(codes.to_vec())))
+        .required("code")
+        .property(
+            "message",
+            ObjectBuilder::new().schema_type(Type::String).description(Some("For people; never parse it")),
+        )
+        .required("message");
+    Schema::Object(
+        ObjectBuilder::new()
+            .schema_type(SchemaType::new(Type::Object))
+            .property("error", detail)
+            .required("error")
+            .build(),
+    )
+}
+
+fn replayed_header() -> utoipa::openapi::header::Header {
+    HeaderBuilder::new()
+        .schema(Some(ObjectBuilder::new().schema_type(Type::String).enum_values(Some(["true"]))))
+        .description(Some("`true` when this is the first answer to this key, sent again"))
+        .build()
+}
+
+fn retry_after_header(always: bool) -> utoipa::openapi::header::Header {
+    let when = if always { "always sent" } else { "sent while waiting may help" };
+    HeaderBuilder::new()
+        .schema(Some(ObjectBuilder::new().schema_type(Type::String).pattern(Some("^[0-9]+$"))))
+        .description(Some(format!("Seconds to wait before sending the same request again; {when}")))
+        .build()
+}
+
+fn traceparent() -> ParameterBuilder {
+    ParameterBuilder::new()
+        .name("traceparent")
+        .parameter_in(ParameterIn::Header)
+        .required(Required::False)
+        .description(Some(
+            "W3C trace context. By default the intake starts its own trace and keeps this one's id \
+             as a link (`INTAKE_CALLER_TRACE`)",
+        ))
+        .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `docs/openapi.json` is this document; `UPDATE_OPENAPI=1` rewrites it.
+    #[test]
+    fn the_committed_document_is_the_generated_one() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json");
+        if std::env::var_os("UPDATE_OPENAPI").is_some() {
+            std::fs::write(&path, text()).unwrap();
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == text(),
+            "docs/openapi.json differs from the code's document: run `UPDATE_OPENAPI=1 cargo test -p order-intake openapi` and commit it"
+        );
+    }
+
+    #[test]
+    fn every_refusal_is_documented_with_its_code() {
+        let document = serde_json::to_value(document()).unwrap();
+        let text = document.to_string();
+        for error in ApiError::one_of_each() {
+            assert!(text.contains(&format!("\"{}\"", error.code())), "{} is not documented", error.code());
+        }
+        assert_eq!(document["openapi"], "3.1.0");
+    }
+}

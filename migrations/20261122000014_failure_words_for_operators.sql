@@ -1,0 +1,9 @@
+-- A buyer reads a code, never the payment provider's words (issue 19): a refused capture's
+-- `failure_reason` is `capture_failed`, and Stripe's message moves to the operators' column,
+-- which now holds the provider's words for any failure, declines and refused captures alike.
+COMMENT ON COLUMN orders.decline_detail IS
+    'What the payment provider said of a decline or a refused capture: for operators only (logs and this column); buyers read failure_reason, a code';
+
+UPDATE orders
+   SET decline_detail = COALESCE(decline_detail, failure_reason), failure_reason = 'capture_failed'
+ WHERE status = 'capture_failed' AND failure_reason IS DISTINCT FROM 'capture_failed';

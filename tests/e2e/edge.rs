@@ -1,0 +1,165 @@
+//! The API as a client meets it (issue 19): every answer in SPEC §4's error shape, the token
+//! checked before anything about the request, a flood without a token that cannot spend the
+//! buyers' budget, and the card-testing limit exact under concurrency.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use orderfleet_tests::Fleet;
+use serde_json::Value;
+
+/// One raw request to the intake: its status, `Allow` header, content type and JSON body.
+async fn send(
+    fleet: &Fleet,
+    method: &str,
+    path: &str,
+    user: Option<&str>,
+) -> (u16, Option<String>, String, Value) {
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    // reqwest would re-encode a path; the URL is built by hand so `%FF` arrives as sent.
+    let url = reqwest::Url::parse(&format!("{}{path}", fleet.intake_url)).unwrap();
+    let mut request = fleet.http.request(method, url);
+    if let Some(user) = user {
+        request = request.bearer_auth(fleet.token(user));
+    }
+    let response = request.send().await.unwrap();
+    let header = |name: &str| response.headers().get(name).map(|v| v.to_str().unwrap_or("").to_owned());
+    let (status, allow, content_type) =
+        (response.status().as_u16(), header("allow"), header("content-type").unwrap_or_default());
+    let text = response.text().await.unwrap();
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, allow, content_type, body)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_answer_is_in_the_error_shape_and_the_token_is_checked_before_the_path() {
+    // Arrange
+    let fleet = Fleet::start("error-shape", 1).await.unwrap();
+
+    // Act and assert: each request, with or without a token, and the answer it must get.
+    let cases: [(&str, &str, Option<&str>, u16, &str); 9] = [
+        ("GET", "/nope", None, 404, "not_found"),
+        ("GET", "/v1/nope", Some("ola"), 404, "not_found"),
+        ("GET", "/v1/nope", None, 401, "unauthorized"),
+        ("DELETE", "/v1/orders", Some("ola"), 405, "method_not_allowed"),
+        ("DELETE", "/v1/orders", None, 401, "unauthorized"),
+        ("POST", "/healthz", None, 405, "method_not_allowed"),
+        ("GET", "/v1/orders/%FF", None, 401, "unauthorized"),
+        ("GET", "/v1/orders/%FF", Some("ola"), 404, "order_not_found"),
+        ("GET", "/v1/orders/not-a-uuid", Some("ola"), 404, "order_not_found"),
+    ];
+    let mut wrong = Vec::new();
+    for (method, path, user, status, code) in cases {
+        let (got, allow, content_type, body) = send(&fleet, method, path, user).await;
+        let shaped = body["error"]["code"] == code
+            && body["error"]["message"].as_str().is_some_and(|m| !m.is_empty())
+            && content_type.starts_with("application/json");
+        let allowed = status != 405 || allow.is_some_and(|a| !a.is_empty());
+        if got != status || !shaped || !allowed {
+            wrong.push(format!("{method} {path} token={}: {got} {content_type} {body}", user.is_some()));
+        }
+    }
+    assert!(wrong.is_empty(), "answers outside the error shape:\n{}", wrong.join("\n"));
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flood_without_a_valid_token_spends_nothing_of_the_buyers_budget() {
+    // Arrange: the intake's global rate at 200 a second, as in the measurement.
+    let mut fleet = Fleet::prepare("tokenless-flood").await.unwrap();
+    fleet.set_env("INTAKE_RATE_PER_SECOND", "200");
+    fleet.spawn_all(1).await.unwrap();
+    fleet.product("drop", 1000, 100).await.unwrap();
+    let fleet = Arc::new(fleet);
+
+    // Act: 32 clients send orders with no token or a forged one as fast as they are answered,
+    // while 20 real buyers order, one every 100 ms.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (flood_sent, flood_unauthorized) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let started = Instant::now();
+    let flood: Vec<_> = (0..32)
+        .map(|i| {
+            let (fleet, stop) = (fleet.clone(), stop.clone());
+            let (sent, unauthorized) = (flood_sent.clone(), flood_unauthorized.clone());
+            tokio::spawn(async move {
+                let body = r#"{"product_id":"drop","quantity":1,"payment_method":"pm_card_visa"}"#;
+                while !stop.load(Ordering::Relaxed) {
+                    let mut request = fleet
+                        .http
+                        .post(format!("{}/v1/orders", fleet.intake_url))
+                        .header("idempotency-key", format!("flood-{i}"))
+                        .body(body);
+                    if i % 2 == 1 {
+                        request = request.bearer_auth("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJtYWxsb3J5In0.forged");
+                    }
+                    if let Ok(response) = request.send().await {
+                        sent.fetch_add(1, Ordering::Relaxed);
+                        if response.status() == 401 {
+                            unauthorized.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut buyers = Vec::new();
+    for i in 0..20 {
+        buyers.push(fleet.post_order(&format!("buyer-{i}"), "k1", "drop", 1, "pm_card_visa").await.unwrap());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for task in flood {
+        task.await.unwrap();
+    }
+    let took = started.elapsed().as_secs_f64();
+
+    // Assert: the flood outran the global rate, was refused as unauthorized, and every buyer
+    // got their unit.
+    let (sent, unauthorized) =
+        (flood_sent.load(Ordering::Relaxed), flood_unauthorized.load(Ordering::Relaxed));
+    let statuses: Vec<u16> = buyers.iter().map(|a| a.status).collect();
+    println!(
+        "edge: tokenless-flood requests={sent} ({:.0}/s) unauthorized={unauthorized} buyers=20 accepted={}",
+        sent as f64 / took,
+        statuses.iter().filter(|s| **s == 202).count()
+    );
+    assert!(sent as f64 / took > 400.0, "the flood was too slow to test anything: {sent} in {took:.1} s");
+    assert_eq!(unauthorized, sent, "a request without a valid token got another answer than 401");
+    assert!(statuses.iter().all(|s| *s == 202), "buyers refused during the flood: {statuses:?}");
+    let fleet = Arc::into_inner(fleet).expect("the flood's tasks are done");
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn twenty_declined_cards_sent_at_once_reach_stripe_at_most_five_times() {
+    // Arrange: the default limits (five declines an hour), the per-user rate out of the way so
+    // that the twenty arrive together.
+    let mut fleet = Fleet::prepare("card-testing-race").await.unwrap();
+    fleet.set_env("INTAKE_DECLINES_PER_HOUR", "5");
+    fleet.spawn_all(1).await.unwrap();
+    fleet.product("sku-1", 1000, 100).await.unwrap();
+
+    // Act: twenty orders by one user, each with a declined card, all at once.
+    let answers = futures::future::join_all((0..20).map(|i| {
+        let fleet = &fleet;
+        async move {
+            fleet.post_order("tester", &format!("k{i}"), "sku-1", 1, "pm_card_chargeDeclined").await.unwrap()
+        }
+    }))
+    .await;
+
+    // Assert: at most five reached Stripe; the rest were refused before it, writing nothing.
+    let reached = fleet.intents().await.unwrap().len();
+    let statuses: Vec<u16> = answers.iter().map(|a| a.status).collect();
+    println!("edge: card-testing-race sent=20 reached_stripe={reached} statuses={statuses:?}");
+    assert!(reached <= 5, "{reached} declined cards reached Stripe: {statuses:?}");
+    assert_eq!(statuses.iter().filter(|s| **s == 402).count(), reached, "{statuses:?}");
+    assert!(statuses.iter().all(|s| *s == 402 || *s == 429), "{statuses:?}");
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders").fetch_one(&fleet.pool).await.unwrap();
+    assert_eq!(orders, reached as i64, "a refused order was written");
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    fleet.stop().await.unwrap();
+}
