@@ -7,3 +7,12 @@ COMMENT ON COLUMN orders.decline_detail IS
 UPDATE orders
    SET decline_detail = COALESCE(decline_detail, failure_reason), failure_reason = 'capture_failed'
  WHERE status = 'capture_failed' AND failure_reason IS DISTINCT FROM 'capture_failed';
+
+-- The same words in the order.rejected messages not yet sent (pending, failed, dead and
+-- waiting for an operator's retry): those would carry them to SNS. (Messages already on a queue or a DLQ keep
+-- theirs: a migration cannot reach SQS.)
+UPDATE outbox
+   SET payload = jsonb_set(payload, '{reason}', '"capture_failed"')
+ WHERE event_type = 'order.rejected' AND status <> 'sent'
+   AND payload ->> 'status' = 'capture_failed'
+   AND payload ->> 'reason' IS DISTINCT FROM 'capture_failed';

@@ -163,3 +163,41 @@ async fn twenty_declined_cards_sent_at_once_reach_stripe_at_most_five_times() {
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     fleet.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_twin_request_one_decline_short_of_the_limit_answers_from_its_order_never_429() {
+    // Arrange: a buyer four declines into the default limit of five.
+    let mut fleet = Fleet::prepare("card-gate-twins").await.unwrap();
+    fleet.set_env("INTAKE_DECLINES_PER_HOUR", "5");
+    fleet.spawn_all(1).await.unwrap();
+    fleet.product("sku-1", 1000, 100).await.unwrap();
+    for i in 0..4 {
+        let declined =
+            fleet.post_order("ola", &format!("d{i}"), "sku-1", 1, "pm_card_chargeDeclined").await.unwrap();
+        assert_eq!(declined.status, 402);
+    }
+
+    // Act: the same request, under one key, sent twice at once, ten times over.
+    let mut answers = Vec::new();
+    for i in 0..10 {
+        let key = format!("twin-{i}");
+        let (a, b) = tokio::join!(
+            fleet.post_order("ola", &key, "sku-1", 1, "pm_card_visa"),
+            fleet.post_order("ola", &key, "sku-1", 1, "pm_card_visa")
+        );
+        answers.push((a.unwrap(), b.unwrap()));
+    }
+
+    // Assert: each pair is one order: a 202 and either its replay or "in use"; the gate, which
+    // counted the twin's own pending order, refused neither.
+    for (a, b) in &answers {
+        let statuses = [a.status, b.status];
+        assert!(statuses.contains(&202), "{statuses:?}: {} {}", a.body, b.body);
+        for answer in [a, b] {
+            let in_use = answer.status == 409 && answer.body["error"]["code"] == "idempotency_key_in_use";
+            assert!(answer.status == 202 || in_use, "a twin got {}: {}", answer.status, answer.body);
+        }
+    }
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    fleet.stop().await.unwrap();
+}

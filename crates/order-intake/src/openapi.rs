@@ -114,6 +114,8 @@ fn get_refusals() -> Vec<ApiError> {
                     | ApiError::RateLimited { .. }
                     | ApiError::RequestTimeout
                     | ApiError::OrderNotFound
+                    // An id of `.` or `..`, which clients fold into the path before it leaves.
+                    | ApiError::NotFound
                     | ApiError::Unavailable(_)
                     | ApiError::Unexpected(_)
             )

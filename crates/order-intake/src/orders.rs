@@ -176,6 +176,11 @@ impl Intake<'_> {
         match door {
             Door::Admitted(order) => self.authorize(order, Attempt::First).await,
             Door::CardTesting(wait) => {
+                // A twin request with this key may have got in a moment ago (its pending order
+                // is what the gate counted): this request answers from that order.
+                if let Some(existing) = self.existing(user, key).await? {
+                    return self.resume(existing, fingerprint).await;
+                }
                 metrics::counter!("intake_rate_limited_total", "limit" => "declines").increment(1);
                 Err(crate::limits::rate_limited(wait))
             }
@@ -378,39 +383,90 @@ pub async fn admit(pool: &PgPool, entry: Entry<'_>, declines_per_hour: u32) -> R
     admitted
 }
 
-/// The door inside the buyer's card gate: one short transaction.
+/// The door behind the buyer's card gate ([`card_gate`]): the buyer's own lock (a session
+/// lock, so the hot product row is held by the door's one statement alone, never across a
+/// round trip), then the door's statement with the gate's count in its condition — a statement
+/// after the lock, so it sees every order committed before the lock was granted — then the
+/// unlock. When the door stays closed, the count again under the lock says whether the gate
+/// closed it. Three round trips for an admitted order.
 async fn admit_gated(pool: &PgPool, entry: Entry<'_>, declines_per_hour: u32) -> Result<Door, ApiError> {
-    let mut tx = orderfleet::db::begin(pool).await.map_err(database_error_of)?;
-    if let Some(wait) = card_gate(&mut tx, entry.user, declines_per_hour).await? {
-        return Ok(Door::CardTesting(wait));
-    }
-    let admitted = door(&mut *tx, entry, Cap::OnlyUncapped).await?;
-    if let Door::Admitted(_) = admitted {
-        tx.commit().await.map_err(database_error)?;
-    }
-    // Otherwise the transaction is dropped, and rolled back: nothing was written.
-    Ok(admitted)
+    let mut lock = BuyerLock::take(pool, entry.user).await?;
+    let admitted = door(&mut *lock.connection(), entry, Cap::Gated(declines_per_hour)).await;
+    let admitted = match admitted {
+        Ok(Door::Closed) => match card_gate(&mut *lock.connection(), entry.user, declines_per_hour).await {
+            Ok(Some(wait)) => Ok(Door::CardTesting(wait)),
+            Ok(None) => Ok(Door::Closed),
+            Err(e) => Err(e),
+        },
+        other => other,
+    };
+    lock.release().await;
+    admitted
 }
 
+/// A buyer's card-gate lock, held by one pooled connection for a moment. Released by
+/// [`BuyerLock::release`]; if the request is dropped first (the client went away), or the
+/// unlock fails, the connection is closed instead of going back to the pool, and the server
+/// releases the lock with its session.
+struct BuyerLock {
+    connection: Option<sqlx::pool::PoolConnection<sqlx::Postgres>>,
+}
+
+impl BuyerLock {
+    async fn take(pool: &PgPool, user: &UserId) -> Result<Self, ApiError> {
+        let mut connection = pool.acquire().await.map_err(database_error)?;
+        let mut lock = Self { connection: None };
+        // Held from here: a failure or a drop below closes the connection.
+        let taken = sqlx::query("SELECT pg_advisory_lock(hashtextextended('cards/' || $1, 0))")
+            .bind(user.as_str())
+            .execute(&mut *connection)
+            .await;
+        lock.connection = Some(connection);
+        taken.map_err(database_error)?;
+        Ok(lock)
+    }
+
+    fn connection(&mut self) -> &mut sqlx::PgConnection {
+        self.connection.as_mut().expect("held until released")
+    }
+
+    async fn release(mut self) {
+        let mut connection = self.connection.take().expect("held until released");
+        let unlocked = sqlx::query("SELECT pg_advisory_unlock_all()").execute(&mut *connection).await;
+        if unlocked.is_err() {
+            connection.close_on_drop();
+        }
+    }
+}
+
+impl Drop for BuyerLock {
+    fn drop(&mut self) {
+        if let Some(connection) = self.connection.as_mut() {
+            connection.close_on_drop();
+        }
+    }
+}
+
+/// The buyer's card-testing count ([`admit_gated`]): their declines of the last hour and their
+/// orders still waiting for an authorization (each may be one more decline).
+const GATE_COUNT: &str = "SELECT count(*) FROM orders
+          WHERE user_id = $2
+            AND (status = 'pending_authorization'
+                 OR (status = 'payment_declined' AND updated_at > now() - interval '1 hour'))";
+
 /// The card-testing limit, exact however many requests a buyer sends at once and to however
-/// many intakes: takes the buyer's own lock for the rest of `tx` (so their new orders pass one
-/// at a time), then counts their declines of the last hour and their orders still waiting for
-/// an authorization (each may be one more decline). At `declines_per_hour` or more, the order
-/// is refused before any Stripe call: `Some` of how long until a new one may pass (when the
-/// oldest counted decline is an hour old, or, while orders are still being authorized, a
-/// moment). A check before the act in separate statements let 20 cards sent at once reach
-/// Stripe 10 and 20 times (issue 19).
+/// many intakes: run under the buyer's lock (a session one in [`admit_gated`], a transaction
+/// one in [`admit_capped`]), it counts the buyer's declines of the last hour and their orders
+/// still waiting for an authorization. At `declines_per_hour` or more, the order is refused
+/// before any Stripe call: `Some` of how long until a new one may pass (when the oldest
+/// counted decline is an hour old, or, while orders are still being authorized, a moment). A
+/// check before the act in separate statements let 20 cards sent at once all reach Stripe
+/// (issue 19).
 async fn card_gate(
-    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    connection: &mut sqlx::PgConnection,
     user: &UserId,
     declines_per_hour: u32,
 ) -> Result<Option<Duration>, ApiError> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('cards/' || $1, 0))")
-        .bind(user.as_str())
-        .execute(&mut **tx)
-        .await
-        .map_err(database_error)?;
-    // A statement after the lock: it sees every order committed before the lock was granted.
     let (declines, pending, ages_out_in): (i64, i64, Option<f64>) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE status = 'payment_declined'),
                 count(*) FILTER (WHERE status = 'pending_authorization'),
@@ -423,7 +479,7 @@ async fn card_gate(
     )
     .bind(user.as_str())
     .bind(i64::from(declines_per_hour))
-    .fetch_one(&mut **tx)
+    .fetch_one(&mut *connection)
     .await
     .map_err(database_error)?;
     if declines + pending < i64::from(declines_per_hour) {
@@ -464,15 +520,22 @@ pub struct Entry<'a> {
 enum Cap {
     OnlyUncapped,
     Checked,
+    /// Only uncapped products, and only while the buyer's card-testing count
+    /// ([`GATE_COUNT`]) is under this.
+    Gated(u32),
 }
 
 /// The door's statement (see [`admit`]).
 async fn door<'e>(executor: impl sqlx::PgExecutor<'e>, entry: Entry<'_>, cap: Cap) -> Result<Door, ApiError> {
-    let uncapped = if cap == Cap::OnlyUncapped { "AND max_per_buyer IS NULL" } else { "" };
+    let condition = match cap {
+        Cap::OnlyUncapped => "AND max_per_buyer IS NULL".to_owned(),
+        Cap::Checked => String::new(),
+        Cap::Gated(limit) => format!("AND max_per_buyer IS NULL AND ({GATE_COUNT}) < {limit}"),
+    };
     let sql = format!(
         "WITH promised AS (
              UPDATE products SET units_promised = units_promised + $6, last_position = last_position + 1
-              WHERE id = $5 AND units_promised + $6 <= units_total {uncapped}
+              WHERE id = $5 AND units_promised + $6 <= units_total {condition}
           RETURNING id, price_minor, currency, last_position
          )
          INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity,
@@ -521,10 +584,15 @@ async fn admit_capped(
     // Ended by the server if this client goes quiet inside it: its locks never outlive it.
     let mut tx = orderfleet::db::begin(pool).await.map_err(database_error_of)?;
     // The card gate's lock first, as in every door: locks are always taken in one order.
-    if declines_per_hour > 0
-        && let Some(wait) = card_gate(&mut tx, entry.user, declines_per_hour).await?
-    {
-        return Ok(Door::CardTesting(wait));
+    if declines_per_hour > 0 {
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('cards/' || $1, 0))")
+            .bind(user)
+            .execute(&mut *tx)
+            .await
+            .map_err(database_error)?;
+        if let Some(wait) = card_gate(&mut tx, entry.user, declines_per_hour).await? {
+            return Ok(Door::CardTesting(wait));
+        }
     }
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))")
         .bind(user)

@@ -94,10 +94,18 @@ pub async fn bounded<T>(
 /// hours later. `SET LOCAL` lasts the transaction alone, so the pool's connections are left as
 /// they were; a single statement outside a transaction needs none.
 pub async fn begin(pool: &PgPool) -> anyhow::Result<sqlx::Transaction<'static, sqlx::Postgres>> {
-    // One round trip: BEGIN and the bound travel in one simple query.
-    let begin =
-        format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}", IDLE_IN_TRANSACTION.as_millis());
-    pool.begin_with(sqlx::AssertSqlSafe(begin)).await.context("failed to begin a bounded transaction")
+    // Two round trips, not one `begin_with("BEGIN; SET LOCAL …")`: sqlx counts the transaction
+    // only once the whole simple query succeeds, so a SET failing after BEGIN would send the
+    // connection back to the pool inside an open transaction.
+    let mut tx = pool.begin().await.context("failed to begin a transaction")?;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SET LOCAL idle_in_transaction_session_timeout = {}",
+        IDLE_IN_TRANSACTION.as_millis()
+    )))
+    .execute(&mut *tx)
+    .await
+    .context("failed to bound the transaction's idle time")?;
+    Ok(tx)
 }
 
 /// How long a worker's transaction may sit idle, waiting for its client, before the server

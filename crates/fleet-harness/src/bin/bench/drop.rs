@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use fleet_harness::Fleet;
 use futures::StreamExt;
+use order_intake::limits::LimitsConfig;
 use order_intake::orders::{self, Door};
 use order_intake::request::{IdempotencyKey, OrderRequest};
 use orderfleet::auth::UserId;
@@ -267,7 +268,8 @@ async fn hot_row(database_url: &str) -> anyhow::Result<String> {
                         lease: Duration::from_secs(30),
                         traceparent: &traceparent,
                     };
-                    let door = orders::admit(pool, entry, 0).await;
+                    // Behind the card gate, as the intake runs by default.
+                    let door = orders::admit(pool, entry, LimitsConfig::DEFAULT.declines_per_hour).await;
                     anyhow::ensure!(matches!(door, Ok(Door::Admitted(_))), "the door refused: {door:?}");
                     Ok(sent.elapsed().as_secs_f64() * 1000.0)
                 }
