@@ -383,115 +383,69 @@ pub async fn admit(pool: &PgPool, entry: Entry<'_>, declines_per_hour: u32) -> R
     admitted
 }
 
-/// The door behind the buyer's card gate ([`card_gate`]): the buyer's own lock (a session
-/// lock, so the hot product row is held by the door's one statement alone, never across a
-/// round trip), then the door's statement with the gate's count in its condition — a statement
-/// after the lock, so it sees every order committed before the lock was granted — then the
-/// unlock. When the door stays closed, the count again under the lock says whether the gate
-/// closed it. Three round trips for an admitted order.
+/// The door behind the buyer's card gate: its one statement, with the buyer's count of card
+/// attempts (migration `card_gate`: the buyer's lock, then a fresh count) in its condition —
+/// one round trip, exact however many requests a buyer sends at once and to however many
+/// intakes. When the door stays closed, one more statement says why: the gate (refused before
+/// any Stripe call), or the units; if the gate closed it and has opened since (an order of
+/// the buyer's was authorized in between) and the units are there, the door is tried again.
 async fn admit_gated(pool: &PgPool, entry: Entry<'_>, declines_per_hour: u32) -> Result<Door, ApiError> {
-    let mut lock = BuyerLock::take(pool, entry.user).await?;
-    let admitted = door(&mut *lock.connection(), entry, Cap::Gated(declines_per_hour)).await;
-    let admitted = match admitted {
-        Ok(Door::Closed) => match card_gate(&mut *lock.connection(), entry.user, declines_per_hour).await {
-            Ok(Some(wait)) => Ok(Door::CardTesting(wait)),
-            Ok(None) => Ok(Door::Closed),
-            Err(e) => Err(e),
-        },
-        other => other,
-    };
-    lock.release().await;
-    admitted
-}
-
-/// A buyer's card-gate lock, held by one pooled connection for a moment. Released by
-/// [`BuyerLock::release`]; if the request is dropped first (the client went away), or the
-/// unlock fails, the connection is closed instead of going back to the pool, and the server
-/// releases the lock with its session.
-struct BuyerLock {
-    connection: Option<sqlx::pool::PoolConnection<sqlx::Postgres>>,
-}
-
-impl BuyerLock {
-    async fn take(pool: &PgPool, user: &UserId) -> Result<Self, ApiError> {
-        let mut connection = pool.acquire().await.map_err(database_error)?;
-        let mut lock = Self { connection: None };
-        // Held from here: a failure or a drop below closes the connection.
-        let taken = sqlx::query("SELECT pg_advisory_lock(hashtextextended('cards/' || $1, 0))")
-            .bind(user.as_str())
-            .execute(&mut *connection)
-            .await;
-        lock.connection = Some(connection);
-        taken.map_err(database_error)?;
-        Ok(lock)
-    }
-
-    fn connection(&mut self) -> &mut sqlx::PgConnection {
-        self.connection.as_mut().expect("held until released")
-    }
-
-    async fn release(mut self) {
-        let mut connection = self.connection.take().expect("held until released");
-        let unlocked = sqlx::query("SELECT pg_advisory_unlock_all()").execute(&mut *connection).await;
-        if unlocked.is_err() {
-            connection.close_on_drop();
+    for _ in 0..3 {
+        let admitted = door(pool, entry, Cap::Gated(declines_per_hour)).await?;
+        if !matches!(admitted, Door::Closed) {
+            return Ok(admitted);
+        }
+        match card_gate(pool, entry, declines_per_hour).await? {
+            (Some(wait), _) => return Ok(Door::CardTesting(wait)),
+            (None, true) => continue,
+            (None, false) => return Ok(Door::Closed),
         }
     }
+    Ok(Door::Closed)
 }
 
-impl Drop for BuyerLock {
-    fn drop(&mut self) {
-        if let Some(connection) = self.connection.as_mut() {
-            connection.close_on_drop();
-        }
-    }
-}
-
-/// The buyer's card-testing count ([`admit_gated`]): their declines of the last hour and their
-/// orders still waiting for an authorization (each may be one more decline).
-const GATE_COUNT: &str = "SELECT count(*) FROM orders
-          WHERE user_id = $2
-            AND (status = 'pending_authorization'
-                 OR (status = 'payment_declined' AND updated_at > now() - interval '1 hour'))";
-
-/// The card-testing limit, exact however many requests a buyer sends at once and to however
-/// many intakes: run under the buyer's lock (a session one in [`admit_gated`], a transaction
-/// one in [`admit_capped`]), it counts the buyer's declines of the last hour and their orders
-/// still waiting for an authorization. At `declines_per_hour` or more, the order is refused
-/// before any Stripe call: `Some` of how long until a new one may pass (when the oldest
-/// counted decline is an hour old, or, while orders are still being authorized, a moment). A
-/// check before the act in separate statements let 20 cards sent at once all reach Stripe
-/// (issue 19).
-async fn card_gate(
-    connection: &mut sqlx::PgConnection,
-    user: &UserId,
+/// The card-testing limit, in ONE statement: the buyer's count of card attempts (the
+/// `card_attempts` function: the buyer's lock, for the rest of the transaction, then a fresh
+/// count of their declines of the last hour and their orders still waiting for an
+/// authorization). At `declines_per_hour` or more, the order is refused before any Stripe
+/// call: `Some` of how long until a new one may pass (when the oldest counted decline is an
+/// hour old, or, while orders are still being authorized, a moment). Also whether an uncapped
+/// product still has the units asked for. A check before the act in separate statements, as
+/// it was, let 20 cards sent at once all reach Stripe (issue 19).
+async fn card_gate<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    entry: Entry<'_>,
     declines_per_hour: u32,
-) -> Result<Option<Duration>, ApiError> {
-    let (declines, pending, ages_out_in): (i64, i64, Option<f64>) = sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE status = 'payment_declined'),
-                count(*) FILTER (WHERE status = 'pending_authorization'),
-                extract(epoch FROM (array_agg(updated_at ORDER BY updated_at DESC)
-                         FILTER (WHERE status = 'payment_declined'))[$2] + interval '1 hour' - now())::float8
-           FROM orders
-          WHERE user_id = $1
-            AND (status = 'pending_authorization'
-                 OR (status = 'payment_declined' AND updated_at > now() - interval '1 hour'))",
+) -> Result<(Option<Duration>, bool), ApiError> {
+    let limit = i64::from(declines_per_hour);
+    let (attempts, declines, ages_out_in, units_left): (i64, i64, Option<f64>, bool) = sqlx::query_as(
+        "WITH recent AS (
+             SELECT updated_at FROM orders
+              WHERE user_id = $1 AND status = 'payment_declined' AND updated_at > now() - interval '1 hour'
+         )
+         SELECT card_attempts($1),
+                (SELECT count(*) FROM recent),
+                extract(epoch FROM (SELECT updated_at FROM recent ORDER BY updated_at DESC OFFSET $2 - 1 LIMIT 1)
+                                   + interval '1 hour' - now())::float8,
+                EXISTS (SELECT 1 FROM products
+                         WHERE id = $3 AND units_promised + $4 <= units_total AND max_per_buyer IS NULL)",
     )
-    .bind(user.as_str())
-    .bind(i64::from(declines_per_hour))
-    .fetch_one(&mut *connection)
+    .bind(entry.user.as_str())
+    .bind(limit)
+    .bind(&entry.request.product_id)
+    .bind(entry.request.quantity)
+    .fetch_one(executor)
     .await
     .map_err(database_error)?;
-    if declines + pending < i64::from(declines_per_hour) {
-        return Ok(None);
+    if attempts < limit {
+        return Ok((None, units_left));
     }
-    Ok(Some(match ages_out_in {
-        Some(seconds) if declines >= i64::from(declines_per_hour) => {
-            Duration::from_secs_f64(seconds.max(1.0))
-        }
+    let wait = match ages_out_in {
+        Some(seconds) if declines >= limit => Duration::from_secs_f64(seconds.max(1.0)),
         // Orders being authorized now end in a second or two, one way or the other.
         _ => Duration::from_secs(2),
-    }))
+    };
+    Ok((Some(wait), units_left))
 }
 
 /// Why the door stayed closed for good, or that a capped product's own door is to be tried.
@@ -520,8 +474,8 @@ pub struct Entry<'a> {
 enum Cap {
     OnlyUncapped,
     Checked,
-    /// Only uncapped products, and only while the buyer's card-testing count
-    /// ([`GATE_COUNT`]) is under this.
+    /// Only uncapped products, and only while the buyer's count of card attempts (the
+    /// `card_attempts` function, which takes the buyer's lock) is under this.
     Gated(u32),
 }
 
@@ -530,7 +484,7 @@ async fn door<'e>(executor: impl sqlx::PgExecutor<'e>, entry: Entry<'_>, cap: Ca
     let condition = match cap {
         Cap::OnlyUncapped => "AND max_per_buyer IS NULL".to_owned(),
         Cap::Checked => String::new(),
-        Cap::Gated(limit) => format!("AND max_per_buyer IS NULL AND ({GATE_COUNT}) < {limit}"),
+        Cap::Gated(limit) => format!("AND max_per_buyer IS NULL AND card_attempts($2) < {limit}"),
     };
     let sql = format!(
         "WITH promised AS (
@@ -584,15 +538,10 @@ async fn admit_capped(
     // Ended by the server if this client goes quiet inside it: its locks never outlive it.
     let mut tx = orderfleet::db::begin(pool).await.map_err(database_error_of)?;
     // The card gate's lock first, as in every door: locks are always taken in one order.
-    if declines_per_hour > 0 {
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('cards/' || $1, 0))")
-            .bind(user)
-            .execute(&mut *tx)
-            .await
-            .map_err(database_error)?;
-        if let Some(wait) = card_gate(&mut tx, entry.user, declines_per_hour).await? {
-            return Ok(Door::CardTesting(wait));
-        }
+    if declines_per_hour > 0
+        && let (Some(wait), _) = card_gate(&mut *tx, entry, declines_per_hour).await?
+    {
+        return Ok(Door::CardTesting(wait));
     }
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))")
         .bind(user)
