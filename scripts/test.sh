@@ -48,6 +48,8 @@ rm -rf "$target_dir/debug/e2e-logs"
 say "cargo test (unit and end-to-end, against PostgreSQL and LocalStack)"
 cargo test --workspace
 
+cat "$target_dir/debug/e2e-logs/contract/schemathesis-summary.txt" >&2
+
 say "the image (make image), and the fleet run from it paying an order (buildah run)"
 export IMAGE=${IMAGE:-localhost/orderfleet:dev}
 IMAGE_BUILDER=buildah "$root/scripts/image.sh"

@@ -115,6 +115,16 @@ async fn the_served_document_is_the_committed_one_and_schemathesis_finds_no_answ
         );
         assert!(run.passed, "schemathesis ({name}) found failures:\n{}", run.output);
     }
+    // Also where `make test` prints it after the suite (a passing test's output is captured).
+    let counts: Vec<String> = runs
+        .iter()
+        .map(|(name, run)| format!("{name}: {} requests, passed={}", run.statuses.len(), run.passed))
+        .collect();
+    std::fs::write(
+        fleet.log_dir().join("schemathesis-summary.txt"),
+        format!("schemathesis against the live intake: {}\n", counts.join("; ")),
+    )
+    .unwrap();
     let (_, with_token) = &runs[0];
     assert!(with_token.statuses.len() >= 1_000, "only {} requests with a token", with_token.statuses.len());
     assert!(with_token.statuses.contains(&202), "no order was accepted: the fuzz never got past the edge");

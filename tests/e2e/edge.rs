@@ -201,3 +201,39 @@ async fn a_twin_request_one_decline_short_of_the_limit_answers_from_its_order_ne
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     fleet.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn twenty_good_orders_at_once_behind_the_card_gate_are_never_told_sold_out_while_units_are_left() {
+    // Arrange: the default card-testing limit, units for everyone.
+    let mut fleet = Fleet::prepare("card-gate-good-cards").await.unwrap();
+    fleet.set_env("INTAKE_DECLINES_PER_HOUR", "5");
+    fleet.spawn_all(1).await.unwrap();
+    fleet.product("sku-1", 1000, 100).await.unwrap();
+
+    // Act: one buyer, twenty orders with a good card, all at once, three times over.
+    let mut statuses = Vec::new();
+    for round in 0..3 {
+        let answers = futures::future::join_all((0..20).map(|i| {
+            let fleet = &fleet;
+            async move {
+                fleet.post_order("ola", &format!("r{round}-k{i}"), "sku-1", 1, "pm_card_visa").await.unwrap()
+            }
+        }))
+        .await;
+        statuses
+            .extend(answers.iter().map(|a| (a.status, a.body["error"]["code"].as_str().map(str::to_owned))));
+    }
+
+    // Assert: each was accepted or asked to come back (its other orders were being authorized);
+    // none heard sold_out with 40 units left.
+    println!("edge: card-gate-good-cards {statuses:?}");
+    for (status, code) in &statuses {
+        assert!(
+            *status == 202 || (*status == 429 && code.as_deref() == Some("rate_limited")),
+            "{status} {code:?}"
+        );
+    }
+    assert!(statuses.iter().any(|(s, _)| *s == 202));
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    fleet.stop().await.unwrap();
+}
