@@ -133,14 +133,21 @@ async fn a_flood_without_a_valid_token_spends_nothing_of_the_buyers_budget() {
     fleet.stop().await.unwrap();
 }
 
+/// A fleet whose intake has the card-testing limit at its default (five), the per-user rate
+/// out of the way so that a buyer's requests arrive together; a product with 100 units.
+async fn behind_the_card_gate(name: &str) -> Fleet {
+    let mut fleet = Fleet::prepare(name).await.unwrap();
+    fleet.set_env("INTAKE_DECLINES_PER_HOUR", "5");
+    fleet.spawn_all(1).await.unwrap();
+    fleet.product("sku-1", 1000, 100).await.unwrap();
+    fleet
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn twenty_declined_cards_sent_at_once_reach_stripe_at_most_five_times() {
     // Arrange: the default limits (five declines an hour), the per-user rate out of the way so
     // that the twenty arrive together.
-    let mut fleet = Fleet::prepare("card-testing-race").await.unwrap();
-    fleet.set_env("INTAKE_DECLINES_PER_HOUR", "5");
-    fleet.spawn_all(1).await.unwrap();
-    fleet.product("sku-1", 1000, 100).await.unwrap();
+    let fleet = behind_the_card_gate("card-testing-race").await;
 
     // Act: twenty orders by one user, each with a declined card, all at once.
     let answers = futures::future::join_all((0..20).map(|i| {
@@ -167,10 +174,7 @@ async fn twenty_declined_cards_sent_at_once_reach_stripe_at_most_five_times() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_twin_request_one_decline_short_of_the_limit_answers_from_its_order_never_429() {
     // Arrange: a buyer four declines into the default limit of five.
-    let mut fleet = Fleet::prepare("card-gate-twins").await.unwrap();
-    fleet.set_env("INTAKE_DECLINES_PER_HOUR", "5");
-    fleet.spawn_all(1).await.unwrap();
-    fleet.product("sku-1", 1000, 100).await.unwrap();
+    let fleet = behind_the_card_gate("card-gate-twins").await;
     for i in 0..4 {
         let declined =
             fleet.post_order("ola", &format!("d{i}"), "sku-1", 1, "pm_card_chargeDeclined").await.unwrap();
@@ -205,10 +209,7 @@ async fn a_twin_request_one_decline_short_of_the_limit_answers_from_its_order_ne
 #[tokio::test(flavor = "multi_thread")]
 async fn twenty_good_orders_at_once_behind_the_card_gate_are_never_told_sold_out_while_units_are_left() {
     // Arrange: the default card-testing limit, units for everyone.
-    let mut fleet = Fleet::prepare("card-gate-good-cards").await.unwrap();
-    fleet.set_env("INTAKE_DECLINES_PER_HOUR", "5");
-    fleet.spawn_all(1).await.unwrap();
-    fleet.product("sku-1", 1000, 100).await.unwrap();
+    let fleet = behind_the_card_gate("card-gate-good-cards").await;
 
     // Act: one buyer, twenty orders with a good card, all at once, three times over.
     let mut statuses = Vec::new();

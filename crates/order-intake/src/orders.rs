@@ -154,17 +154,12 @@ impl Intake<'_> {
             lease: self.lease,
             traceparent: self.traceparent,
         };
-        // One statement for what most requests need to know first: is the key used, and is
-        // this user a card tester.
-        let (used, card_testing_until) = self.first_look(user, key).await?;
-        if used && let Some(existing) = self.existing(user, key).await? {
+        // What most requests need to know first: is the key used. (Whether this user is a card
+        // tester is the door's to say, exactly: [`admit_gated`].)
+        if self.key_used(user, key).await?
+            && let Some(existing) = self.existing(user, key).await?
+        {
             return self.resume(existing, &fingerprint).await;
-        }
-        if let Some(until) = card_testing_until {
-            metrics::counter!("intake_rate_limited_total", "limit" => "declines").increment(1);
-            return Err(crate::limits::rate_limited(
-                (until - chrono::Utc::now()).to_std().unwrap_or_default(),
-            ));
         }
         let door = admit(self.pool, entry, self.declines_per_hour).await?;
         self.after_the_door(entry, door, true).await
@@ -217,30 +212,14 @@ impl Intake<'_> {
         }
     }
 
-    /// Whether `key` is used already, and, when the user's cards were declined
-    /// `declines_per_hour` times in the last hour, until when their new orders are refused
-    /// (the oldest of those declines plus an hour).
-    async fn first_look(
-        &self,
-        user: &UserId,
-        key: &IdempotencyKey,
-    ) -> Result<(bool, Option<chrono::DateTime<chrono::Utc>>), ApiError> {
-        let (used, oldest): (bool, Option<chrono::DateTime<chrono::Utc>>) = sqlx::query_as(
-            "SELECT EXISTS (SELECT 1 FROM orders WHERE user_id = $1 AND idempotency_key = $2),
-                    (SELECT min(updated_at) FROM (
-                         SELECT updated_at FROM orders
-                          WHERE $3 > 0 AND user_id = $1 AND status = 'payment_declined'
-                            AND updated_at > now() - interval '1 hour'
-                          ORDER BY updated_at DESC LIMIT $3
-                     ) recent HAVING count(*) >= $3 AND $3 > 0)",
-        )
-        .bind(user.as_str())
-        .bind(key.as_str())
-        .bind(i64::from(self.declines_per_hour))
-        .fetch_one(self.pool)
-        .await
-        .map_err(database_error)?;
-        Ok((used, oldest.map(|o| o + chrono::TimeDelta::hours(1))))
+    /// Whether `key` is used already: an index lookup, cheaper than loading the order.
+    async fn key_used(&self, user: &UserId, key: &IdempotencyKey) -> Result<bool, ApiError> {
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM orders WHERE user_id = $1 AND idempotency_key = $2)")
+            .bind(user.as_str())
+            .bind(key.as_str())
+            .fetch_one(self.pool)
+            .await
+            .map_err(database_error)
     }
 
     /// What a request with a key already used gets: an error for another body, the first
