@@ -1211,6 +1211,32 @@ async fn a_500_stripe_saved_under_an_authorizations_key_is_followed_by_a_new_att
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_resumed_authorization_whose_own_key_answers_a_500_after_taking_effect_places_no_second_hold() {
+    // Arrange: the first request's creates never reach Stripe's idempotency layer (429s), so
+    // the order stays pending with nothing at Stripe; the next create takes effect and then
+    // answers 500, which Stripe saves under its key (a 500's result is indeterminate:
+    // docs.stripe.com/error-low-level). Found by the order protocol's model checker
+    // (crates/order-model): the search before that create cannot have seen it.
+    let fleet = fleet_for_saved_500s("stripe-500-after-effect-resumed").await;
+    fleet.product("sku-1", 1000, 1).await.unwrap();
+    fleet.fault("create", "error_429", 3).await.unwrap();
+    let first = fleet.post_order("ann", "k-1", "sku-1", 1, "pm_card_visa").await.unwrap();
+    assert_eq!(first.status, 503, "{:?}", first.body);
+    fleet.fault("create", "error_500_after_success", 1).await.unwrap();
+    // The attempt is now older than the search lag (1 s in the tests).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Act: the buyer retries with the same key, as a client does.
+    let (answer, before) = fleet.post_order_retrying("ann", "k-1", "sku-1", 1, "pm_card_visa").await.unwrap();
+
+    // Assert: accepted, with the one PaymentIntent the 500 made; no second hold.
+    assert_eq!(answer.status, 202, "{:?} after {before:?}", answer.body);
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    audit_saved_500s(&fleet, "stripe-500-after-effect-resumed", "sku-1", 1).await;
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_500_stripe_saved_under_a_captures_key_is_followed_by_a_new_attempt() {
     // Arrange: the first capture answers 500, saved under its key.
     let fleet = fleet_for_saved_500s("stripe-saved-500-capture").await;

@@ -52,9 +52,11 @@ pub struct OrderRow {
     pub traceparent: Option<String>,
     /// Its Stripe attempt (`orderfleet::payments::Operation::idempotency_key`).
     pub payment_attempt: i32,
+    /// Its attempt's key answered a 5xx (`orderfleet::authorization::resume`).
+    pub payment_attempt_failed: bool,
 }
 
-const ROW: &str = "id, user_id, request_hash, product_id, quantity, amount_minor, currency, payment_method, status, failure_reason, position, traceparent, payment_attempt";
+const ROW: &str = "id, user_id, request_hash, product_id, quantity, amount_minor, currency, payment_method, status, failure_reason, position, traceparent, payment_attempt, payment_attempt_failed";
 
 /// The `202` body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -299,6 +301,7 @@ impl Intake<'_> {
             currency: order.currency.clone(),
             payment_method: order.payment_method.clone(),
             payment_attempt: order.payment_attempt,
+            payment_attempt_failed: order.payment_attempt_failed,
         };
         let result = match attempt {
             Attempt::First => authorization::authorize(self.pool, self.payments, &pending).await,

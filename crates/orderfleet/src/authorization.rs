@@ -30,6 +30,8 @@ pub struct PendingOrder {
     pub payment_method: String,
     /// Its Stripe attempt ([`crate::payments::Operation::idempotency_key`]).
     pub payment_attempt: i32,
+    /// The attempt's key has answered a 5xx, which Stripe saved under it ([`resume`]).
+    pub payment_attempt_failed: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +56,8 @@ pub async fn take_over(pool: &PgPool, id: Uuid, lease: Duration) -> sqlx::Result
         "UPDATE orders SET intake_lease_until = now() + $2 * interval '1 ms', updated_at = now()
           WHERE id = $1 AND status = 'pending_authorization'
             AND (intake_lease_until IS NULL OR intake_lease_until < now())
-         RETURNING id, user_id, product_id, quantity, amount_minor, currency, payment_method, payment_attempt",
+         RETURNING id, user_id, product_id, quantity, amount_minor, currency, payment_method, payment_attempt,
+                   payment_attempt_failed",
     )
     .bind(id)
     .bind(lease.as_millis() as i64)
@@ -106,12 +109,19 @@ async fn call_stripe(payments: &Payments, order: &PendingOrder) -> Result<Intent
 /// still pending by then would get a second PaymentIntent, a second hold on the card that
 /// nothing cancels.
 ///
-/// Which key: the attempt's own first, which Stripe answers with what it saved for it (the
-/// intent an answer lost on the way made, or a decline) or runs if it never got the request.
-/// Only if Stripe saved a 5xx under it, its search finds no intent for the order, and the
-/// attempt began longer ago than the search can lag ([`Payments::search_lag`]), did the
-/// attempt do nothing: the order moves to its next attempt, with a new key. Otherwise the buyer
-/// hears 503 and tries later.
+/// When the search finds nothing, which key:
+/// - While no 5xx is known for the attempt, its own key again, which is always safe: Stripe
+///   answers what it saved for it (the intent of an answer lost on the way, a decline, a 5xx)
+///   or, if the request never reached it, runs it now. The send is dated first
+///   (`payment_attempt_at`): what it makes, the search sees only after the lag.
+/// - Once the key has answered a 5xx (saved by Stripe, so nothing more is sent under it), the
+///   order moves to its next attempt, with a new key, only if the attempt's last send is older
+///   than the search lag ([`Payments::search_lag`]), counted back from the search: then the
+///   search saw whatever the attempt made, and it made nothing. Otherwise the buyer hears 503
+///   and tries later. A 500's result is indeterminate (docs.stripe.com/error-low-level): the
+///   re-sent key may have made an intent after the search looked, so the search that came
+///   before it proves nothing about it (this once made a second hold; the model checker in
+///   crates/order-model found it).
 pub async fn resume(
     pool: &PgPool,
     payments: &Payments,
@@ -123,18 +133,7 @@ pub async fn resume(
             tracing::info!(payment_intent = intent.id, status = ?intent.status, "found the order's PaymentIntent at Stripe");
             record(pool, payments, order, Ok(intent)).await
         }
-        Ok(None) => {
-            // The attempt's own key first, which is always safe: Stripe answers what it saved
-            // for it (the intent of an answer lost on the way, a decline, a 5xx) or, if the
-            // request never reached it, runs it now.
-            let again = call_stripe(payments, order).await;
-            let Err(PaymentError::AttemptFailed(reason)) = again else {
-                return record(pool, payments, order, again).await;
-            };
-            // Stripe saved a 5xx under the key, and its search found no intent for the order:
-            // trusted once the attempt began longer ago than the search can lag (counted from
-            // the search, a moment ago), that means the attempt did nothing, and the next one
-            // may begin, with a new key.
+        Ok(None) if order.payment_attempt_failed => {
             let settled_for = payments.search_lag() + searched.elapsed();
             let next = crate::order::next_payment_attempt(
                 pool,
@@ -151,10 +150,22 @@ pub async fn resume(
                         attempt = next,
                         "Stripe holds nothing for the order's last attempt; a new attempt, with a new key"
                     );
-                    authorize(pool, payments, &PendingOrder { payment_attempt: next, ..order.clone() }).await
+                    let next = PendingOrder { payment_attempt: next, payment_attempt_failed: false, ..order.clone() };
+                    authorize(pool, payments, &next).await
                 }
-                Some(_) => record(pool, payments, order, Err(PaymentError::AttemptFailed(reason))).await,
+                Some(_) => {
+                    release(pool, order.id).await?;
+                    Err(AuthorizationError::ProviderUnavailable(
+                        "the attempt's key answered a 5xx; waiting until Stripe's search can be trusted about it"
+                            .to_owned(),
+                    ))
+                }
             }
+        }
+        Ok(None) => {
+            date_the_send(pool, order).await?;
+            let again = call_stripe(payments, order).await;
+            record(pool, payments, order, again).await
         }
         Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
             release(pool, order.id).await?;
@@ -166,6 +177,20 @@ pub async fn resume(
             Err(AuthorizationError::LookupRefused(refused.to_string()))
         }
     }
+}
+
+/// Dates a send under the order's attempt key (`payment_attempt_at`), before it is made:
+/// Stripe's search lag is counted from the attempt's last send.
+async fn date_the_send(pool: &PgPool, order: &PendingOrder) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE orders SET payment_attempt_at = now()
+          WHERE id = $1 AND status = 'pending_authorization' AND payment_attempt = $2",
+    )
+    .bind(order.id)
+    .bind(order.payment_attempt)
+    .execute(pool)
+    .await?;
+    Ok(())
 }
 
 /// Records what Stripe says of the order's authorization (from the call, or from a lookup).
@@ -204,10 +229,16 @@ pub async fn record(
         // The provider refuses the request itself (an unknown payment method, say): no hold
         // exists, and retrying cannot help.
         Err(PaymentError::Refused { code, message, .. }) => (None, format!("{code}: {message}")),
-        // Unanswered, or a 5xx Stripe saved under the attempt's key: the order stays pending,
-        // its lease released; a retry or the sweeper looks it up and goes on (see `resume`).
-        Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
+        // Unanswered: the order stays pending, its lease released; a retry or the sweeper
+        // looks it up and goes on (see `resume`).
+        Err(PaymentError::Unavailable(reason)) => {
             release(pool, order.id).await?;
+            return Err(AuthorizationError::ProviderUnavailable(reason));
+        }
+        // A 5xx Stripe saved under the attempt's key: the same, and the attempt is marked, so
+        // that nothing more is sent under its key (see `resume`).
+        Err(PaymentError::AttemptFailed(reason)) => {
+            release_after_a_5xx(pool, order).await?;
             return Err(AuthorizationError::ProviderUnavailable(reason));
         }
     };
@@ -282,6 +313,20 @@ async fn commit_authorized(pool: &PgPool, order: &PendingOrder, hold: &Intent) -
         &messages,
     )
     .await
+}
+
+/// Gives the lease back, and marks the attempt as one whose key answered a 5xx.
+async fn release_after_a_5xx(pool: &PgPool, order: &PendingOrder) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE orders SET intake_lease_until = NULL,
+                           payment_attempt_failed = payment_attempt_failed OR payment_attempt = $2
+          WHERE id = $1 AND status = 'pending_authorization'",
+    )
+    .bind(order.id)
+    .bind(order.payment_attempt)
+    .execute(pool)
+    .await?;
+    Ok(())
 }
 
 /// Gives the lease back so a retry with the same key (or the sweeper) may finish the order.

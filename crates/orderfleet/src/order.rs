@@ -85,7 +85,8 @@ pub async fn next_payment_attempt<'e>(
 ) -> sqlx::Result<Option<i32>> {
     sqlx::query_scalar(
         "WITH moved AS (
-             UPDATE orders SET payment_attempt = payment_attempt + 1, payment_attempt_at = now(), updated_at = now()
+             UPDATE orders SET payment_attempt = payment_attempt + 1, payment_attempt_at = now(),
+                               payment_attempt_failed = false, updated_at = now()
               WHERE id = $1 AND status = $2 AND payment_attempt = $3
                 AND payment_attempt_at <= now() - $4 * interval '1 ms'
           RETURNING payment_attempt

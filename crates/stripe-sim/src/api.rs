@@ -10,7 +10,8 @@
 //! edge of Stripe's API in the order a request meets it: authentication, then an armed fault
 //! (a fault models the network or Stripe's front failing, so it strikes before anything
 //! runs), then the idempotency layer and the operation, under one lock. `drop_after_success`
-//! is the one fault that lets the operation run, then throws the answer away.
+//! lets the operation run, then throws the answer away; `error_500_after_success` lets it run,
+//! then answers (and saves under the key) a 500.
 
 use std::io;
 
@@ -216,7 +217,7 @@ async fn mutate(
             sim.hang().await;
             return dropped_connection();
         }
-        Some(Mode::DropAfterSuccess) | None => {}
+        Some(Mode::DropAfterSuccess | Mode::Error500AfterSuccess) | None => {}
     }
 
     let params = Params::parse(body);
@@ -225,6 +226,11 @@ async fn mutate(
         Some(Mode::Error500) => {
             sim.execute(scope.as_ref(), &request_id.0, |_, _| Ok(Reply::error(&StripeError::internal())))
         }
+        // The operation runs, and what is answered and saved is a 500.
+        Some(Mode::Error500AfterSuccess) => sim.execute(scope.as_ref(), &request_id.0, |ledger, now| {
+            let _ran = run(&params, ledger, now);
+            Ok(Reply::error(&StripeError::internal()))
+        }),
         _ => sim.execute(scope.as_ref(), &request_id.0, |ledger, now| run(&params, ledger, now)),
     };
     if fault == Some(Mode::DropAfterSuccess) {

@@ -47,10 +47,15 @@ pub(crate) enum Mode {
     Timeout,
     /// Run the operation (saving its idempotent answer), then close the connection unanswered.
     DropAfterSuccess,
+    /// Run the operation, then answer 500 `api_error`, and save that 500 under the key: Stripe
+    /// calls a 500's result indeterminate (docs.stripe.com/error-low-level, server errors),
+    /// so the request may have taken effect, and its key replays the 500.
+    Error500AfterSuccess,
 }
 
 impl Mode {
-    const ALL: [Mode; 4] = [Mode::Error500, Mode::Error429, Mode::Timeout, Mode::DropAfterSuccess];
+    const ALL: [Mode; 5] =
+        [Mode::Error500, Mode::Error429, Mode::Timeout, Mode::DropAfterSuccess, Mode::Error500AfterSuccess];
 
     pub(crate) fn as_str(self) -> &'static str {
         match self {
@@ -58,6 +63,7 @@ impl Mode {
             Mode::Error429 => "error_429",
             Mode::Timeout => "timeout",
             Mode::DropAfterSuccess => "drop_after_success",
+            Mode::Error500AfterSuccess => "error_500_after_success",
         }
     }
 
@@ -65,7 +71,7 @@ impl Mode {
         Self::ALL.into_iter().find(|mode| mode.as_str() == raw).ok_or_else(|| {
             format!(
                 "unknown mode {raw:?}: expected one of \"error_500\", \"error_429\", \"timeout\", \
-                 \"drop_after_success\""
+                 \"drop_after_success\", \"error_500_after_success\""
             )
         })
     }

@@ -30,6 +30,25 @@ async fn an_error_500_fault_is_saved_under_its_key_and_replayed_until_the_key_ex
 }
 
 #[tokio::test]
+async fn an_error_500_after_success_fault_takes_effect_and_saves_the_500_under_its_key() {
+    let sim = TestSim::start().await;
+    sim.arm("create", "error_500_after_success", 1).await;
+
+    let faulted = sim.post("/v1/payment_intents", AUTHORIZE, Some("k-500-after")).await;
+    let retried = sim.post("/v1/payment_intents", AUTHORIZE, Some("k-500-after")).await;
+
+    // The 500's result is indeterminate, as on Stripe: here the intent was made, and the key
+    // replays the 500, so only a lookup finds the intent.
+    assert_eq!(faulted.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(faulted.error_type(), "api_error");
+    assert_eq!(retried.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", retried.raw);
+    assert_eq!(retried.header("idempotent-replayed"), Some("true"));
+    let intents = sim.intents().await;
+    assert_eq!(intents.len(), 1);
+    assert_eq!(intents[0]["status"], "requires_capture");
+}
+
+#[tokio::test]
 async fn an_error_500_fault_without_a_key_saves_nothing() {
     let sim = TestSim::start().await;
     sim.arm("create", "error_500", 1).await;
