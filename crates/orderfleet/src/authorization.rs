@@ -150,7 +150,11 @@ pub async fn resume(
                         attempt = next,
                         "Stripe holds nothing for the order's last attempt; a new attempt, with a new key"
                     );
-                    let next = PendingOrder { payment_attempt: next, payment_attempt_failed: false, ..order.clone() };
+                    let next = PendingOrder {
+                        payment_attempt: next,
+                        payment_attempt_failed: false,
+                        ..order.clone()
+                    };
                     authorize(pool, payments, &next).await
                 }
                 Some(_) => {

@@ -1,0 +1,1080 @@
+//! The transitions: every step a process can take next, each as atomic as the code makes it
+//! (one SQL statement or transaction, one Stripe request), so the checker interleaves them in
+//! every order the real fleet could. README.md maps each [`Transition`] to the code.
+
+use orderfleet::fulfilment::{fits_in_line, fits_whatever_the_pending_do};
+use stateright::{Model, Property};
+
+use crate::state::*;
+
+/// The stock worker's and the operator's rules, as they are and as they were before the two
+/// line-order defects were fixed (e5dc31d), so that the checker can show it finds those.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rules {
+    pub line: LineRule,
+    pub cut: CutRule,
+    pub resume: ResumeRule,
+}
+
+impl Rules {
+    /// The code as it is.
+    pub const NOW: Rules = Rules {
+        line: LineRule::WaitForPendingAhead,
+        cut: CutRule::KeepTheLineServed,
+        resume: ResumeRule::NOW,
+    };
+}
+
+/// How the stock worker decides, after a cut, whether an order's units are left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineRule {
+    /// Before e5dc31d: an order ahead still pending authorization counts as taking its units.
+    PendingAheadTakes,
+    /// Now: when the answer depends on a pending order ahead, wait for it
+    /// ([`fits_whatever_the_pending_do`]).
+    WaitForPendingAhead,
+}
+
+/// Which totals `fleetctl product upsert` accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CutRule {
+    /// Before e5dc31d: any total not below the units taken.
+    AboveTaken,
+    /// Now: also not below the units the line holds up to its last order served.
+    KeepTheLineServed,
+}
+
+/// When a taken-over order whose attempt answered a saved 5xx moves to a new attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResumeRule {
+    /// Before bbf9d45: after the attempt's own key, re-sent, answers a 5xx, trust the search
+    /// made before that send, once the attempt *began* longer ago than the search lag.
+    SearchBeforeTheResend,
+    /// Now: each re-send under the attempt's key is dated, a 5xx marks the attempt and ends
+    /// its sends, and a marked attempt moves on only when a search made longer than the lag
+    /// after its last send finds nothing.
+    DatedSends,
+}
+
+impl ResumeRule {
+    pub const NOW: ResumeRule = ResumeRule::DatedSends;
+}
+
+/// What is checked: who buys, how many units, what the operator does, and what may fail.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub name: &'static str,
+    /// Each buyer's quantity and card.
+    pub buyers: Vec<(u8, Card)>,
+    /// The product's total units at the start.
+    pub total: u8,
+    /// Totals the operator may set, each once, at any moment.
+    pub upserts: Vec<u8>,
+    pub workers: u8,
+    /// What the sweeper does: everything, or only the pending orders, so that the messages
+    /// alone must bring every accepted order to its end.
+    pub sweeper: Sweeps,
+    pub budget: Budget,
+}
+
+/// What the sweeper sweeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sweeps {
+    Everything,
+    OnlyPending,
+}
+
+/// The model: a scenario under a set of rules.
+#[derive(Clone, Debug)]
+pub struct OrderProtocol {
+    pub scenario: Scenario,
+    pub rules: Rules,
+}
+
+/// A process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Proc {
+    Request(Buyer),
+    Worker(u8),
+    Sweeper,
+}
+
+/// Everything that can happen next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// A buyer sends its request (the first, or a retry with the same key and body).
+    Send(Buyer),
+    /// A process takes its next step; `Net` is how a Stripe request goes.
+    Step(Proc, Net),
+    /// A process dies between two steps.
+    Crash(Proc),
+    /// The relay sends an order's stock-check row; `twice`: and dies before marking it sent.
+    Relay { order: Buyer, twice: bool },
+    /// A worker receives a visible copy of an order's message (any order: a standard queue).
+    Receive { worker: u8, order: Buyer, receives: u8 },
+    /// An operator redrives the DLQ.
+    Redrive,
+    /// The sweeper picks a pending order nobody works on.
+    SweepPending(Buyer),
+    /// The sweeper picks an order stuck on its way to its end.
+    SweepFulfilment(Buyer),
+    /// The operator sets the product's total (the scenario's `upserts[i]`).
+    Upsert(u8),
+    /// Time passes: Stripe's search catches up, and every attempt is older than the lag.
+    LagPasses,
+    /// An order's lease expires (its holder died, or stalled past it).
+    LeaseExpires(Buyer),
+    /// Stripe cancels a hold past its deadline.
+    HoldExpires(IntentId),
+    /// Stripe forgets its saved answers.
+    KeysExpire,
+}
+
+/// The kinds of transition, each mapped to the code in README.md (a test checks the map).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Transition {
+    Send,
+    Door,
+    Resume,
+    Create,
+    Search,
+    AuthorizeNextAttempt,
+    RecordAuthorization,
+    Relay,
+    Receive,
+    Reserve,
+    Capture,
+    RetrieveAfterFailure,
+    SettleNextAttempt,
+    RecordPaid,
+    FailCapture,
+    Cancel,
+    MarkReleased,
+    Crash,
+    Redrive,
+    SweepPending,
+    SweepFulfilment,
+    Upsert,
+    LagPasses,
+    LeaseExpires,
+    HoldExpires,
+    KeysExpire,
+}
+
+impl Transition {
+    pub const ALL: [Transition; 26] = [
+        Transition::Send,
+        Transition::Door,
+        Transition::Resume,
+        Transition::Create,
+        Transition::Search,
+        Transition::AuthorizeNextAttempt,
+        Transition::RecordAuthorization,
+        Transition::Relay,
+        Transition::Receive,
+        Transition::Reserve,
+        Transition::Capture,
+        Transition::RetrieveAfterFailure,
+        Transition::SettleNextAttempt,
+        Transition::RecordPaid,
+        Transition::FailCapture,
+        Transition::Cancel,
+        Transition::MarkReleased,
+        Transition::Crash,
+        Transition::Redrive,
+        Transition::SweepPending,
+        Transition::SweepFulfilment,
+        Transition::Upsert,
+        Transition::LagPasses,
+        Transition::LeaseExpires,
+        Transition::HoldExpires,
+        Transition::KeysExpire,
+    ];
+}
+
+/// How a job ended.
+enum Done {
+    /// The order needs nothing more from this message.
+    Settled,
+    /// Not now (Stripe unanswered, a new attempt begun): the message comes back.
+    Later,
+    /// For a person: the message goes on towards the DLQ with the reason.
+    Stuck,
+}
+
+/// A step's result: the job goes on, or it ended.
+enum Next<J> {
+    Go(J),
+    End(Done),
+}
+
+const MAX_RECEIVES: u8 = 3;
+
+impl OrderProtocol {
+    fn quantity(&self, order: Buyer) -> u8 {
+        self.scenario.buyers[usize::from(order)].0
+    }
+
+    fn card(&self, order: Buyer) -> Card {
+        self.scenario.buyers[usize::from(order)].1
+    }
+
+    /// The ways a Stripe request may go from here.
+    fn nets(state: &State, key: Option<(Op, Buyer, u8)>, out: &mut Vec<Net>) {
+        out.push(Net::Ok);
+        if state.budget.faults == 0 {
+            return;
+        }
+        out.push(Net::Fault(Fault::Unreachable));
+        // A key with an answer saved is replayed: only the network can fail it.
+        if key.is_some_and(|key| state.stripe.saved(key).is_none()) {
+            out.extend([Fault::Error500, Fault::Error500AfterEffect, Fault::AnswerLost].map(Net::Fault));
+        }
+    }
+
+    /// The Stripe request a job's next step makes, if any: `Some(None)` for a lookup.
+    fn stripe_request(state: &State, job: Job) -> Option<Option<(Op, Buyer, u8)>> {
+        match job {
+            Job::Authorize(order, Auth::Create { attempt, .. }) => Some(Some((Op::Create, order, attempt))),
+            Job::Authorize(_, Auth::Search { .. }) => Some(None),
+            Job::Advance(order, Advance::Capture { attempt, .. }) => {
+                Some(Some((Op::Capture, order, attempt)))
+            }
+            Job::Advance(order, Advance::Cancel { attempt, .. }) => Some(Some((Op::Cancel, order, attempt))),
+            Job::Advance(_, Advance::Retrieve { .. }) => Some(None),
+            _ => {
+                let _ = state;
+                None
+            }
+        }
+    }
+
+    fn step_actions(state: &State, proc: Proc, job: Option<Job>, actions: &mut Vec<Action>) {
+        let mut nets = Vec::new();
+        match job.and_then(|job| Self::stripe_request(state, job)) {
+            Some(key) => Self::nets(state, key, &mut nets),
+            None => nets.push(Net::Ok),
+        }
+        actions.extend(nets.into_iter().map(|net| Action::Step(proc, net)));
+        if state.budget.crashes > 0 {
+            actions.push(Action::Crash(proc));
+        }
+    }
+
+    /// Which kind of transition an action is in a state (for the map to the code).
+    pub fn transition(&self, state: &State, action: Action) -> Transition {
+        let of_job = |job: Job| match job {
+            Job::Authorize(_, Auth::Create { .. }) => Transition::Create,
+            Job::Authorize(_, Auth::Search { .. }) => Transition::Search,
+            Job::Authorize(_, Auth::NextAttempt { .. }) => Transition::AuthorizeNextAttempt,
+            Job::Authorize(_, Auth::Record(_)) => Transition::RecordAuthorization,
+            Job::Advance(_, Advance::Load | Advance::Reserve) => Transition::Reserve,
+            Job::Advance(_, Advance::Capture { .. }) => Transition::Capture,
+            Job::Advance(_, Advance::Retrieve { .. }) => Transition::RetrieveAfterFailure,
+            Job::Advance(_, Advance::NextAttempt { .. }) => Transition::SettleNextAttempt,
+            Job::Advance(_, Advance::RecordPaid) => Transition::RecordPaid,
+            Job::Advance(_, Advance::FailCapture { .. }) => Transition::FailCapture,
+            Job::Advance(_, Advance::Cancel { .. }) => Transition::Cancel,
+            Job::Advance(_, Advance::MarkReleased) => Transition::MarkReleased,
+        };
+        match action {
+            Action::Send(_) => Transition::Send,
+            Action::Step(Proc::Request(b), _) => match state.buyers[usize::from(b)].request {
+                Request::Sent if state.orders[usize::from(b)].is_some() => Transition::Resume,
+                Request::Sent | Request::Idle => Transition::Door,
+                Request::Working(auth) => of_job(Job::Authorize(b, auth)),
+            },
+            Action::Step(Proc::Worker(w), _) => {
+                state.workers[usize::from(w)].map_or(Transition::Receive, |(_, job)| of_job(job))
+            }
+            Action::Step(Proc::Sweeper, _) => state.sweeper.map_or(Transition::SweepFulfilment, of_job),
+            Action::Crash(_) => Transition::Crash,
+            Action::Relay { .. } => Transition::Relay,
+            Action::Receive { .. } => Transition::Receive,
+            Action::Redrive => Transition::Redrive,
+            Action::SweepPending(_) => Transition::SweepPending,
+            Action::SweepFulfilment(_) => Transition::SweepFulfilment,
+            Action::Upsert(_) => Transition::Upsert,
+            Action::LagPasses => Transition::LagPasses,
+            Action::LeaseExpires(_) => Transition::LeaseExpires,
+            Action::HoldExpires(_) => Transition::HoldExpires,
+            Action::KeysExpire => Transition::KeysExpire,
+        }
+    }
+
+    /// Whether nothing can happen any more: where "eventually" is judged.
+    pub fn is_final(&self, state: &State) -> bool {
+        // Most states are plainly not final: a buyer still to send, a request or a job under
+        // way (their steps always move), a message to relay or receive.
+        let moving = state.buyers.iter().any(|b| b.request != Request::Idle || b.sent == 0)
+            || state.workers.iter().any(Option::is_some)
+            || state.messages.iter().any(|m| !m.visible.is_empty())
+            || state.existing().any(|(_, o)| o.outbox == OutboxRow::Pending);
+        if moving {
+            return false;
+        }
+        let mut actions = Vec::new();
+        self.actions(state, &mut actions);
+        actions.into_iter().all(|action| self.next_state(state, action).is_none())
+    }
+
+    // ---- Stripe -------------------------------------------------------------------------
+
+    /// A request under `key`: replayed if an answer is saved; otherwise `execute` runs it
+    /// (or not, by the fault) and its answer is saved, as Stripe does.
+    fn stripe_call(
+        s: &mut State,
+        key: (Op, Buyer, u8),
+        net: Net,
+        execute: impl FnOnce(&mut State) -> Reply,
+    ) -> Reply {
+        if let Net::Fault(_) = net {
+            s.budget.faults -= 1;
+        }
+        if let Some(saved) = s.stripe.saved(key) {
+            return if net == Net::Ok { saved } else { Reply::Unanswered };
+        }
+        let (runs, saves, answer) = match net {
+            Net::Ok => (true, None, None),
+            Net::Fault(Fault::Error500) => (false, Some(Reply::Error500), Some(Reply::Error500)),
+            Net::Fault(Fault::Error500AfterEffect) => (true, Some(Reply::Error500), Some(Reply::Error500)),
+            Net::Fault(Fault::AnswerLost) => (true, None, Some(Reply::Unanswered)),
+            Net::Fault(Fault::Unreachable) => return Reply::Unanswered,
+        };
+        let reply = if runs { execute(s) } else { Reply::Error500 };
+        s.stripe.saved.push((key, saves.unwrap_or(reply)));
+        s.stripe.saved.sort_unstable_by_key(|(k, _)| *k);
+        answer.unwrap_or(reply)
+    }
+
+    fn create(&self, s: &mut State, order: Buyer, attempt: u8, net: Net) -> Reply {
+        let card = self.card(order);
+        Self::stripe_call(s, (Op::Create, order, attempt), net, |s| {
+            // §8.8: a PaymentIntent only for an order holding promised units.
+            if s.orders[usize::from(order)].as_ref().is_none_or(|o| o.status != Status::Pending) {
+                s.seen.intent_without_a_unit = true;
+            }
+            let id = s.stripe.intents.len() as IntentId;
+            let (status, reply) = match card {
+                Card::Good => {
+                    (IntentStatus::RequiresCapture, Reply::Intent(id, IntentStatus::RequiresCapture))
+                }
+                Card::Declines => (IntentStatus::RequiresPaymentMethod, Reply::Declined(id)),
+            };
+            s.stripe.intents.push(Intent {
+                order,
+                attempt,
+                status,
+                captures: 0,
+                cancels: 0,
+                indexed: false,
+                held: status == IntentStatus::RequiresCapture,
+            });
+            reply
+        })
+    }
+
+    fn capture(s: &mut State, order: Buyer, attempt: u8, intent: IntentId, net: Net) -> Reply {
+        Self::stripe_call(s, (Op::Capture, order, attempt), net, |s| {
+            let i = &mut s.stripe.intents[usize::from(intent)];
+            if i.status != IntentStatus::RequiresCapture {
+                return Reply::Refused;
+            }
+            i.status = IntentStatus::Succeeded;
+            i.captures += 1;
+            // §8.2: only for an order whose stock is reserved.
+            if s.orders[usize::from(order)].as_ref().is_none_or(|o| o.status != Status::StockReserved) {
+                s.seen.capture_without_stock = true;
+            }
+            Reply::Intent(intent, IntentStatus::Succeeded)
+        })
+    }
+
+    fn cancel(s: &mut State, order: Buyer, attempt: u8, intent: IntentId, net: Net) -> Reply {
+        Self::stripe_call(s, (Op::Cancel, order, attempt), net, |s| {
+            let i = &mut s.stripe.intents[usize::from(intent)];
+            if !matches!(i.status, IntentStatus::RequiresCapture | IntentStatus::RequiresPaymentMethod) {
+                return Reply::Refused;
+            }
+            i.status = IntentStatus::Canceled;
+            i.cancels += 1;
+            Reply::Intent(intent, IntentStatus::Canceled)
+        })
+    }
+
+    // ---- authorizing (the intake, the sweeper) ------------------------------------------
+
+    /// What a reply to a create, or an intent found by search, means for the order.
+    fn found(reply: Reply) -> Found {
+        match reply {
+            Reply::Intent(id, IntentStatus::RequiresCapture | IntentStatus::Succeeded) => Found::Holding(id),
+            Reply::Intent(id, _) | Reply::Declined(id) => Found::Declined(Some(id)),
+            Reply::Refused => Found::Declined(None),
+            Reply::Error500 | Reply::Unanswered => Found::Failed(None),
+        }
+    }
+
+    fn authorize_step(&self, s: &mut State, order: Buyer, auth: Auth, net: Net) -> Next<Auth> {
+        match auth {
+            Auth::Create { attempt, resumed } => {
+                // `payment_attempt_at` is when the attempt began: the door, or the move to a new
+                // attempt, each in the same request as its first create, which the intake's
+                // 60 s request timeout sends well within the 120 s lag (docs.stripe.com/search:
+                // an object is searchable within about a minute). So the lag counts from this
+                // send. A create resumed later is another matter: only a rule that dates its
+                // send counts the lag from it.
+                let dated = self.rules.resume == ResumeRule::DatedSends;
+                if resumed.is_none() || dated {
+                    s.order_mut(order).attempt_settled = false;
+                }
+                let reply = self.create(s, order, attempt, net);
+                match (reply, resumed) {
+                    (Reply::Error500, Some(settled)) if !dated => {
+                        Next::Go(Auth::NextAttempt { attempt, settled })
+                    }
+                    (Reply::Error500, _) => Next::Go(Auth::Record(Found::Failed(Some(attempt)))),
+                    (reply, _) => Next::Go(Auth::Record(Self::found(reply))),
+                }
+            }
+            Auth::Search { attempt, failed } => {
+                if net != Net::Ok {
+                    s.budget.faults -= 1;
+                    return Next::Go(Auth::Record(Found::Failed(None)));
+                }
+                let indexed =
+                    || s.stripe.intents.iter().enumerate().filter(|(_, i)| i.order == order && i.indexed);
+                let live = indexed().find(|(_, i)| i.status == IntentStatus::RequiresCapture);
+                match live.or_else(|| indexed().next()) {
+                    Some((id, intent)) => {
+                        Next::Go(Auth::Record(Self::found(Reply::Intent(id as IntentId, intent.status))))
+                    }
+                    None => {
+                        let settled = s.order(order).attempt_settled;
+                        if failed && self.rules.resume == ResumeRule::DatedSends {
+                            Next::Go(Auth::NextAttempt { attempt, settled })
+                        } else {
+                            Next::Go(Auth::Create { attempt, resumed: Some(settled) })
+                        }
+                    }
+                }
+            }
+            Auth::NextAttempt { attempt, settled } => {
+                let o = s.order_mut(order);
+                if o.status != Status::Pending {
+                    return Next::End(Done::Settled); // moved elsewhere: answer from the row
+                }
+                if o.attempt == attempt && settled {
+                    o.attempt += 1;
+                    o.attempt_settled = false;
+                    o.attempt_failed = false;
+                }
+                if o.attempt == attempt {
+                    Next::Go(Auth::Record(Found::Failed(None)))
+                } else {
+                    Next::Go(Auth::Create { attempt: o.attempt, resumed: None })
+                }
+            }
+            Auth::Record(found) => {
+                let quantity = self.quantity(order);
+                let o = s.order_mut(order);
+                if o.status != Status::Pending {
+                    return Next::End(Done::Settled);
+                }
+                match found {
+                    Found::Holding(id) => {
+                        o.status = Status::Authorized;
+                        o.intent = Some(id);
+                        o.lease = None;
+                        o.outbox = OutboxRow::Pending;
+                        o.accepted = true;
+                    }
+                    Found::Declined(id) => {
+                        o.status = Status::PaymentDeclined;
+                        o.intent = id.or(o.intent);
+                        o.lease = None;
+                        s.product.promised -= quantity;
+                    }
+                    Found::Failed(after_5xx_of) => {
+                        o.lease = None;
+                        o.attempt_failed |= after_5xx_of == Some(o.attempt);
+                        return Next::End(Done::Later);
+                    }
+                }
+                Next::End(Done::Settled)
+            }
+        }
+    }
+
+    // ---- fulfilling (the stock worker, the sweeper) -------------------------------------
+
+    /// Whether an order fits after a cut, by the rule in force; `None`: wait.
+    fn fits(&self, s: &State, order: Buyer) -> Option<bool> {
+        let me = s.order(order);
+        let mut ahead: Vec<(u8, i32, bool)> = s
+            .existing()
+            .filter(|(_, o)| {
+                o.position < me.position && matches!(o.status, Status::Pending | Status::Authorized)
+            })
+            .map(|(id, o)| (o.position, i32::from(self.quantity(id)), o.status == Status::Pending))
+            .collect();
+        ahead.sort_unstable();
+        let stock = i32::from(s.product.stock);
+        let quantity = i32::from(self.quantity(order));
+        match self.rules.line {
+            LineRule::PendingAheadTakes => {
+                let line: Vec<i32> = ahead.iter().map(|(_, q, _)| *q).collect();
+                Some(fits_in_line(stock, &line, quantity))
+            }
+            LineRule::WaitForPendingAhead => {
+                let line: Vec<(i32, bool)> = ahead.iter().map(|(_, q, p)| (*q, *p)).collect();
+                fits_whatever_the_pending_do(stock, &line, quantity)
+            }
+        }
+    }
+
+    /// `None`: the step cannot be taken now (the order waits for the line).
+    fn advance_step(&self, s: &mut State, order: Buyer, step: Advance, net: Net) -> Option<Next<Advance>> {
+        let quantity = self.quantity(order);
+        Some(match step {
+            Advance::Load => {
+                let o = s.order(order);
+                match (o.status, o.intent) {
+                    (Status::Authorized, _) => Next::Go(Advance::Reserve),
+                    (Status::StockReserved, Some(intent)) => {
+                        Next::Go(Advance::Capture { attempt: o.attempt, intent })
+                    }
+                    (Status::RejectedOutOfStock | Status::CaptureFailed, _) if o.released => {
+                        Next::End(Done::Settled)
+                    }
+                    (Status::RejectedOutOfStock | Status::CaptureFailed, Some(intent)) => {
+                        Next::Go(Advance::Cancel { attempt: o.attempt, intent })
+                    }
+                    (Status::RejectedOutOfStock | Status::CaptureFailed, None) => {
+                        Next::Go(Advance::MarkReleased)
+                    }
+                    (Status::Paid | Status::PaymentDeclined, _) => Next::End(Done::Settled),
+                    (Status::Pending | Status::StockReserved, _) => Next::End(Done::Stuck),
+                }
+            }
+            Advance::Reserve => {
+                let o = s.order(order);
+                if o.status != Status::Authorized {
+                    return Some(Next::Go(Advance::Load)); // lost to another delivery
+                }
+                let (attempt, intent) = (o.attempt, o.intent.expect("an authorized order has its intent"));
+                let p = &s.product;
+                let fits = if p.promised <= p.total && p.stock >= quantity as i8 {
+                    true
+                } else {
+                    self.fits(s, order)?
+                };
+                if fits {
+                    s.product.stock -= quantity as i8;
+                    let o = s.order_mut(order);
+                    o.status = Status::StockReserved;
+                    o.took = true;
+                    Next::Go(Advance::Capture { attempt, intent })
+                } else {
+                    let me = s.order(order).position;
+                    let ahead_given_back = s
+                        .existing()
+                        .filter(|(_, o)| o.position < me && o.status == Status::CaptureFailed)
+                        .map(|(id, _)| self.quantity(id))
+                        .sum();
+                    let total = s.product.total;
+                    s.product.promised -= quantity;
+                    let o = s.order_mut(order);
+                    o.status = Status::RejectedOutOfStock;
+                    o.rejection = Some(Rejection { total, ahead_given_back });
+                    Next::Go(Advance::Cancel { attempt, intent })
+                }
+            }
+            Advance::Capture { attempt, intent } => match Self::capture(s, order, attempt, intent, net) {
+                Reply::Intent(..) => Next::Go(Advance::RecordPaid),
+                Reply::Unanswered => Next::End(Done::Later),
+                Reply::Error500 => {
+                    Next::Go(Advance::Retrieve { op: Op::Capture, attempt, intent, after: After::Error500 })
+                }
+                Reply::Refused | Reply::Declined(_) => {
+                    Next::Go(Advance::Retrieve { op: Op::Capture, attempt, intent, after: After::Refused })
+                }
+            },
+            Advance::Retrieve { op, attempt, intent, after } => {
+                if net != Net::Ok {
+                    s.budget.faults -= 1;
+                    return Some(Next::End(Done::Later));
+                }
+                let now = s.stripe.intents[usize::from(intent)].status;
+                let status = s.order(order).status;
+                match (op, now, after) {
+                    (Op::Capture, IntentStatus::Succeeded, _) => Next::Go(Advance::RecordPaid),
+                    (Op::Cancel, IntentStatus::Canceled | IntentStatus::RequiresPaymentMethod, _) => {
+                        Next::Go(Advance::MarkReleased)
+                    }
+                    (_, IntentStatus::RequiresCapture, After::Error500) => Next::Go(Advance::NextAttempt {
+                        status: if op == Op::Capture { Status::StockReserved } else { status },
+                        attempt,
+                    }),
+                    (Op::Capture, _, _) => Next::Go(Advance::FailCapture { attempt, intent }),
+                    (_, _, _) => {
+                        s.order_mut(order).stuck = true;
+                        Next::End(Done::Stuck)
+                    }
+                }
+            }
+            Advance::NextAttempt { status, attempt } => {
+                let o = s.order_mut(order);
+                if o.status == status && o.attempt == attempt {
+                    o.attempt += 1;
+                    o.attempt_settled = false;
+                    o.attempt_failed = false;
+                }
+                Next::End(Done::Later)
+            }
+            Advance::RecordPaid => {
+                let o = s.order_mut(order);
+                if o.status != Status::StockReserved {
+                    return Some(Next::Go(Advance::Load));
+                }
+                o.status = Status::Paid;
+                Next::End(Done::Settled)
+            }
+            Advance::FailCapture { attempt, intent } => {
+                let o = s.order_mut(order);
+                if o.status != Status::StockReserved {
+                    return Some(Next::Go(Advance::Load));
+                }
+                o.status = Status::CaptureFailed;
+                s.product.stock += quantity as i8;
+                s.product.promised -= quantity;
+                Next::Go(Advance::Cancel { attempt, intent })
+            }
+            Advance::Cancel { attempt, intent } => match Self::cancel(s, order, attempt, intent, net) {
+                Reply::Intent(..) => Next::Go(Advance::MarkReleased),
+                Reply::Unanswered => Next::End(Done::Later),
+                Reply::Error500 => {
+                    Next::Go(Advance::Retrieve { op: Op::Cancel, attempt, intent, after: After::Error500 })
+                }
+                Reply::Refused | Reply::Declined(_) => {
+                    Next::Go(Advance::Retrieve { op: Op::Cancel, attempt, intent, after: After::Refused })
+                }
+            },
+            Advance::MarkReleased => {
+                s.order_mut(order).released = true;
+                Next::End(Done::Settled)
+            }
+        })
+    }
+
+    /// A job's next step; `None` when it cannot be taken now.
+    fn job_step(&self, s: &mut State, job: Job, net: Net) -> Option<Next<Job>> {
+        Some(match job {
+            Job::Authorize(order, auth) => match self.authorize_step(s, order, auth, net) {
+                Next::Go(auth) => Next::Go(Job::Authorize(order, auth)),
+                Next::End(done) => Next::End(done),
+            },
+            Job::Advance(order, step) => match self.advance_step(s, order, step, net)? {
+                Next::Go(step) => Next::Go(Job::Advance(order, step)),
+                Next::End(done) => Next::End(done),
+            },
+        })
+    }
+
+    // ---- the buyer's request ------------------------------------------------------------
+
+    fn answer(s: &mut State, buyer: Buyer, answer: Answer) {
+        let b = &mut s.buyers[usize::from(buyer)];
+        b.request = Request::Idle;
+        b.answer = Some(answer);
+        if matches!(answer, Answer::Accepted(_) | Answer::Declined | Answer::SoldOut) {
+            match b.first {
+                Some(first) if first != answer => s.seen.answer_changed = true,
+                Some(_) => {}
+                None if answer != Answer::SoldOut => b.first = Some(answer),
+                None => {}
+            }
+        }
+    }
+
+    /// The answer an order's row gives a request that finds it past pending.
+    fn answer_of(order: &Order) -> Option<Answer> {
+        match order.status {
+            Status::Pending => None,
+            Status::PaymentDeclined => Some(Answer::Declined),
+            _ => Some(Answer::Accepted(order.position)),
+        }
+    }
+
+    /// The intake's first statements: the key (an order already made under it), else the door.
+    fn door(&self, s: &mut State, buyer: Buyer) {
+        let quantity = self.quantity(buyer);
+        if let Some(order) = s.orders[usize::from(buyer)].as_mut() {
+            if let Some(answer) = Self::answer_of(order) {
+                return Self::answer(s, buyer, answer);
+            }
+            if order.lease.is_some() {
+                return Self::answer(s, buyer, Answer::InUse);
+            }
+            order.lease = Some(Holder::Request(buyer));
+            let (attempt, failed) = (order.attempt, order.attempt_failed);
+            s.buyers[usize::from(buyer)].request = Request::Working(Auth::Search { attempt, failed });
+            return;
+        }
+        let p = &mut s.product;
+        if p.promised + quantity > p.total {
+            // §8.7: sold out only when every unit is promised ahead or sold.
+            let held: u8 = s
+                .existing()
+                .filter(|(_, o)| o.status.holds_a_promise())
+                .map(|(id, _)| self.quantity(id))
+                .sum();
+            if held + quantity <= s.product.total {
+                s.seen.sold_out_with_a_unit_left = true;
+            }
+            return Self::answer(s, buyer, Answer::SoldOut);
+        }
+        p.promised += quantity;
+        p.last_position += 1;
+        let position = p.last_position;
+        // §8.7: positions follow arrival.
+        let before = s.buyers[usize::from(buyer)].accepted_before;
+        if s.existing().any(|(id, o)| before & (1 << id) != 0 && o.position >= position) {
+            s.seen.position_out_of_arrival = true;
+        }
+        s.orders[usize::from(buyer)] = Some(Order {
+            status: Status::Pending,
+            position,
+            attempt: 1,
+            intent: None,
+            lease: Some(Holder::Request(buyer)),
+            released: false,
+            attempt_settled: false,
+            attempt_failed: false,
+            stuck: false,
+            outbox: OutboxRow::None,
+            accepted: false,
+            took: false,
+            rejection: None,
+        });
+        s.buyers[usize::from(buyer)].request = Request::Working(Auth::Create { attempt: 1, resumed: None });
+    }
+
+    fn request_step(&self, s: &mut State, buyer: Buyer, net: Net) {
+        match s.buyers[usize::from(buyer)].request {
+            Request::Idle => unreachable!("an idle request takes no step"),
+            Request::Sent => self.door(s, buyer),
+            Request::Working(auth) => match self.authorize_step(s, buyer, auth, net) {
+                Next::Go(auth) => s.buyers[usize::from(buyer)].request = Request::Working(auth),
+                Next::End(Done::Later) => Self::answer(s, buyer, Answer::Unavailable),
+                Next::End(_) => {
+                    let answer = Self::answer_of(s.order(buyer)).expect("a recorded order is past pending");
+                    Self::answer(s, buyer, answer);
+                }
+            },
+        }
+    }
+
+    /// Whether no process is in the middle of a job.
+    fn all_idle(s: &State) -> bool {
+        s.buyers.iter().all(|b| !matches!(b.request, Request::Working(_)))
+            && s.workers.iter().all(Option::is_none)
+            && s.sweeper.is_none()
+    }
+
+    /// Whether `holder` is working on `order` right now.
+    fn working_on(s: &State, holder: Holder, order: Buyer) -> bool {
+        match holder {
+            Holder::Request(b) => {
+                b == order && matches!(s.buyers[usize::from(b)].request, Request::Working(_))
+            }
+            Holder::Sweeper => matches!(s.sweeper, Some(Job::Authorize(o, _)) if o == order),
+        }
+    }
+}
+
+impl Model for OrderProtocol {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let n = self.scenario.buyers.len();
+        vec![State {
+            product: Product {
+                total: self.scenario.total,
+                promised: 0,
+                stock: self.scenario.total as i8,
+                last_position: 0,
+            },
+            orders: vec![None; n],
+            buyers: vec![
+                BuyerState {
+                    request: Request::Idle,
+                    sent: 0,
+                    answer: None,
+                    first: None,
+                    accepted_before: 0
+                };
+                n
+            ],
+            messages: vec![Messages::default(); n],
+            workers: vec![None; usize::from(self.scenario.workers)],
+            sweeper: None,
+            stripe: Stripe::default(),
+            budget: self.scenario.budget,
+            upserts_done: 0,
+            seen: Seen::default(),
+        }]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        for (b, buyer) in s.buyers.iter().enumerate() {
+            let b = b as Buyer;
+            match buyer.request {
+                Request::Idle if buyer.sent == 0 || s.budget.retries > 0 => actions.push(Action::Send(b)),
+                Request::Idle => {}
+                Request::Sent => Self::step_actions(s, Proc::Request(b), None, actions),
+                Request::Working(auth) => {
+                    Self::step_actions(s, Proc::Request(b), Some(Job::Authorize(b, auth)), actions)
+                }
+            }
+        }
+        for (w, held) in s.workers.iter().enumerate() {
+            match held {
+                Some((_, job)) => Self::step_actions(s, Proc::Worker(w as u8), Some(*job), actions),
+                None => {
+                    for (o, m) in s.messages.iter().enumerate() {
+                        let mut counts = m.visible.clone();
+                        counts.dedup();
+                        for receives in counts {
+                            actions.push(Action::Receive { worker: w as u8, order: o as Buyer, receives });
+                        }
+                    }
+                }
+            }
+        }
+        match s.sweeper {
+            Some(job) => Self::step_actions(s, Proc::Sweeper, Some(job), actions),
+            None => {
+                for (id, o) in s.existing() {
+                    if o.status == Status::Pending && o.lease.is_none() {
+                        actions.push(Action::SweepPending(id));
+                    }
+                    let unreleased =
+                        matches!(o.status, Status::RejectedOutOfStock | Status::CaptureFailed) && !o.released;
+                    let unsettled =
+                        matches!(o.status, Status::Authorized | Status::StockReserved) || unreleased;
+                    if unsettled && self.scenario.sweeper == Sweeps::Everything {
+                        actions.push(Action::SweepFulfilment(id));
+                    }
+                }
+            }
+        }
+        for (id, o) in s.existing() {
+            if o.outbox == OutboxRow::Pending {
+                actions.push(Action::Relay { order: id, twice: false });
+                if s.budget.duplicates > 0 {
+                    actions.push(Action::Relay { order: id, twice: true });
+                }
+            }
+            if o.lease.is_some() {
+                actions.push(Action::LeaseExpires(id));
+            }
+        }
+        if s.budget.redrives > 0 && s.messages.iter().any(|m| m.dead > 0) {
+            actions.push(Action::Redrive);
+        }
+        for (i, _) in self.scenario.upserts.iter().enumerate() {
+            if s.upserts_done & (1 << i) == 0 {
+                actions.push(Action::Upsert(i as u8));
+            }
+        }
+        actions.push(Action::LagPasses);
+        if s.budget.expiries > 0 {
+            for (i, intent) in s.stripe.intents.iter().enumerate() {
+                if intent.status == IntentStatus::RequiresCapture {
+                    actions.push(Action::HoldExpires(i as IntentId));
+                }
+            }
+        }
+        // Stripe forgets a key 24 hours after its first use; every job here takes seconds or
+        // minutes, so the keys a job uses are forgotten before it starts or after it ends.
+        if s.budget.key_expiries > 0 && !s.stripe.saved.is_empty() && Self::all_idle(s) {
+            actions.push(Action::KeysExpire);
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        match action {
+            Action::Send(b) => {
+                let accepted_before = s
+                    .buyers
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, buyer)| matches!(buyer.first, Some(Answer::Accepted(_))))
+                    .fold(0u8, |mask, (i, _)| mask | 1 << i);
+                let buyer = &mut s.buyers[usize::from(b)];
+                if buyer.sent > 0 {
+                    s.budget.retries -= 1;
+                }
+                buyer.sent += 1;
+                buyer.request = Request::Sent;
+                buyer.accepted_before = accepted_before;
+            }
+            Action::Step(Proc::Request(b), net) => self.request_step(&mut s, b, net),
+            Action::Step(Proc::Worker(w), net) => {
+                let (receives, job) = s.workers[usize::from(w)].expect("a stepping worker holds a message");
+                match self.job_step(&mut s, job, net)? {
+                    Next::Go(job) => s.workers[usize::from(w)] = Some((receives, job)),
+                    Next::End(done) => {
+                        s.workers[usize::from(w)] = None;
+                        if !matches!(done, Done::Settled) {
+                            // Not deleted: visible again after its timeout, its receives kept.
+                            let m = &mut s.messages[usize::from(job.order())];
+                            m.visible.push(receives);
+                            m.visible.sort_unstable();
+                        }
+                        if let Done::Stuck = done {
+                            s.order_mut(job.order()).stuck = true;
+                        }
+                    }
+                }
+            }
+            Action::Step(Proc::Sweeper, net) => {
+                let job = s.sweeper.expect("a stepping sweeper has a job");
+                match self.job_step(&mut s, job, net)? {
+                    Next::Go(job) => s.sweeper = Some(job),
+                    Next::End(done) => {
+                        s.sweeper = None;
+                        if let Done::Stuck = done {
+                            s.order_mut(job.order()).stuck = true;
+                        }
+                    }
+                }
+            }
+            Action::Crash(proc) => {
+                s.budget.crashes -= 1;
+                match proc {
+                    Proc::Request(b) => {
+                        let buyer = &mut s.buyers[usize::from(b)];
+                        buyer.request = Request::Idle;
+                        buyer.answer = Some(Answer::Dropped);
+                    }
+                    Proc::Worker(w) => {
+                        let (receives, job) =
+                            s.workers[usize::from(w)].take().expect("a crashing worker is busy");
+                        let m = &mut s.messages[usize::from(job.order())];
+                        m.visible.push(receives);
+                        m.visible.sort_unstable();
+                    }
+                    Proc::Sweeper => s.sweeper = None,
+                }
+            }
+            Action::Relay { order, twice } => {
+                if twice {
+                    s.budget.duplicates -= 1;
+                } else {
+                    s.order_mut(order).outbox = OutboxRow::Sent;
+                }
+                let m = &mut s.messages[usize::from(order)];
+                m.visible.push(0);
+                m.visible.sort_unstable();
+            }
+            Action::Receive { worker, order, receives } => {
+                let m = &mut s.messages[usize::from(order)];
+                let at = m.visible.iter().position(|r| *r == receives).expect("a visible copy");
+                m.visible.remove(at);
+                if receives >= MAX_RECEIVES {
+                    m.dead += 1; // SQS moves it to the DLQ instead of delivering it
+                } else {
+                    s.workers[usize::from(worker)] = Some((receives + 1, Job::Advance(order, Advance::Load)));
+                }
+            }
+            Action::Redrive => {
+                s.budget.redrives -= 1;
+                for m in &mut s.messages {
+                    m.visible.extend(std::iter::repeat_n(0, usize::from(m.dead)));
+                    m.visible.sort_unstable();
+                    m.dead = 0;
+                }
+            }
+            Action::SweepPending(order) => {
+                let o = s.order_mut(order);
+                o.lease = Some(Holder::Sweeper);
+                let (attempt, failed) = (o.attempt, o.attempt_failed);
+                s.sweeper = Some(Job::Authorize(order, Auth::Search { attempt, failed }));
+            }
+            Action::SweepFulfilment(order) => s.sweeper = Some(Job::Advance(order, Advance::Load)),
+            Action::Upsert(i) => {
+                s.upserts_done |= 1 << i;
+                let asked = self.scenario.upserts[usize::from(i)];
+                if self.upsert_accepted(&s, asked) {
+                    let p = &mut s.product;
+                    p.stock += asked as i8 - p.total as i8;
+                    p.total = asked;
+                }
+            }
+            Action::LagPasses => {
+                let unindexed = s.stripe.intents.iter().any(|i| !i.indexed);
+                let unsettled = s.existing().any(|(_, o)| !o.attempt_settled);
+                if !unindexed && !unsettled {
+                    return None;
+                }
+                s.stripe.intents.iter_mut().for_each(|i| i.indexed = true);
+                s.orders.iter_mut().flatten().for_each(|o| o.attempt_settled = true);
+            }
+            Action::LeaseExpires(order) => {
+                let holder = s.order(order).lease.expect("a lease to expire");
+                if Self::working_on(&s, holder, order) {
+                    if s.budget.stalls == 0 {
+                        return None;
+                    }
+                    s.budget.stalls -= 1;
+                }
+                s.order_mut(order).lease = None;
+            }
+            Action::HoldExpires(intent) => {
+                s.budget.expiries -= 1;
+                s.stripe.intents[usize::from(intent)].status = IntentStatus::Canceled;
+            }
+            Action::KeysExpire => {
+                // A day has passed: the search has long caught up, too.
+                s.budget.key_expiries -= 1;
+                s.stripe.saved.clear();
+                s.stripe.intents.iter_mut().for_each(|i| i.indexed = true);
+                s.orders.iter_mut().flatten().for_each(|o| o.attempt_settled = true);
+            }
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        crate::properties::all()
+    }
+}
+
+impl OrderProtocol {
+    /// `fleetctl product upsert`'s check ([`orderfleet::product::upsert`]).
+    fn upsert_accepted(&self, s: &State, asked: u8) -> bool {
+        let taken = s.product.total as i8 - s.product.stock;
+        if (asked as i8) < taken {
+            return false;
+        }
+        match self.rules.cut {
+            CutRule::AboveTaken => true,
+            CutRule::KeepTheLineServed => {
+                let last_served =
+                    s.existing().filter(|(_, o)| o.status.has_taken()).map(|(_, o)| o.position).max();
+                let least: u8 = match last_served {
+                    None => 0,
+                    Some(last) => s
+                        .existing()
+                        .filter(|(_, o)| o.position <= last && o.status.holds_a_promise())
+                        .map(|(id, _)| self.quantity(id))
+                        .sum(),
+                };
+                asked >= least
+            }
+        }
+    }
+}

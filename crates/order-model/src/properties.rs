@@ -1,0 +1,113 @@
+//! The guarantees, each named after its SPEC §8 clause, and judged from what the clause says
+//! (not from how the code decides): an `always` property holds in every reachable state; one
+//! that says "at the end" holds in every state where nothing can happen any more.
+
+use stateright::Property;
+
+use crate::model::OrderProtocol;
+use crate::state::*;
+
+pub const ONE_AUTHORIZATION: &str = "§8.1 at most one authorization per order";
+pub const FIRST_ANSWER: &str = "§8.1 a retried key gets its first answer";
+pub const ONE_CAPTURE: &str = "§8.2 at most one capture, and only with the stock reserved";
+pub const UNITS: &str = "§8.3 units sold never exceed the total, and the counters add up";
+pub const EVERY_ORDER_ENDS: &str = "§8.4 every accepted order ends, or is visible to a person (at the end)";
+pub const NO_HOLD_LEFT: &str = "§8.5 no hold left on a failed order (at the end)";
+pub const ARRIVAL: &str = "§8.7 positions follow arrival";
+pub const REJECTED_IN_LINE: &str = "§8.7 rejected only when every unit went to orders ahead (at the end)";
+pub const SOLD_OUT: &str = "§8.7 sold_out only when every unit is promised ahead or sold";
+pub const NO_HOLD_WITHOUT_A_UNIT: &str = "§8.8 no PaymentIntent without a promised unit";
+
+/// Every property, in SPEC order.
+pub fn all() -> Vec<Property<OrderProtocol>> {
+    vec![
+        Property::always(ONE_AUTHORIZATION, one_authorization),
+        Property::always(FIRST_ANSWER, |_, s: &State| !s.seen.answer_changed),
+        Property::always(ONE_CAPTURE, one_capture),
+        Property::always(UNITS, units),
+        Property::always(EVERY_ORDER_ENDS, |m: &OrderProtocol, s: &State| {
+            !m.is_final(s) || every_order_ended(m, s)
+        }),
+        Property::always(NO_HOLD_LEFT, |m: &OrderProtocol, s: &State| !m.is_final(s) || no_hold_left(s)),
+        Property::always(ARRIVAL, |_, s: &State| !s.seen.position_out_of_arrival),
+        Property::always(REJECTED_IN_LINE, |m: &OrderProtocol, s: &State| {
+            !m.is_final(s) || rejected_in_line(m, s)
+        }),
+        Property::always(SOLD_OUT, |_, s: &State| !s.seen.sold_out_with_a_unit_left),
+        Property::always(NO_HOLD_WITHOUT_A_UNIT, |_, s: &State| !s.seen.intent_without_a_unit),
+    ]
+}
+
+/// The names of the properties that are failures when discovered (all of them).
+pub fn names() -> Vec<&'static str> {
+    all().iter().map(|p| p.name).collect()
+}
+
+fn intents_of(s: &State, order: Buyer) -> impl Iterator<Item = &Intent> {
+    s.stripe.intents.iter().filter(move |i| i.order == order)
+}
+
+/// No order ever had two PaymentIntents holding funds (even one after the other: each is a
+/// hold on the buyer's card).
+fn one_authorization(_: &OrderProtocol, s: &State) -> bool {
+    s.existing().all(|(id, _)| intents_of(s, id).filter(|i| i.held).count() <= 1)
+}
+
+fn one_capture(_: &OrderProtocol, s: &State) -> bool {
+    !s.seen.capture_without_stock
+        && s.existing().all(|(id, o)| {
+            let captured: Vec<&Intent> = intents_of(s, id).filter(|i| i.captures > 0).collect();
+            captured.len() <= 1
+                && captured.iter().all(|i| i.captures == 1)
+                && (captured.is_empty() || matches!(o.status, Status::StockReserved | Status::Paid))
+        })
+}
+
+/// Stock never below zero; the units taken are the reserved and paid orders' units, and no
+/// more than the total; the units promised are those of the orders that have not failed.
+fn units(m: &OrderProtocol, s: &State) -> bool {
+    let quantity = |id: Buyer| m.scenario.buyers[usize::from(id)].0;
+    let taken: u8 = s.existing().filter(|(_, o)| o.status.has_taken()).map(|(id, _)| quantity(id)).sum();
+    let promised: u8 =
+        s.existing().filter(|(_, o)| o.status.holds_a_promise()).map(|(id, _)| quantity(id)).sum();
+    s.product.stock >= 0
+        && i16::from(s.product.total) - i16::from(s.product.stock) == i16::from(taken)
+        && taken <= s.product.total
+        && promised == s.product.promised
+}
+
+/// A person sees the order: a permanent failure recorded, or its message in the DLQ.
+fn visible(s: &State, id: Buyer, o: &Order) -> bool {
+    o.stuck || s.messages[usize::from(id)].dead > 0
+}
+
+fn every_order_ended(_: &OrderProtocol, s: &State) -> bool {
+    s.existing().all(|(id, o)| {
+        let released = !o.status.has_failed() || o.released || o.status == Status::PaymentDeclined;
+        (o.status.is_terminal() && released) || visible(s, id, o)
+    })
+}
+
+/// Every hold is captured or cancelled, but for an order a person must look at.
+fn no_hold_left(s: &State) -> bool {
+    s.stripe.intents.iter().all(|i| {
+        let o = s.orders[usize::from(i.order)].as_ref().expect("an intent's order exists");
+        i.status != IntentStatus::RequiresCapture || visible(s, i.order, o)
+    })
+}
+
+/// An order rejected out of stock could not have had its units from the total of the time,
+/// after the orders ahead of it that took theirs.
+fn rejected_in_line(m: &OrderProtocol, s: &State) -> bool {
+    let quantity = |id: Buyer| i16::from(m.scenario.buyers[usize::from(id)].0);
+    s.existing().all(|(id, o)| {
+        let Some(rejection) = o.rejection else { return true };
+        let ahead_took: i16 = s
+            .existing()
+            .filter(|(_, ahead)| ahead.position < o.position && ahead.took)
+            .map(|(ahead, _)| quantity(ahead))
+            .sum();
+        let left = i16::from(rejection.total) - (ahead_took - i16::from(rejection.ahead_given_back));
+        left < quantity(id)
+    })
+}

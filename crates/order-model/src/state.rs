@@ -1,0 +1,380 @@
+//! What the guarantees are about: the product's counters, the orders, Stripe's intents and
+//! saved answers, the messages, and what each process is in the middle of. Small integers and
+//! flat vectors, so that a state hashes fast: the checker visits millions.
+
+/// A buyer, by index. Each buyer has one idempotency key, so a buyer's index is also the
+/// index of the one order that key can make.
+pub type Buyer = u8;
+
+/// An intent, by its index in [`Stripe::intents`].
+pub type IntentId = u8;
+
+/// SPEC §5's statuses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Status {
+    Pending,
+    Authorized,
+    StockReserved,
+    Paid,
+    RejectedOutOfStock,
+    PaymentDeclined,
+    CaptureFailed,
+}
+
+impl Status {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Status::Paid | Status::RejectedOutOfStock | Status::PaymentDeclined | Status::CaptureFailed
+        )
+    }
+
+    /// Whether an order in this status holds units promised at the door (sold ones included).
+    pub fn holds_a_promise(self) -> bool {
+        matches!(self, Status::Pending | Status::Authorized | Status::StockReserved | Status::Paid)
+    }
+
+    /// Whether an order in this status has taken its units out of the stock.
+    pub fn has_taken(self) -> bool {
+        matches!(self, Status::StockReserved | Status::Paid)
+    }
+
+    pub fn has_failed(self) -> bool {
+        matches!(self, Status::RejectedOutOfStock | Status::PaymentDeclined | Status::CaptureFailed)
+    }
+}
+
+/// A card: authorizes, or is declined (`pm_card_visa`, `pm_card_chargeDeclined`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Card {
+    Good,
+    Declines,
+}
+
+/// Who holds an order's lease (`intake_lease_until`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Holder {
+    Request(Buyer),
+    Sweeper,
+}
+
+/// The product row: `units_total`, `units_promised`, `stock` (units not yet taken) and
+/// `last_position`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Product {
+    pub total: u8,
+    pub promised: u8,
+    /// Signed, so that a defect that takes a unit that is not there shows as a negative
+    /// number rather than wrapping.
+    pub stock: i8,
+    pub last_position: u8,
+}
+
+/// The stock-check row of an order in the outbox.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OutboxRow {
+    None,
+    Pending,
+    Sent,
+}
+
+/// What the line looked like when an order was rejected out of stock: judged at the end,
+/// once every order ahead of it has gone one way or the other (§8.7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Rejection {
+    /// The product's total when the order was rejected.
+    pub total: u8,
+    /// Units that orders ahead of it had taken and already given back (a failed capture).
+    pub ahead_given_back: u8,
+}
+
+/// An order row, with what the properties need to remember about its past.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Order {
+    pub status: Status,
+    pub position: u8,
+    /// `payment_attempt`: its Stripe keys are the attempt's.
+    pub attempt: u8,
+    /// `payment_intent_id`.
+    pub intent: Option<IntentId>,
+    pub lease: Option<Holder>,
+    /// `authorization_released_at` is set.
+    pub released: bool,
+    /// `payment_attempt_at` is older than Stripe's search lag: a search now sees whatever the
+    /// attempt's requests made.
+    pub attempt_settled: bool,
+    /// `payment_attempt_failed`: the attempt's key answered a 5xx.
+    pub attempt_failed: bool,
+    /// A permanent failure was recorded for a person (the DLQ's reason, `fleetctl sweep`).
+    pub stuck: bool,
+    pub outbox: OutboxRow,
+    /// History: the order was accepted (`authorized`), and so owed an end (§8.4).
+    pub accepted: bool,
+    /// History: the order took its units at some point.
+    pub took: bool,
+    /// History: the line when it was rejected out of stock.
+    pub rejection: Option<Rejection>,
+}
+
+/// A PaymentIntent at Stripe.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Intent {
+    pub order: Buyer,
+    pub attempt: u8,
+    pub status: IntentStatus,
+    /// Captures and cancels that took effect (replays are not counted).
+    pub captures: u8,
+    pub cancels: u8,
+    /// Stripe's search index has it (its search lags its writes).
+    pub indexed: bool,
+    /// History: it held funds at some point: an authorization.
+    pub held: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IntentStatus {
+    RequiresCapture,
+    Succeeded,
+    Canceled,
+    /// Declined: no hold.
+    RequiresPaymentMethod,
+}
+
+/// The requests that carry an idempotency key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Op {
+    Create,
+    Capture,
+    Cancel,
+}
+
+/// What a Stripe request answered, as the client sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reply {
+    /// The intent, as it was when the request ran (a replay answers the same snapshot).
+    Intent(IntentId, IntentStatus),
+    /// A card error on create.
+    Declined(IntentId),
+    /// An invalid request: capturing what is not held, cancelling what is captured.
+    Refused,
+    /// A 5xx, which Stripe saves under the key like any other answer.
+    Error500,
+    /// No answer: a timeout, a reset, a 429 after the client's retries.
+    Unanswered,
+}
+
+/// Stripe: its intents, and the answers it saved under idempotency keys (24 hours).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Stripe {
+    pub intents: Vec<Intent>,
+    /// `(operation, order, attempt)` → the answer replayed to every request with that key.
+    pub saved: Vec<((Op, Buyer, u8), Reply)>,
+}
+
+impl Stripe {
+    pub fn saved(&self, key: (Op, Buyer, u8)) -> Option<Reply> {
+        self.saved.iter().find(|(k, _)| *k == key).map(|(_, reply)| *reply)
+    }
+}
+
+/// How a Stripe request can go wrong (docs.stripe.com/api/idempotent_requests and
+/// docs.stripe.com/error-handling: a 500's result is indeterminate and is saved under its key).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fault {
+    /// 500, nothing done, saved under the key.
+    Error500,
+    /// 500 after the request took effect, saved under the key.
+    Error500AfterEffect,
+    /// It took effect (and its answer was saved), and the answer never arrived.
+    AnswerLost,
+    /// It never reached Stripe: nothing done, nothing saved.
+    Unreachable,
+}
+
+/// How a network step goes: as asked, or with a fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Net {
+    Ok,
+    Fault(Fault),
+}
+
+/// What a buyer was told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Answer {
+    /// `202` with the order's position.
+    Accepted(u8),
+    /// `402 payment_declined`.
+    Declined,
+    /// `409 sold_out`.
+    SoldOut,
+    /// `409 idempotency_key_in_use`.
+    InUse,
+    /// `503 payment_unavailable`.
+    Unavailable,
+    /// The connection dropped: the intake died.
+    Dropped,
+}
+
+/// Authorizing a pending order ([`orderfleet::authorization`]): a request's, or the sweeper's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Auth {
+    /// A create under the attempt's key. `resumed`: the order was taken over, its search
+    /// found nothing, and this is the attempt's own key again; with whether the attempt had
+    /// begun longer ago than the search lag when the search ran.
+    Create { attempt: u8, resumed: Option<bool> },
+    /// A taken-over order: Stripe's search by `metadata[order_id]` first; with the attempt
+    /// and whether its key had answered a 5xx, as read when the order was taken over.
+    Search { attempt: u8, failed: bool },
+    /// After the attempt's own key answered a saved 5xx: on to the next attempt, if the
+    /// search that found nothing can be trusted.
+    NextAttempt { attempt: u8, settled: bool },
+    /// The one statement that records what Stripe said.
+    Record(Found),
+}
+
+/// What an authorization found, to record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Found {
+    Holding(IntentId),
+    Declined(Option<IntentId>),
+    /// Unanswered, or a saved 5xx under the attempt's key (`Some(attempt)`): release the
+    /// lease, answer 503.
+    Failed(Option<u8>),
+}
+
+/// Why a capture's or a cancel's intent is being looked at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum After {
+    Error500,
+    Refused,
+}
+
+/// Fulfilling an authorized order ([`orderfleet::fulfilment::Fulfilment::advance`]): a stock
+/// worker's, for a message, or the sweeper's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Advance {
+    Load,
+    Reserve,
+    Capture { attempt: u8, intent: IntentId },
+    Retrieve { op: Op, attempt: u8, intent: IntentId, after: After },
+    NextAttempt { status: Status, attempt: u8 },
+    RecordPaid,
+    FailCapture { attempt: u8, intent: IntentId },
+    Cancel { attempt: u8, intent: IntentId },
+    MarkReleased,
+}
+
+/// A process's work on one order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Job {
+    Authorize(Buyer, Auth),
+    Advance(Buyer, Advance),
+}
+
+impl Job {
+    pub fn order(self) -> Buyer {
+        match self {
+            Job::Authorize(order, _) | Job::Advance(order, _) => order,
+        }
+    }
+}
+
+/// A buyer's HTTP request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Request {
+    Idle,
+    /// Sent; the intake's first statements (the key, then the door) come next.
+    Sent,
+    Working(Auth),
+}
+
+/// What a buyer has sent and heard.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BuyerState {
+    pub request: Request,
+    pub sent: u8,
+    /// The last answer.
+    pub answer: Option<Answer>,
+    /// History: the first final answer (`202` or `402`), which every retry must replay.
+    pub first: Option<Answer>,
+    /// History: the buyers who had heard `202` when this buyer last sent (§8.7: positions
+    /// follow arrival), one bit each.
+    pub accepted_before: u8,
+}
+
+/// Visible copies of an order's stock-check message, by their receive counts, and how many
+/// are in the DLQ.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Messages {
+    pub visible: Vec<u8>,
+    pub dead: u8,
+}
+
+/// What may still go wrong, and what operators and buyers may still do: each bound keeps the
+/// state space finite.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Budget {
+    /// Stripe requests that fail ([`Fault`]).
+    pub faults: u8,
+    /// Intakes, workers or the sweeper dying mid-step.
+    pub crashes: u8,
+    /// Retries by buyers, with the same key.
+    pub retries: u8,
+    /// The relay sending a row a second time (it died before marking it sent).
+    pub duplicates: u8,
+    /// Operator redrives of the DLQ.
+    pub redrives: u8,
+    /// A live process outliving its lease (a pause longer than the lease).
+    pub stalls: u8,
+    /// Stripe cancelling a hold past its deadline (about 7 days).
+    pub expiries: u8,
+    /// Stripe forgetting its saved answers (24 hours).
+    pub key_expiries: u8,
+}
+
+/// Defects seen at the moment they happen (judged by the properties).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Seen {
+    /// A PaymentIntent created for an order not holding promised units (§8.8).
+    pub intent_without_a_unit: bool,
+    /// A capture took effect on an order whose stock was not reserved (§8.2).
+    pub capture_without_stock: bool,
+    /// `sold_out` while a unit was neither promised nor sold (§8.7).
+    pub sold_out_with_a_unit_left: bool,
+    /// An order's position not after that of an order already answered `202` (§8.7).
+    pub position_out_of_arrival: bool,
+    /// A retried key answered other than its first answer (§8.1).
+    pub answer_changed: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    pub product: Product,
+    /// By buyer: the order its key made, if any.
+    pub orders: Vec<Option<Order>>,
+    pub buyers: Vec<BuyerState>,
+    pub messages: Vec<Messages>,
+    /// By worker: the receive count of the message it holds, and its job.
+    pub workers: Vec<Option<(u8, Job)>>,
+    pub sweeper: Option<Job>,
+    pub stripe: Stripe,
+    pub budget: Budget,
+    /// Which of the scenario's upserts the operator has run, one bit each.
+    pub upserts_done: u8,
+    pub seen: Seen,
+}
+
+impl State {
+    pub fn order(&self, id: Buyer) -> &Order {
+        self.orders[usize::from(id)].as_ref().expect("a job's order exists")
+    }
+
+    pub fn order_mut(&mut self, id: Buyer) -> &mut Order {
+        self.orders[usize::from(id)].as_mut().expect("a job's order exists")
+    }
+
+    /// The orders that exist, with their ids.
+    pub fn existing(&self) -> impl Iterator<Item = (Buyer, &Order)> {
+        self.orders.iter().enumerate().filter_map(|(i, o)| o.as_ref().map(|o| (i as Buyer, o)))
+    }
+}
