@@ -1,10 +1,10 @@
 -- Whether the order's current Stripe attempt has answered a 5xx, which Stripe saves under the
 -- attempt's key and replays for 24 hours (orderfleet::authorization::resume). A 500's result is
 -- indeterminate (docs.stripe.com/error-low-level): the request may have made a PaymentIntent.
--- So a resumed order re-sends the attempt's own key only while no 5xx is known for it (and
--- dates each such send in payment_attempt_at, from which Stripe's search lag is counted); once
--- one is, nothing more is sent under that key, and the order moves to its next attempt only
--- when a search made longer than the lag after the attempt's last send finds nothing. Before
+-- So a resumed order re-sends the attempt's own key only while no 5xx is known for it; once
+-- one is, nothing more is sent under that key, the 5xx is dated in payment_attempt_at when it
+-- comes back (the key ran, if at all, before that), and the order moves to its next attempt only
+-- when a search made longer than the lag after that finds nothing. Before
 -- this, a resumed order's own re-sent create could make an intent and answer 500 after the
 -- search had looked, and the next attempt made a second hold (found by the order protocol's
 -- model checker, crates/order-model).

@@ -1229,10 +1229,45 @@ async fn a_resumed_authorization_whose_own_key_answers_a_500_after_taking_effect
     // Act: the buyer retries with the same key, as a client does.
     let (answer, before) = fleet.post_order_retrying("ann", "k-1", "sku-1", 1, "pm_card_visa").await.unwrap();
 
-    // Assert: accepted, with the one PaymentIntent the 500 made; no second hold.
+    // Assert: accepted, with the one PaymentIntent the 500 made (attempt 1's); no second hold.
     assert_eq!(answer.status, 202, "{:?} after {before:?}", answer.body);
+    assert!(before.contains(&503), "the resumed create did not meet the 500: {before:?}");
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(attempt_of(&fleet, answer.body["order_id"].as_str().unwrap()).await, 1);
     audit_saved_500s(&fleet, "stripe-500-after-effect-resumed", "sku-1", 1).await;
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_that_runs_long_after_its_attempt_was_dated_and_answers_500_places_no_second_hold() {
+    // Arrange: Stripe's search lags its writes by 2 s here (as Stripe's does, by up to about
+    // a minute), and the fleet allows for 3. The first request's creates never reach Stripe's
+    // idempotency layer (429s). The retry's create hangs past the client's timeout, and its
+    // retry, five seconds after the attempt was last dated, takes effect and answers 500. Found
+    // by a review of bbf9d45: a date taken before the send does not bound when the send ran.
+    let mut fleet = Fleet::prepare("stripe-500-after-a-late-send").await.unwrap();
+    fleet.set_env("STRIPE_SEARCH_LAG_SECONDS", "3");
+    for bin in ["order-intake", "outbox-relay", "notification-worker", "stock-worker"] {
+        fleet.spawn(bin, bin, &[]).unwrap();
+    }
+    fleet.wait_intake().await.unwrap();
+    fleet.search_lag(2).await.unwrap();
+    fleet.product("sku-1", 1000, 1).await.unwrap();
+    fleet.fault("create", "error_429", 3).await.unwrap();
+    let first = fleet.post_order("ann", "k-1", "sku-1", 1, "pm_card_visa").await.unwrap();
+    assert_eq!(first.status, 503, "{:?}", first.body);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    fleet.fault("create", "timeout", 1).await.unwrap();
+    fleet.fault("any", "error_500_after_success", 1).await.unwrap();
+
+    // Act: the buyer retries with the same key, as a client does.
+    let (answer, before) = fleet.post_order_retrying("ann", "k-1", "sku-1", 1, "pm_card_visa").await.unwrap();
+
+    // Assert: accepted, with the one PaymentIntent the late create made; no second hold.
+    assert_eq!(answer.status, 202, "{:?} after {before:?}", answer.body);
+    assert!(before.contains(&503), "the late create did not meet the 500: {before:?}");
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    audit_saved_500s(&fleet, "stripe-500-after-a-late-send", "sku-1", 1).await;
     fleet.stop().await.unwrap();
 }
 

@@ -390,6 +390,15 @@ impl Fleet {
         Ok(())
     }
 
+    /// Makes stripe-sim's search lag its writes by `seconds`, as Stripe's does.
+    pub async fn search_lag(&self, seconds: u32) -> anyhow::Result<()> {
+        let body = serde_json::json!({ "seconds": seconds });
+        let response =
+            self.http.post(format!("{}/_sim/search_lag", self.stripe_url)).json(&body).send().await?;
+        anyhow::ensure!(response.status().is_success(), "search lag not accepted: {}", response.status());
+        Ok(())
+    }
+
     /// PaymentIntents that hold or held funds (authorized, or cancelled after authorizing) for
     /// an order that was not paid: holds on buyers who got nothing (SPEC §8.8).
     pub async fn holds_without_a_unit(&self) -> anyhow::Result<usize> {

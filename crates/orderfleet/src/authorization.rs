@@ -112,16 +112,19 @@ async fn call_stripe(payments: &Payments, order: &PendingOrder) -> Result<Intent
 /// When the search finds nothing, which key:
 /// - While no 5xx is known for the attempt, its own key again, which is always safe: Stripe
 ///   answers what it saved for it (the intent of an answer lost on the way, a decline, a 5xx)
-///   or, if the request never reached it, runs it now. The send is dated first
-///   (`payment_attempt_at`): what it makes, the search sees only after the lag.
-/// - Once the key has answered a 5xx (saved by Stripe, so nothing more is sent under it), the
-///   order moves to its next attempt, with a new key, only if the attempt's last send is older
-///   than the search lag ([`Payments::search_lag`]), counted back from the search: then the
-///   search saw whatever the attempt made, and it made nothing. Otherwise the buyer hears 503
-///   and tries later. A 500's result is indeterminate (docs.stripe.com/error-low-level): the
-///   re-sent key may have made an intent after the search looked, so the search that came
-///   before it proves nothing about it (this once made a second hold; the model checker in
-///   crates/order-model found it).
+///   or, if the request never reached it, runs it now.
+/// - Once the key has answered a 5xx, nothing more is sent under it: Stripe saved that answer
+///   and replays it. A 500's result is indeterminate (docs.stripe.com/error-low-level): the
+///   request may have made an intent. The key ran at most once, before the 5xx came back, so
+///   the 5xx is dated when it comes back (`payment_attempt_at`, [`release_after_a_5xx`]), and
+///   the order moves to its next attempt, with a new key, only if a search made longer than the
+///   search lag ([`Payments::search_lag`]) after that finds nothing. Otherwise the buyer hears
+///   503 and tries later.
+///
+/// Until bbf9d45 the order moved on as soon as the re-sent key answered 500, trusting the
+/// search made before that send, and a create that had taken effect left a second hold; bbf9d45
+/// dated the send before making it, which a send delayed (budget waits, retries) past the lag
+/// defeated. The model checker in crates/order-model found the first, a review the second.
 pub async fn resume(
     pool: &PgPool,
     payments: &Payments,
@@ -167,7 +170,6 @@ pub async fn resume(
             }
         }
         Ok(None) => {
-            date_the_send(pool, order).await?;
             let again = call_stripe(payments, order).await;
             record(pool, payments, order, again).await
         }
@@ -181,20 +183,6 @@ pub async fn resume(
             Err(AuthorizationError::LookupRefused(refused.to_string()))
         }
     }
-}
-
-/// Dates a send under the order's attempt key (`payment_attempt_at`), before it is made:
-/// Stripe's search lag is counted from the attempt's last send.
-async fn date_the_send(pool: &PgPool, order: &PendingOrder) -> sqlx::Result<()> {
-    sqlx::query(
-        "UPDATE orders SET payment_attempt_at = now()
-          WHERE id = $1 AND status = 'pending_authorization' AND payment_attempt = $2",
-    )
-    .bind(order.id)
-    .bind(order.payment_attempt)
-    .execute(pool)
-    .await?;
-    Ok(())
 }
 
 /// Records what Stripe says of the order's authorization (from the call, or from a lookup).
@@ -319,11 +307,15 @@ async fn commit_authorized(pool: &PgPool, order: &PendingOrder, hold: &Intent) -
     .await
 }
 
-/// Gives the lease back, and marks the attempt as one whose key answered a 5xx.
+/// Gives the lease back, and marks the attempt as one whose key answered a 5xx, dated now:
+/// whatever the key made, it made before this 5xx came back, so a search the lag after this
+/// sees it ([`resume`]).
 async fn release_after_a_5xx(pool: &PgPool, order: &PendingOrder) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE orders SET intake_lease_until = NULL,
-                           payment_attempt_failed = payment_attempt_failed OR payment_attempt = $2
+                           payment_attempt_failed = payment_attempt_failed OR payment_attempt = $2,
+                           payment_attempt_at = CASE WHEN payment_attempt = $2 THEN now()
+                                                     ELSE payment_attempt_at END
           WHERE id = $1 AND status = 'pending_authorization'",
     )
     .bind(order.id)

@@ -42,6 +42,7 @@ pub(crate) fn routes() -> Router<SimState> {
         .route("/_sim/payment_intents/{id}/expire_authorization", post(expire_authorization))
         .route("/_sim/faults", get(faults).post(arm_fault).delete(clear_faults))
         .route("/_sim/rate_limit", get(rate_limit).post(set_rate_limit))
+        .route("/_sim/search_lag", get(search_lag).post(set_search_lag))
         .route("/_sim/stats", get(stats))
         .route("/_sim/reset", post(reset))
         .route("/_sim/idempotency_keys/expire", post(expire_idempotency_keys))
@@ -145,6 +146,31 @@ async fn set_rate_limit(State(sim): State<SimState>, body: Bytes) -> Response {
             format!(
                 "Invalid rate limit: expected {{\"per_second\": N}}, N a whole number (0 clears the limit): {e}"
             ),
+        )),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SearchLagRequest {
+    seconds: u32,
+}
+
+async fn search_lag(State(sim): State<SimState>) -> Response {
+    ok(&json!({ "seconds": sim.search_lag() }))
+}
+
+/// `{"seconds": N}`: a new intent shows in search only N seconds after it is made (0: at once).
+async fn set_search_lag(State(sim): State<SimState>, body: Bytes) -> Response {
+    match serde_json::from_slice::<SearchLagRequest>(&body) {
+        Ok(SearchLagRequest { seconds }) => {
+            sim.set_search_lag(seconds);
+            tracing::info!(seconds, "search lag set");
+            ok(&json!({ "seconds": seconds }))
+        }
+        Err(e) => error_response(&StripeError::invalid_param(
+            "seconds",
+            format!("Invalid search lag: expected {{\"seconds\": N}}, N a whole number: {e}"),
         )),
     }
 }

@@ -119,10 +119,18 @@ impl Ledger {
         Reply::from_result(result)
     }
 
-    /// Intents whose metadata has `key` = `value`, oldest first, as Stripe shows them.
-    pub(crate) fn with_metadata(&self, key: &str, value: &str, expand: Expand) -> Vec<Value> {
+    /// Intents whose metadata has `key` = `value`, oldest first, as Stripe shows them: only
+    /// those created by `indexed_by` (search lags writes).
+    pub(crate) fn with_metadata(
+        &self,
+        key: &str,
+        value: &str,
+        expand: Expand,
+        indexed_by: i64,
+    ) -> Vec<Value> {
         self.entries
             .iter()
+            .filter(|entry| entry.intent.created <= indexed_by)
             .filter(|entry| entry.intent.metadata.get(key).is_some_and(|v| v == value))
             .map(|entry| entry.intent.to_json_expanded(expand))
             .collect()

@@ -36,6 +36,9 @@ struct State {
     keys: IdempotencyStore,
     faults: Faults,
     traffic: Traffic,
+    /// Seconds before a new intent shows in search: Stripe's search "may lag" its writes, and
+    /// objects are "usually" searchable within a minute (docs.stripe.com/search). 0: none.
+    search_lag_seconds: u32,
 }
 
 /// How an idempotent operation went.
@@ -180,8 +183,19 @@ impl Simulator {
         self.lock().ledger.expire_authorization(id, unix_now())
     }
 
+    /// Makes a new intent wait `seconds` before search shows it (0: at once).
+    pub fn set_search_lag(&self, seconds: u32) {
+        self.lock().search_lag_seconds = seconds;
+    }
+
+    pub fn search_lag(&self) -> u32 {
+        self.lock().search_lag_seconds
+    }
+
     pub(crate) fn search_metadata(&self, key: &str, value: &str, expand: Expand) -> Reply {
-        let data = self.lock().ledger.with_metadata(key, value, expand);
+        let state = self.lock();
+        let indexed_by = unix_now() - i64::from(state.search_lag_seconds);
+        let data = state.ledger.with_metadata(key, value, expand, indexed_by);
         Reply::ok(&json!({
             "object": "search_result",
             "url": "/v1/payment_intents/search",
