@@ -47,7 +47,7 @@ rm -rf "$target_dir/debug/e2e-logs"
 
 say "the order protocol, model-checked: every interleaving of each scenario (crates/order-model)"
 # One test at a time: each check uses every core. Each prints its states and time; the checks of
-# the rules before three fixes print the counterexample they find.
+# the rules before four fixes print the counterexample they find.
 cargo test -p order-model -- --nocapture --test-threads 1
 
 say "cargo test (unit and end-to-end, against PostgreSQL and LocalStack)"

@@ -50,14 +50,21 @@ pub enum ResumeRule {
     /// Before bbf9d45: after the attempt's own key, re-sent, answers a 5xx, trust the search
     /// made before that send, once the attempt *began* longer ago than the search lag.
     SearchBeforeTheResend,
-    /// Now: each re-send under the attempt's key is dated, a 5xx marks the attempt and ends
-    /// its sends, and a marked attempt moves on only when a search made longer than the lag
-    /// after its last send finds nothing.
-    DatedSends,
+    /// bbf9d45: a 5xx marks the attempt and ends its sends; each re-send is dated before it
+    /// is made, and a marked attempt moves on only a lag after its last date.
+    DatedBeforeTheSend,
+    /// Now (6376119): as bbf9d45, but the 5xx is dated when it comes back, after whatever the
+    /// key did.
+    DatedByTheFailure,
 }
 
 impl ResumeRule {
-    pub const NOW: ResumeRule = ResumeRule::DatedSends;
+    pub const NOW: ResumeRule = ResumeRule::DatedByTheFailure;
+
+    /// Whether a 5xx marks the attempt and ends its sends.
+    fn marks_failures(self) -> bool {
+        self != ResumeRule::SearchBeforeTheResend
+    }
 }
 
 /// What is checked: who buys, how many units, what the operator does, and what may fail.
@@ -265,7 +272,7 @@ impl OrderProtocol {
     pub fn transition(&self, state: &State, action: Action) -> Transition {
         let of_job = |job: Job| match job {
             Job::Authorize(_, Auth::Create { .. }) => Transition::Create,
-            Job::Authorize(_, Auth::Search { .. }) => Transition::Search,
+            Job::Authorize(_, Auth::Search { .. } | Auth::DateTheSend { .. }) => Transition::Search,
             Job::Authorize(_, Auth::NextAttempt { .. }) => Transition::AuthorizeNextAttempt,
             Job::Authorize(_, Auth::Record(_)) => Transition::RecordAuthorization,
             Job::Advance(_, Advance::Load | Advance::Reserve) => Transition::Reserve,
@@ -417,19 +424,13 @@ impl OrderProtocol {
     fn authorize_step(&self, s: &mut State, order: Buyer, auth: Auth, net: Net) -> Next<Auth> {
         match auth {
             Auth::Create { attempt, resumed } => {
-                // `payment_attempt_at` is when the attempt began: the door, or the move to a new
-                // attempt, each in the same request as its first create, which the intake's
-                // 60 s request timeout sends well within the 120 s lag (docs.stripe.com/search:
-                // an object is searchable within about a minute). So the lag counts from this
-                // send. A create resumed later is another matter: only a rule that dates its
-                // send counts the lag from it.
-                let dated = self.rules.resume == ResumeRule::DatedSends;
-                if resumed.is_none() || dated {
-                    s.order_mut(order).attempt_settled = false;
-                }
+                // The send is not dated here: `payment_attempt_at` is the door's, the move's,
+                // or (bbf9d45) the step before this one's, and any time may pass in between
+                // (budget waits, the client's retries, a pause).
+                let marks = self.rules.resume.marks_failures();
                 let reply = self.create(s, order, attempt, net);
                 match (reply, resumed) {
-                    (Reply::Error500, Some(settled)) if !dated => {
+                    (Reply::Error500, Some(settled)) if !marks => {
                         Next::Go(Auth::NextAttempt { attempt, settled })
                     }
                     (Reply::Error500, _) => Next::Go(Auth::Record(Found::Failed(Some(attempt)))),
@@ -450,13 +451,24 @@ impl OrderProtocol {
                     }
                     None => {
                         let settled = s.order(order).attempt_settled;
-                        if failed && self.rules.resume == ResumeRule::DatedSends {
-                            Next::Go(Auth::NextAttempt { attempt, settled })
-                        } else {
-                            Next::Go(Auth::Create { attempt, resumed: Some(settled) })
+                        match self.rules.resume {
+                            rule if failed && rule.marks_failures() => {
+                                Next::Go(Auth::NextAttempt { attempt, settled })
+                            }
+                            ResumeRule::DatedBeforeTheSend => {
+                                Next::Go(Auth::DateTheSend { attempt, settled })
+                            }
+                            _ => Next::Go(Auth::Create { attempt, resumed: Some(settled) }),
                         }
                     }
                 }
+            }
+            Auth::DateTheSend { attempt, settled } => {
+                let o = s.order_mut(order);
+                if o.status == Status::Pending && o.attempt == attempt {
+                    o.attempt_settled = false;
+                }
+                Next::Go(Auth::Create { attempt, resumed: Some(settled) })
             }
             Auth::NextAttempt { attempt, settled } => {
                 let o = s.order_mut(order);
@@ -496,7 +508,12 @@ impl OrderProtocol {
                     }
                     Found::Failed(after_5xx_of) => {
                         o.lease = None;
-                        o.attempt_failed |= after_5xx_of == Some(o.attempt);
+                        if after_5xx_of == Some(o.attempt) && self.rules.resume.marks_failures() {
+                            o.attempt_failed = true;
+                            if self.rules.resume == ResumeRule::DatedByTheFailure {
+                                o.attempt_settled = false;
+                            }
+                        }
                         return Next::End(Done::Later);
                     }
                 }
@@ -686,13 +703,11 @@ impl OrderProtocol {
         let b = &mut s.buyers[usize::from(buyer)];
         b.request = Request::Idle;
         b.answer = Some(answer);
-        if matches!(answer, Answer::Accepted(_) | Answer::Declined | Answer::SoldOut) {
-            match b.first {
-                Some(first) if first != answer => s.seen.answer_changed = true,
-                Some(_) => {}
-                None if answer != Answer::SoldOut => b.first = Some(answer),
-                None => {}
-            }
+        // After a first `202` or `402`, every answer but a dropped connection is that one again.
+        match b.first {
+            Some(first) if first != answer && answer != Answer::Dropped => s.seen.answer_changed = true,
+            None if matches!(answer, Answer::Accepted(_) | Answer::Declined) => b.first = Some(answer),
+            _ => {}
         }
     }
 
@@ -942,7 +957,13 @@ impl Model for OrderProtocol {
             }
             Action::Step(Proc::Sweeper, net) => {
                 let job = s.sweeper.expect("a stepping sweeper has a job");
-                match self.job_step(&mut s, job, net)? {
+                // A stock check waits in place for the line; the sweeper goes on to its next
+                // order (`waiting_for_the_line` is a transient failure to it).
+                let Some(next) = self.job_step(&mut s, job, net) else {
+                    s.sweeper = None;
+                    return Some(s);
+                };
+                match next {
                     Next::Go(job) => s.sweeper = Some(job),
                     Next::End(done) => {
                         s.sweeper = None;

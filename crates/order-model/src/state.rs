@@ -222,6 +222,8 @@ pub enum Auth {
     /// found nothing, and this is the attempt's own key again; with whether the attempt had
     /// begun longer ago than the search lag when the search ran.
     Create { attempt: u8, resumed: Option<bool> },
+    /// bbf9d45's rule only: the re-send under the attempt's key is dated before it is made.
+    DateTheSend { attempt: u8, settled: bool },
     /// A taken-over order: Stripe's search by `metadata[order_id]` first; with the attempt
     /// and whether its key had answered a 5xx, as read when the order was taken over.
     Search { attempt: u8, failed: bool },

@@ -1,6 +1,6 @@
 //! `make test` runs these. Every scenario under the code's rules keeps every property (each
 //! prints the states it visited and the time it took). Under the rules as they were before
-//! each of three fixes, the checker finds the defect the fix was for, and prints the path.
+//! each of four fixes, the checker finds the defect the fix was for, and prints the path.
 
 use order_model::check::{check, find_a_counterexample};
 use order_model::model::{CutRule, LineRule, ResumeRule, Scenario};
@@ -86,6 +86,13 @@ fn the_upserts_rule_before_e5dc31d_lets_a_cut_reject_an_order_ahead_of_one_alrea
 fn the_resume_rule_before_bbf9d45_places_a_second_hold_when_its_resent_key_answers_a_500_after_taking_effect()
 {
     let rules = Rules { resume: ResumeRule::SearchBeforeTheResend, ..Rules::NOW };
+    let told = broken_under(scenarios::stripe_failing(), rules, ONE_AUTHORIZATION);
+    assert!(told.contains("Error500AfterEffect"), "{told}");
+}
+
+#[test]
+fn the_resume_rule_of_bbf9d45_places_a_second_hold_when_a_dated_send_goes_out_after_the_lag() {
+    let rules = Rules { resume: ResumeRule::DatedBeforeTheSend, ..Rules::NOW };
     let told = broken_under(scenarios::stripe_failing(), rules, ONE_AUTHORIZATION);
     assert!(told.contains("Error500AfterEffect"), "{told}");
 }
