@@ -226,10 +226,10 @@ async fn mutate(
         Some(Mode::Error500) => {
             sim.execute(scope.as_ref(), &request_id.0, |_, _| Ok(Reply::error(&StripeError::internal())))
         }
-        // The operation runs, and what is answered and saved is a 500.
+        // The operation runs, and what is answered and saved is a 500; a request refused
+        // before it ran (bad parameters) is answered as it would be.
         Some(Mode::Error500AfterSuccess) => sim.execute(scope.as_ref(), &request_id.0, |ledger, now| {
-            let _ran = run(&params, ledger, now);
-            Ok(Reply::error(&StripeError::internal()))
+            run(&params, ledger, now).map(|_ran| Reply::error(&StripeError::internal()))
         }),
         _ => sim.execute(scope.as_ref(), &request_id.0, |ledger, now| run(&params, ledger, now)),
     };
