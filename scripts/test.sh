@@ -7,6 +7,9 @@ cd "$root"
 say "cargo fmt --check"
 cargo fmt --all --check
 
+say "the docs name only tests, files and settings that exist"
+python3 scripts/check-docs.py
+
 say "cfn-lint infra/*.yaml"
 venv=$("$root/localstack/host.sh" venv)
 "$venv/bin/cfn-lint" infra/*.yaml
