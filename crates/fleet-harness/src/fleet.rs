@@ -385,17 +385,18 @@ impl Fleet {
 
     pub async fn fault(&self, operation: &str, mode: &str, count: u32) -> anyhow::Result<()> {
         let body = serde_json::json!({ "operation": operation, "mode": mode, "count": count });
-        let response = self.http.post(format!("{}/_sim/faults", self.stripe_url)).json(&body).send().await?;
-        anyhow::ensure!(response.status().is_success(), "fault not accepted: {}", response.status());
-        Ok(())
+        self.sim_control("faults", &body).await
     }
 
     /// Makes stripe-sim's search lag its writes by `seconds`, as Stripe's does.
     pub async fn search_lag(&self, seconds: u32) -> anyhow::Result<()> {
-        let body = serde_json::json!({ "seconds": seconds });
-        let response =
-            self.http.post(format!("{}/_sim/search_lag", self.stripe_url)).json(&body).send().await?;
-        anyhow::ensure!(response.status().is_success(), "search lag not accepted: {}", response.status());
+        self.sim_control("search_lag", &serde_json::json!({ "seconds": seconds })).await
+    }
+
+    /// Posts `body` to stripe-sim's `/_sim/{route}`, which must accept it.
+    async fn sim_control(&self, route: &str, body: &Value) -> anyhow::Result<()> {
+        let response = self.http.post(format!("{}/_sim/{route}", self.stripe_url)).json(body).send().await?;
+        anyhow::ensure!(response.status().is_success(), "{route} not accepted: {}", response.status());
         Ok(())
     }
 
@@ -454,11 +455,7 @@ impl Fleet {
 
     /// Limits stripe-sim's request rate (0 clears it), as Stripe limits an account's.
     pub async fn stripe_rate_limit(&self, per_second: u32) -> anyhow::Result<()> {
-        let body = serde_json::json!({ "per_second": per_second });
-        let response =
-            self.http.post(format!("{}/_sim/rate_limit", self.stripe_url)).json(&body).send().await?;
-        anyhow::ensure!(response.status().is_success(), "rate limit not accepted: {}", response.status());
-        Ok(())
+        self.sim_control("rate_limit", &serde_json::json!({ "per_second": per_second })).await
     }
 
     /// stripe-sim's counts: `requests`, `rate_limited`, `max_requests_in_one_second`.

@@ -240,7 +240,7 @@ impl OrderProtocol {
     }
 
     /// The Stripe request a job's next step makes, if any: `Some(None)` for a lookup.
-    fn stripe_request(state: &State, job: Job) -> Option<Option<(Op, Buyer, u8)>> {
+    fn stripe_request(job: Job) -> Option<Option<(Op, Buyer, u8)>> {
         match job {
             Job::Authorize(order, Auth::Create { attempt, .. }) => Some(Some((Op::Create, order, attempt))),
             Job::Authorize(_, Auth::Search { .. }) => Some(None),
@@ -249,16 +249,13 @@ impl OrderProtocol {
             }
             Job::Advance(order, Advance::Cancel { attempt, .. }) => Some(Some((Op::Cancel, order, attempt))),
             Job::Advance(_, Advance::Retrieve { .. }) => Some(None),
-            _ => {
-                let _ = state;
-                None
-            }
+            _ => None,
         }
     }
 
     fn step_actions(state: &State, proc: Proc, job: Option<Job>, actions: &mut Vec<Action>) {
         let mut nets = Vec::new();
-        match job.and_then(|job| Self::stripe_request(state, job)) {
+        match job.and_then(Self::stripe_request) {
             Some(key) => Self::nets(state, key, &mut nets),
             None => nets.push(Net::Ok),
         }
@@ -358,7 +355,8 @@ impl OrderProtocol {
         let card = self.card(order);
         Self::stripe_call(s, (Op::Create, order, attempt), net, |s| {
             // §8.8: a PaymentIntent only for an order holding promised units.
-            if s.orders[usize::from(order)].as_ref().is_none_or(|o| o.status != Status::Pending) {
+            if s.orders[usize::from(order)].as_ref().is_none_or(|o| o.status != Status::PendingAuthorization)
+            {
                 s.seen.intent_without_a_unit = true;
             }
             let id = s.stripe.intents.len() as IntentId;
@@ -465,14 +463,14 @@ impl OrderProtocol {
             }
             Auth::DateTheSend { attempt, settled } => {
                 let o = s.order_mut(order);
-                if o.status == Status::Pending && o.attempt == attempt {
+                if o.status == Status::PendingAuthorization && o.attempt == attempt {
                     o.attempt_settled = false;
                 }
                 Next::Go(Auth::Create { attempt, resumed: Some(settled) })
             }
             Auth::NextAttempt { attempt, settled } => {
                 let o = s.order_mut(order);
-                if o.status != Status::Pending {
+                if o.status != Status::PendingAuthorization {
                     return Next::End(Done::Settled); // moved elsewhere: answer from the row
                 }
                 if o.attempt == attempt && settled {
@@ -489,7 +487,7 @@ impl OrderProtocol {
             Auth::Record(found) => {
                 let quantity = self.quantity(order);
                 let o = s.order_mut(order);
-                if o.status != Status::Pending {
+                if o.status != Status::PendingAuthorization {
                     return Next::End(Done::Settled);
                 }
                 match found {
@@ -530,9 +528,12 @@ impl OrderProtocol {
         let mut ahead: Vec<(u8, i32, bool)> = s
             .existing()
             .filter(|(_, o)| {
-                o.position < me.position && matches!(o.status, Status::Pending | Status::Authorized)
+                o.position < me.position
+                    && matches!(o.status, Status::PendingAuthorization | Status::Authorized)
             })
-            .map(|(id, o)| (o.position, i32::from(self.quantity(id)), o.status == Status::Pending))
+            .map(|(id, o)| {
+                (o.position, i32::from(self.quantity(id)), o.status == Status::PendingAuthorization)
+            })
             .collect();
         ahead.sort_unstable();
         let stock = i32::from(s.product.stock);
@@ -546,6 +547,25 @@ impl OrderProtocol {
                 let line: Vec<(i32, bool)> = ahead.iter().map(|(_, q, p)| (*q, *p)).collect();
                 fits_whatever_the_pending_do(stock, &line, quantity)
             }
+        }
+    }
+
+    /// What a capture's or a cancel's reply leads to: `done` when it took effect; otherwise
+    /// a look at the intent (after a 5xx, or a refusal that may mean it is done already), or
+    /// later, unanswered.
+    fn after_a_settling_reply(
+        reply: Reply,
+        op: Op,
+        attempt: u8,
+        intent: IntentId,
+        done: Advance,
+    ) -> Next<Advance> {
+        let look = |after| Next::Go(Advance::Retrieve { op, attempt, intent, after });
+        match reply {
+            Reply::Intent(..) => Next::Go(done),
+            Reply::Unanswered => Next::End(Done::Later),
+            Reply::Error500 => look(After::Error500),
+            Reply::Refused | Reply::Declined(_) => look(After::Refused),
         }
     }
 
@@ -570,7 +590,7 @@ impl OrderProtocol {
                         Next::Go(Advance::MarkReleased)
                     }
                     (Status::Paid | Status::PaymentDeclined, _) => Next::End(Done::Settled),
-                    (Status::Pending | Status::StockReserved, _) => Next::End(Done::Stuck),
+                    (Status::PendingAuthorization | Status::StockReserved, _) => Next::End(Done::Stuck),
                 }
             }
             Advance::Reserve => {
@@ -606,16 +626,10 @@ impl OrderProtocol {
                     Next::Go(Advance::Cancel { attempt, intent })
                 }
             }
-            Advance::Capture { attempt, intent } => match Self::capture(s, order, attempt, intent, net) {
-                Reply::Intent(..) => Next::Go(Advance::RecordPaid),
-                Reply::Unanswered => Next::End(Done::Later),
-                Reply::Error500 => {
-                    Next::Go(Advance::Retrieve { op: Op::Capture, attempt, intent, after: After::Error500 })
-                }
-                Reply::Refused | Reply::Declined(_) => {
-                    Next::Go(Advance::Retrieve { op: Op::Capture, attempt, intent, after: After::Refused })
-                }
-            },
+            Advance::Capture { attempt, intent } => {
+                let reply = Self::capture(s, order, attempt, intent, net);
+                Self::after_a_settling_reply(reply, Op::Capture, attempt, intent, Advance::RecordPaid)
+            }
             Advance::Retrieve { op, attempt, intent, after } => {
                 if net != Net::Ok {
                     s.budget.faults -= 1;
@@ -666,16 +680,10 @@ impl OrderProtocol {
                 s.product.promised -= quantity;
                 Next::Go(Advance::Cancel { attempt, intent })
             }
-            Advance::Cancel { attempt, intent } => match Self::cancel(s, order, attempt, intent, net) {
-                Reply::Intent(..) => Next::Go(Advance::MarkReleased),
-                Reply::Unanswered => Next::End(Done::Later),
-                Reply::Error500 => {
-                    Next::Go(Advance::Retrieve { op: Op::Cancel, attempt, intent, after: After::Error500 })
-                }
-                Reply::Refused | Reply::Declined(_) => {
-                    Next::Go(Advance::Retrieve { op: Op::Cancel, attempt, intent, after: After::Refused })
-                }
-            },
+            Advance::Cancel { attempt, intent } => {
+                let reply = Self::cancel(s, order, attempt, intent, net);
+                Self::after_a_settling_reply(reply, Op::Cancel, attempt, intent, Advance::MarkReleased)
+            }
             Advance::MarkReleased => {
                 s.order_mut(order).released = true;
                 Next::End(Done::Settled)
@@ -714,7 +722,7 @@ impl OrderProtocol {
     /// The answer an order's row gives a request that finds it past pending.
     fn answer_of(order: &Order) -> Option<Answer> {
         match order.status {
-            Status::Pending => None,
+            Status::PendingAuthorization => None,
             Status::PaymentDeclined => Some(Answer::Declined),
             _ => Some(Answer::Accepted(order.position)),
         }
@@ -757,7 +765,7 @@ impl OrderProtocol {
             s.seen.position_out_of_arrival = true;
         }
         s.orders[usize::from(buyer)] = Some(Order {
-            status: Status::Pending,
+            status: Status::PendingAuthorization,
             position,
             attempt: 1,
             intent: None,
@@ -871,7 +879,7 @@ impl Model for OrderProtocol {
             Some(job) => Self::step_actions(s, Proc::Sweeper, Some(job), actions),
             None => {
                 for (id, o) in s.existing() {
-                    if o.status == Status::Pending && o.lease.is_none() {
+                    if o.status == Status::PendingAuthorization && o.lease.is_none() {
                         actions.push(Action::SweepPending(id));
                     }
                     let unreleased =

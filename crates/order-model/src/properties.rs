@@ -38,11 +38,6 @@ pub fn all() -> Vec<Property<OrderProtocol>> {
     ]
 }
 
-/// The names of the properties that are failures when discovered (all of them).
-pub fn names() -> Vec<&'static str> {
-    all().iter().map(|p| p.name).collect()
-}
-
 fn intents_of(s: &State, order: Buyer) -> impl Iterator<Item = &Intent> {
     s.stripe.intents.iter().filter(move |i| i.order == order)
 }

@@ -9,38 +9,40 @@ pub type Buyer = u8;
 /// An intent, by its index in [`Stripe::intents`].
 pub type IntentId = u8;
 
-/// SPEC §5's statuses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Status {
-    Pending,
-    Authorized,
-    StockReserved,
-    Paid,
-    RejectedOutOfStock,
-    PaymentDeclined,
-    CaptureFailed,
+/// SPEC §5's statuses: the code's own enum, so that a status added there must be handled here.
+pub use orderfleet::order::OrderStatus as Status;
+
+/// What the properties ask of a status.
+pub trait Lifecycle {
+    fn is_terminal(&self) -> bool;
+    /// Whether an order in this status holds units promised at the door (sold ones included).
+    fn holds_a_promise(&self) -> bool;
+    /// Whether an order in this status has taken its units out of the stock.
+    fn has_taken(&self) -> bool;
+    fn has_failed(&self) -> bool;
 }
 
-impl Status {
-    pub fn is_terminal(self) -> bool {
+impl Lifecycle for Status {
+    fn is_terminal(&self) -> bool {
         matches!(
-            self,
+            *self,
             Status::Paid | Status::RejectedOutOfStock | Status::PaymentDeclined | Status::CaptureFailed
         )
     }
 
-    /// Whether an order in this status holds units promised at the door (sold ones included).
-    pub fn holds_a_promise(self) -> bool {
-        matches!(self, Status::Pending | Status::Authorized | Status::StockReserved | Status::Paid)
+    fn holds_a_promise(&self) -> bool {
+        matches!(
+            *self,
+            Status::PendingAuthorization | Status::Authorized | Status::StockReserved | Status::Paid
+        )
     }
 
-    /// Whether an order in this status has taken its units out of the stock.
-    pub fn has_taken(self) -> bool {
-        matches!(self, Status::StockReserved | Status::Paid)
+    fn has_taken(&self) -> bool {
+        matches!(*self, Status::StockReserved | Status::Paid)
     }
 
-    pub fn has_failed(self) -> bool {
-        matches!(self, Status::RejectedOutOfStock | Status::PaymentDeclined | Status::CaptureFailed)
+    fn has_failed(&self) -> bool {
+        matches!(*self, Status::RejectedOutOfStock | Status::PaymentDeclined | Status::CaptureFailed)
     }
 }
 
