@@ -24,6 +24,8 @@
 //! worker holds (a duplicate delivery, or the copy a stopped or crashed worker left) comes
 //! back when the claim ends, so it spends one receive on the wait, not one per backoff.
 
+pub mod service;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 

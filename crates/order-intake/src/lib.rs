@@ -57,7 +57,6 @@ pub struct IntakeConfig {
     pub database: DatabaseConfig,
     pub stripe: StripeConfig,
     pub auth: AuthConfig,
-    pub runtime: RuntimeConfig,
     /// How long a request may hold an order's key before a retry or the sweeper may take over.
     pub lease: Duration,
     pub limits: LimitsConfig,
@@ -77,7 +76,6 @@ impl IntakeConfig {
             database: DatabaseConfig::from_env(env)?,
             stripe: StripeConfig::from_env(env)?,
             auth: AuthConfig::from_env(env)?,
-            runtime: RuntimeConfig::from_env(env)?,
             // Longer than the bounded authorization attempts take (3 × up to 4 s for a budget
             // slot and 5 s for the answer), so a live request never loses its key to a retry.
             lease: env.or_default("INTAKE_LEASE_SECONDS", Seconds(Duration::from_secs(30)))?.0,
@@ -215,7 +213,6 @@ pub async fn run(
     state: AppState,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
-    forget_quiet_users_every_minute(state.limits.clone(), cancel.clone());
     let mut http = hyper::server::conn::http1::Builder::new();
     // hyper's one timer runs from when it starts waiting for a request: the idle timeout.
     http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(state.limits.config.idle_timeout);
@@ -268,13 +265,40 @@ pub async fn run(
 
 /// The per-user buckets of quiet users are dropped every minute, so memory follows the users
 /// of the last minute, not every user ever seen.
-fn forget_quiet_users_every_minute(limits: Arc<Limits>, stop: CancellationToken) {
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(Duration::from_secs(60));
-        while tokio::select! { _ = every.tick() => true, () = stop.cancelled() => false } {
-            limits.forget_quiet_users();
-        }
-    });
+async fn forget_quiet_users_every_minute(limits: Arc<Limits>, stop: CancellationToken) {
+    let mut every = tokio::time::interval(Duration::from_secs(60));
+    while tokio::select! { _ = every.tick() => true, () = stop.cancelled() => false } {
+        limits.forget_quiet_users();
+    }
+}
+
+/// The intake binary: the HTTP API, and the job that forgets quiet users' rate buckets.
+impl orderfleet::service::Service for IntakeConfig {
+    const NAME: &'static str = "order-intake";
+
+    async fn load(env: &Env) -> Result<Self, ConfigError> {
+        Self::from_env(env)
+    }
+
+    async fn start(
+        self,
+        runtime: &RuntimeConfig,
+        tasks: &mut orderfleet::tasks::Tasks,
+    ) -> anyhow::Result<()> {
+        let config = self;
+        let state = AppState::new(&config)?;
+        let listener = orderfleet::service::bind(config.listen_addr, "INTAKE_LISTEN_ADDR").await?;
+        tracing::info!(addr = %config.listen_addr, "order-intake listening");
+        let stop = tasks.stop_signal();
+        tasks.spawn_loop(
+            "forget-quiet-users",
+            forget_quiet_users_every_minute(state.limits.clone(), stop.clone()),
+        );
+        // A request still running at the end of the grace is cut off: its order keeps its
+        // lease, and a retry or the sweeper takes over.
+        tasks.spawn_server("server", runtime.shutdown_grace, run(listener, state, stop));
+        Ok(())
+    }
 }
 
 fn authenticate(verifier: &TokenVerifier, headers: &HeaderMap) -> Result<UserId, ApiError> {

@@ -391,6 +391,25 @@ fn claim_value(env: &Env, name: &'static str, default: &str) -> Result<String, C
     Ok(value)
 }
 
+/// What both queue workers read: their database, their queue and whether to batch.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub database: DatabaseConfig,
+    pub queue_url: HttpUrl,
+    pub batching: bool,
+}
+
+impl WorkerConfig {
+    /// `queue_variable` names the worker's queue: `STOCK_QUEUE_URL` or `NOTIFICATION_QUEUE_URL`.
+    pub fn from_env(env: &Env, queue_variable: &'static str) -> Result<Self, ConfigError> {
+        Ok(Self {
+            database: DatabaseConfig::from_env(env)?,
+            batching: batching(env)?,
+            queue_url: env.required(queue_variable)?,
+        })
+    }
+}
+
 /// What every long-running binary reads: logs, the metrics address, the shutdown grace.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {

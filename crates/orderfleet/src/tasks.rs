@@ -4,7 +4,7 @@
 //! go on looking alive (its `/healthz` answers) or exit 0, which systemd's
 //! `Restart=on-failure` and an ECS service both take for a clean stop. Here the first task to
 //! end before the stop signal — done, failed or panicked — stops the others, and the process
-//! exits non-zero with one line naming the task and why ([`crate::startup::main`]), so its
+//! exits non-zero with one line naming the task and why ([`crate::service::main`]), so its
 //! supervisor starts a new one.
 
 use std::collections::HashMap;
@@ -25,6 +25,11 @@ impl Tasks {
         Self { set: JoinSet::new(), names: HashMap::new(), cancel }
     }
 
+    /// The stop signal every task must stop at.
+    pub fn stop_signal(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
     pub fn spawn(
         &mut self,
         name: &'static str,
@@ -38,6 +43,27 @@ impl Tasks {
     pub fn spawn_loop(&mut self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
         self.spawn(name, async move {
             task.await;
+            Ok(())
+        });
+    }
+
+    /// A server: after the stop signal it has `grace` to finish what is in flight (it stops
+    /// accepting at the signal), then it is let go with a warning — a request still running
+    /// then is cut off, and what it was doing is left for a retry or the sweeper to finish.
+    pub fn spawn_server(
+        &mut self,
+        name: &'static str,
+        grace: std::time::Duration,
+        server: impl Future<Output = anyhow::Result<()>> + Send + 'static,
+    ) {
+        let stop = self.cancel.clone();
+        self.spawn(name, async move {
+            tokio::select! {
+                served = server => served?,
+                () = async { stop.cancelled().await; tokio::time::sleep(grace).await } => {
+                    tracing::warn!(?grace, "{name}: requests still in flight after the shutdown grace; stopping anyway");
+                }
+            }
             Ok(())
         });
     }

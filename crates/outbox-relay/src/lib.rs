@@ -47,7 +47,6 @@ pub use send::Sender;
 pub struct RelayConfig {
     pub database: DatabaseConfig,
     pub queues: QueueConfig,
-    pub runtime: RuntimeConfig,
     pub retention: RetentionPolicy,
     pub tuning: RelayTuning,
     pub gauges: gauges::GaugeConfig,
@@ -136,7 +135,6 @@ impl RelayConfig {
         Ok(Self {
             database: DatabaseConfig::from_env(env)?,
             queues: QueueConfig::from_env(env)?,
-            runtime: RuntimeConfig::from_env(env)?,
             gauges: gauges::GaugeConfig {
                 namespace: env.optional("CLOUDWATCH_NAMESPACE")?,
                 every: gauge_interval(env)?,
@@ -554,18 +552,37 @@ async fn wait_for_rows(
     }
 }
 
-/// Builds the relay from configuration.
-pub async fn build(config: &RelayConfig, aws: &orderfleet::aws::Aws) -> anyhow::Result<(PgPool, Sender)> {
-    let pool = orderfleet::db::connect_lazy(
-        &config.database,
-        // A connection per lane, lane 0's LISTEN connection, one each for the retention job and
-        // the gauges, one spare.
-        orderfleet::db::PoolSize {
-            max_connections: config.tuning.lanes.max(1) as u32 + 4,
-            ..Default::default()
-        },
-    )
-    .context("failed to build the database pool")?;
-    let sender = Sender::new(aws.sqs(), &config.queues, config.tuning.batching);
-    Ok((pool, sender))
+/// The relay binary: the relay's lanes, the retention job and the backlog gauges.
+pub struct OutboxRelay {
+    pub config: RelayConfig,
+    pub aws: orderfleet::aws::Aws,
+}
+
+impl orderfleet::service::Service for OutboxRelay {
+    const NAME: &'static str = "outbox-relay";
+
+    async fn load(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Self { config: RelayConfig::from_env(env)?, aws: orderfleet::aws::Aws::load().await? })
+    }
+
+    async fn start(self, _: &RuntimeConfig, tasks: &mut orderfleet::tasks::Tasks) -> anyhow::Result<()> {
+        let Self { config, aws } = self;
+        let pool = orderfleet::db::connect_lazy(
+            &config.database,
+            // A connection per lane, lane 0's LISTEN connection, one each for the retention job
+            // and the gauges, one spare.
+            orderfleet::db::PoolSize {
+                max_connections: config.tuning.lanes.max(1) as u32 + 4,
+                ..Default::default()
+            },
+        )
+        .context("failed to build the database pool")?;
+        let sender = Sender::new(aws.sqs(), &config.queues, config.tuning.batching);
+        let stop = tasks.stop_signal();
+        tasks.spawn_loop("retention", retention::run(pool.clone(), config.retention, stop.clone()));
+        tasks.spawn_loop("gauges", gauges::run(pool.clone(), aws.cloudwatch(), config.gauges, stop.clone()));
+        tracing::info!(batching = config.tuning.batching, lanes = config.tuning.lanes, "relaying");
+        tasks.spawn("relay", run(pool, sender, config.tuning, stop));
+        Ok(())
+    }
 }

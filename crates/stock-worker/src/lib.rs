@@ -11,6 +11,8 @@
 // deeply nested types: more than the default recursion limit.
 #![recursion_limit = "256"]
 
+pub mod service;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -57,8 +57,6 @@ pub struct Config {
     /// `STRIPE_SIM_RATE_LIMIT`: API requests admitted in any one second; 0 (the default) for
     /// no limit.
     pub rate_limit: u32,
-    /// `LOG_FORMAT`, `SHUTDOWN_GRACE_SECONDS` (and `METRICS_LISTEN_ADDR`, unused here).
-    pub runtime: RuntimeConfig,
 }
 
 impl Config {
@@ -66,8 +64,36 @@ impl Config {
         Ok(Self {
             listen_addr: env.or_default("STRIPE_SIM_LISTEN_ADDR", DEFAULT_LISTEN_ADDR)?,
             rate_limit: env.or_default("STRIPE_SIM_RATE_LIMIT", 0)?,
-            runtime: RuntimeConfig::from_env(env)?,
         })
+    }
+}
+
+/// The simulator as a binary: serves on `STRIPE_SIM_LISTEN_ADDR` until the stop signal, then
+/// lets in-flight requests finish (they take microseconds; those held by a `timeout` fault are
+/// let go) for up to `SHUTDOWN_GRACE_SECONDS`.
+impl orderfleet::service::Service for Config {
+    const NAME: &'static str = "stripe-sim";
+
+    async fn load(env: &Env) -> Result<Self, ConfigError> {
+        Self::from_env(env)
+    }
+
+    async fn start(
+        self,
+        runtime: &RuntimeConfig,
+        tasks: &mut orderfleet::tasks::Tasks,
+    ) -> anyhow::Result<()> {
+        use anyhow::Context;
+        let config = self;
+        let listener = orderfleet::service::bind(config.listen_addr, "STRIPE_SIM_LISTEN_ADDR").await?;
+        let addr = listener.local_addr().context("failed to read the listening address")?;
+        tracing::info!(%addr, rate_limit_per_second = config.rate_limit, "stripe-sim listening");
+        let simulator = Arc::new(Simulator::new().with_rate_limit(config.rate_limit));
+        let stop = tasks.stop_signal().cancelled_owned();
+        tasks.spawn_server("server", runtime.shutdown_grace, async move {
+            serve_with(simulator, listener, stop).await.context("the HTTP server failed")
+        });
+        Ok(())
     }
 }
 

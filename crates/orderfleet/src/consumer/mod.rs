@@ -161,6 +161,23 @@ impl ConsumerConfig {
         }
     }
 
+    /// A worker binary's consumer: its queue and batching as configured, `max_in_flight`
+    /// messages at once, the process's shutdown grace, and failures recorded in `pool`.
+    pub fn for_worker(
+        worker: &crate::config::WorkerConfig,
+        runtime: &crate::config::RuntimeConfig,
+        max_in_flight: usize,
+        pool: sqlx::PgPool,
+    ) -> Self {
+        Self {
+            max_in_flight: max_in_flight.max(1),
+            shutdown_grace: runtime.shutdown_grace,
+            failure_log: Some(pool),
+            batch_size: if worker.batching { 10 } else { 1 },
+            ..Self::new(worker.queue_url.as_str())
+        }
+    }
+
     /// Entries per receive and per acknowledgement call.
     fn batch(&self) -> usize {
         self.batch_size.clamp(1, 10)

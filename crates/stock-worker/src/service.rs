@@ -1,0 +1,72 @@
+//! The `stock-worker` binary: its settings (SPEC §3) and what it runs until stopped.
+
+use std::time::Duration;
+
+use orderfleet::aws::Aws;
+use orderfleet::config::{ConfigError, Env, RuntimeConfig, Seconds, StripeConfig, WorkerConfig};
+use orderfleet::consumer::{self, ConsumerConfig};
+use orderfleet::db::{self, PoolSize};
+use orderfleet::fulfilment::Fulfilment;
+use orderfleet::payments::{Payments, RetryPolicy};
+use orderfleet::service::Service;
+use orderfleet::sweeper::{SweepPolicy, Sweeper};
+use orderfleet::tasks::Tasks;
+
+/// What the stock worker reads at start.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `DATABASE_URL`, `STOCK_QUEUE_URL`, `ORDERFLEET_BATCHING`.
+    pub worker: WorkerConfig,
+    pub stripe: StripeConfig,
+    /// `STOCK_WORKER_CONCURRENCY`: messages handled at once.
+    pub max_in_flight: u32,
+    /// `SWEEP_INTERVAL_SECONDS`; zero turns the sweeper off.
+    pub sweep_every: Seconds,
+}
+
+impl Config {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            worker: WorkerConfig::from_env(env, "STOCK_QUEUE_URL")?,
+            stripe: StripeConfig::from_env(env)?,
+            max_in_flight: env.or_default("STOCK_WORKER_CONCURRENCY", 32)?,
+            sweep_every: env.or_default("SWEEP_INTERVAL_SECONDS", Seconds(Duration::from_secs(60)))?,
+        })
+    }
+}
+
+/// The stock worker: a consumer of the stock-check queue, and the sweeper riding along.
+pub struct StockWorker {
+    pub config: Config,
+    pub aws: Aws,
+}
+
+impl Service for StockWorker {
+    const NAME: &'static str = "stock-worker";
+
+    async fn load(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Self { config: Config::from_env(env)?, aws: Aws::load().await? })
+    }
+
+    async fn start(self, runtime: &RuntimeConfig, tasks: &mut Tasks) -> anyhow::Result<()> {
+        let Self { config, aws } = self;
+        let pool = db::connect_lazy(
+            &config.worker.database,
+            PoolSize { max_connections: 8, ..PoolSize::default() },
+        )?;
+        let payments = Payments::new(&config.stripe, RetryPolicy::background())?;
+        let consumer =
+            ConsumerConfig::for_worker(&config.worker, runtime, config.max_in_flight as usize, pool.clone());
+        tracing::info!(queue = consumer::short_name(&consumer.queue_url), "consuming");
+        // Every worker sweeps now and then (jittered); the status guards make concurrent
+        // sweeps harmless. SWEEP_INTERVAL_SECONDS=0 turns it off.
+        if !config.sweep_every.0.is_zero() {
+            let sweeper =
+                Sweeper { pool: pool.clone(), payments: payments.clone(), policy: SweepPolicy::default() };
+            tasks.spawn_loop("sweeper", sweeper.run(config.sweep_every.0, tasks.stop_signal()));
+        }
+        let handler = crate::handler(Fulfilment { pool, payments });
+        tasks.spawn("consumer", consumer::run(aws.sqs(), consumer, handler, tasks.stop_signal()));
+        Ok(())
+    }
+}
