@@ -35,7 +35,7 @@ use orderfleet::config::{
     AuthConfig, ConfigError, DatabaseConfig, Env, RuntimeConfig, Seconds, StripeConfig,
 };
 use orderfleet::db::{self, PoolSize};
-use orderfleet::order::OrderStatus;
+use orderfleet::order::{Order, OrderStatus};
 use orderfleet::payments::{Payments, RetryPolicy};
 use orderfleet::trace::{CallerTrace, TRACEPARENT, Trace};
 use serde::Serialize;
@@ -401,14 +401,13 @@ async fn place_order(
     intake.place(user, &key, &request).await
 }
 
+// What its buyer is shown of an `Order` (this doc comment is the schema's description).
 /// `GET /v1/orders/{id}`.
-#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[schema(as = Order, title = "Order")]
 pub struct OrderView {
-    #[sqlx(rename = "id")]
     pub order_id: Uuid,
     pub status: OrderStatus,
-    #[sqlx(rename = "amount_minor")]
     pub amount: i64,
     pub currency: String,
     pub product_id: String,
@@ -417,6 +416,28 @@ pub struct OrderView {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub failure_reason: Option<String>,
+}
+
+impl From<Order> for OrderView {
+    fn from(order: Order) -> Self {
+        Self {
+            order_id: order.id,
+            status: order.status,
+            amount: order.amount_minor,
+            currency: order.currency,
+            product_id: order.product_id,
+            quantity: order.quantity,
+            position: order.position,
+            created_at: order.created_at,
+            updated_at: order.updated_at,
+            // A refused capture answers its code, whatever an older stock worker wrote there
+            // before it learned to keep Stripe's words to the operators' column.
+            failure_reason: match order.status {
+                OrderStatus::CaptureFailed => Some(OrderStatus::CaptureFailed.as_str().to_owned()),
+                _ => order.failure_reason,
+            },
+        }
+    }
 }
 
 async fn get_order(
@@ -444,17 +465,8 @@ async fn get_order(
 async fn look_up_order(state: &AppState, user: &UserId, order_id: &str) -> Result<Json<OrderView>, ApiError> {
     // An id that is not a UUID names no order; the answer is the same as for someone else's.
     let order_id = Uuid::parse_str(order_id).map_err(|_| ApiError::OrderNotFound)?;
-    let view = sqlx::query_as::<_, OrderView>(
-        // A refused capture answers its code, whatever an older stock worker wrote there
-        // before it learned to keep Stripe's words to the operators' column.
-        "SELECT id, status, amount_minor, currency, product_id, quantity, position, created_at, updated_at,
-                CASE WHEN status = 'capture_failed' THEN 'capture_failed' ELSE failure_reason END AS failure_reason
-           FROM orders WHERE id = $1 AND user_id = $2",
-    )
-    .bind(order_id)
-    .bind(user.as_str())
-    .fetch_optional(&state.pool)
-    .await
-    .map_err(database_error)?;
-    view.map(Json).ok_or(ApiError::OrderNotFound)
+    let order = orderfleet::order::load(&state.pool, order_id).await.map_err(database_error)?;
+    // Someone else's order is answered as no order at all.
+    let theirs = order.filter(|order| order.user_id == user.as_str());
+    theirs.map(|order| Json(OrderView::from(order))).ok_or(ApiError::OrderNotFound)
 }

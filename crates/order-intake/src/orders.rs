@@ -23,9 +23,9 @@
 use std::time::Duration;
 
 use orderfleet::auth::UserId;
-use orderfleet::authorization::{self, AuthorizationError, PendingOrder, Recorded};
+use orderfleet::authorization::{self, AuthorizationError, Recorded};
 use orderfleet::failure::Kind;
-use orderfleet::order::OrderStatus;
+use orderfleet::order::{ORDER_COLUMNS, Order, OrderStatus};
 use orderfleet::payments::Payments;
 use serde::Serialize;
 use sqlx::PgPool;
@@ -33,30 +33,6 @@ use uuid::Uuid;
 
 use crate::error::ApiError;
 use crate::request::{IdempotencyKey, OrderRequest};
-
-/// The columns an answer is built from.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct OrderRow {
-    pub id: Uuid,
-    pub user_id: String,
-    pub request_hash: Vec<u8>,
-    pub product_id: String,
-    pub quantity: i32,
-    pub amount_minor: i64,
-    pub currency: String,
-    pub payment_method: String,
-    pub status: OrderStatus,
-    pub failure_reason: Option<String>,
-    pub position: i64,
-    /// The trace context of the request that made the order.
-    pub traceparent: Option<String>,
-    /// Its Stripe attempt (`orderfleet::payments::Operation::idempotency_key`).
-    pub payment_attempt: i32,
-    /// Its attempt's key answered a 5xx (`orderfleet::authorization::resume`).
-    pub payment_attempt_failed: bool,
-}
-
-const ROW: &str = "id, user_id, request_hash, product_id, quantity, amount_minor, currency, payment_method, status, failure_reason, position, traceparent, payment_attempt, payment_attempt_failed";
 
 /// The `202` body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -78,28 +54,25 @@ pub enum Placed {
     Declined { error: ApiError, replayed: bool },
 }
 
-impl OrderRow {
-    /// The first answer, rebuilt: accepted for any order that got past authorization,
-    /// declined for a declined one. `None` while it is still pending.
-    fn answer(&self, replayed: bool) -> Option<Placed> {
-        match self.status {
-            OrderStatus::PendingAuthorization => None,
-            OrderStatus::PaymentDeclined => {
-                Some(Placed::Declined { error: ApiError::PaymentDeclined, replayed })
-            }
-            _ => Some(Placed::Accepted {
-                body: Accepted {
-                    order_id: self.id,
-                    status: OrderStatus::Authorized,
-                    amount: self.amount_minor,
-                    currency: self.currency.clone(),
-                    product_id: self.product_id.clone(),
-                    quantity: self.quantity,
-                    position: self.position,
-                },
-                replayed,
-            }),
-        }
+/// The first answer, rebuilt from the order: accepted for any order that got past
+/// authorization, declined for a declined one. `None` while it is still pending. It depends
+/// only on columns that never change after that answer.
+fn answer(order: &Order, replayed: bool) -> Option<Placed> {
+    match order.status {
+        OrderStatus::PendingAuthorization => None,
+        OrderStatus::PaymentDeclined => Some(Placed::Declined { error: ApiError::PaymentDeclined, replayed }),
+        _ => Some(Placed::Accepted {
+            body: Accepted {
+                order_id: order.id,
+                status: OrderStatus::Authorized,
+                amount: order.amount_minor,
+                currency: order.currency.clone(),
+                product_id: order.product_id.clone(),
+                quantity: order.quantity,
+                position: order.position,
+            },
+            replayed,
+        }),
     }
 }
 
@@ -115,7 +88,7 @@ enum Attempt {
 #[derive(Debug)]
 pub enum Door {
     /// The order holds its units and its place in line.
-    Admitted(OrderRow),
+    Admitted(Box<Order>),
     /// Another request created the order under this key first.
     KeyTaken,
     /// Fewer units left than asked, or no such product.
@@ -171,7 +144,7 @@ impl Intake<'_> {
     async fn after_the_door(&self, entry: Entry<'_>, door: Door, first: bool) -> Result<Placed, ApiError> {
         let (user, key, fingerprint) = (entry.user, entry.key, entry.fingerprint);
         match door {
-            Door::Admitted(order) => self.authorize(order, Attempt::First).await,
+            Door::Admitted(order) => self.authorize(*order, Attempt::First).await,
             Door::CardTesting(wait) => {
                 // A twin request with this key may have got in a moment ago (its pending order
                 // is what the gate counted): this request answers from that order.
@@ -226,7 +199,7 @@ impl Intake<'_> {
 
     /// What a request with a key already used gets: an error for another body, the first
     /// answer again, or the pending order to finish if nobody else is working on it.
-    async fn resume(&self, existing: OrderRow, fingerprint: &[u8]) -> Result<Placed, ApiError> {
+    async fn resume(&self, existing: Order, fingerprint: &[u8]) -> Result<Placed, ApiError> {
         // This request's lines belong to the order's trace, which its first request started.
         let span = tracing::Span::current();
         span.record("order_id", tracing::field::display(existing.id));
@@ -236,7 +209,7 @@ impl Intake<'_> {
         if existing.request_hash != fingerprint {
             return Err(ApiError::IdempotencyKeyReused);
         }
-        if let Some(answer) = existing.answer(true) {
+        if let Some(answer) = answer(&existing, true) {
             return Ok(answer);
         }
         let order = self.take_over(existing.id).await?.ok_or(ApiError::IdempotencyKeyInUse)?;
@@ -266,9 +239,9 @@ impl Intake<'_> {
         })
     }
 
-    async fn existing(&self, user: &UserId, key: &IdempotencyKey) -> Result<Option<OrderRow>, ApiError> {
-        sqlx::query_as::<_, OrderRow>(sqlx::AssertSqlSafe(format!(
-            "SELECT {ROW} FROM orders WHERE user_id = $1 AND idempotency_key = $2"
+    async fn existing(&self, user: &UserId, key: &IdempotencyKey) -> Result<Option<Order>, ApiError> {
+        sqlx::query_as::<_, Order>(sqlx::AssertSqlSafe(format!(
+            "SELECT {ORDER_COLUMNS} FROM orders WHERE user_id = $1 AND idempotency_key = $2"
         )))
         .bind(user.as_str())
         .bind(key.as_str())
@@ -278,11 +251,8 @@ impl Intake<'_> {
     }
 
     /// Takes the lease of a pending order nobody is working on.
-    async fn take_over(&self, id: Uuid) -> Result<Option<OrderRow>, ApiError> {
-        match authorization::take_over(self.pool, id, self.lease).await.map_err(database_error)? {
-            Some(_) => Ok(Some(self.reload(id).await?)),
-            None => Ok(None),
-        }
+    async fn take_over(&self, id: Uuid) -> Result<Option<Order>, ApiError> {
+        authorization::take_over(self.pool, id, self.lease).await.map_err(database_error)
     }
 
     /// Authorizes outside any transaction, then records the result (see
@@ -290,27 +260,16 @@ impl Intake<'_> {
     /// taken over from an earlier request is first looked up at Stripe, so that a retry a day
     /// later, after Stripe forgot the key, finds the first PaymentIntent instead of making a
     /// second; a new order cannot have one yet, and costs one Stripe request.
-    async fn authorize(&self, order: OrderRow, attempt: Attempt) -> Result<Placed, ApiError> {
+    async fn authorize(&self, order: Order, attempt: Attempt) -> Result<Placed, ApiError> {
         tracing::Span::current().record("order_id", tracing::field::display(order.id));
-        let pending = PendingOrder {
-            id: order.id,
-            user_id: order.user_id.clone(),
-            product_id: order.product_id.clone(),
-            quantity: order.quantity,
-            amount_minor: order.amount_minor,
-            currency: order.currency.clone(),
-            payment_method: order.payment_method.clone(),
-            payment_attempt: order.payment_attempt,
-            payment_attempt_failed: order.payment_attempt_failed,
-        };
         let result = match attempt {
-            Attempt::First => authorization::authorize(self.pool, self.payments, &pending).await,
-            Attempt::Resumed => authorization::resume(self.pool, self.payments, &pending).await,
+            Attempt::First => authorization::authorize(self.pool, self.payments, &order).await,
+            Attempt::Resumed => authorization::resume(self.pool, self.payments, &order).await,
         };
         let now = match result {
             // This request moved the order: the answer follows from what it wrote.
-            Ok(Recorded::Authorized) => OrderRow { status: OrderStatus::Authorized, ..order },
-            Ok(Recorded::Declined(_detail)) => OrderRow {
+            Ok(Recorded::Authorized) => Order { status: OrderStatus::Authorized, ..order },
+            Ok(Recorded::Declined(_detail)) => Order {
                 status: OrderStatus::PaymentDeclined,
                 failure_reason: Some(authorization::DECLINED.to_owned()),
                 ..order
@@ -330,17 +289,16 @@ impl Intake<'_> {
                 return Err(database_error(e));
             }
         };
-        now.answer(false).ok_or_else(|| {
+        answer(&now, false).ok_or_else(|| {
             ApiError::Unexpected(anyhow::anyhow!("order {} still pending after authorization", order.id))
         })
     }
 
-    async fn reload(&self, id: Uuid) -> Result<OrderRow, ApiError> {
-        sqlx::query_as::<_, OrderRow>(sqlx::AssertSqlSafe(format!("SELECT {ROW} FROM orders WHERE id = $1")))
-            .bind(id)
-            .fetch_one(self.pool)
+    async fn reload(&self, id: Uuid) -> Result<Order, ApiError> {
+        orderfleet::order::load(self.pool, id)
             .await
-            .map_err(database_error)
+            .map_err(database_error)?
+            .ok_or_else(|| ApiError::Unexpected(anyhow::anyhow!("order {id} is gone")))
     }
 }
 
@@ -483,9 +441,9 @@ async fn door<'e>(executor: impl sqlx::PgExecutor<'e>, entry: Entry<'_>, cap: Ca
          SELECT $1, $2, $3, $4, p.id, $6, p.price_minor * $6, p.currency, $7,
                 now() + $8 * interval '1 ms', p.last_position, $9
            FROM promised p
-         RETURNING {ROW}"
+         RETURNING {ORDER_COLUMNS}"
     );
-    let admitted = sqlx::query_as::<_, OrderRow>(sqlx::AssertSqlSafe(sql))
+    let admitted = sqlx::query_as::<_, Order>(sqlx::AssertSqlSafe(sql))
         .bind(Uuid::now_v7())
         .bind(entry.user.as_str())
         .bind(entry.key.as_str())
@@ -498,7 +456,7 @@ async fn door<'e>(executor: impl sqlx::PgExecutor<'e>, entry: Entry<'_>, cap: Ca
         .fetch_optional(executor)
         .await;
     match admitted {
-        Ok(Some(order)) => Ok(Door::Admitted(order)),
+        Ok(Some(order)) => Ok(Door::Admitted(Box::new(order))),
         Ok(None) => Ok(Door::Closed),
         // The statement failed as a whole, so the promise it made is undone with it.
         Err(sqlx::Error::Database(e)) if e.constraint() == Some("orders_one_per_idempotency_key") => {

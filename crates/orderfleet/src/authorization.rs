@@ -14,25 +14,9 @@ use std::time::Duration;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::order::{OrderNotification, OrderStatus};
-use crate::outbox::{EventType, NewMessage};
+use crate::order::{ORDER_COLUMNS, Order, OrderNotification, OrderStatus, Transition};
+use crate::outbox::EventType;
 use crate::payments::{AuthorizeRequest, Intent, IntentStatus, PaymentError, Payments};
-
-/// What authorizing needs to know of an order.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct PendingOrder {
-    pub id: Uuid,
-    pub user_id: String,
-    pub product_id: String,
-    pub quantity: i32,
-    pub amount_minor: i64,
-    pub currency: String,
-    pub payment_method: String,
-    /// Its Stripe attempt ([`crate::payments::Operation::idempotency_key`]).
-    pub payment_attempt: i32,
-    /// The attempt's key has answered a 5xx, which Stripe saved under it ([`resume`]).
-    pub payment_attempt_failed: bool,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuthorizationError {
@@ -51,14 +35,13 @@ pub enum AuthorizationError {
 
 /// Takes the lease of a `pending_authorization` order nobody works on (no lease, or an
 /// expired one), for `lease`.
-pub async fn take_over(pool: &PgPool, id: Uuid, lease: Duration) -> sqlx::Result<Option<PendingOrder>> {
-    sqlx::query_as::<_, PendingOrder>(
+pub async fn take_over(pool: &PgPool, id: Uuid, lease: Duration) -> sqlx::Result<Option<Order>> {
+    sqlx::query_as::<_, Order>(sqlx::AssertSqlSafe(format!(
         "UPDATE orders SET intake_lease_until = now() + $2 * interval '1 ms', updated_at = now()
           WHERE id = $1 AND status = 'pending_authorization'
             AND (intake_lease_until IS NULL OR intake_lease_until < now())
-         RETURNING id, user_id, product_id, quantity, amount_minor, currency, payment_method, payment_attempt,
-                   payment_attempt_failed",
-    )
+         RETURNING {ORDER_COLUMNS}"
+    )))
     .bind(id)
     .bind(lease.as_millis() as i64)
     .fetch_optional(pool)
@@ -80,14 +63,14 @@ pub enum Recorded {
 pub async fn authorize(
     pool: &PgPool,
     payments: &Payments,
-    order: &PendingOrder,
+    order: &Order,
 ) -> Result<Recorded, AuthorizationError> {
     let result = call_stripe(payments, order).await;
     record(pool, payments, order, result).await
 }
 
 /// The authorization request of the order's attempt, under that attempt's key.
-async fn call_stripe(payments: &Payments, order: &PendingOrder) -> Result<Intent, PaymentError> {
+async fn call_stripe(payments: &Payments, order: &Order) -> Result<Intent, PaymentError> {
     let result = payments
         .authorize(&AuthorizeRequest {
             order_id: order.id,
@@ -128,7 +111,7 @@ async fn call_stripe(payments: &Payments, order: &PendingOrder) -> Result<Intent
 pub async fn resume(
     pool: &PgPool,
     payments: &Payments,
-    order: &PendingOrder,
+    order: &Order,
 ) -> Result<Recorded, AuthorizationError> {
     let searched = std::time::Instant::now();
     match payments.find_by_order(order.id).await {
@@ -153,11 +136,8 @@ pub async fn resume(
                         attempt = next,
                         "Stripe holds nothing for the order's last attempt; a new attempt, with a new key"
                     );
-                    let next = PendingOrder {
-                        payment_attempt: next,
-                        payment_attempt_failed: false,
-                        ..order.clone()
-                    };
+                    let next =
+                        Order { payment_attempt: next, payment_attempt_failed: false, ..order.clone() };
                     authorize(pool, payments, &next).await
                 }
                 Some(_) => {
@@ -189,7 +169,7 @@ pub async fn resume(
 pub async fn record(
     pool: &PgPool,
     payments: &Payments,
-    order: &PendingOrder,
+    order: &Order,
     result: Result<Intent, PaymentError>,
 ) -> Result<Recorded, AuthorizationError> {
     let (intent_id, reason) = match result {
@@ -280,37 +260,20 @@ async fn decline(
 /// ONE statement: `pending_authorization` → `authorized` (compare-and-set) with the hold (its
 /// PaymentIntent and Stripe's deadline for it) and the outbox rows it causes. If the
 /// compare-and-set finds the order moved on, nothing is written.
-async fn commit_authorized(pool: &PgPool, order: &PendingOrder, hold: &Intent) -> sqlx::Result<bool> {
-    let accepted = OrderNotification {
-        user_id: order.user_id.clone(),
-        order_id: order.id,
-        status: OrderStatus::Authorized,
-        product_id: order.product_id.clone(),
-        quantity: order.quantity,
-        amount: order.amount_minor,
-        currency: order.currency.clone(),
-        reason: None,
-    };
-    let messages = [
-        NewMessage::new(EventType::StockCheckRequested, order.id, &accepted),
-        NewMessage::new(EventType::OrderAccepted, order.id, &accepted),
-    ];
-    crate::order::transition_with_messages(
-        pool,
-        order.id,
-        OrderStatus::PendingAuthorization,
-        OrderStatus::Authorized,
-        None,
-        Some(hold),
-        &messages,
-    )
-    .await
+async fn commit_authorized(pool: &PgPool, order: &Order, hold: &Intent) -> sqlx::Result<bool> {
+    let accepted = OrderNotification::of(order, OrderStatus::Authorized, None);
+    Transition::new(order.id, OrderStatus::PendingAuthorization, OrderStatus::Authorized)
+        .with_hold(hold)
+        .with_message(EventType::StockCheckRequested, &accepted)
+        .with_message(EventType::OrderAccepted, &accepted)
+        .apply(pool)
+        .await
 }
 
 /// Gives the lease back, and marks the attempt as one whose key answered a 5xx, dated now:
 /// whatever the key made, it made before this 5xx came back, so a search the lag after this
 /// sees it ([`resume`]).
-async fn release_after_a_5xx(pool: &PgPool, order: &PendingOrder) -> sqlx::Result<()> {
+async fn release_after_a_5xx(pool: &PgPool, order: &Order) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE orders SET intake_lease_until = NULL,
                            payment_attempt_failed = payment_attempt_failed OR payment_attempt = $2,

@@ -22,8 +22,8 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::failure::{Failure, Outcome, Source};
-use crate::order::{self, Order, OrderNotification, OrderStatus};
-use crate::outbox::{EventType, NewMessage};
+use crate::order::{self, Order, OrderNotification, OrderStatus, Transition};
+use crate::outbox::EventType;
 use crate::payments::{Intent, IntentStatus, PaymentError, Payments};
 
 /// Whether an order of `quantity` finds its units when `stock` units are not yet taken and
@@ -351,20 +351,9 @@ impl Fulfilment {
         match captured {
             Ok(_) => {
                 crate::failpoint::hit("after_capture");
-                let paid = [NewMessage::new(
-                    EventType::OrderPaid,
-                    order.id,
-                    OrderNotification::of(order, OrderStatus::Paid, None),
-                )];
-                let record = order::transition_with_messages(
-                    &self.pool,
-                    order.id,
-                    OrderStatus::StockReserved,
-                    OrderStatus::Paid,
-                    None,
-                    None,
-                    &paid,
-                );
+                let record = Transition::new(order.id, OrderStatus::StockReserved, OrderStatus::Paid)
+                    .with_message(EventType::OrderPaid, OrderNotification::of(order, OrderStatus::Paid, None))
+                    .apply(&self.pool);
                 let moved = crate::db::bounded("failed to record the capture", async {
                     record.await.map_err(anyhow::Error::from)
                 })
@@ -396,16 +385,11 @@ impl Fulfilment {
         let reason = CAPTURE_FAILED;
         let failed = OrderNotification::of(order, OrderStatus::CaptureFailed, Some(reason));
         let mut tx = crate::db::begin(&self.pool).await?;
-        let moved = order::transition_with_messages(
-            &mut *tx,
-            order.id,
-            OrderStatus::StockReserved,
-            OrderStatus::CaptureFailed,
-            Some(reason),
-            None,
-            &[NewMessage::new(EventType::OrderRejected, order.id, failed)],
-        )
-        .await?;
+        let moved = Transition::new(order.id, OrderStatus::StockReserved, OrderStatus::CaptureFailed)
+            .with_reason(reason)
+            .with_message(EventType::OrderRejected, failed)
+            .apply(&mut *tx)
+            .await?;
         if !moved {
             tx.rollback().await?;
             return Ok(Captured::Lost);

@@ -42,17 +42,25 @@ impl std::fmt::Display for OrderStatus {
     }
 }
 
-/// An order as stored.
+/// An order as stored: the one shape every part reads (the intake, the authorization, the
+/// stock worker, the sweeper), always with [`ORDER_COLUMNS`]. What a buyer or a subscriber is
+/// shown of it are views built from it (the intake's `Accepted` and `OrderView`,
+/// [`OrderNotification`]).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Order {
     pub id: Uuid,
     pub user_id: String,
+    /// The SHA-256 of the request that made it: the same idempotency key with another body is
+    /// refused.
+    pub request_hash: Vec<u8>,
     pub product_id: String,
     pub quantity: i32,
     pub amount_minor: i64,
     pub currency: String,
     pub payment_method: String,
     pub status: OrderStatus,
+    /// Its place in line for its product, from 1.
+    pub position: i64,
     pub payment_intent_id: Option<String>,
     pub failure_reason: Option<String>,
     pub authorization_released_at: Option<DateTime<Utc>>,
@@ -60,13 +68,17 @@ pub struct Order {
     pub traceparent: Option<String>,
     /// Its Stripe attempt, from 1 ([`crate::payments::Operation::idempotency_key`]).
     pub payment_attempt: i32,
+    /// The attempt's key has answered a 5xx, which Stripe saved under it
+    /// ([`crate::authorization::resume`]).
+    pub payment_attempt_failed: bool,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
 
-pub const ORDER_COLUMNS: &str = "id, user_id, product_id, quantity, amount_minor, currency, payment_method, \
-     status, payment_intent_id, failure_reason, authorization_released_at, traceparent, payment_attempt, \
-     created_at, updated_at";
+/// The columns of [`Order`], for `SELECT` and `RETURNING`.
+pub const ORDER_COLUMNS: &str = "id, user_id, request_hash, product_id, quantity, amount_minor, currency, \
+     payment_method, status, position, payment_intent_id, failure_reason, authorization_released_at, \
+     traceparent, payment_attempt, payment_attempt_failed, created_at, updated_at";
 
 /// ONE statement: moves an order still in `status` on to its next Stripe attempt (new
 /// idempotency keys), if it is still on `attempt` and that attempt began at least `settled_for`
@@ -111,54 +123,83 @@ pub async fn load<'e>(executor: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<O
     .await
 }
 
-/// ONE statement (so one round trip and the shortest possible lock): moves the order from
-/// `from` to `to` if, and only if, it is still in `from`, and in the same statement enqueues
-/// the outbox messages the move causes, each carrying the order's trace context. Returns whether this call made the move; if not,
-/// nothing was written. The intake's lease is cleared, and the hold (its PaymentIntent id and
-/// Stripe's deadline for it) recorded when given.
-pub async fn transition_with_messages<'e>(
-    executor: impl PgExecutor<'e>,
-    id: Uuid,
-    from: OrderStatus,
-    to: OrderStatus,
-    failure_reason: Option<&str>,
-    hold: Option<&crate::payments::Intent>,
-    messages: &[crate::outbox::NewMessage],
-) -> sqlx::Result<bool> {
-    let ids: Vec<Uuid> = messages.iter().map(|_| Uuid::now_v7()).collect();
-    let event_types: Vec<&str> = messages.iter().map(|m| m.event_type.as_str()).collect();
-    let destinations: Vec<&str> = messages.iter().map(|m| m.event_type.destination().as_str()).collect();
-    let payloads: Vec<serde_json::Value> = messages.iter().map(|m| m.payload.clone()).collect();
-    let moved: i64 = sqlx::query_scalar(
-        "WITH moved AS (
-             UPDATE orders SET status = $3, failure_reason = COALESCE($4, failure_reason),
-                               payment_intent_id = COALESCE($5, payment_intent_id),
-                               authorization_expires_at = COALESCE($10, authorization_expires_at),
-                               intake_lease_until = NULL, updated_at = now()
-              WHERE id = $1 AND status = $2
-          RETURNING id, traceparent
-         ), enqueued AS (
-             INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
-             SELECT m.message_id, 'order', moved.id::text, m.event_type, m.destination, m.payload, moved.traceparent
-               FROM moved, UNNEST($6::uuid[], $7::text[], $8::text[], $9::jsonb[])
-                    AS m(message_id, event_type, destination, payload)
-             ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING
-         )
-         SELECT count(*) FROM moved",
-    )
-    .bind(id)
-    .bind(from)
-    .bind(to)
-    .bind(failure_reason)
-    .bind(hold.map(|h| h.id.as_str()))
-    .bind(&ids)
-    .bind(&event_types)
-    .bind(&destinations)
-    .bind(&payloads)
-    .bind(hold.and_then(|h| h.capture_before))
-    .fetch_one(executor)
-    .await?;
-    Ok(moved == 1)
+/// A move of one order from one status to the next, with what the move records and the
+/// outbox messages it causes: a value, built with [`Transition::new`] and the `with_` methods,
+/// then [`applied`](Transition::apply) in one statement.
+#[derive(Debug, Clone)]
+pub struct Transition<'a> {
+    pub order_id: Uuid,
+    pub from: OrderStatus,
+    pub to: OrderStatus,
+    /// What the buyer is told of a failure (`failure_reason`).
+    pub failure_reason: Option<&'a str>,
+    /// The authorization hold, recorded with the move: its PaymentIntent id and Stripe's
+    /// deadline for it.
+    pub hold: Option<&'a crate::payments::Intent>,
+    pub messages: Vec<crate::outbox::NewMessage>,
+}
+
+impl<'a> Transition<'a> {
+    pub fn new(order_id: Uuid, from: OrderStatus, to: OrderStatus) -> Self {
+        Self { order_id, from, to, failure_reason: None, hold: None, messages: Vec::new() }
+    }
+
+    pub fn with_reason(self, failure_reason: &'a str) -> Self {
+        Self { failure_reason: Some(failure_reason), ..self }
+    }
+
+    pub fn with_hold(self, hold: &'a crate::payments::Intent) -> Self {
+        Self { hold: Some(hold), ..self }
+    }
+
+    /// A message the move causes, for its event type's queue.
+    pub fn with_message(mut self, event_type: crate::outbox::EventType, payload: impl Serialize) -> Self {
+        self.messages.push(crate::outbox::NewMessage::new(event_type, self.order_id, payload));
+        self
+    }
+
+    /// ONE statement (so one round trip and the shortest possible lock): moves the order from
+    /// `from` to `to` if, and only if, it is still in `from`, and in the same statement
+    /// enqueues the outbox messages the move causes, each carrying the order's trace context.
+    /// Returns whether this call made the move; if not, nothing was written. The intake's
+    /// lease is cleared, and the hold recorded when given.
+    pub async fn apply<'e>(self, executor: impl PgExecutor<'e>) -> sqlx::Result<bool> {
+        let messages = &self.messages;
+        let ids: Vec<Uuid> = messages.iter().map(|_| Uuid::now_v7()).collect();
+        let event_types: Vec<&str> = messages.iter().map(|m| m.event_type.as_str()).collect();
+        let destinations: Vec<&str> = messages.iter().map(|m| m.event_type.destination().as_str()).collect();
+        let payloads: Vec<&serde_json::Value> = messages.iter().map(|m| &m.payload).collect();
+        let moved: i64 = sqlx::query_scalar(
+            "WITH moved AS (
+                 UPDATE orders SET status = $3, failure_reason = COALESCE($4, failure_reason),
+                                   payment_intent_id = COALESCE($5, payment_intent_id),
+                                   authorization_expires_at = COALESCE($10, authorization_expires_at),
+                                   intake_lease_until = NULL, updated_at = now()
+                  WHERE id = $1 AND status = $2
+              RETURNING id, traceparent
+             ), enqueued AS (
+                 INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
+                 SELECT m.message_id, 'order', moved.id::text, m.event_type, m.destination, m.payload, moved.traceparent
+                   FROM moved, UNNEST($6::uuid[], $7::text[], $8::text[], $9::jsonb[])
+                        AS m(message_id, event_type, destination, payload)
+                 ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING
+             )
+             SELECT count(*) FROM moved",
+        )
+        .bind(self.order_id)
+        .bind(self.from)
+        .bind(self.to)
+        .bind(self.failure_reason)
+        .bind(self.hold.map(|h| h.id.as_str()))
+        .bind(&ids)
+        .bind(&event_types)
+        .bind(&destinations)
+        .bind(&payloads)
+        .bind(self.hold.and_then(|h| h.capture_before))
+        .fetch_one(executor)
+        .await?;
+        Ok(moved == 1)
+    }
 }
 
 /// Records that the authorization hold of an order is gone (its PaymentIntent cancelled).

@@ -1,5 +1,5 @@
 //! The transactional outbox: messages are rows written in the same transaction as the state
-//! change that causes them — [`crate::order::transition_with_messages`] does both in one
+//! change that causes them — [`crate::order::Transition`] does both in one
 //! statement — and `outbox-relay` delivers them to SQS at least once.
 //!
 //! On the wire every message is an [`Envelope`]: its `message_id` is the outbox row's id, so
