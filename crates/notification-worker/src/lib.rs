@@ -310,16 +310,14 @@ impl Notifier {
     async fn mark_processed(&self, ids: &[Uuid]) -> anyhow::Result<()> {
         let mut attempt = 0;
         loop {
-            let mark = sqlx::query(
-                "UPDATE inbox SET processed_at = now() WHERE consumer = $1 AND message_id = ANY($2)",
-            )
-            .bind(CONSUMER)
-            .bind(ids)
-            .execute(&self.pool);
-            let marked = db::bounded("failed to mark published messages processed", async {
-                mark.await.map_err(anyhow::Error::from)
-            })
-            .await;
+            let marked = self
+                .update_inbox(
+                    "UPDATE inbox SET processed_at = now() WHERE consumer = $1 AND message_id = ANY($2)",
+                    ids,
+                    None,
+                    "failed to mark published messages processed",
+                )
+                .await;
             match marked {
                 Ok(_) => return Ok(()),
                 Err(e) if attempt < 3 => {
@@ -478,38 +476,39 @@ impl Notifier {
 
     /// Best effort: a claim not extended only lets a duplicate copy wait less.
     async fn extend_claims(&self, ids: &[Uuid], by: Duration) {
-        let extended = sqlx::query(
-            "UPDATE inbox SET claimed_until = now() + $3 * interval '1 ms'
-              WHERE consumer = $1 AND message_id = ANY($2) AND processed_at IS NULL",
-        )
-        .bind(CONSUMER)
-        .bind(ids)
-        .bind(by.as_millis() as i64)
-        .execute(&self.pool);
-        let extended = db::bounded("failed to extend inbox claims", async {
-            extended.await.map_err(anyhow::Error::from)
-        })
-        .await;
-        if let Err(e) = extended {
-            tracing::warn!(error = format!("{e:#}"), "failed to extend inbox claims");
+        let extend = "UPDATE inbox SET claimed_until = now() + $3 * interval '1 ms'
+                       WHERE consumer = $1 AND message_id = ANY($2) AND processed_at IS NULL";
+        let what = "failed to extend inbox claims";
+        if let Err(e) = self.update_inbox(extend, ids, Some(by.as_millis() as i64), what).await {
+            tracing::warn!(error = format!("{e:#}"), "{what}");
         }
     }
 
     /// Best effort: a claim not released expires by itself.
     async fn release_claims(&self, ids: &[Uuid]) {
-        let released = sqlx::query(
-            "UPDATE inbox SET claimed_until = now() WHERE consumer = $1 AND message_id = ANY($2) AND processed_at IS NULL",
-        )
-        .bind(CONSUMER)
-        .bind(ids)
-        .execute(&self.pool);
-        let released = db::bounded("failed to release inbox claims", async {
-            released.await.map_err(anyhow::Error::from)
-        })
-        .await;
-        if let Err(e) = released {
-            tracing::warn!(error = format!("{e:#}"), "failed to release inbox claims");
+        let release = "UPDATE inbox SET claimed_until = now()
+                        WHERE consumer = $1 AND message_id = ANY($2) AND processed_at IS NULL";
+        let what = "failed to release inbox claims";
+        if let Err(e) = self.update_inbox(release, ids, None, what).await {
+            tracing::warn!(error = format!("{e:#}"), "{what}");
         }
+    }
+
+    /// ONE statement on this consumer's inbox rows `ids` (`$1`, `$2`), with `millis` as `$3`
+    /// when given; bounded ([`db::bounded`]), its failure said as `what`.
+    async fn update_inbox(
+        &self,
+        sql: &'static str,
+        ids: &[Uuid],
+        millis: Option<i64>,
+        what: &'static str,
+    ) -> anyhow::Result<()> {
+        let mut update = sqlx::query(sql).bind(CONSUMER).bind(ids);
+        if let Some(millis) = millis {
+            update = update.bind(millis);
+        }
+        let update = update.execute(&self.pool);
+        db::bounded(what, async { update.await.map_err(anyhow::Error::from) }).await.map(drop)
     }
 }
 

@@ -55,29 +55,31 @@ impl Aws {
     }
 
     pub fn sqs(&self) -> aws_sdk_sqs::Client {
-        let config = aws_sdk_sqs::config::Builder::from(&self.sdk)
-            .interceptor(CountRequests)
-            .timeout_config(timeouts())
-            .build();
-        aws_sdk_sqs::Client::from_conf(config)
+        counted_and_bounded!(aws_sdk_sqs, &self.sdk)
     }
 
     pub fn cloudwatch(&self) -> aws_sdk_cloudwatch::Client {
-        let config = aws_sdk_cloudwatch::config::Builder::from(&self.sdk)
-            .interceptor(CountRequests)
-            .timeout_config(timeouts())
-            .build();
-        aws_sdk_cloudwatch::Client::from_conf(config)
+        counted_and_bounded!(aws_sdk_cloudwatch, &self.sdk)
     }
 
     pub fn sns(&self) -> aws_sdk_sns::Client {
-        let config = aws_sdk_sns::config::Builder::from(&self.sdk)
-            .interceptor(CountRequests)
-            .timeout_config(timeouts())
-            .build();
-        aws_sdk_sns::Client::from_conf(config)
+        counted_and_bounded!(aws_sdk_sns, &self.sdk)
     }
 }
+
+/// A client of one SDK crate, counting its requests and bounded by [`timeouts`]. A macro
+/// because each SDK crate has its own config builder, with no trait in common.
+macro_rules! counted_and_bounded {
+    ($sdk:ident, $config:expr) => {
+        $sdk::Client::from_conf(
+            $sdk::config::Builder::from($config)
+                .interceptor(CountRequests)
+                .timeout_config(timeouts())
+                .build(),
+        )
+    };
+}
+use counted_and_bounded;
 
 /// The bound on every AWS call of the fleet. The whole call (20 s) stays under the
 /// notification worker's inbox claim (30 s).

@@ -274,8 +274,14 @@ impl Payments {
         payment_intent_id: &str,
     ) -> Result<Intent, PaymentError> {
         let request = CapturePaymentIntent::new(payment_intent_id);
-        let key = Operation::Capture.idempotency_key(order_id, attempt);
-        self.settle(Operation::Capture, &key, payment_intent_id, request, IntentStatus::Succeeded).await
+        self.settle(
+            Operation::Capture,
+            (order_id, attempt),
+            payment_intent_id,
+            request,
+            IntentStatus::Succeeded,
+        )
+        .await
     }
 
     /// Cancels a PaymentIntent, releasing its hold. An intent that is already cancelled, or
@@ -287,8 +293,14 @@ impl Payments {
         payment_intent_id: &str,
     ) -> Result<Intent, PaymentError> {
         let request = CancelPaymentIntent::new(payment_intent_id);
-        let key = Operation::Cancel.idempotency_key(order_id, attempt);
-        self.settle(Operation::Cancel, &key, payment_intent_id, request, IntentStatus::Canceled).await
+        self.settle(
+            Operation::Cancel,
+            (order_id, attempt),
+            payment_intent_id,
+            request,
+            IntentStatus::Canceled,
+        )
+        .await
     }
 
     /// Sends a capture or a cancel under the order's key for it, with retries; a refusal
@@ -296,7 +308,7 @@ impl Payments {
     async fn settle<R>(
         &self,
         operation: Operation,
-        key: &str,
+        (order_id, attempt): (Uuid, i32),
         payment_intent_id: &str,
         request: R,
         wanted: IntentStatus,
@@ -304,6 +316,8 @@ impl Payments {
     where
         R: StripeRequest<Output = PaymentIntent>,
     {
+        let key = operation.idempotency_key(order_id, attempt);
+        let key = key.as_str();
         let result = self
             .with_retries(operation, || {
                 request

@@ -334,10 +334,18 @@ pub async fn run(
     let lanes_cancel = cancel.child_token();
     let mut lanes = tokio::task::JoinSet::new();
     for lane in 0..tuning.lanes.max(1) {
-        lanes.spawn(
-            Lane::new(lane, pool.clone(), sender.clone(), tuning, backlog.clone(), lanes_cancel.clone())
-                .run(),
-        );
+        let lane = Lane {
+            id: lane,
+            pool: pool.clone(),
+            sender: sender.clone(),
+            tuning,
+            backlog: backlog.clone(),
+            cancel: lanes_cancel.clone(),
+            listener: None,
+            claim_failures: 0,
+            outages: 0,
+        };
+        lanes.spawn(lane.run());
     }
     let mut panicked = None;
     while let Some(done) = lanes.join_next().await {
@@ -370,17 +378,6 @@ struct Lane {
 }
 
 impl Lane {
-    fn new(
-        id: usize,
-        pool: PgPool,
-        sender: Sender,
-        tuning: RelayTuning,
-        backlog: Arc<Backlog>,
-        cancel: CancellationToken,
-    ) -> Self {
-        Self { id, pool, sender, tuning, backlog, cancel, listener: None, claim_failures: 0, outages: 0 }
-    }
-
     /// Rounds until the stop signal: claim, send, record, pace. A round in progress finishes
     /// first (its sends are short and their results must be recorded, or the rows would wait
     /// out their lease).

@@ -74,38 +74,26 @@ pub const CONSUMER_RECORDS_KEPT: Duration = Duration::from_secs(15 * 24 * 3600);
 /// stopped or crashed before publishing; any copy of the message has left even its DLQ since),
 /// and recorded failures.
 pub async fn sweep_consumer_records(pool: &PgPool, batch: i64) -> sqlx::Result<u64> {
-    let age_ms = CONSUMER_RECORDS_KEPT.as_millis() as i64;
-    let inbox = sqlx::query(
+    const SWEEPS: [&str; 3] = [
+        // Processed long ago.
         "DELETE FROM inbox WHERE (consumer, message_id) IN (
              SELECT consumer, message_id FROM inbox
               WHERE processed_at < now() - $1 * interval '1 ms' LIMIT $2)",
-    )
-    .bind(age_ms)
-    .bind(batch)
-    .execute(pool)
-    .await?
-    .rows_affected();
-    let abandoned = sqlx::query(
+        // Claimed long ago and never processed.
         "DELETE FROM inbox WHERE (consumer, message_id) IN (
              SELECT consumer, message_id FROM inbox
               WHERE processed_at IS NULL AND claimed_until < now() - $1 * interval '1 ms' LIMIT $2)",
-    )
-    .bind(age_ms)
-    .bind(batch)
-    .execute(pool)
-    .await?
-    .rows_affected();
-    let failures = sqlx::query(
+        // Failures recorded long ago.
         "DELETE FROM message_failures WHERE (queue, message_key) IN (
              SELECT queue, message_key FROM message_failures
               WHERE updated_at < now() - $1 * interval '1 ms' LIMIT $2)",
-    )
-    .bind(age_ms)
-    .bind(batch)
-    .execute(pool)
-    .await?
-    .rows_affected();
-    Ok(inbox + abandoned + failures)
+    ];
+    let age_ms = CONSUMER_RECORDS_KEPT.as_millis() as i64;
+    let mut deleted = 0;
+    for sweep in SWEEPS {
+        deleted += sqlx::query(sweep).bind(age_ms).bind(batch).execute(pool).await?.rows_affected();
+    }
+    Ok(deleted)
 }
 
 /// Runs every `policy.every` until `cancel` fires, batch after batch until none is full.
