@@ -358,7 +358,7 @@ async fn poison_messages_reach_the_dlq_while_work_goes_on_and_a_fixed_one_is_red
         serde_json::to_string(&Envelope {
             message_id: uuid::Uuid::now_v7(),
             event_type: event_type.into(),
-            order_id,
+            order_id: orderfleet::domain::OrderId::from_uuid(order_id),
             occurred_at: chrono::Utc::now(),
             payload: serde_json::json!({}),
         })
@@ -796,7 +796,7 @@ async fn a_messages_failures_are_kept_under_its_envelope_id_when_a_redrive_gives
     let envelope = Envelope {
         message_id: uuid::Uuid::now_v7(),
         event_type: "order.stock_check_requested".into(),
-        order_id: uuid::Uuid::now_v7(),
+        order_id: orderfleet::domain::OrderId::new(),
         occurred_at: chrono::Utc::now(),
         payload: serde_json::json!({}),
     };

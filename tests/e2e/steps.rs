@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use orderfleet::authorization;
 use orderfleet::config::{Env, StripeConfig};
+use orderfleet::domain::OrderId;
 use orderfleet::failure::{Kind, Source};
 use orderfleet::fulfilment::Fulfilment;
 use orderfleet::outbox::Envelope;
@@ -65,7 +66,10 @@ impl Step {
         .await
         .unwrap();
         let pool = &self.db.pool;
-        let order = authorization::take_over(pool, id, Duration::from_secs(30)).await.unwrap().unwrap();
+        let order = authorization::take_over(pool, OrderId::from_uuid(id), Duration::from_secs(30))
+            .await
+            .unwrap()
+            .unwrap();
         authorization::authorize(pool, &self.step.fulfilment.payments, &order).await.unwrap();
         id
     }
@@ -93,7 +97,7 @@ fn stock_check(order_id: Uuid, event_type: &str) -> String {
     serde_json::to_string(&Envelope {
         message_id: Uuid::now_v7(),
         event_type: event_type.into(),
-        order_id,
+        order_id: OrderId::from_uuid(order_id),
         occurred_at: chrono::Utc::now(),
         payload: serde_json::json!({}),
     })
@@ -154,9 +158,9 @@ async fn with_stripe_unreachable_advancing_is_an_outage_and_the_order_waits_rese
     };
 
     // Act
-    let cut = unreachable.advance(order).await.unwrap_err();
+    let cut = unreachable.advance(OrderId::from_uuid(order)).await.unwrap_err();
     let status_meanwhile = step.status(order).await;
-    let resumed = step.step.fulfilment.advance(order).await;
+    let resumed = step.step.fulfilment.advance(OrderId::from_uuid(order)).await;
 
     // Assert: an outage (the worker pauses and probes), the units kept, then paid once.
     assert_eq!((cut.kind, cut.source), (Kind::Outage, Source::Stripe), "{cut}");
@@ -183,7 +187,7 @@ async fn with_the_database_unreachable_advancing_is_an_outage_of_the_database() 
     };
 
     // Act
-    let cut = unreachable.advance(order).await.unwrap_err();
+    let cut = unreachable.advance(OrderId::from_uuid(order)).await.unwrap_err();
 
     // Assert
     assert_eq!((cut.kind, cut.source), (Kind::Outage, Source::Database), "{cut}");

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use aws_sdk_sqs::types::QueueAttributeName;
-use orderfleet::auth::{self, UserId};
+use orderfleet::tokens::{self, UserId};
 use serde_json::Value;
 use tokio::process::{Child, Command};
 
@@ -308,7 +308,7 @@ impl Fleet {
             issuer: orderfleet::config::AuthConfig::DEFAULT_ISSUER.into(),
             audience: orderfleet::config::AuthConfig::DEFAULT_AUDIENCE.into(),
         };
-        auth::issue_token(&config, &UserId::parse(user).unwrap(), Duration::from_secs(600)).unwrap()
+        tokens::issue_token(&config, &UserId::parse(user).unwrap(), Duration::from_secs(600)).unwrap()
     }
 
     /// `POST /v1/orders` with a raw body.
@@ -473,6 +473,41 @@ impl Fleet {
     }
 
     /// Waits until every order is terminal (and its hold released where it needs to be).
+    /// A queue's messages: (visible, in flight).
+    pub async fn queue_depth(&self, queue_url: &str) -> anyhow::Result<(u64, u64)> {
+        let out = self
+            .sqs
+            .get_queue_attributes()
+            .queue_url(queue_url)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            .send()
+            .await
+            .context("failed to read the queue's depth")?;
+        let attributes = out.attributes.unwrap_or_default();
+        let get = |a: QueueAttributeName| attributes.get(&a).and_then(|v| v.parse().ok()).unwrap_or(0);
+        Ok((
+            get(QueueAttributeName::ApproximateNumberOfMessages),
+            get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+        ))
+    }
+
+    /// Waits until both work queues hold no message, visible or in flight: every message
+    /// handled and deleted. A message whose delete was lost is in flight until its visibility
+    /// timeout ends and it is handled again (found done), so this can take that long.
+    pub async fn wait_drained(&self, within: Duration) -> anyhow::Result<()> {
+        let queues = [self.stack.stock_queue_url.clone(), self.stack.notification_queue_url.clone()];
+        crate::eventually("the work queues drained", within, || async {
+            for queue in &queues {
+                if self.queue_depth(queue).await.ok()? != (0, 0) {
+                    return None;
+                }
+            }
+            Some(())
+        })
+        .await
+    }
+
     pub async fn wait_settled(&self, timeout: Duration) -> anyhow::Result<HashMap<String, i64>> {
         let deadline = Instant::now() + timeout;
         loop {

@@ -14,6 +14,31 @@ use std::path::PathBuf;
 
 pub use fleet::{Answer, Fleet, Stack, free_port};
 
+/// How often [`eventually`] looks again.
+pub const EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Waits for an effect: asks `check` every [`EVERY`] until it answers `Some`, and returns that;
+/// after `within`, fails saying `what` was awaited. The one way the suite, the demo and the
+/// bench wait for something to happen: never a fixed sleep, which is too short on a slow
+/// machine and too long on a fast one.
+pub async fn eventually<T, Fut>(
+    what: &str,
+    within: std::time::Duration,
+    mut check: impl FnMut() -> Fut,
+) -> anyhow::Result<T>
+where
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(value) = check().await {
+            return Ok(value);
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(EVERY).await;
+    }
+}
+
 /// The path of one of the workspace's binaries, built in the same profile as the caller.
 pub fn binary(name: &str) -> PathBuf {
     let dir = match std::env::var_os("ORDERFLEET_BIN_DIR") {

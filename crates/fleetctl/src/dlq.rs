@@ -206,7 +206,7 @@ pub async fn holds_ending_soon(pool: &PgPool, bodies: &[&str]) -> anyhow::Result
     let orders: Vec<uuid::Uuid> = bodies
         .iter()
         .filter_map(|body| serde_json::from_str::<orderfleet::outbox::Envelope>(body).ok())
-        .map(|envelope| envelope.order_id)
+        .map(|envelope| envelope.order_id.as_uuid())
         .collect();
     let rows: Vec<(uuid::Uuid, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
         "SELECT id, authorization_expires_at FROM orders

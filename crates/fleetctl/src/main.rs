@@ -10,13 +10,13 @@ mod dlq;
 mod outbox;
 
 use clap::{Args, Parser, Subcommand};
-use orderfleet::auth::{self, UserId};
 use orderfleet::aws::Aws;
 use orderfleet::config::{AuthConfig, ConfigError, DatabaseConfig, Env, QueueConfig, StripeConfig};
 use orderfleet::db::{self, PoolSize};
 use orderfleet::payments::{Payments, RetryPolicy};
 use orderfleet::product::{self, Currency, ProductUpsert, Sku};
 use orderfleet::sweeper::{SweepPolicy, Sweeper};
+use orderfleet::tokens::{self, UserId};
 
 #[derive(Debug, Parser)]
 #[command(name = "fleetctl", version, about = "Operate an orderfleet deployment")]
@@ -346,7 +346,7 @@ async fn run(command: Command, env: &Env) -> anyhow::Result<()> {
         }
         Command::Token(args) => {
             let auth = AuthConfig::from_env(env)?;
-            let token = auth::issue_token(&auth, &args.user, Duration::from_secs(args.ttl_seconds))?;
+            let token = tokens::issue_token(&auth, &args.user, Duration::from_secs(args.ttl_seconds))?;
             println!("{token}");
         }
     }

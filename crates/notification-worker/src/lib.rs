@@ -110,8 +110,8 @@ struct Ready {
     index: usize,
     message_id: Uuid,
     event_type: String,
-    user_id: String,
-    order_id: Uuid,
+    user_id: orderfleet::domain::UserId,
+    order_id: orderfleet::domain::OrderId,
     body: String,
     /// The order's trace context, passed on as the `traceparent` attribute.
     traceparent: Option<String>,
@@ -398,7 +398,7 @@ impl Notifier {
                     .id(r.index.to_string())
                     .message(&r.body)
                     .message_attributes("event_type", string(&r.event_type))
-                    .message_attributes("user_id", string(&r.user_id))
+                    .message_attributes("user_id", string(r.user_id.as_str()))
                     // The same on every copy of this notification: a subscriber's key to drop
                     // repeats (SPEC §1.4).
                     .message_attributes("notification_id", string(&r.message_id.to_string()));

@@ -30,13 +30,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
-use orderfleet::auth::{TokenVerifier, UserId};
 use orderfleet::config::{
     AuthConfig, ConfigError, DatabaseConfig, Env, RuntimeConfig, Seconds, StripeConfig,
 };
 use orderfleet::db::{self, PoolSize};
+use orderfleet::domain::{Currency, OrderId, Quantity, Sku};
 use orderfleet::order::{Order, OrderStatus};
 use orderfleet::payments::{Payments, RetryPolicy};
+use orderfleet::tokens::{TokenVerifier, UserId};
 use orderfleet::trace::{CallerTrace, TRACEPARENT, Trace};
 use serde::Serialize;
 use sqlx::PgPool;
@@ -406,12 +407,16 @@ async fn place_order(
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[schema(as = Order, title = "Order")]
 pub struct OrderView {
-    pub order_id: Uuid,
+    #[schema(value_type = Uuid)]
+    pub order_id: OrderId,
     pub status: OrderStatus,
     pub amount: i64,
-    pub currency: String,
-    pub product_id: String,
-    pub quantity: i32,
+    #[schema(value_type = String)]
+    pub currency: Currency,
+    #[schema(value_type = String)]
+    pub product_id: Sku,
+    #[schema(value_type = i32)]
+    pub quantity: Quantity,
     pub position: i64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -423,8 +428,8 @@ impl From<Order> for OrderView {
         Self {
             order_id: order.id,
             status: order.status,
-            amount: order.amount_minor,
-            currency: order.currency,
+            amount: order.amount.minor,
+            currency: order.amount.currency,
             product_id: order.product_id,
             quantity: order.quantity,
             position: order.position,
@@ -465,8 +470,9 @@ async fn get_order(
 async fn look_up_order(state: &AppState, user: &UserId, order_id: &str) -> Result<Json<OrderView>, ApiError> {
     // An id that is not a UUID names no order; the answer is the same as for someone else's.
     let order_id = Uuid::parse_str(order_id).map_err(|_| ApiError::OrderNotFound)?;
-    let order = orderfleet::order::load(&state.pool, order_id).await.map_err(database_error)?;
+    let order =
+        orderfleet::order::load(&state.pool, OrderId::from_uuid(order_id)).await.map_err(database_error)?;
     // Someone else's order is answered as no order at all.
-    let theirs = order.filter(|order| order.user_id == user.as_str());
+    let theirs = order.filter(|order| &order.user_id == user);
     theirs.map(|order| Json(OrderView::from(order))).ok_or(ApiError::OrderNotFound)
 }

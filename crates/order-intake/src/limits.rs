@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
-use orderfleet::auth::UserId;
 use orderfleet::config::{ConfigError, Env, Seconds};
+use orderfleet::tokens::UserId;
 
 use crate::error::ApiError;
 

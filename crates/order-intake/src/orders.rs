@@ -22,11 +22,12 @@
 
 use std::time::Duration;
 
-use orderfleet::auth::UserId;
 use orderfleet::authorization::{self, AuthorizationError, Recorded};
+use orderfleet::domain::{Currency, OrderId, Quantity, Sku};
 use orderfleet::failure::Kind;
 use orderfleet::order::{ORDER_COLUMNS, Order, OrderStatus};
 use orderfleet::payments::Payments;
+use orderfleet::tokens::UserId;
 use serde::Serialize;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -37,12 +38,16 @@ use crate::request::{IdempotencyKey, OrderRequest};
 /// The `202` body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Accepted {
-    pub order_id: Uuid,
+    #[schema(value_type = Uuid)]
+    pub order_id: OrderId,
     pub status: OrderStatus,
     pub amount: i64,
-    pub currency: String,
-    pub product_id: String,
-    pub quantity: i32,
+    #[schema(value_type = String)]
+    pub currency: Currency,
+    #[schema(value_type = String)]
+    pub product_id: Sku,
+    #[schema(value_type = i32)]
+    pub quantity: Quantity,
     /// The order's place in line for its product, from 1.
     pub position: i64,
 }
@@ -65,8 +70,8 @@ fn answer(order: &Order, replayed: bool) -> Option<Placed> {
             body: Accepted {
                 order_id: order.id,
                 status: OrderStatus::Authorized,
-                amount: order.amount_minor,
-                currency: order.currency.clone(),
+                amount: order.amount.minor,
+                currency: order.amount.currency.clone(),
                 product_id: order.product_id.clone(),
                 quantity: order.quantity,
                 position: order.position,
@@ -220,7 +225,7 @@ impl Intake<'_> {
     /// orders ahead hold units that may still come back (not yet paid), without it once every
     /// promised unit is sold; or the product has a cap per buyer and the units asked for, and
     /// goes through its own door ([`admit_capped`]).
-    async fn turned_away(&self, product_id: &str, quantity: i32) -> Result<TurnedAway, ApiError> {
+    async fn turned_away(&self, product_id: &Sku, quantity: Quantity) -> Result<TurnedAway, ApiError> {
         let (known, units_may_return, cap): (bool, bool, Option<i32>) = sqlx::query_as(
             "SELECT EXISTS (SELECT 1 FROM products WHERE id = $1),
                     EXISTS (SELECT 1 FROM orders WHERE product_id = $1
@@ -251,7 +256,7 @@ impl Intake<'_> {
     }
 
     /// Takes the lease of a pending order nobody is working on.
-    async fn take_over(&self, id: Uuid) -> Result<Option<Order>, ApiError> {
+    async fn take_over(&self, id: OrderId) -> Result<Option<Order>, ApiError> {
         authorization::take_over(self.pool, id, self.lease).await.map_err(database_error)
     }
 
@@ -294,7 +299,7 @@ impl Intake<'_> {
         })
     }
 
-    async fn reload(&self, id: Uuid) -> Result<Order, ApiError> {
+    async fn reload(&self, id: OrderId) -> Result<Order, ApiError> {
         orderfleet::order::load(self.pool, id)
             .await
             .map_err(database_error)?

@@ -5,6 +5,8 @@ use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use orderfleet::domain::{Quantity, Sku};
+
 use crate::error::ApiError;
 
 /// The client's `Idempotency-Key`: 1–255 visible ASCII characters.
@@ -52,26 +54,22 @@ pub(crate) struct RawOrderRequest {
 /// A valid order request. The amount is not here: the server computes it from the price.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OrderRequest {
-    pub product_id: String,
-    pub quantity: i32,
+    pub product_id: Sku,
+    pub quantity: Quantity,
     pub payment_method: String,
 }
 
 impl OrderRequest {
     pub const MAX_BODY_BYTES: usize = 16 * 1024;
-    pub const QUANTITY: std::ops::RangeInclusive<i64> = 1..=10;
+    pub const QUANTITY: std::ops::RangeInclusive<i64> = 1..=Quantity::MAX as i64;
 
     pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
         let raw: RawOrderRequest = serde_json::from_slice(body).map_err(json_error)?;
-        if !Self::QUANTITY.contains(&raw.quantity) {
-            return Err(ApiError::InvalidQuantity);
-        }
-        if orderfleet::product::Sku::parse(&raw.product_id).is_err() {
-            return Err(ApiError::InvalidField {
-                field: "product_id",
-                reason: "must be 1 to 64 letters, digits, '.', '_' or '-'".into(),
-            });
-        }
+        let quantity = Quantity::parse(raw.quantity).ok_or(ApiError::InvalidQuantity)?;
+        let product_id = Sku::parse(&raw.product_id).map_err(|_| ApiError::InvalidField {
+            field: "product_id",
+            reason: "must be 1 to 64 letters, digits, '.', '_' or '-'".into(),
+        })?;
         let method_ok = raw.payment_method.len() <= 255
             && raw.payment_method.starts_with("pm_")
             && raw.payment_method.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
@@ -81,11 +79,7 @@ impl OrderRequest {
                 reason: "must be a payment method id such as pm_card_visa".into(),
             });
         }
-        Ok(Self {
-            product_id: raw.product_id,
-            quantity: raw.quantity as i32,
-            payment_method: raw.payment_method,
-        })
+        Ok(Self { product_id, quantity, payment_method: raw.payment_method })
     }
 
     /// What "the same body" means for the idempotency key: the parsed request, so spacing and
@@ -129,7 +123,7 @@ mod tests {
     fn a_valid_request_parses() {
         let body = br#"{"product_id": "sku-1", "quantity": 2, "payment_method": "pm_card_visa"}"#;
         let request = OrderRequest::parse(body).unwrap();
-        assert_eq!(request.quantity, 2);
+        assert_eq!(request.quantity.get(), 2);
     }
 
     #[test]

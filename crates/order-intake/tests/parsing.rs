@@ -4,8 +4,8 @@
 
 use order_intake::error::ApiError;
 use order_intake::request::{IdempotencyKey, OrderRequest};
-use orderfleet::auth::TokenVerifier;
 use orderfleet::config::AuthConfig;
+use orderfleet::tokens::TokenVerifier;
 use proptest::prelude::*;
 
 /// The codes a refused body may carry (SPEC §4).
@@ -62,7 +62,7 @@ proptest! {
         match OrderRequest::parse(&body) {
             Ok(request) => {
                 prop_assert!(OrderRequest::QUANTITY.contains(&i64::from(request.quantity)));
-                prop_assert!(!request.product_id.is_empty() && !request.payment_method.is_empty());
+                prop_assert!(!request.product_id.as_str().is_empty() && !request.payment_method.is_empty());
             }
             Err(error) => assert_refusal(&error, &BODY_CODES),
         }

@@ -11,8 +11,8 @@
 
 use std::time::Duration;
 
+use crate::domain::OrderId;
 use sqlx::PgPool;
-use uuid::Uuid;
 
 use crate::order::{ORDER_COLUMNS, Order, OrderNotification, OrderStatus, Transition};
 use crate::outbox::EventType;
@@ -35,7 +35,7 @@ pub enum AuthorizationError {
 
 /// Takes the lease of a `pending_authorization` order nobody works on (no lease, or an
 /// expired one), for `lease`.
-pub async fn take_over(pool: &PgPool, id: Uuid, lease: Duration) -> sqlx::Result<Option<Order>> {
+pub async fn take_over(pool: &PgPool, id: OrderId, lease: Duration) -> sqlx::Result<Option<Order>> {
     sqlx::query_as::<_, Order>(sqlx::AssertSqlSafe(format!(
         "UPDATE orders SET intake_lease_until = now() + $2 * interval '1 ms', updated_at = now()
           WHERE id = $1 AND status = 'pending_authorization'
@@ -76,8 +76,7 @@ async fn call_stripe(payments: &Payments, order: &Order) -> Result<Intent, Payme
             order_id: order.id,
             attempt: order.payment_attempt,
             user_id: &order.user_id,
-            amount_minor: order.amount_minor,
-            currency: &order.currency,
+            amount: &order.amount,
             payment_method: &order.payment_method,
         })
         .await;
@@ -229,7 +228,7 @@ pub const DECLINED: &str = "payment_declined";
 /// for operators only.
 async fn decline(
     pool: &PgPool,
-    id: Uuid,
+    id: OrderId,
     detail: &str,
     payment_intent_id: Option<&str>,
 ) -> sqlx::Result<bool> {
@@ -289,7 +288,7 @@ async fn release_after_a_5xx(pool: &PgPool, order: &Order) -> sqlx::Result<()> {
 }
 
 /// Gives the lease back so a retry with the same key (or the sweeper) may finish the order.
-pub async fn release(pool: &PgPool, id: Uuid) -> sqlx::Result<()> {
+pub async fn release(pool: &PgPool, id: OrderId) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE orders SET intake_lease_until = NULL WHERE id = $1 AND status = 'pending_authorization'",
     )

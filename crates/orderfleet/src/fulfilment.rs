@@ -21,6 +21,8 @@ use anyhow::Context;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::domain::OrderId;
+
 use crate::failure::{Failure, Outcome, Source};
 use crate::order::{self, Order, OrderNotification, OrderStatus, Transition};
 use crate::outbox::EventType;
@@ -117,12 +119,12 @@ impl Fulfilment {
     /// worker pauses and probes), a data or integrity error is this order's for good (its
     /// message goes to the DLQ with the reason, the worker goes on), anything else comes back
     /// soon.
-    pub async fn advance(&self, order_id: Uuid) -> Outcome {
+    pub async fn advance(&self, order_id: OrderId) -> Outcome {
         self.try_advance(order_id).await.unwrap_or_else(|e| Err(crate::db::failure(&e)))
     }
 
     /// The steps; `Err` is a database error, classified by [`Fulfilment::advance`].
-    async fn try_advance(&self, order_id: Uuid) -> anyhow::Result<Outcome> {
+    async fn try_advance(&self, order_id: OrderId) -> anyhow::Result<Outcome> {
         let stuck = |code: &str, reason: String| Ok(Err(Failure::permanent(Source::Order, code, reason)));
         // Every database step is bounded ([`crate::db::bounded`]): a connection frozen
         // mid-exchange is an outage, not a message held forever.
@@ -274,7 +276,7 @@ impl Fulfilment {
         .fetch_one(&mut *tx)
         .await
         .context("failed to sum the units ahead")?;
-        let fits = if i64::from(stock) - ahead_units >= i64::from(order.quantity) {
+        let fits = if i64::from(stock) - ahead_units >= i64::from(order.quantity.get()) {
             true
         } else {
             // The line ahead, each order with whether it is still pending authorization: a
@@ -288,7 +290,7 @@ impl Fulfilment {
             .fetch_all(&mut *tx)
             .await
             .context("failed to read the line")?;
-            match fits_whatever_the_pending_do(stock, &line, order.quantity) {
+            match fits_whatever_the_pending_do(stock, &line, order.quantity.get()) {
                 Some(fits) => fits,
                 None => {
                     let pending = line.iter().filter(|(_, pending)| *pending).count();

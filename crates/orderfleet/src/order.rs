@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
+use crate::domain::{Currency, Money, OrderId, Quantity, Sku, UserId};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::Type, utoipa::ToSchema)]
 #[sqlx(type_name = "order_status", rename_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
@@ -48,15 +50,16 @@ impl std::fmt::Display for OrderStatus {
 /// [`OrderNotification`]).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Order {
-    pub id: Uuid,
-    pub user_id: String,
+    pub id: OrderId,
+    pub user_id: UserId,
     /// The SHA-256 of the request that made it: the same idempotency key with another body is
     /// refused.
     pub request_hash: Vec<u8>,
-    pub product_id: String,
-    pub quantity: i32,
-    pub amount_minor: i64,
-    pub currency: String,
+    pub product_id: Sku,
+    pub quantity: Quantity,
+    /// The price times the quantity, fixed by the door.
+    #[sqlx(flatten)]
+    pub amount: Money,
     pub payment_method: String,
     pub status: OrderStatus,
     /// Its place in line for its product, from 1.
@@ -90,7 +93,7 @@ pub const ORDER_COLUMNS: &str = "id, user_id, request_hash, product_id, quantity
 /// found missing by search is trusted only that long after its attempt began.
 pub async fn next_payment_attempt<'e>(
     executor: impl PgExecutor<'e>,
-    id: Uuid,
+    id: OrderId,
     status: OrderStatus,
     attempt: i32,
     settled_for: std::time::Duration,
@@ -114,7 +117,7 @@ pub async fn next_payment_attempt<'e>(
     .await
 }
 
-pub async fn load<'e>(executor: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<Option<Order>> {
+pub async fn load<'e>(executor: impl PgExecutor<'e>, id: OrderId) -> sqlx::Result<Option<Order>> {
     sqlx::query_as::<_, Order>(sqlx::AssertSqlSafe(format!(
         "SELECT {ORDER_COLUMNS} FROM orders WHERE id = $1"
     )))
@@ -128,7 +131,7 @@ pub async fn load<'e>(executor: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<O
 /// then [`applied`](Transition::apply) in one statement.
 #[derive(Debug, Clone)]
 pub struct Transition<'a> {
-    pub order_id: Uuid,
+    pub order_id: OrderId,
     pub from: OrderStatus,
     pub to: OrderStatus,
     /// What the buyer is told of a failure (`failure_reason`).
@@ -140,7 +143,7 @@ pub struct Transition<'a> {
 }
 
 impl<'a> Transition<'a> {
-    pub fn new(order_id: Uuid, from: OrderStatus, to: OrderStatus) -> Self {
+    pub fn new(order_id: OrderId, from: OrderStatus, to: OrderStatus) -> Self {
         Self { order_id, from, to, failure_reason: None, hold: None, messages: Vec::new() }
     }
 
@@ -203,7 +206,7 @@ impl<'a> Transition<'a> {
 }
 
 /// Records that the authorization hold of an order is gone (its PaymentIntent cancelled).
-pub async fn mark_authorization_released<'e>(executor: impl PgExecutor<'e>, id: Uuid) -> sqlx::Result<()> {
+pub async fn mark_authorization_released<'e>(executor: impl PgExecutor<'e>, id: OrderId) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE orders SET authorization_released_at = now(), updated_at = now()
           WHERE id = $1 AND authorization_released_at IS NULL",
@@ -217,13 +220,13 @@ pub async fn mark_authorization_released<'e>(executor: impl PgExecutor<'e>, id: 
 /// What a user-facing notification says about an order (the `payload` of its envelope).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrderNotification {
-    pub user_id: String,
-    pub order_id: Uuid,
+    pub user_id: UserId,
+    pub order_id: OrderId,
     pub status: OrderStatus,
-    pub product_id: String,
-    pub quantity: i32,
+    pub product_id: Sku,
+    pub quantity: Quantity,
     pub amount: i64,
-    pub currency: String,
+    pub currency: Currency,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -236,8 +239,8 @@ impl OrderNotification {
             status,
             product_id: order.product_id.clone(),
             quantity: order.quantity,
-            amount: order.amount_minor,
-            currency: order.currency.clone(),
+            amount: order.amount.minor,
+            currency: order.amount.currency.clone(),
             reason: reason.map(str::to_owned),
         }
     }

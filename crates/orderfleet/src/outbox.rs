@@ -83,7 +83,7 @@ impl EventType {
 pub struct Envelope {
     pub message_id: Uuid,
     pub event_type: String,
-    pub order_id: Uuid,
+    pub order_id: crate::domain::OrderId,
     pub occurred_at: DateTime<Utc>,
     pub payload: serde_json::Value,
 }
@@ -92,12 +92,12 @@ pub struct Envelope {
 #[derive(Debug, Clone)]
 pub struct NewMessage {
     pub event_type: EventType,
-    pub order_id: Uuid,
+    pub order_id: crate::domain::OrderId,
     pub payload: serde_json::Value,
 }
 
 impl NewMessage {
-    pub fn new(event_type: EventType, order_id: Uuid, payload: impl Serialize) -> Self {
+    pub fn new(event_type: EventType, order_id: crate::domain::OrderId, payload: impl Serialize) -> Self {
         let payload = serde_json::to_value(payload).expect("an outbox payload serializes to JSON");
         Self { event_type, order_id, payload }
     }

@@ -25,6 +25,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::domain::{Money, OrderId, UserId};
 use secrecy::ExposeSecret;
 use stripe::{ApiErrorsCode, ApiErrorsType, IdempotencyKey, RequestStrategy, StripeError, StripeRequest};
 use stripe_core::payment_intent::{
@@ -32,7 +33,6 @@ use stripe_core::payment_intent::{
     SearchPaymentIntent,
 };
 use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod, PaymentIntentStatus};
-use uuid::Uuid;
 
 use crate::backoff::Backoff;
 use crate::budget::StripeBudget;
@@ -64,7 +64,7 @@ impl Operation {
     /// The Stripe idempotency key of this operation in attempt `attempt` (from 1) on this
     /// order: stable across processes, retries and redeliveries of the attempt. The first
     /// attempt's keys are the ones used before attempts were counted.
-    pub fn idempotency_key(self, order_id: Uuid, attempt: i32) -> String {
+    pub fn idempotency_key(self, order_id: OrderId, attempt: i32) -> String {
         match attempt {
             ..=1 => format!("orderfleet-{order_id}-{}", self.as_str()),
             n => format!("orderfleet-{order_id}-{}-attempt-{n}", self.as_str()),
@@ -104,12 +104,11 @@ impl PaymentError {
 /// What an order needs authorized.
 #[derive(Debug, Clone)]
 pub struct AuthorizeRequest<'a> {
-    pub order_id: Uuid,
+    pub order_id: OrderId,
     /// The order's attempt ([`Operation::idempotency_key`]).
     pub attempt: i32,
-    pub user_id: &'a str,
-    pub amount_minor: i64,
-    pub currency: &'a str,
+    pub user_id: &'a UserId,
+    pub amount: &'a Money,
     pub payment_method: &'a str,
 }
 
@@ -241,16 +240,16 @@ impl Payments {
         let key = Operation::Authorize.idempotency_key(request.order_id, request.attempt);
         let metadata = HashMap::from([
             ("order_id".to_owned(), request.order_id.to_string()),
-            ("user_id".to_owned(), request.user_id.to_owned()),
+            ("user_id".to_owned(), request.user_id.as_str().to_owned()),
             // Which attempt made it: an operator looking at an order's intents in Stripe's
             // dashboard sees which key each came from.
             ("attempt".to_owned(), request.attempt.to_string()),
         ]);
-        let currency: stripe_types::Currency = request.currency.parse().map_err(|_| {
-            refused("invalid_currency", format!("unknown currency {}", request.currency), 400)
+        let currency: stripe_types::Currency = request.amount.currency.as_str().parse().map_err(|_| {
+            refused("invalid_currency", format!("unknown currency {}", request.amount.currency.as_str()), 400)
         })?;
         self.with_retries(Operation::Authorize, || {
-            CreatePaymentIntent::new(request.amount_minor, currency.clone())
+            CreatePaymentIntent::new(request.amount.minor, currency.clone())
                 .capture_method(PaymentIntentCaptureMethod::Manual)
                 .confirm(true)
                 .payment_method(request.payment_method)
@@ -269,7 +268,7 @@ impl Payments {
     /// captured: the first capture's answer was lost and Stripe's key has expired.
     pub async fn capture(
         &self,
-        order_id: Uuid,
+        order_id: OrderId,
         attempt: i32,
         payment_intent_id: &str,
     ) -> Result<Intent, PaymentError> {
@@ -288,7 +287,7 @@ impl Payments {
     /// never held funds, counts as released.
     pub async fn cancel(
         &self,
-        order_id: Uuid,
+        order_id: OrderId,
         attempt: i32,
         payment_intent_id: &str,
     ) -> Result<Intent, PaymentError> {
@@ -308,7 +307,7 @@ impl Payments {
     async fn settle<R>(
         &self,
         operation: Operation,
-        (order_id, attempt): (Uuid, i32),
+        (order_id, attempt): (OrderId, i32),
         payment_intent_id: &str,
         request: R,
         wanted: IntentStatus,
@@ -367,7 +366,7 @@ impl Payments {
     /// its index lags writes by up to a minute, so ask only about orders older than that).
     /// This is how the sweeper learns what really happened to an authorization whose answer
     /// was lost, without trusting an idempotency key that Stripe may have pruned (24 h).
-    pub async fn find_by_order(&self, order_id: Uuid) -> Result<Option<Intent>, PaymentError> {
+    pub async fn find_by_order(&self, order_id: OrderId) -> Result<Option<Intent>, PaymentError> {
         let query = format!("metadata['order_id']:'{order_id}'");
         let found = self
             .with_retries(Operation::Search, || {
@@ -503,7 +502,7 @@ mod tests {
 
     #[test]
     fn idempotency_keys_are_per_order_and_operation() {
-        let order = Uuid::nil();
+        let order = OrderId::from_uuid(uuid::Uuid::nil());
         assert_eq!(
             Operation::Capture.idempotency_key(order, 1),
             "orderfleet-00000000-0000-0000-0000-000000000000-capture"

@@ -3,44 +3,7 @@
 use anyhow::Context;
 use sqlx::PgPool;
 
-/// A product id (SKU): 1–64 characters of letters, digits, `.`, `_`, `-`, starting with a
-/// letter or digit.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Sku(String);
-
-impl Sku {
-    pub fn parse(raw: &str) -> Result<Self, String> {
-        let valid_chars = raw.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-        let starts_ok = raw.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
-        if raw.len() > 64 || !valid_chars || !starts_ok {
-            return Err(format!(
-                "a product id is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit; got {raw:?}"
-            ));
-        }
-        Ok(Self(raw.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-/// An ISO 4217 currency code, lower case as Stripe writes it (`usd`, `eur`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Currency(String);
-
-impl Currency {
-    pub fn parse(raw: &str) -> Result<Self, String> {
-        if raw.len() != 3 || !raw.chars().all(|c| c.is_ascii_alphabetic()) {
-            return Err(format!("a currency is a three-letter ISO 4217 code such as usd; got {raw:?}"));
-        }
-        Ok(Self(raw.to_ascii_lowercase()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
+pub use crate::domain::{Currency, Sku};
 
 /// The most units a product may be given: far beyond any drop, and far from the limits of the
 /// counters (`integer`) however many orders are promised on top.

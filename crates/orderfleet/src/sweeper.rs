@@ -19,11 +19,11 @@
 
 use std::time::Duration;
 
+use crate::domain::OrderId;
 use anyhow::Context;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use uuid::Uuid;
 
 use crate::authorization::{self, AuthorizationError};
 use crate::failure::Kind;
@@ -66,7 +66,7 @@ pub struct SweepReport {
     /// Orders that could not advance for now (a dependency is down).
     pub fulfilments_blocked: u64,
     /// Orders that cannot advance at all, with why: for a person.
-    pub stuck: Vec<(Uuid, String)>,
+    pub stuck: Vec<(OrderId, String)>,
 }
 
 pub struct Sweeper {
@@ -84,7 +84,7 @@ impl Sweeper {
     }
 
     async fn sweep_pending(&self, report: &mut SweepReport) -> anyhow::Result<()> {
-        let orders: Vec<(Uuid, Option<String>)> = sqlx::query_as(
+        let orders: Vec<(OrderId, Option<String>)> = sqlx::query_as(
             "SELECT id, traceparent FROM orders
               WHERE status = 'pending_authorization' AND updated_at < now() - $1 * interval '1 ms'
                 AND (intake_lease_until IS NULL OR intake_lease_until < now())
@@ -119,7 +119,7 @@ impl Sweeper {
     }
 
     async fn sweep_fulfilment(&self, report: &mut SweepReport) -> anyhow::Result<()> {
-        let orders: Vec<(Uuid, Option<String>)> = sqlx::query_as(
+        let orders: Vec<(OrderId, Option<String>)> = sqlx::query_as(
             "SELECT id, traceparent FROM orders
               WHERE updated_at < now() - $1 * interval '1 ms'
                 AND (status IN ('authorized', 'stock_reserved')

@@ -158,7 +158,7 @@ impl Trace {
 /// The span of work on one order outside a request or a message (the sweeper's): its
 /// `order_id`, and its `trace_id` when the order has a trace context. An error-level span, so
 /// that it stays on whatever `RUST_LOG` keeps: the warnings and errors need it most.
-pub fn order_span(order_id: uuid::Uuid, traceparent: Option<&str>) -> tracing::Span {
+pub fn order_span(order_id: crate::domain::OrderId, traceparent: Option<&str>) -> tracing::Span {
     let span = tracing::error_span!("order", trace_id = tracing::field::Empty, order_id = %order_id);
     follow(&span, traceparent);
     span

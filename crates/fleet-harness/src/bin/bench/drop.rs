@@ -23,7 +23,7 @@ use futures::StreamExt;
 use order_intake::limits::LimitsConfig;
 use order_intake::orders::{self, Door};
 use order_intake::request::{IdempotencyKey, OrderRequest};
-use orderfleet::auth::UserId;
+use orderfleet::tokens::UserId;
 
 use fleet_harness::percentile;
 

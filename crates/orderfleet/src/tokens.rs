@@ -18,27 +18,7 @@ use crate::config::AuthConfig;
 /// The longest a token may live: a leaked one is useless after a day at most.
 pub const MAX_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
 
-/// The user a request acts for, taken from a verified token's `sub`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct UserId(String);
-
-impl UserId {
-    pub const MAX_LEN: usize = 255;
-
-    pub fn parse(raw: &str) -> Result<Self, String> {
-        if raw.is_empty() || raw.len() > Self::MAX_LEN {
-            return Err(format!("a user id is 1 to {} bytes long", Self::MAX_LEN));
-        }
-        if raw.chars().any(char::is_control) {
-            return Err("a user id has no control characters".into());
-        }
-        Ok(Self(raw.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
+pub use crate::domain::UserId;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Claims {
