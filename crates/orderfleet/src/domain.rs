@@ -7,6 +7,8 @@
 //! JSON (`#[serde(transparent)]`), so the wire and the tables are what they were with plain
 //! strings and numbers. What the database gives back was checked on its way in.
 
+#![warn(missing_docs)]
+
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -24,10 +26,12 @@ impl OrderId {
         Self(Uuid::now_v7())
     }
 
+    /// Wraps a UUID read elsewhere (a path, a message) as an order's id.
     pub fn from_uuid(id: Uuid) -> Self {
         Self(id)
     }
 
+    /// The UUID, for a column or a query that takes one.
     pub fn as_uuid(self) -> Uuid {
         self.0
     }
@@ -60,8 +64,10 @@ impl fmt::Display for OrderId {
 pub struct UserId(String);
 
 impl UserId {
+    /// The longest a user id may be, in bytes.
     pub const MAX_LEN: usize = 255;
 
+    /// Checks a token's `sub`: 1 to 255 bytes, no control characters.
     pub fn parse(raw: &str) -> Result<Self, String> {
         if raw.is_empty() || raw.len() > Self::MAX_LEN {
             return Err(format!("a user id is 1 to {} bytes long", Self::MAX_LEN));
@@ -72,6 +78,7 @@ impl UserId {
         Ok(Self(raw.to_owned()))
     }
 
+    /// The id as the token gave it.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -85,6 +92,7 @@ impl UserId {
 pub struct Sku(String);
 
 impl Sku {
+    /// Checks a product id as the API and `fleetctl product` take it.
     pub fn parse(raw: &str) -> Result<Self, String> {
         let valid_chars = raw.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
         let starts_ok = raw.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
@@ -96,6 +104,7 @@ impl Sku {
         Ok(Self(raw.to_owned()))
     }
 
+    /// The id as written.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -114,12 +123,15 @@ impl fmt::Display for Sku {
 pub struct Quantity(i32);
 
 impl Quantity {
+    /// The most units one order may ask for.
     pub const MAX: i32 = 10;
 
+    /// `raw` as a quantity, if it is 1 to [`Quantity::MAX`].
     pub fn parse(raw: i64) -> Option<Self> {
         (1..=i64::from(Self::MAX)).contains(&raw).then_some(Self(raw as i32))
     }
 
+    /// The number of units.
     pub fn get(self) -> i32 {
         self.0
     }
@@ -144,6 +156,7 @@ impl From<Quantity> for i64 {
 pub struct Currency(String);
 
 impl Currency {
+    /// Checks a three-letter code and lower-cases it.
     pub fn parse(raw: &str) -> Result<Self, String> {
         if raw.len() != 3 || !raw.chars().all(|c| c.is_ascii_alphabetic()) {
             return Err(format!("a currency is a three-letter ISO 4217 code such as usd; got {raw:?}"));
@@ -151,6 +164,7 @@ impl Currency {
         Ok(Self(raw.to_ascii_lowercase()))
     }
 
+    /// The code, lower case.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -161,7 +175,9 @@ impl Currency {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, sqlx::FromRow)]
 pub struct Money {
     #[sqlx(rename = "amount_minor")]
+    /// The amount in the currency's minor units (cents): never a float.
     pub minor: i64,
+    /// Its currency.
     pub currency: Currency,
 }
 

@@ -12,13 +12,19 @@
 //! The consumer ([`crate::consumer`]), the relay and the fulfilment steps all speak it, so no
 //! layer translates one set of words into another.
 
+#![warn(missing_docs)]
+
 use std::fmt;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a failure means for the work, and so what the loops do with it (the table above).
 pub enum Kind {
+    /// This piece of work failed for a passing reason: try it again after a backoff.
     Transient,
+    /// A dependency is down: not the work's fault; stop taking work until it answers.
     Outage,
+    /// It fails the same way every time: set aside for a person, with its reason.
     Permanent,
 }
 
@@ -40,9 +46,13 @@ pub enum Source {
     Message,
     /// An order's own data (a state no step can go on from).
     Order,
+    /// PostgreSQL.
     Database,
+    /// Stripe's API.
     Stripe,
+    /// Amazon SQS.
     Sqs,
+    /// Amazon SNS.
     Sns,
     /// The notification inbox: another worker holds the message's claim.
     Inbox,
@@ -55,6 +65,7 @@ impl Source {
         matches!(self, Source::Database | Source::Stripe | Source::Sqs | Source::Sns)
     }
 
+    /// Its name in logs, metrics and `message_failures`.
     pub fn as_str(self) -> &'static str {
         match self {
             Source::Message => "message",
@@ -76,10 +87,13 @@ pub type Outcome = Result<(), Failure>;
 /// reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
+    /// What it means for the work.
     pub kind: Kind,
+    /// Where it happened.
     pub source: Source,
     /// Short and machine-readable: an SQLSTATE, an AWS error code, `timeout`, `unknown_order`…
     pub code: String,
+    /// What a person reads: what failed and why, in words.
     pub reason: String,
     /// How long until trying again can succeed, when the failure says (another worker's claim
     /// ends then); otherwise the loop's own backoff decides.
@@ -87,18 +101,22 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// A failure of `kind` from `source`.
     pub fn new(kind: Kind, source: Source, code: impl Into<String>, reason: impl Into<String>) -> Self {
         Self { kind, source, code: code.into(), reason: reason.into(), retry_in: None }
     }
 
+    /// A passing failure of this piece of work ([`Kind::Transient`]).
     pub fn transient(source: Source, code: impl Into<String>, reason: impl Into<String>) -> Self {
         Self::new(Kind::Transient, source, code, reason)
     }
 
+    /// A dependency down ([`Kind::Outage`]).
     pub fn outage(source: Source, code: impl Into<String>, reason: impl Into<String>) -> Self {
         Self::new(Kind::Outage, source, code, reason)
     }
 
+    /// A failure that will not pass by retrying ([`Kind::Permanent`]).
     pub fn permanent(source: Source, code: impl Into<String>, reason: impl Into<String>) -> Self {
         Self::new(Kind::Permanent, source, code, reason)
     }

@@ -4,6 +4,8 @@
 //! writer expects (`UPDATE … WHERE status = $expected`): a duplicated, redelivered or
 //! redriven message that finds the order already moved on changes nothing.
 
+#![warn(missing_docs)]
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::PgExecutor;
@@ -14,17 +16,26 @@ use crate::domain::{Currency, Money, OrderId, Quantity, Sku, UserId};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::Type, utoipa::ToSchema)]
 #[sqlx(type_name = "order_status", rename_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
+/// Where an order is in its life; it only moves forward.
 pub enum OrderStatus {
+    /// Its units promised at the door; its authorization not yet recorded.
     PendingAuthorization,
+    /// Its card holds the amount; waiting for the stock worker.
     Authorized,
+    /// Its stock reserved; waiting for the capture.
     StockReserved,
+    /// Captured: done.
     Paid,
+    /// No unit left for it in line (a cut total); its hold released.
     RejectedOutOfStock,
+    /// The card was declined; its units went back at once.
     PaymentDeclined,
+    /// Stripe refused the capture (the hold expired, say); its units went back.
     CaptureFailed,
 }
 
 impl OrderStatus {
+    /// Its name in the database, the API and the notifications.
     pub fn as_str(self) -> &'static str {
         match self {
             OrderStatus::PendingAuthorization => "pending_authorization",
@@ -50,22 +61,31 @@ impl std::fmt::Display for OrderStatus {
 /// [`OrderNotification`]).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Order {
+    /// Its id, a UUIDv7.
     pub id: OrderId,
+    /// Its buyer.
     pub user_id: UserId,
     /// The SHA-256 of the request that made it: the same idempotency key with another body is
     /// refused.
     pub request_hash: Vec<u8>,
+    /// The product it buys.
     pub product_id: Sku,
+    /// How many units.
     pub quantity: Quantity,
     /// The price times the quantity, fixed by the door.
     #[sqlx(flatten)]
     pub amount: Money,
+    /// The Stripe PaymentMethod the buyer gave.
     pub payment_method: String,
+    /// Where it is in its life.
     pub status: OrderStatus,
     /// Its place in line for its product, from 1.
     pub position: i64,
+    /// Its PaymentIntent at Stripe, once authorized.
     pub payment_intent_id: Option<String>,
+    /// What its buyer is told of a failure (a code).
     pub failure_reason: Option<String>,
+    /// When its hold was released (its PaymentIntent cancelled), if it was.
     pub authorization_released_at: Option<DateTime<Utc>>,
     /// The W3C trace context of the request that made the order ([`crate::trace`]).
     pub traceparent: Option<String>,
@@ -74,7 +94,9 @@ pub struct Order {
     /// The attempt's key has answered a 5xx, which Stripe saved under it
     /// ([`crate::authorization::resume`]).
     pub payment_attempt_failed: bool,
+    /// When the door admitted it.
     pub created_at: DateTime<Utc>,
+    /// When it last changed.
     pub updated_at: DateTime<Utc>,
 }
 
@@ -117,6 +139,7 @@ pub async fn next_payment_attempt<'e>(
     .await
 }
 
+/// The order with this id, if any.
 pub async fn load<'e>(executor: impl PgExecutor<'e>, id: OrderId) -> sqlx::Result<Option<Order>> {
     sqlx::query_as::<_, Order>(sqlx::AssertSqlSafe(format!(
         "SELECT {ORDER_COLUMNS} FROM orders WHERE id = $1"
@@ -131,26 +154,33 @@ pub async fn load<'e>(executor: impl PgExecutor<'e>, id: OrderId) -> sqlx::Resul
 /// then [`applied`](Transition::apply) in one statement.
 #[derive(Debug, Clone)]
 pub struct Transition<'a> {
+    /// The order it moves.
     pub order_id: OrderId,
+    /// The status it must still be in; if it is not, the move writes nothing.
     pub from: OrderStatus,
+    /// The status it moves to.
     pub to: OrderStatus,
     /// What the buyer is told of a failure (`failure_reason`).
     pub failure_reason: Option<&'a str>,
     /// The authorization hold, recorded with the move: its PaymentIntent id and Stripe's
     /// deadline for it.
     pub hold: Option<&'a crate::payments::Intent>,
+    /// The outbox messages the move causes, committed with it.
     pub messages: Vec<crate::outbox::NewMessage>,
 }
 
 impl<'a> Transition<'a> {
+    /// A move of `order_id` from `from` to `to` with nothing else recorded, yet.
     pub fn new(order_id: OrderId, from: OrderStatus, to: OrderStatus) -> Self {
         Self { order_id, from, to, failure_reason: None, hold: None, messages: Vec::new() }
     }
 
+    /// Records what the buyer is told of the failure.
     pub fn with_reason(self, failure_reason: &'a str) -> Self {
         Self { failure_reason: Some(failure_reason), ..self }
     }
 
+    /// Records the authorization hold (its PaymentIntent and deadline).
     pub fn with_hold(self, hold: &'a crate::payments::Intent) -> Self {
         Self { hold: Some(hold), ..self }
     }
@@ -220,18 +250,27 @@ pub async fn mark_authorization_released<'e>(executor: impl PgExecutor<'e>, id: 
 /// What a user-facing notification says about an order (the `payload` of its envelope).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrderNotification {
+    /// The order's buyer, whom the notification is for.
     pub user_id: UserId,
+    /// The order.
     pub order_id: OrderId,
+    /// Its status as of this notification.
     pub status: OrderStatus,
+    /// The product.
     pub product_id: Sku,
+    /// How many units.
     pub quantity: Quantity,
+    /// The amount in minor units.
     pub amount: i64,
+    /// The amount's currency.
     pub currency: Currency,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Why it failed, for a rejection (a code, never Stripe's words).
     pub reason: Option<String>,
 }
 
 impl OrderNotification {
+    /// The notification of `order` as it moves to `status`.
     pub fn of(order: &Order, status: OrderStatus, reason: Option<&str>) -> Self {
         Self {
             user_id: order.user_id.clone(),

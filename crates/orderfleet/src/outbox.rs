@@ -6,6 +6,8 @@
 //! consumers can recognise a redelivery by it (the inbox), and the same id and event type
 //! travel as SQS message attributes.
 
+#![warn(missing_docs)]
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -13,11 +15,14 @@ use uuid::Uuid;
 /// Where a message goes. Stored by name; the relay maps it to a queue URL from configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Destination {
+    /// The stock-check queue (`STOCK_QUEUE_URL`).
     StockCheck,
+    /// The notification queue (`NOTIFICATION_QUEUE_URL`).
     Notification,
 }
 
 impl Destination {
+    /// Its name in the `destination` column.
     pub fn as_str(self) -> &'static str {
         match self {
             Destination::StockCheck => "stock-check",
@@ -25,6 +30,7 @@ impl Destination {
         }
     }
 
+    /// The destination a column names, if it names one.
     pub fn parse(raw: &str) -> Option<Self> {
         match raw {
             "stock-check" => Some(Destination::StockCheck),
@@ -48,6 +54,7 @@ pub enum EventType {
 }
 
 impl EventType {
+    /// Its name in the envelope, the `event_type` attribute and the `event_type` column.
     pub fn as_str(self) -> &'static str {
         match self {
             EventType::StockCheckRequested => "order.stock_check_requested",
@@ -57,6 +64,7 @@ impl EventType {
         }
     }
 
+    /// The event type a name stands for, if any.
     pub fn parse(raw: &str) -> Option<Self> {
         [
             EventType::StockCheckRequested,
@@ -81,22 +89,31 @@ impl EventType {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Envelope {
+    /// The outbox row's id: the consumers' key for recognising a redelivery.
     pub message_id: Uuid,
+    /// What happened: an [`EventType`] by name.
     pub event_type: String,
+    /// The order it is about.
     pub order_id: crate::domain::OrderId,
+    /// When the row was written, with the change that caused it.
     pub occurred_at: DateTime<Utc>,
+    /// The event's data (an [`crate::order::OrderNotification`]).
     pub payload: serde_json::Value,
 }
 
 /// A message to enqueue with the state change that causes it.
 #[derive(Debug, Clone)]
 pub struct NewMessage {
+    /// What happened; it decides the destination.
     pub event_type: EventType,
+    /// The order it is about.
     pub order_id: crate::domain::OrderId,
+    /// The event's data, as JSON.
     pub payload: serde_json::Value,
 }
 
 impl NewMessage {
+    /// A message of `event_type` about `order_id`, its payload serialized now.
     pub fn new(event_type: EventType, order_id: crate::domain::OrderId, payload: impl Serialize) -> Self {
         let payload = serde_json::to_value(payload).expect("an outbox payload serializes to JSON");
         Self { event_type, order_id, payload }

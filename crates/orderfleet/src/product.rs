@@ -1,5 +1,7 @@
 //! Products: what is for sale, at what price, and how many units are left.
 
+#![warn(missing_docs)]
+
 use anyhow::Context;
 use sqlx::PgPool;
 
@@ -12,10 +14,13 @@ pub const MAX_UNITS: i32 = 100_000_000;
 /// What `fleetctl product upsert` writes.
 #[derive(Debug, Clone)]
 pub struct ProductUpsert {
+    /// The product's id.
     pub id: Sku,
+    /// Its name, for people.
     pub name: String,
     /// The price in the currency's minor units (cents), > 0.
     pub price_minor: i64,
+    /// The price's currency.
     pub currency: Currency,
     /// The product's total units for sale, sold ones included (0..=[`MAX_UNITS`]). Repeating
     /// an upsert therefore changes nothing, and never sells a unit twice.
@@ -48,19 +53,41 @@ impl Units {
 }
 
 #[derive(Debug, thiserror::Error)]
+/// Why `fleetctl product upsert` refused a total, or could not write it.
 pub enum UpsertError {
     #[error(
         "refused: product {sku} has {taken} units sold or reserved, so --stock (its total units for sale, \
          sold ones included) cannot be {asked}; the smallest total it accepts is {least}; nothing was changed"
     )]
-    BelowTaken { sku: String, asked: i32, taken: i32, least: i32 },
+    /// A total below the units already sold or reserved.
+    BelowTaken {
+        /// The product.
+        sku: String,
+        /// The total asked for.
+        asked: i32,
+        /// Its units sold or reserved.
+        taken: i32,
+        /// The smallest total it accepts.
+        least: i32,
+    },
     #[error(
         "refused: product {sku} has an order reserved or sold at place {position} in line, and the orders up to \
          it hold {least} units, so --stock {asked} would reject an order ahead of one already served; the \
          smallest total it accepts is {least}; nothing was changed"
     )]
-    BelowLine { sku: String, asked: i32, position: i64, least: i32 },
+    /// A total that would reject an order ahead in line of one already served.
+    BelowLine {
+        /// The product.
+        sku: String,
+        /// The total asked for.
+        asked: i32,
+        /// The place in line of the last order reserved or sold.
+        position: i64,
+        /// The units the orders up to it hold: the smallest total it accepts.
+        least: i32,
+    },
     #[error(transparent)]
+    /// The database failed.
     Database(#[from] anyhow::Error),
 }
 
