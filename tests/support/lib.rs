@@ -12,7 +12,7 @@ use orderfleet::db::{self, PoolSize};
 use secrecy::ExposeSecret;
 use sqlx::{Connection, PgConnection, PgPool};
 
-pub mod audit;
+pub use fleet_harness::audit;
 pub mod queues;
 pub mod server;
 pub mod world;

@@ -4,8 +4,10 @@
 //! - [`fleet`] starts stripe-sim and the fleet's binaries against a [`Stack`], places orders
 //!   through the HTTP API, reads stripe-sim's ledger and the database, and observes the SNS
 //!   topic through a subscribed queue.
+//! - [`audit`] checks SPEC §8's guarantees at the end of a run: the suite's and the demo's.
 //! - [`metrics`] scrapes the processes' `/metrics` and adds up their counters.
 
+pub mod audit;
 pub mod fleet;
 pub mod metrics;
 pub mod proxy;

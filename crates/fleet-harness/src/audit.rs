@@ -1,13 +1,14 @@
-//! Checks SPEC §8's guarantees at the end of a test, from the three places that know:
+//! Checks SPEC §8's guarantees at the end of a run, from the three places that know:
 //! stripe-sim's ledger (authorizations, captures, cancels, holds), the database (orders,
-//! stock, outbox) and SNS (through the observer queue). Every fault-injection case ends here,
-//! and prints its figures for docs/failure-modes.md.
+//! stock, outbox) and SNS (through the observer queue). The one audit: every fault-injection
+//! case ends here (and prints its figures for docs/failure-modes.md), and `make demo` prints
+//! its [`Audit::guarantees`] as its checks.
 
 use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
-use crate::world::TestFleet;
+use crate::Fleet;
 
 #[derive(Debug, Default)]
 pub struct Audit {
@@ -42,7 +43,7 @@ pub struct Audit {
 impl Audit {
     /// Audits `product`, given the notifications the observer saw.
     pub async fn of(
-        fleet: &TestFleet,
+        fleet: &Fleet,
         product: &str,
         notifications: &[(String, String)],
     ) -> anyhow::Result<Self> {
@@ -150,21 +151,40 @@ impl Audit {
         Ok(audit)
     }
 
+    /// Each guarantee of SPEC §8 this audit checks, in words, and whether it held.
+    pub fn guarantees(&self) -> [(&'static str, bool); 8] {
+        [
+            ("one authorization per order (§8.1)", self.double_authorizations == 0),
+            (
+                "at most one capture per order, only for reserved stock (§8.2)",
+                self.double_captures == 0 && self.captures_not_paid == 0,
+            ),
+            (
+                "units sold never exceed stock; stock and promised units add up (§8.3)",
+                self.oversold == 0 && self.stock_mismatch == 0 && self.promised_mismatch == 0,
+            ),
+            ("every accepted order is terminal or visible to an operator (§8.4)", self.lost == 0),
+            ("no authorization hold left behind (§8.5)", self.holds_left == 0),
+            (
+                "each (order, event) notification once (§8.6)",
+                self.duplicate_notifications == 0 && self.missing_notifications == 0,
+            ),
+            (
+                "positions follow arrival: no order rejected for one behind it (§8.7)",
+                self.line_violations == 0,
+            ),
+            ("a PaymentIntent only for an order (§8.8)", self.intents_without_order == 0),
+        ]
+    }
+
+    /// Whether every guarantee held.
+    pub fn holds(&self) -> bool {
+        self.guarantees().iter().all(|(_, held)| *held)
+    }
+
     /// Panics with the figures unless every guarantee holds.
     pub fn assert_guarantees(&self) {
-        let clean = self.double_authorizations == 0
-            && self.double_captures == 0
-            && self.captures_not_paid == 0
-            && self.oversold == 0
-            && self.stock_mismatch == 0
-            && self.promised_mismatch == 0
-            && self.line_violations == 0
-            && self.intents_without_order == 0
-            && self.lost == 0
-            && self.holds_left == 0
-            && self.duplicate_notifications == 0
-            && self.missing_notifications == 0;
-        assert!(clean, "a guarantee does not hold: {self:#?}");
+        assert!(self.holds(), "a guarantee does not hold: {self:#?}");
     }
 
     /// One line for docs/failure-modes.md.
