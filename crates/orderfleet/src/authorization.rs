@@ -18,6 +18,7 @@ use crate::order::{ORDER_COLUMNS, Order, OrderNotification, OrderStatus, Transit
 use crate::outbox::EventType;
 use crate::payments::{AuthorizeRequest, Intent, IntentStatus, PaymentError, Payments};
 
+/// Why authorizing did not record an answer.
 #[derive(Debug, thiserror::Error)]
 pub enum AuthorizationError {
     /// Stripe could not be reached (or kept failing) after the bounded retries. The order stays
@@ -29,6 +30,7 @@ pub enum AuthorizationError {
     /// pending for a person (`fleetctl sweep` lists it as stuck).
     #[error("cannot look the order up at Stripe: {0}")]
     LookupRefused(String),
+    /// The database failed; the order keeps its lease until it expires.
     #[error("database error")]
     Database(#[from] sqlx::Error),
 }

@@ -39,6 +39,7 @@ use crate::config::ConfigError;
 /// The SDK configuration every AWS client of a process is built from.
 #[derive(Debug, Clone)]
 pub struct Aws {
+    /// The SDK's configuration: region, credentials, endpoint.
     pub sdk: aws_config::SdkConfig,
 }
 
@@ -54,14 +55,17 @@ impl Aws {
         Ok(Self { sdk })
     }
 
+    /// An SQS client, counted and bounded.
     pub fn sqs(&self) -> aws_sdk_sqs::Client {
         counted_and_bounded!(aws_sdk_sqs, &self.sdk)
     }
 
+    /// A CloudWatch client, counted and bounded.
     pub fn cloudwatch(&self) -> aws_sdk_cloudwatch::Client {
         counted_and_bounded!(aws_sdk_cloudwatch, &self.sdk)
     }
 
+    /// An SNS client, counted and bounded.
     pub fn sns(&self) -> aws_sdk_sns::Client {
         counted_and_bounded!(aws_sdk_sns, &self.sdk)
     }

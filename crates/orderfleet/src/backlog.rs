@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+/// Whether a source is deep, shared by the readers of one process.
 #[derive(Debug, Default)]
 pub struct Backlog {
     deep: AtomicBool,
@@ -28,6 +29,7 @@ impl Backlog {
         }
     }
 
+    /// Whether the last read came back full.
     pub fn is_deep(&self) -> bool {
         self.deep.load(Ordering::Acquire)
     }

@@ -8,11 +8,14 @@ use rand::Rng;
 /// "equal jitter" (half fixed, half random) so it never collapses to zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
+    /// The first delay.
     pub base: Duration,
+    /// The longest delay.
     pub max: Duration,
 }
 
 impl Backoff {
+    /// Delays from `base`, doubling, at most `max`.
     pub const fn new(base: Duration, max: Duration) -> Self {
         Self { base, max }
     }

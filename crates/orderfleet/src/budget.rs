@@ -31,6 +31,7 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 /// The pace's headroom over the nominal rate: 5 %.
 const HEADROOM: f64 = 1.05;
 
+/// The Stripe requests one process may send a second, and how long one may wait for a slot.
 pub struct StripeBudget {
     limiter: DefaultDirectRateLimiter,
     clock: DefaultClock,
@@ -47,7 +48,9 @@ pub struct StripeBudget {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the Stripe request budget ({per_second}/s) has no slot within {max_wait:?}")]
 pub struct Exhausted {
+    /// Requests a second.
     pub per_second: u32,
+    /// How long a request may wait for a slot before it is given up.
     pub max_wait: Duration,
 }
 
@@ -61,6 +64,7 @@ impl std::fmt::Debug for StripeBudget {
 }
 
 impl StripeBudget {
+    /// A budget of `per_second`, each request waiting at most `max_wait`.
     pub fn new(per_second: NonZeroU32, max_wait: Duration) -> Self {
         let interval = Duration::from_secs(1).mul_f64(HEADROOM) / per_second.get();
         let quota = Quota::with_period(interval).expect("a positive interval").allow_burst(NonZeroU32::MIN);
@@ -76,6 +80,7 @@ impl StripeBudget {
         }
     }
 
+    /// The requests a second it allows.
     pub fn per_second(&self) -> u32 {
         self.per_second.get()
     }

@@ -17,10 +17,20 @@ use secrecy::{ExposeSecret, SecretString};
 /// A setting that stops the binary at start. The message is one line and names the variable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
+    /// The variable is unset or empty.
     #[error("configuration error: {name} is not set")]
-    Missing { name: &'static str },
+    Missing {
+        /// The variable.
+        name: &'static str,
+    },
+    /// The variable's value is not one it takes.
     #[error("configuration error: {name} is malformed: {reason}")]
-    Malformed { name: &'static str, reason: String },
+    Malformed {
+        /// The variable.
+        name: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
 }
 
 impl ConfigError {
@@ -60,11 +70,13 @@ impl Env {
         value.filter(|v| !v.trim().is_empty())
     }
 
+    /// A setting that must be set.
     pub fn required<T: Setting>(&self, name: &'static str) -> Result<T, ConfigError> {
         let raw = self.raw(name).ok_or(ConfigError::Missing { name })?;
         T::parse_setting(raw.trim()).map_err(|reason| ConfigError::Malformed { name, reason })
     }
 
+    /// A setting that may be unset.
     pub fn optional<T: Setting>(&self, name: &'static str) -> Result<Option<T>, ConfigError> {
         match self.raw(name) {
             None => Ok(None),
@@ -74,6 +86,7 @@ impl Env {
         }
     }
 
+    /// A setting with a default when unset.
     pub fn or_default<T: Setting>(&self, name: &'static str, default: T) -> Result<T, ConfigError> {
         Ok(self.optional(name)?.unwrap_or(default))
     }
@@ -81,6 +94,7 @@ impl Env {
 
 /// A value that can be read from one environment variable.
 pub trait Setting: Sized {
+    /// Parses the variable's value, or says why not.
     fn parse_setting(raw: &str) -> Result<Self, String>;
 }
 
@@ -131,6 +145,7 @@ impl Setting for Seconds {
 pub struct HttpUrl(String);
 
 impl HttpUrl {
+    /// The URL as written.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -164,8 +179,10 @@ impl Setting for HttpUrl {
 /// `LOG_FORMAT`: human-readable text (the default) or one JSON object per line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LogFormat {
+    /// Human-readable lines.
     #[default]
     Text,
+    /// One JSON object per line.
     Json,
 }
 
@@ -196,6 +213,7 @@ pub fn batching(env: &Env) -> Result<bool, ConfigError> {
 /// `DATABASE_URL`.
 #[derive(Debug, Clone)]
 pub struct DatabaseConfig {
+    /// `DATABASE_URL` (secret: it holds a password).
     pub url: SecretString,
     /// Set when the connection to another machine is encrypted but the server's certificate is
     /// not checked (`sslmode=require` or `verify-ca`): allowed, with a warning at start.
@@ -245,11 +263,14 @@ pub fn is_local(host: &str) -> bool {
 /// The SQS queues the fleet sends to and reads from (the messaging stack's outputs).
 #[derive(Debug, Clone)]
 pub struct QueueConfig {
+    /// `STOCK_QUEUE_URL`.
     pub stock_queue_url: HttpUrl,
+    /// `NOTIFICATION_QUEUE_URL`.
     pub notification_queue_url: HttpUrl,
 }
 
 impl QueueConfig {
+    /// Reads both queue URLs.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         Ok(Self {
             stock_queue_url: env.required("STOCK_QUEUE_URL")?,
@@ -261,10 +282,12 @@ impl QueueConfig {
 /// The SNS topic for user-facing notifications.
 #[derive(Debug, Clone)]
 pub struct TopicConfig {
+    /// `NOTIFICATION_TOPIC_ARN`.
     pub notification_topic_arn: String,
 }
 
 impl TopicConfig {
+    /// Reads the topic's ARN.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let arn: String = env.required("NOTIFICATION_TOPIC_ARN")?;
         if !arn.starts_with("arn:") || arn.split(':').count() < 6 {
@@ -280,7 +303,9 @@ impl TopicConfig {
 /// Stripe (or stripe-sim, through `STRIPE_API_BASE`).
 #[derive(Debug, Clone)]
 pub struct StripeConfig {
+    /// `STRIPE_SECRET_KEY`.
     pub secret_key: SecretString,
+    /// `STRIPE_API_BASE`: Stripe, or stripe-sim.
     pub api_base: HttpUrl,
     /// `STRIPE_MAX_REQUESTS_PER_SECOND`: this process's share of the account's Stripe rate
     /// limit, retries included (see [`crate::budget`]).
@@ -298,6 +323,7 @@ pub struct StripeConfig {
 pub struct RequestsPerSecond(pub std::num::NonZeroU32);
 
 impl RequestsPerSecond {
+    /// The most requests a second a budget may be set to.
     pub const MAX: u32 = 10_000;
 }
 
@@ -317,10 +343,14 @@ impl Setting for RequestsPerSecond {
 }
 
 impl StripeConfig {
+    /// Stripe's API.
     pub const DEFAULT_API_BASE: &'static str = "https://api.stripe.com";
+    /// `STRIPE_MAX_REQUESTS_PER_SECOND` when unset.
     pub const DEFAULT_MAX_REQUESTS_PER_SECOND: u32 = 20;
+    /// `STRIPE_SEARCH_LAG_SECONDS` when unset.
     pub const DEFAULT_SEARCH_LAG: std::time::Duration = std::time::Duration::from_secs(120);
 
+    /// Reads the Stripe settings.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let secret_key: SecretString = env.required("STRIPE_SECRET_KEY")?;
         let prefix_ok = ["sk_", "rk_"].iter().any(|p| secret_key.expose_secret().starts_with(p));
@@ -354,17 +384,23 @@ impl StripeConfig {
 /// service with the same secret is refused here.
 #[derive(Debug, Clone)]
 pub struct AuthConfig {
+    /// `AUTH_JWT_SECRET`.
     pub jwt_secret: SecretString,
+    /// `AUTH_JWT_ISSUER`: the `iss` a token must carry.
     pub issuer: String,
+    /// `AUTH_JWT_AUDIENCE`: the `aud` a token must carry.
     pub audience: String,
 }
 
 impl AuthConfig {
     /// Shorter secrets make HS256 tokens guessable; RFC 7518 asks for at least the hash size.
     pub const MIN_SECRET_BYTES: usize = 32;
+    /// The issuer when unset.
     pub const DEFAULT_ISSUER: &'static str = "orderfleet";
+    /// The audience when unset.
     pub const DEFAULT_AUDIENCE: &'static str = "orderfleet-api";
 
+    /// Reads the token settings.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let jwt_secret: SecretString = env.required("AUTH_JWT_SECRET")?;
         if jwt_secret.expose_secret().len() < Self::MIN_SECRET_BYTES {
@@ -394,8 +430,11 @@ fn claim_value(env: &Env, name: &'static str, default: &str) -> Result<String, C
 /// What both queue workers read: their database, their queue and whether to batch.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
+    /// `DATABASE_URL`.
     pub database: DatabaseConfig,
+    /// The queue it consumes.
     pub queue_url: HttpUrl,
+    /// `ORDERFLEET_BATCHING`.
     pub batching: bool,
 }
 
@@ -413,14 +452,19 @@ impl WorkerConfig {
 /// What every long-running binary reads: logs, the metrics address, the shutdown grace.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
+    /// `LOG_FORMAT`.
     pub log_format: LogFormat,
+    /// `METRICS_LISTEN_ADDR`: where `/healthz` and `/metrics` are served, if anywhere.
     pub metrics_listen_addr: Option<SocketAddr>,
+    /// `SHUTDOWN_GRACE_SECONDS`: how long in-flight work may finish after the stop signal.
     pub shutdown_grace: Duration,
 }
 
 impl RuntimeConfig {
+    /// The grace when unset.
     pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
+    /// Reads the settings every binary shares.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         Ok(Self {
             log_format: env.or_default("LOG_FORMAT", LogFormat::Text)?,

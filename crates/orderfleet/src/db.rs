@@ -18,9 +18,11 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations"
 /// takes 16, a stock worker 8, the relay and the notification worker 4 each.
 #[derive(Debug, Clone, Copy)]
 pub struct PoolSize {
+    /// The most connections the pool opens.
     pub max_connections: u32,
     /// Kept open, so a burst after a quiet spell does not wait for new connections.
     pub min_connections: u32,
+    /// How long a statement may wait for a connection.
     pub acquire_timeout: Duration,
 }
 

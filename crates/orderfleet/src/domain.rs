@@ -7,8 +7,6 @@
 //! JSON (`#[serde(transparent)]`), so the wire and the tables are what they were with plain
 //! strings and numbers. What the database gives back was checked on its way in.
 
-#![warn(missing_docs)]
-
 use std::fmt;
 
 use serde::{Deserialize, Serialize};

@@ -12,8 +12,6 @@
 //! The consumer ([`crate::consumer`]), the relay and the fulfilment steps all speak it, so no
 //! layer translates one set of words into another.
 
-#![warn(missing_docs)]
-
 use std::fmt;
 use std::time::Duration;
 

@@ -105,9 +105,12 @@ enum Captured {
     Blocked(String),
 }
 
+/// The stock worker's steps for an authorized order.
 #[derive(Clone)]
 pub struct Fulfilment {
+    /// The database.
     pub pool: PgPool,
+    /// Stripe.
     pub payments: Payments,
 }
 

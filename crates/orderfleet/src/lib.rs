@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! What every orderfleet binary shares: the domain (what an order is and the rules it moves
 //! by) and the runtime (how a process reads its settings, talks to PostgreSQL, AWS and Stripe,
 //! runs its loops and stops). The runtime calls into the domain's types; the domain's rules

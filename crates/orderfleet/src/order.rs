@@ -4,8 +4,6 @@
 //! writer expects (`UPDATE … WHERE status = $expected`): a duplicated, redelivered or
 //! redriven message that finds the order already moved on changes nothing.
 
-#![warn(missing_docs)]
-
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::PgExecutor;

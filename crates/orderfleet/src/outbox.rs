@@ -6,8 +6,6 @@
 //! consumers can recognise a redelivery by it (the inbox), and the same id and event type
 //! travel as SQS message attributes.
 
-#![warn(missing_docs)]
-
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;

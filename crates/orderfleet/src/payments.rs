@@ -41,8 +41,11 @@ use crate::config::StripeConfig;
 /// The operations that carry their own idempotency key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
+    /// Creating and confirming a PaymentIntent (manual capture).
     Authorize,
+    /// Capturing it.
     Capture,
+    /// Cancelling it.
     Cancel,
     /// A lookup; it changes nothing, so it needs no key.
     Retrieve,
@@ -51,6 +54,7 @@ pub enum Operation {
 }
 
 impl Operation {
+    /// Its name in keys, metrics and logs.
     pub fn as_str(self) -> &'static str {
         match self {
             Operation::Authorize => "authorize",
@@ -77,14 +81,29 @@ impl Operation {
     }
 }
 
+/// How a Stripe request ended when it did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PaymentError {
     /// The card was declined: permanent, the customer must use another card.
     #[error("card declined ({code})")]
-    Declined { code: String, message: String, payment_intent_id: Option<String> },
+    Declined {
+        /// The decline code (`card_declined`, `insufficient_funds`, …).
+        code: String,
+        /// The issuer's words, for operators only.
+        message: String,
+        /// The PaymentIntent the decline left, if Stripe made one.
+        payment_intent_id: Option<String>,
+    },
     /// Stripe refused the request for good (bad state, bad parameters, bad key).
     #[error("refused by the payment provider: {code}: {message}")]
-    Refused { code: String, message: String, status: u16 },
+    Refused {
+        /// Stripe's error code.
+        code: String,
+        /// Stripe's words.
+        message: String,
+        /// The HTTP status.
+        status: u16,
+    },
     /// Unreachable, timing out, rate-limiting or failing with 5xx after the bounded retries.
     #[error("payment provider unavailable: {0}")]
     Unavailable(String),
@@ -96,6 +115,7 @@ pub enum PaymentError {
 }
 
 impl PaymentError {
+    /// Whether trying again later can succeed.
     pub fn is_transient(&self) -> bool {
         matches!(self, PaymentError::Unavailable(_) | PaymentError::AttemptFailed(_))
     }
@@ -104,18 +124,24 @@ impl PaymentError {
 /// What an order needs authorized.
 #[derive(Debug, Clone)]
 pub struct AuthorizeRequest<'a> {
+    /// The order (its id is the PaymentIntent's `metadata[order_id]`).
     pub order_id: OrderId,
     /// The order's attempt ([`Operation::idempotency_key`]).
     pub attempt: i32,
+    /// The buyer (`metadata[user_id]`).
     pub user_id: &'a UserId,
+    /// The amount to hold.
     pub amount: &'a Money,
+    /// The buyer's PaymentMethod.
     pub payment_method: &'a str,
 }
 
 /// The state of a PaymentIntent that matters to the fleet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Intent {
+    /// The PaymentIntent's id.
     pub id: String,
+    /// Its status.
     pub status: IntentStatus,
     /// Until when Stripe honours the hold (its charge's `payment_method_details.card
     /// .capture_before`, about 7 days for most cards); after it Stripe cancels the intent and a
@@ -128,14 +154,18 @@ pub struct Intent {
 /// the hold's deadline is. It costs no extra request.
 const EXPAND: &str = "latest_charge";
 
+/// A PaymentIntent's status, as far as the fleet needs to know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IntentStatus {
     /// Authorized, holding funds until captured or cancelled.
     RequiresCapture,
+    /// Captured.
     Succeeded,
+    /// Cancelled: no hold.
     Canceled,
     /// Declined or not yet confirmed: no hold.
     RequiresPaymentMethod,
+    /// Any other status (needs an action, processing).
     Other,
 }
 
@@ -167,7 +197,9 @@ impl From<&PaymentIntent> for Intent {
 /// How hard to try before calling the provider unavailable.
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {
+    /// Attempts at most, the first included.
     pub attempts: u32,
+    /// Between attempts.
     pub backoff: Backoff,
     /// Per attempt: a request that hangs is abandoned and retried with the same key.
     pub timeout: Duration,
@@ -198,6 +230,7 @@ impl RetryPolicy {
     }
 }
 
+/// The Stripe client of one process: its key, its budget, its retries.
 #[derive(Clone)]
 pub struct Payments {
     client: stripe::Client,
@@ -214,6 +247,7 @@ impl std::fmt::Debug for Payments {
 }
 
 impl Payments {
+    /// The client for `config`, retrying as `retry` says.
     pub fn new(config: &StripeConfig, retry: RetryPolicy) -> anyhow::Result<Self> {
         crate::install_crypto_provider();
         // async-stripe appends `v1/...` to the base, so the base ends with a slash.

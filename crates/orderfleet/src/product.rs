@@ -1,7 +1,5 @@
 //! Products: what is for sale, at what price, and how many units are left.
 
-#![warn(missing_docs)]
-
 use anyhow::Context;
 use sqlx::PgPool;
 

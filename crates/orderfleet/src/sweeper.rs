@@ -30,6 +30,7 @@ use crate::failure::Kind;
 use crate::fulfilment::Fulfilment;
 use crate::payments::Payments;
 
+/// When an order counts as stopped, and how much one sweep takes on.
 #[derive(Debug, Clone, Copy)]
 pub struct SweepPolicy {
     /// A pending order this old, with no live lease, is swept. Longer than Stripe's search
@@ -69,13 +70,18 @@ pub struct SweepReport {
     pub stuck: Vec<(OrderId, String)>,
 }
 
+/// Finishes orders that stopped moving.
 pub struct Sweeper {
+    /// The database.
     pub pool: PgPool,
+    /// Stripe.
     pub payments: Payments,
+    /// What counts as stopped.
     pub policy: SweepPolicy,
 }
 
 impl Sweeper {
+    /// One sweep: every stopped order it finds, resolved or reported.
     pub async fn sweep_once(&self) -> anyhow::Result<SweepReport> {
         let mut report = SweepReport::default();
         self.sweep_pending(&mut report).await?;

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use tokio::task::{Id, JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
+/// The supervised tasks of one process.
 pub struct Tasks {
     set: JoinSet<anyhow::Result<()>>,
     names: HashMap<Id, &'static str>,
@@ -30,6 +31,7 @@ impl Tasks {
         self.cancel.clone()
     }
 
+    /// A task that must run until the stop signal.
     pub fn spawn(
         &mut self,
         name: &'static str,

@@ -69,6 +69,7 @@ pub struct TokenVerifier {
 }
 
 impl TokenVerifier {
+    /// A verifier for the configured secret, issuer and audience.
     pub fn new(config: &AuthConfig) -> Self {
         let mut validation = Validation::new(Algorithm::HS256);
         validation.set_required_spec_claims(&["exp", "sub", "iss", "aud"]);
@@ -79,6 +80,7 @@ impl TokenVerifier {
         Self { key: DecodingKey::from_secret(config.jwt_secret.expose_secret().as_bytes()), validation }
     }
 
+    /// The user a valid token is for, or why it is not valid.
     pub fn verify(&self, token: &str) -> Result<UserId, String> {
         let data =
             jsonwebtoken::decode::<Subject>(token, &self.key, &self.validation).map_err(|e| e.to_string())?;

@@ -125,8 +125,10 @@ impl Trace {
 /// whose callers are the operator's own services, behind a gateway that sets the header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CallerTrace {
+    /// Start a trace of ours and link the caller's to it (the default).
     #[default]
     Link,
+    /// Join the caller's trace.
     Continue,
 }
 

@@ -63,8 +63,11 @@ use poller::{Gate, InFlight, Poller, Shared};
 /// A received message, as the handler sees it.
 #[derive(Debug, Clone)]
 pub struct Received {
+    /// SQS's id of this delivery's message.
     pub message_id: String,
+    /// What deletes this delivery or changes its visibility.
     pub receipt_handle: String,
+    /// The body: an envelope, for the fleet's queues.
     pub body: String,
     /// How many times SQS has handed this message out, this time included.
     pub receive_count: u32,
@@ -115,8 +118,10 @@ pub trait Handler: Send + Sync + 'static {
     }
 }
 
+/// How a consumer polls its queue and handles what it gets.
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
+    /// The queue it consumes.
     pub queue_url: String,
     /// Concurrent long polls while the queue is deep; one while it is shallow.
     pub pollers: usize,
@@ -133,6 +138,7 @@ pub struct ConsumerConfig {
     /// the next, to let the queue fill; also how long it waits for a full batch's permits
     /// before asking for fewer messages.
     pub fill_delay: Duration,
+    /// How long a receive waits for messages (a long poll), 1–20 s.
     pub wait_time_seconds: i32,
     /// The queue's visibility timeout; read from the queue at start when `None`.
     pub visibility_timeout: Option<Duration>,
@@ -143,6 +149,7 @@ pub struct ConsumerConfig {
 }
 
 impl ConsumerConfig {
+    /// The defaults for `queue_url`.
     pub fn new(queue_url: impl Into<String>) -> Self {
         Self {
             queue_url: queue_url.into(),
