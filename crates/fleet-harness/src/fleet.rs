@@ -472,7 +472,6 @@ impl Fleet {
         Ok(rows.into_iter().collect())
     }
 
-    /// Waits until every order is terminal (and its hold released where it needs to be).
     /// A queue's messages: (visible, in flight).
     pub async fn queue_depth(&self, queue_url: &str) -> anyhow::Result<(u64, u64)> {
         let out = self
@@ -508,6 +507,7 @@ impl Fleet {
         .await
     }
 
+    /// Waits until every order is terminal (and its hold released where it needs to be).
     pub async fn wait_settled(&self, timeout: Duration) -> anyhow::Result<HashMap<String, i64>> {
         let deadline = Instant::now() + timeout;
         loop {

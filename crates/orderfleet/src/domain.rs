@@ -1,11 +1,15 @@
 //! The words of the domain, as types: an order's id, its buyer, its product, how many units
-//! and for how much. Each is checked once, where it enters (a request, a token, an operator's
-//! command), and then carried as it is to the database and back: a function that takes a
-//! [`Sku`] never checks it again, and cannot be handed a user id by mistake.
+//! and for how much. Each is checked once, where it enters from outside (a request, a token,
+//! an operator's command: each type's `parse`), and then carried as it is to the database and
+//! back: a function that takes a [`Sku`] never checks it again, and cannot be handed a user
+//! id by mistake.
 //!
 //! Each is stored as its one column (`#[sqlx(transparent)]`) and written as its one value in
 //! JSON (`#[serde(transparent)]`), so the wire and the tables are what they were with plain
-//! strings and numbers. What the database gives back was checked on its way in.
+//! strings and numbers. Reading one back — from the database, or from a message the fleet
+//! wrote — does not check it again: it was checked on its way in. So input from outside is
+//! never deserialized into these types directly; it is read as it came (the intake's
+//! `RawOrderRequest`) and then parsed.
 
 use std::fmt;
 

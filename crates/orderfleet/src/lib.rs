@@ -8,8 +8,10 @@
 //! **The domain**
 //! - [`domain`]: the words as types — [`domain::OrderId`], [`domain::UserId`], [`domain::Sku`],
 //!   [`domain::Quantity`], [`domain::Money`] — checked once where they enter.
-//! - [`order`]: the one [`order::Order`], its statuses, and [`order::Transition`], every move
-//!   a compare-and-set with the outbox messages it causes, in one statement.
+//! - [`order`]: the one [`order::Order`], its statuses, and [`order::Transition`]: a move and
+//!   the outbox messages it causes, in one statement. Every move of an order is a
+//!   compare-and-set on its status, whether through a `Transition` or in the statements of
+//!   its own that the door, the decline and the reservation need.
 //! - [`product`]: what is for sale, at what price, and its unit counters (`fleetctl product`).
 //! - [`authorization`]: the Stripe hold of a pending order, and resuming one after a crash or
 //!   an outage without a second hold. (Not to be confused with [`tokens`]: who the buyer is.)

@@ -307,14 +307,7 @@ impl Payments {
         payment_intent_id: &str,
     ) -> Result<Intent, PaymentError> {
         let request = CapturePaymentIntent::new(payment_intent_id);
-        self.settle(
-            Operation::Capture,
-            (order_id, attempt),
-            payment_intent_id,
-            request,
-            IntentStatus::Succeeded,
-        )
-        .await
+        self.settle(Operation::Capture, order_id, attempt, payment_intent_id, request).await
     }
 
     /// Cancels a PaymentIntent, releasing its hold. An intent that is already cancelled, or
@@ -326,14 +319,7 @@ impl Payments {
         payment_intent_id: &str,
     ) -> Result<Intent, PaymentError> {
         let request = CancelPaymentIntent::new(payment_intent_id);
-        self.settle(
-            Operation::Cancel,
-            (order_id, attempt),
-            payment_intent_id,
-            request,
-            IntentStatus::Canceled,
-        )
-        .await
+        self.settle(Operation::Cancel, order_id, attempt, payment_intent_id, request).await
     }
 
     /// Sends a capture or a cancel under the order's key for it, with retries; a refusal
@@ -341,14 +327,18 @@ impl Payments {
     async fn settle<R>(
         &self,
         operation: Operation,
-        (order_id, attempt): (OrderId, i32),
+        order_id: OrderId,
+        attempt: i32,
         payment_intent_id: &str,
         request: R,
-        wanted: IntentStatus,
     ) -> Result<Intent, PaymentError>
     where
         R: StripeRequest<Output = PaymentIntent>,
     {
+        let wanted = match operation {
+            Operation::Cancel => IntentStatus::Canceled,
+            _ => IntentStatus::Succeeded,
+        };
         let key = operation.idempotency_key(order_id, attempt);
         let key = key.as_str();
         let result = self

@@ -295,6 +295,8 @@ async fn sale(fleet: &Fleet, options: &Options) -> anyhow::Result<bool> {
     // SPEC §8, as the suite audits it, then what only a drop shows.
     let audit = Audit::of(fleet, &sku, &notes).await?;
     let drop_checks = [
+        ("every PaymentIntent of a paid order captured, once", captures == paid),
+        ("no PaymentIntent still holding funds at the end", holds == 0),
         (
             "a PaymentIntent only for a unit: PaymentIntents = units sold + declined cards",
             intents.len() as i64 == paid + declines,
