@@ -577,11 +577,8 @@ async fn a_cut_that_would_reject_an_order_ahead_of_one_already_served_is_refused
     for buyer in ["bob", "cy"] {
         assert_eq!(order(&fleet, buyer, "sku-1", "pm_card_visa").await.status, 202);
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while fleet.statuses().await.unwrap().get("paid") != Some(&2) {
-        assert!(std::time::Instant::now() < deadline, "B and C were not paid");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let both_paid = || async { (fleet.statuses().await.unwrap().get("paid") == Some(&2)).then_some(()) };
+    fleet_harness::eventually("B and C paid", Duration::from_secs(60), both_paid).await.unwrap();
 
     // Act: cut to two, which is above the two units sold, but would leave A, ahead of both,
     // without a unit; then cut (and raise) to three.

@@ -7,6 +7,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use fleet_harness::eventually;
 use fleet_harness::proxy::{FilterProxy, Proxy};
 use orderfleet::outbox::Envelope;
 use orderfleet_tests::audit::Audit;
@@ -14,34 +15,13 @@ use orderfleet_tests::{Fleet, PostgresServer, TestDatabase};
 
 /// Places an order, retrying while the intake is still starting (connection refused).
 async fn place(fleet: &Fleet, user: &str, key: &str, product: &str) -> fleet_harness::Answer {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match fleet.post_order(user, key, product, 1, "pm_card_visa").await {
-            Ok(answer) => return answer,
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("the intake did not answer: {e:#}"),
-        }
-    }
+    let answered = || async { fleet.post_order(user, key, product, 1, "pm_card_visa").await.ok() };
+    eventually("the intake answering", Duration::from_secs(20), answered).await.unwrap()
 }
 
 /// A queue's messages: (visible, in flight).
 pub(crate) async fn depth(fleet: &Fleet, queue_url: &str) -> (u64, u64) {
-    use aws_sdk_sqs::types::QueueAttributeName as A;
-    let out = fleet
-        .sqs
-        .get_queue_attributes()
-        .queue_url(queue_url)
-        .attribute_names(A::ApproximateNumberOfMessages)
-        .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
-        .send()
-        .await
-        .unwrap();
-    let attrs = out.attributes.unwrap_or_default();
-    let get = |a: A| attrs.get(&a).and_then(|v| v.parse().ok()).unwrap_or(0);
-    (get(A::ApproximateNumberOfMessages), get(A::ApproximateNumberOfMessagesNotVisible))
+    fleet.queue_depth(queue_url).await.unwrap()
 }
 
 async fn dlqs_are_empty(fleet: &Fleet) -> bool {
@@ -207,20 +187,18 @@ async fn an_intake_killed_between_authorizing_and_committing_is_finished_by_the_
     let mut fleet = Fleet::prepare("intake-killed").await.unwrap();
     fleet.product("sku-1", 1000, 5).await.unwrap();
     spawn_intake_that_dies_after_authorizing(&mut fleet);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let answered = loop {
+    // The intake may still be starting: the buyer sends until the order exists.
+    let answered = eventually("the order created", Duration::from_secs(20), || async {
         let result = fleet.post_order("max", "key-1", "sku-1", 1, "pm_card_visa").await;
-        if fleet.statuses().await.unwrap().contains_key("pending_authorization") || Instant::now() > deadline
-        {
-            break result;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        fleet.statuses().await.unwrap().contains_key("pending_authorization").then_some(result)
+    })
+    .await
+    .unwrap();
     assert!(answered.is_err(), "the client got an answer from a dead intake: {answered:?}");
     assert!(!fleet.wait_exit("doomed-intake", Duration::from_secs(10)).await.unwrap().success());
     assert_eq!(fleet.intents().await.unwrap().len(), 1, "Stripe authorized before the crash");
 
-    // Act: the sweeper, once the lease has run out.
+    // Act: the sweeper, once the lease has run out (a fixed wait: the lease ends by the clock).
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let report = fleet
         .fleetctl(&["sweep", "--pending-after-seconds", "0", "--fulfilment-after-seconds", "3600"], &[])
@@ -273,18 +251,15 @@ async fn with_sqs_unreachable_the_intake_keeps_accepting_and_everything_drains_a
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     // Settled is not relayed: the warm-up's order.paid row may still wait for the relay, and
     // the cut must find the outbox empty, or it would count 17 rows below, not 16.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually("the warm-up's messages relayed", Duration::from_secs(30), || async {
         let unsent: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status <> 'sent'")
             .fetch_one(&fleet.pool)
             .await
             .unwrap();
-        if unsent == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the warm-up's messages were never relayed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (unsent == 0).then_some(())
+    })
+    .await
+    .unwrap();
 
     // Act: cut SQS away, take orders, wait, restore.
     proxy.cut();
@@ -292,6 +267,7 @@ async fn with_sqs_unreachable_the_intake_keeps_accepting_and_everything_drains_a
         let answer = place(&fleet, &format!("user-{i}"), "key", "sku-1").await;
         assert_eq!(answer.status, 202, "the intake needs no SQS: {:?}", answer.body);
     }
+    // A fixed wait: the outage lasts 6 s, to show that meanwhile no row is charged a retry.
     tokio::time::sleep(Duration::from_secs(6)).await;
     let waiting: Vec<(String, i32)> =
         sqlx::query_as("SELECT status::text, retry_count FROM outbox WHERE status <> 'sent'")
@@ -333,6 +309,7 @@ async fn with_postgres_unreachable_the_workers_delete_nothing_and_resume() {
     for i in 0..6 {
         assert_eq!(place(&fleet, &format!("user-{i}"), "key", "sku-1").await.status, 202);
     }
+    // A fixed wait: the outage lasts 10 s, to show that meanwhile nothing is deleted or dead.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let (visible, in_flight) = depth(&fleet, &fleet.stock.url).await;
     assert_eq!(visible + in_flight, 6, "a stock check was deleted without its effects");
@@ -376,11 +353,11 @@ async fn poison_messages_reach_the_dlq_while_work_goes_on_and_a_fixed_one_is_red
     }
     assert_eq!(place(&fleet, "pat", "key-1", "sku-1").await.status, 202);
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while depth(&fleet, &fleet.stock.dlq_url).await.0 < 3 {
-        assert!(Instant::now() < deadline, "the poison did not reach the DLQ");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    eventually("the poison in the DLQ", Duration::from_secs(90), || async {
+        (depth(&fleet, &fleet.stock.dlq_url).await.0 >= 3).then_some(())
+    })
+    .await
+    .unwrap();
 
     // Assert: dead-lettered with their reasons, and the good order went through meanwhile.
     assert_eq!(fleet.statuses().await.unwrap().get("paid"), Some(&1));
@@ -513,14 +490,12 @@ async fn a_permanent_outbox_failure_is_dead_with_its_reason_and_retried_after_th
     // Act
     assert_eq!(place(&fleet, "rae", "key-1", "sku-1").await.status, 202);
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let dead = loop {
+    let dead = eventually("both rows dead", Duration::from_secs(30), || async {
         let dead = fleet.fleetctl(&["outbox", "dead"], &[]).await.unwrap();
-        if dead.starts_with("2 dead") || Instant::now() > deadline {
-            break dead;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+        dead.starts_with("2 dead").then_some(dead)
+    })
+    .await
+    .unwrap();
 
     // Assert: dead at once, with the code and reason, and nothing retried meanwhile.
     assert!(dead.starts_with("2 dead"), "{dead}");
@@ -659,11 +634,11 @@ async fn a_hung_delete_message_batch_neither_keeps_a_worker_from_stopping_nor_re
     assert!(stopped.is_ok(), "a hung DeleteMessageBatch kept the worker from stopping: {stopped:?}");
     proxy.forward_all();
     fleet.spawn("notification-worker-2", "notification-worker", &[]).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while depth(&fleet, &fleet.notification.url.clone()).await != (0, 0) {
-        assert!(Instant::now() < deadline, "the undeleted notifications were never settled");
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    eventually("the undeleted notifications settled", Duration::from_secs(90), || async {
+        (depth(&fleet, &fleet.notification.url).await == (0, 0)).then_some(())
+    })
+    .await
+    .unwrap();
     let repeats = fleet.notifications(0, Duration::from_secs(3)).await.unwrap();
     assert!(repeats.is_empty(), "published twice: {repeats:?}");
     assert!(dlqs_are_empty(&fleet).await);
@@ -728,14 +703,9 @@ async fn a_data_error_for_one_order_sends_its_message_toward_the_dlq_without_pau
     for i in 0..10 {
         assert_eq!(place(&fleet, &format!("buyer-{i}"), "key", "sku-1").await.status, 202);
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let paid = fleet.statuses().await.unwrap().get("paid").copied().unwrap_or(0);
-        if paid == 10 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the others were not paid: {:?}", fleet.statuses().await.unwrap());
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    let others_paid = || async { (fleet.statuses().await.unwrap().get("paid") == Some(&10)).then_some(()) };
+    if let Err(e) = eventually("the others paid", Duration::from_secs(60), others_paid).await {
+        panic!("{e:#}: {:?}", fleet.statuses().await.unwrap());
     }
 
     // Assert: the refused order's message was judged unprocessable, and never as an outage
@@ -761,12 +731,16 @@ async fn a_retry_a_day_after_an_intake_died_mid_authorization_finds_the_first_ho
     let mut fleet = Fleet::prepare("retry-after-a-day").await.unwrap();
     fleet.product("sku-1", 1000, 5).await.unwrap();
     spawn_intake_that_dies_after_authorizing(&mut fleet);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !fleet.statuses().await.unwrap().contains_key("pending_authorization") {
-        assert!(Instant::now() < deadline, "the order was never created");
+    // The intake may still be starting: the buyer sends until the order exists.
+    eventually("the order created", Duration::from_secs(20), || async {
+        if fleet.statuses().await.unwrap().contains_key("pending_authorization") {
+            return Some(());
+        }
         let _ = fleet.post_order("ida", "key-1", "sku-1", 1, "pm_card_visa").await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        None
+    })
+    .await
+    .unwrap();
     assert!(!fleet.wait_exit("doomed-intake", Duration::from_secs(10)).await.unwrap().success());
     assert_eq!(fleet.intents().await.unwrap().len(), 1);
     let expired =
@@ -806,20 +780,25 @@ async fn a_messages_failures_are_kept_under_its_envelope_id_when_a_redrive_gives
     for _ in 0..2 {
         fleet.sqs.send_message().queue_url(&fleet.stock.url).message_body(&body).send().await.unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    eventually("both copies handled", Duration::from_secs(60), || async {
         let outcomes = fleet_harness::metrics::sum_by_label(
             &fleet.scrape_metrics().await,
             "messages_handled_total",
             "outcome",
         );
-        if outcomes.get("permanent").copied().unwrap_or(0.0) >= 2.0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the two copies were not both handled: {outcomes:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await; // the records follow the acknowledgements
+        (outcomes.get("permanent").copied().unwrap_or(0.0) >= 2.0).then_some(())
+    })
+    .await
+    .unwrap();
+    // The records follow the acknowledgements: wait for both copies' failures to be counted.
+    let counted = || async {
+        let most: Option<i32> = sqlx::query_scalar("SELECT max(failures) FROM message_failures")
+            .fetch_one(&fleet.pool)
+            .await
+            .unwrap();
+        (most >= Some(2)).then_some(())
+    };
+    eventually("both copies' failures recorded", Duration::from_secs(10), counted).await.unwrap();
     let records: i64 =
         sqlx::query_scalar("SELECT count(*) FROM message_failures").fetch_one(&fleet.pool).await.unwrap();
     assert_eq!(records, 1, "a failure history split by SQS id");
@@ -836,19 +815,16 @@ async fn a_messages_failures_are_kept_under_its_envelope_id_when_a_redrive_gives
 
 /// Waits until some session waits on a lock (a door statement behind the test's row lock).
 async fn wait_for_a_statement_waiting_on_a_lock(fleet: &Fleet) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually("a statement waiting on the product row", Duration::from_secs(30), || async {
         let waiting: i64 =
             sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
                 .fetch_one(&fleet.pool)
                 .await
                 .unwrap();
-        if waiting > 0 {
-            return;
-        }
-        assert!(Instant::now() < deadline, "no statement came to wait on the product row");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (waiting > 0).then_some(())
+    })
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -928,20 +904,17 @@ async fn postgres_restarted_twice_mid_burst_loses_nothing_and_does_nothing_twice
 
 /// Waits until every order is `authorized`; their ids and PaymentIntents, oldest first.
 async fn authorized_orders(fleet: &Fleet, n: usize) -> Vec<(uuid::Uuid, String)> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually(&format!("{n} orders authorized"), Duration::from_secs(30), || async {
         let rows: Vec<(uuid::Uuid, String)> = sqlx::query_as(
             "SELECT id, payment_intent_id FROM orders WHERE status = 'authorized' ORDER BY position",
         )
         .fetch_all(&fleet.pool)
         .await
         .unwrap();
-        if rows.len() == n {
-            return rows;
-        }
-        assert!(Instant::now() < deadline, "{} of {n} orders authorized", rows.len());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        (rows.len() == n).then_some(rows)
+    })
+    .await
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1062,11 +1035,11 @@ async fn a_dead_lettered_stock_check_redriven_with_the_aws_cli_as_the_console_do
     fleet.product("sku-1", 1000, 2).await.unwrap();
     refuse_the_move_to(&fleet, "paid").await;
     assert_eq!(place(&fleet, "refused", "key", "sku-1").await.status, 202);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while depth(&fleet, &fleet.stock.dlq_url).await.0 < 1 {
-        assert!(Instant::now() < deadline, "the stock check did not reach the DLQ");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    eventually("the stock check in the DLQ", Duration::from_secs(120), || async {
+        (depth(&fleet, &fleet.stock.dlq_url).await.0 >= 1).then_some(())
+    })
+    .await
+    .unwrap();
     assert_eq!(fleet.statuses().await.unwrap().get("stock_reserved"), Some(&1));
 
     // Act: the cause fixed, the DLQ redriven as the console's "Start DLQ redrive" does:

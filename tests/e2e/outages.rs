@@ -99,14 +99,9 @@ async fn fleet_behind(dependency: Dependency) -> (Fleet, Proxy) {
 /// Places an order; `None` when the intake answered `503 payment_unavailable` (Stripe away:
 /// the buyer tries again later with the same key).
 async fn place(fleet: &Fleet, user: &str, key: &str) -> Option<String> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let answer = loop {
-        match fleet.post_order(user, key, "sku-1", 1, "pm_card_visa").await {
-            Ok(answer) => break answer,
-            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
-            Err(e) => panic!("the intake did not answer: {e:#}"),
-        }
-    };
+    let answered = || async { fleet.post_order(user, key, "sku-1", 1, "pm_card_visa").await.ok() };
+    let answer =
+        fleet_harness::eventually("the intake answering", Duration::from_secs(20), answered).await.unwrap();
     match answer.status {
         202 => Some(answer.body["order_id"].as_str().unwrap().to_owned()),
         503 => None,
