@@ -84,6 +84,42 @@ pub struct Scenario {
     pub budget: Budget,
 }
 
+impl Scenario {
+    /// `buyers` (each one's units and card) and `total` units, in the setting most scenarios
+    /// share: one stock worker, a sweeper that sweeps everything, a total nobody changes, and
+    /// nothing going wrong. A scenario then says only where it differs (`with_…`), so what
+    /// each one lets happen stands out.
+    pub fn new(name: &'static str, buyers: Vec<(u8, Card)>, total: u8) -> Self {
+        Self {
+            name,
+            buyers,
+            total,
+            upserts: vec![],
+            workers: 1,
+            sweeper: Sweeps::Everything,
+            budget: Budget::default(),
+        }
+    }
+
+    /// The totals the operator may set, each once, at any moment.
+    pub fn with_upserts(self, upserts: Vec<u8>) -> Self {
+        Self { upserts, ..self }
+    }
+
+    pub fn with_workers(self, workers: u8) -> Self {
+        Self { workers, ..self }
+    }
+
+    pub fn with_sweeper(self, sweeper: Sweeps) -> Self {
+        Self { sweeper, ..self }
+    }
+
+    /// What may go wrong, and how often.
+    pub fn with_budget(self, budget: Budget) -> Self {
+        Self { budget, ..self }
+    }
+}
+
 /// What the sweeper sweeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sweeps {

@@ -9,109 +9,67 @@ use crate::state::{Budget, Card};
 /// A cut while orders are in line: three buyers of one unit each, the first to arrive may be
 /// any of them, one card declines, two units, then one. The line-order defects live here.
 pub fn a_cut_in_the_line() -> Scenario {
-    Scenario {
-        name: "a cut in the line",
-        buyers: vec![(1, Card::Good), (1, Card::Declines), (1, Card::Good)],
-        total: 2,
-        upserts: vec![1],
-        workers: 1,
-        sweeper: Sweeps::Everything,
-        budget: Budget { retries: 1, ..Budget::default() },
-    }
+    Scenario::new("a cut in the line", vec![(1, Card::Good), (1, Card::Declines), (1, Card::Good)], 2)
+        .with_upserts(vec![1])
+        .with_budget(Budget { retries: 1, ..Budget::default() })
 }
 
 /// The first line-order defect's ground: an order behind one still pending authorization,
 /// whose card then declines, and a cut to one unit, then a raise back to two.
 pub fn a_cut_behind_a_pending_order() -> Scenario {
-    Scenario {
-        name: "a cut behind a pending order",
-        buyers: vec![(1, Card::Declines), (1, Card::Good)],
-        total: 2,
-        upserts: vec![1, 2],
-        workers: 1,
-        sweeper: Sweeps::Everything,
-        budget: Budget { retries: 1, ..Budget::default() },
-    }
+    Scenario::new("a cut behind a pending order", vec![(1, Card::Declines), (1, Card::Good)], 2)
+        .with_upserts(vec![1, 2])
+        .with_budget(Budget { retries: 1, ..Budget::default() })
 }
 
 /// The second's: two good cards for two units, and a cut to one at any moment, a later
 /// order's reservation included, and a raise to three.
 pub fn a_cut_after_a_later_order_was_served() -> Scenario {
-    Scenario {
-        name: "a cut after a later order was served",
-        buyers: vec![(1, Card::Good), (1, Card::Good)],
-        total: 2,
-        upserts: vec![1, 3],
-        workers: 1,
-        sweeper: Sweeps::Everything,
-        budget: Budget::default(),
-    }
+    Scenario::new("a cut after a later order was served", vec![(1, Card::Good), (1, Card::Good)], 2)
+        .with_upserts(vec![1, 3])
 }
 
 /// Stripe failing in every way on every request (twice in a run), an intake, a worker or the
 /// sweeper dying once, a buyer retrying once: one good card and one declined, for one unit.
 pub fn stripe_failing() -> Scenario {
-    Scenario {
-        name: "Stripe failing",
-        buyers: vec![(1, Card::Good), (1, Card::Declines)],
-        total: 1,
-        upserts: vec![],
-        workers: 1,
-        sweeper: Sweeps::Everything,
-        budget: Budget { faults: 2, crashes: 1, retries: 1, ..Budget::default() },
-    }
+    Scenario::new("Stripe failing", vec![(1, Card::Good), (1, Card::Declines)], 1).with_budget(Budget {
+        faults: 2,
+        crashes: 1,
+        retries: 1,
+        ..Budget::default()
+    })
 }
 
 /// The queue's worst: duplicates, redeliveries after a worker dies, the DLQ after three
 /// receives and a redrive; two workers at once, and a sweeper that resolves only pending
 /// orders, so the messages alone must bring every accepted order to its end.
 pub fn messages_without_the_sweeper() -> Scenario {
-    Scenario {
-        name: "messages without the sweeper's help",
-        buyers: vec![(1, Card::Good), (1, Card::Good)],
-        total: 2,
-        upserts: vec![],
-        workers: 2,
-        sweeper: Sweeps::OnlyPending,
-        budget: Budget { faults: 1, crashes: 2, duplicates: 1, redrives: 1, ..Budget::default() },
-    }
+    Scenario::new("messages without the sweeper's help", vec![(1, Card::Good), (1, Card::Good)], 2)
+        .with_workers(2)
+        .with_sweeper(Sweeps::OnlyPending)
+        .with_budget(Budget { faults: 1, crashes: 2, duplicates: 1, redrives: 1, ..Budget::default() })
 }
 
 /// One order and time's work on it: a hold past its deadline (the capture fails), Stripe
 /// forgetting its saved answers, a process outliving its lease (two at work on one
 /// authorization); with Stripe failing once and a process dying once.
 pub fn time_passing() -> Scenario {
-    Scenario {
-        name: "holds, keys and leases expiring",
-        buyers: vec![(1, Card::Good)],
-        total: 1,
-        upserts: vec![],
-        workers: 1,
-        sweeper: Sweeps::Everything,
-        budget: Budget {
-            faults: 1,
-            crashes: 1,
-            retries: 1,
-            stalls: 1,
-            expiries: 1,
-            key_expiries: 1,
-            ..Budget::default()
-        },
-    }
+    Scenario::new("holds, keys and leases expiring", vec![(1, Card::Good)], 1).with_budget(Budget {
+        faults: 1,
+        crashes: 1,
+        retries: 1,
+        stalls: 1,
+        expiries: 1,
+        key_expiries: 1,
+        ..Budget::default()
+    })
 }
 
 /// Orders of different sizes after a cut: an order too large for what is left is passed
 /// over, and the smaller ones behind it are served.
 pub fn sizes_after_a_cut() -> Scenario {
-    Scenario {
-        name: "sizes after a cut",
-        buyers: vec![(2, Card::Good), (1, Card::Good), (1, Card::Declines)],
-        total: 4,
-        upserts: vec![2],
-        workers: 1,
-        sweeper: Sweeps::Everything,
-        budget: Budget::default(),
-    }
+    Scenario::new("sizes after a cut", vec![(2, Card::Good), (1, Card::Good), (1, Card::Declines)], 4)
+        .with_upserts(vec![2])
 }
 
 /// Every scenario, as checked by `make test`.

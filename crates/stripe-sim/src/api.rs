@@ -14,11 +14,12 @@
 //! then answers (and saves under the key) a 500.
 
 use std::io;
+use std::sync::Arc;
 
 use axum::Extension;
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::Next;
@@ -35,7 +36,7 @@ use crate::intent::Expand;
 use crate::ledger::{Ledger, Reply};
 use crate::rate::Verdict;
 use crate::requests::{CancelRequest, CaptureRequest, CreateRequest};
-use crate::simulator::{Executed, SimState, Simulator};
+use crate::simulator::{Executed, SimState};
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -91,14 +92,9 @@ pub(crate) async fn unrecognized(method: Method, uri: Uri) -> Response {
     error_response(&StripeError::unrecognized_url(method.as_str(), uri.path()))
 }
 
-async fn create(
-    State(sim): State<SimState>,
-    Extension(request_id): Extension<RequestId>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn create(request: Mutation) -> Response {
     let endpoint = "POST /v1/payment_intents".to_owned();
-    mutate(&sim, Operation::Create, endpoint, &request_id, &headers, &body, |params, ledger, now| {
+    mutate(request, Operation::Create, endpoint, |params, ledger, now| {
         let request = CreateRequest::parse(params)?;
         Ok(ledger.create(request, now))
     })
@@ -155,52 +151,64 @@ fn parse_metadata_query(query: &str) -> Option<(String, String)> {
     Some((key.to_owned(), value.to_owned()))
 }
 
-async fn capture(
-    State(sim): State<SimState>,
-    Extension(request_id): Extension<RequestId>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn capture(Path(id): Path<String>, request: Mutation) -> Response {
     let endpoint = format!("POST /v1/payment_intents/{id}/capture");
-    mutate(&sim, Operation::Capture, endpoint, &request_id, &headers, &body, |params, ledger, _| {
+    mutate(request, Operation::Capture, endpoint, |params, ledger, _| {
         let request = CaptureRequest::parse(params)?;
         Ok(ledger.capture(&id, &request))
     })
     .await
 }
 
-async fn cancel(
-    State(sim): State<SimState>,
-    Extension(request_id): Extension<RequestId>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn cancel(Path(id): Path<String>, request: Mutation) -> Response {
     let endpoint = format!("POST /v1/payment_intents/{id}/cancel");
-    mutate(&sim, Operation::Cancel, endpoint, &request_id, &headers, &body, |params, ledger, now| {
+    mutate(request, Operation::Cancel, endpoint, |params, ledger, now| {
         let request = CancelRequest::parse(params)?;
         Ok(ledger.cancel(&id, &request, now))
     })
     .await
 }
 
+/// What [`mutate`] needs of a state-changing request: the extractors every such route took,
+/// gathered in one, so that each handler adds only its path and its operation.
+struct Mutation {
+    sim: SimState,
+    request_id: RequestId,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl FromRequest<SimState> for Mutation {
+    /// What `Extension` and `Bytes` refuse with, as each would answer as a handler's argument.
+    type Rejection = Response;
+
+    async fn from_request(request: Request, sim: &SimState) -> Result<Self, Response> {
+        let (mut parts, body) = request.into_parts();
+        let Extension(request_id) = Extension::<RequestId>::from_request_parts(&mut parts, sim)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let headers = parts.headers.clone();
+        let body = Bytes::from_request(Request::from_parts(parts, body), sim)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(Self { sim: Arc::clone(sim), request_id, headers, body })
+    }
+}
+
 /// One state-changing Stripe request, from authentication to the answer (see the module
 /// docs for the order).
 async fn mutate(
-    sim: &Simulator,
+    request: Mutation,
     operation: Operation,
     endpoint: String,
-    request_id: &RequestId,
-    headers: &HeaderMap,
-    body: &[u8],
     run: impl FnOnce(&Params, &mut Ledger, i64) -> Result<Reply, StripeError>,
 ) -> Response {
-    let account = match auth::authenticate(headers) {
+    let Mutation { sim, request_id, headers, body } = request;
+    let account = match auth::authenticate(&headers) {
         Ok(account) => account,
         Err(error) => return error_response(&error),
     };
-    let key = match idempotency_key(headers) {
+    let key = match idempotency_key(&headers) {
         Ok(key) => key,
         Err(error) => return error_response(&error),
     };
@@ -220,7 +228,7 @@ async fn mutate(
         Some(Mode::DropAfterSuccess | Mode::Error500AfterSuccess) | None => {}
     }
 
-    let params = Params::parse(body);
+    let params = Params::parse(&body);
     let scope = key.clone().map(|key| Scope { account, key, endpoint, fingerprint: params.fingerprint() });
     let executed = match fault {
         Some(Mode::Error500) => {

@@ -130,14 +130,20 @@ impl Faults {
 mod tests {
     use super::*;
 
+    /// The fault each of `requests` meets, one after the other.
+    fn met_by(faults: &mut Faults, requests: &[Operation]) -> Vec<Option<Mode>> {
+        requests.iter().map(|&operation| faults.take(operation)).collect()
+    }
+
     #[test]
     fn a_fault_is_consumed_one_request_at_a_time() {
         let mut faults = Faults::default();
         faults.arm(Operation::Capture, Mode::Error500, 2);
-        assert_eq!(faults.take(Operation::Create), None);
-        assert_eq!(faults.take(Operation::Capture), Some(Mode::Error500));
-        assert_eq!(faults.take(Operation::Capture), Some(Mode::Error500));
-        assert_eq!(faults.take(Operation::Capture), None);
+        let met = met_by(
+            &mut faults,
+            &[Operation::Create, Operation::Capture, Operation::Capture, Operation::Capture],
+        );
+        assert_eq!(met, [None, Some(Mode::Error500), Some(Mode::Error500), None]);
     }
 
     #[test]
@@ -145,9 +151,8 @@ mod tests {
         let mut faults = Faults::default();
         faults.arm(Operation::Any, Mode::Error429, 1);
         faults.arm(Operation::Cancel, Mode::Timeout, 1);
-        assert_eq!(faults.take(Operation::Cancel), Some(Mode::Timeout));
-        assert_eq!(faults.take(Operation::Cancel), Some(Mode::Error429));
-        assert_eq!(faults.take(Operation::Create), None);
+        let met = met_by(&mut faults, &[Operation::Cancel, Operation::Cancel, Operation::Create]);
+        assert_eq!(met, [Some(Mode::Timeout), Some(Mode::Error429), None]);
     }
 
     #[test]

@@ -480,25 +480,33 @@ mod tests {
     use super::*;
     use crate::form::Params;
 
+    /// A visa payment the fleet holds and captures later.
+    const MANUAL_VISA: &str = "amount=1500&currency=usd&capture_method=manual&payment_method=pm_card_visa";
+    /// A visa payment collected at once.
+    const AUTOMATIC_VISA: &str = "amount=1500&currency=usd&payment_method=pm_card_visa";
+
     fn intent(body: &str) -> PaymentIntent {
         let request = CreateRequest::parse(&Params::parse(body.as_bytes())).unwrap();
         PaymentIntent::new(request, 1_700_000_000)
     }
 
-    #[test]
-    fn a_manual_visa_confirmation_holds_the_amount() {
-        let mut pi = intent("amount=1500&currency=usd&capture_method=manual&payment_method=pm_card_visa");
+    /// An intent made from `body` and confirmed with an approving card.
+    fn confirmed(body: &str) -> PaymentIntent {
+        let mut pi = intent(body);
         pi.confirm(1_700_000_000).unwrap();
-        assert_eq!(pi.status, Status::RequiresCapture);
-        assert_eq!((pi.amount_capturable, pi.amount_received), (1500, 0));
+        pi
     }
 
     #[test]
-    fn an_automatic_confirmation_collects_the_amount() {
-        let mut pi = intent("amount=1500&currency=usd&payment_method=pm_card_visa");
-        pi.confirm(1_700_000_000).unwrap();
-        assert_eq!(pi.status, Status::Succeeded);
-        assert_eq!((pi.amount_capturable, pi.amount_received), (0, 1500));
+    fn a_manual_confirmation_holds_the_amount_and_an_automatic_one_collects_it() {
+        for (body, status, capturable_and_received) in [
+            (MANUAL_VISA, Status::RequiresCapture, (1500, 0)),
+            (AUTOMATIC_VISA, Status::Succeeded, (0, 1500)),
+        ] {
+            let pi = confirmed(body);
+            assert_eq!(pi.status, status, "{body}");
+            assert_eq!((pi.amount_capturable, pi.amount_received), capturable_and_received, "{body}");
+        }
     }
 
     #[test]
@@ -513,16 +521,14 @@ mod tests {
 
     #[test]
     fn a_partial_capture_releases_the_rest() {
-        let mut pi = intent("amount=1500&currency=usd&capture_method=manual&payment_method=pm_card_visa");
-        pi.confirm(1_700_000_000).unwrap();
+        let mut pi = confirmed(MANUAL_VISA);
         pi.capture(&CaptureRequest { amount_to_capture: Some(1000) }).unwrap();
         assert_eq!((pi.amount_capturable, pi.amount_received), (0, 1000));
     }
 
     #[test]
     fn a_canceled_intent_cannot_be_captured_or_canceled_again() {
-        let mut pi = intent("amount=1500&currency=usd&capture_method=manual&payment_method=pm_card_visa");
-        pi.confirm(1_700_000_000).unwrap();
+        let mut pi = confirmed(MANUAL_VISA);
         pi.cancel(&CancelRequest { cancellation_reason: None }, 1_700_000_001).unwrap();
         let capture = pi.capture(&CaptureRequest { amount_to_capture: None }).unwrap_err();
         assert_eq!(capture.code, Some("payment_intent_unexpected_state"));
@@ -534,8 +540,7 @@ mod tests {
 
     #[test]
     fn a_hold_carries_its_deadline_and_after_it_cannot_be_captured() {
-        let mut pi = intent("amount=1500&currency=usd&capture_method=manual&payment_method=pm_card_visa");
-        pi.confirm(1_700_000_000).unwrap();
+        let mut pi = confirmed(MANUAL_VISA);
         let expanded = pi.to_json_expanded(Expand { latest_charge: true });
         assert_eq!(
             expanded["latest_charge"]["payment_method_details"]["card"]["capture_before"],
@@ -555,8 +560,7 @@ mod tests {
 
     #[test]
     fn a_payment_collected_at_once_has_no_deadline() {
-        let mut pi = intent("amount=1500&currency=usd&payment_method=pm_card_visa");
-        pi.confirm(1_700_000_000).unwrap();
+        let pi = confirmed(AUTOMATIC_VISA);
         let card = &pi.to_json_expanded(Expand { latest_charge: true })["latest_charge"]["payment_method_details"]
             ["card"];
         assert!(card["capture_before"].is_null(), "{card}");

@@ -46,6 +46,34 @@ struct Entry {
     cancel_count: u64,
 }
 
+/// The requests an [`Entry`] counts.
+#[derive(Debug, Clone, Copy)]
+enum Attempt {
+    Capture,
+    Cancel,
+}
+
+impl Attempt {
+    fn as_str(self) -> &'static str {
+        match self {
+            Attempt::Capture => "capture",
+            Attempt::Cancel => "cancel",
+        }
+    }
+}
+
+impl Entry {
+    /// Counts one more `attempt`; returns how many there have been.
+    fn count(&mut self, attempt: Attempt) -> u64 {
+        let count = match attempt {
+            Attempt::Capture => &mut self.capture_count,
+            Attempt::Cancel => &mut self.cancel_count,
+        };
+        *count += 1;
+        *count
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
     entries: Vec<Entry>,
@@ -88,33 +116,34 @@ impl Ledger {
     }
 
     pub(crate) fn capture(&mut self, id: &str, request: &CaptureRequest) -> Reply {
-        let result = self.entry_mut(id).and_then(|entry| {
-            entry.capture_count += 1;
-            let captured = entry.intent.capture(request);
-            tracing::info!(
-                payment_intent = %id,
-                status = entry.intent.status.as_str(),
-                attempt = entry.capture_count,
-                refused = captured.is_err(),
-                "capture requested"
-            );
-            captured.map(|()| entry.intent.to_json())
-        });
-        Reply::from_result(result)
+        self.attempt(id, Attempt::Capture, |intent| intent.capture(request))
     }
 
     pub(crate) fn cancel(&mut self, id: &str, request: &CancelRequest, now: i64) -> Reply {
+        self.attempt(id, Attempt::Cancel, |intent| intent.cancel(request, now))
+    }
+
+    /// A capture or cancel request that reached intent `id`: counted whether or not the
+    /// intent allows it (a refused attempt is what a test looks for), then answered with the
+    /// intent as it now is, or with the refusal.
+    fn attempt(
+        &mut self,
+        id: &str,
+        attempt: Attempt,
+        transition: impl FnOnce(&mut PaymentIntent) -> Result<(), StripeError>,
+    ) -> Reply {
         let result = self.entry_mut(id).and_then(|entry| {
-            entry.cancel_count += 1;
-            let canceled = entry.intent.cancel(request, now);
+            let attempts = entry.count(attempt);
+            let outcome = transition(&mut entry.intent);
             tracing::info!(
                 payment_intent = %id,
                 status = entry.intent.status.as_str(),
-                attempt = entry.cancel_count,
-                refused = canceled.is_err(),
-                "cancel requested"
+                attempt = attempts,
+                refused = outcome.is_err(),
+                "{} requested",
+                attempt.as_str()
             );
-            canceled.map(|()| entry.intent.to_json())
+            outcome.map(|()| entry.intent.to_json())
         });
         Reply::from_result(result)
     }

@@ -3,7 +3,7 @@
 mod support;
 
 use reqwest::StatusCode;
-use support::{AUTHORIZE, KEY, TestSim};
+use support::{AUTHORIZE, KEY, TestSim, action_path, request_counts};
 
 #[tokio::test]
 async fn a_confirmed_manual_capture_visa_intent_requires_capture() {
@@ -133,9 +133,7 @@ async fn capturing_twice_is_refused_and_both_attempts_are_counted() {
     assert_eq!(second.error_type(), "invalid_request_error");
     assert_eq!(second.error_code(), "payment_intent_unexpected_state");
     assert_eq!(second.body["error"]["payment_intent"]["status"], "succeeded");
-    let listed = sim.intent(&id).await;
-    assert_eq!(listed["capture_count"], 2);
-    assert_eq!(listed["cancel_count"], 0);
+    assert_eq!(request_counts(&sim.intent(&id).await), (2, 0));
 }
 
 #[tokio::test]
@@ -143,8 +141,7 @@ async fn a_partial_capture_collects_only_the_amount_to_capture() {
     let sim = TestSim::start().await;
     let id = sim.authorized().await;
 
-    let captured =
-        sim.post(&format!("/v1/payment_intents/{id}/capture"), "amount_to_capture=1000", None).await;
+    let captured = sim.post(&action_path(&id, "capture"), "amount_to_capture=1000", None).await;
 
     assert_eq!(captured.status, StatusCode::OK, "{}", captured.raw);
     assert_eq!(captured.body["amount_received"], 1000);
@@ -156,8 +153,7 @@ async fn a_canceled_intent_cannot_be_captured_or_canceled_again() {
     let sim = TestSim::start().await;
     let id = sim.authorized().await;
 
-    let canceled =
-        sim.post(&format!("/v1/payment_intents/{id}/cancel"), "cancellation_reason=abandoned", None).await;
+    let canceled = sim.post(&action_path(&id, "cancel"), "cancellation_reason=abandoned", None).await;
     let capture = sim.capture(&id, None).await;
     let cancel_again = sim.cancel(&id, None).await;
 
@@ -178,8 +174,7 @@ async fn a_canceled_intent_cannot_be_captured_or_canceled_again() {
     );
     assert_eq!(cancel_again.status, StatusCode::BAD_REQUEST);
     assert_eq!(cancel_again.error_code(), "payment_intent_unexpected_state");
-    let listed = sim.intent(&id).await;
-    assert_eq!((listed["capture_count"].as_u64(), listed["cancel_count"].as_u64()), (Some(1), Some(2)));
+    assert_eq!(request_counts(&sim.intent(&id).await), (1, 2));
 }
 
 #[tokio::test]
@@ -347,14 +342,8 @@ async fn the_sim_listing_shows_every_intent_in_creation_order_with_counts() {
     assert_eq!(intents[1]["id"], second.as_str());
     assert_eq!(intents[0]["object"], "payment_intent");
     assert_eq!(intents[0]["metadata"]["order_id"], "order-1");
-    assert_eq!(
-        (intents[0]["capture_count"].as_u64(), intents[0]["cancel_count"].as_u64()),
-        (Some(0), Some(0))
-    );
-    assert_eq!(
-        (intents[1]["capture_count"].as_u64(), intents[1]["cancel_count"].as_u64()),
-        (Some(0), Some(1))
-    );
+    assert_eq!(request_counts(&intents[0]), (0, 0));
+    assert_eq!(request_counts(&intents[1]), (0, 1));
     assert_eq!(intents[1]["status"], "canceled");
 }
 

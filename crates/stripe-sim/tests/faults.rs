@@ -7,42 +7,43 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::json;
-use support::{AUTHORIZE, TestSim};
+use support::{AUTHORIZE, Answer, TestSim, action_path, statuses};
+
+/// A faulted request answered Stripe's 500, and its retry with the same key was answered that
+/// 500 again, as the key's saved answer.
+fn assert_the_500_is_saved_under_the_key(faulted: &Answer, retried: &Answer) {
+    assert_eq!(faulted.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(faulted.error_type(), "api_error");
+    assert_eq!(retried.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", retried.raw);
+    assert_eq!(retried.header("idempotent-replayed"), Some("true"));
+}
 
 #[tokio::test]
 async fn an_error_500_fault_is_saved_under_its_key_and_replayed_until_the_key_expires() {
-    let sim = TestSim::start().await;
-    sim.arm("create", "error_500", 1).await;
+    let sim = TestSim::with_fault("create", "error_500", 1).await;
 
     let faulted = sim.post("/v1/payment_intents", AUTHORIZE, Some("k-500")).await;
     let retried = sim.post("/v1/payment_intents", AUTHORIZE, Some("k-500")).await;
     let new_key = sim.post("/v1/payment_intents", AUTHORIZE, Some("k-500-attempt-2")).await;
 
-    assert_eq!(faulted.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(faulted.error_type(), "api_error");
     assert!(faulted.header("request-id").is_some());
     // As on Stripe: the 500 is the key's saved answer, replayed to a retry with the key; the
     // operation did nothing, and a new key runs it.
-    assert_eq!(retried.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", retried.raw);
-    assert_eq!(retried.header("idempotent-replayed"), Some("true"));
+    assert_the_500_is_saved_under_the_key(&faulted, &retried);
     assert_eq!(new_key.status, StatusCode::OK, "{}", new_key.raw);
     assert_eq!(sim.intents().await.len(), 1);
 }
 
 #[tokio::test]
 async fn an_error_500_after_success_fault_takes_effect_and_saves_the_500_under_its_key() {
-    let sim = TestSim::start().await;
-    sim.arm("create", "error_500_after_success", 1).await;
+    let sim = TestSim::with_fault("create", "error_500_after_success", 1).await;
 
     let faulted = sim.post("/v1/payment_intents", AUTHORIZE, Some("k-500-after")).await;
     let retried = sim.post("/v1/payment_intents", AUTHORIZE, Some("k-500-after")).await;
 
     // The 500's result is indeterminate, as on Stripe: here the intent was made, and the key
     // replays the 500, so only a lookup finds the intent.
-    assert_eq!(faulted.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(faulted.error_type(), "api_error");
-    assert_eq!(retried.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", retried.raw);
-    assert_eq!(retried.header("idempotent-replayed"), Some("true"));
+    assert_the_500_is_saved_under_the_key(&faulted, &retried);
     let intents = sim.intents().await;
     assert_eq!(intents.len(), 1);
     assert_eq!(intents[0]["status"], "requires_capture");
@@ -50,8 +51,7 @@ async fn an_error_500_after_success_fault_takes_effect_and_saves_the_500_under_i
 
 #[tokio::test]
 async fn an_error_500_fault_without_a_key_saves_nothing() {
-    let sim = TestSim::start().await;
-    sim.arm("create", "error_500", 1).await;
+    let sim = TestSim::with_fault("create", "error_500", 1).await;
 
     let faulted = sim.post("/v1/payment_intents", AUTHORIZE, None).await;
     let again = sim.post("/v1/payment_intents", AUTHORIZE, None).await;
@@ -89,7 +89,7 @@ async fn a_timeout_fault_hangs_past_the_clients_timeout_without_effect() {
     sim.arm("cancel", "timeout", 1).await;
 
     let timed_out = sim
-        .post_request(&format!("/v1/payment_intents/{id}/cancel"), "", Some("cancel-1"))
+        .post_request(&action_path(&id, "cancel"), "", Some("cancel-1"))
         .timeout(Duration::from_millis(300))
         .send()
         .await;
@@ -110,8 +110,7 @@ async fn a_drop_after_success_fault_takes_effect_once_and_a_retry_replays_it() {
     let id = sim.authorized().await;
     sim.arm("capture", "drop_after_success", 1).await;
 
-    let dropped =
-        sim.post_request(&format!("/v1/payment_intents/{id}/capture"), "", Some("capture-1")).send().await;
+    let dropped = sim.post_request(&action_path(&id, "capture"), "", Some("capture-1")).send().await;
     let retried = sim.capture(&id, Some("capture-1")).await;
 
     let error = dropped.expect_err("the connection closes without an answer");
@@ -126,8 +125,7 @@ async fn a_drop_after_success_fault_takes_effect_once_and_a_retry_replays_it() {
 
 #[tokio::test]
 async fn a_dropped_create_still_creates_the_intent() {
-    let sim = TestSim::start().await;
-    sim.arm("create", "drop_after_success", 1).await;
+    let sim = TestSim::with_fault("create", "drop_after_success", 1).await;
 
     let dropped = sim.post_request("/v1/payment_intents", AUTHORIZE, Some("authorize-1")).send().await;
     let retried = sim.post("/v1/payment_intents", AUTHORIZE, Some("authorize-1")).await;
@@ -151,11 +149,7 @@ async fn an_any_fault_matches_every_write_but_not_retrieval() {
     let cancel = sim.cancel(&id, None).await;
     let after = sim.capture(&id, None).await;
 
-    assert_eq!(retrieved.status, StatusCode::OK);
-    for faulted in [&create, &capture, &cancel] {
-        assert_eq!(faulted.status, StatusCode::INTERNAL_SERVER_ERROR);
-    }
-    assert_eq!(after.status, StatusCode::OK);
+    assert_eq!(statuses(&[retrieved, create, capture, cancel, after]), [200, 500, 500, 500, 200]);
 }
 
 #[tokio::test]
@@ -168,15 +162,12 @@ async fn an_operations_own_fault_is_used_before_an_any_fault() {
     let second = sim.create(AUTHORIZE).await;
     let third = sim.create(AUTHORIZE).await;
 
-    assert_eq!(first.status, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(second.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(third.status, StatusCode::OK);
+    assert_eq!(statuses(&[first, second, third]), [429, 500, 200]);
 }
 
 #[tokio::test]
 async fn a_new_fault_replaces_the_old_one_and_count_zero_clears_it() {
-    let sim = TestSim::start().await;
-    sim.arm("create", "error_500", 5).await;
+    let sim = TestSim::with_fault("create", "error_500", 5).await;
 
     let replaced = sim.fault(json!({"operation": "create", "mode": "error_429", "count": 1})).await;
     let after_replace = sim.create(AUTHORIZE).await;
@@ -225,8 +216,7 @@ async fn an_unknown_operation_or_mode_is_refused() {
 
 #[tokio::test]
 async fn stopping_the_server_lets_a_held_request_go() {
-    let sim = TestSim::start().await;
-    sim.arm("create", "timeout", 1).await;
+    let sim = TestSim::with_fault("create", "timeout", 1).await;
     let held = tokio::spawn(sim.post_request("/v1/payment_intents", AUTHORIZE, None).send());
     // Let the request reach the server and be held.
     tokio::time::sleep(Duration::from_millis(200)).await;

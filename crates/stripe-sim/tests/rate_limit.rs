@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use support::{AUTHORIZE, Answer, TestSim};
+use support::{AUTHORIZE, Answer, TestSim, statuses};
 
 /// Comfortably past the one-second window.
 const PAST_THE_WINDOW: Duration = Duration::from_millis(1100);
@@ -19,10 +19,6 @@ fn stats(requests: u64, rate_limited: u64, max_requests_in_one_second: u64) -> V
         "rate_limited": rate_limited,
         "max_requests_in_one_second": max_requests_in_one_second,
     })
-}
-
-fn statuses(answers: &[Answer]) -> Vec<u16> {
-    answers.iter().map(|a| a.status.as_u16()).collect()
 }
 
 fn assert_rate_limited(answer: &Answer) {
@@ -37,8 +33,7 @@ fn assert_rate_limited(answer: &Answer) {
 
 #[tokio::test]
 async fn a_burst_beyond_the_limit_is_answered_429_without_effect_and_counted() {
-    let sim = TestSim::start().await;
-    sim.set_rate_limit(5).await;
+    let sim = TestSim::limited_to(5).await;
 
     let started = Instant::now();
     let mut answers = Vec::new();
@@ -56,8 +51,7 @@ async fn a_burst_beyond_the_limit_is_answered_429_without_effect_and_counted() {
 
 #[tokio::test]
 async fn requests_are_admitted_again_once_the_second_has_passed() {
-    let sim = TestSim::start().await;
-    sim.set_rate_limit(2).await;
+    let sim = TestSim::limited_to(2).await;
 
     let mut answers = Vec::new();
     for _ in 0..3 {
@@ -75,8 +69,7 @@ async fn requests_are_admitted_again_once_the_second_has_passed() {
 
 #[tokio::test]
 async fn the_sim_routes_are_neither_limited_nor_counted_but_unknown_api_paths_are() {
-    let sim = TestSim::start().await;
-    sim.set_rate_limit(2).await;
+    let sim = TestSim::limited_to(2).await;
 
     let first = sim.create(AUTHORIZE).await;
     for _ in 0..5 {
@@ -97,8 +90,7 @@ async fn the_sim_routes_are_neither_limited_nor_counted_but_unknown_api_paths_ar
 
 #[tokio::test]
 async fn zero_clears_the_limit_and_a_malformed_setting_is_a_400() {
-    let sim = TestSim::start().await;
-    sim.set_rate_limit(1).await;
+    let sim = TestSim::limited_to(1).await;
     let admitted = sim.create(AUTHORIZE).await;
     let limited = sim.create(AUTHORIZE).await;
 
@@ -127,8 +119,7 @@ async fn zero_clears_the_limit_and_a_malformed_setting_is_a_400() {
 
 #[tokio::test]
 async fn a_limited_create_does_not_use_up_its_idempotency_key() {
-    let sim = TestSim::start().await;
-    sim.set_rate_limit(1).await;
+    let sim = TestSim::limited_to(1).await;
     let first = sim.create(AUTHORIZE).await;
 
     let limited = sim.post("/v1/payment_intents", AUTHORIZE, Some("order-7-authorize")).await;
@@ -146,8 +137,7 @@ async fn a_limited_create_does_not_use_up_its_idempotency_key() {
 
 #[tokio::test]
 async fn reset_zeroes_the_stats_and_keeps_the_limit() {
-    let sim = TestSim::start().await;
-    sim.set_rate_limit(1).await;
+    let sim = TestSim::limited_to(1).await;
     for _ in 0..3 {
         sim.create(AUTHORIZE).await;
     }
@@ -167,8 +157,7 @@ async fn reset_zeroes_the_stats_and_keeps_the_limit() {
 
 #[tokio::test]
 async fn an_injected_429_is_a_fault_not_the_limit() {
-    let sim = TestSim::start().await;
-    sim.arm("create", "error_429", 1).await;
+    let sim = TestSim::with_fault("create", "error_429", 1).await;
 
     let faulted = sim.create(AUTHORIZE).await;
 

@@ -48,6 +48,21 @@ impl Answer {
 }
 
 impl TestSim {
+    /// A fresh simulator whose API admits `per_second` requests a second, set through
+    /// `/_sim/rate_limit` as a test or a demo sets it.
+    pub async fn limited_to(per_second: u32) -> Self {
+        let sim = Self::start().await;
+        sim.set_rate_limit(per_second).await;
+        sim
+    }
+
+    /// A fresh simulator with one fault armed (`POST /_sim/faults`).
+    pub async fn with_fault(operation: &str, mode: &str, count: u32) -> Self {
+        let sim = Self::start().await;
+        sim.arm(operation, mode, count).await;
+        sim
+    }
+
     /// A fresh simulator, as `stripe_sim::serve` serves it.
     pub async fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a free port");
@@ -129,11 +144,11 @@ impl TestSim {
     }
 
     pub async fn capture(&self, id: &str, key: Option<&str>) -> Answer {
-        self.post(&format!("/v1/payment_intents/{id}/capture"), "", key).await
+        self.post(&action_path(id, "capture"), "", key).await
     }
 
     pub async fn cancel(&self, id: &str, key: Option<&str>) -> Answer {
-        self.post(&format!("/v1/payment_intents/{id}/cancel"), "", key).await
+        self.post(&action_path(id, "cancel"), "", key).await
     }
 
     pub async fn fault(&self, fault: Value) -> Answer {
@@ -185,6 +200,22 @@ impl TestSim {
     pub async fn intent(&self, id: &str) -> Value {
         self.intents().await.into_iter().find(|pi| pi["id"] == id).expect("the intent is listed")
     }
+}
+
+/// `/v1/payment_intents/{id}/{action}`: where an intent is captured or canceled.
+pub fn action_path(id: &str, action: &str) -> String {
+    format!("/v1/payment_intents/{id}/{action}")
+}
+
+/// The answers' statuses, in order: a sequence of requests checked at a glance.
+pub fn statuses(answers: &[Answer]) -> Vec<u16> {
+    answers.iter().map(|a| a.status.as_u16()).collect()
+}
+
+/// A listed intent's (`/_sim/payment_intents`) capture and cancel request counts.
+pub fn request_counts(listed: &Value) -> (u64, u64) {
+    let count = |name: &str| listed[name].as_u64().unwrap_or_else(|| panic!("no {name} in {listed}"));
+    (count("capture_count"), count("cancel_count"))
 }
 
 pub async fn answer(response: reqwest::Response) -> Answer {
