@@ -37,6 +37,8 @@ use orderfleet::db::{self, PoolSize};
 use orderfleet::domain::{Currency, OrderId, Quantity, Sku};
 use orderfleet::order::{Order, OrderStatus};
 use orderfleet::payments::{Payments, RetryPolicy};
+use orderfleet::service::{self, Service};
+use orderfleet::tasks::Tasks;
 use orderfleet::tokens::{TokenVerifier, UserId};
 use orderfleet::trace::{CallerTrace, TRACEPARENT, Trace};
 use serde::Serialize;
@@ -65,15 +67,13 @@ pub struct IntakeConfig {
     pub caller_trace: CallerTrace,
 }
 
-impl IntakeConfig {
-    pub const DEFAULT_LISTEN_ADDR: &'static str = "127.0.0.1:8080";
+/// The intake binary: the HTTP API, and the job that forgets quiet users' rate buckets.
+impl Service for IntakeConfig {
+    const NAME: &'static str = "order-intake";
 
-    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+    async fn load(env: &Env) -> Result<Self, ConfigError> {
         Ok(Self {
-            listen_addr: env.or_default(
-                "INTAKE_LISTEN_ADDR",
-                Self::DEFAULT_LISTEN_ADDR.parse().expect("a valid default"),
-            )?,
+            listen_addr: env.or_default("INTAKE_LISTEN_ADDR", SocketAddr::from(([127, 0, 0, 1], 8080)))?,
             database: DatabaseConfig::from_env(env)?,
             stripe: StripeConfig::from_env(env)?,
             auth: AuthConfig::from_env(env)?,
@@ -83,6 +83,21 @@ impl IntakeConfig {
             limits: LimitsConfig::from_env(env)?,
             caller_trace: env.or_default("INTAKE_CALLER_TRACE", CallerTrace::Link)?,
         })
+    }
+
+    async fn start(self, runtime: &RuntimeConfig, tasks: &mut Tasks) -> anyhow::Result<()> {
+        let state = AppState::new(&self)?;
+        let listener = service::bind(self.listen_addr, "INTAKE_LISTEN_ADDR").await?;
+        tracing::info!(addr = %self.listen_addr, "order-intake listening");
+        let stop = tasks.stop_signal();
+        tasks.spawn_loop(
+            "forget-quiet-users",
+            forget_quiet_users_every_minute(state.limits.clone(), stop.clone()),
+        );
+        // A request still running at the end of the grace is cut off: its order keeps its
+        // lease, and a retry or the sweeper takes over.
+        tasks.spawn_server("server", runtime.shutdown_grace, run(listener, state, stop));
+        Ok(())
     }
 }
 
@@ -270,35 +285,6 @@ async fn forget_quiet_users_every_minute(limits: Arc<Limits>, stop: Cancellation
     let mut every = tokio::time::interval(Duration::from_secs(60));
     while tokio::select! { _ = every.tick() => true, () = stop.cancelled() => false } {
         limits.forget_quiet_users();
-    }
-}
-
-/// The intake binary: the HTTP API, and the job that forgets quiet users' rate buckets.
-impl orderfleet::service::Service for IntakeConfig {
-    const NAME: &'static str = "order-intake";
-
-    async fn load(env: &Env) -> Result<Self, ConfigError> {
-        Self::from_env(env)
-    }
-
-    async fn start(
-        self,
-        runtime: &RuntimeConfig,
-        tasks: &mut orderfleet::tasks::Tasks,
-    ) -> anyhow::Result<()> {
-        let config = self;
-        let state = AppState::new(&config)?;
-        let listener = orderfleet::service::bind(config.listen_addr, "INTAKE_LISTEN_ADDR").await?;
-        tracing::info!(addr = %config.listen_addr, "order-intake listening");
-        let stop = tasks.stop_signal();
-        tasks.spawn_loop(
-            "forget-quiet-users",
-            forget_quiet_users_every_minute(state.limits.clone(), stop.clone()),
-        );
-        // A request still running at the end of the grace is cut off: its order keeps its
-        // lease, and a retry or the sweeper takes over.
-        tasks.spawn_server("server", runtime.shutdown_grace, run(listener, state, stop));
-        Ok(())
     }
 }
 

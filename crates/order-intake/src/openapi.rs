@@ -124,98 +124,107 @@ fn get_refusals() -> Vec<ApiError> {
 }
 
 fn create_order() -> Operation {
-    let accepted = ResponseBuilder::new()
-        .description(
-            "Accepted and authorized: the units are the order's; the payment is held, to be captured",
-        )
-        .content(
-            "application/json",
-            ContentBuilder::new().schema(Some(Ref::from_schema_name("Accepted"))).build(),
-        )
-        .header("Idempotent-Replayed", replayed_header())
-        .link(
-            "GetOrder",
-            LinkBuilder::new()
-                .operation_id("getOrder")
-                .parameter("order_id", "$response.body#/order_id")
-                .description("The order this answer accepted")
-                .build(),
-        )
-        .build();
+    let accepted = body_of(
+        "Accepted and authorized: the units are the order's; the payment is held, to be captured",
+        "Accepted",
+    )
+    .header("Idempotent-Replayed", replayed_header())
+    .link(
+        "GetOrder",
+        LinkBuilder::new()
+            .operation_id("getOrder")
+            .parameter("order_id", "$response.body#/order_id")
+            .description("The order this answer accepted")
+            .build(),
+    )
+    .build();
     let mut responses = refusals(&create_refusals());
     responses.insert("202".into(), accepted);
-    OperationBuilder::new()
-        .operation_id(Some("createOrder"))
-        .tag("orders")
-        .summary(Some("Place an order"))
-        .description(Some(
-            "The amount is the product's price times the quantity, computed by the server. A buyer \
-             who gets no unit is answered `409 sold_out` at once, before any payment call.",
-        ))
-        .parameter(
-            ParameterBuilder::new()
-                .name("Idempotency-Key")
-                .parameter_in(ParameterIn::Header)
-                .required(Required::True)
-                .description(Some(
-                    "1–255 visible ASCII characters; the same key and body again answers the first answer",
-                ))
-                .schema(Some(
-                    ObjectBuilder::new()
-                        .schema_type(Type::String)
-                        .min_length(Some(1))
-                        .max_length(Some(255))
-                        .pattern(Some("^[\\x21-\\x7E]+$"))
-                        .examples([json!("order-2026-11-23-0001")]),
-                )),
+    operation(
+        "createOrder",
+        "Place an order",
+        "The amount is the product's price times the quantity, computed by the server. A buyer who \
+         gets no unit is answered `409 sold_out` at once, before any payment call.",
+    )
+    .parameter(
+        required(
+            "Idempotency-Key",
+            ParameterIn::Header,
+            "1–255 visible ASCII characters; the same key and body again answers the first answer",
         )
-        .parameter(traceparent())
-        .request_body(Some(
-            RequestBodyBuilder::new()
-                .required(Some(Required::True))
-                .content(
-                    "application/json",
-                    ContentBuilder::new()
-                        .schema(Some(Ref::from_schema_name("OrderRequest")))
-                        .example(Some(
-                            json!({"product_id": "sku-1", "quantity": 2, "payment_method": "pm_card_visa"}),
-                        ))
-                        .build(),
-                )
-                .build(),
-        ))
-        .responses(utoipa::openapi::ResponsesBuilder::new().responses_from_iter(responses).build())
-        .build()
+        .schema(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(1))
+                .max_length(Some(255))
+                .pattern(Some("^[\\x21-\\x7E]+$"))
+                .examples([json!("order-2026-11-23-0001")]),
+        )),
+    )
+    .parameter(traceparent())
+    .request_body(Some(
+        RequestBodyBuilder::new()
+            .required(Some(Required::True))
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("OrderRequest")))
+                    .example(Some(
+                        json!({"product_id": "sku-1", "quantity": 2, "payment_method": "pm_card_visa"}),
+                    ))
+                    .build(),
+            )
+            .build(),
+    ))
+    .responses(utoipa::openapi::ResponsesBuilder::new().responses_from_iter(responses).build())
+    .build()
 }
 
 fn get_order() -> Operation {
-    let found = ResponseBuilder::new()
-        .description("The order, as it is now")
-        .content(
-            "application/json",
-            ContentBuilder::new().schema(Some(Ref::from_schema_name("Order"))).build(),
-        )
-        .build();
+    let found = body_of("The order, as it is now", "Order").build();
     let mut responses = refusals(&get_refusals());
     responses.insert("200".into(), found);
+    operation(
+        "getOrder",
+        "Read one of your orders",
+        "Another user's order, or an id that names none, is `404 order_not_found`.",
+    )
+    .parameter(
+        required("order_id", ParameterIn::Path, "The `order_id` a `202` answered").schema(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(utoipa::openapi::KnownFormat::Uuid))),
+        )),
+    )
+    .parameter(traceparent())
+    .responses(utoipa::openapi::ResponsesBuilder::new().responses_from_iter(responses).build())
+    .build()
+}
+
+/// An operation on orders, under the `orders` tag.
+fn operation(id: &str, summary: &str, description: &str) -> OperationBuilder {
     OperationBuilder::new()
-        .operation_id(Some("getOrder"))
+        .operation_id(Some(id))
         .tag("orders")
-        .summary(Some("Read one of your orders"))
-        .description(Some("Another user's order, or an id that names none, is `404 order_not_found`."))
-        .parameter(
-            ParameterBuilder::new()
-                .name("order_id")
-                .parameter_in(ParameterIn::Path)
-                .required(Required::True)
-                .description(Some("The `order_id` a `202` answered"))
-                .schema(Some(ObjectBuilder::new().schema_type(Type::String).format(Some(
-                    utoipa::openapi::SchemaFormat::KnownFormat(utoipa::openapi::KnownFormat::Uuid),
-                )))),
-        )
-        .parameter(traceparent())
-        .responses(utoipa::openapi::ResponsesBuilder::new().responses_from_iter(responses).build())
-        .build()
+        .summary(Some(summary))
+        .description(Some(description))
+}
+
+/// A required parameter.
+fn required(name: &str, at: ParameterIn, description: &str) -> ParameterBuilder {
+    ParameterBuilder::new()
+        .name(name)
+        .parameter_in(at)
+        .required(Required::True)
+        .description(Some(description))
+}
+
+/// A success answer whose JSON body is the schema named `schema`.
+fn body_of(description: &str, schema: &str) -> ResponseBuilder {
+    ResponseBuilder::new().description(description).content(
+        "application/json",
+        ContentBuilder::new().schema(Some(Ref::from_schema_name(schema))).build(),
+    )
 }
 
 /// One response per status the refusals answer, its `code` an enum of theirs, with the headers

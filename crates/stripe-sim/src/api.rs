@@ -21,6 +21,7 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
 use axum::http::header::CONTENT_TYPE;
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -101,31 +102,28 @@ async fn create(request: Mutation) -> Response {
     .await
 }
 
-async fn retrieve(
-    State(sim): State<SimState>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-) -> Response {
-    // Retrieval is never faulted and ignores idempotency keys, as Stripe's GETs do.
-    match auth::authenticate(&headers) {
-        Ok(_) => reply_response(sim.retrieve(&id, Expand::from_params(&query_params(&uri), ""))),
-        Err(error) => error_response(&error),
+/// What a read (a GET) needs: the caller authenticated and the query string parsed like a form
+/// body (`expand[0]=…` included). Reads are never faulted and ignore idempotency keys, as
+/// Stripe's GETs do.
+struct Read(Params);
+
+impl FromRequestParts<SimState> for Read {
+    /// Stripe's error for a missing or wrong key.
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _: &SimState) -> Result<Self, Response> {
+        auth::authenticate(&parts.headers).map_err(|error| error_response(&error))?;
+        Ok(Self(Params::parse(parts.uri.query().unwrap_or_default().as_bytes())))
     }
 }
 
-/// A GET's query string, parsed like a form body (`expand[0]=…` included).
-fn query_params(uri: &Uri) -> Params {
-    Params::parse(uri.query().unwrap_or_default().as_bytes())
+async fn retrieve(State(sim): State<SimState>, Path(id): Path<String>, Read(params): Read) -> Response {
+    reply_response(sim.retrieve(&id, Expand::from_params(&params, "")))
 }
 
 /// `GET /v1/payment_intents/search?query=metadata['order_id']:'…'`: the one form of Stripe's
 /// search query language the fleet uses (its sweeper finds an order's intent by metadata).
-async fn search(State(sim): State<SimState>, headers: HeaderMap, uri: Uri) -> Response {
-    if let Err(error) = auth::authenticate(&headers) {
-        return error_response(&error);
-    }
-    let params = query_params(&uri);
+async fn search(State(sim): State<SimState>, Read(params): Read) -> Response {
     let Some(query) = params.get("query") else {
         return error_response(&StripeError::missing_param("query"));
     };
