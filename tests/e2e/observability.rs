@@ -258,16 +258,18 @@ fn cloudwatch_maximum(namespace: &str, metric: &str) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_relay_puts_the_outboxs_dead_rows_and_oldest_pending_age_to_cloudwatch_for_the_alarms() {
-    // Arrange: a row no queue takes (it goes dead) and a row written an hour ago and not yet
+    // Arrange: a row the relay gave up on (dead) and a row written an hour ago and not yet
     // due (it waits, pending); the relay publishing every second to a namespace of its own.
     let namespace = format!("orderfleet/test-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let mut fleet = Fleet::prepare("outbox-gauges").await.unwrap();
     sqlx::raw_sql(
-        "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload)
-         VALUES (gen_random_uuid(), 'order', 'o-dead', 'order.paid', 'nowhere', '{}');
+        "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload,
+                             status, retry_count, last_error_code, last_error_reason)
+         VALUES (gen_random_uuid(), 'order', gen_random_uuid(), 'order.paid', 'notification', '{}',
+                 'dead', 1, 'message_too_large', 'the message is too large for SQS');
          INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload,
                              created_at, next_attempt_at)
-         VALUES (gen_random_uuid(), 'order', 'o-late', 'order.paid', 'notification', '{}',
+         VALUES (gen_random_uuid(), 'order', gen_random_uuid(), 'order.paid', 'notification', '{}',
                  now() - interval '1 hour', now() + interval '1 hour');
          INSERT INTO products (id, name, price_minor, currency, units_total, stock)
          VALUES ('sku-1', 'sku-1', 1000, 'usd', 10, 10);

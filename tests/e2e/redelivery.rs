@@ -3,29 +3,18 @@
 
 use std::time::Duration;
 
-use orderfleet::outbox::Envelope;
+use orderfleet::outbox::{Envelope, EventType};
 use orderfleet_tests::Fleet;
 
 /// The envelope the relay would send for the order's outbox row of `event_type`.
-async fn envelope(fleet: &Fleet, event_type: &str) -> String {
-    let (id, aggregate_id, payload, created_at): (
-        uuid::Uuid,
-        String,
-        serde_json::Value,
-        chrono::DateTime<chrono::Utc>,
-    ) = sqlx::query_as("SELECT id, aggregate_id, payload, created_at FROM outbox WHERE event_type = $1")
-        .bind(event_type)
-        .fetch_one(&fleet.pool)
-        .await
-        .unwrap();
-    let envelope = Envelope {
-        message_id: id,
-        event_type: event_type.to_owned(),
-        order_id: aggregate_id.parse().unwrap(),
-        occurred_at: created_at,
-        payload,
-    };
-    serde_json::to_string(&envelope).unwrap()
+async fn envelope(fleet: &Fleet, event_type: EventType) -> String {
+    let (message_id, order_id, payload, occurred_at) =
+        sqlx::query_as("SELECT id, aggregate_id, payload, created_at FROM outbox WHERE event_type = $1")
+            .bind(event_type)
+            .fetch_one(&fleet.pool)
+            .await
+            .unwrap();
+    serde_json::to_string(&Envelope { message_id, event_type, order_id, occurred_at, payload }).unwrap()
 }
 
 async fn send_times(fleet: &Fleet, queue_url: &str, body: &str, times: usize) {
@@ -52,8 +41,8 @@ async fn the_same_stock_check_delivered_5_times_captures_once_and_a_paid_orders_
     let answer =
         fleet_harness::eventually("the intake answering", Duration::from_secs(10), answered).await.unwrap();
     assert_eq!(answer.status, 202);
-    let stock_check = envelope(&fleet, "order.stock_check_requested").await;
-    let accepted = envelope(&fleet, "order.accepted").await;
+    let stock_check = envelope(&fleet, EventType::StockCheckRequested).await;
+    let accepted = envelope(&fleet, EventType::OrderAccepted).await;
 
     // Act: five copies of the stock check, three of the notification, two workers each.
     send_times(&fleet, &fleet.stock.url.clone(), &stock_check, 5).await;

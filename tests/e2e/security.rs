@@ -365,7 +365,7 @@ async fn the_notification_workers_role_cannot_touch_products_orders_or_the_outbo
             "UPDATE orders SET status = 'paid'",
             "DELETE FROM orders",
             "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload)
-             VALUES (gen_random_uuid(), 'order', 'x', 'order.paid', 'notification', '{}')",
+             VALUES (gen_random_uuid(), 'order', gen_random_uuid(), 'order.paid', 'notification', '{}')",
         ],
     )
     .await;

@@ -10,7 +10,7 @@ use orderfleet::config::{Env, StripeConfig};
 use orderfleet::domain::OrderId;
 use orderfleet::failure::{Kind, Source};
 use orderfleet::fulfilment::Fulfilment;
-use orderfleet::outbox::Envelope;
+use orderfleet::outbox::{Envelope, EventType};
 use orderfleet::payments::{Payments, RetryPolicy};
 use orderfleet_tests::TestDatabase;
 use stock_worker::StockCheck;
@@ -93,10 +93,10 @@ impl Step {
     }
 }
 
-fn stock_check(order_id: Uuid, event_type: &str) -> String {
+fn stock_check(order_id: Uuid, event_type: EventType) -> String {
     serde_json::to_string(&Envelope {
         message_id: Uuid::now_v7(),
-        event_type: event_type.into(),
+        event_type,
         order_id: OrderId::from_uuid(order_id),
         occurred_at: chrono::Utc::now(),
         payload: serde_json::json!({}),
@@ -109,7 +109,7 @@ async fn a_stock_check_pays_its_order_and_a_duplicate_delivery_is_ok_without_a_s
     // Arrange
     let step = Step::new().await;
     let order = step.authorized_order("ola").await;
-    let body = stock_check(order, "order.stock_check_requested");
+    let body = stock_check(order, EventType::StockCheckRequested);
 
     // Act
     let first = step.step.handle_one(&body).await;
@@ -130,9 +130,9 @@ async fn what_the_stock_step_cannot_use_is_a_permanent_failure_of_the_message() 
 
     // Act
     let unreadable = step.step.handle_one("not json").await.unwrap_err();
-    let misrouted = step.step.handle_one(&stock_check(order, "order.paid")).await.unwrap_err();
+    let misrouted = step.step.handle_one(&stock_check(order, EventType::OrderPaid)).await.unwrap_err();
     let unknown =
-        step.step.handle_one(&stock_check(Uuid::now_v7(), "order.stock_check_requested")).await.unwrap_err();
+        step.step.handle_one(&stock_check(Uuid::now_v7(), EventType::StockCheckRequested)).await.unwrap_err();
 
     // Assert: each is for a person (the DLQ), says where it failed, and touched nothing.
     for (failure, code) in

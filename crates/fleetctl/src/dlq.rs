@@ -205,7 +205,7 @@ pub struct HoldEnding {
 pub async fn holds_ending_soon(pool: &PgPool, bodies: &[&str]) -> anyhow::Result<Vec<HoldEnding>> {
     let orders: Vec<uuid::Uuid> = bodies
         .iter()
-        .filter_map(|body| serde_json::from_str::<orderfleet::outbox::Envelope>(body).ok())
+        .filter_map(|body| orderfleet::outbox::Envelope::parse(body).ok())
         .map(|envelope| envelope.order_id.as_uuid())
         .collect();
     let rows: Vec<(uuid::Uuid, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(

@@ -306,7 +306,7 @@ async fn run(command: Command, env: &Env) -> anyhow::Result<()> {
                     "{}  {}  to {}  order {}  after {} attempts  {}: {}  (since {})",
                     row.id,
                     row.event_type,
-                    row.destination,
+                    row.destination.as_str(),
                     row.aggregate_id,
                     row.retry_count,
                     row.last_error_code.as_deref().unwrap_or("-"),

@@ -2,15 +2,19 @@
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
+use orderfleet::domain::OrderId;
+use orderfleet::outbox::{Destination, EventType};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+/// A dead outbox row, as `fleetctl outbox dead` lists it.
 #[derive(Debug, sqlx::FromRow)]
 pub struct DeadRow {
     pub id: Uuid,
-    pub event_type: String,
-    pub destination: String,
-    pub aggregate_id: String,
+    pub event_type: EventType,
+    pub destination: Destination,
+    /// The order it is about.
+    pub aggregate_id: OrderId,
     pub retry_count: i32,
     pub last_error_code: Option<String>,
     pub last_error_reason: Option<String>,

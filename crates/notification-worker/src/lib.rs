@@ -41,7 +41,7 @@ use orderfleet::consumer::{Handler, Outcome, Received};
 use orderfleet::db;
 use orderfleet::failure::{Failure, Source};
 use orderfleet::order::OrderNotification;
-use orderfleet::outbox::{Envelope, EventType};
+use orderfleet::outbox::{Destination, Envelope, EventType};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -109,7 +109,7 @@ const MALFORMED: [&str; 8] = [
 struct Ready {
     index: usize,
     message_id: Uuid,
-    event_type: String,
+    event_type: EventType,
     user_id: orderfleet::domain::UserId,
     order_id: orderfleet::domain::OrderId,
     body: String,
@@ -122,15 +122,13 @@ impl Ready {
     fn parse(index: usize, message: &Received) -> Result<Self, Failure> {
         let body = &message.body;
         let permanent = |code: &str, reason: String| Failure::permanent(Source::Message, code, reason);
-        let envelope: Envelope = serde_json::from_str(body)
-            .map_err(|e| permanent("not_an_envelope", format!("not a message envelope: {e}")))?;
-        match EventType::parse(&envelope.event_type) {
-            Some(EventType::OrderAccepted | EventType::OrderPaid | EventType::OrderRejected) => {}
-            _ => {
-                let reason =
-                    format!("unknown event type {:?} on the notification queue", envelope.event_type);
-                return Err(permanent("unknown_event_type", reason));
-            }
+        let envelope = Envelope::parse(body).map_err(|refused| permanent(refused.code, refused.reason))?;
+        if envelope.event_type.destination() != Destination::Notification {
+            let reason = format!(
+                "event type {:?} does not belong on the notification queue",
+                envelope.event_type.as_str()
+            );
+            return Err(permanent("unknown_event_type", reason));
         }
         let notification: OrderNotification =
             serde_json::from_value(envelope.payload.clone()).map_err(|e| {
@@ -397,7 +395,7 @@ impl Notifier {
                 let mut entry = PublishBatchRequestEntry::builder()
                     .id(r.index.to_string())
                     .message(&r.body)
-                    .message_attributes("event_type", string(&r.event_type))
+                    .message_attributes("event_type", string(r.event_type.as_str()))
                     .message_attributes("user_id", string(r.user_id.as_str()))
                     // The same on every copy of this notification: a subscriber's key to drop
                     // repeats (SPEC §1.4).

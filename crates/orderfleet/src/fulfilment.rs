@@ -323,7 +323,7 @@ impl Fulfilment {
               RETURNING id, status, traceparent
              ), rejection AS (
                  INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
-                 SELECT $5, 'order', moved.id::text, 'order.rejected', 'notification', $6, moved.traceparent
+                 SELECT $5, 'order', moved.id, $7, $8, $6, moved.traceparent
                    FROM moved WHERE moved.status = 'rejected_out_of_stock'
                  ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING
              )
@@ -335,6 +335,8 @@ impl Fulfilment {
         .bind(order.quantity)
         .bind(Uuid::now_v7())
         .bind(serde_json::to_value(&rejected).context("a notification serializes")?)
+        .bind(EventType::OrderRejected)
+        .bind(EventType::OrderRejected.destination())
         .fetch_one(&mut *tx)
         .await
         .context("failed to reserve stock")?;

@@ -10,6 +10,7 @@ use sqlx::PgExecutor;
 use uuid::Uuid;
 
 use crate::domain::{Currency, Money, OrderId, Quantity, Sku, UserId};
+use crate::outbox::{Destination, EventType};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::Type, utoipa::ToSchema)]
 #[sqlx(type_name = "order_status", rename_all = "snake_case")]
@@ -184,7 +185,7 @@ impl<'a> Transition<'a> {
     }
 
     /// A message the move causes, for its event type's queue.
-    pub fn with_message(mut self, event_type: crate::outbox::EventType, payload: impl Serialize) -> Self {
+    pub fn with_message(mut self, event_type: EventType, payload: impl Serialize) -> Self {
         self.messages.push(crate::outbox::NewMessage::new(event_type, self.order_id, payload));
         self
     }
@@ -197,8 +198,8 @@ impl<'a> Transition<'a> {
     pub async fn apply<'e>(self, executor: impl PgExecutor<'e>) -> sqlx::Result<bool> {
         let messages = &self.messages;
         let ids: Vec<Uuid> = messages.iter().map(|_| Uuid::now_v7()).collect();
-        let event_types: Vec<&str> = messages.iter().map(|m| m.event_type.as_str()).collect();
-        let destinations: Vec<&str> = messages.iter().map(|m| m.event_type.destination().as_str()).collect();
+        let event_types: Vec<EventType> = messages.iter().map(|m| m.event_type).collect();
+        let destinations: Vec<Destination> = messages.iter().map(|m| m.event_type.destination()).collect();
         let payloads: Vec<&serde_json::Value> = messages.iter().map(|m| &m.payload).collect();
         let moved: i64 = sqlx::query_scalar(
             "WITH moved AS (
@@ -210,8 +211,8 @@ impl<'a> Transition<'a> {
               RETURNING id, traceparent
              ), enqueued AS (
                  INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
-                 SELECT m.message_id, 'order', moved.id::text, m.event_type, m.destination, m.payload, moved.traceparent
-                   FROM moved, UNNEST($6::uuid[], $7::text[], $8::text[], $9::jsonb[])
+                 SELECT m.message_id, 'order', moved.id, m.event_type, m.destination, m.payload, moved.traceparent
+                   FROM moved, UNNEST($6::uuid[], $7::outbox_event_type[], $8::outbox_destination[], $9::jsonb[])
                         AS m(message_id, event_type, destination, payload)
                  ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING
              )

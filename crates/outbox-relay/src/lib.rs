@@ -34,7 +34,9 @@ use futures::FutureExt;
 use orderfleet::backlog::Backlog;
 use orderfleet::backoff::Backoff;
 use orderfleet::config::{ConfigError, DatabaseConfig, Env, QueueConfig, RuntimeConfig, Setting};
+use orderfleet::domain::OrderId;
 use orderfleet::failure::{Failure, Kind, Outcome, Source};
+use orderfleet::outbox::{Destination, EventType};
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
@@ -160,9 +162,10 @@ impl RelayConfig {
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Claimed {
     pub id: Uuid,
-    pub aggregate_id: String,
-    pub event_type: String,
-    pub destination: String,
+    /// The order the row is about.
+    pub aggregate_id: OrderId,
+    pub event_type: EventType,
+    pub destination: Destination,
     pub payload: serde_json::Value,
     pub retry_count: i32,
     pub created_at: chrono::DateTime<chrono::Utc>,
@@ -254,7 +257,7 @@ async fn record_sent(pool: &PgPool, outcomes: &[(Claimed, Outcome)]) -> sqlx::Re
         .await?;
         metrics::counter!("outbox_sent_total").increment(sent.len() as u64);
         for (row, _) in outcomes.iter().filter(|(_, o)| o.is_ok()) {
-            let (event_type, destination) = (&row.event_type, &row.destination);
+            let (event_type, destination) = (row.event_type.as_str(), row.destination.as_str());
             row.span().in_scope(|| tracing::info!(event_type, destination, "outbox row sent"));
         }
     }
@@ -299,7 +302,7 @@ impl<'a> Retry<'a> {
             let (code, reason) = (&failure.code, &failure.reason);
             row.span().in_scope(|| {
                 tracing::error!(
-                    event_type = row.event_type,
+                    event_type = row.event_type.as_str(),
                     code,
                     reason,
                     "outbox row is dead; see `fleetctl outbox dead`"

@@ -70,17 +70,13 @@ impl Sender {
     /// The row's queue and message body, or why it can never be sent.
     fn prepare(&self, row: &Claimed) -> Result<(String, String), Failure> {
         let permanent = |code: &str, reason: String| Failure::permanent(Source::Message, code, reason);
-        let Some(destination) = Destination::parse(&row.destination) else {
-            let reason = format!("no queue is configured for destination {:?}", row.destination);
-            return Err(permanent("unknown_destination", reason));
-        };
-        let body = envelope(row).map_err(|reason| permanent("invalid_row", reason))?;
+        let body = envelope(row);
         if body.len() > MAX_MESSAGE_BYTES {
             let reason =
                 format!("the message is {} bytes; SQS takes at most {MAX_MESSAGE_BYTES}", body.len());
             return Err(permanent("message_too_large", reason));
         }
-        Ok((self.queues[&destination].clone(), body))
+        Ok((self.queues[&row.destination].clone(), body))
     }
 
     async fn send_chunk(&self, queue_url: String, chunk: Vec<(Claimed, String)>) -> Vec<(Claimed, Outcome)> {
@@ -174,19 +170,15 @@ fn chunks<T>(items: Vec<(T, String)>, size: usize, max_bytes: usize) -> Vec<Vec<
 }
 
 /// The JSON body: `message_id` is the outbox id, the consumers' key for redeliveries.
-fn envelope(row: &Claimed) -> Result<String, String> {
-    let order_id = row
-        .aggregate_id
-        .parse()
-        .map_err(|_| format!("aggregate id {:?} is not an order id", row.aggregate_id))?;
+fn envelope(row: &Claimed) -> String {
     let envelope = Envelope {
         message_id: row.id,
-        event_type: row.event_type.clone(),
-        order_id,
+        event_type: row.event_type,
+        order_id: row.aggregate_id,
         occurred_at: row.created_at,
         payload: row.payload.clone(),
     };
-    serde_json::to_string(&envelope).map_err(|e| e.to_string())
+    serde_json::to_string(&envelope).expect("an envelope serializes: its payload is already JSON")
 }
 
 fn attributes(row: &Claimed) -> HashMap<String, MessageAttributeValue> {
@@ -199,7 +191,7 @@ fn attributes(row: &Claimed) -> HashMap<String, MessageAttributeValue> {
     };
     let mut attributes = HashMap::from([
         ("message_id".to_owned(), string(row.id.to_string())),
-        ("event_type".to_owned(), string(row.event_type.clone())),
+        ("event_type".to_owned(), string(row.event_type.as_str().to_owned())),
     ]);
     if let Some(traceparent) = &row.traceparent {
         attributes.insert(orderfleet::trace::TRACEPARENT.to_owned(), string(traceparent.clone()));

@@ -74,11 +74,13 @@ impl StockCheck {
 
     /// Handles one message body. Public so tests can drive it without SQS.
     pub async fn handle_one(&self, body: &str) -> Outcome {
-        let envelope: Envelope = serde_json::from_str(body).map_err(|e| {
-            Failure::permanent(Source::Message, "not_an_envelope", format!("not a message envelope: {e}"))
-        })?;
-        if EventType::parse(&envelope.event_type) != Some(EventType::StockCheckRequested) {
-            let reason = format!("unknown event type {:?} on the stock-check queue", envelope.event_type);
+        let envelope = Envelope::parse(body)
+            .map_err(|refused| Failure::permanent(Source::Message, refused.code, refused.reason))?;
+        if envelope.event_type != EventType::StockCheckRequested {
+            let reason = format!(
+                "event type {:?} does not belong on the stock-check queue",
+                envelope.event_type.as_str()
+            );
             return Err(Failure::permanent(Source::Message, "unknown_event_type", reason));
         }
         self.fulfilment.advance(envelope.order_id).await
