@@ -40,7 +40,13 @@ def functions(source):
     return set(re.findall(r"\bfn\s+([a-z_][a-z0-9_]*)", source))
 
 
-E2E = {os.path.basename(p)[:-3]: functions(read(p)) for p in files(["tests/e2e/*.rs"])}
+def e2e_module(path):
+    """`tests/e2e/faults/stripe.rs` → `faults::stripe`; a `mod.rs` is its folder's module."""
+    parts = os.path.relpath(path, "tests/e2e")[:-3].split(os.sep)
+    return "::".join(parts[:-1] if parts[-1] == "mod" else parts)
+
+
+E2E = {e2e_module(p): functions(read(p)) for p in files(["tests/e2e/**/*.rs"])}
 CRATE_SOURCES = {}
 for manifest in files(["crates/*/Cargo.toml"]):
     directory = os.path.dirname(manifest)
@@ -67,8 +73,11 @@ def check_test(token):
     if not re.fullmatch(r"[a-z_][a-z0-9_]*" + ELLIPSIS + "?", last):
         return None  # a type or a module path, not a function
     if parts[0] in E2E:
-        if len(parts) == 2 and not matches(last, E2E[parts[0]]):
-            return f"no test {last} in tests/e2e/{parts[0]}.rs"
+        module = "::".join(parts[:-1])
+        if module in E2E and not matches(last, E2E[module]):
+            return f"no test {last} in the e2e module {module}"
+        if module not in E2E and "::".join(parts) not in E2E:
+            return f"no e2e module {module}"
         return None
     if last == "tests" or last.endswith("_tests"):
         return None  # a test module

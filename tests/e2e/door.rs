@@ -300,14 +300,13 @@ async fn a_repeated_upsert_sells_nothing_twice_and_a_total_below_the_units_sold_
     // Assert: five in all, three of them sold: two left, not five.
     assert!(said.contains("5 units for sale in all, 3 sold or reserved"), "{said}");
     assert_eq!(units(&fleet, "sku-1").await, (5, 2, 3));
-    let answers: Vec<u16> =
-        futures::future::join_all((0..3).map(|i| {
-            fleet.post_order_owned(format!("late-{i}"), "key-1".into(), "sku-1", 1, "pm_card_visa")
-        }))
-        .await
-        .into_iter()
-        .map(|a| a.unwrap().status)
-        .collect();
+    let answers: Vec<u16> = futures::future::join_all(
+        (0..3).map(|i| fleet.post_order(&format!("late-{i}"), "key-1", "sku-1", 1, "pm_card_visa")),
+    )
+    .await
+    .into_iter()
+    .map(|a| a.unwrap().status)
+    .collect();
     let mut sorted = answers.clone();
     sorted.sort();
     assert_eq!(sorted, [202, 202, 409], "{answers:?}");
@@ -338,7 +337,7 @@ async fn the_fleets_stripe_budgets_keep_a_rate_limited_stripe_from_answering_429
     // Act: 80 buyers at once for 30 units.
     let answers = futures::future::join_all((0..80).map(|i| {
         let fleet = &fleet;
-        async move { fleet.post_order_retrying(&format!("u{i}"), "k", "drop", 1, "pm_card_visa").await }
+        async move { fleet.post_order(&format!("u{i}"), "k", "drop", 1, "pm_card_visa").retrying().await }
     }))
     .await;
     let statuses = fleet.wait_settled(Duration::from_secs(120)).await.unwrap();
@@ -361,7 +360,7 @@ async fn the_fleets_stripe_budgets_keep_a_rate_limited_stripe_from_answering_429
     fleet.product("control", 1000, 40).await.unwrap();
     futures::future::join_all((0..40).map(|i| {
         let fleet = &fleet;
-        async move { fleet.post_order_retrying(&format!("c{i}"), "k", "control", 1, "pm_card_visa").await }
+        async move { fleet.post_order(&format!("c{i}"), "k", "control", 1, "pm_card_visa").retrying().await }
     }))
     .await;
     let stats = fleet.stripe_stats().await.unwrap();
@@ -379,7 +378,7 @@ async fn a_request_that_gets_no_stripe_slot_answers_503_keeps_its_units_and_comp
 
     // Act
     let first: Vec<Answer> = futures::future::join_all(
-        (0..8).map(|i| fleet.post_order_owned(format!("u{i}"), "k".into(), "sku-1", 1, "pm_card_visa")),
+        (0..8).map(|i| fleet.post_order(&format!("u{i}"), "k", "sku-1", 1, "pm_card_visa")),
     )
     .await
     .into_iter()
@@ -398,7 +397,7 @@ async fn a_request_that_gets_no_stripe_slot_answers_503_keeps_its_units_and_comp
     assert_eq!(units(&fleet, "sku-1").await.2, 8, "a refused order lost its units");
     for &i in &refused {
         let (answer, _) =
-            fleet.post_order_retrying(&format!("u{i}"), "k", "sku-1", 1, "pm_card_visa").await.unwrap();
+            fleet.post_order(&format!("u{i}"), "k", "sku-1", 1, "pm_card_visa").retrying().await.unwrap();
         assert_eq!(answer.status, 202, "{answer:?}");
     }
     let positions: std::collections::HashSet<i64> = sqlx::query_scalar("SELECT position FROM orders")
@@ -444,7 +443,7 @@ async fn a_bot_firing_at_once_gets_only_its_limit_per_customer_and_a_declined_or
     // Act: one user fires 40 orders at once, each under its own key.
     let fleet_ref = &fleet;
     let bot = futures::future::join_all((0..40).map(|i| async move {
-        fleet_ref.post_order_retrying("bot", &format!("k{i}"), "drop", 1, "pm_card_visa").await
+        fleet_ref.post_order("bot", &format!("k{i}"), "drop", 1, "pm_card_visa").retrying().await
     }))
     .await;
     // Another buyer: a declined card first, which holds nothing, then two orders, then a third.
@@ -552,7 +551,7 @@ async fn after_a_cut_an_order_whose_turn_depends_on_a_pending_order_ahead_waits_
     assert_eq!(b_now, "authorized", "B was decided while A ahead of it was still pending");
     // A's buyer retries: a new attempt, and the card is declined; its unit goes back.
     let (a_again, _) =
-        fleet.post_order_retrying("ann", "key-a", "sku-1", 1, "pm_card_chargeDeclined").await.unwrap();
+        fleet.post_order("ann", "key-a", "sku-1", 1, "pm_card_chargeDeclined").retrying().await.unwrap();
     assert_eq!(a_again.status, 402, "{a_again:?}");
 
     // Assert: B got the unit A did not take.
@@ -591,7 +590,7 @@ async fn a_cut_that_would_reject_an_order_ahead_of_one_already_served_is_refused
     assert!(refused.contains("nothing was changed"), "{refused}");
     accepted.unwrap();
     assert_eq!(units(&fleet, "sku-1").await, (3, 1, 3));
-    let (a_again, _) = fleet.post_order_retrying("ann", "key-a", "sku-1", 1, "pm_card_visa").await.unwrap();
+    let (a_again, _) = fleet.post_order("ann", "key-a", "sku-1", 1, "pm_card_visa").retrying().await.unwrap();
     assert_eq!(a_again.status, 202, "{a_again:?}");
     let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     assert_eq!(statuses.get("paid"), Some(&3), "{statuses:?}");

@@ -193,7 +193,7 @@ async fn an_unavailable_provider_answers_503_and_a_retry_with_the_same_key_compl
 
     // The client retries as Retry-After says: once Stripe's search can be trusted to show
     // what the first attempt did (nothing), a new attempt with a new key authorizes.
-    let (retry, _) = fleet.post_order_retrying("frank", "key-1", "sku-1", 1, "pm_card_visa").await.unwrap();
+    let (retry, _) = fleet.post_order("frank", "key-1", "sku-1", 1, "pm_card_visa").retrying().await.unwrap();
     assert_eq!(retry.status, 202, "{:?}", retry.body);
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     let intents = fleet.intents().await.unwrap();

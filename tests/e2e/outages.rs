@@ -163,7 +163,7 @@ async fn every_shape_of(dependency: Dependency) {
         // would finish their orders too, after its 90 s).
         for buyer in unanswered {
             let (answer, _) =
-                fleet.post_order_retrying(&buyer, "key", "sku-1", 1, "pm_card_visa").await.unwrap();
+                fleet.post_order(&buyer, "key", "sku-1", 1, "pm_card_visa").retrying().await.unwrap();
             assert_eq!(answer.status, 202, "{buyer}'s retry after the outage: {:?}", answer.body);
             accepted.push(answer.body["order_id"].as_str().unwrap().to_owned());
         }

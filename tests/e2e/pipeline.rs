@@ -58,14 +58,14 @@ async fn a_burst_of_200_buyers_for_50_units_authorizes_50_cancels_none_and_turns
     fleet.product("drop", 1000, 50).await.unwrap();
 
     // Act: 200 users at once, one unit each.
-    let answers: Vec<_> =
-        futures::future::join_all((0..200).map(|i| {
-            fleet.post_order_owned(format!("user-{i}"), format!("key-{i}"), "drop", 1, "pm_card_visa")
-        }))
-        .await
-        .into_iter()
-        .map(|a| a.unwrap())
-        .collect();
+    let answers: Vec<_> = futures::future::join_all(
+        (0..200)
+            .map(|i| fleet.post_order(&format!("user-{i}"), &format!("key-{i}"), "drop", 1, "pm_card_visa")),
+    )
+    .await
+    .into_iter()
+    .map(|a| a.unwrap())
+    .collect();
 
     // Assert (SPEC §8.8): exactly the units are accepted, each with its own place in line;
     // everyone else hears sold_out, with nothing written and no PaymentIntent.

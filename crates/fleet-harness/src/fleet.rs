@@ -338,41 +338,25 @@ impl Fleet {
         Ok(Answer { status, replayed, retry_after, body, took: sent.elapsed() })
     }
 
-    pub async fn post_order(
+    /// `POST /v1/orders` of `quantity` units of `product`, paid with `method`: `.await` sends it
+    /// once; [`OrderPost::retrying`] sends it as a well-behaved client does. It owns its
+    /// arguments, so it may outlive the loop that made it.
+    pub fn post_order(
         &self,
         user: &str,
         key: &str,
         product: &str,
         quantity: i64,
         method: &str,
-    ) -> anyhow::Result<Answer> {
+    ) -> OrderPost<'_> {
         let body =
             serde_json::json!({ "product_id": product, "quantity": quantity, "payment_method": method });
-        self.post_raw(Some(user), Some(key), &body.to_string()).await
-    }
-
-    /// What a well-behaved client does: on `409 idempotency_key_in_use` (the same key in
-    /// flight) or `503` (try again), wait as `Retry-After` says (at most a second here) and send
-    /// the same request again. A `409 sold_out` is a final answer here.
-    /// Returns the final answer and the statuses of the attempts before it.
-    pub async fn post_order_retrying(
-        &self,
-        user: &str,
-        key: &str,
-        product: &str,
-        quantity: i64,
-        method: &str,
-    ) -> anyhow::Result<(Answer, Vec<u16>)> {
-        let mut earlier = Vec::new();
-        loop {
-            let answer = self.post_order(user, key, product, quantity, method).await?;
-            let in_use = answer.status == 409 && answer.body["error"]["code"] == "idempotency_key_in_use";
-            if !(in_use || answer.status == 503) || earlier.len() >= 30 {
-                return Ok((answer, earlier));
-            }
-            let wait = answer.retry_after.as_deref().and_then(|s| s.parse::<u64>().ok()).unwrap_or(1).min(1);
-            earlier.push(answer.status);
-            tokio::time::sleep(Duration::from_secs(wait)).await;
+        OrderPost {
+            fleet: self,
+            user: user.to_owned(),
+            key: key.to_owned(),
+            body: body.to_string(),
+            sending: None,
         }
     }
 
@@ -770,17 +754,55 @@ impl Drop for Fleet {
     }
 }
 
-impl Fleet {
-    /// [`Fleet::post_order`] with owned arguments, for futures that outlive their loop.
-    pub async fn post_order_owned(
-        &self,
-        user: String,
-        key: String,
-        product: &str,
-        quantity: i64,
-        method: &str,
-    ) -> anyhow::Result<Answer> {
-        self.post_order(&user, &key, product, quantity, method).await
+/// An order request ([`Fleet::post_order`]): a future that sends it once, or, with
+/// [`OrderPost::retrying`], as a well-behaved client does.
+pub struct OrderPost<'a> {
+    fleet: &'a Fleet,
+    user: String,
+    key: String,
+    body: String,
+    /// The one send, once polled.
+    sending: Option<futures::future::BoxFuture<'a, anyhow::Result<Answer>>>,
+}
+
+impl<'a> OrderPost<'a> {
+    async fn send(&self) -> anyhow::Result<Answer> {
+        self.fleet.post_raw(Some(&self.user), Some(&self.key), &self.body).await
+    }
+
+    /// What a well-behaved client does: on `409 idempotency_key_in_use` (the same key in
+    /// flight) or `503` (try again), wait as `Retry-After` says (at most a second here) and send
+    /// the same request again. A `409 sold_out` is a final answer here.
+    /// Returns the final answer and the statuses of the attempts before it.
+    pub async fn retrying(self) -> anyhow::Result<(Answer, Vec<u16>)> {
+        let mut earlier = Vec::new();
+        loop {
+            let answer = self.send().await?;
+            let in_use = answer.status == 409 && answer.body["error"]["code"] == "idempotency_key_in_use";
+            if !(in_use || answer.status == 503) || earlier.len() >= 30 {
+                return Ok((answer, earlier));
+            }
+            let wait = answer.retry_after.as_deref().and_then(|s| s.parse::<u64>().ok()).unwrap_or(1).min(1);
+            earlier.push(answer.status);
+            tokio::time::sleep(Duration::from_secs(wait)).await;
+        }
+    }
+}
+
+impl Future for OrderPost<'_> {
+    type Output = anyhow::Result<Answer>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = self.get_mut();
+        let sending = this.sending.get_or_insert_with(|| {
+            let (fleet, user, key, body) =
+                (this.fleet, this.user.clone(), this.key.clone(), this.body.clone());
+            Box::pin(async move { fleet.post_raw(Some(&user), Some(&key), &body).await })
+        });
+        sending.as_mut().poll(cx)
     }
 }
 

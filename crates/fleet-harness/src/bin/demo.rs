@@ -147,7 +147,7 @@ async fn sale(fleet: &Fleet, options: &Options) -> anyhow::Result<bool> {
     let product = sku.as_str();
     let mut stream = futures::stream::iter(requests)
         .map(|(user, key)| async move {
-            let answer = fleet.post_order_retrying(&user, &key, product, 1, "pm_card_visa").await;
+            let answer = fleet.post_order(&user, &key, product, 1, "pm_card_visa").retrying().await;
             answer.map(|(answer, earlier)| (user, answer, earlier))
         })
         .buffer_unordered(64);

@@ -1,0 +1,100 @@
+//! The fault-injection suite (SPEC §8 under failure): crashes at the worst moments, Stripe
+//! failing in every way stripe-sim can, SQS and PostgreSQL cut away behind a proxy, poison
+//! messages and their redrive, SIGTERM in the middle of a burst, a permanent outbox failure.
+//! Every case ends by auditing every guarantee from stripe-sim's ledger, the database and
+//! SNS, and prints a `fault-suite:` line of figures (docs/failure-modes.md collects them).
+//!
+//! A module per thing that fails: [`processes`], [`stripe`], [`postgres`], [`sqs`], [`sns`],
+//! and [`poison`] messages. Each imports this module's helpers and imports with `super::*`.
+
+mod poison;
+mod postgres;
+mod processes;
+mod sns;
+mod sqs;
+mod stripe;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use fleet_harness::eventually;
+use orderfleet_tests::Fleet;
+use orderfleet_tests::audit::Audit;
+
+/// Places an order, retrying while the intake is still starting (connection refused).
+async fn place(fleet: &Fleet, user: &str, key: &str, product: &str) -> fleet_harness::Answer {
+    let answered = || async { fleet.post_order(user, key, product, 1, "pm_card_visa").await.ok() };
+    eventually("the intake answering", Duration::from_secs(20), answered).await.unwrap()
+}
+
+/// A queue's messages: (visible, in flight).
+pub(crate) async fn depth(fleet: &Fleet, queue_url: &str) -> (u64, u64) {
+    fleet.queue_depth(queue_url).await.unwrap()
+}
+
+async fn dlqs_are_empty(fleet: &Fleet) -> bool {
+    depth(fleet, &fleet.stock.dlq_url).await == (0, 0)
+        && depth(fleet, &fleet.notification.dlq_url).await == (0, 0)
+}
+
+/// A trigger that refuses the buyer `refused`'s orders their move to `status` (a constant of
+/// the test), as a constraint or a bad row would: a permanent database error (23514).
+async fn refuse_the_move_to(fleet: &Fleet, status: &str) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE FUNCTION refuse_{status}() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.user_id = 'refused' AND NEW.status = '{status}' THEN
+                 RAISE EXCEPTION 'refused by a test trigger' USING ERRCODE = 'check_violation';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER refuse_{status} BEFORE UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION refuse_{status}();"
+    )))
+    .execute(&fleet.pool)
+    .await
+    .unwrap();
+}
+
+/// The cause fixed: [`refuse_the_move_to`]'s trigger dropped.
+async fn allow_the_move_to(fleet: &Fleet, status: &str) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP TRIGGER refuse_{status} ON orders")))
+        .execute(&fleet.pool)
+        .await
+        .unwrap();
+}
+
+/// Audits, prints the figures, asserts every guarantee.
+async fn audit(fleet: &Fleet, case: &str, product: &str, faults: usize, expected_notes: usize) -> Audit {
+    // A bound, not a wait: it returns once they are all in. Generous, because a notification
+    // a killed worker held comes back only after its claim (30 s) and its message's visibility
+    // run out, and a loaded machine adds to both (60 s once fell 10 notifications short).
+    let notes = fleet.notifications(expected_notes, Duration::from_secs(120)).await.unwrap();
+    let audit = Audit::of(fleet, product, &notes).await.unwrap();
+    println!("{}", audit.figures(case, faults));
+    audit.assert_guarantees();
+    audit
+}
+
+/// The AWS CLI that `make up` installed with LocalStack (its virtualenv), for what an operator
+/// types or the console calls.
+pub(crate) fn aws_cli() -> std::path::PathBuf {
+    let host_sh = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../localstack/host.sh");
+    let out = std::process::Command::new(host_sh).arg("venv").output().expect("localstack/host.sh venv");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("bin/aws")
+}
+
+fn localstack_addr() -> SocketAddr {
+    let url = orderfleet_tests::stack_var("AWS_ENDPOINT_URL");
+    let host = url.trim_start_matches("http://").trim_end_matches('/');
+    host.replace("localhost", "127.0.0.1").parse().expect("AWS_ENDPOINT_URL is http://HOST:PORT")
+}
+
+/// An intake that aborts right after Stripe authorizes, before it commits; its lease is 1 s,
+/// so a retry or the sweeper may take the order over soon.
+fn spawn_intake_that_dies_after_authorizing(fleet: &mut Fleet) {
+    let lease = ("INTAKE_LEASE_SECONDS", "1");
+    fleet
+        .spawn("doomed-intake", "order-intake", &[("ORDERFLEET_FAILPOINTS", "after_authorize"), lease])
+        .unwrap();
+}
