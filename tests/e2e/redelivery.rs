@@ -96,7 +96,7 @@ async fn the_same_stock_check_delivered_5_times_captures_once_and_a_paid_orders_
 async fn a_slow_capture_keeps_its_message_invisible_to_the_other_worker() {
     // Arrange: a 3 s visibility timeout, and a capture that hangs past the client's 5 s
     // timeout before its retry succeeds.
-    let fleet = Fleet::start_with_stock_visibility("heartbeat", 2, Some(3)).await.unwrap();
+    let fleet = Fleet::builder("heartbeat").stock_visibility(3).start(2).await.unwrap();
     fleet.product("sku-1", 900, 3).await.unwrap();
     fleet.fault("capture", "timeout", 1).await.unwrap();
 

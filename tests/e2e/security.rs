@@ -8,7 +8,7 @@ use orderfleet_tests::Fleet;
 #[tokio::test(flavor = "multi_thread")]
 async fn one_user_firing_200_requests_a_second_gets_429s_while_another_users_order_goes_through() {
     // Arrange: the default limits (5 a second per user, bursts of 10).
-    let fleet = Fleet::start_with_default_limits("user-rate-limit", 1).await.unwrap();
+    let fleet = Fleet::builder("user-rate-limit").default_limits().start(1).await.unwrap();
     fleet.product("drop", 1000, 500).await.unwrap();
 
     // Act: 200 requests from one user within a second, each under its own key; meanwhile
@@ -51,7 +51,7 @@ async fn one_user_firing_200_requests_a_second_gets_429s_while_another_users_ord
 #[tokio::test(flavor = "multi_thread")]
 async fn a_decline_tells_the_buyer_only_payment_declined_and_a_card_tester_is_stopped_before_stripe() {
     // Arrange
-    let fleet = Fleet::start_with_default_limits("card-testing", 1).await.unwrap();
+    let fleet = Fleet::builder("card-testing").default_limits().start(1).await.unwrap();
     fleet.product("sku-1", 1000, 50).await.unwrap();
     let cards = [
         "pm_card_chargeDeclined",

@@ -1,17 +1,21 @@
 //! The stock worker's step driven in process, without SQS: `StockCheck::handle_one` and
-//! `Fulfilment::advance` against a database of the test's own and an in-process stripe-sim.
+//! `Fulfilment::advance` against a database of the test's own and an in-process stripe-sim,
+//! each order placed through the intake's own code (`Intake::place`).
 //! What the step returns is the message's outcome as the consumer settles it (delete, come
 //! back, pause, DLQ), so these tests pin each classification where it is made.
 
 use std::time::Duration;
 
-use orderfleet::authorization;
+use order_intake::orders::{Intake, Placed};
+use order_intake::request::{IdempotencyKey, OrderRequest};
 use orderfleet::config::{Env, StripeConfig};
 use orderfleet::domain::OrderId;
 use orderfleet::failure::{Kind, Source};
 use orderfleet::fulfilment::Fulfilment;
 use orderfleet::outbox::{Envelope, EventType};
 use orderfleet::payments::{Payments, RetryPolicy};
+use orderfleet::tokens::UserId;
+use orderfleet::trace::Trace;
 use orderfleet_tests::TestDatabase;
 use stock_worker::StockCheck;
 use uuid::Uuid;
@@ -47,31 +51,25 @@ impl Step {
         Self { db, stripe_base, step: StockCheck { fulfilment }, _stop: stop }
     }
 
-    /// An order promised its unit at the door and authorized at stripe-sim, as the intake
-    /// leaves it.
+    /// An order placed through the intake's own code (the door, the authorization at
+    /// stripe-sim, the commit with its outbox rows), as a `202` leaves it.
     async fn authorized_order(&self, user: &str) -> Uuid {
-        let id = Uuid::now_v7();
-        sqlx::query(
-            "WITH door AS (
-                 UPDATE products SET units_promised = units_promised + 1, last_position = last_position + 1
-                  WHERE id = 'sku-1' RETURNING last_position
-             )
-             INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity,
-                                 amount_minor, currency, payment_method, position)
-             SELECT $1, $2, 'k', '\\x00', 'sku-1', 1, 1000, 'usd', 'pm_card_visa', last_position FROM door",
+        let intake = Intake {
+            pool: &self.db.pool,
+            payments: &self.step.fulfilment.payments,
+            lease: Duration::from_secs(30),
+            declines_per_hour: 0,
+            traceparent: &Trace::random().traceparent(),
+        };
+        let request = OrderRequest::parse(
+            br#"{"product_id": "sku-1", "quantity": 1, "payment_method": "pm_card_visa"}"#,
         )
-        .bind(id)
-        .bind(user)
-        .execute(&self.db.pool)
-        .await
         .unwrap();
-        let pool = &self.db.pool;
-        let order = authorization::take_over(pool, OrderId::from_uuid(id), Duration::from_secs(30))
-            .await
-            .unwrap()
-            .unwrap();
-        authorization::authorize(pool, &self.step.fulfilment.payments, &order).await.unwrap();
-        id
+        let key = IdempotencyKey::parse("key-1").unwrap();
+        match intake.place(&UserId::parse(user).unwrap(), &key, &request).await.unwrap() {
+            Placed::Accepted { body, replayed: false } => body.order_id.as_uuid(),
+            other => panic!("the intake did not accept the order: {other:?}"),
+        }
     }
 
     async fn status(&self, id: Uuid) -> String {

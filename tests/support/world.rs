@@ -40,15 +40,7 @@ struct World {
 }
 
 impl World {
-    async fn create(name: &str, stock_visibility: Option<u32>) -> anyhow::Result<Self> {
-        Self::create_with(name, stock_visibility, TestDatabase::migrated().await?).await
-    }
-
-    async fn create_with(
-        name: &str,
-        stock_visibility: Option<u32>,
-        db: TestDatabase,
-    ) -> anyhow::Result<Self> {
+    async fn create(name: &str, stock_visibility: Option<u32>, db: TestDatabase) -> anyhow::Result<Self> {
         let sdk = aws().await;
         let sqs = sdk.sqs();
         let stock =
@@ -85,72 +77,81 @@ impl World {
 
 /// Tests hammer the intake from a few users, and some decline many cards: they run with the
 /// per-user limits out of the way. The limits themselves are tested at their defaults
-/// ([`TestFleet::start_with_default_limits`]).
+/// ([`Builder::default_limits`]).
 const GENEROUS_LIMITS: [(&str, &str); 3] = [
     ("INTAKE_USER_RATE_PER_SECOND", "10000"),
     ("INTAKE_USER_BURST", "10000"),
     ("INTAKE_DECLINES_PER_HOUR", "0"),
 ];
 
-fn with_generous_limits(mut fleet: Fleet) -> Fleet {
-    for (key, value) in GENEROUS_LIMITS {
-        fleet.set_env(key, value);
-    }
-    // stripe-sim's search sees a PaymentIntent the moment it is made: a second is plenty.
-    fleet.set_env("STRIPE_SEARCH_LAG_SECONDS", "1");
-    fleet
+/// How a test's fleet is made: `TestFleet::builder(name)`, what differs from the usual, then
+/// [`Builder::prepare`] (stripe-sim and an observer, no fleet binaries) or
+/// [`Builder::start`] (the whole fleet).
+pub struct Builder {
+    name: String,
+    stock_visibility: Option<u32>,
+    db: Option<TestDatabase>,
+    generous_limits: bool,
 }
 
-impl TestFleet {
-    /// stripe-sim and an observer; no fleet binaries yet.
-    pub async fn prepare(name: &str) -> anyhow::Result<Self> {
-        Self::prepare_with_stock_visibility(name, None).await
+impl Builder {
+    /// The stock-check queue with another visibility timeout (so a crashed worker's message
+    /// comes back in seconds, not a minute).
+    pub fn stock_visibility(self, seconds: u32) -> Self {
+        Self { stock_visibility: Some(seconds), ..self }
     }
 
-    /// The whole fleet with the intake's limits at their defaults.
-    pub async fn start_with_default_limits(name: &str, stock_workers: usize) -> anyhow::Result<Self> {
-        let world = World::create(name, None).await?;
-        let mut fleet = Fleet::prepare(name, world.stack(), world.log_dir.clone()).await?;
-        fleet.spawn_all(stock_workers).await?;
+    /// Against `db` (a database on a server of the test's own), not a fresh one on the suite's.
+    pub fn database(self, db: TestDatabase) -> Self {
+        Self { db: Some(db), ..self }
+    }
+
+    /// The intake's per-user limits, and Stripe's search lag, at their defaults: the product as
+    /// it ships.
+    pub fn default_limits(self) -> Self {
+        Self { generous_limits: false, ..self }
+    }
+
+    /// stripe-sim and an observer; no fleet binaries yet.
+    pub async fn prepare(self) -> anyhow::Result<TestFleet> {
+        let db = match self.db {
+            Some(db) => db,
+            None => TestDatabase::migrated().await?,
+        };
+        let world = World::create(&self.name, self.stock_visibility, db).await?;
+        let mut fleet = Fleet::prepare(&self.name, world.stack(), world.log_dir.clone()).await?;
+        if self.generous_limits {
+            for (key, value) in GENEROUS_LIMITS {
+                fleet.set_env(key, value);
+            }
+            // stripe-sim's search sees a PaymentIntent the moment it is made: a second is plenty.
+            fleet.set_env("STRIPE_SEARCH_LAG_SECONDS", "1");
+        }
         Ok(world.with(fleet))
     }
 
-    /// The same, the stock-check queue with another visibility timeout (so a crashed worker's
-    /// message comes back in seconds, not a minute).
-    pub async fn prepare_with_stock_visibility(
-        name: &str,
-        visibility_seconds: Option<u32>,
-    ) -> anyhow::Result<Self> {
-        let world = World::create(name, visibility_seconds).await?;
-        let fleet = Fleet::prepare(name, world.stack(), world.log_dir.clone()).await?;
-        Ok(world.with(with_generous_limits(fleet)))
+    /// The whole fleet, with `stock_workers` stock-worker processes.
+    pub async fn start(self, stock_workers: usize) -> anyhow::Result<TestFleet> {
+        let mut fleet = self.prepare().await?;
+        fleet.spawn_all(stock_workers).await?;
+        Ok(fleet)
+    }
+}
+
+impl TestFleet {
+    /// A fleet named `name` (its logs, its queues), made as the [`Builder`] is told.
+    pub fn builder(name: &str) -> Builder {
+        Builder { name: name.to_owned(), stock_visibility: None, db: None, generous_limits: true }
+    }
+
+    /// stripe-sim and an observer; no fleet binaries yet.
+    pub async fn prepare(name: &str) -> anyhow::Result<Self> {
+        Self::builder(name).prepare().await
     }
 
     /// The whole fleet with `stock_workers` stock-worker processes.
     pub async fn start(name: &str, stock_workers: usize) -> anyhow::Result<Self> {
-        Self::start_with_stock_visibility(name, stock_workers, None).await
-    }
-
-    /// The whole fleet against `db` (a database on a server of the test's own).
-    pub async fn start_on(name: &str, db: TestDatabase, stock_workers: usize) -> anyhow::Result<Self> {
-        let world = World::create_with(name, None, db).await?;
-        let fleet = Fleet::prepare(name, world.stack(), world.log_dir.clone()).await?;
-        let mut fleet = with_generous_limits(fleet);
-        fleet.spawn_all(stock_workers).await?;
-        Ok(world.with(fleet))
-    }
-
-    /// The whole fleet, its stock-check queue with another visibility timeout.
-    pub async fn start_with_stock_visibility(
-        name: &str,
-        stock_workers: usize,
-        visibility_seconds: Option<u32>,
-    ) -> anyhow::Result<Self> {
-        let world = World::create(name, visibility_seconds).await?;
-        let fleet = Fleet::prepare(name, world.stack(), world.log_dir.clone()).await?;
-        let mut fleet = with_generous_limits(fleet);
-        fleet.spawn_all(stock_workers).await?;
-        Ok(world.with(fleet))
+        Self::builder(name).start(stock_workers).await
     }
 
     /// Stops the processes (SIGTERM; each must exit 0) and removes the world.

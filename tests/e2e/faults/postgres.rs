@@ -143,7 +143,7 @@ async fn postgres_restarted_twice_mid_burst_loses_nothing_and_does_nothing_twice
     // every test beside this one), and the whole fleet on it.
     let server = std::sync::Arc::new(PostgresServer::start().unwrap());
     let db = TestDatabase::migrated_on(&server).await.unwrap();
-    let fleet = Fleet::start_on("postgres-restart", db, 2).await.unwrap();
+    let fleet = Fleet::builder("postgres-restart").database(db).start(2).await.unwrap();
     fleet.product("drop", 1000, 60).await.unwrap();
 
     // Act: 200 buyers for 60 units, well-behaved clients that retry a 503 with their key. The

@@ -10,7 +10,7 @@ async fn a_stock_worker_killed_at(point: &str) {
     // (and LocalStack) hand a message to a poll whose client is gone, so a visibility shorter
     // than the poll would let the dead worker's polls burn the message's receives.
     let case = format!("worker-killed-{point}");
-    let mut fleet = Fleet::prepare_with_stock_visibility(&case, Some(22)).await.unwrap();
+    let mut fleet = Fleet::builder(&case).stock_visibility(22).prepare().await.unwrap();
     let no_sweep = ("SWEEP_INTERVAL_SECONDS", "0");
     fleet.spawn("order-intake", "order-intake", &[]).unwrap();
     fleet.spawn("outbox-relay", "outbox-relay", &[]).unwrap();

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use fleet_harness::Fleet;
+use fleet_harness::audit::Audit;
 use futures::StreamExt;
 use order_intake::limits::LimitsConfig;
 use order_intake::orders::{self, Door};
@@ -104,6 +105,8 @@ pub async fn run(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result<()>
     let intake_peak_mib = fleet.pid("order-intake").and_then(peak_memory_mib);
     let metrics = fleet.scrape_metrics().await;
     let door_metrics = door_statement_figures(&metrics);
+    // The figures count only if the drop kept every guarantee.
+    let audit = Audit::without_notifications(fleet, "drop").await?;
 
     let mut final_codes: BTreeMap<String, usize> = BTreeMap::new();
     let mut sold_out_ms: Vec<f64> = Vec::new();
@@ -158,7 +161,9 @@ pub async fn run(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result<()>
         intake_peak_mib.map(|m| format!("{m:.1} MiB (VmHWM)")).unwrap_or_else(|| "unknown".into())
     );
     println!("door statement (intake)   {door_metrics}");
+    println!("guarantees                {}", audit.summary());
     anyhow::ensure!(paid == paid_units, "sold {paid} of {} units", options.units);
+    anyhow::ensure!(audit.holds(), "a guarantee broke in the drop: {}", audit.summary());
 
     let hot_row = hot_row(&fleet.stack.database_url).await?;
     println!("hot row, alone            {hot_row}");

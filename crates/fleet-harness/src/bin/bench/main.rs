@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, SendMessageBatchRequestEntry};
+use fleet_harness::audit::Audit;
 use fleet_harness::metrics::sum_by_label;
 use fleet_harness::{Fleet, Stack, percentile, replace_database};
 use futures::StreamExt;
@@ -405,6 +406,9 @@ async fn measure(
         None
     };
 
+    // The figures count only if the run kept every guarantee.
+    let audit = Audit::without_notifications(fleet, "bench").await?;
+
     let Ceiling { msgs_per_s: ceiling, localstack: localstack_ceiling } = ceiling;
     let ratio = orders_per_s / ceiling;
     println!();
@@ -444,6 +448,7 @@ async fn measure(
             .join(" ")
     );
     println!("database transactions     {xacts_per_order:.1} per order");
+    println!("guarantees                {}", audit.summary());
     if let Some(idle) = idle {
         println!(
             "idle receives             {idle:.1} per minute per worker (its one polling poller; the second parks while the queue is shallow)"
@@ -476,6 +481,7 @@ async fn measure(
     println!(
         "bench: orders={accepted} orders_per_s={orders_per_s:.1} requests_per_order={requests_per_order:.2} ceiling_msgs_per_s={ceiling:.0} ratio={ratio:.3}"
     );
+    anyhow::ensure!(audit.holds(), "a guarantee broke in the run: {}", audit.summary());
     Ok(())
 }
 
