@@ -100,7 +100,7 @@ async fn call_stripe(payments: &Payments, order: &Order) -> Result<Intent, Payme
 /// - Once the key has answered a 5xx, nothing more is sent under it: Stripe saved that answer
 ///   and replays it. A 500's result is indeterminate (docs.stripe.com/error-low-level): the
 ///   request may have made an intent. The key ran at most once, before the 5xx came back, so
-///   the 5xx is dated when it comes back (`payment_attempt_at`, [`release_after_a_5xx`]), and
+///   the 5xx is dated when it comes back (`payment_attempt_at`, `release_after_a_5xx`), and
 ///   the order moves to its next attempt, with a new key, only if a search made longer than the
 ///   search lag ([`Payments::search_lag`]) after that finds nothing. Otherwise the buyer hears
 ///   503 and tries later.

@@ -8,12 +8,12 @@
 //! attempt abandoned after SQS took its messages leaves them invisible for the queue's
 //! visibility timeout.
 //!
-//! The operations a process called are also kept by name ([`operations_called`]) and logged
+//! The operations a process called are also kept by name (`operations_called`) and logged
 //! when it stops (target `aws_operations`): what its IAM role must allow, which the test
 //! command compares with what `infra/` grants each role.
 //!
 //! **Every call is bounded** ([`timeouts`]): a connection in 3 s, an attempt in 10 s, a call
-//! with its retries in 20 s; a long poll gets its wait on top ([`long_poll_timeouts`]). Without
+//! with its retries in 20 s; a long poll gets its wait on top (`long_poll_timeouts`). Without
 //! them a peer that stops answering without closing holds a call forever: a hung
 //! `DeleteMessageBatch` would block the consumer's acknowledgements (its heartbeats among
 //! them) and its final flush at a stop, and a hung `PublishBatch` would outlive the
@@ -97,7 +97,7 @@ pub fn timeouts() -> TimeoutConfig {
 
 /// The bound on a long poll that waits up to `wait` for messages: an attempt may take the
 /// wait and 10 s more.
-pub fn long_poll_timeouts(wait: Duration) -> TimeoutConfig {
+pub(crate) fn long_poll_timeouts(wait: Duration) -> TimeoutConfig {
     let attempt = wait + Duration::from_secs(10);
     TimeoutConfig::builder()
         .connect_timeout(Duration::from_secs(3))
@@ -111,12 +111,12 @@ static CALLED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
 /// The AWS operations this process has called (`sqs:ReceiveMessage,sns:PublishBatch`, in
 /// order; `none` for none).
-pub fn operations_called() -> String {
+pub(crate) fn operations_called() -> String {
     let called = CALLED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if called.is_empty() { "none".to_owned() } else { called.iter().cloned().collect::<Vec<_>>().join(",") }
 }
 
-/// Logs [`operations_called`] for `binary` (target `aws_operations`, at `level`): the line the
+/// Logs `operations_called` for `binary` (target `aws_operations`, at `level`): the line the
 /// test command's least-privilege check reads.
 pub fn log_operations_called(binary: &str, level: tracing::Level) {
     let operations = operations_called();

@@ -30,7 +30,7 @@ impl Backlog {
     }
 
     /// Whether the last read came back full.
-    pub fn is_deep(&self) -> bool {
+    pub(crate) fn is_deep(&self) -> bool {
         self.deep.load(Ordering::Acquire)
     }
 

@@ -32,7 +32,7 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 const HEADROOM: f64 = 1.05;
 
 /// The Stripe requests one process may send a second, and how long one may wait for a slot.
-pub struct StripeBudget {
+pub(crate) struct StripeBudget {
     limiter: DefaultDirectRateLimiter,
     clock: DefaultClock,
     /// Whose turn it is: tokio's mutex hands itself over in the order it was asked for.
@@ -47,7 +47,7 @@ pub struct StripeBudget {
 /// No slot within the bounded wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the Stripe request budget ({per_second}/s) has no slot within {max_wait:?}")]
-pub struct Exhausted {
+pub(crate) struct Exhausted {
     /// Requests a second.
     pub per_second: u32,
     /// How long a request may wait for a slot before it is given up.
@@ -80,13 +80,8 @@ impl StripeBudget {
         }
     }
 
-    /// The requests a second it allows.
-    pub fn per_second(&self) -> u32 {
-        self.per_second.get()
-    }
-
     /// Waits for this request's slot, for at most the bounded wait.
-    pub async fn acquire(&self, operation: &'static str) -> Result<(), Exhausted> {
+    pub(crate) async fn acquire(&self, operation: &'static str) -> Result<(), Exhausted> {
         let started = Instant::now();
         let queued = Queued::join(&self.queued);
         // The requests ahead take one interval each; if that alone is past the bound, waiting

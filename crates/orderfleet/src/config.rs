@@ -252,7 +252,7 @@ impl DatabaseConfig {
 }
 
 /// Whether `host` is this machine: a loopback name or address, or a Unix socket directory.
-pub fn is_local(host: &str) -> bool {
+pub(crate) fn is_local(host: &str) -> bool {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     host.is_empty()
         || host.starts_with('/')
@@ -344,11 +344,11 @@ impl Setting for RequestsPerSecond {
 
 impl StripeConfig {
     /// Stripe's API.
-    pub const DEFAULT_API_BASE: &'static str = "https://api.stripe.com";
+    pub(crate) const DEFAULT_API_BASE: &'static str = "https://api.stripe.com";
     /// `STRIPE_MAX_REQUESTS_PER_SECOND` when unset.
-    pub const DEFAULT_MAX_REQUESTS_PER_SECOND: u32 = 20;
+    pub(crate) const DEFAULT_MAX_REQUESTS_PER_SECOND: u32 = 20;
     /// `STRIPE_SEARCH_LAG_SECONDS` when unset.
-    pub const DEFAULT_SEARCH_LAG: std::time::Duration = std::time::Duration::from_secs(120);
+    pub(crate) const DEFAULT_SEARCH_LAG: std::time::Duration = std::time::Duration::from_secs(120);
 
     /// Reads the Stripe settings.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
@@ -394,7 +394,7 @@ pub struct AuthConfig {
 
 impl AuthConfig {
     /// Shorter secrets make HS256 tokens guessable; RFC 7518 asks for at least the hash size.
-    pub const MIN_SECRET_BYTES: usize = 32;
+    pub(crate) const MIN_SECRET_BYTES: usize = 32;
     /// The issuer when unset.
     pub const DEFAULT_ISSUER: &'static str = "orderfleet";
     /// The audience when unset.
@@ -462,7 +462,7 @@ pub struct RuntimeConfig {
 
 impl RuntimeConfig {
     /// The grace when unset.
-    pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+    pub(crate) const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
     /// Reads the settings every binary shares.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {

@@ -69,14 +69,14 @@ const RELEASE_PING_DEADLINE: Duration = Duration::from_secs(2);
 /// it counts as unanswered. The steps hold no lock across a network call and take
 /// milliseconds; one that takes this long is on a connection that froze mid-exchange, or on a
 /// server that stopped answering, and waiting longer only holds the message.
-pub const STEP_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const STEP_DEADLINE: Duration = Duration::from_secs(10);
 
 /// A database step that got no answer within its deadline ([`bounded`]).
 #[derive(Debug, thiserror::Error)]
 #[error("the database did not answer within {0:?}")]
 pub struct Unanswered(pub Duration);
 
-/// Runs one database step within [`STEP_DEADLINE`]; past it the step is dropped (its
+/// Runs one database step within `STEP_DEADLINE`; past it the step is dropped (its
 /// transaction, never committed, rolls back with its connection) and the error is
 /// [`Unanswered`], an outage to [`failure`].
 pub async fn bounded<T>(
@@ -90,7 +90,7 @@ pub async fn bounded<T>(
 }
 
 /// Begins a transaction that the server ends by itself if the client goes quiet inside it
-/// (`idle_in_transaction_session_timeout`, [`IDLE_IN_TRANSACTION`]): a connection frozen
+/// (`idle_in_transaction_session_timeout`, `IDLE_IN_TRANSACTION`): a connection frozen
 /// between two of its statements would otherwise keep its row locks — a product's row, which
 /// every reservation and the door wait on — until the kernel gives up on the connection,
 /// hours later. `SET LOCAL` lasts the transaction alone, so the pool's connections are left as
@@ -113,7 +113,7 @@ pub async fn begin(pool: &PgPool) -> anyhow::Result<sqlx::Transaction<'static, s
 /// How long a worker's transaction may sit idle, waiting for its client, before the server
 /// ends it and frees its locks: above [`STEP_DEADLINE`], so only a client that has given up
 /// meets it.
-pub const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(15);
+pub(crate) const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(15);
 
 /// Whether the database answers: `SELECT 1` within the step deadline (a worker's probe while
 /// it is paused).

@@ -67,7 +67,7 @@ pub struct UserId(String);
 
 impl UserId {
     /// The longest a user id may be, in bytes.
-    pub const MAX_LEN: usize = 255;
+    pub(crate) const MAX_LEN: usize = 255;
 
     /// Checks a token's `sub`: 1 to 255 bytes, no control characters.
     pub fn parse(raw: &str) -> Result<Self, String> {

@@ -59,7 +59,7 @@ pub enum Source {
 impl Source {
     /// A service the fleet calls, which can be down: the database, Stripe, SQS, SNS. A
     /// failure from one of them may be the service's, not the work's.
-    pub fn is_dependency(self) -> bool {
+    pub(crate) fn is_dependency(self) -> bool {
         matches!(self, Source::Database | Source::Stripe | Source::Sqs | Source::Sns)
     }
 

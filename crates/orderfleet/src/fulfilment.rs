@@ -49,7 +49,7 @@ pub fn fits_in_line(stock: i32, ahead: &[i32], quantity: i32) -> bool {
 /// `Some` when every way the pending ones can go gives the same answer, `None` when it
 /// depends on them. [`fits_in_line`] lets an order too large for what is left be passed over,
 /// so the answer is not monotonic in what the pending orders do, and every combination is
-/// tried; past [`MOST_PENDING_WEIGHED`] pending orders ahead it is `None` (wait) unless the
+/// tried; past `MOST_PENDING_WEIGHED` pending orders ahead it is `None` (wait) unless the
 /// units cover every order ahead outright.
 pub fn fits_whatever_the_pending_do(stock: i32, ahead: &[(i32, bool)], quantity: i32) -> Option<bool> {
     let everyone: i64 = ahead.iter().map(|(q, _)| i64::from(*q)).sum();
@@ -76,14 +76,14 @@ pub fn fits_whatever_the_pending_do(stock: i32, ahead: &[(i32, bool)], quantity:
 }
 
 /// The most pending orders ahead whose every outcome is weighed (2^n combinations).
-pub const MOST_PENDING_WEIGHED: usize = 10;
+pub(crate) const MOST_PENDING_WEIGHED: usize = 10;
 
 /// The code of the failure that says an order's turn waits on a pending order ahead of it.
 pub const WAITING_FOR_THE_LINE: &str = "waiting_for_the_line";
 
 /// The `failure_reason` of an order whose capture Stripe refused: a code, what buyers read.
 /// Stripe's own words go to the log and the operators' `decline_detail` column.
-pub const CAPTURE_FAILED: &str = "capture_failed";
+pub(crate) const CAPTURE_FAILED: &str = "capture_failed";
 
 /// What a reservation step did.
 enum Reserved {

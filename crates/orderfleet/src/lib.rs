@@ -66,6 +66,6 @@ pub mod trace;
 /// rustls finds two crypto providers in this build (sqlx brings one, the AWS SDK another) and
 /// then cannot pick a default, which makes async-stripe's connector panic at start. Choosing
 /// aws-lc-rs once, before any TLS client is built, settles it.
-pub fn install_crypto_provider() {
+pub(crate) fn install_crypto_provider() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 static RECORDER: OnceLock<PrometheusHandle> = OnceLock::new();
 
 /// The process-wide metrics recorder, installed on first use.
-pub fn metrics_handle() -> PrometheusHandle {
+pub(crate) fn metrics_handle() -> PrometheusHandle {
     RECORDER
         .get_or_init(|| {
             PrometheusBuilder::new().install_recorder().unwrap_or_else(|_| {

@@ -112,7 +112,7 @@ pub const ORDER_COLUMNS: &str = "id, user_id, request_hash, product_id, quantity
 ///
 /// `settled_for` is how long Stripe's search may lag the attempt's writes: an authorization
 /// found missing by search is trusted only that long after its attempt began.
-pub async fn next_payment_attempt<'e>(
+pub(crate) async fn next_payment_attempt<'e>(
     executor: impl PgExecutor<'e>,
     id: OrderId,
     status: OrderStatus,
@@ -150,7 +150,7 @@ pub async fn load<'e>(executor: impl PgExecutor<'e>, id: OrderId) -> sqlx::Resul
 
 /// A move of one order from one status to the next, with what the move records and the
 /// outbox messages it causes: a value, built with [`Transition::new`] and the `with_` methods,
-/// then [`applied`](Transition::apply) in one statement.
+/// then applied (`Transition::apply`) in one statement.
 #[derive(Debug, Clone)]
 pub struct Transition<'a> {
     /// The order it moves.
@@ -175,17 +175,17 @@ impl<'a> Transition<'a> {
     }
 
     /// Records what the buyer is told of the failure.
-    pub fn with_reason(self, failure_reason: &'a str) -> Self {
+    pub(crate) fn with_reason(self, failure_reason: &'a str) -> Self {
         Self { failure_reason: Some(failure_reason), ..self }
     }
 
     /// Records the authorization hold (its PaymentIntent and deadline).
-    pub fn with_hold(self, hold: &'a crate::payments::Intent) -> Self {
+    pub(crate) fn with_hold(self, hold: &'a crate::payments::Intent) -> Self {
         Self { hold: Some(hold), ..self }
     }
 
     /// A message the move causes, for its event type's queue.
-    pub fn with_message(mut self, event_type: EventType, payload: impl Serialize) -> Self {
+    pub(crate) fn with_message(mut self, event_type: EventType, payload: impl Serialize) -> Self {
         self.messages.push(crate::outbox::NewMessage::new(event_type, self.order_id, payload));
         self
     }
@@ -195,7 +195,7 @@ impl<'a> Transition<'a> {
     /// enqueues the outbox messages the move causes, each carrying the order's trace context.
     /// Returns whether this call made the move; if not, nothing was written. The intake's
     /// lease is cleared, and the hold recorded when given.
-    pub async fn apply<'e>(self, executor: impl PgExecutor<'e>) -> sqlx::Result<bool> {
+    pub(crate) async fn apply<'e>(self, executor: impl PgExecutor<'e>) -> sqlx::Result<bool> {
         let messages = &self.messages;
         let ids: Vec<Uuid> = messages.iter().map(|_| Uuid::now_v7()).collect();
         let event_types: Vec<EventType> = messages.iter().map(|m| m.event_type).collect();
@@ -235,7 +235,7 @@ impl<'a> Transition<'a> {
 }
 
 /// Records that the authorization hold of an order is gone (its PaymentIntent cancelled).
-pub async fn mark_authorization_released<'e>(executor: impl PgExecutor<'e>, id: OrderId) -> sqlx::Result<()> {
+pub(crate) async fn mark_authorization_released<'e>(executor: impl PgExecutor<'e>, id: OrderId) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE orders SET authorization_released_at = now(), updated_at = now()
           WHERE id = $1 AND authorization_released_at IS NULL",

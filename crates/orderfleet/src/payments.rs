@@ -16,7 +16,7 @@
 //! ([`PaymentError::AttemptFailed`]), and the caller asks Stripe what the attempt did — the
 //! intent itself for a capture or a cancel, a search by `metadata[order_id]` for an
 //! authorization — and moves the order to its next attempt, with new keys, only when the
-//! attempt did nothing ([`crate::order::next_payment_attempt`]).
+//! attempt did nothing (`crate::order::next_payment_attempt`).
 //!
 //! Every request, each retry included, first takes a slot of the process's Stripe request
 //! budget ([`crate::budget`]); no slot within the bounded wait is
@@ -117,7 +117,7 @@ pub enum PaymentError {
 
 impl PaymentError {
     /// Whether trying again later can succeed.
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         matches!(self, PaymentError::Unavailable(_) | PaymentError::AttemptFailed(_))
     }
 }
@@ -381,7 +381,7 @@ impl Payments {
     /// its index lags writes by up to a minute, so ask only about orders older than that).
     /// This is how the sweeper learns what really happened to an authorization whose answer
     /// was lost, without trusting an idempotency key that Stripe may have pruned (24 h).
-    pub async fn find_by_order(&self, order_id: OrderId) -> Result<Option<Intent>, PaymentError> {
+    pub(crate) async fn find_by_order(&self, order_id: OrderId) -> Result<Option<Intent>, PaymentError> {
         let query = format!("metadata['order_id']:'{order_id}'");
         let found = self
             .with_retries(Operation::Search, || {

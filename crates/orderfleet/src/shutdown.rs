@@ -4,7 +4,7 @@
 use tokio_util::sync::CancellationToken;
 
 /// A token cancelled on the first SIGTERM or SIGINT.
-pub fn on_signal() -> CancellationToken {
+pub(crate) fn on_signal() -> CancellationToken {
     let token = CancellationToken::new();
     let trigger = token.clone();
     tokio::spawn(async move {

@@ -71,13 +71,13 @@ impl Tasks {
     }
 
     /// A task already running (the metrics server's), supervised like the rest.
-    pub fn adopt(&mut self, name: &'static str, running: tokio::task::JoinHandle<anyhow::Result<()>>) {
+    pub(crate) fn adopt(&mut self, name: &'static str, running: tokio::task::JoinHandle<anyhow::Result<()>>) {
         self.spawn(name, async move { running.await.map_err(|e| anyhow::anyhow!("{}", why_it_ended(e)))? });
     }
 
     /// Waits for every task. One that ends before the stop signal, or fails or panics at any
     /// time, stops the others and is the error returned (the first, if several).
-    pub async fn run_until_stopped(mut self) -> anyhow::Result<()> {
+    pub(crate) async fn run_until_stopped(mut self) -> anyhow::Result<()> {
         let mut first: Option<anyhow::Error> = None;
         while let Some(joined) = self.set.join_next_with_id().await {
             let (id, result) = match joined {
@@ -102,7 +102,7 @@ impl Tasks {
 }
 
 /// A task's panic or cancellation, in words.
-pub fn why_it_ended(error: JoinError) -> String {
+pub(crate) fn why_it_ended(error: JoinError) -> String {
     if !error.is_panic() {
         return "cancelled".to_owned();
     }

@@ -85,6 +85,6 @@ fn span_exporter(service: &str) -> anyhow::Result<SdkTracerProvider> {
 }
 
 /// Logs an error with its whole cause chain, once, where it is handled.
-pub fn error_chain(error: &anyhow::Error) -> String {
+pub(crate) fn error_chain(error: &anyhow::Error) -> String {
     format!("{error:#}")
 }

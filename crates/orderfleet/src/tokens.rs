@@ -4,7 +4,7 @@
 //! A token is bound to this service: it must carry exactly the configured `iss` and `aud`
 //! (`AUTH_JWT_ISSUER`, `AUTH_JWT_AUDIENCE`), an `exp`, and is refused before its `nbf`. The
 //! algorithm is pinned to HS256, so a token signed with `none` or another algorithm is refused
-//! whatever its header says. Tokens live at most [`MAX_TOKEN_TTL`].
+//! whatever its header says. Tokens live at most `MAX_TOKEN_TTL`.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::AuthConfig;
 
 /// The longest a token may live: a leaked one is useless after a day at most.
-pub const MAX_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MAX_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
 
 pub use crate::domain::UserId;
 
@@ -31,7 +31,7 @@ struct Claims {
 }
 
 /// Issues a token for `user` from this service's issuer to its audience, valid from now for
-/// `ttl` (at most [`MAX_TOKEN_TTL`]).
+/// `ttl` (at most `MAX_TOKEN_TTL`).
 pub fn issue_token(config: &AuthConfig, user: &UserId, ttl: Duration) -> anyhow::Result<String> {
     anyhow::ensure!(
         !ttl.is_zero() && ttl <= MAX_TOKEN_TTL,

@@ -4,9 +4,9 @@
 //! A worker is a thin loop around one testable step. The step is a [`Handler`] that turns a
 //! batch of received messages into one [`Outcome`] each: `Ok` when the message's effects are
 //! committed, or the [`Failure`] that stopped it, classified where it happened. This module
-//! owns everything else. A turn of each [`poller::Poller`] reads as its steps: **wait for a
+//! owns everything else. A turn of each `poller::Poller` reads as its steps: **wait for a
 //! turn** (permits, the backlog, the gate), **receive** (one long poll), **dispatch** (the
-//! batch to its own task, under a heartbeat), and **settle** ([`settle::Settle`]: each outcome
+//! batch to its own task, under a heartbeat), and **settle** (`settle::Settle`: each outcome
 //! becomes its acknowledgement, its metric and its log line).
 //!
 //! - **Long polling only** (`WaitTimeSeconds` 20, or the shutdown grace if that is shorter,
@@ -19,12 +19,12 @@
 //!   others poll only while receives come back full. A shallow queue is then read by one long
 //!   poll per worker, which waits a moment after a short batch so the next one is fuller:
 //!   fewer receives, deletes and publishes per message for a few milliseconds.
-//! - **Acknowledge after commit, in batches** ([`acker`]): a done message is deleted with
+//! - **Acknowledge after commit, in batches** (`acker`): a done message is deleted with
 //!   `DeleteMessageBatch`, a failed one gets a backoff-sized visibility timeout with
 //!   `ChangeMessageVisibilityBatch`, flushed every few milliseconds or every 10 entries.
 //!   Per-entry failures are read: a delete that fails leaves the message to come back, which
 //!   the handler's status guards make harmless.
-//! - **An outage holds, and stops receiving** ([`hold`]): a message an outage stopped (the
+//! - **An outage holds, and stops receiving** (`hold`): a message an outage stopped (the
 //!   failure says so, or the loop sees it: a failing probe right after a dependency's passing
 //!   failure, or three different messages failing on one dependency within 10 s) is kept by
 //!   its batch's task, invisible under the heartbeat, while every poller of the worker pauses
@@ -73,7 +73,7 @@ pub struct Received {
     pub receive_count: u32,
     /// The order's W3C trace context: the message attribute `traceparent`.
     pub traceparent: Option<String>,
-    /// The span to handle the message in ([`Received::span_for`]).
+    /// The span to handle the message in (`Received::span_for`).
     pub span: tracing::Span,
 }
 
@@ -81,7 +81,7 @@ impl Received {
     /// The span of everything done for a message: its order's `trace_id` and `order_id`
     /// (from the `traceparent` attribute and the envelope) on every line logged in it, and its
     /// parent in exported traces. Made once, when the message is received.
-    pub fn span_for(message_id: &str, body: &str, traceparent: Option<&str>) -> tracing::Span {
+    pub(crate) fn span_for(message_id: &str, body: &str, traceparent: Option<&str>) -> tracing::Span {
         #[derive(serde::Deserialize)]
         struct OfOrder {
             order_id: uuid::Uuid,
@@ -103,7 +103,7 @@ impl Received {
 
 /// What became of one message ([`crate::failure::Outcome`]): `Ok` when its effects are
 /// committed (or it needed none), and it is deleted; otherwise why not, and it comes back
-/// later (see [`settle::Settle`]).
+/// later (see `settle::Settle`).
 pub use crate::failure::Outcome;
 
 /// The one step a worker does.
