@@ -4,7 +4,7 @@
 -- longer be written: the insert fails in the transaction that would have written it, beside
 -- the order change it was part of, instead of going dead in the relay later.
 --
--- The values are those of orderfleet::outbox::EventType and Destination. Adding an event
+-- The values are those of orderfleet::domain::outbox::EventType and Destination. Adding an event
 -- type is `ALTER TYPE outbox_event_type ADD VALUE …` in a migration of its own, before the
 -- code that writes it is deployed.
 --

@@ -2,7 +2,7 @@
 """`make test`: the docs name only tests, files and settings that exist.
 
 Every `backticked` name in the README, BENCHMARKS.md, docs/ and the crates' READMEs is looked
-up: a test (`faults::a_…`, `orderfleet::consumer::poller::tests::…`, a name cut short with `…`
+up: a test (`faults::a_…`, `orderfleet::runtime::consumer::poller::tests::…`, a name cut short with `…`
 matches any test it begins) must be a function in its file; a path (`crates/…`, `docs/…`,
 `scripts/…`, …) must exist; a setting (`STRIPE_MAX_REQUESTS_PER_SECOND`) must be read somewhere
 in the code, the scripts or the templates. A doc that names what was renamed fails here, with

@@ -4,7 +4,7 @@ suite, against the IAM actions its role in infra/ grants. Nothing missing, nothi
     least-privilege.py LOG_DIR TEMPLATE...
 
 Every binary logs, when it stops, the operations it called (target `aws_operations`, from
-`orderfleet::aws`); the suite leaves those lines in LOG_DIR (one directory per test, one log per
+`orderfleet::runtime::aws`); the suite leaves those lines in LOG_DIR (one directory per test, one log per
 process). Each TEMPLATE is CloudFormation, read with cfn-lint's parser (run this with the Python
 of cfn-lint's virtualenv); a role is matched to its binary by the `orderfleet:binary` tag on the
 role. Actions are compared, not resources or conditions: each role names its queues and topic,

@@ -1,6 +1,6 @@
 //! The schema: applied on an empty database, and again without change.
 
-use orderfleet::db;
+use orderfleet::runtime::db;
 use orderfleet_tests::TestDatabase;
 
 async fn schema_fingerprint(pool: &sqlx::PgPool) -> Vec<(String, String, String)> {

@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use order_intake::orders::{Intake, Placed};
 use order_intake::request::{IdempotencyKey, OrderRequest};
-use orderfleet::config::{Env, StripeConfig};
 use orderfleet::domain::OrderId;
-use orderfleet::failure::{Kind, Source};
-use orderfleet::fulfilment::Fulfilment;
-use orderfleet::outbox::{Envelope, EventType};
-use orderfleet::payments::{Payments, RetryPolicy};
-use orderfleet::tokens::UserId;
-use orderfleet::trace::Trace;
+use orderfleet::domain::fulfilment::Fulfilment;
+use orderfleet::domain::outbox::{Envelope, EventType};
+use orderfleet::domain::payments::{Payments, RetryPolicy};
+use orderfleet::domain::tokens::UserId;
+use orderfleet::runtime::config::{Env, StripeConfig};
+use orderfleet::runtime::failure::{Kind, Source};
+use orderfleet::runtime::trace::Trace;
 use orderfleet_tests::TestDatabase;
 use stock_worker::StockCheck;
 use uuid::Uuid;
@@ -175,12 +175,15 @@ async fn with_the_database_unreachable_advancing_is_an_outage_of_the_database() 
     let step = Step::new().await;
     let order = step.authorized_order("ola").await;
     let url = format!("postgres://nobody@127.0.0.1:{}/none", fleet_harness::free_port());
-    let config =
-        orderfleet::config::DatabaseConfig::from_env(&Env::from_pairs([("DATABASE_URL", url.as_str())]))
-            .unwrap();
-    let size = orderfleet::db::PoolSize { acquire_timeout: Duration::from_secs(1), ..Default::default() };
+    let config = orderfleet::runtime::config::DatabaseConfig::from_env(&Env::from_pairs([(
+        "DATABASE_URL",
+        url.as_str(),
+    )]))
+    .unwrap();
+    let size =
+        orderfleet::runtime::db::PoolSize { acquire_timeout: Duration::from_secs(1), ..Default::default() };
     let unreachable = Fulfilment {
-        pool: orderfleet::db::connect_lazy(&config, size).unwrap(),
+        pool: orderfleet::runtime::db::connect_lazy(&config, size).unwrap(),
         payments: payments(&step.stripe_base),
     };
 

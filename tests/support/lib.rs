@@ -6,9 +6,9 @@
 //! settings arrive as environment variables from `.run/stack.env`.
 
 use anyhow::Context;
-use orderfleet::aws::Aws;
-use orderfleet::config::{DatabaseConfig, Env};
-use orderfleet::db::{self, PoolSize};
+use orderfleet::runtime::aws::Aws;
+use orderfleet::runtime::config::{DatabaseConfig, Env};
+use orderfleet::runtime::db::{self, PoolSize};
 use secrecy::ExposeSecret;
 use sqlx::{Connection, PgConnection, PgPool};
 

@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use aws_sdk_sqs::types::QueueAttributeName;
-use orderfleet::tokens::{self, UserId};
+use orderfleet::domain::tokens::{self, UserId};
 use serde_json::Value;
 use tokio::process::{Child, Command};
 
-use orderfleet::aws::Aws;
+use orderfleet::runtime::aws::Aws;
 use sqlx::PgPool;
 
 use crate::binary;
@@ -289,24 +289,24 @@ impl Fleet {
     /// Seeds a product with `units` for sale in all (or sets its total, as `fleetctl product
     /// upsert --stock` does).
     pub async fn product(&self, id: &str, price_minor: i64, units: i32) -> anyhow::Result<()> {
-        let product = orderfleet::product::ProductUpsert {
-            id: orderfleet::product::Sku::parse(id).map_err(anyhow::Error::msg)?,
+        let product = orderfleet::domain::product::ProductUpsert {
+            id: orderfleet::domain::product::Sku::parse(id).map_err(anyhow::Error::msg)?,
             name: id.to_owned(),
             price_minor,
-            currency: orderfleet::product::Currency::parse("usd").map_err(anyhow::Error::msg)?,
+            currency: orderfleet::domain::product::Currency::parse("usd").map_err(anyhow::Error::msg)?,
             units_total: units,
             max_per_buyer: None,
         };
-        orderfleet::product::upsert(&self.pool, &product).await?;
+        orderfleet::domain::product::upsert(&self.pool, &product).await?;
         Ok(())
     }
 
     /// A token for `user` as `fleetctl token` makes it (the default issuer and audience).
     pub fn token(&self, user: &str) -> String {
-        let config = orderfleet::config::AuthConfig {
+        let config = orderfleet::runtime::config::AuthConfig {
             jwt_secret: secrecy::SecretString::from(self.jwt_secret.clone()),
-            issuer: orderfleet::config::AuthConfig::DEFAULT_ISSUER.into(),
-            audience: orderfleet::config::AuthConfig::DEFAULT_AUDIENCE.into(),
+            issuer: orderfleet::runtime::config::AuthConfig::DEFAULT_ISSUER.into(),
+            audience: orderfleet::runtime::config::AuthConfig::DEFAULT_AUDIENCE.into(),
         };
         tokens::issue_token(&config, &UserId::parse(user).unwrap(), Duration::from_secs(600)).unwrap()
     }

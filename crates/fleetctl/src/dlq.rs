@@ -170,7 +170,7 @@ pub struct Recorded {
 }
 
 /// The failures the workers recorded for each message, by its failure key
-/// ([`orderfleet::consumer::failure_key`]: the envelope's message id, kept through redrives).
+/// ([`orderfleet::runtime::consumer::failure_key`]: the envelope's message id, kept through redrives).
 pub async fn recorded_failures(pool: &PgPool, keys: &[String]) -> anyhow::Result<HashMap<String, Recorded>> {
     let rows: Vec<(String, i32, String, String, i32)> = sqlx::query_as(
         "SELECT DISTINCT ON (message_key) message_key, receive_count, outcome, reason, failures
@@ -205,7 +205,7 @@ pub struct HoldEnding {
 pub async fn holds_ending_soon(pool: &PgPool, bodies: &[&str]) -> anyhow::Result<Vec<HoldEnding>> {
     let orders: Vec<uuid::Uuid> = bodies
         .iter()
-        .filter_map(|body| orderfleet::outbox::Envelope::parse(body).ok())
+        .filter_map(|body| orderfleet::domain::outbox::Envelope::parse(body).ok())
         .map(|envelope| envelope.order_id.as_uuid())
         .collect();
     let rows: Vec<(uuid::Uuid, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(

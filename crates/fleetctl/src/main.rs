@@ -10,13 +10,13 @@ mod dlq;
 mod outbox;
 
 use clap::{Args, Parser, Subcommand};
-use orderfleet::aws::Aws;
-use orderfleet::config::{AuthConfig, ConfigError, DatabaseConfig, Env, QueueConfig, StripeConfig};
-use orderfleet::db::{self, PoolSize};
-use orderfleet::payments::{Payments, RetryPolicy};
-use orderfleet::product::{self, Currency, ProductUpsert, Sku};
-use orderfleet::sweeper::{SweepPolicy, Sweeper};
-use orderfleet::tokens::{self, UserId};
+use orderfleet::domain::payments::{Payments, RetryPolicy};
+use orderfleet::domain::product::{self, Currency, ProductUpsert, Sku};
+use orderfleet::domain::sweeper::{SweepPolicy, Sweeper};
+use orderfleet::domain::tokens::{self, UserId};
+use orderfleet::runtime::aws::Aws;
+use orderfleet::runtime::config::{AuthConfig, ConfigError, DatabaseConfig, Env, QueueConfig, StripeConfig};
+use orderfleet::runtime::db::{self, PoolSize};
 
 #[derive(Debug, Parser)]
 #[command(name = "fleetctl", version, about = "Operate an orderfleet deployment")]
@@ -136,10 +136,10 @@ struct TokenArgs {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let telemetry = orderfleet::telemetry::init(Default::default(), "fleetctl");
+    let telemetry = orderfleet::runtime::telemetry::init(Default::default(), "fleetctl");
     let outcome = run(cli.command, &Env::process()).await;
     // At debug: a command's output stays its own (RUST_LOG=aws_operations=debug shows it).
-    orderfleet::aws::log_operations_called("fleetctl", tracing::Level::DEBUG);
+    orderfleet::runtime::aws::log_operations_called("fleetctl", tracing::Level::DEBUG);
     telemetry.shutdown().await;
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -188,7 +188,8 @@ async fn run_dlq(command: DlqCommand, env: &Env) -> anyhow::Result<()> {
             for name in chosen(queue) {
                 let pair = dlq::Pair::resolve(&sqs, name, &url(name)).await?;
                 let peeked = dlq::peek(&sqs, &pair.dlq_url, max).await?;
-                let key = |p: &dlq::Peeked| orderfleet::consumer::failure_key(&p.body, &p.message_id);
+                let key =
+                    |p: &dlq::Peeked| orderfleet::runtime::consumer::failure_key(&p.body, &p.message_id);
                 let keys: Vec<String> = peeked.iter().map(key).collect();
                 let failures = dlq::recorded_failures(&pool, &keys).await?;
                 println!("{name:?} DLQ: {} messages shown", peeked.len());

@@ -3,7 +3,7 @@
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use orderfleet::domain::OrderId;
-use orderfleet::outbox::{Destination, EventType};
+use orderfleet::domain::outbox::{Destination, EventType};
 use sqlx::PgPool;
 use uuid::Uuid;
 

@@ -36,12 +36,12 @@ use aws_sdk_sns::Client;
 use aws_sdk_sns::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_sns::operation::publish_batch::{PublishBatchError, PublishBatchOutput};
 use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
-use orderfleet::backoff::Backoff;
-use orderfleet::consumer::{Handler, Outcome, Received};
-use orderfleet::db;
-use orderfleet::failure::{Failure, Source};
-use orderfleet::order::OrderNotification;
-use orderfleet::outbox::{Destination, Envelope, EventType};
+use orderfleet::domain::order::OrderNotification;
+use orderfleet::domain::outbox::{Destination, Envelope, EventType};
+use orderfleet::runtime::backoff::Backoff;
+use orderfleet::runtime::consumer::{Handler, Outcome, Received};
+use orderfleet::runtime::db;
+use orderfleet::runtime::failure::{Failure, Source};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -87,7 +87,7 @@ fn classify(error: &SdkError<PublishBatchError>) -> (Failure, bool) {
 /// Its label in `notification_publish_failures_total{kind}`.
 fn kind_label(failure: &Failure, nothing_published: bool) -> &'static str {
     match (failure.kind, nothing_published) {
-        (orderfleet::failure::Kind::Permanent, _) => "malformed",
+        (orderfleet::runtime::failure::Kind::Permanent, _) => "malformed",
         (_, true) => "refused",
         (_, false) => "no_answer",
     }
@@ -182,9 +182,9 @@ impl Handler for Notifier {
             // A database failure of the batch's inbox statements, classified where it
             // happened: unreachable pauses the worker until it answers. A permanent one is
             // the batch's statement's, not any message's, so it comes back too.
-            let mut failure = orderfleet::db::failure(&e);
-            if failure.kind == orderfleet::failure::Kind::Permanent {
-                failure.kind = orderfleet::failure::Kind::Transient;
+            let mut failure = orderfleet::runtime::db::failure(&e);
+            if failure.kind == orderfleet::runtime::failure::Kind::Permanent {
+                failure.kind = orderfleet::runtime::failure::Kind::Transient;
             }
             for outcome in outcomes.0.iter_mut().filter(|o| o.is_none()) {
                 *outcome = Some(Err(failure.clone()));
@@ -401,7 +401,8 @@ impl Notifier {
                     // repeats (SPEC §1.4).
                     .message_attributes("notification_id", string(&r.message_id.to_string()));
                 if let Some(traceparent) = &r.traceparent {
-                    entry = entry.message_attributes(orderfleet::trace::TRACEPARENT, string(traceparent));
+                    entry = entry
+                        .message_attributes(orderfleet::runtime::trace::TRACEPARENT, string(traceparent));
                 }
                 if fifo {
                     entry = entry
@@ -442,7 +443,7 @@ impl Notifier {
             };
             metrics::counter!("notification_publish_failures_total", "kind" => kind_label(&failure, nothing_published))
                 .increment(1);
-            if failure.kind == orderfleet::failure::Kind::Permanent {
+            if failure.kind == orderfleet::runtime::failure::Kind::Permanent {
                 self.release_claims(&ids).await;
                 return Err(failure);
             }

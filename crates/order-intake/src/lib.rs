@@ -30,17 +30,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
-use orderfleet::config::{
+use orderfleet::domain::order::{Order, OrderStatus};
+use orderfleet::domain::payments::{Payments, RetryPolicy};
+use orderfleet::domain::tokens::{TokenVerifier, UserId};
+use orderfleet::domain::{Currency, OrderId, Quantity, Sku};
+use orderfleet::runtime::config::{
     AuthConfig, ConfigError, DatabaseConfig, Env, RuntimeConfig, Seconds, StripeConfig,
 };
-use orderfleet::db::{self, PoolSize};
-use orderfleet::domain::{Currency, OrderId, Quantity, Sku};
-use orderfleet::order::{Order, OrderStatus};
-use orderfleet::payments::{Payments, RetryPolicy};
-use orderfleet::service::{self, Service};
-use orderfleet::tasks::Tasks;
-use orderfleet::tokens::{TokenVerifier, UserId};
-use orderfleet::trace::{CallerTrace, TRACEPARENT, Trace};
+use orderfleet::runtime::db::{self, PoolSize};
+use orderfleet::runtime::service::{self, Service};
+use orderfleet::runtime::tasks::Tasks;
+use orderfleet::runtime::trace::{CallerTrace, TRACEPARENT, Trace};
 use serde::Serialize;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -156,7 +156,7 @@ pub fn router(state: AppState) -> Router {
         .layer(shed)
         .layer(axum::middleware::from_fn_with_state(limits, over_everyones_rate))
         .with_state(state);
-    api.merge(orderfleet::ops::router())
+    api.merge(orderfleet::runtime::ops::router())
         .route("/openapi.json", get(openapi::serve))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
@@ -327,7 +327,7 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
     })
 }
 
-/// `POST /v1/orders`, in a span of its own that starts the order's trace ([`orderfleet::trace`]):
+/// `POST /v1/orders`, in a span of its own that starts the order's trace ([`orderfleet::runtime::trace`]):
 /// every line it logs carries the `trace_id`, and the `order_id` once the order is known.
 async fn create_order(
     State(state): State<AppState>,
@@ -456,8 +456,9 @@ async fn get_order(
 async fn look_up_order(state: &AppState, user: &UserId, order_id: &str) -> Result<Json<OrderView>, ApiError> {
     // An id that is not a UUID names no order; the answer is the same as for someone else's.
     let order_id = Uuid::parse_str(order_id).map_err(|_| ApiError::OrderNotFound)?;
-    let order =
-        orderfleet::order::load(&state.pool, OrderId::from_uuid(order_id)).await.map_err(database_error)?;
+    let order = orderfleet::domain::order::load(&state.pool, OrderId::from_uuid(order_id))
+        .await
+        .map_err(database_error)?;
     // Someone else's order is answered as no order at all.
     let theirs = order.filter(|order| &order.user_id == user);
     theirs.map(|order| Json(OrderView::from(order))).ok_or(ApiError::OrderNotFound)

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
-use orderfleet::config::{ConfigError, Env, Seconds};
-use orderfleet::tokens::UserId;
+use orderfleet::domain::tokens::UserId;
+use orderfleet::runtime::config::{ConfigError, Env, Seconds};
 
 use crate::error::ApiError;
 

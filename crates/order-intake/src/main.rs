@@ -2,5 +2,5 @@
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    orderfleet::service::main::<order_intake::IntakeConfig>().await
+    orderfleet::runtime::service::main::<order_intake::IntakeConfig>().await
 }

@@ -22,12 +22,12 @@
 
 use std::time::Duration;
 
-use orderfleet::authorization::{self, AuthorizationError, Recorded};
+use orderfleet::domain::authorization::{self, AuthorizationError, Recorded};
+use orderfleet::domain::order::{ORDER_COLUMNS, Order, OrderStatus};
+use orderfleet::domain::payments::Payments;
+use orderfleet::domain::tokens::UserId;
 use orderfleet::domain::{Currency, OrderId, Quantity, Sku};
-use orderfleet::failure::Kind;
-use orderfleet::order::{ORDER_COLUMNS, Order, OrderStatus};
-use orderfleet::payments::Payments;
-use orderfleet::tokens::UserId;
+use orderfleet::runtime::failure::Kind;
 use serde::Serialize;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -114,7 +114,7 @@ pub struct Intake<'a> {
     /// Declined cards in the last hour after which a user's new orders are refused before any
     /// Stripe call (card testing); 0: no such limit.
     pub declines_per_hour: u32,
-    /// The request's trace context, stored on a new order ([`orderfleet::trace`]).
+    /// The request's trace context, stored on a new order ([`orderfleet::runtime::trace`]).
     pub traceparent: &'a str,
 }
 
@@ -208,7 +208,9 @@ impl Intake<'_> {
         // This request's lines belong to the order's trace, which its first request started.
         let span = tracing::Span::current();
         span.record("order_id", tracing::field::display(existing.id));
-        if let Some(trace) = existing.traceparent.as_deref().and_then(orderfleet::trace::Trace::parse) {
+        if let Some(trace) =
+            existing.traceparent.as_deref().and_then(orderfleet::runtime::trace::Trace::parse)
+        {
             span.record("trace_id", trace.trace_id());
         }
         if existing.request_hash != fingerprint {
@@ -261,7 +263,7 @@ impl Intake<'_> {
     }
 
     /// Authorizes outside any transaction, then records the result (see
-    /// [`orderfleet::authorization`]), and answers from what the order has become. An order
+    /// [`orderfleet::domain::authorization`]), and answers from what the order has become. An order
     /// taken over from an earlier request is first looked up at Stripe, so that a retry a day
     /// later, after Stripe forgot the key, finds the first PaymentIntent instead of making a
     /// second; a new order cannot have one yet, and costs one Stripe request.
@@ -300,7 +302,7 @@ impl Intake<'_> {
     }
 
     async fn reload(&self, id: OrderId) -> Result<Order, ApiError> {
-        orderfleet::order::load(self.pool, id)
+        orderfleet::domain::order::load(self.pool, id)
             .await
             .map_err(database_error)?
             .ok_or_else(|| ApiError::Unexpected(anyhow::anyhow!("order {id} is gone")))
@@ -485,7 +487,7 @@ async fn admit_capped(
 ) -> Result<Door, ApiError> {
     let (user, product) = (entry.user.as_str(), entry.request.product_id.as_str());
     // Ended by the server if this client goes quiet inside it: its locks never outlive it.
-    let mut tx = orderfleet::db::begin(pool).await.map_err(database_error_of)?;
+    let mut tx = orderfleet::runtime::db::begin(pool).await.map_err(database_error_of)?;
     // The card gate's lock first, as in every door: locks are always taken in one order.
     if declines_per_hour > 0
         && let (Some(wait), _) = card_gate(&mut *tx, entry, declines_per_hour).await?
@@ -520,7 +522,7 @@ async fn admit_capped(
     Ok(admitted)
 }
 
-/// A database error, classified where it happens ([`orderfleet::db::failure`]): the database
+/// A database error, classified where it happens ([`orderfleet::runtime::db::failure`]): the database
 /// unreachable, shutting down or restarting (a statement cut off mid-flight), or a passing
 /// failure such as a deadlock, is a 503 — nothing was committed, retry with the same key; only
 /// a permanent one (a constraint, a data error) is a 500.
@@ -530,7 +532,7 @@ pub fn database_error(error: sqlx::Error) -> ApiError {
 
 /// [`database_error`] of an error already in a chain.
 fn database_error_of(error: anyhow::Error) -> ApiError {
-    match orderfleet::db::failure(&error).kind {
+    match orderfleet::runtime::db::failure(&error).kind {
         Kind::Outage | Kind::Transient => ApiError::Unavailable(
             error.context("the database is unavailable or the statement could not finish"),
         ),

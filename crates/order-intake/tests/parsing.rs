@@ -4,8 +4,8 @@
 
 use order_intake::error::ApiError;
 use order_intake::request::{IdempotencyKey, OrderRequest};
-use orderfleet::config::AuthConfig;
-use orderfleet::tokens::TokenVerifier;
+use orderfleet::domain::tokens::TokenVerifier;
+use orderfleet::runtime::config::AuthConfig;
 use proptest::prelude::*;
 
 /// The codes a refused body may carry (SPEC §4).

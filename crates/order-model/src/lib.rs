@@ -19,7 +19,7 @@
 //! - [`check`]: running the checker and telling a counterexample step by step.
 //!
 //! The stock worker's decision after a cut is not copied: the model calls the code's own
-//! [`orderfleet::fulfilment::fits_whatever_the_pending_do`]. [`model::Rules`] also keeps the
+//! [`orderfleet::domain::fulfilment::fits_whatever_the_pending_do`]. [`model::Rules`] also keeps the
 //! rules as they were before the two line-order defects were fixed, and the tests show the
 //! checker finds both on them.
 

@@ -2,7 +2,7 @@
 //! (one SQL statement or transaction, one Stripe request), so the checker interleaves them in
 //! every order the real fleet could. README.md maps each [`Transition`] to the code.
 
-use orderfleet::fulfilment::{fits_in_line, fits_whatever_the_pending_do};
+use orderfleet::domain::fulfilment::{fits_in_line, fits_whatever_the_pending_do};
 use stateright::{Model, Property};
 
 use crate::state::*;
@@ -1119,7 +1119,7 @@ impl Model for OrderProtocol {
 }
 
 impl OrderProtocol {
-    /// `fleetctl product upsert`'s check ([`orderfleet::product::upsert`]).
+    /// `fleetctl product upsert`'s check ([`orderfleet::domain::product::upsert`]).
     fn upsert_accepted(&self, s: &State, asked: u8) -> bool {
         let taken = s.product.total as i8 - s.product.stock;
         if (asked as i8) < taken {

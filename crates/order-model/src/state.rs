@@ -10,7 +10,7 @@ pub type Buyer = u8;
 pub type IntentId = u8;
 
 /// SPEC §5's statuses: the code's own enum, so that a status added there must be handled here.
-pub use orderfleet::order::OrderStatus as Status;
+pub use orderfleet::domain::order::OrderStatus as Status;
 
 /// What the properties ask of a status.
 pub trait Lifecycle {
@@ -217,7 +217,7 @@ pub enum Answer {
     Dropped,
 }
 
-/// Authorizing a pending order ([`orderfleet::authorization`]): a request's, or the sweeper's.
+/// Authorizing a pending order ([`orderfleet::domain::authorization`]): a request's, or the sweeper's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Auth {
     /// A create under the attempt's key. `resumed`: the order was taken over, its search
@@ -253,7 +253,7 @@ pub enum After {
     Refused,
 }
 
-/// Fulfilling an authorized order ([`orderfleet::fulfilment::Fulfilment::advance`]): a stock
+/// Fulfilling an authorized order ([`orderfleet::domain::fulfilment::Fulfilment::advance`]): a stock
 /// worker's, for a message, or the sweeper's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Advance {

@@ -81,7 +81,7 @@ pub async fn run(
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
     while tokio::select! { _ = every.tick() => true, () = cancel.cancelled() => false } {
-        orderfleet::failpoint::panic_at("gauges_panics");
+        orderfleet::runtime::failpoint::panic_at("gauges_panics");
         match publish(&pool, &cloudwatch, config.namespace.as_deref()).await {
             Ok(()) => failing = false,
             Err(e) if !failing => {

@@ -31,12 +31,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use futures::FutureExt;
-use orderfleet::backlog::Backlog;
-use orderfleet::backoff::Backoff;
-use orderfleet::config::{ConfigError, DatabaseConfig, Env, QueueConfig, RuntimeConfig, Setting};
 use orderfleet::domain::OrderId;
-use orderfleet::failure::{Failure, Kind, Outcome, Source};
-use orderfleet::outbox::{Destination, EventType};
+use orderfleet::domain::outbox::{Destination, EventType};
+use orderfleet::runtime::backlog::Backlog;
+use orderfleet::runtime::backoff::Backoff;
+use orderfleet::runtime::config::{ConfigError, DatabaseConfig, Env, QueueConfig, RuntimeConfig, Setting};
+use orderfleet::runtime::failure::{Failure, Kind, Outcome, Source};
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
@@ -133,7 +133,7 @@ impl RelayConfig {
                 reason: "must be at least 1".into(),
             });
         }
-        let batching = orderfleet::config::batching(env)?;
+        let batching = orderfleet::runtime::config::batching(env)?;
         Ok(Self {
             database: DatabaseConfig::from_env(env)?,
             queues: QueueConfig::from_env(env)?,
@@ -274,7 +274,7 @@ impl Claimed {
             order_id = %self.aggregate_id,
             outbox_id = %self.id
         );
-        orderfleet::trace::follow(&span, self.traceparent.as_deref());
+        orderfleet::runtime::trace::follow(&span, self.traceparent.as_deref());
         span
     }
 }
@@ -555,23 +555,27 @@ async fn wait_for_rows(
 /// The relay binary: the relay's lanes, the retention job and the backlog gauges.
 pub struct OutboxRelay {
     pub config: RelayConfig,
-    pub aws: orderfleet::aws::Aws,
+    pub aws: orderfleet::runtime::aws::Aws,
 }
 
-impl orderfleet::service::Service for OutboxRelay {
+impl orderfleet::runtime::service::Service for OutboxRelay {
     const NAME: &'static str = "outbox-relay";
 
     async fn load(env: &Env) -> Result<Self, ConfigError> {
-        Ok(Self { config: RelayConfig::from_env(env)?, aws: orderfleet::aws::Aws::load().await? })
+        Ok(Self { config: RelayConfig::from_env(env)?, aws: orderfleet::runtime::aws::Aws::load().await? })
     }
 
-    async fn start(self, _: &RuntimeConfig, tasks: &mut orderfleet::tasks::Tasks) -> anyhow::Result<()> {
+    async fn start(
+        self,
+        _: &RuntimeConfig,
+        tasks: &mut orderfleet::runtime::tasks::Tasks,
+    ) -> anyhow::Result<()> {
         let Self { config, aws } = self;
-        let pool = orderfleet::db::connect_lazy(
+        let pool = orderfleet::runtime::db::connect_lazy(
             &config.database,
             // A connection per lane, lane 0's LISTEN connection, one each for the retention job
             // and the gauges, one spare.
-            orderfleet::db::PoolSize {
+            orderfleet::runtime::db::PoolSize {
                 max_connections: config.tuning.lanes.max(1) as u32 + 4,
                 ..Default::default()
             },

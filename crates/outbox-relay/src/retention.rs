@@ -99,7 +99,7 @@ pub async fn sweep_consumer_records(pool: &PgPool, batch: i64) -> sqlx::Result<u
 /// Runs every `policy.every` until `cancel` fires, batch after batch until none is full.
 pub async fn run(pool: PgPool, policy: RetentionPolicy, cancel: CancellationToken) {
     loop {
-        orderfleet::failpoint::panic_at("retention_panics");
+        orderfleet::runtime::failpoint::panic_at("retention_panics");
         loop {
             match sweep_batch(&pool, &policy).await {
                 Ok(n) => {

@@ -1,8 +1,8 @@
 //! `stock-worker`: for each stock-check message, reserve the order's stock, then capture its
-//! payment or cancel it — [`orderfleet::fulfilment`], which resumes from the order's status,
+//! payment or cancel it — [`orderfleet::domain::fulfilment`], which resumes from the order's status,
 //! so a redelivered, duplicated or redriven message continues where the last attempt stopped
 //! and never does a step twice. This crate only reads the message; what the step says is the
-//! message's outcome as it is ([`orderfleet::failure`]): settled → delete; an outage (Stripe
+//! message's outcome as it is ([`orderfleet::runtime::failure`]): settled → delete; an outage (Stripe
 //! or the database down) → come back after a backoff, and the worker stops receiving until
 //! both answer again ([`Handler::ready`]); permanent (a stuck order, or a message that is not
 //! a stock check) → left for the DLQ, with the reason.
@@ -16,10 +16,10 @@ pub mod service;
 use std::sync::Arc;
 use std::time::Duration;
 
-use orderfleet::consumer::{Handler, Outcome, Received};
-use orderfleet::failure::{Failure, Source};
-use orderfleet::fulfilment::{Fulfilment, WAITING_FOR_THE_LINE};
-use orderfleet::outbox::{Envelope, EventType};
+use orderfleet::domain::fulfilment::{Fulfilment, WAITING_FOR_THE_LINE};
+use orderfleet::domain::outbox::{Envelope, EventType};
+use orderfleet::runtime::consumer::{Handler, Outcome, Received};
+use orderfleet::runtime::failure::{Failure, Source};
 use tracing::Instrument;
 
 /// The worker's step.
@@ -40,7 +40,7 @@ impl Handler for StockCheck {
 
     /// The database and Stripe both answer.
     async fn ready(&self) -> Result<(), String> {
-        orderfleet::db::probe(&self.fulfilment.pool).await?;
+        orderfleet::runtime::db::probe(&self.fulfilment.pool).await?;
         self.fulfilment.payments.probe().await
     }
 }

@@ -2,15 +2,15 @@
 
 use std::time::Duration;
 
-use orderfleet::aws::Aws;
-use orderfleet::config::{ConfigError, Env, RuntimeConfig, Seconds, StripeConfig, WorkerConfig};
-use orderfleet::consumer::{self, ConsumerConfig};
-use orderfleet::db::{self, PoolSize};
-use orderfleet::fulfilment::Fulfilment;
-use orderfleet::payments::{Payments, RetryPolicy};
-use orderfleet::service::Service;
-use orderfleet::sweeper::{SweepPolicy, Sweeper};
-use orderfleet::tasks::Tasks;
+use orderfleet::domain::fulfilment::Fulfilment;
+use orderfleet::domain::payments::{Payments, RetryPolicy};
+use orderfleet::domain::sweeper::{SweepPolicy, Sweeper};
+use orderfleet::runtime::aws::Aws;
+use orderfleet::runtime::config::{ConfigError, Env, RuntimeConfig, Seconds, StripeConfig, WorkerConfig};
+use orderfleet::runtime::consumer::{self, ConsumerConfig};
+use orderfleet::runtime::db::{self, PoolSize};
+use orderfleet::runtime::service::Service;
+use orderfleet::runtime::tasks::Tasks;
 
 /// What the stock worker reads at start.
 #[derive(Debug, Clone)]

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use orderfleet::config::{DatabaseConfig, Env, StripeConfig};
-use orderfleet::failure::{Kind, Source};
-use orderfleet::fulfilment::Fulfilment;
-use orderfleet::payments::{Payments, RetryPolicy};
+use orderfleet::domain::fulfilment::Fulfilment;
+use orderfleet::domain::payments::{Payments, RetryPolicy};
+use orderfleet::runtime::config::{DatabaseConfig, Env, StripeConfig};
+use orderfleet::runtime::failure::{Kind, Source};
 use proptest::prelude::*;
 use stock_worker::StockCheck;
 
@@ -17,8 +17,11 @@ fn step() -> StockCheck {
         ("STRIPE_SECRET_KEY", "sk_test_envelopes"),
         ("STRIPE_API_BASE", "http://127.0.0.1:9"),
     ]);
-    let size = orderfleet::db::PoolSize { acquire_timeout: Duration::from_millis(200), ..Default::default() };
-    let pool = orderfleet::db::connect_lazy(&DatabaseConfig::from_env(&env).unwrap(), size).unwrap();
+    let size = orderfleet::runtime::db::PoolSize {
+        acquire_timeout: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let pool = orderfleet::runtime::db::connect_lazy(&DatabaseConfig::from_env(&env).unwrap(), size).unwrap();
     let payments = Payments::new(&StripeConfig::from_env(&env).unwrap(), RetryPolicy::default()).unwrap();
     StockCheck { fulfilment: Fulfilment { pool, payments } }
 }

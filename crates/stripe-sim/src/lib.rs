@@ -25,7 +25,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use axum::Router;
-use orderfleet::config::{ConfigError, Env, RuntimeConfig};
+use orderfleet::runtime::config::{ConfigError, Env, RuntimeConfig};
 use tokio::net::TcpListener;
 
 mod api;
@@ -71,7 +71,7 @@ impl Config {
 /// The simulator as a binary: serves on `STRIPE_SIM_LISTEN_ADDR` until the stop signal, then
 /// lets in-flight requests finish (they take microseconds; those held by a `timeout` fault are
 /// let go) for up to `SHUTDOWN_GRACE_SECONDS`.
-impl orderfleet::service::Service for Config {
+impl orderfleet::runtime::service::Service for Config {
     const NAME: &'static str = "stripe-sim";
 
     async fn load(env: &Env) -> Result<Self, ConfigError> {
@@ -81,11 +81,12 @@ impl orderfleet::service::Service for Config {
     async fn start(
         self,
         runtime: &RuntimeConfig,
-        tasks: &mut orderfleet::tasks::Tasks,
+        tasks: &mut orderfleet::runtime::tasks::Tasks,
     ) -> anyhow::Result<()> {
         use anyhow::Context;
         let config = self;
-        let listener = orderfleet::service::bind(config.listen_addr, "STRIPE_SIM_LISTEN_ADDR").await?;
+        let listener =
+            orderfleet::runtime::service::bind(config.listen_addr, "STRIPE_SIM_LISTEN_ADDR").await?;
         let addr = listener.local_addr().context("failed to read the listening address")?;
         tracing::info!(%addr, rate_limit_per_second = config.rate_limit, "stripe-sim listening");
         let simulator = Arc::new(Simulator::new().with_rate_limit(config.rate_limit));

@@ -4,5 +4,5 @@
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    orderfleet::service::main::<stripe_sim::Config>().await
+    orderfleet::runtime::service::main::<stripe_sim::Config>().await
 }

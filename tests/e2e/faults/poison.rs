@@ -2,7 +2,7 @@
 //! goes on, keep their failures under their envelope id, and are redriven once fixed.
 
 use super::*;
-use orderfleet::outbox::{Envelope, EventType};
+use orderfleet::domain::outbox::{Envelope, EventType};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn poison_messages_reach_the_dlq_while_work_goes_on_and_a_fixed_one_is_redriven_once() {

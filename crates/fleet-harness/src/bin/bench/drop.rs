@@ -24,7 +24,7 @@ use futures::StreamExt;
 use order_intake::limits::LimitsConfig;
 use order_intake::orders::{self, Door};
 use order_intake::request::{IdempotencyKey, OrderRequest};
-use orderfleet::tokens::UserId;
+use orderfleet::domain::tokens::UserId;
 
 use fleet_harness::percentile;
 
@@ -238,14 +238,14 @@ fn door_statement_figures(metrics: &[String]) -> String {
 /// row takes when every buyer queues on it).
 async fn hot_row(database_url: &str) -> anyhow::Result<String> {
     let pool = &sqlx::postgres::PgPoolOptions::new().max_connections(32).connect(database_url).await?;
-    orderfleet::product::upsert(
+    orderfleet::domain::product::upsert(
         pool,
-        &orderfleet::product::ProductUpsert {
-            id: orderfleet::product::Sku::parse("hot-row").map_err(anyhow::Error::msg)?,
+        &orderfleet::domain::product::ProductUpsert {
+            id: orderfleet::domain::product::Sku::parse("hot-row").map_err(anyhow::Error::msg)?,
             name: "hot row".into(),
             price_minor: 1000,
-            currency: orderfleet::product::Currency::parse("usd").map_err(anyhow::Error::msg)?,
-            units_total: orderfleet::product::MAX_UNITS,
+            currency: orderfleet::domain::product::Currency::parse("usd").map_err(anyhow::Error::msg)?,
+            units_total: orderfleet::domain::product::MAX_UNITS,
             max_per_buyer: None,
         },
     )
@@ -264,7 +264,7 @@ async fn hot_row(database_url: &str) -> anyhow::Result<String> {
                     let user = UserId::parse(&format!("hot-{connections}-{i}")).expect("a valid user id");
                     let key = IdempotencyKey::parse("k").expect("a valid key");
                     let sent = Instant::now();
-                    let traceparent = orderfleet::trace::Trace::random().traceparent();
+                    let traceparent = orderfleet::runtime::trace::Trace::random().traceparent();
                     let entry = orders::Entry {
                         user: &user,
                         key: &key,

@@ -31,7 +31,7 @@ use fleet_harness::audit::Audit;
 use fleet_harness::metrics::sum_by_label;
 use fleet_harness::{Fleet, Stack, percentile, replace_database};
 use futures::StreamExt;
-use orderfleet::aws::Aws;
+use orderfleet::runtime::aws::Aws;
 use sqlx::{Connection, PgConnection};
 
 struct Options {
@@ -175,7 +175,7 @@ async fn drop_database(admin: &mut PgConnection, database: &str) -> anyhow::Resu
 async fn prepare_fleet(database_url: &str) -> anyhow::Result<(Fleet, sqlx::PgPool)> {
     let sqs = Aws::load().await?.sqs();
     let pool = sqlx::PgPool::connect(database_url).await?;
-    orderfleet::db::migrate(&pool).await?;
+    orderfleet::runtime::db::migrate(&pool).await?;
     let stack = Stack {
         database_url: database_url.to_owned(),
         stock_queue_url: var("STOCK_QUEUE_URL")?,

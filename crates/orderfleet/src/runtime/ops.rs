@@ -51,7 +51,7 @@ pub async fn start(
 ) -> anyhow::Result<Option<tokio::task::JoinHandle<anyhow::Result<()>>>> {
     let _ = metrics_handle();
     let Some(addr) = addr else { return Ok(None) };
-    let listener = crate::service::bind(addr, "METRICS_LISTEN_ADDR").await?;
+    let listener = crate::runtime::service::bind(addr, "METRICS_LISTEN_ADDR").await?;
     tracing::info!(%addr, "serving /healthz and /metrics");
     Ok(Some(tokio::spawn(async move {
         axum::serve(listener, router())

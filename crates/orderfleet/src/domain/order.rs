@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
+use crate::domain::outbox::{Destination, EventType};
 use crate::domain::{Currency, Money, OrderId, Quantity, Sku, UserId};
-use crate::outbox::{Destination, EventType};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::Type, utoipa::ToSchema)]
 #[sqlx(type_name = "order_status", rename_all = "snake_case")]
@@ -86,12 +86,12 @@ pub struct Order {
     pub failure_reason: Option<String>,
     /// When its hold was released (its PaymentIntent cancelled), if it was.
     pub authorization_released_at: Option<DateTime<Utc>>,
-    /// The W3C trace context of the request that made the order ([`crate::trace`]).
+    /// The W3C trace context of the request that made the order ([`crate::runtime::trace`]).
     pub traceparent: Option<String>,
-    /// Its Stripe attempt, from 1 ([`crate::payments::Operation::idempotency_key`]).
+    /// Its Stripe attempt, from 1 ([`crate::domain::payments::Operation::idempotency_key`]).
     pub payment_attempt: i32,
     /// The attempt's key has answered a 5xx, which Stripe saved under it
-    /// ([`crate::authorization::resume`]).
+    /// ([`crate::domain::authorization::resume`]).
     pub payment_attempt_failed: bool,
     /// When the door admitted it.
     pub created_at: DateTime<Utc>,
@@ -163,9 +163,9 @@ pub struct Transition<'a> {
     pub failure_reason: Option<&'a str>,
     /// The authorization hold, recorded with the move: its PaymentIntent id and Stripe's
     /// deadline for it.
-    pub hold: Option<&'a crate::payments::Intent>,
+    pub hold: Option<&'a crate::domain::payments::Intent>,
     /// The outbox messages the move causes, committed with it.
-    pub messages: Vec<crate::outbox::NewMessage>,
+    pub messages: Vec<crate::domain::outbox::NewMessage>,
 }
 
 impl<'a> Transition<'a> {
@@ -180,13 +180,13 @@ impl<'a> Transition<'a> {
     }
 
     /// Records the authorization hold (its PaymentIntent and deadline).
-    pub(crate) fn with_hold(self, hold: &'a crate::payments::Intent) -> Self {
+    pub(crate) fn with_hold(self, hold: &'a crate::domain::payments::Intent) -> Self {
         Self { hold: Some(hold), ..self }
     }
 
     /// A message the move causes, for its event type's queue.
     pub(crate) fn with_message(mut self, event_type: EventType, payload: impl Serialize) -> Self {
-        self.messages.push(crate::outbox::NewMessage::new(event_type, self.order_id, payload));
+        self.messages.push(crate::domain::outbox::NewMessage::new(event_type, self.order_id, payload));
         self
     }
 
@@ -235,7 +235,10 @@ impl<'a> Transition<'a> {
 }
 
 /// Records that the authorization hold of an order is gone (its PaymentIntent cancelled).
-pub(crate) async fn mark_authorization_released<'e>(executor: impl PgExecutor<'e>, id: OrderId) -> sqlx::Result<()> {
+pub(crate) async fn mark_authorization_released<'e>(
+    executor: impl PgExecutor<'e>,
+    id: OrderId,
+) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE orders SET authorization_released_at = now(), updated_at = now()
           WHERE id = $1 AND authorization_released_at IS NULL",

@@ -6,7 +6,7 @@
 //! attribute `traceparent`; each worker reads it back, works on the message inside a span
 //! that carries `trace_id` and `order_id`, and the notification worker passes it on as an SNS
 //! message attribute. So every log line about an order, in every process, carries its
-//! `trace_id` and `order_id` ([`crate::telemetry`] lifts span fields to the top of each JSON
+//! `trace_id` and `order_id` ([`crate::runtime::telemetry`] lifts span fields to the top of each JSON
 //! line), and one `trace_id` finds an order's whole path through the fleet.
 //!
 //! Every message an order causes carries the order's own context, so exported spans hang off
@@ -132,7 +132,7 @@ pub enum CallerTrace {
     Continue,
 }
 
-impl crate::config::Setting for CallerTrace {
+impl crate::runtime::config::Setting for CallerTrace {
     fn parse_setting(s: &str) -> Result<Self, String> {
         match s {
             "link" => Ok(Self::Link),
@@ -160,7 +160,7 @@ impl Trace {
 /// The span of work on one order outside a request or a message (the sweeper's): its
 /// `order_id`, and its `trace_id` when the order has a trace context. An error-level span, so
 /// that it stays on whatever `RUST_LOG` keeps: the warnings and errors need it most.
-pub fn order_span(order_id: crate::domain::OrderId, traceparent: Option<&str>) -> tracing::Span {
+pub fn order_span(order_id: impl std::fmt::Display, traceparent: Option<&str>) -> tracing::Span {
     let span = tracing::error_span!("order", trace_id = tracing::field::Empty, order_id = %order_id);
     follow(&span, traceparent);
     span

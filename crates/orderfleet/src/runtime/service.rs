@@ -7,12 +7,12 @@
 //! `/metrics`, running until stopped, and one line saying how it ended — a task that ended
 //! early is named, and the process exits 1 so its supervisor (systemd, ECS) starts another.
 //!
-//! Each binary's `main.rs` is one line: `orderfleet::service::main::<stock_worker::StockWorker>()`.
+//! Each binary's `main.rs` is one line: `orderfleet::runtime::service::main::<stock_worker::StockWorker>()`.
 
 use std::process::ExitCode;
 
-use crate::config::{ConfigError, Env, RuntimeConfig};
-use crate::tasks::Tasks;
+use crate::runtime::config::{ConfigError, Env, RuntimeConfig};
+use crate::runtime::tasks::Tasks;
 
 /// A long-running binary: what it reads at start, and what it runs until stopped.
 pub trait Service: Sized {
@@ -39,9 +39,9 @@ pub async fn main<S: Service>() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let telemetry = crate::telemetry::init(runtime.log_format, S::NAME);
+    let telemetry = crate::runtime::telemetry::init(runtime.log_format, S::NAME);
     let outcome = run_until_stopped(service, &runtime).await;
-    crate::aws::log_operations_called(S::NAME, tracing::Level::INFO);
+    crate::runtime::aws::log_operations_called(S::NAME, tracing::Level::INFO);
     let code = match outcome {
         Ok(()) => {
             tracing::info!("{} stopped", S::NAME);
@@ -49,7 +49,7 @@ pub async fn main<S: Service>() -> ExitCode {
         }
         Err(error) => {
             tracing::error!(
-                error = crate::telemetry::error_chain(&error),
+                error = crate::runtime::telemetry::error_chain(&error),
                 "{} stopped with an error",
                 S::NAME
             );
@@ -71,8 +71,8 @@ pub async fn bind(addr: std::net::SocketAddr, variable: &str) -> anyhow::Result<
 /// Arms the stop signal (SIGTERM, SIGINT), serves `/healthz` and `/metrics` if asked, starts
 /// the service, and supervises every task until the signal or the first to end early.
 async fn run_until_stopped<S: Service>(service: S, runtime: &RuntimeConfig) -> anyhow::Result<()> {
-    let mut tasks = Tasks::new(crate::shutdown::on_signal());
-    let metrics = crate::ops::start(runtime.metrics_listen_addr, tasks.stop_signal()).await?;
+    let mut tasks = Tasks::new(crate::runtime::shutdown::on_signal());
+    let metrics = crate::runtime::ops::start(runtime.metrics_listen_addr, tasks.stop_signal()).await?;
     if let Some(metrics) = metrics {
         tasks.adopt("metrics", metrics);
     }

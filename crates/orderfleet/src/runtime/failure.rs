@@ -9,7 +9,7 @@
 //! | [`Kind::Outage`] | a dependency is down (the database unreachable, Stripe or SQS not answering) | not the work's fault: a consumer stops receiving until its probe passes, the relay holds every row and charges none |
 //! | [`Kind::Permanent`] | it fails the same way every time (unreadable, refused as invalid, an integrity error) | set aside for a person with its reason: the DLQ for a message, `dead` for an outbox row |
 //!
-//! The consumer ([`crate::consumer`]), the relay and the fulfilment steps all speak it, so no
+//! The consumer ([`crate::runtime::consumer`]), the relay and the fulfilment steps all speak it, so no
 //! layer translates one set of words into another.
 
 use std::fmt;

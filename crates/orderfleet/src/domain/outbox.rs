@@ -1,5 +1,5 @@
 //! The transactional outbox: messages are rows written in the same transaction as the state
-//! change that causes them — [`crate::order::Transition`] does both in one
+//! change that causes them — [`crate::domain::order::Transition`] does both in one
 //! statement — and `outbox-relay` delivers them to SQS at least once.
 //!
 //! On the wire every message is an [`Envelope`]: its `message_id` is the outbox row's id, so
@@ -110,7 +110,7 @@ pub struct Envelope {
     pub order_id: OrderId,
     /// When the row was written, with the change that caused it.
     pub occurred_at: DateTime<Utc>,
-    /// The event's data as the row holds it: an [`crate::order::OrderNotification`], which
+    /// The event's data as the row holds it: an [`crate::domain::order::OrderNotification`], which
     /// the notification worker reads; the stock worker reads the order itself.
     pub payload: serde_json::Value,
 }

@@ -14,9 +14,9 @@ use std::time::Duration;
 use crate::domain::OrderId;
 use sqlx::PgPool;
 
-use crate::order::{ORDER_COLUMNS, Order, OrderNotification, OrderStatus, Transition};
-use crate::outbox::EventType;
-use crate::payments::{AuthorizeRequest, Intent, IntentStatus, PaymentError, Payments};
+use crate::domain::order::{ORDER_COLUMNS, Order, OrderNotification, OrderStatus, Transition};
+use crate::domain::outbox::EventType;
+use crate::domain::payments::{AuthorizeRequest, Intent, IntentStatus, PaymentError, Payments};
 
 /// Why authorizing did not record an answer.
 #[derive(Debug, thiserror::Error)]
@@ -82,7 +82,7 @@ async fn call_stripe(payments: &Payments, order: &Order) -> Result<Intent, Payme
             payment_method: &order.payment_method,
         })
         .await;
-    crate::failpoint::hit("after_authorize");
+    crate::runtime::failpoint::hit("after_authorize");
     result
 }
 
@@ -122,7 +122,7 @@ pub async fn resume(
         }
         Ok(None) if order.payment_attempt_failed => {
             let settled_for = payments.search_lag() + searched.elapsed();
-            let next = crate::order::next_payment_attempt(
+            let next = crate::domain::order::next_payment_attempt(
                 pool,
                 order.id,
                 OrderStatus::PendingAuthorization,

@@ -54,9 +54,9 @@ use aws_sdk_sqs::Client;
 use tokio::sync::{Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::backlog::Backlog;
-use crate::backoff::Backoff;
-pub use crate::failure::{Failure, Kind, Source};
+use crate::runtime::backlog::Backlog;
+use crate::runtime::backoff::Backoff;
+pub use crate::runtime::failure::{Failure, Kind, Source};
 use acker::{Ack, SqsAcks};
 use poller::{Gate, InFlight, Poller, Shared};
 
@@ -96,15 +96,15 @@ impl Received {
         if let Ok(envelope) = serde_json::from_str::<OfOrder>(body) {
             span.record("order_id", tracing::field::display(envelope.order_id));
         }
-        crate::trace::follow(&span, traceparent);
+        crate::runtime::trace::follow(&span, traceparent);
         span
     }
 }
 
-/// What became of one message ([`crate::failure::Outcome`]): `Ok` when its effects are
+/// What became of one message ([`crate::runtime::failure::Outcome`]): `Ok` when its effects are
 /// committed (or it needed none), and it is deleted; otherwise why not, and it comes back
 /// later (see `settle::Settle`).
-pub use crate::failure::Outcome;
+pub use crate::runtime::failure::Outcome;
 
 /// The one step a worker does.
 pub trait Handler: Send + Sync + 'static {
@@ -171,8 +171,8 @@ impl ConsumerConfig {
     /// A worker binary's consumer: its queue and batching as configured, `max_in_flight`
     /// messages at once, the process's shutdown grace, and failures recorded in `pool`.
     pub fn for_worker(
-        worker: &crate::config::WorkerConfig,
-        runtime: &crate::config::RuntimeConfig,
+        worker: &crate::runtime::config::WorkerConfig,
+        runtime: &crate::runtime::config::RuntimeConfig,
         max_in_flight: usize,
         pool: sqlx::PgPool,
     ) -> Self {
@@ -241,7 +241,7 @@ pub async fn run<H: Handler>(
     while let Some(result) = pollers.join_next().await {
         if let Err(e) = result {
             cancel.cancel();
-            panicked.get_or_insert_with(|| crate::tasks::why_it_ended(e));
+            panicked.get_or_insert_with(|| crate::runtime::tasks::why_it_ended(e));
         }
     }
     // One grace period in all, from the stop signal: polls in flight, then handlers.

@@ -20,8 +20,8 @@ use super::acker::Ack;
 use super::hold::{BatchTask, Breaker};
 use super::settle::Settle;
 use super::{ConsumerConfig, Handler, Received, short_name};
-use crate::backlog::Backlog;
-use crate::backoff::Backoff;
+use crate::runtime::backlog::Backlog;
+use crate::runtime::backoff::Backoff;
 
 /// What a worker's pollers share.
 #[derive(Clone)]
@@ -146,7 +146,7 @@ impl<H: Handler> Poller<H> {
     /// Turns until the stop signal.
     pub(super) async fn run(mut self) {
         while let Some(permits) = self.wait_for_turn().await {
-            crate::failpoint::panic_at("poller_panics");
+            crate::runtime::failpoint::panic_at("poller_panics");
             let Some(batch) = self.receive(permits.num_permits()).await else { return };
             if !batch.is_empty() {
                 self.dispatch(batch, permits);
@@ -196,12 +196,11 @@ impl<H: Handler> Poller<H> {
             .max_number_of_messages(asked as i32)
             .wait_time_seconds(wait)
             .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
-            .message_attribute_names(crate::trace::TRACEPARENT)
+            .message_attribute_names(crate::runtime::trace::TRACEPARENT)
             .customize()
-            .config_override(
-                aws_sdk_sqs::config::Builder::default()
-                    .timeout_config(crate::aws::long_poll_timeouts(Duration::from_secs(wait.max(0) as u64))),
-            )
+            .config_override(aws_sdk_sqs::config::Builder::default().timeout_config(
+                crate::runtime::aws::long_poll_timeouts(Duration::from_secs(wait.max(0) as u64)),
+            ))
             .send();
         // A long poll in flight is let finish, up to the grace period: SQS may hand messages to
         // a poll whose client has gone, where they would sit invisible for the visibility
@@ -333,7 +332,7 @@ fn received(m: Message) -> Received {
             .unwrap_or(1),
         traceparent: m
             .message_attributes()
-            .and_then(|a| a.get(crate::trace::TRACEPARENT))
+            .and_then(|a| a.get(crate::runtime::trace::TRACEPARENT))
             .and_then(|v| v.string_value())
             .map(str::to_owned),
         message_id: m.message_id.unwrap_or_default(),

@@ -23,10 +23,10 @@ use uuid::Uuid;
 
 use crate::domain::OrderId;
 
-use crate::failure::{Failure, Outcome, Source};
-use crate::order::{self, Order, OrderNotification, OrderStatus, Transition};
-use crate::outbox::EventType;
-use crate::payments::{Intent, IntentStatus, PaymentError, Payments};
+use crate::domain::order::{self, Order, OrderNotification, OrderStatus, Transition};
+use crate::domain::outbox::EventType;
+use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
+use crate::runtime::failure::{Failure, Outcome, Source};
 
 /// Whether an order of `quantity` finds its units when `stock` units are not yet taken and
 /// `ahead` are the quantities of the orders ahead of it in line that have not taken theirs, in
@@ -118,21 +118,21 @@ impl Fulfilment {
     /// Moves the order forward until it needs nothing more (`Ok`), or says why it could not go
     /// on: Stripe or the database down (an outage), a passing database failure (transient), or
     /// a state no step can go on from (permanent: a person must look). A database error is classified
-    /// where it happens ([`crate::db::failure`]): the database unreachable is an outage (the
+    /// where it happens ([`crate::runtime::db::failure`]): the database unreachable is an outage (the
     /// worker pauses and probes), a data or integrity error is this order's for good (its
     /// message goes to the DLQ with the reason, the worker goes on), anything else comes back
     /// soon.
     pub async fn advance(&self, order_id: OrderId) -> Outcome {
-        self.try_advance(order_id).await.unwrap_or_else(|e| Err(crate::db::failure(&e)))
+        self.try_advance(order_id).await.unwrap_or_else(|e| Err(crate::runtime::db::failure(&e)))
     }
 
     /// The steps; `Err` is a database error, classified by [`Fulfilment::advance`].
     async fn try_advance(&self, order_id: OrderId) -> anyhow::Result<Outcome> {
         let stuck = |code: &str, reason: String| Ok(Err(Failure::permanent(Source::Order, code, reason)));
-        // Every database step is bounded ([`crate::db::bounded`]): a connection frozen
+        // Every database step is bounded ([`crate::runtime::db::bounded`]): a connection frozen
         // mid-exchange is an outage, not a message held forever.
         let load = || {
-            crate::db::bounded("failed to load the order", async {
+            crate::runtime::db::bounded("failed to load the order", async {
                 order::load(&self.pool, order_id).await.map_err(anyhow::Error::from)
             })
         };
@@ -147,7 +147,8 @@ impl Fulfilment {
         for _ in 0..6 {
             let moved = match order.status {
                 OrderStatus::Authorized => {
-                    match crate::db::bounded("failed to reserve stock", self.reserve(&order)).await? {
+                    match crate::runtime::db::bounded("failed to reserve stock", self.reserve(&order)).await?
+                    {
                         Reserved::Moved(status) => Some(status),
                         Reserved::Lost => None,
                         Reserved::Waiting(reason) => {
@@ -221,7 +222,7 @@ impl Fulfilment {
         match (claimed, reserved) {
             (false, _) => Ok(Reserved::Lost),
             (true, true) => {
-                crate::failpoint::hit("after_reserve");
+                crate::runtime::failpoint::hit("after_reserve");
                 Ok(Reserved::Moved(OrderStatus::StockReserved))
             }
             (true, false) => self.reserve_in_line(order).await,
@@ -251,7 +252,7 @@ impl Fulfilment {
     /// lock is held for three short statements and the commit; no network call runs under it.
     /// Returns the move made, or that another delivery had already moved the order.
     async fn reserve_in_line(&self, order: &Order) -> anyhow::Result<Reserved> {
-        let mut tx = crate::db::begin(&self.pool).await.context("failed to begin a reservation")?;
+        let mut tx = crate::runtime::db::begin(&self.pool).await.context("failed to begin a reservation")?;
         let position: Option<i64> = sqlx::query_scalar(
             "SELECT position FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE",
         )
@@ -342,7 +343,7 @@ impl Fulfilment {
         .context("failed to reserve stock")?;
         tx.commit().await.context("failed to commit the reservation")?;
         if status == OrderStatus::StockReserved {
-            crate::failpoint::hit("after_reserve");
+            crate::runtime::failpoint::hit("after_reserve");
         }
         Ok(Reserved::Moved(status))
     }
@@ -357,15 +358,15 @@ impl Fulfilment {
         let captured = self.after_a_failed_attempt(order, intent, IntentStatus::Succeeded, captured).await?;
         match captured {
             Ok(_) => {
-                crate::failpoint::hit("after_capture");
+                crate::runtime::failpoint::hit("after_capture");
                 let record = Transition::new(order.id, OrderStatus::StockReserved, OrderStatus::Paid)
                     .with_message(EventType::OrderPaid, OrderNotification::of(order, OrderStatus::Paid, None))
                     .apply(&self.pool);
-                let moved = crate::db::bounded("failed to record the capture", async {
+                let moved = crate::runtime::db::bounded("failed to record the capture", async {
                     record.await.map_err(anyhow::Error::from)
                 })
                 .await?;
-                crate::failpoint::hit("after_paid");
+                crate::runtime::failpoint::hit("after_paid");
                 Ok(if moved { Captured::Moved(OrderStatus::Paid) } else { Captured::Lost })
             }
             Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
@@ -379,8 +380,11 @@ impl Fulfilment {
                 // in `GET` and in the notification, reads only the code.
                 let detail = format!("capture refused: {refused}");
                 tracing::warn!(detail, "the payment provider refused the capture");
-                crate::db::bounded("failed to record the refused capture", self.fail_capture(order, &detail))
-                    .await
+                crate::runtime::db::bounded(
+                    "failed to record the refused capture",
+                    self.fail_capture(order, &detail),
+                )
+                .await
             }
         }
     }
@@ -391,7 +395,7 @@ impl Fulfilment {
     async fn fail_capture(&self, order: &Order, detail: &str) -> anyhow::Result<Captured> {
         let reason = CAPTURE_FAILED;
         let failed = OrderNotification::of(order, OrderStatus::CaptureFailed, Some(reason));
-        let mut tx = crate::db::begin(&self.pool).await?;
+        let mut tx = crate::runtime::db::begin(&self.pool).await?;
         let moved = Transition::new(order.id, OrderStatus::StockReserved, OrderStatus::CaptureFailed)
             .with_reason(reason)
             .with_message(EventType::OrderRejected, failed)
@@ -449,7 +453,7 @@ impl Fulfilment {
                 status: 400,
             }));
         }
-        let next = crate::db::bounded("failed to start the next payment attempt", async {
+        let next = crate::runtime::db::bounded("failed to start the next payment attempt", async {
             order::next_payment_attempt(
                 &self.pool,
                 order.id,
@@ -475,7 +479,7 @@ impl Fulfilment {
             return Ok(Ok(()));
         }
         let mark_released = || {
-            crate::db::bounded("failed to record the released authorization", async {
+            crate::runtime::db::bounded("failed to record the released authorization", async {
                 order::mark_authorization_released(&self.pool, order.id).await.map_err(anyhow::Error::from)
             })
         };

@@ -308,7 +308,7 @@ pub struct StripeConfig {
     /// `STRIPE_API_BASE`: Stripe, or stripe-sim.
     pub api_base: HttpUrl,
     /// `STRIPE_MAX_REQUESTS_PER_SECOND`: this process's share of the account's Stripe rate
-    /// limit, retries included (see [`crate::budget`]).
+    /// limit, retries included (see [`crate::runtime::budget`]).
     pub max_requests_per_second: RequestsPerSecond,
     /// `STRIPE_SEARCH_LAG_SECONDS` (120): how long Stripe's search may lag its writes. A
     /// search that finds no PaymentIntent for an order is trusted (and the order moves to a

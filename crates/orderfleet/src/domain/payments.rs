@@ -16,17 +16,17 @@
 //! ([`PaymentError::AttemptFailed`]), and the caller asks Stripe what the attempt did — the
 //! intent itself for a capture or a cancel, a search by `metadata[order_id]` for an
 //! authorization — and moves the order to its next attempt, with new keys, only when the
-//! attempt did nothing (`crate::order::next_payment_attempt`).
+//! attempt did nothing (`crate::domain::order::next_payment_attempt`).
 //!
 //! Every request, each retry included, first takes a slot of the process's Stripe request
-//! budget ([`crate::budget`]); no slot within the bounded wait is
+//! budget ([`crate::runtime::budget`]); no slot within the bounded wait is
 //! [`PaymentError::Unavailable`] too, without a request made.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::domain::order::Order;
 use crate::domain::{Money, OrderId, UserId};
-use crate::order::Order;
 use secrecy::ExposeSecret;
 use stripe::{ApiErrorsCode, ApiErrorsType, IdempotencyKey, RequestStrategy, StripeError, StripeRequest};
 use stripe_core::payment_intent::{
@@ -35,9 +35,9 @@ use stripe_core::payment_intent::{
 };
 use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod, PaymentIntentStatus};
 
-use crate::backoff::Backoff;
-use crate::budget::StripeBudget;
-use crate::config::StripeConfig;
+use crate::runtime::backoff::Backoff;
+use crate::runtime::budget::StripeBudget;
+use crate::runtime::config::StripeConfig;
 
 /// The operations that carry their own idempotency key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -102,7 +102,7 @@ pub enum UpsertError {
 /// locks it), so the line read next sees every reservation committed before it and none can
 /// slip in between the check and the update.
 pub async fn upsert(pool: &PgPool, product: &ProductUpsert) -> Result<Units, UpsertError> {
-    let mut tx = crate::db::begin(pool).await.context("failed to begin the upsert")?;
+    let mut tx = crate::runtime::db::begin(pool).await.context("failed to begin the upsert")?;
     sqlx::query("SELECT 1 FROM products WHERE id = $1 FOR UPDATE")
         .bind(product.id.as_str())
         .execute(&mut *tx)

@@ -25,10 +25,10 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::authorization::{self, AuthorizationError};
-use crate::failure::Kind;
-use crate::fulfilment::Fulfilment;
-use crate::payments::Payments;
+use crate::domain::authorization::{self, AuthorizationError};
+use crate::domain::fulfilment::Fulfilment;
+use crate::domain::payments::Payments;
+use crate::runtime::failure::Kind;
 
 /// When an order counts as stopped, and how much one sweep takes on.
 #[derive(Debug, Clone, Copy)]
@@ -102,7 +102,7 @@ impl Sweeper {
         .await
         .context("failed to find pending orders")?;
         for (id, traceparent) in orders {
-            let span = crate::trace::order_span(id, traceparent.as_deref());
+            let span = crate::runtime::trace::order_span(id, traceparent.as_deref());
             let Some(order) = authorization::take_over(&self.pool, id, self.policy.lease).await? else {
                 continue; // someone else took it meanwhile
             };
@@ -139,7 +139,7 @@ impl Sweeper {
         .context("failed to find orders to advance")?;
         let fulfilment = Fulfilment { pool: self.pool.clone(), payments: self.payments.clone() };
         for (id, traceparent) in orders {
-            let span = crate::trace::order_span(id, traceparent.as_deref());
+            let span = crate::runtime::trace::order_span(id, traceparent.as_deref());
             match fulfilment.advance(id).instrument(span.clone()).await {
                 Ok(()) => {
                     report.fulfilments_settled += 1;
@@ -165,12 +165,12 @@ impl Sweeper {
     /// Sweeps every `every` (jittered, so replicas spread out) until `cancel` fires.
     pub async fn run(self, every: Duration, cancel: CancellationToken) {
         loop {
-            let jitter = crate::backoff::Backoff::new(every, every).delay(0);
+            let jitter = crate::runtime::backoff::Backoff::new(every, every).delay(0);
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(jitter) => {}
             }
-            crate::failpoint::panic_at("sweeper_panics");
+            crate::runtime::failpoint::panic_at("sweeper_panics");
             match self.sweep_once().await {
                 // Each stuck order was logged in its own span, with its trace.
                 Ok(report) if report != SweepReport::default() => tracing::info!(?report, "sweep"),

@@ -19,8 +19,8 @@ use tokio::sync::mpsc;
 use super::acker::Ack;
 use super::poller::Gate;
 use super::{ConsumerConfig, Outcome, Received, failure_key};
-use crate::backoff::Backoff;
-use crate::failure::{Failure, Kind};
+use crate::runtime::backoff::Backoff;
+use crate::runtime::failure::{Failure, Kind};
 
 /// SQS's longest visibility timeout: 12 hours.
 const MAX_VISIBILITY: Duration = Duration::from_secs(43_200);
@@ -199,7 +199,7 @@ async fn record_failures(pool: &sqlx::PgPool, queue: &str, failures: &[(Delivere
     .bind(&times)
     .execute(pool);
     // Bounded: a connection frozen here would hold the batch's task, and its permits, for ever.
-    let recorded = crate::db::bounded("failed to record message failures", async {
+    let recorded = crate::runtime::db::bounded("failed to record message failures", async {
         recorded.await.map_err(anyhow::Error::from)
     })
     .await;

@@ -7,8 +7,8 @@ use secrecy::ExposeSecret;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgPool};
 
-use crate::config::DatabaseConfig;
-use crate::failure::{Failure, Kind, Source};
+use crate::runtime::config::DatabaseConfig;
+use crate::runtime::failure::{Failure, Kind, Source};
 
 /// The schema, embedded at build time from `migrations/` at the repository root.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");

@@ -1,0 +1,31 @@
+//! What an order is and the rules it moves by.
+//!
+//! - The words as types ([`OrderId`], [`UserId`], [`Sku`], [`Quantity`], [`Currency`],
+//!   [`Money`]), checked once where they enter (`ids.rs`).
+//! - [`order`]: the one [`order::Order`], its statuses, and [`order::Transition`]: a move and
+//!   the outbox messages it causes, in one statement. Every move of an order is a
+//!   compare-and-set on its status, whether through a `Transition` or in the statements of
+//!   its own that the door, the decline and the reservation need.
+//! - [`product`]: what is for sale, at what price, and its unit counters (`fleetctl product`).
+//! - [`authorization`]: the Stripe hold of a pending order, and resuming one after a crash or
+//!   an outage without a second hold. (Not to be confused with [`tokens`]: who the buyer is.)
+//! - [`fulfilment`]: reserve in line, capture or cancel; resumed from the order's status.
+//! - [`sweeper`]: finishes orders that stopped moving, without their buyer.
+//! - [`payments`]: Stripe's PaymentIntents through async-stripe — the keys per attempt, the
+//!   retries, what a saved 5xx means — within the process's Stripe request budget
+//!   ([`crate::runtime::budget`]).
+//! - [`outbox`]: the messages an order's moves cause, and the envelope they travel in.
+//! - [`tokens`]: bearer tokens (HS256 JWTs) that the intake verifies and `fleetctl` issues.
+
+mod ids;
+
+pub use ids::{Currency, Money, OrderId, Quantity, Sku, UserId};
+
+pub mod authorization;
+pub mod fulfilment;
+pub mod order;
+pub mod outbox;
+pub mod payments;
+pub mod product;
+pub mod sweeper;
+pub mod tokens;
