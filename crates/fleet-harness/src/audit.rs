@@ -11,8 +11,11 @@ use serde_json::Value;
 use crate::Fleet;
 
 #[derive(Debug, Default)]
+/// What one audit found: each figure a guarantee is judged by ([`Audit::guarantees`]).
 pub struct Audit {
+    /// Orders of the product.
     pub orders: i64,
+    /// Those orders by status.
     pub by_status: HashMap<String, i64>,
     /// Orders with more than one PaymentIntent (a second authorization).
     pub double_authorizations: usize,
@@ -22,6 +25,7 @@ pub struct Audit {
     pub captures_not_paid: usize,
     /// Units sold beyond the stock, and whether the stock went negative or mis-counted.
     pub oversold: i64,
+    /// How far the stock is from the total less the units taken.
     pub stock_mismatch: i64,
     /// How far the door's count of promised units is from the orders that hold them.
     pub promised_mismatch: i64,
@@ -36,7 +40,9 @@ pub struct Audit {
     pub lost: i64,
     /// Authorizations still holding funds for an order that will not be captured.
     pub holds_left: usize,
+    /// (order, event) notifications seen more than once.
     pub duplicate_notifications: usize,
+    /// (order, event) notifications owed and never seen.
     pub missing_notifications: usize,
     /// Whether the notifications were observed on the topic (§8.6 checked); not in the bench,
     /// which runs with no observer ([`Audit::without_notifications`]).

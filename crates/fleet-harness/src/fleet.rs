@@ -23,9 +23,13 @@ use crate::binary;
 /// Where the fleet runs: its database, queues and topic, and how to reach AWS (LocalStack).
 #[derive(Debug, Clone)]
 pub struct Stack {
+    /// `DATABASE_URL`.
     pub database_url: String,
+    /// `STOCK_QUEUE_URL`.
     pub stock_queue_url: String,
+    /// `NOTIFICATION_QUEUE_URL`.
     pub notification_queue_url: String,
+    /// `NOTIFICATION_TOPIC_ARN`.
     pub topic_arn: String,
     /// AWS_REGION, the credentials and AWS_ENDPOINT_URL, passed to every process as they are.
     pub aws_env: Vec<(String, String)>,
@@ -41,16 +45,27 @@ impl Stack {
     }
 }
 
+/// The fleet as processes on this machine (or in its image), with stripe-sim, an observer
+/// queue on the topic, and what a test needs to drive and inspect them.
 pub struct Fleet {
+    /// Its name: its logs' folder and its queues'.
     pub name: String,
+    /// What it runs against.
     pub stack: Stack,
+    /// A pool on its database, for the test's own reads and writes.
     pub pool: PgPool,
+    /// The observer queue: the topic's notifications, as SNS delivered them.
     pub observer_url: String,
     observer_subscription: String,
+    /// stripe-sim's base URL.
     pub stripe_url: String,
+    /// The intake's base URL.
     pub intake_url: String,
+    /// The secret its tokens are signed with.
     pub jwt_secret: String,
+    /// An SQS client on LocalStack.
     pub sqs: aws_sdk_sqs::Client,
+    /// An HTTP client for the intake and stripe-sim.
     pub http: reqwest::Client,
     env: Vec<(String, String)>,
     children: Vec<(String, Child)>,
@@ -82,9 +97,13 @@ pub fn free_port() -> u16 {
 /// One answer of the intake.
 #[derive(Debug, Clone)]
 pub struct Answer {
+    /// The HTTP status.
     pub status: u16,
+    /// Whether `Idempotent-Replayed: true` came back.
     pub replayed: bool,
+    /// The `Retry-After` header, as sent.
     pub retry_after: Option<String>,
+    /// The JSON body (`null` if none).
     pub body: Value,
     /// How long this one request took, from sending to the whole answer read.
     pub took: Duration,
@@ -367,6 +386,7 @@ impl Fleet {
         Ok(ledger["data"].as_array().cloned().unwrap_or_default())
     }
 
+    /// Arms a stripe-sim fault: the next `count` requests of `operation` fail in `mode` (SPEC §6).
     pub async fn fault(&self, operation: &str, mode: &str, count: u32) -> anyhow::Result<()> {
         let body = serde_json::json!({ "operation": operation, "mode": mode, "count": count });
         self.sim_control("faults", &body).await

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! Runs the whole orderfleet as real processes and drives it from outside, as a client, an
 //! operator and an auditor would: the end-to-end tests, `make demo` and `make bench` share it.
 //!

@@ -30,18 +30,26 @@ use tokio::sync::watch;
 /// a client with its own deadlines gets past it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
+    /// Connections refused.
     Refused,
+    /// Connections accepted, then reset.
     Reset,
+    /// Connections accepted, then silence.
     Blackhole,
+    /// Connections open, nothing more forwarded either way.
     Frozen,
+    /// The TLS handshake fails.
     TlsFails,
+    /// HTTP answered `503`.
     ServerError,
 }
 
 impl Shape {
+    /// Every shape, for a test that tries each.
     pub const ALL: [Shape; 6] =
         [Shape::Refused, Shape::Reset, Shape::Blackhole, Shape::Frozen, Shape::TlsFails, Shape::ServerError];
 
+    /// Its name in test output.
     pub fn as_str(self) -> &'static str {
         match self {
             Shape::Refused => "refused",
@@ -56,6 +64,7 @@ impl Shape {
 
 /// A TCP proxy that can take its target away in any [`Shape`].
 pub struct Proxy {
+    /// Where clients connect.
     pub addr: SocketAddr,
     /// The shape now (`None`: forwarding), and how many times it changed.
     state: watch::Sender<(Option<Shape>, u64)>,
@@ -85,6 +94,7 @@ impl Proxy {
         self.take_away(Shape::Reset);
     }
 
+    /// Forwards again.
     pub fn restore(&self) {
         self.state.send_modify(|(now, changes)| {
             *now = None;
@@ -281,6 +291,7 @@ async fn answer_503s(mut inbound: TcpStream) {
 /// keeps it to reading one request and copying one answer: the AWS SDK's requests carry a
 /// `Content-Length`.
 pub struct FilterProxy {
+    /// Where clients connect.
     pub addr: SocketAddr,
     dropping: Arc<std::sync::Mutex<Option<(String, Fate)>>>,
     dropped: Arc<std::sync::atomic::AtomicU64>,
@@ -288,6 +299,7 @@ pub struct FilterProxy {
 }
 
 impl FilterProxy {
+    /// Listens on a free loopback port and forwards to `target`.
     pub async fn start(target: SocketAddr) -> anyhow::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -325,6 +337,7 @@ impl FilterProxy {
         *self.dropping.lock().expect("not poisoned") = Some((marker.to_owned(), Fate::AnswerWithheld));
     }
 
+    /// Forwards every request again.
     pub fn forward_all(&self) {
         *self.dropping.lock().expect("not poisoned") = None;
     }

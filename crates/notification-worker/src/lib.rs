@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! `notification-worker`: publishes each notification message to the SNS topic, once.
 //!
 //! A batch at a time: messages already in the inbox (published before; this is a duplicate or
@@ -47,18 +48,22 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 /// The inbox's name for this consumer.
-pub const CONSUMER: &str = "notification-worker";
+pub(crate) const CONSUMER: &str = "notification-worker";
 
 /// How long a claim keeps other workers off a message id: longer than a publish takes.
-pub const CLAIM_SECONDS: i64 = 30;
+pub(crate) const CLAIM_SECONDS: i64 = 30;
 
 /// Between attempts of a batch whose `PublishBatch` failed as a whole: 1 s, doubling, at most 30 s.
 const PUBLISH_BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
 
 #[derive(Clone)]
+/// Publishes each notification once: the inbox claims it, SNS gets it, the inbox marks it.
 pub struct Notifier {
+    /// The inbox's pool.
     pub pool: PgPool,
+    /// The SNS client.
     pub sns: Client,
+    /// `NOTIFICATION_TOPIC_ARN`.
     pub topic_arn: String,
     /// Fires at the stop signal: a batch waiting out a Publish outage lets go.
     pub stop: CancellationToken,

@@ -15,7 +15,9 @@ const MAX_IN_FLIGHT: usize = 80;
 pub struct NotificationWorker {
     /// `DATABASE_URL`, `NOTIFICATION_QUEUE_URL`, `ORDERFLEET_BATCHING`.
     pub worker: WorkerConfig,
+    /// `NOTIFICATION_TOPIC_ARN`.
     pub topic: TopicConfig,
+    /// The AWS clients.
     pub aws: Aws,
 }
 

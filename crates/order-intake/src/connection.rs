@@ -8,7 +8,7 @@
 //! header timeout, though, is what keeps slow clients (slowloris) from holding sockets.
 //!
 //! So hyper's timer is set to the idle timeout (`INTAKE_IDLE_TIMEOUT_SECONDS`, 75), and a
-//! [`HeadClock`] watches for the header timeout (`INTAKE_HEADER_TIMEOUT_SECONDS`, 5): it
+//! `HeadClock` watches for the header timeout (`INTAKE_HEADER_TIMEOUT_SECONDS`, 5): it
 //! starts when a new connection opens and when the first byte of a next request arrives,
 //! and stops when the request's headers are complete (hyper calls the service). A
 //! connection whose headers do not complete in time is dropped, closing its socket.
@@ -24,7 +24,7 @@ use tokio::sync::Notify;
 
 /// Whether a request's headers are being waited for, and since which start.
 #[derive(Debug)]
-pub struct HeadClock {
+pub(crate) struct HeadClock {
     /// Headers are awaited (a new connection, or a next request's first byte came).
     open: AtomicBool,
     /// A request is being served: bytes read now are its body, not a next request's head.
@@ -56,18 +56,18 @@ impl HeadClock {
     }
 
     /// The headers are complete: the request is being served.
-    pub fn request_began(&self) {
+    pub(crate) fn request_began(&self) {
         self.serving.store(true, Ordering::Release);
         self.open.store(false, Ordering::Release);
     }
 
     /// The answer is on its way; what arrives next is the next request.
-    pub fn request_answered(&self) {
+    pub(crate) fn request_answered(&self) {
         self.serving.store(false, Ordering::Release);
     }
 
     /// Returns when some request's headers took longer than `timeout`.
-    pub async fn headers_late(&self, timeout: Duration) {
+    pub(crate) async fn headers_late(&self, timeout: Duration) {
         loop {
             self.started.notified().await;
             let start = self.starts.load(Ordering::Acquire);
@@ -80,7 +80,7 @@ impl HeadClock {
 }
 
 /// A connection's socket, telling its [`HeadClock`] when bytes arrive.
-pub struct Watched<S> {
+pub(crate) struct Watched<S> {
     inner: S,
     clock: Arc<HeadClock>,
 }

@@ -7,60 +7,95 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 #[derive(Debug, thiserror::Error)]
+/// Every refusal the intake answers, by outcome; [`ApiError::code`] and [`ApiError::status`]
+/// give its `code` and HTTP status, and its message is the `#[error]` text.
 pub enum ApiError {
     #[error("a valid bearer token is required")]
+    /// `401 unauthorized`.
     Unauthorized,
     #[error("the Idempotency-Key header is required")]
+    /// `400 idempotency_key_missing`.
     IdempotencyKeyMissing,
     #[error("the Idempotency-Key header must be 1 to 255 visible ASCII characters")]
+    /// `400 idempotency_key_invalid`.
     IdempotencyKeyInvalid,
     #[error("this Idempotency-Key was used with a different request body")]
+    /// `409 idempotency_key_reused`: nothing written.
     IdempotencyKeyReused,
     #[error("a request with this Idempotency-Key is still being processed; retry shortly")]
+    /// `409 idempotency_key_in_use`, with `Retry-After`.
     IdempotencyKeyInUse,
     #[error("the body is not valid JSON: {0}")]
+    /// `400 malformed_json`.
     MalformedJson(String),
     #[error("the body is larger than 16 KiB")]
+    /// `413 body_too_large`.
     BodyTooLarge,
     #[error("{0}")]
+    /// `422 unknown_field`.
     UnknownField(String),
     #[error("{0}")]
+    /// `422 missing_field`.
     MissingField(String),
     #[error("{field}: {reason}")]
-    InvalidField { field: &'static str, reason: String },
+    /// `422 invalid_field`, naming the field.
+    InvalidField {
+        /// The field's name in the body.
+        field: &'static str,
+        /// What it must be.
+        reason: String,
+    },
     #[error("quantity must be a whole number from 1 to 10")]
+    /// `422 invalid_quantity`.
     InvalidQuantity,
     #[error("no product with this id")]
+    /// `422 unknown_product`.
     UnknownProduct,
     /// Fewer units left than asked: every unit is promised to buyers ahead or sold. Nothing
     /// was written. `units_may_return` while an order ahead is not yet paid (its units come
     /// back if it fails): the answer then carries `Retry-After`.
     #[error("sold out: fewer units are left than asked; every unit is promised to buyers ahead or sold")]
-    SoldOut { units_may_return: bool },
+    SoldOut {
+        /// Whether an order ahead may yet give its units back (`Retry-After` then).
+        units_may_return: bool,
+    },
     #[error("the request took too long to arrive or to answer; try again with the same Idempotency-Key")]
+    /// `408 request_timeout`: a slow client.
     RequestTimeout,
     #[error("too many requests; try again after the time in Retry-After")]
-    RateLimited { retry_after_seconds: u64 },
+    /// `429 rate_limited`, with `Retry-After`.
+    RateLimited {
+        /// The `Retry-After` to answer.
+        retry_after_seconds: u64,
+    },
     #[error("this order would take you past the product's limit per customer")]
+    /// `409 purchase_limit_reached`: nothing written, no PaymentIntent.
     PurchaseLimitReached,
     /// Never the issuer's reason: that would make the intake a card-testing oracle.
     #[error("the payment was declined; nothing was charged")]
     PaymentDeclined,
     #[error("the payment provider is unavailable; retry with the same Idempotency-Key")]
+    /// `503 payment_unavailable`, with `Retry-After`: the order stays pending.
     PaymentUnavailable,
     #[error("no such order")]
+    /// `404 order_not_found`: no such order, or another user's.
     OrderNotFound,
     #[error("no such route; the API is described at /openapi.json")]
+    /// `404 not_found`: no such route.
     NotFound,
     #[error("this route does not take this method; see the Allow header")]
+    /// `405 method_not_allowed`, with `Allow`.
     MethodNotAllowed,
     #[error("the service is temporarily unavailable; retry with the same Idempotency-Key")]
+    /// `503 service_unavailable`, with `Retry-After`: a dependency (the database) is away.
     Unavailable(#[source] anyhow::Error),
     #[error("an unexpected error occurred")]
+    /// `500 internal_error`: the cause is logged, never answered.
     Unexpected(#[from] anyhow::Error),
 }
 
 impl ApiError {
+    /// The `code` of the error body.
     pub fn code(&self) -> &'static str {
         match self {
             ApiError::Unauthorized => "unauthorized",
@@ -89,6 +124,7 @@ impl ApiError {
         }
     }
 
+    /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -118,7 +154,7 @@ impl ApiError {
     /// One of each refusal, for the API's description ([`crate::openapi`]): its codes by status.
     /// [`ApiError::ordinal`]'s exhaustive match makes a new variant fail the test below until it
     /// is added here.
-    pub fn one_of_each() -> Vec<ApiError> {
+    pub(crate) fn one_of_each() -> Vec<ApiError> {
         vec![
             ApiError::Unauthorized,
             ApiError::IdempotencyKeyMissing,

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! `order-intake`: the HTTP API of SPEC §4.
 //!
 //! A tour: [`request`] parses what arrives (the idempotency key, the body) into types;
@@ -56,12 +57,17 @@ use crate::request::{IdempotencyKey, OrderRequest};
 /// Everything the intake reads at start.
 #[derive(Debug, Clone)]
 pub struct IntakeConfig {
+    /// `INTAKE_LISTEN_ADDR`: where the API listens.
     pub listen_addr: SocketAddr,
+    /// `DATABASE_URL` and its pool.
     pub database: DatabaseConfig,
+    /// The Stripe key, API base and request budget.
     pub stripe: StripeConfig,
+    /// How bearer tokens are checked.
     pub auth: AuthConfig,
     /// How long a request may hold an order's key before a retry or the sweeper may take over.
     pub lease: Duration,
+    /// The rate limits, slow-client timeouts and the card-testing gate.
     pub limits: LimitsConfig,
     /// Whose trace a request with a `traceparent` joins (`INTAKE_CALLER_TRACE`).
     pub caller_trace: CallerTrace,
@@ -102,16 +108,25 @@ impl Service for IntakeConfig {
 }
 
 #[derive(Clone)]
+/// What every request handler shares.
 pub struct AppState {
+    /// The intake's pool (16 connections).
     pub pool: PgPool,
+    /// The Stripe client, with the intake's retries and budget.
     pub payments: Payments,
+    /// Checks each request's bearer token.
     pub verifier: Arc<TokenVerifier>,
+    /// How long a request may hold an order's key (`INTAKE_LEASE_SECONDS`).
     pub lease: Duration,
+    /// The rate limits' state.
     pub limits: Arc<Limits>,
+    /// Whose trace a request with a `traceparent` joins.
     pub caller_trace: CallerTrace,
 }
 
 impl AppState {
+    /// Builds the shared state; the pool connects lazily, so a database down at start is an
+    /// unready `/healthz`, not a crash.
     pub fn new(config: &IntakeConfig) -> anyhow::Result<Self> {
         let pool = db::connect_lazy(
             &config.database,
@@ -129,6 +144,8 @@ impl AppState {
     }
 }
 
+/// The HTTP application: `POST /v1/orders`, `GET /v1/orders/{order_id}`, `/openapi.json`, and
+/// the error shape for anything else, under the limits and timeouts.
 pub fn router(state: AppState) -> Router {
     let limits = state.limits.clone();
     let edge = Edge { verifier: state.verifier.clone(), limits: state.limits.clone() };
@@ -394,18 +411,28 @@ async fn place_order(
 #[schema(as = Order, title = "Order")]
 pub struct OrderView {
     #[schema(value_type = Uuid)]
+    /// The order's id.
     pub order_id: OrderId,
+    /// Where it is in its life.
     pub status: OrderStatus,
+    /// The price times the quantity, in minor units.
     pub amount: i64,
     #[schema(value_type = String)]
+    /// The amount's currency.
     pub currency: Currency,
     #[schema(value_type = String)]
+    /// The product.
     pub product_id: Sku,
     #[schema(value_type = i32)]
+    /// How many units.
     pub quantity: Quantity,
+    /// Its place in line for its product, from 1.
     pub position: i64,
+    /// When it was placed.
     pub created_at: DateTime<Utc>,
+    /// When it last moved.
     pub updated_at: DateTime<Utc>,
+    /// Why it failed, as a code; none while it has not.
     pub failure_reason: Option<String>,
 }
 

@@ -27,15 +27,23 @@ use crate::error::ApiError;
 /// retrying a sold-out answer every five seconds is far inside them) and stop a script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LimitsConfig {
+    /// `INTAKE_USER_RATE_PER_SECOND`: each user's sustained rate.
     pub user_rate_per_second: NonZeroU32,
+    /// `INTAKE_USER_BURST`: each user's burst.
     pub user_burst: NonZeroU32,
+    /// `INTAKE_RATE_PER_SECOND`: the whole intake's rate, past which it sheds load.
     pub rate_per_second: NonZeroU32,
+    /// `INTAKE_MAX_IN_FLIGHT`: requests handled at once.
     pub max_in_flight: usize,
+    /// `INTAKE_DECLINES_PER_HOUR`: declined cards in an hour after which a user's orders are
+    /// refused before any Stripe call (card testing); 0: no such gate.
     pub declines_per_hour: u32,
-    /// Slow clients: how long the request's headers may take to arrive, its body, and the
-    /// whole request.
+    /// Slow clients: how long the request's headers may take to arrive
+    /// (`INTAKE_HEADER_TIMEOUT_SECONDS`)…
     pub header_timeout: Duration,
+    /// …its body (`INTAKE_BODY_TIMEOUT_SECONDS`)…
     pub body_timeout: Duration,
+    /// …and the whole request (`INTAKE_REQUEST_TIMEOUT_SECONDS`).
     pub request_timeout: Duration,
     /// How long a keep-alive connection may wait, idle, for its next request: longer than
     /// the load balancer's own idle timeout (60 s on an ALB), or the balancer sends a buyer's
@@ -44,6 +52,7 @@ pub struct LimitsConfig {
 }
 
 impl LimitsConfig {
+    /// The defaults SPEC §3 gives.
     pub const DEFAULT: Self = Self {
         user_rate_per_second: NonZeroU32::new(5).unwrap(),
         user_burst: NonZeroU32::new(10).unwrap(),
@@ -58,6 +67,7 @@ impl LimitsConfig {
         idle_timeout: Duration::from_secs(75),
     };
 
+    /// Reads the limits' variables; a bad one names itself.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let d = Self::DEFAULT;
         let positive = |name: &'static str, default: NonZeroU32| -> Result<NonZeroU32, ConfigError> {
@@ -91,10 +101,12 @@ impl LimitsConfig {
 pub struct Limits {
     per_user: DefaultKeyedRateLimiter<String>,
     global: DefaultDirectRateLimiter,
+    /// What they were built from.
     pub config: LimitsConfig,
 }
 
 impl Limits {
+    /// Fresh buckets for `config`.
     pub fn new(config: LimitsConfig) -> Self {
         let per_user = Quota::per_second(config.user_rate_per_second).allow_burst(config.user_burst);
         let global = Quota::per_second(config.rate_per_second);
@@ -102,17 +114,17 @@ impl Limits {
     }
 
     /// One request of anyone's: refused when the intake as a whole is over its rate.
-    pub fn check_global(&self) -> Result<(), ApiError> {
+    pub(crate) fn check_global(&self) -> Result<(), ApiError> {
         self.global.check().map_err(refused)
     }
 
     /// One request of `user`'s: refused when this user is over their rate.
-    pub fn check_user(&self, user: &UserId) -> Result<(), ApiError> {
+    pub(crate) fn check_user(&self, user: &UserId) -> Result<(), ApiError> {
         self.per_user.check_key(&user.as_str().to_owned()).map_err(refused)
     }
 
     /// Forgets the buckets of users who have been quiet long enough to be full again.
-    pub fn forget_quiet_users(&self) {
+    pub(crate) fn forget_quiet_users(&self) {
         self.per_user.retain_recent();
         self.per_user.shrink_to_fit();
     }

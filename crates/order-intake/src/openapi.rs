@@ -1,7 +1,7 @@
 //! The API as an OpenAPI 3.1 document (SPEC §4), served at `GET /openapi.json` and committed as
 //! `docs/openapi.json` (a test fails when the two differ).
 //!
-//! The bodies' schemas are derived from the handlers' own types ([`RawOrderRequest`], [`Accepted`],
+//! The bodies' schemas are derived from the handlers' own types (`RawOrderRequest`, [`Accepted`],
 //! [`OrderView`], [`OrderStatus`]); every refusal's status and `code` comes from [`ApiError`]
 //! itself, so a new refusal is documented the moment it exists. The operations are written out
 //! here, one function each, with the headers SPEC §4 names.
@@ -47,6 +47,7 @@ pub fn text() -> &'static str {
     &DOCUMENT
 }
 
+/// The API as an OpenAPI 3.1 document, built from the code's own types (`GET /openapi.json`).
 pub fn document() -> OpenApi {
     let mut schemas: Vec<(String, RefOr<Schema>)> = Vec::new();
     <RawOrderRequest as ToSchema>::schemas(&mut schemas);

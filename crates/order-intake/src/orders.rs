@@ -39,14 +39,20 @@ use crate::request::{IdempotencyKey, OrderRequest};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Accepted {
     #[schema(value_type = Uuid)]
+    /// The new order's id.
     pub order_id: OrderId,
+    /// Always `authorized` in a `202`: the units are the order's and the payment is held.
     pub status: OrderStatus,
+    /// The price times the quantity, in minor units.
     pub amount: i64,
     #[schema(value_type = String)]
+    /// The amount's currency.
     pub currency: Currency,
     #[schema(value_type = String)]
+    /// The product.
     pub product_id: Sku,
     #[schema(value_type = i32)]
+    /// How many units.
     pub quantity: Quantity,
     /// The order's place in line for its product, from 1.
     pub position: i64,
@@ -55,8 +61,20 @@ pub struct Accepted {
 /// How a request ended, before it becomes HTTP.
 #[derive(Debug)]
 pub enum Placed {
-    Accepted { body: Accepted, replayed: bool },
-    Declined { error: ApiError, replayed: bool },
+    /// `202`, the body; `replayed` when an earlier request with the key made it.
+    Accepted {
+        /// The `202` body.
+        body: Accepted,
+        /// Whether an earlier request with the key made the order.
+        replayed: bool,
+    },
+    /// A refusal the key keeps (a decline); `replayed` as for `Accepted`.
+    Declined {
+        /// The refusal (`402 payment_declined`).
+        error: ApiError,
+        /// Whether an earlier request with the key was refused so.
+        replayed: bool,
+    },
 }
 
 /// The first answer, rebuilt from the order: accepted for any order that got past
@@ -102,12 +120,15 @@ pub enum Door {
     /// more units than the product's cap per buyer.
     OverLimit,
     /// The buyer's cards were declined, or are being tried, as often as the card-testing limit
-    /// allows ([`card_gate`]); refused before any Stripe call, to try again after this.
+    /// allows (`card_gate`); refused before any Stripe call, to try again after this.
     CardTesting(std::time::Duration),
 }
 
+/// One `POST /v1/orders` through the door, the authorization and the commit.
 pub struct Intake<'a> {
+    /// The intake's pool.
     pub pool: &'a PgPool,
+    /// The Stripe client.
     pub payments: &'a Payments,
     /// How long a request may work on a pending order before another may take it over.
     pub lease: Duration,
@@ -119,6 +140,9 @@ pub struct Intake<'a> {
 }
 
 impl Intake<'_> {
+    /// Places `request` for `user` under `key`, or answers what the key first answered: the door
+    /// (the units promised or `sold_out`), then the Stripe hold, then the order and its outbox
+    /// rows in one statement.
     pub async fn place(
         &self,
         user: &UserId,
@@ -312,8 +336,8 @@ impl Intake<'_> {
 /// The door: ONE statement promises the units, takes the next place in line and creates the
 /// order under the key, priced from the product, holding the intake's lease. If the product
 /// has fewer units unpromised than asked (or does not exist), or a cap per buyer (it goes
-/// through [`admit_capped`]), it writes nothing. With a card-testing limit
-/// (`declines_per_hour` > 0) the statement runs inside the buyer's [`card_gate`]. Public so the
+/// through `admit_capped`), it writes nothing. With a card-testing limit
+/// (`declines_per_hour` > 0) the statement runs inside the buyer's `card_gate`. Public so the
 /// benchmark can measure the hot-row statement on its own.
 pub async fn admit(pool: &PgPool, entry: Entry<'_>, declines_per_hour: u32) -> Result<Door, ApiError> {
     let started = std::time::Instant::now();
@@ -408,8 +432,11 @@ enum TurnedAway {
 /// What the door needs of a request.
 #[derive(Clone, Copy)]
 pub struct Entry<'a> {
+    /// The buyer.
     pub user: &'a UserId,
+    /// The request's key.
     pub key: &'a IdempotencyKey,
+    /// What it asks for.
     pub request: &'a OrderRequest,
     /// [`OrderRequest::fingerprint`]: the same key with another body is refused.
     pub fingerprint: &'a [u8],
@@ -526,7 +553,7 @@ async fn admit_capped(
 /// unreachable, shutting down or restarting (a statement cut off mid-flight), or a passing
 /// failure such as a deadlock, is a 503 — nothing was committed, retry with the same key; only
 /// a permanent one (a constraint, a data error) is a 500.
-pub fn database_error(error: sqlx::Error) -> ApiError {
+pub(crate) fn database_error(error: sqlx::Error) -> ApiError {
     database_error_of(anyhow::Error::new(error))
 }
 

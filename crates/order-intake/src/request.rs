@@ -14,14 +14,15 @@ use crate::error::ApiError;
 pub struct IdempotencyKey(String);
 
 impl IdempotencyKey {
-    pub const HEADER: &'static str = "idempotency-key";
+    pub(crate) const HEADER: &'static str = "idempotency-key";
 
-    pub fn from_headers(headers: &HeaderMap) -> Result<Self, ApiError> {
+    pub(crate) fn from_headers(headers: &HeaderMap) -> Result<Self, ApiError> {
         let value = headers.get(Self::HEADER).ok_or(ApiError::IdempotencyKeyMissing)?;
         let raw = value.to_str().map_err(|_| ApiError::IdempotencyKeyInvalid)?;
         Self::parse(raw)
     }
 
+    /// A key of 1 to 255 visible ASCII characters, or `idempotency_key_invalid`.
     pub fn parse(raw: &str) -> Result<Self, ApiError> {
         let visible = raw.bytes().all(|b| b.is_ascii_graphic());
         if raw.is_empty() || raw.len() > 255 || !visible {
@@ -30,6 +31,7 @@ impl IdempotencyKey {
         Ok(Self(raw.to_owned()))
     }
 
+    /// The key as sent.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -54,15 +56,21 @@ pub(crate) struct RawOrderRequest {
 /// A valid order request. The amount is not here: the server computes it from the price.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OrderRequest {
+    /// The product, checked.
     pub product_id: Sku,
+    /// How many units, checked (1 to 10).
     pub quantity: Quantity,
+    /// The Stripe PaymentMethod the buyer gave (`pm_…`).
     pub payment_method: String,
 }
 
 impl OrderRequest {
-    pub const MAX_BODY_BYTES: usize = 16 * 1024;
+    pub(crate) const MAX_BODY_BYTES: usize = 16 * 1024;
+    /// The quantities a request may ask for.
     pub const QUANTITY: std::ops::RangeInclusive<i64> = 1..=Quantity::MAX as i64;
 
+    /// Reads a body: JSON, no unknown field, every field present and valid, or the refusal that
+    /// names what is wrong.
     pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
         let raw: RawOrderRequest = serde_json::from_slice(body).map_err(json_error)?;
         let quantity = Quantity::parse(raw.quantity).ok_or(ApiError::InvalidQuantity)?;

@@ -10,10 +10,15 @@ use crate::state::*;
 
 /// What one check visited and found.
 pub struct Report {
+    /// The scenario's name.
     pub name: &'static str,
+    /// States visited.
     pub states: usize,
+    /// Distinct states visited.
     pub unique_states: usize,
+    /// The longest path explored.
     pub max_depth: usize,
+    /// How long the check took.
     pub elapsed: Duration,
     /// Each property with a counterexample, and the counterexample told step by step.
     pub counterexamples: Vec<(&'static str, String)>,

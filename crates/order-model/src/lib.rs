@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! # The order protocol, model-checked
 //!
 //! A model of the state SPEC §8's guarantees are about — the product's counters, the orders,

@@ -11,8 +11,11 @@ use crate::state::*;
 /// line-order defects were fixed (e5dc31d), so that the checker can show it finds those.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rules {
+    /// How the stock worker decides an order fits in line.
     pub line: LineRule,
+    /// How a cut of the total is judged.
     pub cut: CutRule,
+    /// How a resumed authorization treats its attempt's key.
     pub resume: ResumeRule,
 }
 
@@ -59,6 +62,7 @@ pub enum ResumeRule {
 }
 
 impl ResumeRule {
+    /// The code as it is.
     pub const NOW: ResumeRule = ResumeRule::DatedByTheFailure;
 
     /// Whether a 5xx marks the attempt and ends its sends.
@@ -70,6 +74,7 @@ impl ResumeRule {
 /// What is checked: who buys, how many units, what the operator does, and what may fail.
 #[derive(Clone, Debug)]
 pub struct Scenario {
+    /// The scenario's name in the report.
     pub name: &'static str,
     /// Each buyer's quantity and card.
     pub buyers: Vec<(u8, Card)>,
@@ -77,10 +82,12 @@ pub struct Scenario {
     pub total: u8,
     /// Totals the operator may set, each once, at any moment.
     pub upserts: Vec<u8>,
+    /// Stock workers.
     pub workers: u8,
     /// What the sweeper does: everything, or only the pending orders, so that the messages
     /// alone must bring every accepted order to its end.
     pub sweeper: Sweeps,
+    /// What may go wrong, and how often.
     pub budget: Budget,
 }
 
@@ -106,10 +113,12 @@ impl Scenario {
         Self { upserts, ..self }
     }
 
+    /// Stock workers receiving at once.
     pub fn with_workers(self, workers: u8) -> Self {
         Self { workers, ..self }
     }
 
+    /// What the sweeper sweeps.
     pub fn with_sweeper(self, sweeper: Sweeps) -> Self {
         Self { sweeper, ..self }
     }
@@ -123,22 +132,29 @@ impl Scenario {
 /// What the sweeper sweeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sweeps {
+    /// Every order that stopped moving.
     Everything,
+    /// Only the pending orders.
     OnlyPending,
 }
 
 /// The model: a scenario under a set of rules.
 #[derive(Clone, Debug)]
 pub struct OrderProtocol {
+    /// Who does what.
     pub scenario: Scenario,
+    /// By which rules.
     pub rules: Rules,
 }
 
 /// A process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Proc {
+    /// A buyer's request.
     Request(Buyer),
+    /// A stock worker.
     Worker(u8),
+    /// The sweeper.
     Sweeper,
 }
 
@@ -152,9 +168,21 @@ pub enum Action {
     /// A process dies between two steps.
     Crash(Proc),
     /// The relay sends an order's stock-check row; `twice`: and dies before marking it sent.
-    Relay { order: Buyer, twice: bool },
+    Relay {
+        /// Whose row.
+        order: Buyer,
+        /// Whether it dies before marking the row sent, so the row goes again.
+        twice: bool,
+    },
     /// A worker receives a visible copy of an order's message (any order: a standard queue).
-    Receive { worker: u8, order: Buyer, receives: u8 },
+    Receive {
+        /// Which worker.
+        worker: u8,
+        /// Whose message.
+        order: Buyer,
+        /// Its receive count with this receive (the DLQ after 3).
+        receives: u8,
+    },
     /// An operator redrives the DLQ.
     Redrive,
     /// The sweeper picks a pending order nobody works on.
@@ -174,6 +202,8 @@ pub enum Action {
 }
 
 /// The kinds of transition, each mapped to the code in README.md (a test checks the map).
+// Each variant is documented by its row in that map: where in the code it happens.
+#[allow(missing_docs)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Transition {
     Send,
@@ -205,6 +235,7 @@ pub enum Transition {
 }
 
 impl Transition {
+    /// Every kind, for the map's test.
     pub const ALL: [Transition; 26] = [
         Transition::Send,
         Transition::Door,

@@ -7,15 +7,25 @@ use stateright::Property;
 use crate::model::OrderProtocol;
 use crate::state::*;
 
+/// The property a second hold for one order breaks.
 pub const ONE_AUTHORIZATION: &str = "§8.1 at most one authorization per order";
+/// The property a changed answer to a key breaks.
 pub const FIRST_ANSWER: &str = "§8.1 a retried key gets its first answer";
+/// The property a second capture, or one without a reservation, breaks.
 pub const ONE_CAPTURE: &str = "§8.2 at most one capture, and only with the stock reserved";
+/// The property overselling or a miscount breaks.
 pub const UNITS: &str = "§8.3 units sold never exceed the total, and the counters add up";
+/// The property an order lost at the end breaks.
 pub const EVERY_ORDER_ENDS: &str = "§8.4 every accepted order ends, or is visible to a person (at the end)";
+/// The property a hold left on a failed order breaks.
 pub const NO_HOLD_LEFT: &str = "§8.5 no hold left on a failed order (at the end)";
+/// The property a position out of arrival order breaks.
 pub const ARRIVAL: &str = "§8.7 positions follow arrival";
+/// The property a rejection out of line order breaks.
 pub const REJECTED_IN_LINE: &str = "§8.7 rejected only when every unit went to orders ahead (at the end)";
+/// The property a wrong `sold_out` breaks.
 pub const SOLD_OUT: &str = "§8.7 sold_out only when every unit is promised ahead or sold";
+/// The property an intent made without a promised unit breaks.
 pub const NO_HOLD_WITHOUT_A_UNIT: &str = "§8.8 no PaymentIntent without a promised unit";
 
 /// Every property, in SPEC order.

@@ -3,7 +3,7 @@
 //! Every interval (`OUTBOX_METRICS_INTERVAL_SECONDS`, 30) the relay reads three gauges in one
 //! short statement — rows `dead` (a person must look: `fleetctl outbox dead`), the age of the
 //! oldest row not yet sent (the relay or SQS is behind or down), and the orders stuck in
-//! `pending_authorization` (no live lease, unmoved for [`STUCK_AFTER`]: an intake died
+//! `pending_authorization` (no live lease, unmoved for `STUCK_AFTER`: an intake died
 //! mid-authorization, or Stripe failed and the buyer never came back; the sweeper should
 //! resolve them within minutes) — and serves them on `/metrics` (`outbox_dead_rows`,
 //! `outbox_oldest_pending_age_seconds`, `orders_pending_authorization_stuck`). When
@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Where and how often the gauges go.
 #[derive(Debug, Clone)]
-pub struct GaugeConfig {
+pub(crate) struct GaugeConfig {
     /// The CloudWatch namespace; `None`: served on `/metrics` only.
     pub namespace: Option<String>,
     pub every: Duration,
@@ -35,11 +35,11 @@ pub struct GaugeConfig {
 /// as stuck: two of the intake's leases (30 s), so a buyer's prompt retry never counts. Its
 /// age is from its creation: a sweep or a retry that takes its lease and gives it back
 /// refreshes `updated_at`, and must not hide an order stuck for good.
-pub const STUCK_AFTER: Duration = Duration::from_secs(60);
+pub(crate) const STUCK_AFTER: Duration = Duration::from_secs(60);
 
 /// The outbox's state at one moment, and the orders stuck before it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct OutboxGauges {
+pub(crate) struct OutboxGauges {
     pub dead_rows: i64,
     /// Seconds since the oldest row still to be sent was written; 0 when none is waiting.
     pub oldest_pending_age_seconds: f64,
@@ -51,7 +51,7 @@ pub struct OutboxGauges {
 /// unsent row through the claim's (`outbox_due`), which holds only unfinished rows: a few
 /// normally, the whole backlog during an SQS outage, read once an interval; the stuck orders
 /// through the sweeper's index of unfinished orders by age.
-pub async fn read(pool: &PgPool) -> sqlx::Result<OutboxGauges> {
+pub(crate) async fn read(pool: &PgPool) -> sqlx::Result<OutboxGauges> {
     let (dead_rows, oldest_pending_age_seconds, stuck_pending_orders): (i64, f64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM outbox WHERE status = 'dead'),
                 COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(created_at))::float8
@@ -71,7 +71,7 @@ pub async fn read(pool: &PgPool) -> sqlx::Result<OutboxGauges> {
 }
 
 /// Reads and publishes the gauges every interval until the stop signal.
-pub async fn run(
+pub(crate) async fn run(
     pool: PgPool,
     cloudwatch: aws_sdk_cloudwatch::Client,
     config: GaugeConfig,

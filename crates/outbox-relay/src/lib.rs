@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! `outbox-relay`: delivers outbox rows to SQS, at least once.
 //!
 //! The loop: claim due rows in one short statement (`FOR UPDATE SKIP LOCKED`, so several
@@ -17,7 +18,7 @@
 //! without polling hot. A claim is a lease: rows of a relay that died come due again.
 //!
 //! Under a burst one round at a time cannot keep up (a round waits on SQS), so a relay runs
-//! up to [`RelayTuning::lanes`] rounds at once; the extra lanes claim only while claims come
+//! up to `RelayTuning::lanes` rounds at once; the extra lanes claim only while claims come
 //! back full ([`Backlog`]), so a trickle is still sent by one lane in full batches.
 //!
 //! [`retention`] moves sent rows past their age to `outbox_archive` (or deletes them).
@@ -42,11 +43,11 @@ use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-pub use retention::{RetentionMode, RetentionPolicy};
+use retention::{RetentionMode, RetentionPolicy};
 pub use send::Sender;
 
 #[derive(Debug, Clone)]
-pub struct RelayConfig {
+pub(crate) struct RelayConfig {
     pub database: DatabaseConfig,
     pub queues: QueueConfig,
     pub retention: RetentionPolicy,
@@ -56,7 +57,7 @@ pub struct RelayConfig {
 
 /// The relay's knobs; defaults fit a flash sale on a small box.
 #[derive(Debug, Clone, Copy)]
-pub struct RelayTuning {
+pub(crate) struct RelayTuning {
     /// Rows claimed per round.
     pub claim_batch: i64,
     /// Rounds at once while claims come back full; one otherwise.
@@ -161,13 +162,19 @@ impl RelayConfig {
 /// A claimed outbox row.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Claimed {
+    /// The row's id: the envelope's `message_id`.
     pub id: Uuid,
     /// The order the row is about.
     pub aggregate_id: OrderId,
+    /// What happened.
     pub event_type: EventType,
+    /// Where it goes.
     pub destination: Destination,
+    /// The event's data, as written.
     pub payload: serde_json::Value,
+    /// Failed sends so far.
     pub retry_count: i32,
+    /// When the row was written, with its order's change.
     pub created_at: chrono::DateTime<chrono::Utc>,
     /// The order's W3C trace context, sent as the `traceparent` message attribute.
     pub traceparent: Option<String>,
@@ -196,7 +203,7 @@ pub async fn claim(pool: &PgPool, limit: i64, lease: Duration) -> sqlx::Result<V
 }
 
 /// Writes what happened to each claimed row, in one statement per kind of result.
-pub async fn record(
+pub(crate) async fn record(
     pool: &PgPool,
     outcomes: &[(Claimed, Outcome)],
     tuning: &RelayTuning,
@@ -325,7 +332,7 @@ async fn next_due(pool: &PgPool) -> sqlx::Result<Option<chrono::DateTime<chrono:
 
 /// The relay loop. Returns when `cancel` fires; a round in progress finishes first (its sends
 /// are short and their results must be recorded, or the rows would wait out their lease).
-pub async fn run(
+pub(crate) async fn run(
     pool: PgPool,
     sender: Sender,
     tuning: RelayTuning,
@@ -554,8 +561,8 @@ async fn wait_for_rows(
 
 /// The relay binary: the relay's lanes, the retention job and the backlog gauges.
 pub struct OutboxRelay {
-    pub config: RelayConfig,
-    pub aws: orderfleet::runtime::aws::Aws,
+    config: RelayConfig,
+    aws: orderfleet::runtime::aws::Aws,
 }
 
 impl orderfleet::runtime::service::Service for OutboxRelay {

@@ -7,13 +7,13 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetentionMode {
+pub(crate) enum RetentionMode {
     Archive,
     Delete,
 }
 
 #[derive(Debug, Clone, Copy)]
-pub struct RetentionPolicy {
+pub(crate) struct RetentionPolicy {
     /// Sent rows older than this go.
     pub age: Duration,
     pub mode: RetentionMode,
@@ -24,7 +24,7 @@ pub struct RetentionPolicy {
 }
 
 /// One batch; returns how many rows it moved (or deleted).
-pub async fn sweep_batch(pool: &PgPool, policy: &RetentionPolicy) -> sqlx::Result<u64> {
+pub(crate) async fn sweep_batch(pool: &PgPool, policy: &RetentionPolicy) -> sqlx::Result<u64> {
     let age_ms = policy.age.as_millis() as i64;
     let done = match policy.mode {
         RetentionMode::Archive => {
@@ -67,9 +67,9 @@ pub async fn sweep_batch(pool: &PgPool, policy: &RetentionPolicy) -> sqlx::Resul
 /// The consumers' records outlive any redelivery they guard against: an inbox id matters
 /// while a copy of its message can still arrive — the 14 days a DLQ keeps a message, then a
 /// redrive — and a recorded failure explains a dead letter for as long as that stays too.
-pub const CONSUMER_RECORDS_KEPT: Duration = Duration::from_secs(15 * 24 * 3600);
+pub(crate) const CONSUMER_RECORDS_KEPT: Duration = Duration::from_secs(15 * 24 * 3600);
 
-/// Deletes consumer records older than [`CONSUMER_RECORDS_KEPT`], one batch: inbox ids
+/// Deletes consumer records older than `CONSUMER_RECORDS_KEPT`, one batch: inbox ids
 /// processed that long ago, inbox claims taken that long ago and never processed (a worker
 /// stopped or crashed before publishing; any copy of the message has left even its DLQ since),
 /// and recorded failures.
@@ -97,7 +97,7 @@ pub async fn sweep_consumer_records(pool: &PgPool, batch: i64) -> sqlx::Result<u
 }
 
 /// Runs every `policy.every` until `cancel` fires, batch after batch until none is full.
-pub async fn run(pool: PgPool, policy: RetentionPolicy, cancel: CancellationToken) {
+pub(crate) async fn run(pool: PgPool, policy: RetentionPolicy, cancel: CancellationToken) {
     loop {
         orderfleet::runtime::failpoint::panic_at("retention_panics");
         loop {

@@ -23,12 +23,13 @@ use orderfleet::runtime::failure::{Failure, Kind, Outcome, Source};
 use crate::Claimed;
 
 /// SQS refuses a message body over 256 KiB, and a batch whose bodies sum over it.
-pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 256 * 1024;
 
 /// How soon a row held by an outage comes due again.
 pub(crate) const OUTAGE_RETRY: Duration = Duration::from_secs(1);
 
 #[derive(Clone)]
+/// Sends claimed rows to their queues, batched or one by one.
 pub struct Sender {
     sqs: Client,
     queues: HashMap<Destination, String>,
@@ -36,6 +37,7 @@ pub struct Sender {
 }
 
 impl Sender {
+    /// A sender for the two queues of `queues`; `batching` uses `SendMessageBatch`.
     pub fn new(sqs: Client, queues: &QueueConfig, batching: bool) -> Self {
         let queues = HashMap::from([
             (Destination::StockCheck, queues.stock_queue_url.as_str().to_owned()),

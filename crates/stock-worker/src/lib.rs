@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! `stock-worker`: for each stock-check message, reserve the order's stock, then capture its
 //! payment or cancel it — [`orderfleet::domain::fulfilment`], which resumes from the order's status,
 //! so a redelivered, duplicated or redriven message continues where the last attempt stopped
@@ -25,6 +26,7 @@ use tracing::Instrument;
 /// The worker's step.
 #[derive(Clone)]
 pub struct StockCheck {
+    /// Reserves, captures or cancels one order, from its status.
     pub fulfilment: Fulfilment,
 }
 
@@ -54,7 +56,7 @@ impl StockCheck {
     /// receive spent waiting would bring the message nearer the DLQ for no fault of its own.
     /// The order ahead is settled by its buyer's retry or the sweeper; while Stripe is down that
     /// can take the outage's length, and the wait is as long. It says so every minute.
-    pub async fn handle_waiting_for_the_line(&self, body: &str) -> Outcome {
+    pub(crate) async fn handle_waiting_for_the_line(&self, body: &str) -> Outcome {
         let started = tokio::time::Instant::now();
         let mut said = started;
         loop {

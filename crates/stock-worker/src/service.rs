@@ -17,6 +17,7 @@ use orderfleet::runtime::tasks::Tasks;
 pub struct Config {
     /// `DATABASE_URL`, `STOCK_QUEUE_URL`, `ORDERFLEET_BATCHING`.
     pub worker: WorkerConfig,
+    /// The Stripe key, API base and request budget.
     pub stripe: StripeConfig,
     /// `STOCK_WORKER_CONCURRENCY`: messages handled at once.
     pub max_in_flight: u32,
@@ -25,6 +26,7 @@ pub struct Config {
 }
 
 impl Config {
+    /// Reads the stock worker's variables; a bad one names itself.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         Ok(Self {
             worker: WorkerConfig::from_env(env, "STOCK_QUEUE_URL")?,
@@ -37,7 +39,9 @@ impl Config {
 
 /// The stock worker: a consumer of the stock-check queue, and the sweeper riding along.
 pub struct StockWorker {
+    /// What it read at start.
     pub config: Config,
+    /// The AWS clients.
     pub aws: Aws,
 }
 

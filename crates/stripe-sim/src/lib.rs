@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! `stripe-sim`: a local, stateful stand-in for the part of Stripe's API the fleet uses
 //! (SPEC §6), so the same async-stripe code runs against it in demos and tests and against
 //! Stripe in production, and so tests can make Stripe fail on purpose.
@@ -47,7 +48,7 @@ pub use rate::RequestStats;
 pub use simulator::{SimState, Simulator};
 
 /// Where the simulator listens unless `STRIPE_SIM_LISTEN_ADDR` says otherwise.
-pub const DEFAULT_LISTEN_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 12111);
+pub(crate) const DEFAULT_LISTEN_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 12111);
 
 /// What the `stripe-sim` binary reads from the environment.
 #[derive(Debug, Clone)]
@@ -60,6 +61,7 @@ pub struct Config {
 }
 
 impl Config {
+    /// Reads `STRIPE_SIM_LISTEN_ADDR` and `STRIPE_SIM_RATE_LIMIT`.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         Ok(Self {
             listen_addr: env.or_default("STRIPE_SIM_LISTEN_ADDR", DEFAULT_LISTEN_ADDR)?,

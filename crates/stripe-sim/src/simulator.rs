@@ -59,16 +59,11 @@ impl Default for Simulator {
 
 impl Simulator {
     /// How long a `timeout` fault holds a request: longer than any sensible client timeout.
-    pub const DEFAULT_HANG: Duration = Duration::from_secs(120);
+    pub(crate) const DEFAULT_HANG: Duration = Duration::from_secs(120);
 
+    /// An empty account: no intents, no saved keys, no faults, no rate limit.
     pub fn new() -> Self {
         Self { state: Mutex::default(), hang: Self::DEFAULT_HANG, stopping: CancellationToken::new() }
-    }
-
-    /// Changes how long a `timeout` fault holds a request before closing the connection.
-    pub fn with_hang(mut self, hang: Duration) -> Self {
-        self.hang = hang;
-        self
     }
 
     /// Limits the API to `per_second` requests in any one second (0: no limit), as
@@ -106,14 +101,14 @@ impl Simulator {
 
     /// Forgets every saved idempotency key, keeping the intents: what Stripe does to a key 24
     /// hours after its first use. A request with an old key then runs again as a new one.
-    pub fn expire_idempotency_keys(&self) -> usize {
+    pub(crate) fn expire_idempotency_keys(&self) -> usize {
         let mut state = self.lock();
         std::mem::take(&mut state.keys).len()
     }
 
     /// Ends every request a `timeout` fault is holding, so a graceful shutdown is not kept
     /// waiting on them. [`crate::serve_with`] calls this when its shutdown signal fires.
-    pub fn stop_hanging(&self) {
+    pub(crate) fn stop_hanging(&self) {
         self.stopping.cancel();
     }
 
@@ -184,10 +179,11 @@ impl Simulator {
     }
 
     /// Makes a new intent wait `seconds` before search shows it (0: at once).
-    pub fn set_search_lag(&self, seconds: u32) {
+    pub(crate) fn set_search_lag(&self, seconds: u32) {
         self.lock().search_lag_seconds = seconds;
     }
 
+    /// How long a new intent waits before search shows it, in seconds.
     pub fn search_lag(&self) -> u32 {
         self.lock().search_lag_seconds
     }

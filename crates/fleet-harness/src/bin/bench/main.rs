@@ -14,7 +14,7 @@
 //! requests per order stay comparable with earlier runs; the Stripe budgets are set out of the
 //! way (1,000/s), since this run measures the queues, not Stripe.
 //!
-//! `--drop` runs a drop through the door instead ([`drop`]).
+//! `--drop` runs a drop through the door instead ([`mod@drop`]).
 
 mod drop;
 
