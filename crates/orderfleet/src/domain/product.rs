@@ -1,4 +1,30 @@
 //! Products: what is for sale, at what price, and how many units are left.
+//!
+//! ## The unit counters, and every statement that moves them
+//!
+//! A product row carries `units_total` (for sale, sold ones included), `units_promised`
+//! (held by orders that have not failed: the door's count), `stock` (not yet taken out by a
+//! reservation) and `last_position` (the line's end). SPEC §8.3 is that they always add up:
+//! `units_promised` is the units of the product's orders in `pending_authorization`,
+//! `authorized`, `stock_reserved` or `paid`; `units_total - stock` is those in
+//! `stock_reserved` or `paid`. Each counter moves only in the same statement as the order
+//! move that changes those sums — never in a statement of its own — so no crash between
+//! two statements can leave them apart. These are all the statements that move them:
+//!
+//! | the order's move | counters | statement |
+//! |---|---|---|
+//! | admitted at the door (a new `pending_authorization`) | `units_promised` += q, `last_position` += 1 | order-intake `orders::door` |
+//! | `pending_authorization` → `payment_declined` | `units_promised` −= q | `authorization::decline` |
+//! | `authorized` → `stock_reserved` | `stock` −= q | `fulfilment::Fulfilment::reserve` (and `reserve_in_line` after a cut) |
+//! | `authorized` → `rejected_out_of_stock` | `units_promised` −= q | `reserve_in_line` |
+//! | `stock_reserved` → `capture_failed` | `stock` += q, `units_promised` −= q | `fulfilment::Fulfilment::fail_capture` |
+//! | the total changed (`fleetctl product upsert`) | `units_total` and `stock` by the change | [`upsert`] |
+//!
+//! The door lives in the intake because it is one statement with the order's insert and the
+//! idempotency key's check; the others live with the moves they belong to. The suite's audit
+//! (`fleet_harness::audit`, its `stock_mismatch` and `promised_mismatch`) checks the sums
+//! after every end-to-end and fault case, and the order model checks them in every state
+//! (`order_model::properties::UNITS`).
 
 use anyhow::Context;
 use sqlx::PgPool;
