@@ -11,6 +11,7 @@
 pub mod audit;
 pub mod fleet;
 pub mod metrics;
+pub mod pgcount;
 pub mod proxy;
 
 use std::path::PathBuf;

@@ -28,7 +28,7 @@ use orderfleet::domain::tokens::UserId;
 
 use fleet_harness::percentile;
 
-use super::say;
+use super::{costs, say};
 
 pub struct DropOptions {
     pub buyers: usize,
@@ -60,11 +60,12 @@ pub async fn run(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result<()>
     let worker_env: Vec<(&str, &str)> =
         common.iter().copied().chain([("STRIPE_MAX_REQUESTS_PER_SECOND", worker_budget.as_str())]).collect();
     fleet.stripe_rate_limit(options.stripe_limit).await?;
-    fleet.spawn("order-intake", "order-intake", &intake_env)?;
-    fleet.spawn("outbox-relay", "outbox-relay", &common)?;
-    fleet.spawn("stock-worker-0", "stock-worker", &worker_env)?;
-    fleet.spawn("stock-worker-1", "stock-worker", &worker_env)?;
-    fleet.spawn("notification-worker", "notification-worker", &common)?;
+    let mut meter = costs::Meter::new(&fleet.stack.database_url).await?;
+    meter.spawn(fleet, "order-intake", "order-intake", &intake_env).await?;
+    meter.spawn(fleet, "outbox-relay", "outbox-relay", &common).await?;
+    meter.spawn(fleet, "stock-worker-0", "stock-worker", &worker_env).await?;
+    meter.spawn(fleet, "stock-worker-1", "stock-worker", &worker_env).await?;
+    meter.spawn(fleet, "notification-worker", "notification-worker", &common).await?;
     fleet.product("drop", 1000, options.units).await?;
     fleet.wait_intake().await?;
     say(&format!(
@@ -75,6 +76,7 @@ pub async fn run(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result<()>
 
     let db_start: chrono::DateTime<chrono::Utc> =
         sqlx::query_scalar("SELECT clock_timestamp()").fetch_one(&fleet.pool).await?;
+    let before_costs = meter.read(fleet);
     let started = Instant::now();
     let fleet_ref = &*fleet;
     let bought: Vec<Bought> = futures::stream::iter(0..options.buyers)
@@ -86,6 +88,7 @@ pub async fn run(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result<()>
 
     let paid_units = options.units as i64;
     fleet.wait_settled(Duration::from_secs(600)).await?;
+    let spent = meter.read(fleet).since(&before_costs);
     let (promised_at, paid_at, paid): (Option<f64>, Option<f64>, i64) = sqlx::query_as(
         "SELECT EXTRACT(EPOCH FROM (max(created_at) - $1))::float8,
                 EXTRACT(EPOCH FROM (max(updated_at) FILTER (WHERE status = 'paid') - $1))::float8,
@@ -161,6 +164,16 @@ pub async fn run(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result<()>
         intake_peak_mib.map(|m| format!("{m:.1} MiB (VmHWM)")).unwrap_or_else(|| "unknown".into())
     );
     println!("door statement (intake)   {door_metrics}");
+    let buyers = options.buyers;
+    let round_trips_per_buyer = spent.total().round_trips as f64 / buyers.max(1) as f64;
+    println!(
+        "PostgreSQL per buyer      {round_trips_per_buyer:.1} round trips, {:.1} of them pings: {}; CPU {:.2} ms \
+         (fleet {:.2} ms)",
+        spent.total().pings as f64 / buyers.max(1) as f64,
+        spent.each(buyers, |r| r.round_trips as f64),
+        spent.postgres_cpu * 1000.0 / buyers.max(1) as f64,
+        spent.total().cpu * 1000.0 / buyers.max(1) as f64,
+    );
     println!("guarantees                {}", audit.summary());
     anyhow::ensure!(paid == paid_units, "sold {paid} of {} units", options.units);
     anyhow::ensure!(audit.holds(), "a guarantee broke in the drop: {}", audit.summary());
@@ -170,7 +183,8 @@ pub async fn run(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result<()>
     println!();
     println!(
         "bench-drop: buyers={} units={} sold_out_s={:.2} sold_out_p99_ms={sold_out_p99:.1} stripe_requests_per_unit={per_unit:.2} \
-         holds_on_losers={holds_on_losers} rate_limited={rate_limited} intake_peak_mib={:.1}",
+         holds_on_losers={holds_on_losers} rate_limited={rate_limited} intake_peak_mib={:.1} \
+         pg_round_trips_per_buyer={round_trips_per_buyer:.1}",
         options.buyers,
         options.units,
         promised_at.unwrap_or(f64::NAN),

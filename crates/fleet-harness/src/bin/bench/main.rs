@@ -16,6 +16,7 @@
 //!
 //! `--drop` runs a drop through the door instead ([`mod@drop`]).
 
+mod costs;
 mod drop;
 
 use std::collections::BTreeMap;
@@ -204,28 +205,21 @@ struct Ceiling {
 /// The CPU time of LocalStack's process, when it runs on this host (`make up` in host mode
 /// records its pid): what each order costs LocalStack, against what a bare message does.
 struct LocalStackCpu {
-    stat: Option<PathBuf>,
+    pid: Option<u32>,
 }
 
 impl LocalStackCpu {
     fn find() -> Self {
         let run_dir =
             std::env::var_os("ORDERFLEET_RUN_DIR").map(PathBuf::from).unwrap_or_else(|| ".run".into());
-        let stat = std::fs::read_to_string(run_dir.join("localstack.pid"))
-            .ok()
-            .map(|pid| PathBuf::from(format!("/proc/{}/stat", pid.trim())))
-            .filter(|stat| stat.exists());
-        Self { stat }
+        let pid =
+            std::fs::read_to_string(run_dir.join("localstack.pid")).ok().and_then(|p| p.trim().parse().ok());
+        Self { pid }
     }
 
     /// User plus system CPU seconds so far.
     fn seconds(&self) -> Option<f64> {
-        let stat = std::fs::read_to_string(self.stat.as_ref()?).ok()?;
-        // The fields after the command name, which is in parentheses and may hold spaces.
-        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-        // /proc counts in USER_HZ, which Linux fixes at 100 for user space.
-        Some(ticks as f64 / 100.0)
+        costs::cpu_seconds(self.pid?)
     }
 }
 
@@ -247,14 +241,15 @@ async fn fleet_run(
         ("SHUTDOWN_GRACE_SECONDS", "20"),
         ("STRIPE_MAX_REQUESTS_PER_SECOND", "1000"),
     ];
-    fleet.spawn("order-intake", "order-intake", &env)?;
-    fleet.spawn("outbox-relay", "outbox-relay", &env)?;
-    fleet.spawn("stock-worker-0", "stock-worker", &env)?;
-    fleet.spawn("stock-worker-1", "stock-worker", &env)?;
-    fleet.spawn("notification-worker", "notification-worker", &env)?;
+    let mut meter = costs::Meter::new(database_url).await?;
+    meter.spawn(&mut fleet, "order-intake", "order-intake", &env).await?;
+    meter.spawn(&mut fleet, "outbox-relay", "outbox-relay", &env).await?;
+    meter.spawn(&mut fleet, "stock-worker-0", "stock-worker", &env).await?;
+    meter.spawn(&mut fleet, "stock-worker-1", "stock-worker", &env).await?;
+    meter.spawn(&mut fleet, "notification-worker", "notification-worker", &env).await?;
     fleet.product("bench", 1000, options.orders as i32).await?;
     wait_for_intake(&fleet).await?;
-    let outcome = measure(&fleet, options, admin, database, ceiling).await;
+    let outcome = measure(&fleet, &meter, options, admin, database, ceiling).await;
     fleet.stop().await?;
     pool.close().await;
     outcome
@@ -283,6 +278,7 @@ async fn transactions(admin: &mut PgConnection, database: &str) -> anyhow::Resul
 
 async fn measure(
     fleet: &Fleet,
+    meter: &costs::Meter,
     options: &Options,
     admin: &mut PgConnection,
     database: &str,
@@ -292,6 +288,7 @@ async fn measure(
     let n = options.orders;
     let before_requests = sum_by_label(&fleet.scrape_metrics().await, "aws_requests_total", "operation");
     let before_xacts = transactions(admin, database).await?;
+    let before_costs = meter.read(fleet);
 
     say(&format!("{n} orders from {n} users, {} at a time", options.concurrency));
     let localstack_before = localstack.seconds();
@@ -361,6 +358,13 @@ async fn measure(
 
     let after_requests = sum_by_label(&fleet.scrape_metrics().await, "aws_requests_total", "operation");
     let after_xacts = transactions(admin, database).await?;
+    let spent = meter.read(fleet).since(&before_costs);
+    let total = spent.total();
+    let per_order = |x: f64| x / accepted.max(1) as f64;
+    let round_trips_per_order = per_order(total.round_trips as f64);
+    let pings_per_order = per_order(total.pings as f64);
+    let fleet_cpu_ms = per_order(total.cpu * 1000.0);
+    let postgres_cpu_ms = per_order(spent.postgres_cpu * 1000.0);
     let by_status: BTreeMap<String, i64> = fleet.statuses().await?.into_iter().collect();
     let paid_latencies: Vec<f64> = sqlx::query_scalar(
         "SELECT EXTRACT(EPOCH FROM (updated_at - created_at))::float8 FROM orders WHERE status = 'paid'",
@@ -447,7 +451,19 @@ async fn measure(
             .collect::<Vec<_>>()
             .join(" ")
     );
-    println!("database transactions     {xacts_per_order:.1} per order");
+    println!(
+        "database transactions     {xacts_per_order:.1} per order (pg_stat_database: the bench's own polling included)"
+    );
+    println!(
+        "PostgreSQL round trips    {round_trips_per_order:.1} per order, of which {pings_per_order:.1} pings: {}; {} connections opened",
+        spent.each(accepted, |r| r.round_trips as f64),
+        total.connections
+    );
+    println!(
+        "fleet CPU                 {fleet_cpu_ms:.2} ms per order: {}",
+        spent.each(accepted, |r| r.cpu * 1000.0)
+    );
+    println!("PostgreSQL CPU            {postgres_cpu_ms:.2} ms per order (every postgres process here)");
     println!("guarantees                {}", audit.summary());
     if let Some(idle) = idle {
         println!(
@@ -479,7 +495,10 @@ async fn measure(
         );
     }
     println!(
-        "bench: orders={accepted} orders_per_s={orders_per_s:.1} requests_per_order={requests_per_order:.2} ceiling_msgs_per_s={ceiling:.0} ratio={ratio:.3}"
+        "bench: orders={accepted} orders_per_s={orders_per_s:.1} requests_per_order={requests_per_order:.2} \
+         pg_round_trips_per_order={round_trips_per_order:.1} pg_pings_per_order={pings_per_order:.1} \
+         xacts_per_order={xacts_per_order:.1} fleet_cpu_ms_per_order={fleet_cpu_ms:.2} pg_cpu_ms_per_order={postgres_cpu_ms:.2} \
+         ceiling_msgs_per_s={ceiling:.0} ratio={ratio:.3}"
     );
     anyhow::ensure!(audit.holds(), "a guarantee broke in the run: {}", audit.summary());
     Ok(())

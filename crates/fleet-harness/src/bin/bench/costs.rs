@@ -1,0 +1,141 @@
+//! What a run costs, counted where it is spent, in figures that do not depend on the machine's
+//! speed: each fleet process's PostgreSQL round trips (through a counting proxy of its own,
+//! [`fleet_harness::pgcount`]) and CPU seconds (`/proc/<pid>/stat`), and PostgreSQL's own CPU
+//! seconds (every `postgres` process of this machine: the bench's server is local and the run
+//! is alone on it).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use fleet_harness::Fleet;
+use fleet_harness::pgcount::PgCounter;
+
+/// The fleet's processes, each spawned with its `DATABASE_URL` through a counter of its own.
+pub struct Meter {
+    target: SocketAddr,
+    database_url: String,
+    counters: Vec<(String, PgCounter)>,
+}
+
+/// One process's totals at a moment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Reading {
+    /// CPU seconds, user and system.
+    pub cpu: f64,
+    /// PostgreSQL connections opened.
+    pub connections: u64,
+    /// Round trips to PostgreSQL, pings included.
+    pub round_trips: u64,
+    /// Of those, pings.
+    pub pings: u64,
+}
+
+/// Every process's reading, and PostgreSQL's CPU seconds.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub processes: BTreeMap<String, Reading>,
+    pub postgres_cpu: f64,
+}
+
+impl Meter {
+    /// A meter for a fleet whose database is at `database_url` (a TCP address).
+    pub async fn new(database_url: &str) -> anyhow::Result<Self> {
+        let url = url::Url::parse(database_url)?;
+        let host = url.host_str().unwrap_or("127.0.0.1").replace("localhost", "127.0.0.1");
+        let target = format!("{host}:{}", url.port().unwrap_or(5432)).parse()?;
+        Ok(Self { target, database_url: database_url.to_owned(), counters: Vec::new() })
+    }
+
+    /// Spawns `bin` as `label` with `env`, its database connections through a new counter.
+    pub async fn spawn(
+        &mut self,
+        fleet: &mut Fleet,
+        label: &str,
+        bin: &str,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<()> {
+        let counter = PgCounter::start(self.target).await?;
+        let url = counter.url_for(&self.database_url)?;
+        let env: Vec<(&str, &str)> = env.iter().copied().chain([("DATABASE_URL", url.as_str())]).collect();
+        fleet.spawn(label, bin, &env)?;
+        self.counters.push((label.to_owned(), counter));
+        Ok(())
+    }
+
+    /// Every metered process's totals now.
+    pub fn read(&self, fleet: &Fleet) -> Snapshot {
+        let processes = self
+            .counters
+            .iter()
+            .map(|(label, counter)| {
+                let (connections, round_trips, pings) = counter.counts.read();
+                let cpu = fleet.pid(label).and_then(cpu_seconds).unwrap_or(f64::NAN);
+                (label.clone(), Reading { cpu, connections, round_trips, pings })
+            })
+            .collect();
+        Snapshot { processes, postgres_cpu: postgres_cpu_seconds() }
+    }
+}
+
+impl Snapshot {
+    /// What was spent from `before` to this one.
+    pub fn since(&self, before: &Snapshot) -> Snapshot {
+        let processes = self
+            .processes
+            .iter()
+            .map(|(label, now)| {
+                let then = before.processes.get(label).copied().unwrap_or_default();
+                let spent = Reading {
+                    cpu: now.cpu - then.cpu,
+                    connections: now.connections - then.connections,
+                    round_trips: now.round_trips - then.round_trips,
+                    pings: now.pings - then.pings,
+                };
+                (label.clone(), spent)
+            })
+            .collect();
+        Snapshot { processes, postgres_cpu: self.postgres_cpu - before.postgres_cpu }
+    }
+
+    /// The processes' sum.
+    pub fn total(&self) -> Reading {
+        self.processes.values().fold(Reading::default(), |sum, r| Reading {
+            cpu: sum.cpu + r.cpu,
+            connections: sum.connections + r.connections,
+            round_trips: sum.round_trips + r.round_trips,
+            pings: sum.pings + r.pings,
+        })
+    }
+
+    /// Each process's share of `what` per `n` (orders, buyers), as `label a, label b`.
+    pub fn each(&self, n: usize, what: impl Fn(&Reading) -> f64) -> String {
+        self.processes
+            .iter()
+            .map(|(label, r)| format!("{label} {:.2}", what(r) / n.max(1) as f64))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// User plus system CPU seconds of process `pid` so far.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // /proc counts in USER_HZ, which Linux fixes at 100 for user space.
+    Some(ticks as f64 / 100.0)
+}
+
+/// The CPU seconds of every `postgres` process of this machine (the server and its backends,
+/// ended ones not counted: a backend's CPU is read while it lives).
+fn postgres_cpu_seconds() -> f64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return f64::NAN };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim() == "postgres")
+        })
+        .filter_map(cpu_seconds)
+        .sum()
+}

@@ -1,0 +1,196 @@
+//! Counts what a process asks of PostgreSQL: a proxy that forwards a plaintext connection
+//! (`sslmode=disable`) and reads the client's side of the protocol as it passes.
+//!
+//! A **round trip** is one exchange the client waits on: a simple `Query`, or a run of
+//! extended-protocol messages ended by `Sync` (a prepared statement's parse, bind and execute
+//! go in one). A **ping** is a `Sync` sent alone: what sqlx sends to test a connection
+//! (`Connection::ping`), on acquire (`test_before_acquire`) and on release. The protocol is
+//! PostgreSQL's documented one (postgresql.org/docs/current/protocol-flow.html): after the
+//! untyped startup message, every frontend message is a type byte and a length.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What the connections through one counter asked so far.
+#[derive(Debug, Default)]
+pub struct Counts {
+    /// Connections opened.
+    pub connections: AtomicU64,
+    /// Round trips, pings included.
+    pub round_trips: AtomicU64,
+    /// Of those, pings: a `Sync` sent alone.
+    pub pings: AtomicU64,
+}
+
+impl Counts {
+    /// (connections, round trips, pings) now.
+    pub fn read(&self) -> (u64, u64, u64) {
+        (
+            self.connections.load(Ordering::Relaxed),
+            self.round_trips.load(Ordering::Relaxed),
+            self.pings.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// A counting proxy in front of one PostgreSQL server.
+pub struct PgCounter {
+    /// Where clients connect.
+    pub addr: SocketAddr,
+    /// What they asked.
+    pub counts: Arc<Counts>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PgCounter {
+    /// Listens on a free loopback port and forwards to `target`.
+    pub async fn start(target: SocketAddr) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let counts = Arc::new(Counts::default());
+        let task = tokio::spawn({
+            let counts = counts.clone();
+            async move {
+                while let Ok((inbound, _)) = listener.accept().await {
+                    counts.connections.fetch_add(1, Ordering::Relaxed);
+                    tokio::spawn(forward(inbound, target, counts.clone()));
+                }
+            }
+        });
+        Ok(Self { addr, counts, task })
+    }
+
+    /// `url` (a `postgres://` URL) pointed at this proxy, without TLS so it can be read.
+    pub fn url_for(&self, url: &str) -> anyhow::Result<String> {
+        let mut url = url::Url::parse(url)?;
+        url.set_host(Some(&self.addr.ip().to_string()))?;
+        url.set_port(Some(self.addr.port())).map_err(|()| anyhow::anyhow!("no port in {url}"))?;
+        let kept: Vec<(String, String)> =
+            url.query_pairs().filter(|(k, _)| k != "sslmode").map(|(k, v)| (k.into(), v.into())).collect();
+        url.query_pairs_mut().clear().extend_pairs(kept).append_pair("sslmode", "disable");
+        Ok(url.to_string())
+    }
+}
+
+impl Drop for PgCounter {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn forward(inbound: TcpStream, target: SocketAddr, counts: Arc<Counts>) {
+    let Ok(outbound) = TcpStream::connect(target).await else { return };
+    let _ = (inbound.set_nodelay(true), outbound.set_nodelay(true));
+    let (mut in_read, mut in_write) = inbound.into_split();
+    let (mut out_read, mut out_write) = outbound.into_split();
+    let upstream = async {
+        let mut frames = Frames::default();
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n) = in_read.read(&mut buf).await {
+            if n == 0 || out_write.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+            frames.feed(&buf[..n], &counts);
+        }
+        let _ = out_write.shutdown().await;
+    };
+    let downstream = async {
+        let _ = tokio::io::copy(&mut out_read, &mut in_write).await;
+        let _ = in_write.shutdown().await;
+    };
+    tokio::join!(upstream, downstream);
+}
+
+/// The client's messages, read from the bytes as they come.
+#[derive(Default)]
+struct Frames {
+    /// Past the untyped startup message.
+    started: bool,
+    /// The header read so far: the type byte (after startup) and the length.
+    header: Vec<u8>,
+    /// Bytes of the current message's body still to skip.
+    remaining: usize,
+    /// Whether a message other than `Sync` came since the last `Sync`.
+    pending: bool,
+}
+
+impl Frames {
+    fn feed(&mut self, mut bytes: &[u8], counts: &Counts) {
+        while !bytes.is_empty() {
+            if self.remaining > 0 {
+                let skip = self.remaining.min(bytes.len());
+                self.remaining -= skip;
+                bytes = &bytes[skip..];
+                continue;
+            }
+            let header_len = if self.started { 5 } else { 4 };
+            let take = (header_len - self.header.len()).min(bytes.len());
+            self.header.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+            if self.header.len() < header_len {
+                return;
+            }
+            let length_at = header_len - 4;
+            let length = u32::from_be_bytes(self.header[length_at..].try_into().expect("4 bytes")) as usize;
+            if self.started {
+                self.message(self.header[0], counts);
+            }
+            self.started = true;
+            self.remaining = length.saturating_sub(4);
+            self.header.clear();
+        }
+    }
+
+    fn message(&mut self, kind: u8, counts: &Counts) {
+        match kind {
+            b'S' => {
+                counts.round_trips.fetch_add(1, Ordering::Relaxed);
+                if !self.pending {
+                    counts.pings.fetch_add(1, Ordering::Relaxed);
+                }
+                self.pending = false;
+            }
+            b'Q' => {
+                counts.round_trips.fetch_add(1, Ordering::Relaxed);
+                self.pending = false;
+            }
+            _ => self.pending = true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(kind: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![kind];
+        m.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+
+    #[test]
+    fn a_statement_a_ping_and_a_simple_query_are_three_round_trips_one_a_ping_however_the_bytes_split() {
+        let mut stream = Vec::new();
+        stream.extend_from_slice(&12u32.to_be_bytes()); // startup: length, then 8 bytes
+        stream.extend_from_slice(&[0, 3, 0, 0, b'u', 0, b'x', 0]);
+        stream.extend(message(b'P', b"\0SELECT 1\0\0\0"));
+        stream.extend(message(b'B', b"\0\0\0\0\0\0\0\0"));
+        stream.extend(message(b'E', b"\0\0\0\0\0"));
+        stream.extend(message(b'S', b""));
+        stream.extend(message(b'S', b""));
+        stream.extend(message(b'Q', b"BEGIN\0"));
+        for chunk in [1, 2, 3, 7, stream.len()] {
+            let (counts, mut frames) = (Counts::default(), Frames::default());
+            for piece in stream.chunks(chunk) {
+                frames.feed(piece, &counts);
+            }
+            assert_eq!(counts.read(), (0, 3, 1), "in chunks of {chunk}");
+        }
+    }
+}
