@@ -46,6 +46,22 @@ fn options(size: PoolSize) -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(size.max_connections)
         .acquire_timeout(size.acquire_timeout)
+        // sqlx pings every connection it hands out (`test_before_acquire`), which was a third
+        // of the fleet's round trips to PostgreSQL (BENCHMARKS.md). Only a connection that sat
+        // idle is pinged now, with a deadline: idle is when a NAT or a firewall forgets a flow
+        // or a restarted server leaves it dead. One in steady use is not: if it died, its next
+        // statement fails as any dropped connection does, and is classified where it happens
+        // (`failure`: an outage or a transient failure, retried), and sqlx closes it.
+        .test_before_acquire(false)
+        .before_acquire(|connection, meta| {
+            Box::pin(async move {
+                if meta.idle_for < PING_WHEN_IDLE_FOR {
+                    return Ok(true);
+                }
+                // A connection that does not answer is closed, and another is acquired.
+                Ok(matches!(tokio::time::timeout(RELEASE_PING_DEADLINE, connection.ping()).await, Ok(Ok(()))))
+            })
+        })
         // sqlx tests a connection when it goes back to the pool with a ping that has no
         // deadline: a connection frozen mid-exchange (a peer gone without a reset, a
         // firewall that forgot the flow) would hold its place in the pool until the kernel
@@ -62,8 +78,12 @@ fn options(size: PoolSize) -> PgPoolOptions {
         })
 }
 
-/// How long the ping of a connection going back to the pool may take.
+/// How long the ping of a connection going back to the pool, or of one idle that is handed
+/// out, may take.
 const RELEASE_PING_DEADLINE: Duration = Duration::from_secs(2);
+
+/// How long a connection may sit idle and still be handed out without a ping.
+const PING_WHEN_IDLE_FOR: Duration = Duration::from_secs(1);
 
 /// How long a worker's database step (a statement, or one short transaction) may take before
 /// it counts as unanswered. The steps hold no lock across a network call and take
