@@ -12,6 +12,7 @@ mod intake;
 mod migrations;
 mod observability;
 mod outages;
+mod payments;
 mod pipeline;
 mod redelivery;
 mod security;

@@ -8,9 +8,9 @@
 //!   to N requests in any one second, answering the rest with Stripe's 429 `rate_limit`
 //!   (see [`crate::rate`]); 0 clears the limit. It answers, as `GET` does, the setting:
 //!   `{"per_second": N}`. `STRIPE_SIM_RATE_LIMIT` sets it at start.
-//! - `GET /_sim/stats` → `{"requests", "rate_limited", "max_requests_in_one_second"}`: the
+//! - `GET /_sim/stats` → `{"requests", "rate_limited", "max_requests_in_one_second", "connections"}`: the
 //!   API requests seen, those the limit refused (not injected `error_429` faults), and the
-//!   most received in any one second.
+//!   most received in any one second, and the TCP connections accepted.
 //! - `POST /_sim/payment_intents/{id}/expire_authorization` lets a hold's window (7 days)
 //!   pass now: Stripe cancels the intent (reason `automatic`), so a later capture is refused.
 //!   It answers the intent, or Stripe's error for an unknown one or one that is not a hold.

@@ -132,6 +132,8 @@ pub async fn serve_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let app = router(state.clone());
+    let counted = state.clone();
+    let listener = axum::serve::ListenerExt::tap_io(listener, move |_| counted.connected());
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;

@@ -34,6 +34,10 @@ pub struct RequestStats {
     pub rate_limited: u64,
     /// The most API requests received (admitted or not) in any one-second window.
     pub max_requests_in_one_second: u64,
+    /// TCP connections accepted: how many a client opened for its requests. Stripe's clients
+    /// that keep their connections open pay one TLS handshake for many requests; one that does
+    /// not pays one a request.
+    pub connections: u64,
 }
 
 /// What the limit makes of one request.
@@ -76,6 +80,11 @@ impl Traffic {
 
     pub(crate) fn stats(&self) -> RequestStats {
         self.stats
+    }
+
+    /// Counts a connection accepted.
+    pub(crate) fn connected(&mut self) {
+        self.stats.connections += 1;
     }
 
     /// Judges and counts one API request arriving at `now`. Calls must come in time order
@@ -130,7 +139,7 @@ mod tests {
         // At 1050 ms the last second held 100, 200, 999, 1000 and 1050, limited or not.
         assert_eq!(
             traffic.stats(),
-            RequestStats { requests: 7, rate_limited: 3, max_requests_in_one_second: 5 }
+            RequestStats { requests: 7, rate_limited: 3, max_requests_in_one_second: 5, connections: 0 }
         );
     }
 

@@ -119,6 +119,11 @@ impl Simulator {
     }
 
     /// Counts one API request and judges it against the rate limit.
+    /// Counts a TCP connection accepted (`connections` in the stats).
+    pub(crate) fn connected(&self) {
+        self.lock().traffic.connected();
+    }
+
     pub(crate) fn admit(&self) -> Verdict {
         let mut state = self.lock();
         // Read under the lock, so concurrent arrivals join the window in time order.

@@ -38,6 +38,7 @@ use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod, PaymentIntentStatus
 use crate::runtime::backoff::Backoff;
 use crate::runtime::budget::StripeBudget;
 use crate::runtime::config::StripeConfig;
+use crate::runtime::stripe_http::PooledStripe;
 
 /// The operations that carry their own idempotency key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,7 +235,8 @@ impl RetryPolicy {
 /// The Stripe client of one process: its key, its budget, its retries.
 #[derive(Clone)]
 pub struct Payments {
-    client: stripe::Client,
+    /// async-stripe's requests, over kept-alive connections.
+    client: PooledStripe,
     retry: RetryPolicy,
     /// Shared by every clone: the budget is the process's.
     budget: std::sync::Arc<StripeBudget>,
@@ -251,10 +253,7 @@ impl Payments {
     /// The client for `config`, retrying as `retry` says.
     pub fn new(config: &StripeConfig, retry: RetryPolicy) -> anyhow::Result<Self> {
         crate::install_crypto_provider();
-        // async-stripe appends `v1/...` to the base, so the base ends with a slash.
-        let client = stripe::ClientBuilder::new(config.secret_key.expose_secret())
-            .url(format!("{}/", config.api_base.as_str()))
-            .build()
+        let client = PooledStripe::new(config.secret_key.expose_secret(), config.api_base.as_str())
             .map_err(|e| anyhow::anyhow!("failed to build the Stripe client: {e}"))?;
         let budget = StripeBudget::new(config.max_requests_per_second.0, retry.budget_wait);
         Ok(Self { client, retry, budget: std::sync::Arc::new(budget), search_lag: config.search_lag.0 })

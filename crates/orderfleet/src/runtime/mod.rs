@@ -17,6 +17,7 @@
 //!   deep, and a per-process request budget (Stripe's).
 //! - [`telemetry`], [`trace`] and [`ops`]: logs (text or JSON), one trace per order across
 //!   processes, and `/healthz` and `/metrics`.
+//! - [`stripe_http`]: the HTTP client Stripe's requests go through, its connections kept.
 //! - [`failpoint`]: crash points for the fault-injection suite, off unless a test sets them.
 
 pub mod aws;
@@ -31,6 +32,7 @@ pub mod failure;
 pub mod ops;
 pub mod service;
 pub mod shutdown;
+pub mod stripe_http;
 pub mod tasks;
 pub mod telemetry;
 pub mod trace;

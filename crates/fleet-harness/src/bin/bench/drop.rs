@@ -105,6 +105,8 @@ pub async fn run(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result<()>
     let stripe_requests = stats["requests"].as_u64().unwrap_or(0);
     let rate_limited = stats["rate_limited"].as_u64().unwrap_or(0);
     let busiest = stats["max_requests_in_one_second"].as_u64().unwrap_or(0);
+    let stripe_connections = stats["connections"].as_u64().unwrap_or(0);
+    let connections_per_100 = stripe_connections as f64 * 100.0 / stripe_requests.max(1) as f64;
     let intake_peak_mib = fleet.pid("order-intake").and_then(peak_memory_mib);
     let metrics = fleet.scrape_metrics().await;
     let door_metrics = door_statement_figures(&metrics);
@@ -156,7 +158,8 @@ pub async fn run(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result<()>
     );
     println!("holds on buyers who got nothing  {holds_on_losers}");
     println!(
-        "stripe-sim                {rate_limited} answered 429; busiest second {busiest} requests (limit {}/s)",
+        "stripe-sim                {rate_limited} answered 429; busiest second {busiest} requests (limit {}/s); \
+         {stripe_connections} connections opened = {connections_per_100:.1} per 100 requests",
         options.stripe_limit
     );
     println!(
@@ -184,7 +187,7 @@ pub async fn run(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result<()>
     println!(
         "bench-drop: buyers={} units={} sold_out_s={:.2} sold_out_p99_ms={sold_out_p99:.1} stripe_requests_per_unit={per_unit:.2} \
          holds_on_losers={holds_on_losers} rate_limited={rate_limited} intake_peak_mib={:.1} \
-         pg_round_trips_per_buyer={round_trips_per_buyer:.1}",
+         pg_round_trips_per_buyer={round_trips_per_buyer:.1} stripe_connections_per_100_requests={connections_per_100:.1}",
         options.buyers,
         options.units,
         promised_at.unwrap_or(f64::NAN),

@@ -359,6 +359,10 @@ async fn measure(
     let after_requests = sum_by_label(&fleet.scrape_metrics().await, "aws_requests_total", "operation");
     let after_xacts = transactions(admin, database).await?;
     let spent = meter.read(fleet).since(&before_costs);
+    let stripe = fleet.stripe_stats().await?;
+    let stripe_requests = stripe["requests"].as_u64().unwrap_or(0);
+    let stripe_connections = stripe["connections"].as_u64().unwrap_or(0);
+    let connections_per_100 = stripe_connections as f64 * 100.0 / stripe_requests.max(1) as f64;
     let total = spent.total();
     let per_order = |x: f64| x / accepted.max(1) as f64;
     let round_trips_per_order = per_order(total.round_trips as f64);
@@ -464,6 +468,9 @@ async fn measure(
         spent.each(accepted, |r| r.cpu * 1000.0)
     );
     println!("PostgreSQL CPU            {postgres_cpu_ms:.2} ms per order (every postgres process here)");
+    println!(
+        "Stripe connections        {stripe_connections} opened for {stripe_requests} requests = {connections_per_100:.1} per 100"
+    );
     println!("guarantees                {}", audit.summary());
     if let Some(idle) = idle {
         println!(
@@ -498,6 +505,7 @@ async fn measure(
         "bench: orders={accepted} orders_per_s={orders_per_s:.1} requests_per_order={requests_per_order:.2} \
          pg_round_trips_per_order={round_trips_per_order:.1} pg_pings_per_order={pings_per_order:.1} \
          xacts_per_order={xacts_per_order:.1} fleet_cpu_ms_per_order={fleet_cpu_ms:.2} pg_cpu_ms_per_order={postgres_cpu_ms:.2} \
+         stripe_connections_per_100_requests={connections_per_100:.1} \
          ceiling_msgs_per_s={ceiling:.0} ratio={ratio:.3}"
     );
     anyhow::ensure!(audit.holds(), "a guarantee broke in the run: {}", audit.summary());
