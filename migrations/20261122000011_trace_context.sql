@@ -1,4 +1,4 @@
--- Trace context (orderfleet::runtime::trace): the W3C traceparent of the request that made an order,
+-- Trace context (orderfleet::trace): the W3C traceparent of the request that made an order,
 -- kept on the order and on every outbox row it causes, so that the relay can send it as an
 -- SQS message attribute and every process's log lines about the order carry its trace id.
 -- NULL for rows written before this migration: their log lines carry their order_id, no trace_id.

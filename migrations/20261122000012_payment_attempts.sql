@@ -1,4 +1,4 @@
--- The Stripe attempt an order is on (SPEC §1.1, orderfleet::domain::payments). Each attempt has its
+-- The Stripe attempt an order is on (SPEC §1.1, orderfleet::payments). Each attempt has its
 -- own idempotency keys. Stripe saves the answer of a request that began executing, a 500
 -- included, under its key for 24 hours, and replays it to every retry with that key: after a
 -- 5xx the fleet asks Stripe what the attempt did and, only when it did nothing, moves the order

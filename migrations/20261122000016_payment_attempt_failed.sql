@@ -1,5 +1,5 @@
 -- Whether the order's current Stripe attempt has answered a 5xx, which Stripe saves under the
--- attempt's key and replays for 24 hours (orderfleet::domain::authorization::resume). A 500's result is
+-- attempt's key and replays for 24 hours (orderfleet::authorization::resume). A 500's result is
 -- indeterminate (docs.stripe.com/error-low-level): the request may have made a PaymentIntent.
 -- So a resumed order re-sends the attempt's own key only while no 5xx is known for it; once
 -- one is, nothing more is sent under that key, the 5xx is dated in payment_attempt_at when it

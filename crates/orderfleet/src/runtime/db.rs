@@ -222,6 +222,29 @@ pub fn failure(error: &anyhow::Error) -> Failure {
 mod tests {
     use super::*;
 
+    /// Each migration's checksum as sqlx records it (SHA-384 of the file) when it is applied:
+    /// `fleetctl migrate` refuses to run against a database where a migration it applied has
+    /// changed since ("previously applied but has been modified"), so a migration, once
+    /// committed, is never edited, not even a comment. A new migration adds its line here.
+    const APPLIED: &str = include_str!("migrations.sha384");
+
+    #[test]
+    fn no_migration_changed_after_it_was_written() {
+        let recorded: std::collections::HashMap<&str, &str> =
+            APPLIED.lines().filter_map(|line| line.split_once(' ')).collect();
+        let mut wrong = Vec::new();
+        for migration in MIGRATOR.iter() {
+            let version = migration.version.to_string();
+            let checksum: String = migration.checksum.iter().map(|b| format!("{b:02x}")).collect();
+            match recorded.get(version.as_str()) {
+                Some(was) if *was == checksum => {}
+                Some(_) => wrong.push(format!("{version} ({}) was edited", migration.description)),
+                None => wrong.push(format!("{version}: add `{version} {checksum}` to migrations.sha384")),
+            }
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
+    }
+
     #[test]
     fn a_broken_connection_is_an_outage_and_an_error_without_a_database_cause_is_transient() {
         let io =
