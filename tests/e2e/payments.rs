@@ -30,8 +30,7 @@ async fn a_hundred_stripe_requests_open_at_most_five_connections() {
     }
 
     // Assert
-    let stats = sim.stats();
-    assert_eq!(stats.requests, 100);
-    assert!(stats.connections <= 5, "{} connections for 100 requests", stats.connections);
+    assert_eq!(sim.stats().requests, 100);
+    assert!(sim.connections() <= 5, "{} connections for 100 requests", sim.connections());
     let _ = stop.send(());
 }

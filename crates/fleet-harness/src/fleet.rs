@@ -467,6 +467,13 @@ impl Fleet {
         Ok(self.http.get(format!("{}/_sim/stats", self.stripe_url)).send().await?.json().await?)
     }
 
+    /// The TCP connections stripe-sim accepted (`GET /_sim/connections`).
+    pub async fn stripe_connections(&self) -> anyhow::Result<u64> {
+        let answer: Value =
+            self.http.get(format!("{}/_sim/connections", self.stripe_url)).send().await?.json().await?;
+        answer["connections"].as_u64().context("no connections in stripe-sim's answer")
+    }
+
     /// Orders by status.
     pub async fn statuses(&self) -> anyhow::Result<HashMap<String, i64>> {
         let rows: Vec<(String, i64)> =

@@ -34,10 +34,6 @@ pub struct RequestStats {
     pub rate_limited: u64,
     /// The most API requests received (admitted or not) in any one-second window.
     pub max_requests_in_one_second: u64,
-    /// TCP connections accepted: how many a client opened for its requests. Stripe's clients
-    /// that keep their connections open pay one TLS handshake for many requests; one that does
-    /// not pays one a request.
-    pub connections: u64,
 }
 
 /// What the limit makes of one request.
@@ -59,6 +55,8 @@ pub(crate) struct Traffic {
     /// When every request received in the last second arrived, oldest first.
     received: VecDeque<Instant>,
     stats: RequestStats,
+    /// TCP connections accepted (`GET /_sim/connections`).
+    connections: u64,
 }
 
 impl Traffic {
@@ -82,9 +80,16 @@ impl Traffic {
         self.stats
     }
 
-    /// Counts a connection accepted.
+    /// Counts a TCP connection accepted.
     pub(crate) fn connected(&mut self) {
-        self.stats.connections += 1;
+        self.connections += 1;
+    }
+
+    /// TCP connections accepted since the start or the last reset: how many a client opened
+    /// for its requests. A client that keeps its connections pays one TLS handshake with
+    /// Stripe for many requests; one that does not pays one a request.
+    pub(crate) fn connections(&self) -> u64 {
+        self.connections
     }
 
     /// Judges and counts one API request arriving at `now`. Calls must come in time order
@@ -139,7 +144,7 @@ mod tests {
         // At 1050 ms the last second held 100, 200, 999, 1000 and 1050, limited or not.
         assert_eq!(
             traffic.stats(),
-            RequestStats { requests: 7, rate_limited: 3, max_requests_in_one_second: 5, connections: 0 }
+            RequestStats { requests: 7, rate_limited: 3, max_requests_in_one_second: 5 }
         );
     }
 

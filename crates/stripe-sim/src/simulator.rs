@@ -119,9 +119,14 @@ impl Simulator {
     }
 
     /// Counts one API request and judges it against the rate limit.
-    /// Counts a TCP connection accepted (`connections` in the stats).
+    /// Counts a TCP connection accepted.
     pub(crate) fn connected(&self) {
         self.lock().traffic.connected();
+    }
+
+    /// TCP connections accepted since the start or the last reset (`GET /_sim/connections`).
+    pub fn connections(&self) -> u64 {
+        self.lock().traffic.connections()
     }
 
     pub(crate) fn admit(&self) -> Verdict {

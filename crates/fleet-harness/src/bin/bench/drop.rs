@@ -105,7 +105,7 @@ pub async fn run(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result<()>
     let stripe_requests = stats["requests"].as_u64().unwrap_or(0);
     let rate_limited = stats["rate_limited"].as_u64().unwrap_or(0);
     let busiest = stats["max_requests_in_one_second"].as_u64().unwrap_or(0);
-    let stripe_connections = stats["connections"].as_u64().unwrap_or(0);
+    let stripe_connections = fleet.stripe_connections().await?;
     let connections_per_100 = stripe_connections as f64 * 100.0 / stripe_requests.max(1) as f64;
     let intake_peak_mib = fleet.pid("order-intake").and_then(peak_memory_mib);
     let metrics = fleet.scrape_metrics().await;

@@ -361,7 +361,7 @@ async fn measure(
     let spent = meter.read(fleet).since(&before_costs);
     let stripe = fleet.stripe_stats().await?;
     let stripe_requests = stripe["requests"].as_u64().unwrap_or(0);
-    let stripe_connections = stripe["connections"].as_u64().unwrap_or(0);
+    let stripe_connections = fleet.stripe_connections().await?;
     let connections_per_100 = stripe_connections as f64 * 100.0 / stripe_requests.max(1) as f64;
     let total = spent.total();
     let per_order = |x: f64| x / accepted.max(1) as f64;
