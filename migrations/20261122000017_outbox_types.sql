@@ -1,8 +1,10 @@
 -- The outbox's event types and destinations are the database's own enums, like order_status,
 -- and an outbox row names its order by the order's id (a uuid), not by text. A row the relay
--- could never send (an unknown destination, an aggregate id that names no order) can no
--- longer be written: the insert fails in the transaction that would have written it, beside
--- the order change it was part of, instead of going dead in the relay later.
+-- could never send (an unknown event type or destination, an aggregate id that is not an id)
+-- can no longer be written: the insert fails in the transaction that would have written it,
+-- beside the order change it was part of, instead of going dead in the relay later. (A uuid
+-- that names no order is still accepted: there is no foreign key to orders. A consumer
+-- dead-letters such a message as unknown_order.)
 --
 -- The values are those of orderfleet::domain::outbox::EventType and Destination. Adding an event
 -- type is `ALTER TYPE outbox_event_type ADD VALUE …` in a migration of its own, before the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench`: the fleet, built optimized, against the stack `make up` brought up
-# (crates/fleet-harness/src/bin/bench.rs). Arguments go to the benchmark:
+# (crates/fleet-harness/src/bin/bench/). Arguments go to the benchmark:
 #   make bench BENCH_ARGS="--orders 5000"      make bench BENCH_ARGS="--no-batching"
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

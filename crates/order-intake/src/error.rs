@@ -20,7 +20,7 @@ pub enum ApiError {
     /// `400 idempotency_key_invalid`.
     IdempotencyKeyInvalid,
     #[error("this Idempotency-Key was used with a different request body")]
-    /// `409 idempotency_key_reused`: nothing written.
+    /// `422 idempotency_key_reused`: nothing written.
     IdempotencyKeyReused,
     #[error("a request with this Idempotency-Key is still being processed; retry shortly")]
     /// `409 idempotency_key_in_use`, with `Retry-After`.

@@ -118,7 +118,6 @@ impl Simulator {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Counts one API request and judges it against the rate limit.
     /// Counts a TCP connection accepted.
     pub(crate) fn connected(&self) {
         self.lock().traffic.connected();
@@ -129,6 +128,7 @@ impl Simulator {
         self.lock().traffic.connections()
     }
 
+    /// Counts one API request and judges it against the rate limit.
     pub(crate) fn admit(&self) -> Verdict {
         let mut state = self.lock();
         // Read under the lock, so concurrent arrivals join the window in time order.
