@@ -5,8 +5,9 @@
 //! connection, so every request opens a new one — on real Stripe a TCP and a TLS handshake
 //! (tens to ~150 ms, and about a millisecond of CPU) per authorization, capture or search. The
 //! crate sends its requests through any [`StripeClient`], so this one is the crate's client
-//! with the pool left on: the same connector (rustls with the webpki roots, HTTP/1 and 2), the
-//! same headers (the secret, the pinned `Stripe-Version`, the user agent), the same errors.
+//! with the pool left on: the same connector (rustls with the webpki roots), the
+//! same headers (the secret, the pinned `Stripe-Version`, the user agent), the same errors,
+//! over HTTP/1.1 only (see [`PooledStripe::new`]).
 //!
 //! It sends each request once: the fleet retries itself, under its own idempotency key per
 //! attempt ([`crate::domain::payments`]), so a request strategy other than sending once (with
@@ -45,11 +46,16 @@ impl PooledStripe {
     /// A client for the account of `secret_key`, at `api_base` (ending in `/`).
     pub fn new(secret_key: &str, api_base: &str) -> Result<Self, StripeError> {
         crate::install_crypto_provider();
+        // HTTP/1.1 only. Under HTTP/2 the pool shares one connection across every request and
+        // each use keeps it fresh, so one that a network fault left silently dead (no reset)
+        // would take every request until the kernel gives up on it, minutes later; a request
+        // that times out on an HTTP/1.1 connection closes that connection, so a dead one costs
+        // one timeout and is never handed out again. (stripe-sim speaks HTTP/1.1 only, so this
+        // is also the protocol the suite proves.)
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_webpki_roots()
             .https_or_http()
             .enable_http1()
-            .enable_http2()
             .build();
         let http = Client::builder(TokioExecutor::new()).pool_idle_timeout(IDLE_FOR).build(connector);
         let mut secret = HeaderValue::try_from(format!("Bearer {secret_key}"))
