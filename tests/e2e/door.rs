@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use fleet_harness::Answer;
+use fleet_harness::pgcount::PgCounter;
 use orderfleet_tests::Fleet;
 use orderfleet_tests::audit::Audit;
 use serde_json::Value;
@@ -592,6 +593,70 @@ async fn a_cut_that_would_reject_an_order_ahead_of_one_already_served_is_refused
     assert_eq!(units(&fleet, "sku-1").await, (3, 1, 3));
     let (a_again, _) = fleet.post_order("ann", "key-a", "sku-1", 1, "pm_card_visa").retrying().await.unwrap();
     assert_eq!(a_again.status, 202, "{a_again:?}");
+    let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(statuses.get("paid"), Some(&3), "{statuses:?}");
+    audit(&fleet, "sku-1", 6).await;
+    fleet.stop().await.unwrap();
+}
+
+/// The intake, its connections to PostgreSQL through a counter, and the relay and the
+/// notification worker (no stock worker: the test starts one when it wants orders paid).
+async fn counted_intake(name: &str) -> (Fleet, PgCounter) {
+    let mut fleet = Fleet::prepare(name).await.unwrap();
+    let server = PgCounter::server_of(&fleet.stack.database_url).unwrap();
+    let counter = PgCounter::start(server).await.unwrap();
+    let counted = counter.url_for(&fleet.stack.database_url).unwrap();
+    fleet.spawn("order-intake", "order-intake", &[("DATABASE_URL", counted.as_str())]).unwrap();
+    fleet.spawn("outbox-relay", "outbox-relay", &[]).unwrap();
+    fleet.spawn("notification-worker", "notification-worker", &[]).unwrap();
+    fleet.wait_intake().await.unwrap();
+    (fleet, counter)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_order_costs_the_intake_two_statements_and_the_stock_worker_two_and_a_sold_out_answer_one() {
+    // Arrange: two units; the intake's statements counted on their way to PostgreSQL.
+    let (mut fleet, counter) = counted_intake("statements-per-answer").await;
+    fleet.product("sku-1", 1000, 2).await.unwrap();
+    let statements = || counter.counts.statements();
+
+    // Act and assert: each accepted order is the door and the commit of its authorization (the
+    // key's lookup is the door's); each sold-out answer is the door alone, with or without
+    // units that may come back.
+    let before = statements();
+    for buyer in ["ann", "bob"] {
+        assert_eq!(order(&fleet, buyer, "sku-1", "pm_card_visa").await.status, 202);
+    }
+    assert_eq!(statements() - before, 4, "two accepted orders");
+    let before = statements();
+    let cid = order(&fleet, "cid", "sku-1", "pm_card_visa").await;
+    assert_eq!((cid.status, cid.retry_after.as_deref()), (409, Some("5")), "{cid:?}");
+    assert_eq!(statements() - before, 1, "a sold-out answer while units may come back");
+
+    // The stock worker's statements counted too (its sweeper off): per order, the first step
+    // (the order loaded and its units reserved at once) and the move to paid.
+    let worker_counter =
+        PgCounter::start(PgCounter::server_of(&fleet.stack.database_url).unwrap()).await.unwrap();
+    let worker_url = worker_counter.url_for(&fleet.stack.database_url).unwrap();
+    let worker_env = [("DATABASE_URL", worker_url.as_str()), ("SWEEP_INTERVAL_SECONDS", "0")];
+    fleet.spawn("stock-worker", "stock-worker", &worker_env).unwrap();
+    let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(statuses.get("paid"), Some(&2), "{statuses:?}");
+    assert_eq!(worker_counter.counts.statements(), 4, "two orders through the stock worker");
+    let before = statements();
+    for i in 0..10 {
+        let late = order(&fleet, &format!("late-{i}"), "sku-1", "pm_card_visa").await;
+        assert_eq!((late.status, late.retry_after.as_deref()), (409, None), "{late:?}");
+    }
+    assert_eq!(statements() - before, 10, "ten final sold-out answers");
+    let before = statements();
+    let replay = order(&fleet, "ann", "sku-1", "pm_card_visa").await;
+    assert_eq!((replay.status, replay.replayed), (202, true), "a used key replays, sold out or not");
+    assert_eq!(statements() - before, 2, "a replay: the door, then the order it finds");
+
+    // An upsert that adds units opens the door to the very next buyer.
+    fleet.product("sku-1", 1000, 3).await.unwrap();
+    assert_eq!(order(&fleet, "dee", "sku-1", "pm_card_visa").await.status, 202);
     let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     assert_eq!(statuses.get("paid"), Some(&3), "{statuses:?}");
     audit(&fleet, "sku-1", 6).await;

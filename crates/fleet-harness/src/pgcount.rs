@@ -24,6 +24,11 @@ pub struct Counts {
     pub round_trips: AtomicU64,
     /// Of those, pings: a `Sync` sent alone.
     pub pings: AtomicU64,
+    /// Statements run: an `Execute` of a prepared statement, or a simple `Query`. A statement
+    /// prepared on a connection for the first time costs a round trip more, but is one statement;
+    /// sqlx's lookup of the database's own types on a new connection (a `Query` beginning
+    /// [`TYPE_LOOKUP`]) is not one.
+    pub statements: AtomicU64,
 }
 
 impl Counts {
@@ -35,7 +40,16 @@ impl Counts {
             self.pings.load(Ordering::Relaxed),
         )
     }
+
+    /// Statements run so far.
+    pub fn statements(&self) -> u64 {
+        self.statements.load(Ordering::Relaxed)
+    }
 }
+
+/// How sqlx's type resolver begins the query with which it learns, once per connection, the
+/// oids of the database's own types (sqlx-postgres, `connection/resolve.rs`).
+pub const TYPE_LOOKUP: &[u8] = b"SELECT pg_type.oid";
 
 /// A counting proxy in front of one PostgreSQL server.
 pub struct PgCounter {
@@ -62,6 +76,13 @@ impl PgCounter {
             }
         });
         Ok(Self { addr, counts, task })
+    }
+
+    /// The TCP address of the server a `postgres://` URL names.
+    pub fn server_of(url: &str) -> anyhow::Result<SocketAddr> {
+        let url = url::Url::parse(url)?;
+        let host = url.host_str().unwrap_or("127.0.0.1").replace("localhost", "127.0.0.1");
+        Ok(format!("{host}:{}", url.port().unwrap_or(5432)).parse()?)
     }
 
     /// `url` (a `postgres://` URL) pointed at this proxy, without TLS so it can be read.
@@ -116,6 +137,8 @@ struct Frames {
     remaining: usize,
     /// Whether a message other than `Sync` came since the last `Sync`.
     pending: bool,
+    /// The start of a simple `Query`'s text, while it is read (to tell a type lookup).
+    query: Option<Vec<u8>>,
 }
 
 impl Frames {
@@ -123,6 +146,7 @@ impl Frames {
         while !bytes.is_empty() {
             if self.remaining > 0 {
                 let skip = self.remaining.min(bytes.len());
+                self.read_query(&bytes[..skip], skip == self.remaining, counts);
                 self.remaining -= skip;
                 bytes = &bytes[skip..];
                 continue;
@@ -145,6 +169,20 @@ impl Frames {
         }
     }
 
+    /// Reads `body`, a piece of the current message, into a `Query`'s start; `last` when the
+    /// message ends with it.
+    fn read_query(&mut self, body: &[u8], last: bool, counts: &Counts) {
+        let Some(start) = self.query.as_mut() else { return };
+        let want = TYPE_LOOKUP.len().saturating_sub(start.len()).min(body.len());
+        start.extend_from_slice(&body[..want]);
+        if start.len() == TYPE_LOOKUP.len() || last {
+            if start.as_slice() == TYPE_LOOKUP {
+                counts.statements.fetch_sub(1, Ordering::Relaxed);
+            }
+            self.query = None;
+        }
+    }
+
     fn message(&mut self, kind: u8, counts: &Counts) {
         match kind {
             b'S' => {
@@ -156,7 +194,13 @@ impl Frames {
             }
             b'Q' => {
                 counts.round_trips.fetch_add(1, Ordering::Relaxed);
+                counts.statements.fetch_add(1, Ordering::Relaxed);
                 self.pending = false;
+                self.query = Some(Vec::with_capacity(TYPE_LOOKUP.len()));
+            }
+            b'E' => {
+                counts.statements.fetch_add(1, Ordering::Relaxed);
+                self.pending = true;
             }
             _ => self.pending = true,
         }
@@ -175,7 +219,7 @@ mod tests {
     }
 
     #[test]
-    fn a_statement_a_ping_and_a_simple_query_are_three_round_trips_one_a_ping_however_the_bytes_split() {
+    fn a_statement_a_ping_a_simple_query_and_a_type_lookup_are_four_round_trips_one_a_ping_two_statements() {
         let mut stream = Vec::new();
         stream.extend_from_slice(&12u32.to_be_bytes()); // startup: length, then 8 bytes
         stream.extend_from_slice(&[0, 3, 0, 0, b'u', 0, b'x', 0]);
@@ -185,12 +229,14 @@ mod tests {
         stream.extend(message(b'S', b""));
         stream.extend(message(b'S', b""));
         stream.extend(message(b'Q', b"BEGIN\0"));
+        stream.extend(message(b'Q', b"SELECT pg_type.oid, typname FROM pg_type\0"));
         for chunk in [1, 2, 3, 7, stream.len()] {
             let (counts, mut frames) = (Counts::default(), Frames::default());
             for piece in stream.chunks(chunk) {
                 frames.feed(piece, &counts);
             }
-            assert_eq!(counts.read(), (0, 3, 1), "in chunks of {chunk}");
+            assert_eq!(counts.read(), (0, 4, 1), "in chunks of {chunk}");
+            assert_eq!(counts.statements(), 2, "in chunks of {chunk}");
         }
     }
 }

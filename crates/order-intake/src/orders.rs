@@ -107,14 +107,25 @@ enum Attempt {
     Resumed,
 }
 
-/// What the door did.
+/// What the door did, and, when it stayed closed, why, as far as its one statement could see.
 #[derive(Debug)]
 pub enum Door {
     /// The order holds its units and its place in line.
     Admitted(Box<Order>),
-    /// Another request created the order under this key first.
+    /// The key is used: an earlier request, or a twin a moment ago, created its order.
     KeyTaken,
-    /// Fewer units left than asked, or no such product.
+    /// Fewer units left than asked, in a snapshot that also saw the key unused; with whether
+    /// an order holding units may still give them back (not yet paid).
+    SoldOut {
+        /// Whether `Retry-After` goes with the answer.
+        units_may_return: bool,
+    },
+    /// No such product.
+    UnknownProduct,
+    /// The product has a cap per buyer (this one): it has a door of its own ([`admit_capped`]).
+    Capped(i32),
+    /// Closed for a reason the statement could not see in its snapshot: another request took
+    /// the units while this one waited for the product row, or the card gate closed it.
     Closed,
     /// The buyer's orders of this product that have not failed, with this one, would hold
     /// more units than the product's cap per buyer.
@@ -158,13 +169,7 @@ impl Intake<'_> {
             lease: self.lease,
             traceparent: self.traceparent,
         };
-        // What most requests need to know first: is the key used. (Whether this user is a card
-        // tester is the door's to say, exactly: [`admit_gated`].)
-        if self.key_used(user, key).await?
-            && let Some(existing) = self.existing(user, key).await?
-        {
-            return self.resume(existing, &fingerprint).await;
-        }
+        // The door's one statement also looks the key up, and says why it stayed closed.
         let door = admit(self.pool, entry, self.declines_per_hour).await?;
         self.after_the_door(entry, door, true).await
     }
@@ -183,47 +188,42 @@ impl Intake<'_> {
                 metrics::counter!("intake_rate_limited_total", "limit" => "declines").increment(1);
                 Err(crate::limits::rate_limited(wait))
             }
-            // Another request with the same key got in first, a moment ago.
+            // The key is used: by an earlier request, or by a twin a moment ago.
             Door::KeyTaken => {
                 let existing = self.existing(user, key).await?.ok_or_else(|| {
                     ApiError::Unexpected(anyhow::anyhow!("an idempotency key conflicted with no order"))
                 })?;
                 self.resume(existing, fingerprint).await
             }
-            door @ (Door::Closed | Door::OverLimit) => {
-                // A twin request with this key may have taken the last units (or the buyer's
-                // last allowance) a moment ago: the door saw its promise committed, so its
-                // order is visible now, and this request must answer from it (in use, or its
-                // answer), never sold_out.
+            // Seen closed in the statement's snapshot, which also saw the key unused: no twin
+            // with this key can hold these units (its promise would be in the snapshot too).
+            Door::SoldOut { units_may_return } => Err(ApiError::SoldOut { units_may_return }),
+            Door::UnknownProduct => Err(ApiError::UnknownProduct),
+            Door::Capped(cap) if first => {
+                let door = admit_capped(self.pool, entry, cap, self.declines_per_hour).await?;
+                Box::pin(self.after_the_door(entry, door, false)).await
+            }
+            door @ (Door::Closed | Door::OverLimit | Door::Capped(_)) => {
+                // The snapshot saw the units, but the latest version of the product row did
+                // not: another request took them while this one waited for the row. That one
+                // may be a twin with this key, whose order this request must answer from (in
+                // use, or its answer), never sold_out.
                 if let Some(existing) = self.existing(user, key).await? {
                     return self.resume(existing, fingerprint).await;
                 }
-                match (door, first) {
-                    (Door::OverLimit, _) => Err(ApiError::PurchaseLimitReached),
-                    (_, true) => {
-                        match self.turned_away(&entry.request.product_id, entry.request.quantity).await? {
-                            TurnedAway::Capped(cap) => {
-                                let door =
-                                    admit_capped(self.pool, entry, cap, self.declines_per_hour).await?;
-                                Box::pin(self.after_the_door(entry, door, false)).await
-                            }
-                            TurnedAway::Refused(refusal) => Err(refusal),
+                match door {
+                    Door::OverLimit => Err(ApiError::PurchaseLimitReached),
+                    _ => match self.turned_away(&entry.request.product_id, entry.request.quantity).await? {
+                        TurnedAway::Capped(cap) if first => {
+                            let door = admit_capped(self.pool, entry, cap, self.declines_per_hour).await?;
+                            Box::pin(self.after_the_door(entry, door, false)).await
                         }
-                    }
-                    (_, false) => Err(ApiError::SoldOut { units_may_return: true }),
+                        TurnedAway::Capped(_) => Err(ApiError::SoldOut { units_may_return: true }),
+                        TurnedAway::Refused(refusal) => Err(refusal),
+                    },
                 }
             }
         }
-    }
-
-    /// Whether `key` is used already: an index lookup, cheaper than loading the order.
-    async fn key_used(&self, user: &UserId, key: &IdempotencyKey) -> Result<bool, ApiError> {
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM orders WHERE user_id = $1 AND idempotency_key = $2)")
-            .bind(user.as_str())
-            .bind(key.as_str())
-            .fetch_one(self.pool)
-            .await
-            .map_err(database_error)
     }
 
     /// What a request with a key already used gets: an error for another body, the first
@@ -457,7 +457,17 @@ enum Cap {
     Gated(u32),
 }
 
-/// The door's statement (see [`admit`]).
+/// The door's statement (see [`admit`]). Besides promising the units, it looks the key up and,
+/// when it admits nobody, says why from the same snapshot: the key is used, no such product,
+/// too few units left (and whether any may come back), or a cap per buyer. So a request with a
+/// used key, a sold-out answer and an accepted order's promise each cost this one statement.
+///
+/// All of a statement's parts read one snapshot, taken as it starts; only the `UPDATE` of the
+/// product row re-reads the row's latest version after waiting for another request's lock on
+/// it. So when the snapshot already shows the units gone and the key unused, the answer is
+/// `sold_out` for certain: a twin request with this key that took them would be in the
+/// snapshot too. When the snapshot shows the units there but the `UPDATE` found them gone,
+/// the answer is [`Door::Closed`], and the caller looks again.
 async fn door<'e>(executor: impl sqlx::PgExecutor<'e>, entry: Entry<'_>, cap: Cap) -> Result<Door, ApiError> {
     let condition = match cap {
         Cap::OnlyUncapped => "AND max_per_buyer IS NULL".to_owned(),
@@ -465,19 +475,33 @@ async fn door<'e>(executor: impl sqlx::PgExecutor<'e>, entry: Entry<'_>, cap: Ca
         Cap::Gated(limit) => format!("AND max_per_buyer IS NULL AND card_attempts($2) < {limit}"),
     };
     let sql = format!(
-        "WITH promised AS (
+        "WITH used AS (
+             SELECT EXISTS (SELECT 1 FROM orders WHERE user_id = $2 AND idempotency_key = $3) AS used
+         ), seen AS (
+             SELECT units_total - units_promised AS units_left, max_per_buyer FROM products WHERE id = $5
+         ), promised AS (
              UPDATE products SET units_promised = units_promised + $6, last_position = last_position + 1
               WHERE id = $5 AND units_promised + $6 <= units_total {condition}
+                AND NOT (SELECT used FROM used)
           RETURNING id, price_minor, currency, last_position
+         ), admitted AS (
+             INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity,
+                                 amount_minor, currency, payment_method, intake_lease_until, position, traceparent)
+             SELECT $1, $2, $3, $4, p.id, $6, p.price_minor * $6, p.currency, $7,
+                    now() + $8 * interval '1 ms', p.last_position, $9
+               FROM promised p
+             RETURNING {ORDER_COLUMNS}
          )
-         INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity,
-                             amount_minor, currency, payment_method, intake_lease_until, position, traceparent)
-         SELECT $1, $2, $3, $4, p.id, $6, p.price_minor * $6, p.currency, $7,
-                now() + $8 * interval '1 ms', p.last_position, $9
-           FROM promised p
-         RETURNING {ORDER_COLUMNS}"
+         SELECT admitted.*, (SELECT used FROM used) AS key_used, seen.units_left, seen.max_per_buyer,
+                CASE WHEN admitted.id IS NULL AND seen.units_left < $6 THEN
+                    EXISTS (SELECT 1 FROM orders WHERE product_id = $5
+                               AND status IN ('pending_authorization', 'authorized', 'stock_reserved'))
+                END AS units_may_return
+           FROM (SELECT) AS one
+           LEFT JOIN seen ON true
+           LEFT JOIN admitted ON true"
     );
-    let admitted = sqlx::query_as::<_, Order>(sqlx::AssertSqlSafe(sql))
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(Uuid::now_v7())
         .bind(entry.user.as_str())
         .bind(entry.key.as_str())
@@ -487,17 +511,39 @@ async fn door<'e>(executor: impl sqlx::PgExecutor<'e>, entry: Entry<'_>, cap: Ca
         .bind(&entry.request.payment_method)
         .bind(entry.lease.as_millis() as i64)
         .bind(entry.traceparent)
-        .fetch_optional(executor)
+        .fetch_one(executor)
         .await;
-    match admitted {
-        Ok(Some(order)) => Ok(Door::Admitted(Box::new(order))),
-        Ok(None) => Ok(Door::Closed),
-        // The statement failed as a whole, so the promise it made is undone with it.
+    let row = match row {
+        Ok(row) => row,
+        // The statement failed as a whole, so the promise it made is undone with it: a twin
+        // with this key inserted its order after this statement's snapshot.
         Err(sqlx::Error::Database(e)) if e.constraint() == Some("orders_one_per_idempotency_key") => {
-            Ok(Door::KeyTaken)
+            return Ok(Door::KeyTaken);
         }
-        Err(e) => Err(database_error(e)),
+        Err(e) => return Err(database_error(e)),
+    };
+    read_door(&row, entry.request.quantity, cap).map_err(database_error)
+}
+
+/// What the door's row says (see [`door`]).
+fn read_door(row: &sqlx::postgres::PgRow, quantity: Quantity, cap: Cap) -> sqlx::Result<Door> {
+    use sqlx::{FromRow, Row};
+    if row.try_get::<Option<Uuid>, _>("id")?.is_some() {
+        return Ok(Door::Admitted(Box::new(Order::from_row(row)?)));
     }
+    let units_left: Option<i32> = row.try_get("units_left")?;
+    let max_per_buyer: Option<i32> = row.try_get("max_per_buyer")?;
+    Ok(match (row.try_get::<bool, _>("key_used")?, units_left) {
+        (true, _) => Door::KeyTaken,
+        (false, None) => Door::UnknownProduct,
+        (false, Some(left)) if left < i32::from(quantity) => Door::SoldOut {
+            units_may_return: row.try_get::<Option<bool>, _>("units_may_return")?.unwrap_or(true),
+        },
+        (false, Some(_)) => match (max_per_buyer, cap) {
+            (Some(max), Cap::OnlyUncapped | Cap::Gated(_)) => Door::Capped(max),
+            _ => Door::Closed,
+        },
+    })
 }
 
 /// The door of a product with a cap per buyer: ONE short transaction that takes a lock of the

@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 use crate::domain::OrderId;
 
-use crate::domain::order::{self, Order, OrderNotification, OrderStatus, Transition};
+use crate::domain::order::{self, ORDER_COLUMNS, Order, OrderNotification, OrderStatus, Transition};
 use crate::domain::outbox::EventType;
 use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
 use crate::runtime::failure::{Failure, Outcome, Source};
@@ -85,6 +85,15 @@ pub const WAITING_FOR_THE_LINE: &str = "waiting_for_the_line";
 /// Stripe's own words go to the log and the operators' `decline_detail` column.
 pub(crate) const CAPTURE_FAILED: &str = "capture_failed";
 
+/// What the first step of a delivery ([`Fulfilment::arrive`]) leaves to do.
+enum Arrival {
+    /// The order is as it came back: go on from its status.
+    AsItWas,
+    /// It is `authorized` and was claimed, but stock was cut below what was promised: its
+    /// units need the line read ([`Fulfilment::reserve_in_line`]).
+    Short,
+}
+
 /// What a reservation step did.
 enum Reserved {
     /// This step moved the order (to `stock_reserved` or `rejected_out_of_stock`).
@@ -136,7 +145,10 @@ impl Fulfilment {
                 order::load(&self.pool, order_id).await.map_err(anyhow::Error::from)
             })
         };
-        let Some(mut order) = load().await? else {
+        // The first step loads the order and, if it is `authorized`, reserves its units, in
+        // one statement: most messages are an order's first delivery.
+        let arrived = crate::runtime::db::bounded("failed to reserve stock", self.arrive(order_id)).await?;
+        let Some((mut order, mut arrival)) = arrived else {
             let reason = format!("unknown order {order_id}");
             return Ok(Err(Failure::permanent(Source::Message, "unknown_order", reason)));
         };
@@ -147,8 +159,12 @@ impl Fulfilment {
         for _ in 0..6 {
             let moved = match order.status {
                 OrderStatus::Authorized => {
-                    match crate::runtime::db::bounded("failed to reserve stock", self.reserve(&order)).await?
-                    {
+                    // The first step claimed it but found stock cut: the units need the line read.
+                    let short = matches!(std::mem::replace(&mut arrival, Arrival::AsItWas), Arrival::Short);
+                    let reserved = async {
+                        if short { self.reserve_in_line(&order).await } else { self.reserve(&order).await }
+                    };
+                    match crate::runtime::db::bounded("failed to reserve stock", reserved).await? {
                         Reserved::Moved(status) => Some(status),
                         Reserved::Lost => None,
                         Reserved::Waiting(reason) => {
@@ -186,6 +202,48 @@ impl Fulfilment {
             }
         }
         anyhow::bail!("order {order_id} did not settle")
+    }
+
+    /// The first step of a delivery, in ONE statement: the order as it is, and, if it is
+    /// `authorized`, its units reserved on the same condition as [`Fulfilment::reserve`]'s
+    /// (nothing was cut). `None`: no such order. The order comes back as this statement left
+    /// it: `stock_reserved` if it moved it; otherwise as the statement's snapshot saw it, which
+    /// may predate another delivery's move (the next step's compare-and-set finds out).
+    async fn arrive(&self, order_id: OrderId) -> anyhow::Result<Option<(Order, Arrival)>> {
+        use sqlx::{FromRow, Row};
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "WITH claim AS (
+                 SELECT id, product_id, quantity FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE
+             ), taken AS (
+                 UPDATE products p SET stock = p.stock - c.quantity, updated_at = now()
+                   FROM claim c
+                  WHERE p.id = c.product_id AND p.units_promised <= p.units_total AND p.stock >= c.quantity
+              RETURNING p.id
+             ), moved AS (
+                 UPDATE orders SET status = 'stock_reserved', updated_at = now()
+                  WHERE id IN (SELECT id FROM claim) AND EXISTS (SELECT 1 FROM taken)
+              RETURNING {ORDER_COLUMNS}
+             )
+             SELECT *, EXISTS (SELECT 1 FROM claim) AS claimed FROM moved
+             UNION ALL
+             SELECT {ORDER_COLUMNS}, EXISTS (SELECT 1 FROM claim) FROM orders
+              WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM moved)"
+        )))
+        .bind(order_id)
+        .fetch_optional(&self.pool)
+        .await
+        .context("failed to reserve stock")?;
+        let Some(row) = row else { return Ok(None) };
+        let order = Order::from_row(&row)?;
+        let arrival = match (row.try_get::<bool, _>("claimed")?, order.status) {
+            (true, OrderStatus::StockReserved) => {
+                crate::runtime::failpoint::hit("after_reserve");
+                Arrival::AsItWas
+            }
+            (true, _) => Arrival::Short,
+            (false, _) => Arrival::AsItWas,
+        };
+        Ok(Some((order, arrival)))
     }
 
     /// Reserves the order's units, or rejects it (see [`Fulfilment::reserve_in_line`]).

@@ -40,9 +40,7 @@ pub struct Snapshot {
 impl Meter {
     /// A meter for a fleet whose database is at `database_url` (a TCP address).
     pub async fn new(database_url: &str) -> anyhow::Result<Self> {
-        let url = url::Url::parse(database_url)?;
-        let host = url.host_str().unwrap_or("127.0.0.1").replace("localhost", "127.0.0.1");
-        let target = format!("{host}:{}", url.port().unwrap_or(5432)).parse()?;
+        let target = PgCounter::server_of(database_url)?;
         Ok(Self { target, database_url: database_url.to_owned(), counters: Vec::new() })
     }
 
