@@ -12,13 +12,15 @@ up: ## start PostgreSQL + LocalStack, deploy the messaging stack, build, migrate
 down: ## stop what `make up` started
 	@scripts/down.sh
 
-demo: up ## run the main job: a flash sale through the whole fleet, with a summary
+demo: ## run the main job: a flash sale through the whole fleet (built optimized), with a summary
+	@ORDERFLEET_PROFILE=release scripts/up.sh
 	@scripts/with-env.sh scripts/demo.sh
 
 test: up ## the whole suite: format, lint (Rust + CloudFormation), unit and end-to-end tests
 	@scripts/with-env.sh scripts/test.sh
 
-bench: up ## N orders through the optimized fleet, with LocalStack's own ceiling (BENCH_ARGS="--orders N --no-batching")
+bench: ## N orders through the optimized fleet, with LocalStack's own ceiling (BENCH_ARGS="--orders N --no-batching")
+	@ORDERFLEET_PROFILE=release scripts/up.sh
 	@scripts/bench.sh
 
 image: ## the fleet's one image (Dockerfile): with Docker if it answers, else buildah (IMAGE=name:tag)

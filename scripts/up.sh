@@ -21,9 +21,19 @@ grep -q '^AUTH_JWT_SECRET=' "$env_file" 2>/dev/null ||
 set_env STRIPE_SECRET_KEY sk_test_stripe_sim_placeholder
 set_env STRIPE_API_BASE http://127.0.0.1:12111
 
-say "building the workspace (binaries and tests, one feature set)"
-cargo build --quiet --workspace --all-targets
+# ORDERFLEET_PROFILE=release (`make demo`, `make bench`): the binaries alone, optimized, as they
+# are deployed (no test crate, so none carries the crash points); otherwise the debug build of
+# the binaries and the tests, one feature set.
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-set_env ORDERFLEET_BIN_DIR "$target_dir/debug"
-"$root/scripts/with-env.sh" "$target_dir/debug/fleetctl" migrate
+if [[ "${ORDERFLEET_PROFILE:-debug}" == release ]]; then
+    say "building the fleet optimized (cargo build --release; the first time takes several minutes)"
+    cargo build --quiet --release --bins
+    bin_dir="$target_dir/release"
+else
+    say "building the workspace (binaries and tests, one feature set)"
+    cargo build --quiet --workspace --all-targets
+    bin_dir="$target_dir/debug"
+fi
+set_env ORDERFLEET_BIN_DIR "$bin_dir"
+"$root/scripts/with-env.sh" "$bin_dir/fleetctl" migrate
 say "up: PostgreSQL, LocalStack (127.0.0.1:4566) and the messaging stack are ready; settings in ${env_file#"$root/"}"
