@@ -5,8 +5,6 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$root"
-say "building the fleet optimized (cargo build --release; the first time takes several minutes)"
-cargo build --quiet --release --bins
 release_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/release"
 export ORDERFLEET_RUN_DIR="$run_dir"
 # shellcheck disable=SC2086

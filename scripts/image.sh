@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# `make image`: the fleet's one image (Dockerfile), every binary in it.
+# `make image`: the fleet's one image (Dockerfile), every command in it.
 #
 #   scripts/image.sh                 build $IMAGE (default localhost/orderfleet:dev)
 #   IMAGE_BUILDER=buildah|docker     choose (default: docker when its engine answers)
 #
-# The five fleet binaries are built here (release, without the test-only crash points) and
-# staged with the Dockerfile and deploy/healthcheck.sh in a build context of their own, so the
-# image holds nothing else from the repository; the same binaries also go into a tarball for
-# EC2. With a Docker engine, `docker build` from its registry's debian:bookworm-slim. Without one (these machines), buildah, and a Debian base
-# made once with mmdebstrap from Debian's mirrors (no container registry needed); both are
-# installed with apt-get when missing and we are root.
+# The fleet's one binary, orderfleet-box, is built here (release, stripped, without the
+# test-only crash points) and staged with the Dockerfile and a link for each command in a
+# build context of their own, so the image holds nothing else from the repository; the same
+# binary and links also go into a tarball for EC2. With a Docker engine, `docker build` from
+# its registry's gcr.io/distroless/cc-debian12. Without one (these machines), buildah, and a
+# base of the same three things (glibc, libgcc, the CA certificates) made once with mmdebstrap
+# from Debian's mirrors (no container registry needed); both are installed with apt-get when
+# missing and we are root.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$root"
 
 image=${IMAGE:-localhost/orderfleet:dev}
-local_base=localhost/debian:bookworm-slim
-binaries=(order-intake outbox-relay stock-worker notification-worker fleetctl)
+local_base=localhost/orderfleet-base:bookworm
+commands=(order-intake outbox-relay stock-worker notification-worker fleetctl healthcheck)
 started=$SECONDS
 
 with_buildah() {
@@ -28,40 +30,43 @@ with_buildah() {
             { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q buildah mmdebstrap >/dev/null; }
     fi
     if ! buildah inspect --type image "$local_base" >/dev/null 2>&1; then
-        say "making $local_base with mmdebstrap (once per machine, about a minute)"
+        say "making $local_base with mmdebstrap (once per machine, under a minute)"
         local rootfs container
-        rootfs=$(mktemp --suffix .tar)
-        # As Docker's debian:bookworm-slim is made: no manuals, translations or docs but
-        # the licenses, and no recommended packages.
-        mmdebstrap --quiet --variant=minbase --aptopt='APT::Install-Recommends "false"' \
-            --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
+        rootfs=$(mktemp -d)
+        # What distroless's cc image holds, from Debian 12's own packages: the C library and
+        # libgcc, extracted (no shell, no dpkg, no apt), and the CA bundle Debian's
+        # ca-certificates makes (the build host's: the package's own script makes it).
+        mmdebstrap --quiet --variant=extract --include=libc6,libgcc-s1 \
             --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+            --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/man/*' \
             bookworm "$rootfs"
+        [[ -s /etc/ssl/certs/ca-certificates.crt ]] || die "no CA bundle here: apt-get install ca-certificates"
+        install -D -m 0444 /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/ca-certificates.crt"
         container=$(buildah from scratch)
-        buildah add --quiet "$container" "$rootfs" / >/dev/null
-        buildah config --cmd /bin/bash "$container"
+        buildah copy --quiet "$container" "$rootfs" / >/dev/null
         buildah commit --quiet --rm "$container" "$local_base" >/dev/null
-        rm -f "$rootfs"
+        rm -rf "$rootfs"
     fi
 }
 
-say "building the fleet's binaries (cargo build --profile dist: release, stripped)"
-cargo build --quiet --profile dist "${binaries[@]/#/--package=}"
+say "building the fleet's one binary (cargo build --profile dist: release, stripped)"
+cargo build --quiet --profile dist --package=orderfleet-box
 release_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/dist"
 
 context="$run_dir/image-context"
 rm -rf "$context"
 mkdir -p "$context/bin"
 cp Dockerfile "$context/"
-cp deploy/healthcheck.sh "$context/bin/healthcheck"
-for binary in "${binaries[@]}"; do cp "$release_dir/$binary" "$context/bin/"; done
+install -m 0555 "$release_dir/orderfleet-box" "$context/bin/"
+for command in "${commands[@]}"; do ln -s orderfleet-box "$context/bin/$command"; done
 
-# The same binaries for EC2 (infra/ec2.yaml): a tarball of bin/, the systemd unit and the
-# first-boot script, to upload to the bucket its ArtifactBucket names.
+# The same binary and links for EC2 (infra/ec2.yaml): a tarball of bin/, the systemd unit and
+# the first-boot script, to upload to the bucket its ArtifactBucket names (ec2-bootstrap.sh
+# installs the command it is given, through its link, as /usr/local/bin/<command>).
 tarball="$run_dir/orderfleet-linux-x86_64.tar.gz"
 release=$(mktemp -d)
 mkdir -p "$release/bin" "$release/deploy/systemd"
-cp "$context/bin/"* "$release/bin/"
+cp -P "$context/bin/"* "$release/bin/"
 rm "$release/bin/healthcheck"
 cp deploy/systemd/*.service deploy/systemd/*.conf "$release/deploy/systemd/"
 cp deploy/ec2-bootstrap.sh "$release/deploy/"

@@ -27,7 +27,7 @@ say "systemd-analyze verify deploy/systemd/ (and its exposure score)"
 "$root/scripts/systemd-verify.sh"
 
 say "no production build carries the crash points (the failpoints feature)"
-for package in order-intake outbox-relay stock-worker notification-worker fleetctl; do
+for package in order-intake outbox-relay stock-worker notification-worker fleetctl orderfleet-box; do
     if cargo tree --quiet -p "$package" -e features -i orderfleet | grep -q 'feature "failpoints"'; then
         die "$package's own build enables orderfleet's failpoints feature"
     fi

@@ -34,6 +34,8 @@ else
     cargo build --quiet --workspace --all-targets
     bin_dir="$target_dir/debug"
 fi
-set_env ORDERFLEET_BIN_DIR "$bin_dir"
+# The tests' binaries are the suite's (with the crash points); the optimized ones are found by
+# the demo and the bench themselves, so a test run never picks them up.
+[[ "${ORDERFLEET_PROFILE:-debug}" == release ]] || set_env ORDERFLEET_BIN_DIR "$bin_dir"
 "$root/scripts/with-env.sh" "$bin_dir/fleetctl" migrate
 say "up: PostgreSQL, LocalStack (127.0.0.1:4566) and the messaging stack are ready; settings in ${env_file#"$root/"}"

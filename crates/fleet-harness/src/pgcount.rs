@@ -112,10 +112,14 @@ async fn forward(inbound: TcpStream, target: SocketAddr, counts: Arc<Counts>) {
         let mut frames = Frames::default();
         let mut buf = vec![0u8; 64 * 1024];
         while let Ok(n) = in_read.read(&mut buf).await {
-            if n == 0 || out_write.write_all(&buf[..n]).await.is_err() {
+            if n == 0 {
                 break;
             }
+            // Counted before it is sent on, so a count read after the answer includes it.
             frames.feed(&buf[..n], &counts);
+            if out_write.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
         }
         let _ = out_write.shutdown().await;
     };

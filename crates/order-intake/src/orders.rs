@@ -347,6 +347,8 @@ pub async fn admit(pool: &PgPool, entry: Entry<'_>, declines_per_hour: u32) -> R
     };
     let outcome = match &admitted {
         Ok(Door::Admitted(_)) => "admitted",
+        // A retried key: it never waited on the product row.
+        Ok(Door::KeyTaken) => "key_used",
         Ok(_) => "closed",
         Err(_) => "error",
     };
@@ -459,8 +461,9 @@ enum Cap {
 
 /// The door's statement (see [`admit`]). Besides promising the units, it looks the key up and,
 /// when it admits nobody, says why from the same snapshot: the key is used, no such product,
-/// too few units left (and whether any may come back), or a cap per buyer. So a request with a
-/// used key, a sold-out answer and an accepted order's promise each cost this one statement.
+/// too few units left (and whether any may come back), or a cap per buyer. So a sold-out answer
+/// and an accepted order's promise each cost this one statement, and a request with a used key
+/// this one and the load of the order it finds.
 ///
 /// All of a statement's parts read one snapshot, taken as it starts; only the `UPDATE` of the
 /// product row re-reads the row's latest version after waiting for another request's lock on
