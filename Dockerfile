@@ -8,7 +8,7 @@
 # staged with this file and its links in a build context of their own. The base holds what
 # the binary needs and nothing more: glibc, libgcc and the CA certificates; no shell, no
 # package manager. The base is a build argument, so the same file builds on Docker
-# (`gcr.io/distroless/cc-debian12`, the default) and here, where no registry is reachable
+# (`gcr.io/distroless/cc-debian12`, the default; its `nonroot` tag, though the user below is ours) and here, where no registry is reachable
 # (`--build-arg BASE=localhost/orderfleet-base:bookworm`: the same three, made by mmdebstrap
 # from Debian's packages). The binary links glibc, so the base must be a glibc distribution
 # as new as the build host (Debian 12).

@@ -29,21 +29,34 @@ with_buildah() {
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q buildah mmdebstrap >/dev/null ||
             { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q buildah mmdebstrap >/dev/null; }
     fi
-    if ! buildah inspect --type image "$local_base" >/dev/null 2>&1; then
-        say "making $local_base with mmdebstrap (once per machine, under a minute)"
-        local rootfs container
+    # Made again once a week, so Debian's security updates to glibc and the CA list reach
+    # the image (the base is Debian's packages as they are the day it is made).
+    local made
+    made=$(buildah inspect --type image --format '{{index .Docker.Config.Labels "org.orderfleet.base.made"}}' \
+        "$local_base" 2>/dev/null || true)
+    if [[ ! "$made" =~ ^[0-9]+$ ]] || ((made < $(date +%s) - 7 * 86400)); then
+        say "making $local_base with mmdebstrap (once a week, under a minute)"
+        local rootfs cas container
         rootfs=$(mktemp -d)
+        cas=$(mktemp -d)
         # What distroless's cc image holds, from Debian 12's own packages: the C library and
-        # libgcc, extracted (no shell, no dpkg, no apt), and the CA bundle Debian's
-        # ca-certificates makes (the build host's: the package's own script makes it).
-        mmdebstrap --quiet --variant=extract --include=libc6,libgcc-s1 \
-            --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
-            --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/man/*' \
-            bookworm "$rootfs"
-        [[ -s /etc/ssl/certs/ca-certificates.crt ]] || die "no CA bundle here: apt-get install ca-certificates"
-        install -D -m 0444 /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/ca-certificates.crt"
+        # libgcc, extracted (no shell, no dpkg, no apt); and the CA bundle that
+        # update-ca-certificates makes by default (every certificate of Debian's
+        # ca-certificates, in one file), made from that package extracted on its own (its
+        # dependencies, openssl and debconf, stay out of the image). nsswitch.conf as
+        # distroless has it, so /etc/hosts is read before DNS.
+        local excludes=(--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright'
+            --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/man/*')
+        mmdebstrap --quiet --variant=extract --include=libc6,libgcc-s1 "${excludes[@]}" bookworm "$rootfs"
+        mmdebstrap --quiet --variant=extract --include=ca-certificates "${excludes[@]}" bookworm "$cas"
+        mkdir -p "$rootfs/etc/ssl/certs"
+        cat "$cas"/usr/share/ca-certificates/mozilla/*.crt >"$rootfs/etc/ssl/certs/ca-certificates.crt"
+        rm -rf "$cas"
+        [[ -s "$rootfs/etc/ssl/certs/ca-certificates.crt" ]] || die "no CA certificates in Debian's ca-certificates"
+        printf 'passwd: files\ngroup: files\nhosts: files dns\n' >"$rootfs/etc/nsswitch.conf"
         container=$(buildah from scratch)
         buildah copy --quiet "$container" "$rootfs" / >/dev/null
+        buildah config --label "org.orderfleet.base.made=$(date +%s)" "$container"
         buildah commit --quiet --rm "$container" "$local_base" >/dev/null
         rm -rf "$rootfs"
     fi

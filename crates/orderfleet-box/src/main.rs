@@ -31,6 +31,15 @@ fn main() -> ExitCode {
         .and_then(|name| name.to_str())
         .unwrap_or_default()
         .to_owned();
+    let first = args.get(1).and_then(|arg| arg.to_str()).unwrap_or_default();
+    if !COMMANDS.contains(&called.as_str()) && matches!(first, "--help" | "-h" | "--version" | "-V") {
+        println!(
+            "orderfleet-box {}: run as one of its commands' names (a link), or `orderfleet-box <command> [arguments]`; the commands: {}",
+            env!("CARGO_PKG_VERSION"),
+            COMMANDS.join(", ")
+        );
+        return ExitCode::SUCCESS;
+    }
     let command = if COMMANDS.contains(&called.as_str()) {
         called
     } else if args.len() >= 2 {
