@@ -19,6 +19,11 @@ set_env() {
     mv "$tmp" "$env_file"
 }
 
+# Cargo's build directory (CARGO_TARGET_DIR, or target/ here).
+cargo_target_dir() {
+    cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])'
+}
+
 docker_engine_answers() {
     [[ "${ORDERFLEET_LOCALSTACK_MODE:-}" == host ]] && return 1
     command -v docker >/dev/null 2>&1 && timeout 5 docker info >/dev/null 2>&1

@@ -7,7 +7,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$root"
 export ORDERFLEET_RUN_DIR="$run_dir"
 # The fleet as deployed: the optimized build (`make demo` builds it; up.sh).
-bin_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/release"
+bin_dir="$(cargo_target_dir)/release"
 [[ -x "$bin_dir/orderfleet-demo" ]] || die "no optimized build in $bin_dir: run make demo"
 # shellcheck disable=SC2086
 exec env ORDERFLEET_BIN_DIR="$bin_dir" "$bin_dir/orderfleet-demo" ${DEMO_ARGS:-}

@@ -64,7 +64,7 @@ with_buildah() {
 
 say "building the fleet's one binary (cargo build --profile dist: release, stripped)"
 cargo build --quiet --profile dist --package=orderfleet-box
-release_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/dist"
+release_dir="$(cargo_target_dir)/dist"
 
 context="$run_dir/image-context"
 rm -rf "$context"

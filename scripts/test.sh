@@ -45,7 +45,7 @@ psql -q -d "$DATABASE_URL" -At -c "SELECT datname FROM pg_database WHERE datname
 
 # The processes' logs, one directory per test: the least-privilege check below reads this
 # run's alone.
-target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+target_dir="$(cargo_target_dir)"
 rm -rf "$target_dir/debug/e2e-logs"
 
 say "the order protocol, model-checked: every interleaving of each scenario (crates/order-model)"

@@ -24,7 +24,7 @@ set_env STRIPE_API_BASE http://127.0.0.1:12111
 # ORDERFLEET_PROFILE=release (`make demo`, `make bench`): the binaries alone, optimized, as they
 # are deployed (no test crate, so none carries the crash points); otherwise the debug build of
 # the binaries and the tests, one feature set.
-target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+target_dir=$(cargo_target_dir)
 if [[ "${ORDERFLEET_PROFILE:-debug}" == release ]]; then
     say "building the fleet optimized (cargo build --release; the first time takes several minutes)"
     cargo build --quiet --release --bins
@@ -33,9 +33,9 @@ else
     say "building the workspace (binaries and tests, one feature set)"
     cargo build --quiet --workspace --all-targets
     bin_dir="$target_dir/debug"
+    # The tests' binaries (with the crash points); the optimized ones are found by the demo and
+    # the bench themselves, so a test run never picks them up.
+    set_env ORDERFLEET_BIN_DIR "$bin_dir"
 fi
-# The tests' binaries are the suite's (with the crash points); the optimized ones are found by
-# the demo and the bench themselves, so a test run never picks them up.
-[[ "${ORDERFLEET_PROFILE:-debug}" == release ]] || set_env ORDERFLEET_BIN_DIR "$bin_dir"
 "$root/scripts/with-env.sh" "$bin_dir/fleetctl" migrate
 say "up: PostgreSQL, LocalStack (127.0.0.1:4566) and the messaging stack are ready; settings in ${env_file#"$root/"}"

@@ -603,9 +603,7 @@ async fn a_cut_that_would_reject_an_order_ahead_of_one_already_served_is_refused
 /// notification worker (no stock worker: the test starts one when it wants orders paid).
 async fn counted_intake(name: &str) -> (Fleet, PgCounter) {
     let mut fleet = Fleet::prepare(name).await.unwrap();
-    let server = PgCounter::server_of(&fleet.stack.database_url).unwrap();
-    let counter = PgCounter::start(server).await.unwrap();
-    let counted = counter.url_for(&fleet.stack.database_url).unwrap();
+    let (counter, counted) = PgCounter::in_front_of(&fleet.stack.database_url).await.unwrap();
     fleet.spawn("order-intake", "order-intake", &[("DATABASE_URL", counted.as_str())]).unwrap();
     fleet.spawn("outbox-relay", "outbox-relay", &[]).unwrap();
     fleet.spawn("notification-worker", "notification-worker", &[]).unwrap();
@@ -635,9 +633,7 @@ async fn an_order_costs_the_intake_two_statements_and_the_stock_worker_two_and_a
 
     // The stock worker's statements counted too (its sweeper off): per order, the first step
     // (the order loaded and its units reserved at once) and the move to paid.
-    let worker_counter =
-        PgCounter::start(PgCounter::server_of(&fleet.stack.database_url).unwrap()).await.unwrap();
-    let worker_url = worker_counter.url_for(&fleet.stack.database_url).unwrap();
+    let (worker_counter, worker_url) = PgCounter::in_front_of(&fleet.stack.database_url).await.unwrap();
     let worker_env = [("DATABASE_URL", worker_url.as_str()), ("SWEEP_INTERVAL_SECONDS", "0")];
     fleet.spawn("stock-worker", "stock-worker", &worker_env).unwrap();
     let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();

@@ -78,6 +78,13 @@ impl PgCounter {
         Ok(Self { addr, counts, task })
     }
 
+    /// A counter in front of the server `database_url` names, and that URL pointed at it.
+    pub async fn in_front_of(database_url: &str) -> anyhow::Result<(Self, String)> {
+        let counter = Self::start(Self::server_of(database_url)?).await?;
+        let url = counter.url_for(database_url)?;
+        Ok((counter, url))
+    }
+
     /// The TCP address of the server a `postgres://` URL names.
     pub fn server_of(url: &str) -> anyhow::Result<SocketAddr> {
         let url = url::Url::parse(url)?;

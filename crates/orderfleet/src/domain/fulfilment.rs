@@ -85,9 +85,11 @@ pub const WAITING_FOR_THE_LINE: &str = "waiting_for_the_line";
 /// Stripe's own words go to the log and the operators' `decline_detail` column.
 pub(crate) const CAPTURE_FAILED: &str = "capture_failed";
 
-/// What the first step of a delivery ([`Fulfilment::arrive`]) leaves to do.
+/// What the reservation statement ([`Fulfilment::arrive`]) did, and so what is left to do.
 enum Arrival {
-    /// The order is as it came back: go on from its status.
+    /// It moved the order to `stock_reserved`: its units are taken.
+    Reserved,
+    /// It moved nothing: go on from the order's status as it came back.
     AsItWas,
     /// It is `authorized` and was claimed, but stock was cut below what was promised: its
     /// units need the line read ([`Fulfilment::reserve_in_line`]).
@@ -204,9 +206,9 @@ impl Fulfilment {
         anyhow::bail!("order {order_id} did not settle")
     }
 
-    /// The first step of a delivery, in ONE statement: the order as it is, and, if it is
-    /// `authorized`, its units reserved on the same condition as [`Fulfilment::reserve`]'s
-    /// (nothing was cut). `None`: no such order. The order comes back as this statement left
+    /// The reservation's ONE statement, and a delivery's first step: the order as it is, and,
+    /// if it is `authorized`, its units taken on [`Fulfilment::reserve`]'s condition (nothing
+    /// was cut). `None`: no such order. The order comes back as this statement left
     /// it: `stock_reserved` if it moved it; otherwise as the statement's snapshot saw it, which
     /// may predate another delivery's move (the next step's compare-and-set finds out).
     async fn arrive(&self, order_id: OrderId) -> anyhow::Result<Option<(Order, Arrival)>> {
@@ -238,7 +240,7 @@ impl Fulfilment {
         let arrival = match (row.try_get::<bool, _>("claimed")?, order.status) {
             (true, OrderStatus::StockReserved) => {
                 crate::runtime::failpoint::hit("after_reserve");
-                Arrival::AsItWas
+                Arrival::Reserved
             }
             (true, _) => Arrival::Short,
             (false, _) => Arrival::AsItWas,
@@ -256,34 +258,11 @@ impl Fulfilment {
     /// after waiting for another worker's lock, so the decision is never stale. Only after a
     /// cut does the order need the line read.
     async fn reserve(&self, order: &Order) -> anyhow::Result<Reserved> {
-        let (claimed, reserved): (bool, bool) = sqlx::query_as(
-            "WITH claim AS (
-                 SELECT id FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE
-             ), taken AS (
-                 UPDATE products SET stock = stock - $3, updated_at = now()
-                  WHERE id = $2 AND units_promised <= units_total AND stock >= $3
-                    AND EXISTS (SELECT 1 FROM claim)
-              RETURNING id
-             ), moved AS (
-                 UPDATE orders SET status = 'stock_reserved', updated_at = now()
-                  WHERE id IN (SELECT id FROM claim) AND EXISTS (SELECT 1 FROM taken)
-              RETURNING id
-             )
-             SELECT EXISTS (SELECT 1 FROM claim), EXISTS (SELECT 1 FROM moved)",
-        )
-        .bind(order.id)
-        .bind(&order.product_id)
-        .bind(order.quantity)
-        .fetch_one(&self.pool)
-        .await
-        .context("failed to reserve stock")?;
-        match (claimed, reserved) {
-            (false, _) => Ok(Reserved::Lost),
-            (true, true) => {
-                crate::runtime::failpoint::hit("after_reserve");
-                Ok(Reserved::Moved(OrderStatus::StockReserved))
-            }
-            (true, false) => self.reserve_in_line(order).await,
+        // The statement of a delivery's first step, which does this for the order by its id.
+        match self.arrive(order.id).await? {
+            Some((_, Arrival::Reserved)) => Ok(Reserved::Moved(OrderStatus::StockReserved)),
+            Some((_, Arrival::Short)) => self.reserve_in_line(order).await,
+            Some((_, Arrival::AsItWas)) | None => Ok(Reserved::Lost),
         }
     }
 

@@ -5,14 +5,12 @@
 //! is alone on it).
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 
 use fleet_harness::Fleet;
 use fleet_harness::pgcount::PgCounter;
 
 /// The fleet's processes, each spawned with its `DATABASE_URL` through a counter of its own.
 pub struct Meter {
-    target: SocketAddr,
     database_url: String,
     counters: Vec<(String, PgCounter)>,
 }
@@ -40,8 +38,9 @@ pub struct Snapshot {
 impl Meter {
     /// A meter for a fleet whose database is at `database_url` (a TCP address).
     pub async fn new(database_url: &str) -> anyhow::Result<Self> {
-        let target = PgCounter::server_of(database_url)?;
-        Ok(Self { target, database_url: database_url.to_owned(), counters: Vec::new() })
+        // A URL naming no server is refused here, not at the first spawn.
+        PgCounter::server_of(database_url)?;
+        Ok(Self { database_url: database_url.to_owned(), counters: Vec::new() })
     }
 
     /// Spawns `bin` as `label` with `env`, its database connections through a new counter.
@@ -52,8 +51,7 @@ impl Meter {
         bin: &str,
         env: &[(&str, &str)],
     ) -> anyhow::Result<()> {
-        let counter = PgCounter::start(self.target).await?;
-        let url = counter.url_for(&self.database_url)?;
+        let (counter, url) = PgCounter::in_front_of(&self.database_url).await?;
         let env: Vec<(&str, &str)> = env.iter().copied().chain([("DATABASE_URL", url.as_str())]).collect();
         fleet.spawn(label, bin, &env)?;
         self.counters.push((label.to_owned(), counter));
