@@ -12,16 +12,16 @@ up: ## start PostgreSQL + LocalStack, deploy the messaging stack, build, migrate
 down: ## stop what `make up` started
 	@scripts/down.sh
 
-demo: ## run the main job: a flash sale through the whole fleet (built optimized), with a summary
-	@ORDERFLEET_PROFILE=release scripts/up.sh
-	@scripts/with-env.sh scripts/demo.sh
+demo: ## run the main job: a flash sale through the whole fleet, with a summary
+	@scripts/demo.sh
 
-test: up ## the whole suite: format, lint (Rust + CloudFormation), unit and end-to-end tests
-	@scripts/with-env.sh scripts/test.sh
+test: ## the whole suite: format, lint (Rust + CloudFormation), model check, unit and end-to-end tests, the image
+	@scripts/test.sh
 
 bench: ## N orders through the optimized fleet, with LocalStack's own ceiling (BENCH_ARGS="--orders N --no-batching")
-	@ORDERFLEET_PROFILE=release scripts/up.sh
+	@ORDERFLEET_BUILD=release scripts/up.sh
 	@scripts/bench.sh
 
-image: ## the fleet's one image (Dockerfile): with Docker if it answers, else buildah (IMAGE=name:tag)
+image: up ## the shipped image (Dockerfile, fat LTO) and the EC2 tarball, then the fleet run from it pays an order (IMAGE=name:tag)
 	@scripts/image.sh
+	@scripts/image-test.sh "$${IMAGE:-localhost/orderfleet:dev}"

@@ -7,6 +7,9 @@
 # the snapshot in deny/ (RustSec advisory-db at bf5c0d2, 2026-08-21) is put where cargo-deny
 # keeps its databases, unless one is there already, and cargo-deny runs with --offline. With
 # internet, `cargo deny check` (no --offline) fetches the live database into the same place.
+#
+#   scripts/audit.sh            install cargo-deny if missing, then check
+#   scripts/audit.sh install    only install it (scripts/tools.sh)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$root"
@@ -15,9 +18,18 @@ deny_version=0.20.2
 tools="${XDG_CACHE_HOME:-$HOME/.cache}/orderfleet/tools"
 deny="$tools/bin/cargo-deny"
 if [[ ! -x "$deny" ]] || ! "$deny" --version | grep -q "$deny_version"; then
-    say "installing cargo-deny $deny_version (once per machine, about three minutes)"
-    cargo install --quiet --locked "cargo-deny@$deny_version" --root "$tools"
+    # Built from crates.io (no prebuilt binaries reach these machines). Its own release profile
+    # links with fat LTO and one codegen unit, which took 222 s of a first `make test`; a check
+    # of one lockfile has no use for it, so this build links without LTO, in 16 units. Its own
+    # build directory, so it never waits on the workspace's build lock (scripts/tools.sh runs
+    # it beside that build).
+    say "installing cargo-deny $deny_version (once per machine, about a minute and a half)"
+    deny_build=$(mktemp -d)
+    CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+        cargo install --quiet --locked "cargo-deny@$deny_version" --root "$tools" --target-dir "$deny_build"
+    rm -rf "$deny_build"
 fi
+[[ "${1:-}" != install ]] || exit 0
 
 # cargo-deny's directory for the default database (advisory-db, hashed from its URL).
 db="${CARGO_HOME:-$HOME/.cargo}/advisory-dbs/advisory-db-3157b0e258782691"

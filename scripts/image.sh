@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # `make image`: the fleet's one image (Dockerfile), every command in it.
 #
-#   scripts/image.sh                 build $IMAGE (default localhost/orderfleet:dev)
+#   scripts/image.sh                 build $IMAGE (default localhost/orderfleet:dev) from the
+#                                    shipped binary (profile dist: fat LTO, stripped), and the
+#                                    EC2 tarball beside it
+#   IMAGE_PROFILE=dev                from the dev profile's binary instead (`make test`): the
+#                                    same bin target, features and Cargo.lock, built with the
+#                                    tests' dependencies and linked in seconds, so the suite
+#                                    proves the image and not the linker
 #   IMAGE_BUILDER=buildah|docker     choose (default: docker when its engine answers)
+#   scripts/image.sh base            only install buildah and make the base (scripts/tools.sh)
 #
-# The fleet's one binary, orderfleet-box, is built here (release, stripped, without the
-# test-only crash points) and staged with the Dockerfile and a link for each command in a
-# build context of their own, so the image holds nothing else from the repository; the same
-# binary and links also go into a tarball for EC2. With a Docker engine, `docker build` from
-# its registry's gcr.io/distroless/cc-debian12. Without one (these machines), buildah, and a
-# base of the same three things (glibc, libgcc, the CA certificates) made once with mmdebstrap
-# from Debian's mirrors (no container registry needed); both are installed with apt-get when
-# missing and we are root.
+# The fleet's one binary, orderfleet-box, is built here (without the test-only crash points)
+# and staged, stripped, with the Dockerfile and a link for each command in a build context of
+# their own, so the image holds nothing else from the repository; the same binary and links
+# also go into a tarball for EC2. With a Docker engine, `docker build` from its registry's
+# gcr.io/distroless/cc-debian12. Without one (these machines), buildah, and a base of the same
+# three things (glibc, libgcc, the CA certificates) made once with mmdebstrap from Debian's
+# mirrors (no container registry needed); both are installed with apt-get when missing and we
+# are root.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$root"
@@ -62,21 +69,35 @@ with_buildah() {
     fi
 }
 
-say "building the fleet's one binary (cargo build --profile dist: release, stripped)"
-cargo build --quiet --profile dist --package=orderfleet-box
-release_dir="$(cargo_target_dir)/dist"
+if [[ "${1:-}" == base ]]; then
+    with_buildah
+    exit 0
+fi
+
+profile=${IMAGE_PROFILE:-dist}
+case "$profile" in
+dist) profile_dir=dist ;;
+dev) profile_dir=debug ;;
+*) die "IMAGE_PROFILE is $profile; it is dist or dev" ;;
+esac
+say "building the fleet's one binary (cargo build --profile $profile --package orderfleet-box)"
+# --package alone: the test crate stays out, so its failpoints feature is not unified in.
+cargo build --quiet --profile "$profile" --package=orderfleet-box
+release_dir="$(cargo_target_dir)/$profile_dir"
 
 context="$run_dir/image-context"
 rm -rf "$context"
 mkdir -p "$context/bin"
 cp Dockerfile "$context/"
-install -m 0555 "$release_dir/orderfleet-box" "$context/bin/"
+# Stripped (the dist profile strips already; the dev profile keeps line tables for backtraces).
+install -m 0555 --strip "$release_dir/orderfleet-box" "$context/bin/"
 for command in "${commands[@]}"; do ln -s orderfleet-box "$context/bin/$command"; done
 
 # The same binary and links for EC2 (infra/ec2.yaml): a tarball of bin/, the systemd unit and
 # the first-boot script, to upload to the bucket its ArtifactBucket names (ec2-bootstrap.sh
 # installs the command it is given, through its link, as /usr/local/bin/<command>).
-tarball="$run_dir/orderfleet-linux-x86_64.tar.gz"
+# A dev-profile tarball says so in its name: it is the suite's, never a release.
+tarball="$run_dir/orderfleet-linux-x86_64$([[ "$profile" == dist ]] || echo "-$profile").tar.gz"
 release=$(mktemp -d)
 mkdir -p "$release/bin" "$release/deploy/systemd"
 cp -P "$context/bin/"* "$release/bin/"

@@ -57,9 +57,14 @@ up() {
     if [[ "$status" != online* ]]; then
         [[ $(id -u) == 0 || $(id -un) == postgres ]] ||
             die "PostgreSQL $version/$name is down: start it (sudo pg_ctlcluster $version $name start) or set DATABASE_URL"
+        enough_connections "$version" "$name"
         say "starting PostgreSQL $version/$name on port $port"
         pg_ctlcluster "$version" "$name" start
         echo "$version $name" >"$started_marker"
+    elif [[ -f "$started_marker" ]] && (($(as_postgres psql -p "$port" -At -c 'SHOW max_connections') < max_connections)); then
+        enough_connections "$version" "$name"
+        say "restarting PostgreSQL $version/$name (started by make up) for max_connections = $max_connections"
+        pg_ctlcluster "$version" "$name" restart
     else
         say "PostgreSQL $version/$name is running on port $port"
     fi
@@ -83,6 +88,18 @@ SQL
         service_roles "$url"
     fi
     set_env DATABASE_URL "$url"
+}
+
+# The suite runs several end-to-end tests at once, each with a fleet of its own (about 70
+# connections at most: five processes' pools and the test's own); Debian's default of 100 would
+# let one at a time run. On the local cluster `make up` starts, it is raised before the start;
+# elsewhere scripts/test.sh runs as many tests at once as the server's limit allows.
+max_connections=1000
+enough_connections() {
+    local version=$1 name=$2
+    local current
+    current=$(pg_conftool -s "$version" "$name" show max_connections 2>/dev/null || echo 100)
+    ((current >= max_connections)) || pg_conftool "$version" "$name" set max_connections "$max_connections"
 }
 
 # The roles each binary connects as (migration 0010 grants their table rights), able to log

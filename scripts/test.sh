@@ -1,42 +1,61 @@
 #!/usr/bin/env bash
-# `make test`: every check CI runs, in order of cost. Fails on the first failure.
+# `make test`: `make up`, then every check CI runs, in order of cost. Fails on the first
+# failure. Each step prints its seconds, and the run ends with all of them (README.md gives
+# what each costs, cold and warm).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$root"
+timed test
 
-say "cargo fmt --check"
+# The tools besides cargo install (the first time on a machine) while the workspace builds.
+tools_log="$run_dir/tools.log"
+"$root/scripts/tools.sh" >"$tools_log" 2>&1 &
+tools_pid=$!
+on_exit 'kill "$tools_pid" 2>/dev/null'
+
+"$root/scripts/up.sh"
+set -a
+# shellcheck disable=SC1090
+source "$env_file"
+set +a
+
+step "the tools besides cargo (checkov, Schemathesis, hadolint, cargo-deny, buildah): waiting for their install"
+if ! wait "$tools_pid"; then
+    cat "$tools_log" >&2
+    die "installing the tools failed (its output is above and in ${tools_log#"$root/"})"
+fi
+cat "$tools_log" >&2
+
+step "cargo fmt --check"
 cargo fmt --all --check
 
-say "the docs name only tests, files and settings that exist"
+step "the docs name only tests, files and settings that exist"
 python3 scripts/check-docs.py
 
-say "cfn-lint infra/*.yaml"
+step "cfn-lint infra/*.yaml"
 venv=$("$root/localstack/host.sh" venv)
 "$venv/bin/cfn-lint" infra/*.yaml
 
-say "checkov infra/ (every finding fixed, or skipped in the template with its reason)"
+step "checkov infra/ (every finding fixed, or skipped in the template with its reason)"
 "$root/scripts/checkov.sh"
 
-say "schemathesis, for the contract test (installed once per machine)"
-"$root/scripts/schemathesis.sh" --version
-
-say "hadolint Dockerfile"
+step "hadolint Dockerfile"
 "$root/scripts/hadolint.sh"
 
-say "systemd-analyze verify deploy/systemd/ (and its exposure score)"
+step "systemd-analyze verify deploy/systemd/ (and its exposure score)"
 "$root/scripts/systemd-verify.sh"
 
-say "no production build carries the crash points (the failpoints feature)"
+step "no production build carries the crash points (the failpoints feature)"
 for package in order-intake outbox-relay stock-worker notification-worker fleetctl orderfleet-box; do
     if cargo tree --quiet -p "$package" -e features -i orderfleet | grep -q 'feature "failpoints"'; then
         die "$package's own build enables orderfleet's failpoints feature"
     fi
 done
 
-say "dependencies: advisories, duplicate versions, licenses, sources (cargo-deny)"
+step "dependencies: advisories, duplicate versions, licenses, sources (cargo-deny)"
 "$root/scripts/audit.sh"
 
-say "cargo clippy --all-targets -- -D warnings"
+step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --quiet --workspace --all-targets -- -D warnings
 
 # Databases the end-to-end tests made and a failed run left behind (see tests/support).
@@ -48,21 +67,27 @@ psql -q -d "$DATABASE_URL" -At -c "SELECT datname FROM pg_database WHERE datname
 target_dir="$(cargo_target_dir)"
 rm -rf "$target_dir/debug/e2e-logs"
 
-say "the order protocol, model-checked: every interleaving of each scenario (crates/order-model)"
+step "the order protocol, model-checked: every interleaving of each scenario (crates/order-model)"
 # One test at a time: each check uses every core. Each prints its states and time; the checks of
 # the rules before four fixes print the counterexample they find.
 cargo test -p order-model -- --nocapture --test-threads 1
 
-say "cargo test (unit and end-to-end, against PostgreSQL and LocalStack)"
-cargo test --workspace --exclude order-model
+# Each end-to-end test runs a fleet of its own, with up to about 70 PostgreSQL connections;
+# as many tests run at once as the server allows, up to eight (.config/nextest.toml).
+max_connections=$(psql -d "$DATABASE_URL" -At -c 'SHOW max_connections')
+threads=$(((max_connections - 20) / 70))
+((threads <= 8)) || threads=8
+((threads >= 1)) || threads=1
+step "cargo nextest run: unit and end-to-end tests, $threads at a time (PostgreSQL's max_connections is $max_connections)"
+cargo nextest run --workspace --exclude order-model --test-threads "$threads" --no-fail-fast
 
 cat "$target_dir/debug/e2e-logs/contract/schemathesis-summary.txt" >&2
 
-say "the image (make image), and the fleet run from it paying an order (buildah run)"
+step "the image (the dev profile's binary), and the fleet run from it paying an order (buildah run)"
 export IMAGE=${IMAGE:-localhost/orderfleet:dev}
-IMAGE_BUILDER=buildah "$root/scripts/image.sh"
-ORDERFLEET_IMAGE="$IMAGE" cargo test -p orderfleet-tests --test e2e -- --ignored image:: 2>&1 | tee "$run_dir/image-test.log"
-grep -q "test result: ok. 1 passed" "$run_dir/image-test.log" || die "the image test did not run (renamed?)"
+IMAGE_PROFILE=dev IMAGE_BUILDER=buildah "$root/scripts/image.sh"
+"$root/scripts/image-test.sh" "$IMAGE"
 
-say "least privilege: the AWS operations each binary called in this run against what its role grants"
+step "least privilege: the AWS operations each binary called in this run against what its role grants"
 "$venv/bin/python" scripts/least-privilege.py "$target_dir/debug/e2e-logs" infra/services.yaml infra/ec2.yaml
+step_end

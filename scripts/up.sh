@@ -1,16 +1,45 @@
 #!/usr/bin/env bash
 # `make up`: PostgreSQL, LocalStack with the messaging stack, the build, and the migrations.
 # Idempotent: what already runs is reused; what `make up` starts, `make down` stops.
+#
+# What is built (ORDERFLEET_BUILD):
+#   tests    (default; `make test`) the workspace's binaries and tests in the dev profile, as
+#            one feature set: the binaries carry the test-only crash points (failpoints)
+#   fleet    (`make demo`) the fleet's binaries alone in the same dev profile, as deployed: no
+#            test crate, so no crash points. The dependencies are the tests' own build, so
+#            `make test` after `make demo` (or the other way round) compiles only our crates
+#   release  (`make bench`) the binaries alone, optimized (`--release`)
+# The build runs in the background while PostgreSQL and LocalStack start: the one is CPU, the
+# other mostly waiting (a first run installs LocalStack's virtualenv meanwhile).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+timed up
+
+build=${ORDERFLEET_BUILD:-tests}
+case "$build" in
+tests) build_args=(--workspace --all-targets) profile_dir=debug ;;
+fleet) build_args=(--bins) profile_dir=debug ;;
+release) build_args=(--release --bins) profile_dir=release ;;
+*) die "ORDERFLEET_BUILD is $build; it is tests, fleet or release" ;;
+esac
+
+step "cargo build ${build_args[*]} (in the background, while the services start)"
+build_log="$run_dir/build.log"
+cargo build --quiet "${build_args[@]}" >"$build_log" 2>&1 &
+build_pid=$!
+# A failure below must not leave the build running on.
+on_exit 'kill "$build_pid" 2>/dev/null'
 
 if docker_engine_answers; then
     # Docker mode: compose runs both LocalStack and PostgreSQL.
+    step "LocalStack and PostgreSQL (docker compose), the messaging stack"
     "$root/scripts/localstack.sh" up
     [[ -n "${DATABASE_URL:-}" ]] || export DATABASE_URL="postgres://orderfleet:orderfleet@127.0.0.1:5433/orderfleet"
     "$root/scripts/postgres.sh" up
 else
+    step "PostgreSQL"
     "$root/scripts/postgres.sh" up
+    step "LocalStack and the messaging stack"
     "$root/scripts/localstack.sh" up
 fi
 
@@ -21,21 +50,18 @@ grep -q '^AUTH_JWT_SECRET=' "$env_file" 2>/dev/null ||
 set_env STRIPE_SECRET_KEY sk_test_stripe_sim_placeholder
 set_env STRIPE_API_BASE http://127.0.0.1:12111
 
-# ORDERFLEET_PROFILE=release (`make demo`, `make bench`): the binaries alone, optimized, as they
-# are deployed (no test crate, so none carries the crash points); otherwise the debug build of
-# the binaries and the tests, one feature set.
-target_dir=$(cargo_target_dir)
-if [[ "${ORDERFLEET_PROFILE:-debug}" == release ]]; then
-    say "building the fleet optimized (cargo build --release; the first time takes several minutes)"
-    cargo build --quiet --release --bins
-    bin_dir="$target_dir/release"
-else
-    say "building the workspace (binaries and tests, one feature set)"
-    cargo build --quiet --workspace --all-targets
-    bin_dir="$target_dir/debug"
-    # The tests' binaries (with the crash points); the optimized ones are found by the demo and
-    # the bench themselves, so a test run never picks them up.
-    set_env ORDERFLEET_BIN_DIR "$bin_dir"
+step "waiting for cargo build ${build_args[*]}"
+if ! wait "$build_pid"; then
+    cat "$build_log" >&2
+    die "cargo build ${build_args[*]} failed (its output is above and in ${build_log#"$root/"})"
 fi
+cat "$build_log" >&2
+bin_dir="$(cargo_target_dir)/$profile_dir"
+# The binaries the tests run (ORDERFLEET_BIN_DIR): the debug build, whose last build was the
+# tests' own when the tests were last built; the demo and the bench pass their own.
+[[ "$build" != tests ]] || set_env ORDERFLEET_BIN_DIR "$bin_dir"
+
+step "migrations (fleetctl migrate)"
 "$root/scripts/with-env.sh" "$bin_dir/fleetctl" migrate
+step_end
 say "up: PostgreSQL, LocalStack (127.0.0.1:4566) and the messaging stack are ready; settings in ${env_file#"$root/"}"

@@ -78,17 +78,33 @@ pub struct Fleet {
 
 /// A loopback port nobody listens on right now, for a child process to bind. Taken from below
 /// the kernel's ephemeral range (32768 and up), where no outgoing connection or port-0 bind
-/// of another test can take it between our check and the child's bind; each call moves on to
-/// the next port, from a start that differs per process.
+/// can take it between our check and the child's bind. The test runner runs each test in a
+/// process of its own, so a port is claimed across processes too: by an exclusive lock on a
+/// file named after it (`$TMPDIR/orderfleet-ports/<port>`), held until this process ends
+/// (the kernel lets the lock go with the process, however it ends). Each call moves on to the
+/// next port, from a start that differs per process.
 pub fn free_port() -> u16 {
+    use std::sync::Mutex;
     use std::sync::atomic::{AtomicU16, Ordering};
     static NEXT: AtomicU16 = AtomicU16::new(0);
+    static CLAIMS: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
+    let dir = std::env::temp_dir().join("orderfleet-ports");
+    std::fs::create_dir_all(&dir).expect("a directory for the port claims");
     let start = 20_000 + (std::process::id() % 10_000) as u16;
     let _ = NEXT.compare_exchange(0, start, Ordering::Relaxed, Ordering::Relaxed);
     loop {
         let port = NEXT.fetch_add(1, Ordering::Relaxed);
         let port = if port >= 32_000 { 20_000 + port % 12_000 } else { port };
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        let Ok(claim) = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(port.to_string()))
+        else {
+            continue;
+        };
+        if claim.try_lock().is_ok() && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            CLAIMS.lock().expect("the port claims").push(claim);
             return port;
         }
     }

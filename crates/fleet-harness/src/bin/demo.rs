@@ -52,6 +52,15 @@ fn var(name: &str) -> anyhow::Result<String> {
     std::env::var(name).with_context(|| format!("{name} is not set: run the demo with `make demo`"))
 }
 
+/// The build the fleet ran as (one `cargo build` made this program and the fleet's binaries):
+/// the counts in the summary are the same in every build, the latencies and times are not.
+const BUILD: &str = if cfg!(debug_assertions) {
+    "dev profile, unoptimized (make demo's default): the counts are the product's; for its latencies, \
+     ORDERFLEET_BUILD=release make demo, or make bench"
+} else {
+    "optimized (--release)"
+};
+
 #[tokio::main]
 async fn main() -> ExitCode {
     match run().await {
@@ -290,6 +299,7 @@ async fn sale(fleet: &Fleet, options: &Options) -> anyhow::Result<bool> {
         aws.iter().map(|(op, n)| format!("{op}={n:.0}")).collect::<Vec<_>>().join(" ")
     );
     println!("time                  intake {intake_seconds:.1} s, all terminal after {settled_seconds:.1} s");
+    println!("build                 {BUILD}");
     println!();
 
     // SPEC §8, as the suite audits it, then what only a drop shows.

