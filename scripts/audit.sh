@@ -15,19 +15,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$root"
 
 deny_version=0.20.2
-tools="${XDG_CACHE_HOME:-$HOME/.cache}/orderfleet/tools"
-deny="$tools/bin/cargo-deny"
+deny="$tools_dir/bin/cargo-deny"
 if [[ ! -x "$deny" ]] || ! "$deny" --version | grep -q "$deny_version"; then
-    # Built from crates.io (no prebuilt binaries reach these machines). Its own release profile
-    # links with fat LTO and one codegen unit, which took 222 s of a first `make test`; a check
-    # of one lockfile has no use for it, so this build links without LTO, in 16 units. Its own
-    # build directory, so it never waits on the workspace's build lock (scripts/tools.sh runs
-    # it beside that build).
-    say "installing cargo-deny $deny_version (once per machine, about a minute and a half)"
-    deny_build=$(mktemp -d)
-    CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
-        cargo install --quiet --locked "cargo-deny@$deny_version" --root "$tools" --target-dir "$deny_build"
-    rm -rf "$deny_build"
+    # Built from crates.io (no prebuilt binaries reach these machines), without LTO (common.sh).
+    say "installing cargo-deny $deny_version (once per machine, about two minutes)"
+    cargo_tool cargo-deny "$deny_version"
 fi
 [[ "${1:-}" != install ]] || exit 0
 

@@ -6,6 +6,10 @@ env_file="$run_dir/stack.env"
 stack_name=orderfleet-messaging
 localstack_url="http://127.0.0.1:4566"
 mkdir -p "$run_dir"
+# Cargo tools the scripts install once per machine (cargo-deny; cargo-nextest where the machine
+# has none), after whatever the machine already has.
+tools_dir="${XDG_CACHE_HOME:-$HOME/.cache}/orderfleet/tools"
+export PATH="$PATH:$tools_dir/bin"
 
 say() { printf '%s: %s\n' "$(basename "$0" .sh)" "$*" >&2; }
 die() { say "$*"; exit 1; }
@@ -92,4 +96,17 @@ run_exit_hooks() {
     local status=$1 hook
     for hook in "${exit_hooks[@]}"; do eval "$hook" || true; done
     exit "$status"
+}
+
+# A cargo tool from crates.io into the tools directory, built in a directory of its own (so it
+# never waits on the workspace's build lock) that is removed after. Tools' own release profiles
+# often link with fat LTO in one unit (cargo-deny's: 222 s of a first `make test`); a tool run
+# on one workspace has no use for it, so this links without LTO, in 16 units.
+#   cargo_tool CRATE VERSION
+cargo_tool() {
+    local crate=$1 version=$2 build
+    build=$(mktemp -d)
+    CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+        cargo install --quiet --locked "$crate@$version" --root "$tools_dir" --target-dir "$build"
+    rm -rf "$build"
 }

@@ -21,6 +21,9 @@ install schemathesis "$root/scripts/schemathesis.sh" --version
 install hadolint "$root/scripts/hadolint.sh" --version
 docker_engine_answers || install "buildah and the image's base" "$root/scripts/image.sh" base
 install cargo-deny "$root/scripts/audit.sh" install
+# The suite's runner; these machines come with it, another may not.
+cargo nextest --version >/dev/null 2>&1 || install cargo-nextest cargo_tool cargo-nextest 0.9.143
+
 failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
 ((failed == 0)) || die "a tool failed to install (its output is above)"
