@@ -22,6 +22,7 @@ bench: ## N orders through the optimized fleet, with LocalStack's own ceiling (B
 	@ORDERFLEET_BUILD=release scripts/up.sh
 	@scripts/bench.sh
 
-image: up ## the shipped image (Dockerfile, fat LTO) and the EC2 tarball, then the fleet run from it pays an order (IMAGE=name:tag)
+image: ## the shipped image (Dockerfile, fat LTO) and the EC2 tarball, then the fleet run from it pays an order (IMAGE=name:tag)
+	@ORDERFLEET_BUILD=tests scripts/up.sh
 	@scripts/image.sh
 	@scripts/image-test.sh "$${IMAGE:-localhost/orderfleet:dev}"

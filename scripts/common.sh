@@ -59,12 +59,16 @@ step() {
 }
 step_end() {
     [[ -n "$step_name" ]] || return 0
-    local took
-    took=$(awk -v a="$step_started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
-    say "$step_name: $took s"
-    [[ -n "${ORDERFLEET_TIMINGS:-}" ]] && printf '%s\t%s\n' "$took" "$step_name" >>"$ORDERFLEET_TIMINGS"
+    timing "$(awk -v a="$step_started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')" "$step_name"
     step_name=""
 }
+# Records SECONDS for NAME: a step, or work that ran in the background beside the steps.
+timing() {
+    say "$2: $1 s"
+    [[ -z "${ORDERFLEET_TIMINGS:-}" ]] || printf '%s\t%s\n' "$1" "$2" >>"$ORDERFLEET_TIMINGS"
+}
+# The seconds since EPOCHREALTIME was START.
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
 timed() {
     local target=$1
     [[ -z "${ORDERFLEET_TIMINGS:-}" ]] || return 0
@@ -82,6 +86,7 @@ timed_summary() {
             "$([[ $status == 0 ]] && echo passed || echo "FAILED (exit $status)")" \
             "$(awk -v a="$timed_started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')"
         awk -F'\t' '{ printf "  %7.1f  %s\n", $1, $2 }' "$ORDERFLEET_TIMINGS"
+        printf '  (work marked "in the background" overlapped the steps around it)\n'
     } >&2
 }
 
@@ -98,6 +103,29 @@ run_exit_hooks() {
     exit "$status"
 }
 
+# Debian packages, installed with apt-get as root. One apt-get at a time: `make test` installs
+# buildah (scripts/tools.sh) while `make up` may be installing PostgreSQL, and dpkg takes one.
+#   apt_install PACKAGE...
+apt_install() {
+    local lock=(-o DPkg::Lock::Timeout=600)
+    (
+        flock 8
+        DEBIAN_FRONTEND=noninteractive apt-get "${lock[@]}" install -y -q "$@" >/dev/null ||
+            { apt-get "${lock[@]}" update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get "${lock[@]}" install -y -q "$@" >/dev/null; }
+    ) 8>"$run_dir/apt.lock"
+}
+
+# cargo-nextest, the suite's runner (0.9.91 or later: .config/nextest.toml sets priorities).
+# These machines come with it; where it is missing or older, it is built once into the tools.
+need_nextest() {
+    local have
+    have=$(cargo nextest --version 2>/dev/null | awk 'NR == 1 { print $2 }')
+    if [[ -z "$have" ]] || [[ "$(printf '%s\n' 0.9.91 "$have" | sort -V | head -n 1)" != 0.9.91 ]]; then
+        say "installing cargo-nextest 0.9.143 (once per machine; found: ${have:-none})"
+        cargo_tool cargo-nextest 0.9.143
+    fi
+}
+
 # A cargo tool from crates.io into the tools directory, built in a directory of its own (so it
 # never waits on the workspace's build lock) that is removed after. Tools' own release profiles
 # often link with fat LTO in one unit (cargo-deny's: 222 s of a first `make test`); a tool run
@@ -105,8 +133,10 @@ run_exit_hooks() {
 #   cargo_tool CRATE VERSION
 cargo_tool() {
     local crate=$1 version=$2 build
+    local status=0
     build=$(mktemp -d)
     CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
-        cargo install --quiet --locked "$crate@$version" --root "$tools_dir" --target-dir "$build"
+        cargo install --quiet --locked "$crate@$version" --root "$tools_dir" --target-dir "$build" || status=$?
     rm -rf "$build"
+    return "$status"
 }

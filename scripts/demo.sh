@@ -10,7 +10,7 @@ export ORDERFLEET_RUN_DIR="$run_dir"
 
 # The dev profile (README.md, "The two commands"): the same build `make test` runs on, so the
 # first run spends its minutes on the sale rather than on the optimizer. ORDERFLEET_BUILD=release
-# runs the sale on the optimized build instead (its first build takes about fifteen minutes).
+# runs the sale on the optimized build instead (its first build takes about eighteen minutes).
 build=${ORDERFLEET_BUILD:-fleet}
 case "$build" in
 fleet) profile_dir=debug ;;

@@ -33,8 +33,7 @@ with_buildah() {
         [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null ||
             die "no Docker engine and no buildah: install one (Debian: sudo apt-get install buildah mmdebstrap)"
         say "installing buildah and mmdebstrap with apt-get"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q buildah mmdebstrap >/dev/null ||
-            { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q buildah mmdebstrap >/dev/null; }
+        apt_install buildah mmdebstrap
     fi
     # Made again once a week, so Debian's security updates to glibc and the CA list reach
     # the image (the base is Debian's packages as they are the day it is made).

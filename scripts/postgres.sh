@@ -38,8 +38,7 @@ up() {
     if ! command -v pg_ctlcluster >/dev/null; then
         if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
             say "installing PostgreSQL with apt-get"
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null ||
-                { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; }
+            apt_install postgresql
         else
             die "no PostgreSQL here: install it (Debian: sudo apt-get install postgresql) or set DATABASE_URL"
         fi
@@ -67,6 +66,10 @@ up() {
         pg_ctlcluster "$version" "$name" restart
     else
         say "PostgreSQL $version/$name is running on port $port"
+        local current
+        current=$(pg_conftool -s "$version" "$name" show max_connections 2>/dev/null || echo 100)
+        ((current >= max_connections)) ||
+            say "its max_connections is $current, so make test runs fewer end-to-end tests at once; for eight: sudo pg_conftool $version $name set max_connections $max_connections, then restart it"
     fi
     if [[ $(id -u) == 0 || $(id -un) == postgres ]]; then
         # CREATEDB: every test makes a database of its own, so tests run in parallel.

@@ -9,22 +9,25 @@ timed test
 
 # The tools besides cargo install (the first time on a machine) while the workspace builds.
 tools_log="$run_dir/tools.log"
-"$root/scripts/tools.sh" >"$tools_log" 2>&1 &
+tools_started=$EPOCHREALTIME
+setsid -w "$root/scripts/tools.sh" >"$tools_log" 2>&1 &
 tools_pid=$!
-on_exit 'kill "$tools_pid" 2>/dev/null'
+on_exit '[[ -z "$tools_pid" ]] || kill -- "-$tools_pid" 2>/dev/null'
 
-"$root/scripts/up.sh"
+ORDERFLEET_BUILD=tests "$root/scripts/up.sh"
 set -a
 # shellcheck disable=SC1090
 source "$env_file"
 set +a
 
 step "the tools besides cargo (checkov, Schemathesis, hadolint, cargo-deny, buildah): waiting for their install"
-if ! wait "$tools_pid"; then
-    cat "$tools_log" >&2
-    die "installing the tools failed (its output is above and in ${tools_log#"$root/"})"
-fi
+tools_status=0
+wait "$tools_pid" || tools_status=$?
+tools_pid=""
+step_end
+timing "$(since "$tools_started")" "the tools' install (in the background, from the start of make test)"
 cat "$tools_log" >&2
+((tools_status == 0)) || die "installing the tools failed (its output is above and in ${tools_log#"$root/"})"
 
 step "cargo fmt --check"
 cargo fmt --all --check
@@ -84,7 +87,8 @@ cargo nextest run --workspace --exclude order-model --test-threads "$threads" --
 cat "$target_dir/debug/e2e-logs/contract/schemathesis-summary.txt" >&2
 
 step "the image (the dev profile's binary), and the fleet run from it paying an order (buildah run)"
-export IMAGE=${IMAGE:-localhost/orderfleet:dev}
+# A tag of its own: the suite's image never takes the name of the one `make image` ships.
+export IMAGE=${TEST_IMAGE:-localhost/orderfleet:test}
 IMAGE_PROFILE=dev IMAGE_BUILDER=buildah "$root/scripts/image.sh"
 "$root/scripts/image-test.sh" "$IMAGE"
 

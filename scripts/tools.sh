@@ -13,7 +13,7 @@ pids=()
 install() {
     local name=$1 started=$EPOCHREALTIME
     shift
-    { "$@" >/dev/null && say "$name ready in $(awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s"; } &
+    { "$@" >/dev/null && say "$name ready in $(since "$started") s"; } &
     pids+=($!)
 }
 install checkov "$root/scripts/checkov.sh" --version
@@ -22,7 +22,7 @@ install hadolint "$root/scripts/hadolint.sh" --version
 docker_engine_answers || install "buildah and the image's base" "$root/scripts/image.sh" base
 install cargo-deny "$root/scripts/audit.sh" install
 # The suite's runner; these machines come with it, another may not.
-cargo nextest --version >/dev/null 2>&1 || install cargo-nextest cargo_tool cargo-nextest 0.9.143
+install cargo-nextest need_nextest
 
 failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done

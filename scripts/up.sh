@@ -6,8 +6,8 @@
 #   tests    (default; `make test`) the workspace's binaries and tests in the dev profile, as
 #            one feature set: the binaries carry the test-only crash points (failpoints)
 #   fleet    (`make demo`) the fleet's binaries alone in the same dev profile, as deployed: no
-#            test crate, so no crash points. The dependencies are the tests' own build, so
-#            `make test` after `make demo` (or the other way round) compiles only our crates
+#            test crate, so no crash points. Most dependencies are built once for both
+#            (docs/build.md says which the tests build again)
 #   release  (`make bench`) the binaries alone, optimized (`--release`)
 # The build runs in the background while PostgreSQL and LocalStack start: the one is CPU, the
 # other mostly waiting (a first run installs LocalStack's virtualenv meanwhile).
@@ -23,12 +23,13 @@ release) build_args=(--release --bins) profile_dir=release ;;
 *) die "ORDERFLEET_BUILD is $build; it is tests, fleet or release" ;;
 esac
 
-step "cargo build ${build_args[*]} (in the background, while the services start)"
+say "cargo build ${build_args[*]}, in the background while the services start"
 build_log="$run_dir/build.log"
-cargo build --quiet "${build_args[@]}" >"$build_log" 2>&1 &
+build_started=$EPOCHREALTIME
+# Its own process group, so that a failure below stops cargo and every rustc under it.
+setsid -w cargo build --quiet "${build_args[@]}" >"$build_log" 2>&1 &
 build_pid=$!
-# A failure below must not leave the build running on.
-on_exit 'kill "$build_pid" 2>/dev/null'
+on_exit '[[ -z "$build_pid" ]] || kill -- "-$build_pid" 2>/dev/null'
 
 if docker_engine_answers; then
     # Docker mode: compose runs both LocalStack and PostgreSQL.
@@ -51,11 +52,13 @@ set_env STRIPE_SECRET_KEY sk_test_stripe_sim_placeholder
 set_env STRIPE_API_BASE http://127.0.0.1:12111
 
 step "waiting for cargo build ${build_args[*]}"
-if ! wait "$build_pid"; then
-    cat "$build_log" >&2
-    die "cargo build ${build_args[*]} failed (its output is above and in ${build_log#"$root/"})"
-fi
+build_status=0
+wait "$build_pid" || build_status=$?
+build_pid=""
+step_end
+timing "$(since "$build_started")" "cargo build ${build_args[*]} (in the background, from the start of make up)"
 cat "$build_log" >&2
+((build_status == 0)) || die "cargo build ${build_args[*]} failed (its output is above and in ${build_log#"$root/"})"
 bin_dir="$(cargo_target_dir)/$profile_dir"
 # The binaries the tests run (ORDERFLEET_BIN_DIR): the debug build, whose last build was the
 # tests' own when the tests were last built; the demo and the bench pass their own.

@@ -1,8 +1,9 @@
 //! The fleet's image (Dockerfile, `make image`): its binaries, run from the image with
 //! `buildah run` against PostgreSQL, LocalStack and stripe-sim on this machine, pay an order.
 //!
-//! Ignored in a plain `cargo test`, since it needs the image built; `make test` builds it and
-//! runs this with `ORDERFLEET_IMAGE` naming it (`scripts/test.sh`).
+//! Ignored in a plain test run, since it needs the image built: `scripts/image-test.sh` runs it
+//! with `ORDERFLEET_IMAGE` naming one, on the dev profile's image in `make test` and on the
+//! shipped (fat LTO) one in `make image`.
 
 use std::process::Command;
 use std::time::Duration;
@@ -82,7 +83,7 @@ fn buildah(args: &[&str]) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs the image: `make image`, then ORDERFLEET_IMAGE=<image> cargo test -- --ignored image::"]
+#[ignore = "needs the image: `make image` builds it and runs this (scripts/image-test.sh)"]
 async fn the_fleet_run_from_its_image_pays_an_order_as_a_user_that_is_not_root() {
     // Arrange: a container of the image, and the fleet's binaries started inside it.
     let image = std::env::var("ORDERFLEET_IMAGE").expect("ORDERFLEET_IMAGE names the image to test");

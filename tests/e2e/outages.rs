@@ -10,8 +10,10 @@
 //! away and loses its delete.
 //!
 //! One test per dependency and shape, each with a fleet of its own, so the suite runs them at
-//! once; each prints a `fault-matrix:` line (docs/failure-modes.md collects them), and
-//! [`every_shape_of_every_dependency_has_its_test`] keeps the list whole.
+//! once, and one per dependency that takes it away twice on one fleet (frozen, then refused), so
+//! a fleet is shown to come back whole from one outage into the next. Each outage prints a
+//! `fault-matrix:` line (docs/failure-modes.md collects them), and
+//! `every_shape_of_every_dependency_has_its_test` keeps the list whole.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -36,6 +38,14 @@ enum Dependency {
 }
 
 impl Dependency {
+    /// Every dependency; the match makes a new one a compile error here until it is listed.
+    const ALL: [Dependency; 4] = {
+        match Dependency::Postgres {
+            Dependency::Postgres | Dependency::Sqs | Dependency::Sns | Dependency::Stripe => {}
+        }
+        [Dependency::Postgres, Dependency::Sqs, Dependency::Sns, Dependency::Stripe]
+    };
+
     fn name(self) -> &'static str {
         match self {
             Dependency::Postgres => "postgres",
@@ -65,8 +75,8 @@ fn socket_of(url: &str) -> SocketAddr {
 /// The fleet with `dependency` reached only through `proxy` by the processes that use it
 /// (PostgreSQL: the two workers, so that messages keep coming to them while their database
 /// is away; the intake and the relay reach it directly).
-async fn fleet_behind(dependency: Dependency, shape: Shape) -> (Fleet, Proxy) {
-    let case = format!("outage-matrix-{}-{}", dependency.name(), shape.as_str());
+async fn fleet_behind(dependency: Dependency, name: &str) -> (Fleet, Proxy) {
+    let case = format!("outage-matrix-{}-{name}", dependency.name());
     let mut fleet = Fleet::prepare(&case).await.unwrap();
     fleet.set_env("LOG_FORMAT", "json");
     let aws = orderfleet_tests::stack_var("AWS_ENDPOINT_URL");
@@ -127,74 +137,82 @@ async fn dlq_depth(fleet: &Fleet, url: &str) -> u64 {
     visible + in_flight
 }
 
-/// One outage of `dependency` in `shape`, on a fleet of its own, while orders arrive.
-async fn outage_of(dependency: Dependency, shape: Shape) {
+/// Outages of `dependency` in each of `shapes`, one after another on one fleet of its own,
+/// while orders arrive.
+async fn outages_of(dependency: Dependency, shapes: &[Shape]) {
     // Arrange: the fleet behind the proxy, warmed up (pooled connections to be cut).
-    let case = format!("{} {}", dependency.name(), shape.as_str());
-    let (fleet, proxy) = fleet_behind(dependency, shape).await;
-    fleet.product("sku-1", 1000, (ORDERS_PER_OUTAGE + 1) as i32).await.unwrap();
-    let started = Instant::now();
+    let name = shapes.iter().map(|shape| shape.as_str()).collect::<Vec<_>>().join("-then-");
+    let (fleet, proxy) = fleet_behind(dependency, &name).await;
+    fleet.product("sku-1", 1000, (shapes.len() * (ORDERS_PER_OUTAGE + 1)) as i32).await.unwrap();
     let mut accepted = Vec::new();
-    accepted.extend(place(&fleet, "warm", &format!("{}-warm", shape.as_str())).await);
-    fleet.wait_settled(Duration::from_secs(120)).await.unwrap();
-    // The outage starts from quiet queues. Settled orders can still have messages in flight (a
-    // notification being published, a delete on its way), and an outage that cuts one's delete
-    // sends it round again after its visibility timeout.
-    fleet.wait_drained(Duration::from_secs(120)).await.unwrap();
+    for (n, &shape) in shapes.iter().enumerate() {
+        let case = format!("{} {}", dependency.name(), shape.as_str());
+        let started = Instant::now();
+        accepted.extend(place(&fleet, "warm", &format!("{}-warm", shape.as_str())).await);
+        fleet.wait_settled(Duration::from_secs(120)).await.unwrap();
+        // Each outage starts from quiet queues. Settled orders can still have messages in
+        // flight (a notification being published, a delete on its way); an outage that cuts
+        // one's delete sends it round again after its visibility timeout, and if that is when
+        // the next outage begins, one message meets two outages (seen once: a third receive,
+        // at the server-error shape, of a notification whose delete tls-fails cut).
+        fleet.wait_drained(Duration::from_secs(120)).await.unwrap();
 
-    // Act: take it away while orders arrive, then bring it back.
-    proxy.take_away(shape);
-    let outage_began = Instant::now();
-    let mut unanswered = Vec::new();
-    for i in 0..ORDERS_PER_OUTAGE {
-        let due = outage_began + OUTAGE.mul_f64(i as f64 / ORDERS_PER_OUTAGE as f64);
-        tokio::time::sleep_until(due.into()).await;
-        let buyer = format!("buyer-{i}");
-        match place(&fleet, &buyer, "key").await {
-            Some(order) => accepted.push(order),
-            None => unanswered.push(buyer),
+        // Act: take it away while orders arrive, then bring it back.
+        proxy.take_away(shape);
+        let outage_began = Instant::now();
+        let mut unanswered = Vec::new();
+        for i in 0..ORDERS_PER_OUTAGE {
+            let due = outage_began + OUTAGE.mul_f64(i as f64 / ORDERS_PER_OUTAGE as f64);
+            tokio::time::sleep_until(due.into()).await;
+            let buyer = format!("buyer-{n}-{i}");
+            match place(&fleet, &buyer, "key").await {
+                Some(order) => accepted.push(order),
+                None => unanswered.push(buyer),
+            }
         }
-    }
-    tokio::time::sleep_until((outage_began + OUTAGE).into()).await;
-    proxy.restore();
-    // The buyers who heard 503 try again with their key, as a client does (the sweeper would
-    // finish their orders too, after its 90 s).
-    for buyer in unanswered {
-        let (answer, _) =
-            fleet.post_order(&buyer, "key", "sku-1", 1, "pm_card_visa").retrying().await.unwrap();
-        assert_eq!(answer.status, 202, "{buyer}'s retry after the outage: {:?}", answer.body);
-        accepted.push(answer.body["order_id"].as_str().unwrap().to_owned());
-    }
-    let settled = fleet.wait_settled(Duration::from_secs(180)).await;
+        tokio::time::sleep_until((outage_began + OUTAGE).into()).await;
+        proxy.restore();
+        // The buyers who heard 503 try again with their key, as a client does (the sweeper
+        // would finish their orders too, after its 90 s).
+        for buyer in unanswered {
+            let (answer, _) =
+                fleet.post_order(&buyer, "key", "sku-1", 1, "pm_card_visa").retrying().await.unwrap();
+            assert_eq!(answer.status, 202, "{buyer}'s retry after the outage: {:?}", answer.body);
+            accepted.push(answer.body["order_id"].as_str().unwrap().to_owned());
+        }
+        let settled = fleet.wait_settled(Duration::from_secs(180)).await;
 
-    // Assert: nothing unsettled, nothing dead-lettered, no message received more often than
-    // the outage allows.
-    settled.unwrap_or_else(|e| panic!("{case}: {e:#}"));
-    let dead =
-        (dlq_depth(&fleet, &fleet.stock.dlq_url).await, dlq_depth(&fleet, &fleet.notification.dlq_url).await);
-    let receives = (
-        most_receives(fleet.log_dir(), "stock-worker"),
-        most_receives(fleet.log_dir(), "notification-worker"),
-    );
-    println!(
-        "fault-matrix: {case}: most receives per message stock={} notification={}, dead letters stock={} notification={}, {:.0} s",
-        receives.0,
-        receives.1,
-        dead.0,
-        dead.1,
-        started.elapsed().as_secs_f64()
-    );
-    assert_eq!(dead, (0, 0), "{case}: a good message was dead-lettered");
-    let allowed = dependency.most_receives_allowed();
-    assert!(
-        receives.0 <= allowed && receives.1 <= allowed,
-        "{case}: a message was received more than {allowed} times: {receives:?}"
-    );
+        // Assert, after each outage: nothing unsettled, nothing dead-lettered, no message
+        // received more often than the outage allows.
+        settled.unwrap_or_else(|e| panic!("{case}: {e:#}"));
+        let dead = (
+            dlq_depth(&fleet, &fleet.stock.dlq_url).await,
+            dlq_depth(&fleet, &fleet.notification.dlq_url).await,
+        );
+        let receives = (
+            most_receives(fleet.log_dir(), "stock-worker"),
+            most_receives(fleet.log_dir(), "notification-worker"),
+        );
+        println!(
+            "fault-matrix: {case}: most receives per message stock={} notification={}, dead letters stock={} notification={}, {:.0} s",
+            receives.0,
+            receives.1,
+            dead.0,
+            dead.1,
+            started.elapsed().as_secs_f64()
+        );
+        assert_eq!(dead, (0, 0), "{case}: a good message was dead-lettered");
+        let allowed = dependency.most_receives_allowed();
+        assert!(
+            receives.0 <= allowed && receives.1 <= allowed,
+            "{case}: a message was received more than {allowed} times: {receives:?}"
+        );
+    }
 
     // Assert: every accepted order paid, once; every notification once.
     let notes = fleet.notifications(2 * accepted.len(), Duration::from_secs(120)).await.unwrap();
     let audit = Audit::of(&fleet, "sku-1", &notes).await.unwrap();
-    println!("{}", audit.figures(&format!("outage-matrix-{}-{}", dependency.name(), shape.as_str()), 1));
+    println!("{}", audit.figures(&format!("outage-matrix-{}-{name}", dependency.name()), shapes.len()));
     audit.assert_guarantees();
     for order in &accepted {
         let status: String = sqlx::query_scalar("SELECT status::text FROM orders WHERE id = $1::uuid")
@@ -202,7 +220,7 @@ async fn outage_of(dependency: Dependency, shape: Shape) {
             .fetch_one(&fleet.pool)
             .await
             .unwrap();
-        assert_eq!(status, "paid", "{case}: accepted order {order}");
+        assert_eq!(status, "paid", "{} {name}: accepted order {order}", dependency.name());
     }
     drop(proxy);
     fleet.stop().await.unwrap();
@@ -214,7 +232,7 @@ macro_rules! outage_tests {
         $(
             #[tokio::test(flavor = "multi_thread")]
             async fn $name() {
-                outage_of(Dependency::$dependency, Shape::$shape).await;
+                outages_of(Dependency::$dependency, &[Shape::$shape]).await;
             }
         )*
 
@@ -222,7 +240,7 @@ macro_rules! outage_tests {
         #[test]
         fn every_shape_of_every_dependency_has_its_test() {
             let tested = [$((Dependency::$dependency, Shape::$shape)),*];
-            for dependency in [Dependency::Postgres, Dependency::Sqs, Dependency::Sns, Dependency::Stripe] {
+            for dependency in Dependency::ALL {
                 for shape in dependency.shapes() {
                     assert!(tested.contains(&(dependency, shape)), "no test of {} {}", dependency.name(), shape.as_str());
                 }
@@ -255,4 +273,25 @@ outage_tests! {
     stripe_frozen_costs_no_message_more_than_one_receive: Stripe, Frozen;
     stripe_tls_fails_costs_no_message_more_than_one_receive: Stripe, TlsFails;
     stripe_5xx_costs_no_message_more_than_one_receive: Stripe, ServerError;
+}
+
+/// A second outage on the fleet that lived through a first: the processes come back from a
+/// frozen connection (pooled connections left hanging) and then from a refused one, with the
+/// same guarantees after each.
+macro_rules! second_outage_tests {
+    ($($name:ident: $dependency:ident;)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread")]
+            async fn $name() {
+                outages_of(Dependency::$dependency, &[Shape::Frozen, Shape::Refused]).await;
+            }
+        )*
+    };
+}
+
+second_outage_tests! {
+    postgres_away_twice_on_one_fleet_costs_no_message_more_than_one_receive: Postgres;
+    sqs_away_twice_on_one_fleet_costs_no_message_more_than_one_receive: Sqs;
+    sns_away_twice_on_one_fleet_costs_no_message_more_than_one_receive: Sns;
+    stripe_away_twice_on_one_fleet_costs_no_message_more_than_one_receive: Stripe;
 }

@@ -80,35 +80,47 @@ pub struct Fleet {
 /// the kernel's ephemeral range (32768 and up), where no outgoing connection or port-0 bind
 /// can take it between our check and the child's bind. The test runner runs each test in a
 /// process of its own, so a port is claimed across processes too: by an exclusive lock on a
-/// file named after it (`$TMPDIR/orderfleet-ports/<port>`), held until this process ends
-/// (the kernel lets the lock go with the process, however it ends). Each call moves on to the
-/// next port, from a start that differs per process.
+/// file named after it, in a directory of this user's (`$TMPDIR/orderfleet-ports-<uid>`). The
+/// kernel lets a lock go when its process ends, however it ends; a process keeps its latest
+/// [`PORT_CLAIMS_KEPT`] claims (a test's fleet takes a few dozen ports), so a long run in one
+/// process (`cargo test`) does not run out of file descriptors. Each call moves on to the next
+/// port, from a start that differs per process.
 pub fn free_port() -> u16 {
+    use std::collections::VecDeque;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicU16, Ordering};
     static NEXT: AtomicU16 = AtomicU16::new(0);
-    static CLAIMS: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
-    let dir = std::env::temp_dir().join("orderfleet-ports");
-    std::fs::create_dir_all(&dir).expect("a directory for the port claims");
+    static CLAIMS: Mutex<VecDeque<std::fs::File>> = Mutex::new(VecDeque::new());
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let dir = std::env::temp_dir().join(format!("orderfleet-ports-{uid}"));
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|e| panic!("the port claims' directory {}: {e}", dir.display()));
     let start = 20_000 + (std::process::id() % 10_000) as u16;
     let _ = NEXT.compare_exchange(0, start, Ordering::Relaxed, Ordering::Relaxed);
     loop {
         let port = NEXT.fetch_add(1, Ordering::Relaxed);
         let port = if port >= 32_000 { 20_000 + port % 12_000 } else { port };
-        let Ok(claim) = std::fs::OpenOptions::new()
+        let path = dir.join(port.to_string());
+        let claim = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
-            .open(dir.join(port.to_string()))
-        else {
-            continue;
-        };
+            .open(&path)
+            .unwrap_or_else(|e| panic!("the port claim {}: {e}", path.display()));
         if claim.try_lock().is_ok() && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            CLAIMS.lock().expect("the port claims").push(claim);
+            let mut claims = CLAIMS.lock().expect("the port claims");
+            claims.push_back(claim);
+            if claims.len() > PORT_CLAIMS_KEPT {
+                claims.pop_front();
+            }
             return port;
         }
     }
 }
+
+/// How many port claims one process keeps ([`free_port`]).
+pub const PORT_CLAIMS_KEPT: usize = 256;
 
 /// One answer of the intake.
 #[derive(Debug, Clone)]
