@@ -157,6 +157,11 @@ pub async fn main(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCod
     }
 }
 
+/// The database from `DATABASE_URL`, as every command that reads or writes it connects.
+async fn pool(env: &Env) -> anyhow::Result<sqlx::PgPool> {
+    db::connect(&DatabaseConfig::from_env(env)?, PoolSize::default()).await
+}
+
 async fn run_dlq(command: DlqCommand, env: &Env) -> anyhow::Result<()> {
     let queues = QueueConfig::from_env(env)?;
     let aws = Aws::load().await?;
@@ -186,7 +191,7 @@ async fn run_dlq(command: DlqCommand, env: &Env) -> anyhow::Result<()> {
             }
         }
         DlqCommand::Peek { queue, max } => {
-            let pool = db::connect(&DatabaseConfig::from_env(env)?, PoolSize::default()).await?;
+            let pool = pool(env).await?;
             for name in chosen(queue) {
                 let pair = dlq::Pair::resolve(&sqs, name, &url(name)).await?;
                 let peeked = dlq::peek(&sqs, &pair.dlq_url, max).await?;
@@ -233,7 +238,7 @@ async fn run_dlq(command: DlqCommand, env: &Env) -> anyhow::Result<()> {
 async fn warn_of_holds_ending(env: &Env, sample: &[dlq::Peeked]) {
     let bodies: Vec<&str> = sample.iter().map(|p| p.body.as_str()).collect();
     let ending = async {
-        let pool = db::connect(&DatabaseConfig::from_env(env)?, PoolSize::default()).await?;
+        let pool = pool(env).await?;
         dlq::holds_ending_soon(&pool, &bodies).await
     };
     match ending.await {
@@ -263,12 +268,12 @@ async fn warn_of_holds_ending(env: &Env, sample: &[dlq::Peeked]) {
 async fn run(command: Command, env: &Env) -> anyhow::Result<()> {
     match command {
         Command::Migrate => {
-            let pool = db::connect(&DatabaseConfig::from_env(env)?, PoolSize::default()).await?;
+            let pool = pool(env).await?;
             db::migrate(&pool).await?;
             println!("migrations applied");
         }
         Command::Product(ProductCommand::Upsert(args)) => {
-            let pool = db::connect(&DatabaseConfig::from_env(env)?, PoolSize::default()).await?;
+            let pool = pool(env).await?;
             let product = ProductUpsert {
                 id: args.id,
                 name: args.name,
@@ -301,7 +306,7 @@ async fn run(command: Command, env: &Env) -> anyhow::Result<()> {
         }
         Command::Dlq(command) => run_dlq(command, env).await?,
         Command::Outbox(OutboxCommand::Dead) => {
-            let pool = db::connect(&DatabaseConfig::from_env(env)?, PoolSize::default()).await?;
+            let pool = pool(env).await?;
             let rows = outbox::dead(&pool).await?;
             println!("{} dead outbox rows", rows.len());
             for row in rows {
@@ -319,7 +324,7 @@ async fn run(command: Command, env: &Env) -> anyhow::Result<()> {
             }
         }
         Command::Outbox(OutboxCommand::Retry { id, .. }) => {
-            let pool = db::connect(&DatabaseConfig::from_env(env)?, PoolSize::default()).await?;
+            let pool = pool(env).await?;
             let retried = outbox::retry(&pool, id).await?;
             if id.is_some() && retried == 0 {
                 anyhow::bail!("no dead outbox row with that id");
@@ -327,7 +332,7 @@ async fn run(command: Command, env: &Env) -> anyhow::Result<()> {
             println!("{retried} outbox rows re-queued");
         }
         Command::Sweep(args) => {
-            let pool = db::connect(&DatabaseConfig::from_env(env)?, PoolSize::default()).await?;
+            let pool = pool(env).await?;
             let payments = Payments::new(&StripeConfig::from_env(env)?, RetryPolicy::background())?;
             let policy = SweepPolicy {
                 pending_after: Duration::from_secs(args.pending_after_seconds),
