@@ -5,7 +5,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$root"
-release_dir="$(cargo_target_dir)/release"
+release_dir=$(profile_dir release)
 export ORDERFLEET_RUN_DIR="$run_dir"
 # shellcheck disable=SC2086
 exec "$root/scripts/with-env.sh" env ORDERFLEET_BIN_DIR="$release_dir" "$release_dir/orderfleet-bench" ${BENCH_ARGS:-}

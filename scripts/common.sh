@@ -59,7 +59,7 @@ step() {
 }
 step_end() {
     [[ -n "$step_name" ]] || return 0
-    timing "$(awk -v a="$step_started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')" "$step_name"
+    timing "$(since "$step_started")" "$step_name"
     step_name=""
 }
 # Records SECONDS for NAME: a step, or work that ran in the background beside the steps.
@@ -84,10 +84,42 @@ timed_summary() {
     {
         printf '\nmake %s: %s after %s s; the steps (seconds):\n' "$timed_target" \
             "$([[ $status == 0 ]] && echo passed || echo "FAILED (exit $status)")" \
-            "$(awk -v a="$timed_started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')"
+            "$(since "$timed_started")"
         awk -F'\t' '{ printf "  %7.1f  %s\n", $1, $2 }' "$ORDERFLEET_TIMINGS"
         printf '  (work marked "in the background" overlapped the steps around it)\n'
     } >&2
+}
+
+# Work in the background beside the steps (the build beside the services' start, the tools'
+# install beside the build): `in_background KEY LABEL LOG COMMAND...` starts COMMAND in a process
+# group of its own, its output to LOG, stopped with everything under it if the script exits
+# before `await_background KEY`, which waits for it as a step, records its own seconds, shows
+# its output and stops the script if it failed.
+declare -A background_pid background_label background_log background_started
+in_background() {
+    local key=$1
+    background_label[$key]=$2
+    background_log[$key]=$3
+    background_started[$key]=$EPOCHREALTIME
+    shift 3
+    setsid -w "$@" >"${background_log[$key]}" 2>&1 &
+    background_pid[$key]=$!
+    on_exit "[[ -z \"\${background_pid[$key]}\" ]] || kill -- \"-\${background_pid[$key]}\" 2>/dev/null"
+}
+await_background() {
+    local key=$1 status=0 label=${background_label[$1]} log=${background_log[$1]}
+    step "waiting for $label"
+    wait "${background_pid[$key]}" || status=$?
+    background_pid[$key]=""
+    step_end
+    timing "$(since "${background_started[$key]}")" "$label (in the background, from its start)"
+    cat "$log" >&2
+    ((status == 0)) || die "$label failed (its output is above and in ${log#"$root/"})"
+}
+
+# Cargo's output directory for a profile's build: target/debug for dev, target/<name> otherwise.
+profile_dir() {
+    printf '%s/%s\n' "$(cargo_target_dir)" "$([[ "$1" == dev ]] && echo debug || echo "$1")"
 }
 
 # Commands run when the script exits, however it exits, in the order given; each sees the

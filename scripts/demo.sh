@@ -13,12 +13,12 @@ export ORDERFLEET_RUN_DIR="$run_dir"
 # runs the sale on the optimized build instead (its first build takes about eighteen minutes).
 build=${ORDERFLEET_BUILD:-fleet}
 case "$build" in
-fleet) profile_dir=debug ;;
-release) profile_dir=release ;;
+fleet) profile=dev ;;
+release) profile=release ;;
 *) die "ORDERFLEET_BUILD is $build; make demo runs fleet (the default) or release" ;;
 esac
 ORDERFLEET_BUILD=$build "$root/scripts/up.sh"
-bin_dir="$(cargo_target_dir)/$profile_dir"
+bin_dir=$(profile_dir "$profile")
 step "the flash sale (orderfleet-demo)"
 # shellcheck disable=SC2086
 "$root/scripts/with-env.sh" env ORDERFLEET_BIN_DIR="$bin_dir" "$bin_dir/orderfleet-demo" ${DEMO_ARGS:-}

@@ -74,15 +74,11 @@ if [[ "${1:-}" == base ]]; then
 fi
 
 profile=${IMAGE_PROFILE:-dist}
-case "$profile" in
-dist) profile_dir=dist ;;
-dev) profile_dir=debug ;;
-*) die "IMAGE_PROFILE is $profile; it is dist or dev" ;;
-esac
+[[ "$profile" == dist || "$profile" == dev ]] || die "IMAGE_PROFILE is $profile; it is dist or dev"
 say "building the fleet's one binary (cargo build --profile $profile --package orderfleet-box)"
 # --package alone: the test crate stays out, so its failpoints feature is not unified in.
 cargo build --quiet --profile "$profile" --package=orderfleet-box
-release_dir="$(cargo_target_dir)/$profile_dir"
+release_dir=$(profile_dir "$profile")
 
 context="$run_dir/image-context"
 rm -rf "$context"

@@ -67,7 +67,7 @@ up() {
     else
         say "PostgreSQL $version/$name is running on port $port"
         local current
-        current=$(pg_conftool -s "$version" "$name" show max_connections 2>/dev/null || echo 100)
+        current=$(configured_connections "$version" "$name")
         ((current >= max_connections)) ||
             say "its max_connections is $current, so make test runs fewer end-to-end tests at once; for eight: sudo pg_conftool $version $name set max_connections $max_connections, then restart it"
     fi
@@ -100,9 +100,12 @@ SQL
 max_connections=1000
 enough_connections() {
     local version=$1 name=$2
-    local current
-    current=$(pg_conftool -s "$version" "$name" show max_connections 2>/dev/null || echo 100)
-    ((current >= max_connections)) || pg_conftool "$version" "$name" set max_connections "$max_connections"
+    (($(configured_connections "$version" "$name") >= max_connections)) ||
+        pg_conftool "$version" "$name" set max_connections "$max_connections"
+}
+# The cluster's configured max_connections (PostgreSQL's default, 100, when unset).
+configured_connections() {
+    pg_conftool -s "$1" "$2" show max_connections 2>/dev/null || echo 100
 }
 
 # The roles each binary connects as (migration 0010 grants their table rights), able to log

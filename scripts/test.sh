@@ -8,11 +8,8 @@ cd "$root"
 timed test
 
 # The tools besides cargo install (the first time on a machine) while the workspace builds.
-tools_log="$run_dir/tools.log"
-tools_started=$EPOCHREALTIME
-setsid -w "$root/scripts/tools.sh" >"$tools_log" 2>&1 &
-tools_pid=$!
-on_exit '[[ -z "$tools_pid" ]] || kill -- "-$tools_pid" 2>/dev/null'
+in_background tools "the tools' install (checkov, Schemathesis, hadolint, cargo-deny, buildah)" \
+    "$run_dir/tools.log" "$root/scripts/tools.sh"
 
 ORDERFLEET_BUILD=tests "$root/scripts/up.sh"
 set -a
@@ -20,14 +17,7 @@ set -a
 source "$env_file"
 set +a
 
-step "the tools besides cargo (checkov, Schemathesis, hadolint, cargo-deny, buildah): waiting for their install"
-tools_status=0
-wait "$tools_pid" || tools_status=$?
-tools_pid=""
-step_end
-timing "$(since "$tools_started")" "the tools' install (in the background, from the start of make test)"
-cat "$tools_log" >&2
-((tools_status == 0)) || die "installing the tools failed (its output is above and in ${tools_log#"$root/"})"
+await_background tools
 
 step "cargo fmt --check"
 cargo fmt --all --check

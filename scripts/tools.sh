@@ -10,19 +10,19 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$root"
 
 pids=()
-install() {
+install_tool() {
     local name=$1 started=$EPOCHREALTIME
     shift
     { "$@" >/dev/null && say "$name ready in $(since "$started") s"; } &
     pids+=($!)
 }
-install checkov "$root/scripts/checkov.sh" --version
-install schemathesis "$root/scripts/schemathesis.sh" --version
-install hadolint "$root/scripts/hadolint.sh" --version
-docker_engine_answers || install "buildah and the image's base" "$root/scripts/image.sh" base
-install cargo-deny "$root/scripts/audit.sh" install
+install_tool checkov "$root/scripts/checkov.sh" --version
+install_tool schemathesis "$root/scripts/schemathesis.sh" --version
+install_tool hadolint "$root/scripts/hadolint.sh" --version
+docker_engine_answers || install_tool "buildah and the image's base" "$root/scripts/image.sh" base
+install_tool cargo-deny "$root/scripts/audit.sh" install
 # The suite's runner; these machines come with it, another may not.
-install cargo-nextest need_nextest
+install_tool cargo-nextest need_nextest
 
 failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done

@@ -17,19 +17,13 @@ timed up
 
 build=${ORDERFLEET_BUILD:-tests}
 case "$build" in
-tests) build_args=(--workspace --all-targets) profile_dir=debug ;;
-fleet) build_args=(--bins) profile_dir=debug ;;
-release) build_args=(--release --bins) profile_dir=release ;;
+tests) build_args=(--workspace --all-targets) profile=dev ;;
+fleet) build_args=(--bins) profile=dev ;;
+release) build_args=(--release --bins) profile=release ;;
 *) die "ORDERFLEET_BUILD is $build; it is tests, fleet or release" ;;
 esac
 
-say "cargo build ${build_args[*]}, in the background while the services start"
-build_log="$run_dir/build.log"
-build_started=$EPOCHREALTIME
-# Its own process group, so that a failure below stops cargo and every rustc under it.
-setsid -w cargo build --quiet "${build_args[@]}" >"$build_log" 2>&1 &
-build_pid=$!
-on_exit '[[ -z "$build_pid" ]] || kill -- "-$build_pid" 2>/dev/null'
+in_background build "cargo build ${build_args[*]}" "$run_dir/build.log" cargo build --quiet "${build_args[@]}"
 
 if docker_engine_answers; then
     # Docker mode: compose runs both LocalStack and PostgreSQL.
@@ -51,15 +45,8 @@ grep -q '^AUTH_JWT_SECRET=' "$env_file" 2>/dev/null ||
 set_env STRIPE_SECRET_KEY sk_test_stripe_sim_placeholder
 set_env STRIPE_API_BASE http://127.0.0.1:12111
 
-step "waiting for cargo build ${build_args[*]}"
-build_status=0
-wait "$build_pid" || build_status=$?
-build_pid=""
-step_end
-timing "$(since "$build_started")" "cargo build ${build_args[*]} (in the background, from the start of make up)"
-cat "$build_log" >&2
-((build_status == 0)) || die "cargo build ${build_args[*]} failed (its output is above and in ${build_log#"$root/"})"
-bin_dir="$(cargo_target_dir)/$profile_dir"
+await_background build
+bin_dir=$(profile_dir "$profile")
 # The binaries the tests run (ORDERFLEET_BIN_DIR): the debug build, whose last build was the
 # tests' own when the tests were last built; the demo and the bench pass their own.
 [[ "$build" != tests ]] || set_env ORDERFLEET_BIN_DIR "$bin_dir"
