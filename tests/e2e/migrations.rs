@@ -121,3 +121,34 @@ async fn retention_deletes_old_inbox_records_processed_or_abandoned_and_keeps_re
     assert_eq!(left, ["recent-abandoned", "recent-processed"]);
     database.drop().await.unwrap();
 }
+
+#[tokio::test]
+async fn the_status_sets_of_the_database_are_the_code_s() {
+    use orderfleet::domain::order::{OrderStatus, StatusSet};
+    let database = TestDatabase::migrated().await.unwrap();
+
+    // The database's enum has the code's statuses, in the code's order.
+    let statuses: Vec<OrderStatus> = sqlx::query_scalar("SELECT unnest(enum_range(NULL::order_status))")
+        .fetch_all(&database.pool)
+        .await
+        .unwrap();
+    assert_eq!(statuses, OrderStatus::ALL);
+
+    // Each status is in the set the code puts it in, and in no other.
+    for status in OrderStatus::ALL {
+        let (holds_units, sold, failed, awaiting): (bool, bool, bool, bool) =
+            sqlx::query_as("SELECT holds_units($1), sold($1), failed($1), awaiting_authorization($1)")
+                .bind(status)
+                .fetch_one(&database.pool)
+                .await
+                .unwrap();
+        let set = status.set();
+        assert_eq!(
+            (holds_units, sold, failed),
+            (set == StatusSet::HoldsUnits, set == StatusSet::Sold, set == StatusSet::Failed),
+            "{status}"
+        );
+        assert_eq!(awaiting, status.awaits_authorization(), "{status}");
+    }
+    database.drop().await.unwrap();
+}

@@ -6,6 +6,8 @@
 //!   the outbox messages it causes, in one statement. Every move of an order is a
 //!   compare-and-set on its status, whether through a `Transition` or in the statements of
 //!   its own that the door, the decline and the reservation need.
+//! - [`door`]: where an order is promised its units and its place in line, before any payment
+//!   call, or refused (sold out, over the cap, card testing) with nothing written.
 //! - [`product`]: what is for sale, at what price, and its unit counters (`fleetctl product`).
 //! - [`authorization`]: the Stripe hold of a pending order, and resuming one after a crash or
 //!   an outage without a second hold. (Not to be confused with [`tokens`]: who the buyer is.)
@@ -22,6 +24,7 @@ mod ids;
 pub use ids::{Currency, Money, OrderId, Quantity, Sku, UserId};
 
 pub mod authorization;
+pub mod door;
 pub mod fulfilment;
 pub mod order;
 pub mod outbox;

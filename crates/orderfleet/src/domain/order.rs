@@ -33,7 +33,59 @@ pub enum OrderStatus {
     CaptureFailed,
 }
 
+/// The sets of statuses that SPEC §5 names. In SQL each is a function of the migration
+/// `status_sets` (`holds_units(status)`, …), the only place a statement spells statuses out;
+/// [`OrderStatus::set`] is the code's, and a test holds the two equal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StatusSet {
+    /// Promised and not yet sold or failed: the units may still come back (`holds_units`).
+    HoldsUnits,
+    /// Captured: the units are the buyer's (`sold`).
+    Sold,
+    /// Ended without a sale: the units went back to the next buyer in line (`failed`).
+    Failed,
+}
+
 impl OrderStatus {
+    /// Every status, in the order of the database's enum.
+    pub const ALL: [OrderStatus; 7] = [
+        OrderStatus::PendingAuthorization,
+        OrderStatus::Authorized,
+        OrderStatus::StockReserved,
+        OrderStatus::Paid,
+        OrderStatus::RejectedOutOfStock,
+        OrderStatus::PaymentDeclined,
+        OrderStatus::CaptureFailed,
+    ];
+
+    /// Which of SPEC §5's sets it is in. A match without a wildcard: a new status does not
+    /// compile until it is put in a set.
+    pub const fn set(self) -> StatusSet {
+        match self {
+            OrderStatus::PendingAuthorization | OrderStatus::Authorized | OrderStatus::StockReserved => {
+                StatusSet::HoldsUnits
+            }
+            OrderStatus::Paid => StatusSet::Sold,
+            OrderStatus::RejectedOutOfStock | OrderStatus::PaymentDeclined | OrderStatus::CaptureFailed => {
+                StatusSet::Failed
+            }
+        }
+    }
+
+    /// Holding units with no authorization recorded yet: "pending" for line order (SPEC §1.3),
+    /// `awaiting_authorization(status)` in SQL.
+    pub const fn awaits_authorization(self) -> bool {
+        match self {
+            OrderStatus::PendingAuthorization => true,
+            OrderStatus::Authorized
+            | OrderStatus::StockReserved
+            | OrderStatus::Paid
+            | OrderStatus::RejectedOutOfStock
+            | OrderStatus::PaymentDeclined
+            | OrderStatus::CaptureFailed => false,
+        }
+    }
+
     /// Its name in the database, the API and the notifications.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -99,10 +151,18 @@ pub struct Order {
     pub updated_at: DateTime<Utc>,
 }
 
+/// The columns of [`Order`] as a literal, for statements built with `concat!` at compile time.
+macro_rules! order_columns {
+    () => {
+        "id, user_id, request_hash, product_id, quantity, amount_minor, currency, payment_method, \
+         status, position, payment_intent_id, failure_reason, authorization_released_at, traceparent, \
+         payment_attempt, payment_attempt_failed, created_at, updated_at"
+    };
+}
+pub(crate) use order_columns;
+
 /// The columns of [`Order`], for `SELECT` and `RETURNING`.
-pub const ORDER_COLUMNS: &str = "id, user_id, request_hash, product_id, quantity, amount_minor, currency, \
-     payment_method, status, position, payment_intent_id, failure_reason, authorization_released_at, \
-     traceparent, payment_attempt, payment_attempt_failed, created_at, updated_at";
+pub const ORDER_COLUMNS: &str = order_columns!();
 
 /// ONE statement: moves an order still in `status` on to its next Stripe attempt (new
 /// idempotency keys), if it is still on `attempt` and that attempt began at least `settled_for`
@@ -140,10 +200,25 @@ pub(crate) async fn next_payment_attempt<'e>(
 
 /// The order with this id, if any.
 pub async fn load<'e>(executor: impl PgExecutor<'e>, id: OrderId) -> sqlx::Result<Option<Order>> {
-    sqlx::query_as::<_, Order>(sqlx::AssertSqlSafe(format!(
-        "SELECT {ORDER_COLUMNS} FROM orders WHERE id = $1"
-    )))
-    .bind(id)
+    sqlx::query_as::<_, Order>(concat!("SELECT ", order_columns!(), " FROM orders WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(executor)
+        .await
+}
+
+/// The order a buyer's idempotency key made, if any.
+pub async fn find_by_key<'e>(
+    executor: impl PgExecutor<'e>,
+    user: &UserId,
+    key: &str,
+) -> sqlx::Result<Option<Order>> {
+    sqlx::query_as::<_, Order>(concat!(
+        "SELECT ",
+        order_columns!(),
+        " FROM orders WHERE user_id = $1 AND idempotency_key = $2"
+    ))
+    .bind(user.as_str())
+    .bind(key)
     .fetch_optional(executor)
     .await
 }

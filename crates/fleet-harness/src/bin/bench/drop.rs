@@ -22,8 +22,8 @@ use fleet_harness::Fleet;
 use fleet_harness::audit::Audit;
 use futures::StreamExt;
 use order_intake::limits::LimitsConfig;
-use order_intake::orders::{self, Door};
-use order_intake::request::{IdempotencyKey, OrderRequest};
+use order_intake::request::OrderRequest;
+use orderfleet::domain::door::{self, Admission};
 use orderfleet::domain::tokens::UserId;
 
 use fleet_harness::percentile;
@@ -279,20 +279,24 @@ async fn hot_row(database_url: &str) -> anyhow::Result<String> {
                 let (request, fingerprint) = (&request, &fingerprint);
                 async move {
                     let user = UserId::parse(&format!("hot-{connections}-{i}")).expect("a valid user id");
-                    let key = IdempotencyKey::parse("k").expect("a valid key");
                     let sent = Instant::now();
                     let traceparent = orderfleet::runtime::trace::Trace::random().traceparent();
-                    let entry = orders::Entry {
+                    let entry = door::Entry {
                         user: &user,
-                        key: &key,
-                        request,
+                        key: "k",
+                        product_id: &request.product_id,
+                        quantity: request.quantity,
+                        payment_method: &request.payment_method,
                         fingerprint,
                         lease: Duration::from_secs(30),
                         traceparent: &traceparent,
                     };
                     // Behind the card gate, as the intake runs by default.
-                    let door = orders::admit(pool, entry, LimitsConfig::DEFAULT.declines_per_hour).await;
-                    anyhow::ensure!(matches!(door, Ok(Door::Admitted(_))), "the door refused: {door:?}");
+                    let admission = door::admit(pool, entry, LimitsConfig::DEFAULT.declines_per_hour).await;
+                    anyhow::ensure!(
+                        matches!(admission, Ok(Admission::Admitted(_))),
+                        "the door refused: {admission:?}"
+                    );
                     Ok(sent.elapsed().as_secs_f64() * 1000.0)
                 }
             })

@@ -1,0 +1,466 @@
+//! The door: where an order is promised its units, before any payment call.
+//!
+//! One statement promises the order its units out of the product's units not yet promised
+//! (`units_promised + q <= units_total`, so never more than there are), numbers its place in
+//! line, and inserts the order; when the units are not there it writes nothing and the buyer
+//! hears `sold_out` at once, without a PaymentIntent and so without a hold on their card. That
+//! statement holds the product row's lock, the one lock every buyer of a drop queues on, for as
+//! long as it and its commit take and no longer: no network call runs under it. A buyer the
+//! door turns away never takes the lock at all: the row version they see already fails the
+//! condition.
+//!
+//! [`admit`] is the one way in, and answers an [`Admission`]. It makes at most two passes, the
+//! second chosen once from what the first saw:
+//!
+//! | the first pass saw | the second pass |
+//! |---|---|
+//! | admitted, the key used, sold out, no such product | none |
+//! | a product with a cap per buyer | [`capped`]'s transaction |
+//! | the units there, then gone (another request took them while this one waited for the row), or the card gate closed | one statement says why ([`Why`]); then the answer, or [`capped`], or the door again |
+//!
+//! A request whose second pass is closed too is answered from a last look: the units changed
+//! hands twice under it, so it hears `sold_out` with `Retry-After` (behind the card gate: come
+//! back in a moment), never a third pass.
+//!
+//! Every statement here is static text with bind parameters. Every path is timed in
+//! `intake_door_seconds`, by outcome.
+
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::PgRow;
+use sqlx::{FromRow, PgExecutor, PgPool, Row};
+
+use crate::domain::order::{self, Order, OrderStatus, order_columns};
+use crate::domain::{OrderId, Quantity, Sku, UserId};
+
+/// What the door needs of a request.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry<'a> {
+    /// The buyer.
+    pub user: &'a UserId,
+    /// The request's idempotency key.
+    pub key: &'a str,
+    /// The product.
+    pub product_id: &'a Sku,
+    /// How many units.
+    pub quantity: Quantity,
+    /// The Stripe PaymentMethod the buyer gave.
+    pub payment_method: &'a str,
+    /// The request's fingerprint: the same key with another body is refused.
+    pub fingerprint: &'a [u8],
+    /// How long this request may work on the order before another may take it over.
+    pub lease: Duration,
+    /// The request's W3C trace context, kept on the order.
+    pub traceparent: &'a str,
+}
+
+/// What the door answered.
+#[derive(Debug)]
+pub enum Admission {
+    /// A new order, holding its units and its place in line, and the request's lease.
+    Admitted(Box<Order>),
+    /// The key is used: an earlier request, or a twin a moment ago, made this order.
+    KeyUsed(Box<Order>),
+    /// Nothing was written.
+    Refused(Refusal),
+}
+
+/// Why the door stayed closed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Refusal {
+    /// Fewer units left than asked; with whether an order holding units may still give them
+    /// back (not yet sold), which is when `Retry-After` goes with the answer.
+    SoldOut {
+        /// Whether units may come back.
+        units_may_return: bool,
+    },
+    /// No such product.
+    UnknownProduct,
+    /// The buyer's orders of this product that have not failed, with this one, would hold
+    /// more units than the product's cap per buyer.
+    OverLimit,
+    /// The buyer's cards were declined, or are being tried, as often as the card-testing limit
+    /// allows: refused before any Stripe call, to try again after this.
+    CardTesting(Duration),
+}
+
+/// A final answer, before the order a used key made is loaded.
+#[derive(Debug)]
+enum Outcome {
+    Admitted(Box<Order>),
+    KeyUsed,
+    Refused(Refusal),
+}
+
+/// What one pass through the door saw.
+#[derive(Debug)]
+enum Seen {
+    Final(Outcome),
+    /// The product has a cap per buyer (this one), and so a door of its own ([`capped`]).
+    Capped(i32),
+    /// Closed for a reason the statement could not see in its snapshot.
+    Closed,
+}
+
+/// The second pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    Capped(i32),
+    Again,
+}
+
+/// Lets `request` in or says why not, in at most two passes (see the module's table);
+/// `declines_per_hour` is the card-testing limit (0: none).
+pub async fn admit(pool: &PgPool, entry: Entry<'_>, declines_per_hour: u32) -> anyhow::Result<Admission> {
+    let started = Instant::now();
+    let admission = admit_untimed(pool, entry, declines_per_hour).await;
+    let outcome = match &admission {
+        Ok(Admission::Admitted(_)) => "admitted",
+        Ok(Admission::KeyUsed(_)) => "key_used",
+        Ok(Admission::Refused(_)) => "closed",
+        Err(_) => "error",
+    };
+    metrics::histogram!("intake_door_seconds", "outcome" => outcome).record(started.elapsed().as_secs_f64());
+    admission
+}
+
+async fn admit_untimed(pool: &PgPool, entry: Entry<'_>, gate: u32) -> anyhow::Result<Admission> {
+    let second = match door(pool, entry, Rule::Uncapped { gate }).await? {
+        Seen::Final(outcome) => return answer(pool, entry, outcome).await,
+        Seen::Capped(cap) => Pass::Capped(cap),
+        Seen::Closed => match why(pool, entry, gate).await?.next(entry.quantity, gate) {
+            Next::Answer(outcome) => return answer(pool, entry, outcome).await,
+            Next::Pass(pass) => pass,
+        },
+    };
+    let seen = match second {
+        Pass::Capped(cap) => capped(pool, entry, cap, gate).await?,
+        Pass::Again => door(pool, entry, Rule::Uncapped { gate }).await?,
+    };
+    let last = match seen {
+        Seen::Final(outcome) => outcome,
+        Seen::Capped(_) | Seen::Closed => match why(pool, entry, gate).await?.next(entry.quantity, gate) {
+            Next::Answer(outcome) => outcome,
+            // No third pass: the buyer's other orders are being decided right now, and units
+            // are left, so never sold_out: come back in a moment.
+            Next::Pass(_) if gate > 0 => Outcome::Refused(Refusal::CardTesting(Duration::from_secs(2))),
+            Next::Pass(_) => Outcome::Refused(Refusal::SoldOut { units_may_return: true }),
+        },
+    };
+    answer(pool, entry, last).await
+}
+
+/// The admission of an outcome: for a used key, with the order it made.
+async fn answer(pool: &PgPool, entry: Entry<'_>, outcome: Outcome) -> anyhow::Result<Admission> {
+    Ok(match outcome {
+        Outcome::Admitted(order) => Admission::Admitted(order),
+        Outcome::Refused(refusal) => Admission::Refused(refusal),
+        Outcome::KeyUsed => {
+            let order = order::find_by_key(pool, entry.user, entry.key)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("an idempotency key conflicted with no order"))?;
+            Admission::KeyUsed(Box::new(order))
+        }
+    })
+}
+
+/// Which products a door statement serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rule {
+    /// Only products without a cap per buyer; with a card-testing limit (`gate` > 0), only
+    /// while the buyer's count of card attempts (`card_attempts`, which takes the buyer's lock
+    /// until the statement commits) is under it.
+    Uncapped { gate: u32 },
+    /// Any product: inside [`capped`], which checked the cap and the gate.
+    Checked,
+}
+
+/// The door's statement. Besides promising the units, it looks the key up and, when it admits
+/// nobody, says why from the same snapshot: the key is used, no such product, too few units
+/// left (and whether any may come back), or a cap per buyer. So a sold-out answer and an
+/// accepted order's promise each cost this one statement.
+///
+/// All of a statement's parts read one snapshot, taken as it starts; only the `UPDATE` of the
+/// product row re-reads the row's latest version after waiting for another request's lock on
+/// it. So when the snapshot already shows the units gone and the key unused, the answer is
+/// `sold_out` for certain: a twin request with this key that took them would be in the
+/// snapshot too. When the snapshot shows the units there but the `UPDATE` found them gone,
+/// it saw [`Seen::Closed`], and [`why`] looks again.
+const DOOR: &str = concat!(
+    "WITH used AS (
+         SELECT EXISTS (SELECT 1 FROM orders WHERE user_id = $2 AND idempotency_key = $3) AS used
+     ), seen AS (
+         SELECT units_total - units_promised AS units_left, max_per_buyer FROM products WHERE id = $5
+     ), promised AS (
+         UPDATE products SET units_promised = units_promised + $6, last_position = last_position + 1
+          WHERE id = $5 AND units_promised + $6 <= units_total
+            AND (max_per_buyer IS NULL OR $10)
+            AND CASE WHEN $11 > 0 THEN card_attempts($2) < $11 ELSE true END
+            AND NOT (SELECT used FROM used)
+      RETURNING id, price_minor, currency, last_position
+     ), admitted AS (
+         INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity,
+                             amount_minor, currency, payment_method, intake_lease_until, position, traceparent)
+         SELECT $1, $2, $3, $4, p.id, $6, p.price_minor * $6, p.currency, $7,
+                now() + $8 * interval '1 ms', p.last_position, $9
+           FROM promised p
+         RETURNING ",
+    order_columns!(),
+    "
+     )
+     SELECT admitted.*, (SELECT used FROM used) AS key_used, seen.units_left, seen.max_per_buyer,
+            CASE WHEN admitted.id IS NULL AND seen.units_left < $6 THEN
+                EXISTS (SELECT 1 FROM orders WHERE product_id = $5 AND holds_units(status))
+            END AS units_may_return
+       FROM (SELECT) AS one
+       LEFT JOIN seen ON true
+       LEFT JOIN admitted ON true"
+);
+
+/// Runs [`DOOR`] under `rule`.
+async fn door<'e>(executor: impl PgExecutor<'e>, entry: Entry<'_>, rule: Rule) -> anyhow::Result<Seen> {
+    let (any_product, gate) = match rule {
+        Rule::Uncapped { gate } => (false, gate),
+        Rule::Checked => (true, 0),
+    };
+    let row = sqlx::query(DOOR)
+        .bind(OrderId::new())
+        .bind(entry.user.as_str())
+        .bind(entry.key)
+        .bind(entry.fingerprint)
+        .bind(entry.product_id)
+        .bind(entry.quantity)
+        .bind(entry.payment_method)
+        .bind(entry.lease.as_millis() as i64)
+        .bind(entry.traceparent)
+        .bind(any_product)
+        .bind(i64::from(gate))
+        .fetch_one(executor)
+        .await;
+    match row {
+        Ok(row) => Ok(read_door(&row, entry.quantity, rule)?),
+        // The statement failed as a whole, so the promise it made is undone with it: a twin
+        // with this key inserted its order after this statement's snapshot.
+        Err(sqlx::Error::Database(e)) if e.constraint() == Some("orders_one_per_idempotency_key") => {
+            Ok(Seen::Final(Outcome::KeyUsed))
+        }
+        Err(e) => Err(anyhow::Error::new(e).context("the door's statement failed")),
+    }
+}
+
+/// What [`DOOR`]'s row says.
+fn read_door(row: &PgRow, quantity: Quantity, rule: Rule) -> sqlx::Result<Seen> {
+    if row.try_get::<Option<uuid::Uuid>, _>("id")?.is_some() {
+        return Ok(Seen::Final(Outcome::Admitted(Box::new(Order::from_row(row)?))));
+    }
+    let units_left: Option<i32> = row.try_get("units_left")?;
+    let max_per_buyer: Option<i32> = row.try_get("max_per_buyer")?;
+    Ok(match (row.try_get::<bool, _>("key_used")?, units_left, max_per_buyer) {
+        (true, _, _) => Seen::Final(Outcome::KeyUsed),
+        (false, None, _) => Seen::Final(Outcome::Refused(Refusal::UnknownProduct)),
+        (false, Some(left), _) if left < i32::from(quantity) => {
+            let units_may_return = row.try_get::<Option<bool>, _>("units_may_return")?.unwrap_or(true);
+            Seen::Final(Outcome::Refused(Refusal::SoldOut { units_may_return }))
+        }
+        (false, Some(_), Some(cap)) if matches!(rule, Rule::Uncapped { .. }) => Seen::Capped(cap),
+        (false, Some(_), _) => Seen::Closed,
+    })
+}
+
+/// Why a door closed that its snapshot saw open, in ONE statement: whether a twin with this
+/// key has made its order since, the buyer's card gate (with a limit: `card_attempts` takes the
+/// buyer's lock, then counts afresh), and the product as it is now.
+const WHY: &str = "WITH recent AS (
+         SELECT updated_at FROM orders
+          WHERE user_id = $1 AND status = $4 AND updated_at > now() - interval '1 hour'
+     )
+     SELECT EXISTS (SELECT 1 FROM orders WHERE user_id = $1 AND idempotency_key = $2) AS twin,
+            CASE WHEN $5 > 0 THEN card_attempts($1) END AS attempts,
+            (SELECT count(*) FROM recent) AS declines,
+            extract(epoch FROM (SELECT updated_at FROM recent ORDER BY updated_at DESC
+                                 OFFSET greatest($5, 1) - 1 LIMIT 1)
+                               + interval '1 hour' - now())::float8 AS ages_out_in,
+            p.units_total - p.units_promised AS units_left, p.max_per_buyer,
+            EXISTS (SELECT 1 FROM orders WHERE product_id = $3 AND holds_units(status)) AS units_may_return
+       FROM (SELECT) AS one
+       LEFT JOIN products p ON p.id = $3";
+
+/// What [`WHY`] saw.
+#[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
+struct Why {
+    twin: bool,
+    /// The buyer's card attempts, counted only with a card-testing limit.
+    attempts: Option<i64>,
+    declines: i64,
+    /// When the decline that keeps the gate closed is an hour old.
+    ages_out_in: Option<f64>,
+    /// `None`: no such product.
+    units_left: Option<i32>,
+    max_per_buyer: Option<i32>,
+    units_may_return: bool,
+}
+
+/// What follows a [`Why`].
+#[derive(Debug)]
+enum Next {
+    Answer(Outcome),
+    Pass(Pass),
+}
+
+async fn why<'e>(executor: impl PgExecutor<'e>, entry: Entry<'_>, gate: u32) -> anyhow::Result<Why> {
+    let why = sqlx::query_as::<_, Why>(WHY)
+        .bind(entry.user.as_str())
+        .bind(entry.key)
+        .bind(entry.product_id)
+        .bind(OrderStatus::PaymentDeclined)
+        .bind(i64::from(gate))
+        .fetch_one(executor)
+        .await?;
+    Ok(why)
+}
+
+impl Why {
+    /// The answer, or the pass to try. A twin's order comes first: it is what the gate counted
+    /// or what took the units, and this request answers from it, never `sold_out`.
+    fn next(&self, quantity: Quantity, gate: u32) -> Next {
+        if self.twin {
+            return Next::Answer(Outcome::KeyUsed);
+        }
+        if let Some(wait) = self.gate_wait(gate) {
+            return Next::Answer(Outcome::Refused(Refusal::CardTesting(wait)));
+        }
+        match (self.units_left, self.max_per_buyer) {
+            (None, _) => Next::Answer(Outcome::Refused(Refusal::UnknownProduct)),
+            (Some(left), _) if left < i32::from(quantity) => {
+                Next::Answer(Outcome::Refused(Refusal::SoldOut { units_may_return: self.units_may_return }))
+            }
+            (Some(_), Some(cap)) => Next::Pass(Pass::Capped(cap)),
+            (Some(_), None) => Next::Pass(Pass::Again),
+        }
+    }
+
+    /// How long until the buyer may try a card again, when the card-testing limit (`gate`)
+    /// closes the door: when the oldest counted decline is an hour old, or, while orders of
+    /// theirs are still being authorized, a moment (they end in a second or two).
+    fn gate_wait(&self, gate: u32) -> Option<Duration> {
+        let limit = i64::from(gate);
+        let attempts = self.attempts?;
+        if attempts < limit {
+            return None;
+        }
+        Some(match self.ages_out_in {
+            Some(seconds) if self.declines >= limit => Duration::from_secs_f64(seconds.max(1.0)),
+            _ => Duration::from_secs(2),
+        })
+    }
+}
+
+/// The units the buyer's orders of this product hold, and whether a twin with this key has made
+/// its order (of any product): a statement of its own after the buyer's lock, so its snapshot
+/// sees every order committed before the lock was granted.
+const HELD: &str = "SELECT (SELECT COALESCE(sum(quantity), 0)::int8 FROM orders
+                            WHERE user_id = $1 AND product_id = $2 AND NOT failed(status)),
+                           EXISTS (SELECT 1 FROM orders WHERE user_id = $1 AND idempotency_key = $3)";
+
+/// The door of a product with a cap per buyer: ONE short transaction that takes a lock of the
+/// buyer's own for this product (so a bot's hundred requests at once pass one at a time),
+/// counts the units the buyer's orders that have not failed hold, and runs the door's
+/// statement only if this order fits under the cap. The card gate's lock comes first, as in
+/// every door: locks are always taken in one order. Nothing is written for a refused order.
+async fn capped(pool: &PgPool, entry: Entry<'_>, cap: i32, gate: u32) -> anyhow::Result<Seen> {
+    // Ended by the server if this client goes quiet inside it: its locks never outlive it.
+    let mut tx = crate::runtime::db::begin(pool).await?;
+    if gate > 0 {
+        let why = why(&mut *tx, entry, gate).await?;
+        if why.twin {
+            return Ok(Seen::Final(Outcome::KeyUsed));
+        }
+        if let Some(wait) = why.gate_wait(gate) {
+            return Ok(Seen::Final(Outcome::Refused(Refusal::CardTesting(wait))));
+        }
+    }
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))")
+        .bind(entry.user.as_str())
+        .bind(entry.product_id)
+        .execute(&mut *tx)
+        .await?;
+    let (held, twin): (i64, bool) = sqlx::query_as(HELD)
+        .bind(entry.user.as_str())
+        .bind(entry.product_id)
+        .bind(entry.key)
+        .fetch_one(&mut *tx)
+        .await?;
+    if twin {
+        return Ok(Seen::Final(Outcome::KeyUsed));
+    }
+    if held + i64::from(entry.quantity) > i64::from(cap) {
+        // Dropping the transaction rolls it back: nothing was written.
+        return Ok(Seen::Final(Outcome::Refused(Refusal::OverLimit)));
+    }
+    let seen = door(&mut *tx, entry, Rule::Checked).await?;
+    if let Seen::Final(Outcome::Admitted(_)) = seen {
+        tx.commit().await?;
+    }
+    // Otherwise the transaction is dropped, and rolled back: nothing was written.
+    Ok(seen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quantity(n: i64) -> Quantity {
+        Quantity::parse(n).unwrap()
+    }
+
+    fn open_product() -> Why {
+        Why { units_left: Some(5), ..Why::default() }
+    }
+
+    #[test]
+    fn a_twin_s_order_answers_before_the_gate_and_the_units() {
+        let why = Why { twin: true, attempts: Some(9), units_left: Some(0), ..Why::default() };
+        assert!(matches!(why.next(quantity(1), 3), Next::Answer(Outcome::KeyUsed)));
+    }
+
+    #[test]
+    fn a_closed_gate_waits_for_the_oldest_counted_decline_or_a_moment_while_orders_are_decided() {
+        let declined = Why { attempts: Some(3), declines: 3, ages_out_in: Some(1_200.4), ..open_product() };
+        assert!(matches!(
+            declined.next(quantity(1), 3),
+            Next::Answer(Outcome::Refused(Refusal::CardTesting(wait))) if wait == Duration::from_secs_f64(1_200.4)
+        ));
+        let deciding = Why { attempts: Some(3), declines: 1, ages_out_in: Some(1_200.0), ..open_product() };
+        assert_eq!(deciding.gate_wait(3), Some(Duration::from_secs(2)));
+        let almost_aged = Why { attempts: Some(3), declines: 3, ages_out_in: Some(0.2), ..open_product() };
+        assert_eq!(almost_aged.gate_wait(3), Some(Duration::from_secs(1)));
+        assert_eq!(Why { attempts: Some(2), ..open_product() }.gate_wait(3), None);
+        assert_eq!(Why { attempts: None, declines: 9, ..open_product() }.gate_wait(0), None);
+    }
+
+    #[test]
+    fn the_units_decide_when_the_gate_is_open() {
+        let unknown = Why { units_left: None, ..Why::default() };
+        assert!(matches!(
+            unknown.next(quantity(1), 0),
+            Next::Answer(Outcome::Refused(Refusal::UnknownProduct))
+        ));
+        let gone = Why { units_left: Some(1), units_may_return: false, ..Why::default() };
+        assert!(matches!(
+            gone.next(quantity(2), 0),
+            Next::Answer(Outcome::Refused(Refusal::SoldOut { units_may_return: false }))
+        ));
+        let capped = Why { max_per_buyer: Some(2), ..open_product() };
+        assert!(matches!(capped.next(quantity(2), 0), Next::Pass(Pass::Capped(2))));
+        assert!(matches!(open_product().next(quantity(5), 0), Next::Pass(Pass::Again)));
+    }
+
+    #[test]
+    fn the_door_s_statements_are_static_and_spell_no_status() {
+        for sql in [DOOR, WHY, HELD] {
+            for status in OrderStatus::ALL {
+                assert!(!sql.contains(&format!("'{status}'")), "{status} spelled in {sql}");
+            }
+        }
+    }
+}
