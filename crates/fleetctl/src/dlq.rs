@@ -210,7 +210,7 @@ pub async fn holds_ending_soon(pool: &PgPool, bodies: &[&str]) -> anyhow::Result
         .collect();
     let rows: Vec<(uuid::Uuid, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
         "SELECT id, authorization_expires_at FROM orders
-          WHERE id = ANY($1) AND status IN ('authorized', 'stock_reserved')
+          WHERE id = ANY($1) AND holds_units(status) AND NOT awaiting_authorization(status)
             AND authorization_released_at IS NULL
             AND authorization_expires_at < now() + $2 * interval '1 second'
           ORDER BY authorization_expires_at",

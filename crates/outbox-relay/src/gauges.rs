@@ -57,7 +57,7 @@ pub(crate) async fn read(pool: &PgPool) -> sqlx::Result<OutboxGauges> {
                 COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(created_at))::float8
                             FROM outbox WHERE status IN ('pending', 'processing', 'failed')), 0),
                 (SELECT count(*) FROM orders
-                  WHERE status = 'pending_authorization' AND created_at < now() - $1 * interval '1 ms'
+                  WHERE awaiting_authorization(status) AND created_at < now() - $1 * interval '1 ms'
                     AND (intake_lease_until IS NULL OR intake_lease_until < now()))",
     )
     .bind(STUCK_AFTER.as_millis() as i64)

@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::domain::OrderId;
 use sqlx::PgPool;
 
-use crate::domain::order::{ORDER_COLUMNS, Order, OrderNotification, OrderStatus, Transition};
+use crate::domain::order::{Order, OrderNotification, OrderStatus, Transition, order_columns};
 use crate::domain::outbox::EventType;
 use crate::domain::payments::{AuthorizeRequest, Intent, IntentStatus, PaymentError, Payments};
 
@@ -38,14 +38,16 @@ pub enum AuthorizationError {
 /// Takes the lease of a `pending_authorization` order nobody works on (no lease, or an
 /// expired one), for `lease`.
 pub async fn take_over(pool: &PgPool, id: OrderId, lease: Duration) -> sqlx::Result<Option<Order>> {
-    sqlx::query_as::<_, Order>(sqlx::AssertSqlSafe(format!(
+    sqlx::query_as::<_, Order>(concat!(
         "UPDATE orders SET intake_lease_until = now() + $2 * interval '1 ms', updated_at = now()
-          WHERE id = $1 AND status = 'pending_authorization'
+          WHERE id = $1 AND status = $3
             AND (intake_lease_until IS NULL OR intake_lease_until < now())
-         RETURNING {ORDER_COLUMNS}"
-    )))
+         RETURNING ",
+        order_columns!()
+    ))
     .bind(id)
     .bind(lease.as_millis() as i64)
+    .bind(OrderStatus::PendingAuthorization)
     .fetch_optional(pool)
     .await
 }
@@ -238,10 +240,10 @@ async fn decline(
     tracing::info!(detail, "authorization declined");
     let moved: i64 = sqlx::query_scalar(
         "WITH moved AS (
-             UPDATE orders SET status = 'payment_declined', failure_reason = $4, decline_detail = $2,
+             UPDATE orders SET status = $6, failure_reason = $4, decline_detail = $2,
                                payment_intent_id = COALESCE($3, payment_intent_id),
                                intake_lease_until = NULL, updated_at = now()
-              WHERE id = $1 AND status = 'pending_authorization'
+              WHERE id = $1 AND status = $5
           RETURNING product_id, quantity
          ), given_back AS (
              UPDATE products p SET units_promised = p.units_promised - moved.quantity
@@ -253,6 +255,8 @@ async fn decline(
     .bind(detail)
     .bind(payment_intent_id)
     .bind(DECLINED)
+    .bind(OrderStatus::PendingAuthorization)
+    .bind(OrderStatus::PaymentDeclined)
     .fetch_one(pool)
     .await?;
     Ok(moved == 1)
@@ -280,10 +284,11 @@ async fn release_after_a_5xx(pool: &PgPool, order: &Order) -> sqlx::Result<()> {
                            payment_attempt_failed = payment_attempt_failed OR payment_attempt = $2,
                            payment_attempt_at = CASE WHEN payment_attempt = $2 THEN now()
                                                      ELSE payment_attempt_at END
-          WHERE id = $1 AND status = 'pending_authorization'",
+          WHERE id = $1 AND status = $3",
     )
     .bind(order.id)
     .bind(order.payment_attempt)
+    .bind(OrderStatus::PendingAuthorization)
     .execute(pool)
     .await?;
     Ok(())
@@ -291,11 +296,10 @@ async fn release_after_a_5xx(pool: &PgPool, order: &Order) -> sqlx::Result<()> {
 
 /// Gives the lease back so a retry with the same key (or the sweeper) may finish the order.
 pub async fn release(pool: &PgPool, id: OrderId) -> sqlx::Result<()> {
-    sqlx::query(
-        "UPDATE orders SET intake_lease_until = NULL WHERE id = $1 AND status = 'pending_authorization'",
-    )
-    .bind(id)
-    .execute(pool)
-    .await?;
+    sqlx::query("UPDATE orders SET intake_lease_until = NULL WHERE id = $1 AND status = $2")
+        .bind(id)
+        .bind(OrderStatus::PendingAuthorization)
+        .execute(pool)
+        .await?;
     Ok(())
 }

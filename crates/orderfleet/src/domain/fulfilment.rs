@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 use crate::domain::OrderId;
 
-use crate::domain::order::{self, ORDER_COLUMNS, Order, OrderNotification, OrderStatus, Transition};
+use crate::domain::order::{self, Order, OrderNotification, OrderStatus, Transition, order_columns};
 use crate::domain::outbox::EventType;
 use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
 use crate::runtime::failure::{Failure, Outcome, Source};
@@ -213,28 +213,13 @@ impl Fulfilment {
     /// may predate another delivery's move (the next step's compare-and-set finds out).
     async fn arrive(&self, order_id: OrderId) -> anyhow::Result<Option<(Order, Arrival)>> {
         use sqlx::{FromRow, Row};
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "WITH claim AS (
-                 SELECT id, product_id, quantity FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE
-             ), taken AS (
-                 UPDATE products p SET stock = p.stock - c.quantity, updated_at = now()
-                   FROM claim c
-                  WHERE p.id = c.product_id AND p.units_promised <= p.units_total AND p.stock >= c.quantity
-              RETURNING p.id
-             ), moved AS (
-                 UPDATE orders SET status = 'stock_reserved', updated_at = now()
-                  WHERE id IN (SELECT id FROM claim) AND EXISTS (SELECT 1 FROM taken)
-              RETURNING {ORDER_COLUMNS}
-             )
-             SELECT *, EXISTS (SELECT 1 FROM claim) AS claimed FROM moved
-             UNION ALL
-             SELECT {ORDER_COLUMNS}, EXISTS (SELECT 1 FROM claim) FROM orders
-              WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM moved)"
-        )))
-        .bind(order_id)
-        .fetch_optional(&self.pool)
-        .await
-        .context("failed to reserve stock")?;
+        let row = sqlx::query(ARRIVE)
+            .bind(order_id)
+            .bind(OrderStatus::Authorized)
+            .bind(OrderStatus::StockReserved)
+            .fetch_optional(&self.pool)
+            .await
+            .context("failed to reserve stock")?;
         let Some(row) = row else { return Ok(None) };
         let order = Order::from_row(&row)?;
         let arrival = match (row.try_get::<bool, _>("claimed")?, order.status) {
@@ -290,13 +275,13 @@ impl Fulfilment {
     /// Returns the move made, or that another delivery had already moved the order.
     async fn reserve_in_line(&self, order: &Order) -> anyhow::Result<Reserved> {
         let mut tx = crate::runtime::db::begin(&self.pool).await.context("failed to begin a reservation")?;
-        let position: Option<i64> = sqlx::query_scalar(
-            "SELECT position FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE",
-        )
-        .bind(order.id)
-        .fetch_optional(&mut *tx)
-        .await
-        .context("failed to lock the order")?;
+        let position: Option<i64> =
+            sqlx::query_scalar("SELECT position FROM orders WHERE id = $1 AND status = $2 FOR UPDATE")
+                .bind(order.id)
+                .bind(OrderStatus::Authorized)
+                .fetch_optional(&mut *tx)
+                .await
+                .context("failed to lock the order")?;
         let Some(position) = position else {
             return Ok(Reserved::Lost); // another delivery moved it; the rollback is the drop
         };
@@ -305,79 +290,11 @@ impl Fulfilment {
             .fetch_one(&mut *tx)
             .await
             .context("failed to lock the product")?;
-        // Units promised to orders ahead in line that have not taken theirs; in a drop with no
-        // cut they always leave enough, so the line itself is read only when they do not.
-        let ahead = "FROM orders WHERE product_id = $1 AND position < $2
-                       AND status IN ('pending_authorization', 'authorized')";
-        let ahead_units: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT COALESCE(sum(quantity), 0)::int8 {ahead}"
-        )))
-        .bind(&order.product_id)
-        .bind(position)
-        .fetch_one(&mut *tx)
-        .await
-        .context("failed to sum the units ahead")?;
-        let fits = if i64::from(stock) - ahead_units >= i64::from(order.quantity.get()) {
-            true
-        } else {
-            // The line ahead, each order with whether it is still pending authorization: a
-            // pending one may yet take its units or be declined and take none. When the two
-            // agree the answer is known; when they do not, it waits for the pending order.
-            let line: Vec<(i32, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT quantity, status = 'pending_authorization' {ahead} ORDER BY position"
-            )))
-            .bind(&order.product_id)
-            .bind(position)
-            .fetch_all(&mut *tx)
-            .await
-            .context("failed to read the line")?;
-            match fits_whatever_the_pending_do(stock, &line, order.quantity.get()) {
-                Some(fits) => fits,
-                None => {
-                    let pending = line.iter().filter(|(_, pending)| *pending).count();
-                    let reason = format!(
-                        "whether order {} gets its units depends on {pending} order(s) ahead of it still pending authorization",
-                        order.id
-                    );
-                    return Ok(Reserved::Waiting(reason)); // the rollback is the drop
-                }
-            }
+        let fits = match fits_after_the_line(&mut tx, order, position, stock).await? {
+            Ok(fits) => fits,
+            Err(waiting) => return Ok(waiting), // the rollback is the drop
         };
-        let rejected = OrderNotification::of(order, OrderStatus::RejectedOutOfStock, Some("out_of_stock"));
-        let status: OrderStatus = sqlx::query_scalar(
-            "WITH product AS (
-                 UPDATE products
-                    SET stock = stock - CASE WHEN $3 THEN $4 ELSE 0 END,
-                        units_promised = units_promised - CASE WHEN $3 THEN 0 ELSE $4 END,
-                        updated_at = now()
-                  WHERE id = $2
-             ), moved AS (
-                 UPDATE orders
-                    SET status = CASE WHEN $3 THEN 'stock_reserved'::order_status
-                                      ELSE 'rejected_out_of_stock'::order_status END,
-                        failure_reason = CASE WHEN $3 THEN failure_reason ELSE 'out_of_stock' END,
-                        updated_at = now()
-                  WHERE id = $1
-              RETURNING id, status, traceparent
-             ), rejection AS (
-                 INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
-                 SELECT $5, 'order', moved.id, $7, $8, $6, moved.traceparent
-                   FROM moved WHERE moved.status = 'rejected_out_of_stock'
-                 ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING
-             )
-             SELECT status FROM moved",
-        )
-        .bind(order.id)
-        .bind(&order.product_id)
-        .bind(fits)
-        .bind(order.quantity)
-        .bind(Uuid::now_v7())
-        .bind(serde_json::to_value(&rejected).context("a notification serializes")?)
-        .bind(EventType::OrderRejected)
-        .bind(EventType::OrderRejected.destination())
-        .fetch_one(&mut *tx)
-        .await
-        .context("failed to reserve stock")?;
+        let status = record_reservation(&mut tx, order, fits).await?;
         tx.commit().await.context("failed to commit the reservation")?;
         if status == OrderStatus::StockReserved {
             crate::runtime::failpoint::hit("after_reserve");
@@ -539,6 +456,128 @@ impl Fulfilment {
             }
         }
     }
+}
+
+/// A delivery's first step ([`Fulfilment::arrive`]): claim the order if it is `$2`
+/// (`authorized`), take its units if nothing was cut, and move it to `$3` (`stock_reserved`);
+/// the order comes back either way, with whether it was claimed.
+const ARRIVE: &str = concat!(
+    "WITH claim AS (
+         SELECT id, product_id, quantity FROM orders WHERE id = $1 AND status = $2 FOR UPDATE
+     ), taken AS (
+         UPDATE products p SET stock = p.stock - c.quantity, updated_at = now()
+           FROM claim c
+          WHERE p.id = c.product_id AND p.units_promised <= p.units_total AND p.stock >= c.quantity
+      RETURNING p.id
+     ), moved AS (
+         UPDATE orders SET status = $3, updated_at = now()
+          WHERE id IN (SELECT id FROM claim) AND EXISTS (SELECT 1 FROM taken)
+      RETURNING ",
+    order_columns!(),
+    "
+     )
+     SELECT *, EXISTS (SELECT 1 FROM claim) AS claimed FROM moved
+     UNION ALL
+     SELECT ",
+    order_columns!(),
+    ", EXISTS (SELECT 1 FROM claim) FROM orders
+      WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM moved)"
+);
+
+/// The units promised to the orders ahead of position `$2` in product `$1`'s line that have
+/// not taken theirs: pending ones, and `$3` (`authorized`) ones.
+const UNITS_AHEAD: &str = "SELECT COALESCE(sum(quantity), 0)::int8 FROM orders
+     WHERE product_id = $1 AND position < $2 AND (awaiting_authorization(status) OR status = $3)";
+
+/// Those orders themselves, in line order, each with whether it is still pending.
+const LINE_AHEAD: &str = "SELECT quantity, awaiting_authorization(status) FROM orders
+     WHERE product_id = $1 AND position < $2 AND (awaiting_authorization(status) OR status = $3)
+     ORDER BY position";
+
+/// Whether the order's units are there after every order ahead of it in line that has not
+/// taken its own ([`fits_in_line`]), read inside the reservation's transaction after the
+/// product row is locked: `Err` of [`Reserved::Waiting`] when it depends on an order ahead
+/// still pending authorization. In a drop with no cut the units always cover the line, so the
+/// line itself is read only when its sum does not.
+async fn fits_after_the_line(
+    tx: &mut sqlx::PgConnection,
+    order: &Order,
+    position: i64,
+    stock: i32,
+) -> anyhow::Result<Result<bool, Reserved>> {
+    let units_ahead: i64 = sqlx::query_scalar(UNITS_AHEAD)
+        .bind(&order.product_id)
+        .bind(position)
+        .bind(OrderStatus::Authorized)
+        .fetch_one(&mut *tx)
+        .await
+        .context("failed to sum the units ahead")?;
+    if i64::from(stock) - units_ahead >= i64::from(order.quantity.get()) {
+        return Ok(Ok(true));
+    }
+    // A pending order ahead may yet take its units or be declined and take none. When the
+    // two agree the answer is known; when they do not, this order waits for it.
+    let line: Vec<(i32, bool)> = sqlx::query_as(LINE_AHEAD)
+        .bind(&order.product_id)
+        .bind(position)
+        .bind(OrderStatus::Authorized)
+        .fetch_all(&mut *tx)
+        .await
+        .context("failed to read the line")?;
+    Ok(fits_whatever_the_pending_do(stock, &line, order.quantity.get()).ok_or_else(|| {
+        let pending = line.iter().filter(|(_, pending)| *pending).count();
+        Reserved::Waiting(format!(
+            "whether order {} gets its units depends on {pending} order(s) ahead of it still pending authorization",
+            order.id
+        ))
+    }))
+}
+
+/// The reservation's decision, in ONE statement: `$9` (`stock_reserved`) with the units out
+/// of stock when it `fits` (`$3`), else `$10` (`rejected_out_of_stock`) with its promised
+/// units back and its `order.rejected` message.
+const RESERVATION: &str = "WITH product AS (
+         UPDATE products
+            SET stock = stock - CASE WHEN $3 THEN $4 ELSE 0 END,
+                units_promised = units_promised - CASE WHEN $3 THEN 0 ELSE $4 END,
+                updated_at = now()
+          WHERE id = $2
+     ), moved AS (
+         UPDATE orders
+            SET status = CASE WHEN $3 THEN $9::order_status ELSE $10::order_status END,
+                failure_reason = CASE WHEN $3 THEN failure_reason ELSE 'out_of_stock' END,
+                updated_at = now()
+          WHERE id = $1
+      RETURNING id, status, traceparent
+     ), rejection AS (
+         INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
+         SELECT $5, 'order', moved.id, $7, $8, $6, moved.traceparent
+           FROM moved WHERE moved.status = $10::order_status
+         ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING
+     )
+     SELECT status FROM moved";
+
+/// Records the reservation's decision ([`RESERVATION`]); the status the order moved to.
+async fn record_reservation(
+    tx: &mut sqlx::PgConnection,
+    order: &Order,
+    fits: bool,
+) -> anyhow::Result<OrderStatus> {
+    let rejected = OrderNotification::of(order, OrderStatus::RejectedOutOfStock, Some("out_of_stock"));
+    sqlx::query_scalar(RESERVATION)
+        .bind(order.id)
+        .bind(&order.product_id)
+        .bind(fits)
+        .bind(order.quantity)
+        .bind(Uuid::now_v7())
+        .bind(serde_json::to_value(&rejected).context("a notification serializes")?)
+        .bind(EventType::OrderRejected)
+        .bind(EventType::OrderRejected.destination())
+        .bind(OrderStatus::StockReserved)
+        .bind(OrderStatus::RejectedOutOfStock)
+        .fetch_one(tx)
+        .await
+        .context("failed to reserve stock")
 }
 
 #[cfg(test)]

@@ -138,15 +138,16 @@ pub async fn upsert(pool: &PgPool, product: &ProductUpsert) -> Result<Units, Ups
     let (last_served, least): (Option<i64>, i64) = sqlx::query_as(
         "WITH served AS (
              SELECT max(position) AS position FROM orders
-              WHERE product_id = $1 AND status IN ('stock_reserved', 'paid')
+              WHERE product_id = $1 AND (status = $2 OR sold(status))
          )
          SELECT served.position,
                 COALESCE((SELECT sum(quantity) FROM orders
                            WHERE product_id = $1 AND position <= served.position
-                             AND status IN ('pending_authorization', 'authorized', 'stock_reserved', 'paid')), 0)::int8
+                             AND NOT failed(status)), 0)::int8
            FROM served",
     )
     .bind(product.id.as_str())
+    .bind(crate::domain::order::OrderStatus::StockReserved)
     .fetch_one(&mut *tx)
     .await
     .with_context(|| format!("failed to read the line of product {}", product.id.as_str()))?;

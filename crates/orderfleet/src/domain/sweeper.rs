@@ -27,6 +27,7 @@ use tracing::Instrument;
 
 use crate::domain::authorization::{self, AuthorizationError};
 use crate::domain::fulfilment::Fulfilment;
+use crate::domain::order::OrderStatus;
 use crate::domain::payments::Payments;
 use crate::runtime::failure::Kind;
 
@@ -92,7 +93,7 @@ impl Sweeper {
     async fn sweep_pending(&self, report: &mut SweepReport) -> anyhow::Result<()> {
         let orders: Vec<(OrderId, Option<String>)> = sqlx::query_as(
             "SELECT id, traceparent FROM orders
-              WHERE status = 'pending_authorization' AND updated_at < now() - $1 * interval '1 ms'
+              WHERE awaiting_authorization(status) AND updated_at < now() - $1 * interval '1 ms'
                 AND (intake_lease_until IS NULL OR intake_lease_until < now())
               ORDER BY updated_at LIMIT $2",
         )
@@ -128,12 +129,14 @@ impl Sweeper {
         let orders: Vec<(OrderId, Option<String>)> = sqlx::query_as(
             "SELECT id, traceparent FROM orders
               WHERE updated_at < now() - $1 * interval '1 ms'
-                AND (status IN ('authorized', 'stock_reserved')
-                     OR (status IN ('rejected_out_of_stock', 'capture_failed') AND authorization_released_at IS NULL))
+                AND ((holds_units(status) AND NOT awaiting_authorization(status))
+                     OR (failed(status) AND status <> $3 AND authorization_released_at IS NULL))
               ORDER BY swept_at NULLS FIRST, updated_at LIMIT $2",
         )
         .bind(self.policy.fulfilment_after.as_millis() as i64)
         .bind(self.policy.batch)
+        // A declined card never held funds: nothing to release.
+        .bind(OrderStatus::PaymentDeclined)
         .fetch_all(&self.pool)
         .await
         .context("failed to find orders to advance")?;
