@@ -14,7 +14,9 @@ async fn envelope(fleet: &Fleet, event_type: EventType) -> String {
             .fetch_one(&fleet.pool)
             .await
             .unwrap();
-    serde_json::to_string(&Envelope { message_id, event_type, order_id, occurred_at, payload }).unwrap()
+    let envelope: Envelope<serde_json::Value> =
+        Envelope { message_id, event_type, order_id, occurred_at, payload };
+    serde_json::to_string(&envelope).unwrap()
 }
 
 async fn send_times(fleet: &Fleet, queue_url: &str, body: &str, times: usize) {

@@ -15,6 +15,7 @@ use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
 };
+use orderfleet::domain::outbox::{Destination, Envelope};
 use sqlx::PgPool;
 
 /// One of the fleet's queue pairs.
@@ -205,7 +206,7 @@ pub struct HoldEnding {
 pub async fn holds_ending_soon(pool: &PgPool, bodies: &[&str]) -> anyhow::Result<Vec<HoldEnding>> {
     let orders: Vec<uuid::Uuid> = bodies
         .iter()
-        .filter_map(|body| orderfleet::domain::outbox::Envelope::parse(body).ok())
+        .filter_map(|body| Envelope::parse(body, Destination::StockCheck).ok())
         .map(|envelope| envelope.order_id.as_uuid())
         .collect();
     let rows: Vec<(uuid::Uuid, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(

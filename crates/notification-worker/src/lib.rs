@@ -27,7 +27,7 @@
 
 pub mod service;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use std::time::Duration;
@@ -37,12 +37,15 @@ use aws_sdk_sns::Client;
 use aws_sdk_sns::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_sns::operation::publish_batch::{PublishBatchError, PublishBatchOutput};
 use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
+use chrono::{DateTime, Utc};
+use orderfleet::domain::OrderId;
 use orderfleet::domain::order::OrderNotification;
-use orderfleet::domain::outbox::{Destination, Envelope, EventType};
+use orderfleet::domain::outbox::{Destination, Envelope, EventType, Payload};
 use orderfleet::runtime::backoff::Backoff;
 use orderfleet::runtime::consumer::{Handler, Outcome, Received};
 use orderfleet::runtime::db;
 use orderfleet::runtime::failure::{Failure, Source};
+use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -111,6 +114,7 @@ const MALFORMED: [&str; 8] = [
 ];
 
 /// A message that passed parsing.
+#[derive(Debug)]
 struct Ready {
     index: usize,
     message_id: Uuid,
@@ -125,37 +129,87 @@ struct Ready {
 impl Ready {
     /// The message as published: the envelope's ids and the notification.
     fn parse(index: usize, message: &Received) -> Result<Self, Failure> {
-        let body = &message.body;
         let permanent = |code: &str, reason: String| Failure::permanent(Source::Message, code, reason);
-        let envelope = Envelope::parse(body).map_err(|refused| permanent(refused.code, refused.reason))?;
-        if envelope.event_type.destination() != Destination::Notification {
-            let reason = format!(
-                "event type {:?} does not belong on the notification queue",
-                envelope.event_type.as_str()
-            );
-            return Err(permanent("unknown_event_type", reason));
-        }
-        let notification: OrderNotification =
-            serde_json::from_value(envelope.payload.clone()).map_err(|e| {
-                permanent("not_a_notification", format!("the payload is not an order notification: {e}"))
-            })?;
-        let body = serde_json::json!({
-            "message_id": envelope.message_id,
-            "event_type": envelope.event_type,
-            "order_id": envelope.order_id,
-            "occurred_at": envelope.occurred_at,
-            "notification": notification,
-        });
+        let envelope = Envelope::parse(&message.body, Destination::Notification)
+            .map_err(|refused| permanent(refused.code, refused.reason))?;
+        let Payload::Notification(notification) = envelope.payload else {
+            unreachable!("a notification queue's envelope carries a notification")
+        };
+        let user_id = notification.user_id.clone();
+        let published = Notification {
+            message_id: envelope.message_id,
+            event_type: envelope.event_type,
+            order_id: envelope.order_id,
+            occurred_at: envelope.occurred_at,
+            notification,
+        };
         Ok(Self {
             index,
             message_id: envelope.message_id,
             event_type: envelope.event_type,
-            user_id: notification.user_id,
+            user_id,
             order_id: envelope.order_id,
-            body: body.to_string(),
+            body: serde_json::to_string(&published).expect("a notification serializes"),
             traceparent: message.traceparent.clone(),
         })
     }
+}
+
+/// What a subscriber of the topic receives: the body of every notification the worker
+/// publishes (docs/operations.md describes it for subscribers). Its attributes carry
+/// `event_type`, `user_id`, `notification_id` (this `message_id`) and, when the order has one,
+/// `traceparent`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Notification {
+    /// The notification's id, the same on every copy of it: a subscriber drops a repeat by it
+    /// (the `notification_id` attribute).
+    pub message_id: Uuid,
+    /// What happened: `order.accepted`, `order.paid` or `order.rejected`.
+    pub event_type: EventType,
+    /// The order.
+    pub order_id: OrderId,
+    /// When the order moved.
+    pub occurred_at: DateTime<Utc>,
+    /// The order as the buyer is told of it.
+    pub notification: OrderNotification,
+}
+
+/// What a `PublishBatch` answer says of the entries sent, whose ids are their places in the
+/// batch.
+#[derive(Debug)]
+struct Answer<'r> {
+    /// Listed as published.
+    published: Vec<&'r Ready>,
+    /// Listed as failed, each with its failure: not published, to try again.
+    refused: Vec<(&'r Ready, Failure)>,
+    /// In neither list (an answer SNS should never give; a mangled one can): maybe published.
+    unknown: Vec<&'r Ready>,
+}
+
+/// Splits a `PublishBatch` answer by entry: listed as published, listed as failed, or in
+/// neither list. A pure function of the answer, so each case is a unit test.
+fn read_answer<'r>(out: &PublishBatchOutput, fresh: &'r [Ready]) -> Answer<'r> {
+    let failed: HashMap<&str, Failure> = out
+        .failed()
+        .iter()
+        .map(|f| {
+            let reason = format!("{}: {}", f.code(), f.message().unwrap_or(""));
+            (f.id(), Failure::transient(Source::Sns, f.code(), reason))
+        })
+        .collect();
+    let sent: HashSet<&str> = out.successful().iter().filter_map(|s| s.id()).collect();
+    let mut answer = Answer { published: Vec::new(), refused: Vec::new(), unknown: Vec::new() };
+    for r in fresh {
+        let id = r.index.to_string();
+        if sent.contains(id.as_str()) {
+            answer.published.push(r);
+        } else if let Some(failure) = failed.get(id.as_str()) {
+            answer.refused.push((r, failure.clone()));
+        } else {
+            answer.unknown.push(r);
+        }
+    }
+    answer
 }
 
 /// The outcomes of a batch as they are decided, by the message's place in the batch.
@@ -272,25 +326,10 @@ impl Notifier {
         fresh: &[Ready],
         outcomes: &mut Outcomes,
     ) -> anyhow::Result<()> {
-        let failed: HashMap<&str, Failure> = out
-            .failed()
-            .iter()
-            .map(|f| {
-                let reason = format!("{}: {}", f.code(), f.message().unwrap_or(""));
-                (f.id(), Failure::transient(Source::Sns, f.code(), reason))
-            })
-            .collect();
-        let sent: std::collections::HashSet<&str> = out.successful().iter().filter_map(|s| s.id()).collect();
-        let (published, refused): (Vec<&Ready>, Vec<&Ready>) =
-            fresh.iter().partition(|r| sent.contains(r.index.to_string().as_str()));
-        let (refused, unknown): (Vec<&Ready>, Vec<&Ready>) =
-            refused.into_iter().partition(|r| failed.contains_key(r.index.to_string().as_str()));
-        for r in &refused {
-            outcomes.set(r, Err(failed[r.index.to_string().as_str()].clone()));
+        let Answer { published, refused, unknown } = read_answer(out, fresh);
+        for (r, failure) in &refused {
+            outcomes.set(r, Err(failure.clone()));
         }
-        // In neither list (an answer SNS should never give; a mangled one can): maybe published,
-        // so not marked processed; it comes back when its claim ends and goes out again, a
-        // repeat at worst, which its notification_id tells apart.
         for r in &unknown {
             let reason = "PublishBatch's answer lists the entry neither as published nor as failed";
             let failure = Failure::transient(Source::Sns, "missing_from_answer", reason)
@@ -299,7 +338,7 @@ impl Notifier {
         }
         if !refused.is_empty() {
             // Not published: let the next delivery claim them at once.
-            self.release_claims(&refused.iter().map(|r| r.message_id).collect::<Vec<_>>()).await;
+            self.release_claims(&refused.iter().map(|(r, _)| r.message_id).collect::<Vec<_>>()).await;
         }
         if !published.is_empty() {
             self.mark_processed(&published.iter().map(|r| r.message_id).collect::<Vec<_>>()).await?;
@@ -519,4 +558,121 @@ impl Notifier {
 /// The handler, shared by the consumer's tasks; `stop` is the worker's stop signal.
 pub fn handler(pool: PgPool, sns: Client, topic_arn: String, stop: CancellationToken) -> Arc<Notifier> {
     Arc::new(Notifier { pool, sns, topic_arn, stop })
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_sns::types::{BatchResultErrorEntry, PublishBatchResultEntry};
+    use orderfleet::domain::order::OrderStatus;
+    use orderfleet::domain::{Currency, Quantity, Sku, UserId};
+    use orderfleet::runtime::failure::Kind;
+
+    use super::*;
+
+    fn notification() -> Notification {
+        Notification {
+            message_id: Uuid::now_v7(),
+            event_type: EventType::OrderRejected,
+            order_id: OrderId::new(),
+            occurred_at: "2026-11-25T10:00:00.123Z".parse().unwrap(),
+            notification: OrderNotification {
+                user_id: UserId::parse("ola").unwrap(),
+                order_id: OrderId::new(),
+                status: OrderStatus::RejectedOutOfStock,
+                product_id: Sku::parse("sku-1").unwrap(),
+                quantity: Quantity::parse(2).unwrap(),
+                amount: 2_000,
+                currency: Currency::parse("jpy").unwrap(),
+                reason: Some("out_of_stock".to_owned()),
+            },
+        }
+    }
+
+    fn ready(index: usize) -> Ready {
+        let sent = notification();
+        Ready {
+            index,
+            message_id: sent.message_id,
+            event_type: sent.event_type,
+            user_id: sent.notification.user_id.clone(),
+            order_id: sent.order_id,
+            body: serde_json::to_string(&sent).unwrap(),
+            traceparent: None,
+        }
+    }
+
+    #[test]
+    fn a_notification_reads_back_what_was_published_under_the_names_subscribers_read() {
+        let sent = notification();
+        let body = serde_json::to_value(&sent).unwrap();
+        let keys: Vec<&str> = body.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, ["event_type", "message_id", "notification", "occurred_at", "order_id"]);
+        assert_eq!(body["event_type"], "order.rejected");
+        assert_eq!(body["occurred_at"], "2026-11-25T10:00:00.123Z");
+        let inner: Vec<&str> = body["notification"].as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            inner,
+            ["amount", "currency", "order_id", "product_id", "quantity", "reason", "status", "user_id"]
+        );
+        assert_eq!(serde_json::from_value::<Notification>(body).unwrap(), sent);
+    }
+
+    #[test]
+    fn a_publish_batch_answer_splits_into_published_refused_and_unknown() {
+        let fresh = [ready(0), ready(1), ready(2)];
+        let out = PublishBatchOutput::builder()
+            .successful(PublishBatchResultEntry::builder().id("0").message_id("sns-0").build())
+            .failed(
+                BatchResultErrorEntry::builder()
+                    .id("1")
+                    .code("InternalError")
+                    .message("try again")
+                    .sender_fault(false)
+                    .build()
+                    .unwrap(),
+            )
+            .build();
+
+        let answer = read_answer(&out, &fresh);
+
+        let ids = |rs: &[&Ready]| rs.iter().map(|r| r.index).collect::<Vec<_>>();
+        assert_eq!(ids(&answer.published), [0]);
+        assert_eq!(answer.refused.len(), 1);
+        let (refused, failure) = &answer.refused[0];
+        assert_eq!(
+            (refused.index, failure.kind, failure.code.as_str()),
+            (1, Kind::Transient, "InternalError")
+        );
+        assert_eq!(failure.reason, "InternalError: try again");
+        assert_eq!(ids(&answer.unknown), [2]);
+    }
+
+    #[test]
+    fn an_entry_listed_as_published_is_published_even_if_also_listed_as_failed() {
+        let fresh = [ready(0)];
+        let out = PublishBatchOutput::builder()
+            .successful(PublishBatchResultEntry::builder().id("0").build())
+            .failed(BatchResultErrorEntry::builder().id("0").code("X").sender_fault(true).build().unwrap())
+            .build();
+        let answer = read_answer(&out, &fresh);
+        assert_eq!((answer.published.len(), answer.refused.len(), answer.unknown.len()), (1, 0, 0));
+    }
+
+    #[test]
+    fn a_message_of_the_stock_worker_s_is_refused_for_good() {
+        let body = serde_json::json!({
+            "message_id": Uuid::now_v7(), "event_type": "order.stock_check_requested",
+            "order_id": Uuid::now_v7(), "occurred_at": "2026-11-25T10:00:00Z", "payload": {},
+        });
+        let received = Received {
+            message_id: "m-1".to_owned(),
+            receipt_handle: "r-1".to_owned(),
+            body: body.to_string(),
+            receive_count: 1,
+            traceparent: None,
+            span: tracing::Span::none(),
+        };
+        let refused = Ready::parse(0, &received).unwrap_err();
+        assert_eq!((refused.kind, refused.code.as_str()), (Kind::Permanent, "unknown_event_type"));
+    }
 }

@@ -28,10 +28,9 @@ use utoipa::openapi::{
 };
 use utoipa::{PartialSchema, ToSchema};
 
-use crate::OrderView;
 use crate::error::ApiError;
-use crate::orders::Accepted;
 use crate::request::RawOrderRequest;
+use crate::views::{Accepted, OrderView};
 
 /// The document, built once.
 static DOCUMENT: LazyLock<String> =

@@ -15,41 +15,18 @@
 
 use std::time::Duration;
 
+use orderfleet::domain::OrderId;
 use orderfleet::domain::authorization::{self, AuthorizationError, Recorded};
 use orderfleet::domain::door::{self, Admission, Refusal};
 use orderfleet::domain::order::{Order, OrderStatus};
 use orderfleet::domain::payments::Payments;
 use orderfleet::domain::tokens::UserId;
-use orderfleet::domain::{Currency, OrderId, Quantity, Sku};
 use orderfleet::runtime::failure::Kind;
-use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::error::ApiError;
 use crate::request::{IdempotencyKey, OrderRequest};
-
-/// The `202` body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct Accepted {
-    #[schema(value_type = Uuid)]
-    /// The new order's id.
-    pub order_id: OrderId,
-    /// Always `authorized` in a `202`: the units are the order's and the payment is held.
-    pub status: OrderStatus,
-    /// The price times the quantity, in minor units.
-    pub amount: i64,
-    #[schema(value_type = String)]
-    /// The amount's currency.
-    pub currency: Currency,
-    #[schema(value_type = String)]
-    /// The product.
-    pub product_id: Sku,
-    #[schema(value_type = i32)]
-    /// How many units.
-    pub quantity: Quantity,
-    /// The order's place in line for its product, from 1.
-    pub position: i64,
-}
+use crate::views::Accepted;
 
 /// How a request ended, before it becomes HTTP.
 #[derive(Debug)]
@@ -79,13 +56,9 @@ fn answer(order: &Order, replayed: bool) -> Option<Placed> {
         OrderStatus::PaymentDeclined => Some(Placed::Declined { error: ApiError::PaymentDeclined, replayed }),
         _ => Some(Placed::Accepted {
             body: Accepted {
-                order_id: order.id,
+                // The answer the first request gave, whatever the order has become since.
                 status: OrderStatus::Authorized,
-                amount: order.amount.minor,
-                currency: order.amount.currency.clone(),
-                product_id: order.product_id.clone(),
-                quantity: order.quantity,
-                position: order.position,
+                ..Accepted::of(order)
             },
             replayed,
         }),

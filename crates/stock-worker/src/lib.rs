@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use orderfleet::domain::fulfilment::{Fulfilment, WAITING_FOR_THE_LINE};
-use orderfleet::domain::outbox::{Envelope, EventType};
+use orderfleet::domain::outbox::{Destination, Envelope};
 use orderfleet::runtime::consumer::{Handler, Outcome, Received};
 use orderfleet::runtime::failure::{Failure, Source};
 use tracing::Instrument;
@@ -76,15 +76,8 @@ impl StockCheck {
 
     /// Handles one message body. Public so tests can drive it without SQS.
     pub async fn handle_one(&self, body: &str) -> Outcome {
-        let envelope = Envelope::parse(body)
+        let envelope = Envelope::parse(body, Destination::StockCheck)
             .map_err(|refused| Failure::permanent(Source::Message, refused.code, refused.reason))?;
-        if envelope.event_type != EventType::StockCheckRequested {
-            let reason = format!(
-                "event type {:?} does not belong on the stock-check queue",
-                envelope.event_type.as_str()
-            );
-            return Err(Failure::permanent(Source::Message, "unknown_event_type", reason));
-        }
         self.fulfilment.advance(envelope.order_id).await
     }
 }

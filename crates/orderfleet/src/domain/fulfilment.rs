@@ -163,16 +163,9 @@ impl Fulfilment {
                 OrderStatus::Authorized => {
                     // The first step claimed it but found stock cut: the units need the line read.
                     let short = matches!(std::mem::replace(&mut arrival, Arrival::AsItWas), Arrival::Short);
-                    let reserved = async {
-                        if short { self.reserve_in_line(&order).await } else { self.reserve(&order).await }
-                    };
-                    match crate::runtime::db::bounded("failed to reserve stock", reserved).await? {
-                        Reserved::Moved(status) => Some(status),
-                        Reserved::Lost => None,
-                        Reserved::Waiting(reason) => {
-                            let waiting = Failure::transient(Source::Order, WAITING_FOR_THE_LINE, reason);
-                            return Ok(Err(waiting.retry_in(Duration::from_secs(5))));
-                        }
+                    match self.reserve_step(&order, short).await? {
+                        Ok(moved) => moved,
+                        Err(waiting) => return Ok(Err(waiting)),
                     }
                 }
                 OrderStatus::StockReserved if order.payment_intent_id.is_none() => {
@@ -204,6 +197,26 @@ impl Fulfilment {
             }
         }
         anyhow::bail!("order {order_id} did not settle")
+    }
+
+    /// The `authorized` step: the reservation, with the line read when the first step found
+    /// stock `short`. `Some` of the status it moved the order to, `None` when another delivery
+    /// moved it first, `Err` when the order waits for an order ahead still pending.
+    async fn reserve_step(
+        &self,
+        order: &Order,
+        short: bool,
+    ) -> anyhow::Result<Result<Option<OrderStatus>, Failure>> {
+        let reserved =
+            async { if short { self.reserve_in_line(order).await } else { self.reserve(order).await } };
+        Ok(match crate::runtime::db::bounded("failed to reserve stock", reserved).await? {
+            Reserved::Moved(status) => Ok(Some(status)),
+            Reserved::Lost => Ok(None),
+            Reserved::Waiting(reason) => {
+                let waiting = Failure::transient(Source::Order, WAITING_FOR_THE_LINE, reason);
+                Err(waiting.retry_in(Duration::from_secs(5)))
+            }
+        })
     }
 
     /// The reservation's ONE statement, and a delivery's first step: the order as it is, and,

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::domain::OrderId;
+use crate::domain::order::OrderNotification;
 
 /// Where a message goes: the `outbox_destination` enum of the `destination` column. Stored by
 /// name; the relay maps it to a queue URL from configuration, so rows survive a change of
@@ -98,10 +99,12 @@ impl std::fmt::Display for EventType {
     }
 }
 
-/// The JSON body of every message the relay sends. Written by the relay from an outbox row;
-/// read by the consumers with [`Envelope::parse`], which says why a body is refused.
+/// The JSON body of every message the relay sends. Written by the relay from an outbox row,
+/// its payload the row's JSON as it is (`Envelope<serde_json::Value>`); read by the consumers
+/// with [`Envelope::parse`], which types the payload by the event type and says why a body is
+/// refused.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Envelope {
+pub struct Envelope<P = Payload> {
     /// The outbox row's id: the consumers' key for recognising a redelivery.
     pub message_id: Uuid,
     /// What happened.
@@ -110,25 +113,37 @@ pub struct Envelope {
     pub order_id: OrderId,
     /// When the row was written, with the change that caused it.
     pub occurred_at: DateTime<Utc>,
-    /// The event's data as the row holds it: an [`crate::domain::order::OrderNotification`], which
-    /// the notification worker reads; the stock worker reads the order itself.
-    pub payload: serde_json::Value,
+    /// The event's data.
+    pub payload: P,
+}
+
+/// An envelope's payload, typed by its event type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Payload {
+    /// `order.stock_check_requested`: the stock worker reads the order itself, so nothing of the
+    /// payload is taken.
+    StockCheck,
+    /// `order.accepted`, `order.paid`, `order.rejected`: what the buyer is told.
+    Notification(OrderNotification),
 }
 
 /// Why a message body is not an envelope a consumer can use: a permanent failure of the
 /// message, its `code` what a person reads beside it in the DLQ.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unreadable {
-    /// `not_an_envelope` (not JSON, or not the envelope's fields) or `unknown_event_type`.
+    /// `not_an_envelope` (not JSON, or not the envelope's fields), `unknown_event_type` (or
+    /// not one of this queue's), or `not_a_notification` (a notification's event type without
+    /// a notification).
     pub code: &'static str,
     /// What was wrong, for a person.
     pub reason: String,
 }
 
 impl Envelope {
-    /// Reads a message body. Unknown fields are refused, so a body meant for another system
-    /// is not taken for one of ours.
-    pub fn parse(body: &str) -> Result<Self, Unreadable> {
+    /// Reads a message body from `queue`, its payload typed by the event type. Unknown fields
+    /// are refused, so a body meant for another system is not taken for one of ours, and so is
+    /// an event that belongs on another queue.
+    pub fn parse(body: &str, queue: Destination) -> Result<Self, Unreadable> {
         /// The envelope as it travels, its event type still a string, so that an unknown one
         /// is told apart from a body that is no envelope at all.
         #[derive(Deserialize)]
@@ -150,7 +165,26 @@ impl Envelope {
                 reason: format!("unknown event type {:?}", wire.event_type),
             });
         };
-        let Wire { message_id, order_id, occurred_at, payload, .. } = wire;
+        if event_type.destination() != queue {
+            return Err(Unreadable {
+                code: "unknown_event_type",
+                reason: format!(
+                    "event type {:?} does not belong on the {} queue",
+                    event_type.as_str(),
+                    queue.as_str()
+                ),
+            });
+        }
+        let payload = match queue {
+            Destination::StockCheck => Payload::StockCheck,
+            Destination::Notification => {
+                Payload::Notification(serde_json::from_value(wire.payload).map_err(|e| Unreadable {
+                    code: "not_a_notification",
+                    reason: format!("the payload is not an order notification: {e}"),
+                })?)
+            }
+        };
+        let Wire { message_id, order_id, occurred_at, .. } = wire;
         Ok(Self { message_id, event_type, order_id, occurred_at, payload })
     }
 }
@@ -198,18 +232,45 @@ mod tests {
     }
 
     #[test]
-    fn an_envelope_reads_back_what_was_written() {
-        let envelope = Envelope::parse(&body("order.paid", "")).unwrap();
-        assert_eq!(envelope.event_type, EventType::OrderPaid);
-        let written = serde_json::to_string(&envelope).unwrap();
-        assert_eq!(Envelope::parse(&written), Ok(envelope));
+    fn an_envelope_reads_back_what_was_written_with_its_payload_typed_by_its_event_type() {
+        let stock_check =
+            Envelope::parse(&body("order.stock_check_requested", ""), Destination::StockCheck).unwrap();
+        assert_eq!(stock_check.payload, Payload::StockCheck);
+        let notification = OrderNotification {
+            user_id: crate::domain::UserId::parse("ola").unwrap(),
+            order_id: stock_check.order_id,
+            status: crate::domain::order::OrderStatus::Paid,
+            product_id: crate::domain::Sku::parse("sku-1").unwrap(),
+            quantity: crate::domain::Quantity::parse(2).unwrap(),
+            amount: 2_000,
+            currency: crate::domain::Currency::parse("jpy").unwrap(),
+            reason: None,
+        };
+        let written = Envelope {
+            message_id: stock_check.message_id,
+            event_type: EventType::OrderPaid,
+            order_id: stock_check.order_id,
+            occurred_at: stock_check.occurred_at,
+            payload: serde_json::to_value(&notification).unwrap(),
+        };
+        let read =
+            Envelope::parse(&serde_json::to_string(&written).unwrap(), Destination::Notification).unwrap();
+        assert_eq!(read.payload, Payload::Notification(notification));
+        assert_eq!(
+            (read.message_id, read.order_id, read.occurred_at),
+            (written.message_id, written.order_id, written.occurred_at)
+        );
     }
 
     #[test]
     fn a_body_that_is_no_envelope_or_names_an_unknown_event_is_refused_with_its_code() {
-        let code = |body: &str| Envelope::parse(body).map(|_| ()).map_err(|e| e.code);
+        let code =
+            |body: &str| Envelope::parse(body, Destination::Notification).map(|_| ()).map_err(|e| e.code);
         assert_eq!(code("not json"), Err("not_an_envelope"));
         assert_eq!(code(&body("order.paid", r#","extra":1"#)), Err("not_an_envelope"));
         assert_eq!(code(&body("order.shipped", "")), Err("unknown_event_type"));
+        assert_eq!(code(&body("order.paid", "")), Err("not_a_notification"));
+        // An event of the other queue's, whatever its payload.
+        assert_eq!(code(&body("order.stock_check_requested", "")), Err("unknown_event_type"));
     }
 }

@@ -134,24 +134,7 @@ pub async fn upsert(pool: &PgPool, product: &ProductUpsert) -> Result<Units, Ups
         .execute(&mut *tx)
         .await
         .with_context(|| format!("failed to lock product {}", product.id.as_str()))?;
-    // The last place in line that took its units, and the units the orders up to it hold.
-    let (last_served, least): (Option<i64>, i64) = sqlx::query_as(
-        "WITH served AS (
-             SELECT max(position) AS position FROM orders
-              WHERE product_id = $1 AND (status = $2 OR sold(status))
-         )
-         SELECT served.position,
-                COALESCE((SELECT sum(quantity) FROM orders
-                           WHERE product_id = $1 AND position <= served.position
-                             AND NOT failed(status)), 0)::int8
-           FROM served",
-    )
-    .bind(product.id.as_str())
-    .bind(crate::domain::order::OrderStatus::StockReserved)
-    .fetch_one(&mut *tx)
-    .await
-    .with_context(|| format!("failed to read the line of product {}", product.id.as_str()))?;
-    let least = i32::try_from(least).unwrap_or(i32::MAX);
+    let (last_served, least) = line_served(&mut tx, &product.id).await?;
     let units: Option<Units> = sqlx::query_as(
         "INSERT INTO products (id, name, price_minor, currency, units_total, stock, max_per_buyer)
          VALUES ($1, $2, $3, $4, $5, $5, $6)
@@ -187,6 +170,29 @@ pub async fn upsert(pool: &PgPool, product: &ProductUpsert) -> Result<Units, Ups
         Some(position) if asked >= taken => UpsertError::BelowLine { sku, asked, position, least },
         _ => UpsertError::BelowTaken { sku, asked, taken, least: least.max(taken) },
     })
+}
+
+/// The last place in product `$1`'s line that took its units (`$2`, `stock_reserved`, or
+/// sold), and the units the orders up to it hold.
+const LINE_SERVED: &str = "WITH served AS (
+         SELECT max(position) AS position FROM orders
+          WHERE product_id = $1 AND (status = $2 OR sold(status))
+     )
+     SELECT served.position,
+            COALESCE((SELECT sum(quantity) FROM orders
+                       WHERE product_id = $1 AND position <= served.position
+                         AND NOT failed(status)), 0)::int8
+       FROM served";
+
+/// [`LINE_SERVED`], inside the upsert's transaction after the product row is locked.
+async fn line_served(tx: &mut sqlx::PgConnection, id: &Sku) -> anyhow::Result<(Option<i64>, i32)> {
+    let (last_served, least): (Option<i64>, i64) = sqlx::query_as(LINE_SERVED)
+        .bind(id.as_str())
+        .bind(crate::domain::order::OrderStatus::StockReserved)
+        .fetch_one(tx)
+        .await
+        .with_context(|| format!("failed to read the line of product {}", id.as_str()))?;
+    Ok((last_served, i32::try_from(least).unwrap_or(i32::MAX)))
 }
 
 #[cfg(test)]

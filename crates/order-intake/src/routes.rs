@@ -1,0 +1,158 @@
+//! The routes: `POST /v1/orders` and `GET /v1/orders/{order_id}`, each a short handler that
+//! parses, calls the domain and answers; `/healthz`, `/metrics` and `/openapi.json`; the API's
+//! error shape for anything else. [`router`] puts them behind the edge ([`crate::edge`]).
+
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Extension, Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use orderfleet::domain::OrderId;
+use orderfleet::domain::tokens::UserId;
+use orderfleet::runtime::trace::{TRACEPARENT, Trace};
+use tracing::Instrument;
+use tracing::field::Empty;
+use uuid::Uuid;
+
+use crate::error::ApiError;
+use crate::orders::{Intake, Placed, database_error};
+use crate::request::{IdempotencyKey, OrderRequest};
+use crate::views::OrderView;
+use crate::{AppState, edge, limits, openapi};
+
+/// The HTTP application: `POST /v1/orders`, `GET /v1/orders/{order_id}`, `/openapi.json`, and
+/// the error shape for anything else, under the limits and timeouts.
+pub fn router(state: AppState) -> Router {
+    let limits = state.limits.clone();
+    let edge = edge::Edge { verifier: state.verifier.clone(), limits: state.limits.clone() };
+    // Outermost first: the rate over everyone, then the bound on requests in flight (one over
+    // it is shed at once, answered like a rate limit), then the whole-request timeout and the
+    // body's, then the routes.
+    let shed = tower::ServiceBuilder::new()
+        .layer(axum::error_handling::HandleErrorLayer::new(|error: tower::BoxError| async move {
+            match error.is::<tower::timeout::error::Elapsed>() {
+                true => ApiError::RequestTimeout,
+                false => limits::rate_limited(Duration::from_secs(1)),
+            }
+        }))
+        .layer(tower::load_shed::LoadShedLayer::new())
+        // Global: Router::layer wraps each route on its own, and a plain ConcurrencyLimitLayer
+        // would give every route a bound of its own.
+        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(limits.config.max_in_flight))
+        .layer(tower::timeout::TimeoutLayer::new(limits.config.request_timeout));
+    let api = Router::new()
+        .route("/v1/orders", post(create_order))
+        .route("/v1/orders/{order_id}", get(get_order))
+        // The body is read by hand under our own limit, to answer 413 in the API's error shape.
+        .layer(DefaultBodyLimit::disable())
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(limits.config.body_timeout))
+        .layer(shed)
+        .layer(axum::middleware::from_fn_with_state(limits, edge::over_everyones_rate))
+        .with_state(state);
+    api.merge(orderfleet::runtime::ops::router())
+        .route("/openapi.json", get(openapi::serve))
+        .fallback(|| async { ApiError::NotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        // Outermost of all: the token, before anything about the request is looked at (its
+        // path, its method, the rate), so a request without a valid one learns nothing and
+        // spends nothing of the buyers' budget; then the user's own rate, so that one user's
+        // flood spends their own budget, not everyone's.
+        .layer(axum::middleware::from_fn_with_state(edge, edge::token_first))
+}
+
+/// `POST /v1/orders`, in a span of its own that starts the order's trace ([`orderfleet::runtime::trace`]):
+/// every line it logs carries the `trace_id`, and the `order_id` once the order is known.
+async fn create_order(
+    State(state): State<AppState>,
+    Extension(user): Extension<UserId>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    // Error-level, so that it stays on whatever `RUST_LOG` keeps (see `trace::order_span`).
+    let span =
+        tracing::error_span!("order_request", trace_id = Empty, order_id = Empty, caller_trace_id = Empty);
+    let caller = headers.get(TRACEPARENT).and_then(|v| v.to_str().ok());
+    let trace = Trace::start_at_edge(caller, state.caller_trace, &span).traceparent();
+    let result = place_order(&state, &user, &headers, body, &trace).instrument(span.clone()).await;
+    if let Ok(Placed::Accepted { body, .. }) = &result {
+        span.record("order_id", tracing::field::display(body.order_id));
+    }
+    // In the span: an error's answer logs its cause.
+    let _in_span = span.enter();
+    let response = match result {
+        Ok(Placed::Accepted { body, replayed }) => {
+            with_replay((StatusCode::ACCEPTED, Json(body)).into_response(), replayed)
+        }
+        Ok(Placed::Declined { error, replayed }) => with_replay(error.into_response(), replayed),
+        Err(error) => error.into_response(),
+    };
+    let status = response.status().as_u16();
+    tracing::info!(status, "order request answered");
+    metrics::counter!("intake_orders_total", "status" => status.to_string()).increment(1);
+    metrics::histogram!("intake_order_seconds").record(started.elapsed().as_secs_f64());
+    response
+}
+
+fn with_replay(mut response: Response, replayed: bool) -> Response {
+    if replayed {
+        response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    response
+}
+
+async fn place_order(
+    state: &AppState,
+    user: &UserId,
+    headers: &HeaderMap,
+    body: Body,
+    traceparent: &str,
+) -> Result<Placed, ApiError> {
+    let key = IdempotencyKey::from_headers(headers)?;
+    let body = edge::read_body(headers, body).await?;
+    let request = OrderRequest::parse(&body)?;
+    let intake = Intake {
+        pool: &state.pool,
+        payments: &state.payments,
+        lease: state.lease,
+        declines_per_hour: state.limits.config.declines_per_hour,
+        traceparent,
+    };
+    intake.place(user, &key, &request).await
+}
+
+async fn get_order(
+    State(state): State<AppState>,
+    Extension(user): Extension<UserId>,
+    headers: HeaderMap,
+    // A path that is not UTF-8 names no order: the same answer as an unknown id, never a
+    // plain-text 400 of the framework's.
+    order_id: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Result<Json<OrderView>, ApiError> {
+    let order_id = order_id.map(|Path(id)| id).unwrap_or_default();
+    let span = tracing::error_span!(
+        "order_lookup",
+        trace_id = Empty,
+        order_id = %order_id,
+        caller_trace_id = Empty
+    );
+    Trace::start_at_edge(headers.get(TRACEPARENT).and_then(|v| v.to_str().ok()), state.caller_trace, &span);
+    let found = look_up_order(&state, &user, &order_id).instrument(span.clone()).await;
+    // In the span: an error's answer logs its cause.
+    let _in_span = span.enter();
+    found
+}
+
+async fn look_up_order(state: &AppState, user: &UserId, order_id: &str) -> Result<Json<OrderView>, ApiError> {
+    // An id that is not a UUID names no order; the answer is the same as for someone else's.
+    let order_id = Uuid::parse_str(order_id).map_err(|_| ApiError::OrderNotFound)?;
+    let order = orderfleet::domain::order::load(&state.pool, OrderId::from_uuid(order_id))
+        .await
+        .map_err(database_error)?;
+    // Someone else's order is answered as no order at all.
+    let theirs = order.filter(|order| &order.user_id == user);
+    theirs.map(|order| Json(OrderView::from(order))).ok_or(ApiError::OrderNotFound)
+}
