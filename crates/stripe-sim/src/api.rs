@@ -242,7 +242,12 @@ async fn mutate(
     if fault == Some(Mode::DropAfterSuccess) {
         return dropped_connection();
     }
+    executed_response(executed, key.as_deref())
+}
 
+/// The answer to a request that reached the ledger: a replay says so and names the request
+/// that first got it, and a request with a key gets its key back, as Stripe's answers do.
+fn executed_response(executed: Executed, key: Option<&str>) -> Response {
     let mut response = match executed {
         Executed::Ran(reply) => reply_response(reply),
         Executed::Replayed(saved) => {
@@ -256,7 +261,7 @@ async fn mutate(
         }
         Executed::Refused(error) => error_response(&error),
     };
-    if let Some(value) = key.and_then(|key| HeaderValue::from_str(&key).ok()) {
+    if let Some(value) = key.and_then(|key| HeaderValue::from_str(key).ok()) {
         response.headers_mut().insert(IDEMPOTENCY_KEY, value);
     }
     response
