@@ -31,7 +31,7 @@ use crate::auth;
 use crate::error::StripeError;
 use crate::faults::{Mode, Operation};
 use crate::form::Params;
-use crate::idempotency::{self, Scope};
+use crate::idempotency::{self, KeyedRequest, Scope};
 use crate::ids;
 use crate::intent::Expand;
 use crate::ledger::{Ledger, Reply};
@@ -227,7 +227,8 @@ async fn mutate(
     }
 
     let params = Params::parse(&body);
-    let scope = key.clone().map(|key| Scope { account, key, endpoint, fingerprint: params.fingerprint() });
+    let request = KeyedRequest { endpoint, fingerprint: params.fingerprint() };
+    let scope = key.clone().map(|key| Scope { account, key, request });
     let executed = match fault {
         Some(Mode::Error500) => {
             sim.execute(scope.as_ref(), &request_id.0, |_, _| Ok(Reply::error(&StripeError::internal())))
