@@ -10,6 +10,28 @@ use serde_json::Value;
 
 use crate::Fleet;
 
+/// An order of the product as the audit reads it: its id, status and units.
+type OrderRow = (uuid::Uuid, String, i32);
+
+/// Orders rejected out of stock although the orders behind them in `line` (position, status,
+/// units; by position) took at least as many units as they asked for (SPEC §8.7).
+fn line_violations(line: &[(i64, String, i32)]) -> usize {
+    let mut violations = 0;
+    for (i, (_, status, quantity)) in line.iter().enumerate() {
+        if status == "rejected_out_of_stock" {
+            let taken_behind: i64 = line[i + 1..]
+                .iter()
+                .filter(|(_, s, _)| matches!(s.as_str(), "stock_reserved" | "paid"))
+                .map(|(_, _, q)| *q as i64)
+                .sum();
+            if taken_behind >= *quantity as i64 {
+                violations += 1;
+            }
+        }
+    }
+    violations
+}
+
 #[derive(Debug, Default)]
 /// What one audit found: each figure a guarantee is judged by ([`Audit::guarantees`]).
 pub struct Audit {
@@ -57,7 +79,7 @@ impl Audit {
         notifications: &[(String, String)],
     ) -> anyhow::Result<Self> {
         let mut audit = Audit { notifications_observed: true, ..Audit::default() };
-        let orders: Vec<(uuid::Uuid, String, i32)> =
+        let orders: Vec<OrderRow> =
             sqlx::query_as("SELECT id, status::text, quantity FROM orders WHERE product_id = $1")
                 .bind(product)
                 .fetch_all(&fleet.pool)
@@ -68,44 +90,13 @@ impl Audit {
         .bind(product)
         .fetch_all(&fleet.pool)
         .await?;
-        for (i, (_, status, quantity)) in line.iter().enumerate() {
-            if status == "rejected_out_of_stock" {
-                let taken_behind: i64 = line[i + 1..]
-                    .iter()
-                    .filter(|(_, s, _)| matches!(s.as_str(), "stock_reserved" | "paid"))
-                    .map(|(_, _, q)| *q as i64)
-                    .sum();
-                if taken_behind >= *quantity as i64 {
-                    audit.line_violations += 1;
-                }
-            }
-        }
-        audit.orders = orders.len() as i64;
-        let status_of: HashMap<String, String> =
-            orders.iter().map(|(id, s, _)| (id.to_string(), s.clone())).collect();
-        for (_, status, _) in &orders {
-            *audit.by_status.entry(status.clone()).or_default() += 1;
-        }
-        let units = |statuses: &[&str]| -> i64 {
-            orders.iter().filter(|(_, s, _)| statuses.contains(&s.as_str())).map(|(_, _, q)| *q as i64).sum()
-        };
-        let sold = units(&["paid"]);
-        let held = units(&["stock_reserved", "paid"]);
-        let (total, stock, promised): (i32, i32, i32) =
+        audit.line_violations = line_violations(&line);
+        let counters: (i32, i32, i32) =
             sqlx::query_as("SELECT units_total, stock, units_promised FROM products WHERE id = $1")
                 .bind(product)
                 .fetch_one(&fleet.pool)
                 .await?;
-        audit.oversold = (sold - total as i64).max(0);
-        audit.stock_mismatch = (total as i64 - held - stock as i64).abs() + if stock < 0 { 1 } else { 0 };
-        let holding = units(&["pending_authorization", "authorized", "stock_reserved", "paid"]);
-        audit.promised_mismatch = (promised as i64 - holding).abs();
-        audit.lost = orders
-            .iter()
-            .filter(|(_, s, _)| {
-                matches!(s.as_str(), "pending_authorization" | "authorized" | "stock_reserved")
-            })
-            .count() as i64;
+        audit.count_orders(&orders, counters);
 
         let intents = fleet.intents().await?;
         let known: HashSet<String> = sqlx::query_scalar::<_, uuid::Uuid>("SELECT id FROM orders")
@@ -114,8 +105,47 @@ impl Audit {
             .into_iter()
             .map(|id| id.to_string())
             .collect();
-        audit.intents_without_order = intents.iter().filter(|i| !known.contains(order_of(i))).count();
-        audit.cancelled_authorizations = intents
+        let status_of: HashMap<String, String> =
+            orders.iter().map(|(id, s, _)| (id.to_string(), s.clone())).collect();
+        audit.check_intents(&intents, &known, &status_of);
+        audit.check_notifications(notifications, &status_of);
+        Ok(audit)
+    }
+
+    /// The orders by status, and the units they hold against the product's counters
+    /// (`units_total`, `stock`, `units_promised`).
+    fn count_orders(&mut self, orders: &[OrderRow], (total, stock, promised): (i32, i32, i32)) {
+        self.orders = orders.len() as i64;
+        for (_, status, _) in orders {
+            *self.by_status.entry(status.clone()).or_default() += 1;
+        }
+        let units = |statuses: &[&str]| -> i64 {
+            orders.iter().filter(|(_, s, _)| statuses.contains(&s.as_str())).map(|(_, _, q)| *q as i64).sum()
+        };
+        let sold = units(&["paid"]);
+        let held = units(&["stock_reserved", "paid"]);
+        self.oversold = (sold - total as i64).max(0);
+        self.stock_mismatch = (total as i64 - held - stock as i64).abs() + if stock < 0 { 1 } else { 0 };
+        let holding = units(&["pending_authorization", "authorized", "stock_reserved", "paid"]);
+        self.promised_mismatch = (promised as i64 - holding).abs();
+        self.lost = orders
+            .iter()
+            .filter(|(_, s, _)| {
+                matches!(s.as_str(), "pending_authorization" | "authorized" | "stock_reserved")
+            })
+            .count() as i64;
+    }
+
+    /// stripe-sim's ledger against the orders: `known` is every order of the database,
+    /// `status_of` the product's orders by id.
+    fn check_intents(
+        &mut self,
+        intents: &[Value],
+        known: &HashSet<String>,
+        status_of: &HashMap<String, String>,
+    ) {
+        self.intents_without_order = intents.iter().filter(|i| !known.contains(order_of(i))).count();
+        self.cancelled_authorizations = intents
             .iter()
             .filter(|i| status_of.contains_key(order_of(i)) && i["cancel_count"].as_i64().unwrap_or(0) > 0)
             .count();
@@ -124,27 +154,34 @@ impl Audit {
             let order = order_of(intent).to_owned();
             *per_order.entry(order.clone()).or_default() += 1;
             if intent["capture_count"].as_i64().unwrap_or(0) > 1 {
-                audit.double_captures += 1;
+                self.double_captures += 1;
             }
             let order_status = status_of[&order].as_str();
             if intent["status"] == "succeeded" && order_status != "paid" {
-                audit.captures_not_paid += 1;
+                self.captures_not_paid += 1;
             }
             let terminal_without_capture =
                 matches!(order_status, "rejected_out_of_stock" | "payment_declined" | "capture_failed");
             if intent["status"] == "requires_capture" && terminal_without_capture {
-                audit.holds_left += 1;
+                self.holds_left += 1;
             }
         }
-        audit.double_authorizations = per_order.values().filter(|n| **n > 1).count();
+        self.double_authorizations = per_order.values().filter(|n| **n > 1).count();
+    }
 
+    /// The (event, order) notifications seen against those the product's orders are owed.
+    fn check_notifications(
+        &mut self,
+        notifications: &[(String, String)],
+        status_of: &HashMap<String, String>,
+    ) {
         let mut seen: HashSet<(String, String)> = HashSet::new();
         for note in notifications {
             if status_of.contains_key(&note.1) && !seen.insert(note.clone()) {
-                audit.duplicate_notifications += 1;
+                self.duplicate_notifications += 1;
             }
         }
-        for (id, status) in &status_of {
+        for (id, status) in status_of {
             let mut expected = Vec::new();
             if !matches!(status.as_str(), "pending_authorization" | "payment_declined") {
                 expected.push("order.accepted");
@@ -154,10 +191,9 @@ impl Audit {
                 "rejected_out_of_stock" | "capture_failed" => expected.push("order.rejected"),
                 _ => {}
             }
-            audit.missing_notifications +=
+            self.missing_notifications +=
                 expected.iter().filter(|e| !seen.contains(&(e.to_string(), id.clone()))).count();
         }
-        Ok(audit)
     }
 
     /// Audits `product` from stripe-sim's ledger and the database alone, for a run with no

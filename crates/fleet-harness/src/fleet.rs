@@ -137,6 +137,66 @@ pub struct Answer {
     pub took: Duration,
 }
 
+/// A queue of the fleet's own for the topic's notifications, subscribed to the topic when
+/// `observe`: its URL and the subscription's ARN (empty when not subscribed).
+async fn observer(
+    sqs: &aws_sdk_sqs::Client,
+    sns: &aws_sdk_sns::Client,
+    topic_arn: &str,
+    observe: bool,
+) -> anyhow::Result<(String, String)> {
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    let observer = sqs.create_queue().queue_name(format!("observer-{}", &suffix[..12])).send().await?;
+    let observer_url = observer.queue_url.context("an observer queue URL")?;
+    let observer_arn = sqs
+        .get_queue_attributes()
+        .queue_url(&observer_url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await?
+        .attributes
+        .and_then(|mut a| a.remove(&QueueAttributeName::QueueArn))
+        .context("the observer's ARN")?;
+    if !observe {
+        return Ok((observer_url, String::new()));
+    }
+    let subscription = sns
+        .subscribe()
+        .topic_arn(topic_arn)
+        .protocol("sqs")
+        .endpoint(&observer_arn)
+        .return_subscription_arn(true)
+        .send()
+        .await?
+        .subscription_arn
+        .unwrap_or_default();
+    Ok((observer_url, subscription))
+}
+
+/// The variables every process of the fleet starts with: the stack's, stripe-sim's and the
+/// intake's addresses, the token secret, and the AWS settings.
+fn process_env(stack: &Stack, stripe_port: u16, intake_port: u16, jwt_secret: &str) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = [
+        ("DATABASE_URL", stack.database_url.clone()),
+        ("STOCK_QUEUE_URL", stack.stock_queue_url.clone()),
+        ("NOTIFICATION_QUEUE_URL", stack.notification_queue_url.clone()),
+        ("NOTIFICATION_TOPIC_ARN", stack.topic_arn.clone()),
+        ("STRIPE_SECRET_KEY", "sk_test_stripe_sim_placeholder".to_owned()),
+        ("STRIPE_API_BASE", format!("http://127.0.0.1:{stripe_port}")),
+        ("STRIPE_SIM_LISTEN_ADDR", format!("127.0.0.1:{stripe_port}")),
+        ("INTAKE_LISTEN_ADDR", format!("127.0.0.1:{intake_port}")),
+        ("AUTH_JWT_SECRET", jwt_secret.to_owned()),
+        ("RUST_LOG", "info".to_owned()),
+        // Short, so a stop does not wait out an idle long poll (20 s) in every test.
+        ("SHUTDOWN_GRACE_SECONDS", "5".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    env.extend(stack.aws_env.iter().cloned());
+    env
+}
+
 impl Fleet {
     /// stripe-sim and an observer of the topic; no fleet binaries yet.
     pub async fn prepare(name: &str, stack: Stack, log_dir: PathBuf) -> anyhow::Result<Self> {
@@ -153,60 +213,17 @@ impl Fleet {
     ) -> anyhow::Result<Self> {
         let sdk = Aws::load().await?;
         let sqs = sdk.sqs();
-        let sns = sdk.sns();
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(10)
             .connect(&stack.database_url)
             .await
             .context("failed to connect to the stack's database")?;
-        let suffix = uuid::Uuid::new_v4().simple().to_string();
-        let observer = sqs.create_queue().queue_name(format!("observer-{}", &suffix[..12])).send().await?;
-        let observer_url = observer.queue_url.context("an observer queue URL")?;
-        let observer_arn = sqs
-            .get_queue_attributes()
-            .queue_url(&observer_url)
-            .attribute_names(QueueAttributeName::QueueArn)
-            .send()
-            .await?
-            .attributes
-            .and_then(|mut a| a.remove(&QueueAttributeName::QueueArn))
-            .context("the observer's ARN")?;
-        let subscription = if !observe {
-            String::new()
-        } else {
-            sns.subscribe()
-                .topic_arn(&stack.topic_arn)
-                .protocol("sqs")
-                .endpoint(&observer_arn)
-                .return_subscription_arn(true)
-                .send()
-                .await?
-                .subscription_arn
-                .unwrap_or_default()
-        };
-
+        let (observer_url, subscription) = observer(&sqs, &sdk.sns(), &stack.topic_arn, observe).await?;
         let jwt_secret =
             uuid::Uuid::new_v4().simple().to_string() + &uuid::Uuid::new_v4().simple().to_string();
         let stripe_port = free_port();
         let intake_port = free_port();
-        let mut env: Vec<(String, String)> = [
-            ("DATABASE_URL", stack.database_url.clone()),
-            ("STOCK_QUEUE_URL", stack.stock_queue_url.clone()),
-            ("NOTIFICATION_QUEUE_URL", stack.notification_queue_url.clone()),
-            ("NOTIFICATION_TOPIC_ARN", stack.topic_arn.clone()),
-            ("STRIPE_SECRET_KEY", "sk_test_stripe_sim_placeholder".to_owned()),
-            ("STRIPE_API_BASE", format!("http://127.0.0.1:{stripe_port}")),
-            ("STRIPE_SIM_LISTEN_ADDR", format!("127.0.0.1:{stripe_port}")),
-            ("INTAKE_LISTEN_ADDR", format!("127.0.0.1:{intake_port}")),
-            ("AUTH_JWT_SECRET", jwt_secret.clone()),
-            ("RUST_LOG", "info".to_owned()),
-            // Short, so a stop does not wait out an idle long poll (20 s) in every test.
-            ("SHUTDOWN_GRACE_SECONDS", "5".to_owned()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
-        env.extend(stack.aws_env.iter().cloned());
+        let env = process_env(&stack, stripe_port, intake_port, &jwt_secret);
 
         std::fs::create_dir_all(&log_dir)?;
         let mut fleet = Self {

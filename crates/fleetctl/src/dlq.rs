@@ -29,6 +29,11 @@ impl QueueName {
     pub fn all() -> [QueueName; 2] {
         [QueueName::Stock, QueueName::Notification]
     }
+
+    /// The queue `--queue` names, or every one when it names none.
+    pub fn chosen(queue: Option<QueueName>) -> Vec<QueueName> {
+        queue.map(|q| vec![q]).unwrap_or_else(|| QueueName::all().to_vec())
+    }
 }
 
 /// A source queue and its dead-letter queue.
@@ -67,6 +72,14 @@ pub struct Peeked {
     pub receive_count: String,
     pub sent_at_ms: Option<u64>,
     pub body: String,
+}
+
+impl Peeked {
+    /// The key the workers recorded its failures under
+    /// ([`orderfleet::runtime::consumer::failure_key`]).
+    pub fn failure_key(&self) -> String {
+        orderfleet::runtime::consumer::failure_key(&self.body, &self.message_id)
+    }
 }
 
 /// Receives up to `max` messages from `queue_url` and releases them at once.
@@ -147,18 +160,15 @@ pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-pub fn age(sent_at_ms: Option<u64>) -> String {
-    match sent_at_ms {
-        Some(sent) => {
-            let seconds = now_ms().saturating_sub(sent) / 1000;
-            match seconds {
-                s if s < 120 => format!("{s}s"),
-                s if s < 7200 => format!("{}m", s / 60),
-                s if s < 172_800 => format!("{}h", s / 3600),
-                s => format!("{}d", s / 86_400),
-            }
-        }
-        None => "?".into(),
+/// How long ago a message was sent, in its largest whole unit ("45s", "3m", "5h", "2d"), at
+/// `now_ms`; "?" when SQS gave no time.
+pub fn age(sent_at_ms: Option<u64>, now_ms: u64) -> String {
+    let Some(sent) = sent_at_ms else { return "?".into() };
+    match now_ms.saturating_sub(sent) / 1000 {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
     }
 }
 
@@ -224,9 +234,9 @@ pub async fn holds_ending_soon(pool: &PgPool, bodies: &[&str]) -> anyhow::Result
     Ok(rows.into_iter().map(|(order_id, expires_at)| HoldEnding { order_id, expires_at }).collect())
 }
 
-/// "in 5h 12m" or "2h 3m ago".
-pub fn until(deadline: chrono::DateTime<chrono::Utc>) -> String {
-    let left = deadline - chrono::Utc::now();
+/// "in 5h 12m" or "2h 3m ago", seen at `now`.
+pub fn until(deadline: chrono::DateTime<chrono::Utc>, now: chrono::DateTime<chrono::Utc>) -> String {
+    let left = deadline - now;
     let minutes = left.num_minutes().abs();
     let span = format!("{}h {}m", minutes / 60, minutes % 60);
     if left >= chrono::TimeDelta::zero() { format!("in {span}") } else { format!("{span} ago") }

@@ -488,46 +488,8 @@ impl OrderProtocol {
 
     fn authorize_step(&self, s: &mut State, order: Buyer, auth: Auth, net: Net) -> Next<Auth> {
         match auth {
-            Auth::Create { attempt, resumed } => {
-                // The send is not dated here: `payment_attempt_at` is the door's, the move's,
-                // or (bbf9d45) the step before this one's, and any time may pass in between
-                // (budget waits, the client's retries, a pause).
-                let marks = self.rules.resume.marks_failures();
-                let reply = self.create(s, order, attempt, net);
-                match (reply, resumed) {
-                    (Reply::Error500, Some(settled)) if !marks => {
-                        Next::Go(Auth::NextAttempt { attempt, settled })
-                    }
-                    (Reply::Error500, _) => Next::Go(Auth::Record(Found::Failed(Some(attempt)))),
-                    (reply, _) => Next::Go(Auth::Record(Self::found(reply))),
-                }
-            }
-            Auth::Search { attempt, failed } => {
-                if net != Net::Ok {
-                    s.budget.faults -= 1;
-                    return Next::Go(Auth::Record(Found::Failed(None)));
-                }
-                let indexed =
-                    || s.stripe.intents.iter().enumerate().filter(|(_, i)| i.order == order && i.indexed);
-                let live = indexed().find(|(_, i)| i.status == IntentStatus::RequiresCapture);
-                match live.or_else(|| indexed().next()) {
-                    Some((id, intent)) => {
-                        Next::Go(Auth::Record(Self::found(Reply::Intent(id as IntentId, intent.status))))
-                    }
-                    None => {
-                        let settled = s.order(order).attempt_settled;
-                        match self.rules.resume {
-                            rule if failed && rule.marks_failures() => {
-                                Next::Go(Auth::NextAttempt { attempt, settled })
-                            }
-                            ResumeRule::DatedBeforeTheSend => {
-                                Next::Go(Auth::DateTheSend { attempt, settled })
-                            }
-                            _ => Next::Go(Auth::Create { attempt, resumed: Some(settled) }),
-                        }
-                    }
-                }
-            }
+            Auth::Create { attempt, resumed } => self.create_step(s, order, attempt, resumed, net),
+            Auth::Search { attempt, failed } => self.search_step(s, order, attempt, failed, net),
             Auth::DateTheSend { attempt, settled } => {
                 let o = s.order_mut(order);
                 if o.status == Status::PendingAuthorization && o.attempt == attempt {
@@ -535,56 +497,105 @@ impl OrderProtocol {
                 }
                 Next::Go(Auth::Create { attempt, resumed: Some(settled) })
             }
-            Auth::NextAttempt { attempt, settled } => {
-                let o = s.order_mut(order);
-                if o.status != Status::PendingAuthorization {
-                    return Next::End(Done::Settled); // moved elsewhere: answer from the row
-                }
-                if o.attempt == attempt && settled {
-                    o.attempt += 1;
-                    o.attempt_settled = false;
-                    o.attempt_failed = false;
-                }
-                if o.attempt == attempt {
-                    Next::Go(Auth::Record(Found::Failed(None)))
-                } else {
-                    Next::Go(Auth::Create { attempt: o.attempt, resumed: None })
-                }
+            Auth::NextAttempt { attempt, settled } => Self::next_attempt(s, order, attempt, settled),
+            Auth::Record(found) => self.record(s, order, found),
+        }
+    }
+
+    /// The create under the attempt's key; `resumed`: a taken-over order's re-send, with
+    /// whether its attempt was settled when the search found nothing.
+    fn create_step(
+        &self,
+        s: &mut State,
+        order: Buyer,
+        attempt: u8,
+        resumed: Option<bool>,
+        net: Net,
+    ) -> Next<Auth> {
+        // The send is not dated here: `payment_attempt_at` is the door's, the move's,
+        // or (bbf9d45) the step before this one's, and any time may pass in between
+        // (budget waits, the client's retries, a pause).
+        let marks = self.rules.resume.marks_failures();
+        let reply = self.create(s, order, attempt, net);
+        match (reply, resumed) {
+            (Reply::Error500, Some(settled)) if !marks => Next::Go(Auth::NextAttempt { attempt, settled }),
+            (Reply::Error500, _) => Next::Go(Auth::Record(Found::Failed(Some(attempt)))),
+            (reply, _) => Next::Go(Auth::Record(Self::found(reply))),
+        }
+    }
+
+    /// A taken-over order's search for its intent: the live one, else any; none found leads
+    /// to a new attempt or a re-send, by the resume rule in force.
+    fn search_step(&self, s: &mut State, order: Buyer, attempt: u8, failed: bool, net: Net) -> Next<Auth> {
+        if net != Net::Ok {
+            s.budget.faults -= 1;
+            return Next::Go(Auth::Record(Found::Failed(None)));
+        }
+        let indexed = || s.stripe.intents.iter().enumerate().filter(|(_, i)| i.order == order && i.indexed);
+        let live = indexed().find(|(_, i)| i.status == IntentStatus::RequiresCapture);
+        if let Some((id, intent)) = live.or_else(|| indexed().next()) {
+            return Next::Go(Auth::Record(Self::found(Reply::Intent(id as IntentId, intent.status))));
+        }
+        let settled = s.order(order).attempt_settled;
+        match self.rules.resume {
+            rule if failed && rule.marks_failures() => Next::Go(Auth::NextAttempt { attempt, settled }),
+            ResumeRule::DatedBeforeTheSend => Next::Go(Auth::DateTheSend { attempt, settled }),
+            _ => Next::Go(Auth::Create { attempt, resumed: Some(settled) }),
+        }
+    }
+
+    /// Moves a pending order to its next attempt when this one is settled, and creates
+    /// under it; an unsettled attempt is left for later.
+    fn next_attempt(s: &mut State, order: Buyer, attempt: u8, settled: bool) -> Next<Auth> {
+        let o = s.order_mut(order);
+        if o.status != Status::PendingAuthorization {
+            return Next::End(Done::Settled); // moved elsewhere: answer from the row
+        }
+        if o.attempt == attempt && settled {
+            o.attempt += 1;
+            o.attempt_settled = false;
+            o.attempt_failed = false;
+        }
+        if o.attempt == attempt {
+            Next::Go(Auth::Record(Found::Failed(None)))
+        } else {
+            Next::Go(Auth::Create { attempt: o.attempt, resumed: None })
+        }
+    }
+
+    /// Records what the authorization found, on an order still pending.
+    fn record(&self, s: &mut State, order: Buyer, found: Found) -> Next<Auth> {
+        let quantity = self.quantity(order);
+        let o = s.order_mut(order);
+        if o.status != Status::PendingAuthorization {
+            return Next::End(Done::Settled);
+        }
+        match found {
+            Found::Holding(id) => {
+                o.status = Status::Authorized;
+                o.intent = Some(id);
+                o.lease = None;
+                o.outbox = OutboxRow::Pending;
+                o.accepted = true;
             }
-            Auth::Record(found) => {
-                let quantity = self.quantity(order);
-                let o = s.order_mut(order);
-                if o.status != Status::PendingAuthorization {
-                    return Next::End(Done::Settled);
-                }
-                match found {
-                    Found::Holding(id) => {
-                        o.status = Status::Authorized;
-                        o.intent = Some(id);
-                        o.lease = None;
-                        o.outbox = OutboxRow::Pending;
-                        o.accepted = true;
-                    }
-                    Found::Declined(id) => {
-                        o.status = Status::PaymentDeclined;
-                        o.intent = id.or(o.intent);
-                        o.lease = None;
-                        s.product.promised -= quantity;
-                    }
-                    Found::Failed(after_5xx_of) => {
-                        o.lease = None;
-                        if after_5xx_of == Some(o.attempt) && self.rules.resume.marks_failures() {
-                            o.attempt_failed = true;
-                            if self.rules.resume == ResumeRule::DatedByTheFailure {
-                                o.attempt_settled = false;
-                            }
-                        }
-                        return Next::End(Done::Later);
+            Found::Declined(id) => {
+                o.status = Status::PaymentDeclined;
+                o.intent = id.or(o.intent);
+                o.lease = None;
+                s.product.promised -= quantity;
+            }
+            Found::Failed(after_5xx_of) => {
+                o.lease = None;
+                if after_5xx_of == Some(o.attempt) && self.rules.resume.marks_failures() {
+                    o.attempt_failed = true;
+                    if self.rules.resume == ResumeRule::DatedByTheFailure {
+                        o.attempt_settled = false;
                     }
                 }
-                Next::End(Done::Settled)
+                return Next::End(Done::Later);
             }
         }
+        Next::End(Done::Settled)
     }
 
     // ---- fulfilling (the stock worker, the sweeper) -------------------------------------
@@ -640,85 +651,14 @@ impl OrderProtocol {
     fn advance_step(&self, s: &mut State, order: Buyer, step: Advance, net: Net) -> Option<Next<Advance>> {
         let quantity = self.quantity(order);
         Some(match step {
-            Advance::Load => {
-                let o = s.order(order);
-                match (o.status, o.intent) {
-                    (Status::Authorized, _) => Next::Go(Advance::Reserve),
-                    (Status::StockReserved, Some(intent)) => {
-                        Next::Go(Advance::Capture { attempt: o.attempt, intent })
-                    }
-                    (Status::RejectedOutOfStock | Status::CaptureFailed, _) if o.released => {
-                        Next::End(Done::Settled)
-                    }
-                    (Status::RejectedOutOfStock | Status::CaptureFailed, Some(intent)) => {
-                        Next::Go(Advance::Cancel { attempt: o.attempt, intent })
-                    }
-                    (Status::RejectedOutOfStock | Status::CaptureFailed, None) => {
-                        Next::Go(Advance::MarkReleased)
-                    }
-                    (Status::Paid | Status::PaymentDeclined, _) => Next::End(Done::Settled),
-                    (Status::PendingAuthorization | Status::StockReserved, _) => Next::End(Done::Stuck),
-                }
-            }
-            Advance::Reserve => {
-                let o = s.order(order);
-                if o.status != Status::Authorized {
-                    return Some(Next::Go(Advance::Load)); // lost to another delivery
-                }
-                let (attempt, intent) = (o.attempt, o.intent.expect("an authorized order has its intent"));
-                let p = &s.product;
-                let fits = if p.promised <= p.total && p.stock >= quantity as i8 {
-                    true
-                } else {
-                    self.fits(s, order)?
-                };
-                if fits {
-                    s.product.stock -= quantity as i8;
-                    let o = s.order_mut(order);
-                    o.status = Status::StockReserved;
-                    o.took = true;
-                    Next::Go(Advance::Capture { attempt, intent })
-                } else {
-                    let me = s.order(order).position;
-                    let ahead_given_back = s
-                        .existing()
-                        .filter(|(_, o)| o.position < me && o.status == Status::CaptureFailed)
-                        .map(|(id, _)| self.quantity(id))
-                        .sum();
-                    let total = s.product.total;
-                    s.product.promised -= quantity;
-                    let o = s.order_mut(order);
-                    o.status = Status::RejectedOutOfStock;
-                    o.rejection = Some(Rejection { total, ahead_given_back });
-                    Next::Go(Advance::Cancel { attempt, intent })
-                }
-            }
+            Advance::Load => Self::load(s, order),
+            Advance::Reserve => self.reserve(s, order)?,
             Advance::Capture { attempt, intent } => {
                 let reply = Self::capture(s, order, attempt, intent, net);
                 Self::after_a_settling_reply(reply, Op::Capture, attempt, intent, Advance::RecordPaid)
             }
             Advance::Retrieve { op, attempt, intent, after } => {
-                if net != Net::Ok {
-                    s.budget.faults -= 1;
-                    return Some(Next::End(Done::Later));
-                }
-                let now = s.stripe.intents[usize::from(intent)].status;
-                let status = s.order(order).status;
-                match (op, now, after) {
-                    (Op::Capture, IntentStatus::Succeeded, _) => Next::Go(Advance::RecordPaid),
-                    (Op::Cancel, IntentStatus::Canceled | IntentStatus::RequiresPaymentMethod, _) => {
-                        Next::Go(Advance::MarkReleased)
-                    }
-                    (_, IntentStatus::RequiresCapture, After::Error500) => Next::Go(Advance::NextAttempt {
-                        status: if op == Op::Capture { Status::StockReserved } else { status },
-                        attempt,
-                    }),
-                    (Op::Capture, _, _) => Next::Go(Advance::FailCapture { attempt, intent }),
-                    (_, _, _) => {
-                        s.order_mut(order).stuck = true;
-                        Next::End(Done::Stuck)
-                    }
-                }
+                Self::retrieve(s, order, op, attempt, intent, after, net)
             }
             Advance::NextAttempt { status, attempt } => {
                 let o = s.order_mut(order);
@@ -756,6 +696,91 @@ impl OrderProtocol {
                 Next::End(Done::Settled)
             }
         })
+    }
+
+    /// The stock check's first read: where the order's row says to go on from.
+    fn load(s: &State, order: Buyer) -> Next<Advance> {
+        let o = s.order(order);
+        match (o.status, o.intent) {
+            (Status::Authorized, _) => Next::Go(Advance::Reserve),
+            (Status::StockReserved, Some(intent)) => {
+                Next::Go(Advance::Capture { attempt: o.attempt, intent })
+            }
+            (Status::RejectedOutOfStock | Status::CaptureFailed, _) if o.released => Next::End(Done::Settled),
+            (Status::RejectedOutOfStock | Status::CaptureFailed, Some(intent)) => {
+                Next::Go(Advance::Cancel { attempt: o.attempt, intent })
+            }
+            (Status::RejectedOutOfStock | Status::CaptureFailed, None) => Next::Go(Advance::MarkReleased),
+            (Status::Paid | Status::PaymentDeclined, _) => Next::End(Done::Settled),
+            (Status::PendingAuthorization | Status::StockReserved, _) => Next::End(Done::Stuck),
+        }
+    }
+
+    /// Takes the order's units, or rejects it when they went to orders ahead; `None`: wait
+    /// for the line.
+    fn reserve(&self, s: &mut State, order: Buyer) -> Option<Next<Advance>> {
+        let quantity = self.quantity(order);
+        let o = s.order(order);
+        if o.status != Status::Authorized {
+            return Some(Next::Go(Advance::Load)); // lost to another delivery
+        }
+        let (attempt, intent) = (o.attempt, o.intent.expect("an authorized order has its intent"));
+        let p = &s.product;
+        let fits =
+            if p.promised <= p.total && p.stock >= quantity as i8 { true } else { self.fits(s, order)? };
+        if fits {
+            s.product.stock -= quantity as i8;
+            let o = s.order_mut(order);
+            o.status = Status::StockReserved;
+            o.took = true;
+            return Some(Next::Go(Advance::Capture { attempt, intent }));
+        }
+        let me = s.order(order).position;
+        let ahead_given_back = s
+            .existing()
+            .filter(|(_, o)| o.position < me && o.status == Status::CaptureFailed)
+            .map(|(id, _)| self.quantity(id))
+            .sum();
+        let total = s.product.total;
+        s.product.promised -= quantity;
+        let o = s.order_mut(order);
+        o.status = Status::RejectedOutOfStock;
+        o.rejection = Some(Rejection { total, ahead_given_back });
+        Some(Next::Go(Advance::Cancel { attempt, intent }))
+    }
+
+    /// A look at the intent after a capture's or a cancel's reply that did not say it took
+    /// effect: done, a new attempt, a failed capture, or stuck for a person.
+    fn retrieve(
+        s: &mut State,
+        order: Buyer,
+        op: Op,
+        attempt: u8,
+        intent: IntentId,
+        after: After,
+        net: Net,
+    ) -> Next<Advance> {
+        if net != Net::Ok {
+            s.budget.faults -= 1;
+            return Next::End(Done::Later);
+        }
+        let now = s.stripe.intents[usize::from(intent)].status;
+        let status = s.order(order).status;
+        match (op, now, after) {
+            (Op::Capture, IntentStatus::Succeeded, _) => Next::Go(Advance::RecordPaid),
+            (Op::Cancel, IntentStatus::Canceled | IntentStatus::RequiresPaymentMethod, _) => {
+                Next::Go(Advance::MarkReleased)
+            }
+            (_, IntentStatus::RequiresCapture, After::Error500) => Next::Go(Advance::NextAttempt {
+                status: if op == Op::Capture { Status::StockReserved } else { status },
+                attempt,
+            }),
+            (Op::Capture, _, _) => Next::Go(Advance::FailCapture { attempt, intent }),
+            (_, _, _) => {
+                s.order_mut(order).stuck = true;
+                Next::End(Done::Stuck)
+            }
+        }
     }
 
     /// A job's next step; `None` when it cannot be taken now.
@@ -917,6 +942,71 @@ impl Model for OrderProtocol {
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        Self::buyer_actions(s, actions);
+        Self::worker_actions(s, actions);
+        self.sweeper_actions(s, actions);
+        self.environment_actions(s, actions);
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        match action {
+            Action::Send(b) => Self::send(&mut s, b),
+            Action::Step(Proc::Request(b), net) => self.request_step(&mut s, b, net),
+            Action::Step(Proc::Worker(w), net) => self.worker_step(&mut s, w, net)?,
+            Action::Step(Proc::Sweeper, net) => self.sweeper_step(&mut s, net),
+            Action::Crash(proc) => Self::crash(&mut s, proc),
+            Action::Relay { order, twice } => {
+                if twice {
+                    s.budget.duplicates -= 1;
+                } else {
+                    s.order_mut(order).outbox = OutboxRow::Sent;
+                }
+                s.messages[usize::from(order)].put_back(0);
+            }
+            Action::Receive { worker, order, receives } => Self::receive(&mut s, worker, order, receives),
+            Action::Redrive => {
+                s.budget.redrives -= 1;
+                for m in &mut s.messages {
+                    m.visible.extend(std::iter::repeat_n(0, usize::from(m.dead)));
+                    m.visible.sort_unstable();
+                    m.dead = 0;
+                }
+            }
+            Action::SweepPending(order) => {
+                let o = s.order_mut(order);
+                o.lease = Some(Holder::Sweeper);
+                let (attempt, failed) = (o.attempt, o.attempt_failed);
+                s.sweeper = Some(Job::Authorize(order, Auth::Search { attempt, failed }));
+            }
+            Action::SweepFulfilment(order) => s.sweeper = Some(Job::Advance(order, Advance::Load)),
+            Action::Upsert(i) => self.upsert(&mut s, i),
+            Action::LagPasses => Self::lag_passes(&mut s)?,
+            Action::LeaseExpires(order) => Self::lease_expires(&mut s, order)?,
+            Action::HoldExpires(intent) => {
+                s.budget.expiries -= 1;
+                s.stripe.intents[usize::from(intent)].status = IntentStatus::Canceled;
+            }
+            Action::KeysExpire => {
+                // A day has passed: the search has long caught up, too.
+                s.budget.key_expiries -= 1;
+                s.stripe.saved.clear();
+                s.stripe.intents.iter_mut().for_each(|i| i.indexed = true);
+                s.orders.iter_mut().flatten().for_each(|o| o.attempt_settled = true);
+            }
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        crate::properties::all()
+    }
+}
+
+/// The actions each state offers, by who takes them.
+impl OrderProtocol {
+    /// Each buyer sends (a retry within the budget), or its request takes its next step.
+    fn buyer_actions(s: &State, actions: &mut Vec<Action>) {
         for (b, buyer) in s.buyers.iter().enumerate() {
             let b = b as Buyer;
             match buyer.request {
@@ -928,6 +1018,10 @@ impl Model for OrderProtocol {
                 }
             }
         }
+    }
+
+    /// A busy worker takes its job's next step; an idle one receives any visible copy.
+    fn worker_actions(s: &State, actions: &mut Vec<Action>) {
         for (w, held) in s.workers.iter().enumerate() {
             match held {
                 Some((_, job)) => Self::step_actions(s, Proc::Worker(w as u8), Some(*job), actions),
@@ -942,23 +1036,30 @@ impl Model for OrderProtocol {
                 }
             }
         }
-        match s.sweeper {
-            Some(job) => Self::step_actions(s, Proc::Sweeper, Some(job), actions),
-            None => {
-                for (id, o) in s.existing() {
-                    if o.status == Status::PendingAuthorization && o.lease.is_none() {
-                        actions.push(Action::SweepPending(id));
-                    }
-                    let unreleased =
-                        matches!(o.status, Status::RejectedOutOfStock | Status::CaptureFailed) && !o.released;
-                    let unsettled =
-                        matches!(o.status, Status::Authorized | Status::StockReserved) || unreleased;
-                    if unsettled && self.scenario.sweeper == Sweeps::Everything {
-                        actions.push(Action::SweepFulfilment(id));
-                    }
-                }
+    }
+
+    /// A busy sweeper takes its job's next step; an idle one takes up an order with no lease
+    /// left pending, or (when it sweeps everything) one left unsettled.
+    fn sweeper_actions(&self, s: &State, actions: &mut Vec<Action>) {
+        if let Some(job) = s.sweeper {
+            return Self::step_actions(s, Proc::Sweeper, Some(job), actions);
+        }
+        for (id, o) in s.existing() {
+            if o.status == Status::PendingAuthorization && o.lease.is_none() {
+                actions.push(Action::SweepPending(id));
+            }
+            let unreleased =
+                matches!(o.status, Status::RejectedOutOfStock | Status::CaptureFailed) && !o.released;
+            let unsettled = matches!(o.status, Status::Authorized | Status::StockReserved) || unreleased;
+            if unsettled && self.scenario.sweeper == Sweeps::Everything {
+                actions.push(Action::SweepFulfilment(id));
             }
         }
+    }
+
+    /// What happens around the processes: the relay, leases running out, an operator's
+    /// redrive and upserts, and time passing (the search's lag, holds and keys expiring).
+    fn environment_actions(&self, s: &State, actions: &mut Vec<Action>) {
         for (id, o) in s.existing() {
             if o.outbox == OutboxRow::Pending {
                 actions.push(Action::Relay { order: id, twice: false });
@@ -992,160 +1093,133 @@ impl Model for OrderProtocol {
             actions.push(Action::KeysExpire);
         }
     }
+}
 
-    fn next_state(&self, last: &State, action: Action) -> Option<State> {
-        let mut s = last.clone();
-        match action {
-            Action::Send(b) => {
-                let accepted_before = s
-                    .buyers
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, buyer)| matches!(buyer.first, Some(Answer::Accepted(_))))
-                    .fold(0u8, |mask, (i, _)| mask | 1 << i);
-                let buyer = &mut s.buyers[usize::from(b)];
-                if buyer.sent > 0 {
-                    s.budget.retries -= 1;
-                }
-                buyer.sent += 1;
-                buyer.request = Request::Sent;
-                buyer.accepted_before = accepted_before;
-            }
-            Action::Step(Proc::Request(b), net) => self.request_step(&mut s, b, net),
-            Action::Step(Proc::Worker(w), net) => {
-                let (receives, job) = s.workers[usize::from(w)].expect("a stepping worker holds a message");
-                match self.job_step(&mut s, job, net)? {
-                    Next::Go(job) => s.workers[usize::from(w)] = Some((receives, job)),
-                    Next::End(done) => {
-                        s.workers[usize::from(w)] = None;
-                        if !matches!(done, Done::Settled) {
-                            // Not deleted: visible again after its timeout, its receives kept.
-                            let m = &mut s.messages[usize::from(job.order())];
-                            m.visible.push(receives);
-                            m.visible.sort_unstable();
-                        }
-                        if let Done::Stuck = done {
-                            s.order_mut(job.order()).stuck = true;
-                        }
-                    }
-                }
-            }
-            Action::Step(Proc::Sweeper, net) => {
-                let job = s.sweeper.expect("a stepping sweeper has a job");
-                // A stock check waits in place for the line; the sweeper goes on to its next
-                // order (`waiting_for_the_line` is a transient failure to it).
-                let Some(next) = self.job_step(&mut s, job, net) else {
-                    s.sweeper = None;
-                    return Some(s);
-                };
-                match next {
-                    Next::Go(job) => s.sweeper = Some(job),
-                    Next::End(done) => {
-                        s.sweeper = None;
-                        if let Done::Stuck = done {
-                            s.order_mut(job.order()).stuck = true;
-                        }
-                    }
-                }
-            }
-            Action::Crash(proc) => {
-                s.budget.crashes -= 1;
-                match proc {
-                    Proc::Request(b) => {
-                        let buyer = &mut s.buyers[usize::from(b)];
-                        buyer.request = Request::Idle;
-                        buyer.answer = Some(Answer::Dropped);
-                    }
-                    Proc::Worker(w) => {
-                        let (receives, job) =
-                            s.workers[usize::from(w)].take().expect("a crashing worker is busy");
-                        let m = &mut s.messages[usize::from(job.order())];
-                        m.visible.push(receives);
-                        m.visible.sort_unstable();
-                    }
-                    Proc::Sweeper => s.sweeper = None,
-                }
-            }
-            Action::Relay { order, twice } => {
-                if twice {
-                    s.budget.duplicates -= 1;
-                } else {
-                    s.order_mut(order).outbox = OutboxRow::Sent;
-                }
-                let m = &mut s.messages[usize::from(order)];
-                m.visible.push(0);
-                m.visible.sort_unstable();
-            }
-            Action::Receive { worker, order, receives } => {
-                let m = &mut s.messages[usize::from(order)];
-                let at = m.visible.iter().position(|r| *r == receives).expect("a visible copy");
-                m.visible.remove(at);
-                if receives >= MAX_RECEIVES {
-                    m.dead += 1; // SQS moves it to the DLQ instead of delivering it
-                } else {
-                    s.workers[usize::from(worker)] = Some((receives + 1, Job::Advance(order, Advance::Load)));
-                }
-            }
-            Action::Redrive => {
-                s.budget.redrives -= 1;
-                for m in &mut s.messages {
-                    m.visible.extend(std::iter::repeat_n(0, usize::from(m.dead)));
-                    m.visible.sort_unstable();
-                    m.dead = 0;
-                }
-            }
-            Action::SweepPending(order) => {
-                let o = s.order_mut(order);
-                o.lease = Some(Holder::Sweeper);
-                let (attempt, failed) = (o.attempt, o.attempt_failed);
-                s.sweeper = Some(Job::Authorize(order, Auth::Search { attempt, failed }));
-            }
-            Action::SweepFulfilment(order) => s.sweeper = Some(Job::Advance(order, Advance::Load)),
-            Action::Upsert(i) => {
-                s.upserts_done |= 1 << i;
-                let asked = self.scenario.upserts[usize::from(i)];
-                if self.upsert_accepted(&s, asked) {
-                    let p = &mut s.product;
-                    p.stock += asked as i8 - p.total as i8;
-                    p.total = asked;
-                }
-            }
-            Action::LagPasses => {
-                let unindexed = s.stripe.intents.iter().any(|i| !i.indexed);
-                let unsettled = s.existing().any(|(_, o)| !o.attempt_settled);
-                if !unindexed && !unsettled {
-                    return None;
-                }
-                s.stripe.intents.iter_mut().for_each(|i| i.indexed = true);
-                s.orders.iter_mut().flatten().for_each(|o| o.attempt_settled = true);
-            }
-            Action::LeaseExpires(order) => {
-                let holder = s.order(order).lease.expect("a lease to expire");
-                if Self::working_on(&s, holder, order) {
-                    if s.budget.stalls == 0 {
-                        return None;
-                    }
-                    s.budget.stalls -= 1;
-                }
-                s.order_mut(order).lease = None;
-            }
-            Action::HoldExpires(intent) => {
-                s.budget.expiries -= 1;
-                s.stripe.intents[usize::from(intent)].status = IntentStatus::Canceled;
-            }
-            Action::KeysExpire => {
-                // A day has passed: the search has long caught up, too.
-                s.budget.key_expiries -= 1;
-                s.stripe.saved.clear();
-                s.stripe.intents.iter_mut().for_each(|i| i.indexed = true);
-                s.orders.iter_mut().flatten().for_each(|o| o.attempt_settled = true);
-            }
+/// The transitions of [`Model::next_state`] longer than a few lines.
+impl OrderProtocol {
+    /// A buyer sends its request (again, within the retry budget), remembering which
+    /// buyers had been accepted before it (§8.7's arrival order).
+    fn send(s: &mut State, b: Buyer) {
+        let accepted_before = s
+            .buyers
+            .iter()
+            .enumerate()
+            .filter(|(_, buyer)| matches!(buyer.first, Some(Answer::Accepted(_))))
+            .fold(0u8, |mask, (i, _)| mask | 1 << i);
+        let buyer = &mut s.buyers[usize::from(b)];
+        if buyer.sent > 0 {
+            s.budget.retries -= 1;
         }
-        Some(s)
+        buyer.sent += 1;
+        buyer.request = Request::Sent;
+        buyer.accepted_before = accepted_before;
     }
 
-    fn properties(&self) -> Vec<Property<Self>> {
-        crate::properties::all()
+    /// Worker `w`'s next step; a job that ends unsettled leaves its message to come back.
+    /// `None`: the step cannot be taken now.
+    fn worker_step(&self, s: &mut State, w: u8, net: Net) -> Option<()> {
+        let (receives, job) = s.workers[usize::from(w)].expect("a stepping worker holds a message");
+        match self.job_step(s, job, net)? {
+            Next::Go(job) => s.workers[usize::from(w)] = Some((receives, job)),
+            Next::End(done) => {
+                s.workers[usize::from(w)] = None;
+                if !matches!(done, Done::Settled) {
+                    // Not deleted: visible again after its timeout, its receives kept.
+                    s.messages[usize::from(job.order())].put_back(receives);
+                }
+                if let Done::Stuck = done {
+                    s.order_mut(job.order()).stuck = true;
+                }
+            }
+        }
+        Some(())
+    }
+
+    fn sweeper_step(&self, s: &mut State, net: Net) {
+        let job = s.sweeper.expect("a stepping sweeper has a job");
+        // A stock check waits in place for the line; the sweeper goes on to its next
+        // order (`waiting_for_the_line` is a transient failure to it).
+        let Some(next) = self.job_step(s, job, net) else {
+            s.sweeper = None;
+            return;
+        };
+        match next {
+            Next::Go(job) => s.sweeper = Some(job),
+            Next::End(done) => {
+                s.sweeper = None;
+                if let Done::Stuck = done {
+                    s.order_mut(job.order()).stuck = true;
+                }
+            }
+        }
+    }
+
+    /// A process dies mid-step: a request's connection drops, a worker's message comes back.
+    fn crash(s: &mut State, proc: Proc) {
+        s.budget.crashes -= 1;
+        match proc {
+            Proc::Request(b) => {
+                let buyer = &mut s.buyers[usize::from(b)];
+                buyer.request = Request::Idle;
+                buyer.answer = Some(Answer::Dropped);
+            }
+            Proc::Worker(w) => {
+                let (receives, job) = s.workers[usize::from(w)].take().expect("a crashing worker is busy");
+                s.messages[usize::from(job.order())].put_back(receives);
+            }
+            Proc::Sweeper => s.sweeper = None,
+        }
+    }
+
+    /// A worker receives a visible copy, unless it has been received too often: then SQS
+    /// moves it to the DLQ instead of delivering it.
+    fn receive(s: &mut State, worker: u8, order: Buyer, receives: u8) {
+        let m = &mut s.messages[usize::from(order)];
+        let at = m.visible.iter().position(|r| *r == receives).expect("a visible copy");
+        m.visible.remove(at);
+        if receives >= MAX_RECEIVES {
+            m.dead += 1; // SQS moves it to the DLQ instead of delivering it
+        } else {
+            s.workers[usize::from(worker)] = Some((receives + 1, Job::Advance(order, Advance::Load)));
+        }
+    }
+
+    /// The operator's upsert `i`, applied when `fleetctl` would accept it.
+    fn upsert(&self, s: &mut State, i: u8) {
+        s.upserts_done |= 1 << i;
+        let asked = self.scenario.upserts[usize::from(i)];
+        if self.upsert_accepted(s, asked) {
+            let p = &mut s.product;
+            p.stock += asked as i8 - p.total as i8;
+            p.total = asked;
+        }
+    }
+
+    /// The search catches up and every attempt's send is dated; `None` when there is nothing
+    /// to catch up on (the state would not change).
+    fn lag_passes(s: &mut State) -> Option<()> {
+        let unindexed = s.stripe.intents.iter().any(|i| !i.indexed);
+        let unsettled = s.existing().any(|(_, o)| !o.attempt_settled);
+        if !unindexed && !unsettled {
+            return None;
+        }
+        s.stripe.intents.iter_mut().for_each(|i| i.indexed = true);
+        s.orders.iter_mut().flatten().for_each(|o| o.attempt_settled = true);
+        Some(())
+    }
+
+    /// An order's lease runs out; under a holder still working on it, only within the
+    /// budget of stalls (`None` beyond it).
+    fn lease_expires(s: &mut State, order: Buyer) -> Option<()> {
+        let holder = s.order(order).lease.expect("a lease to expire");
+        if Self::working_on(s, holder, order) {
+            if s.budget.stalls == 0 {
+                return None;
+            }
+            s.budget.stalls -= 1;
+        }
+        s.order_mut(order).lease = None;
+        Some(())
     }
 }
 

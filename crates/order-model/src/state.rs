@@ -318,6 +318,15 @@ pub struct Messages {
     pub dead: u8,
 }
 
+impl Messages {
+    /// A copy visible (again) with its receive count; kept sorted, so that states differing
+    /// only in the order copies came back in are one state.
+    pub fn put_back(&mut self, receives: u8) {
+        self.visible.push(receives);
+        self.visible.sort_unstable();
+    }
+}
+
 /// What may still go wrong, and what operators and buyers may still do: each bound keeps the
 /// state space finite.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -31,7 +31,7 @@ use crate::auth;
 use crate::error::StripeError;
 use crate::faults::{Mode, Operation};
 use crate::form::Params;
-use crate::idempotency::{self, Scope};
+use crate::idempotency::{self, KeyedRequest, Scope};
 use crate::ids;
 use crate::intent::Expand;
 use crate::ledger::{Ledger, Reply};
@@ -227,7 +227,8 @@ async fn mutate(
     }
 
     let params = Params::parse(&body);
-    let scope = key.clone().map(|key| Scope { account, key, endpoint, fingerprint: params.fingerprint() });
+    let request = KeyedRequest { endpoint, fingerprint: params.fingerprint() };
+    let scope = key.clone().map(|key| Scope { account, key, request });
     let executed = match fault {
         Some(Mode::Error500) => {
             sim.execute(scope.as_ref(), &request_id.0, |_, _| Ok(Reply::error(&StripeError::internal())))
@@ -242,7 +243,12 @@ async fn mutate(
     if fault == Some(Mode::DropAfterSuccess) {
         return dropped_connection();
     }
+    executed_response(executed, key.as_deref())
+}
 
+/// The answer to a request that reached the ledger: a replay says so and names the request
+/// that first got it, and a request with a key gets its key back, as Stripe's answers do.
+fn executed_response(executed: Executed, key: Option<&str>) -> Response {
     let mut response = match executed {
         Executed::Ran(reply) => reply_response(reply),
         Executed::Replayed(saved) => {
@@ -256,7 +262,7 @@ async fn mutate(
         }
         Executed::Refused(error) => error_response(&error),
     };
-    if let Some(value) = key.and_then(|key| HeaderValue::from_str(&key).ok()) {
+    if let Some(value) = key.and_then(|key| HeaderValue::from_str(key).ok()) {
         response.headers_mut().insert(IDEMPOTENCY_KEY, value);
     }
     response

@@ -34,17 +34,22 @@ pub(crate) const MAX_KEY_LEN: usize = 255;
 pub(crate) struct Scope {
     pub(crate) account: String,
     pub(crate) key: String,
+    pub(crate) request: KeyedRequest,
+}
+
+/// What a key was used for: every later use of the key must be the same request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyedRequest {
     /// `POST /v1/payment_intents/pi_…/capture`.
     pub(crate) endpoint: String,
     /// See [`crate::form::Params::fingerprint`].
     pub(crate) fingerprint: String,
 }
 
-/// A saved first answer.
+/// A saved first answer, and the request it answered.
 #[derive(Debug, Clone)]
 pub(crate) struct Saved {
-    endpoint: String,
-    fingerprint: String,
+    request: KeyedRequest,
     pub(crate) reply: Reply,
     /// The `Request-Id` of the request that produced the answer.
     pub(crate) request_id: String,
@@ -71,15 +76,16 @@ impl IdempotencyStore {
         let Some(saved) = self.saved.get(&(scope.account.clone(), scope.key.clone())) else {
             return Lookup::Unused;
         };
-        if saved.endpoint != scope.endpoint {
+        let (first, again) = (&saved.request, &scope.request);
+        if first.endpoint != again.endpoint {
             return Lookup::Conflict(StripeError::idempotency(format!(
                 "Keys for idempotent requests can only be used for the same endpoint they were first used \
                  for ('{}' vs '{}'). Try using a key other than '{}' if you meant to execute a different \
                  request.",
-                saved.endpoint, scope.endpoint, scope.key
+                first.endpoint, again.endpoint, scope.key
             )));
         }
-        if saved.fingerprint != scope.fingerprint {
+        if first.fingerprint != again.fingerprint {
             return Lookup::Conflict(StripeError::idempotency(format!(
                 "Keys for idempotent requests can only be used with the same parameters they were first \
                  used with. Try using a key other than '{}' if you meant to execute a different request.",
@@ -90,12 +96,7 @@ impl IdempotencyStore {
     }
 
     pub(crate) fn save(&mut self, scope: &Scope, reply: Reply, request_id: &str) {
-        let saved = Saved {
-            endpoint: scope.endpoint.clone(),
-            fingerprint: scope.fingerprint.clone(),
-            reply,
-            request_id: request_id.to_owned(),
-        };
+        let saved = Saved { request: scope.request.clone(), reply, request_id: request_id.to_owned() };
         self.saved.insert((scope.account.clone(), scope.key.clone()), saved);
     }
 }
@@ -110,8 +111,7 @@ mod tests {
         Scope {
             account: account.into(),
             key: "k-1".into(),
-            endpoint: endpoint.into(),
-            fingerprint: fingerprint.into(),
+            request: KeyedRequest { endpoint: endpoint.into(), fingerprint: fingerprint.into() },
         }
     }
 

@@ -29,7 +29,7 @@ use crate::cards::{self, Outcome};
 use crate::error::StripeError;
 use crate::form::Params;
 use crate::ids;
-use crate::requests::{CancelRequest, CaptureRequest, CreateRequest};
+use crate::requests::{CancelRequest, CaptureRequest, CreateRequest, Details};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Status {
@@ -174,17 +174,12 @@ pub(crate) struct PaymentIntent {
     pub(crate) confirmation_method: ConfirmationMethod,
     pub(crate) created: i64,
     pub(crate) currency: String,
-    pub(crate) description: Option<String>,
     pub(crate) last_payment_error: Option<StripeError>,
     pub(crate) latest_charge: Option<Charge>,
-    pub(crate) metadata: BTreeMap<String, String>,
     pub(crate) payment_method: Option<String>,
     pub(crate) payment_method_types: Vec<String>,
-    pub(crate) receipt_email: Option<String>,
-    pub(crate) statement_descriptor: Option<String>,
-    pub(crate) statement_descriptor_suffix: Option<String>,
     pub(crate) status: Status,
-    pub(crate) transfer_group: Option<String>,
+    pub(crate) details: Details,
 }
 
 impl PaymentIntent {
@@ -208,17 +203,12 @@ impl PaymentIntent {
             confirmation_method: request.confirmation_method,
             created: now,
             currency: request.currency,
-            description: request.description,
             last_payment_error: None,
             latest_charge: None,
-            metadata: request.metadata,
             payment_method: request.payment_method.map(|card| card.id.to_owned()),
             payment_method_types: request.payment_method_types,
-            receipt_email: request.receipt_email,
-            statement_descriptor: request.statement_descriptor,
-            statement_descriptor_suffix: request.statement_descriptor_suffix,
             status,
-            transfer_group: request.transfer_group,
+            details: request.details,
         }
     }
 
@@ -361,7 +351,7 @@ impl PaymentIntent {
             created: self.created,
             currency: &self.currency,
             customer: None,
-            description: self.description.as_deref(),
+            description: self.details.description.as_deref(),
             excluded_payment_method_types: None,
             hooks: None,
             last_payment_error: self.last_payment_error.as_ref().map(StripeError::object_json),
@@ -370,7 +360,7 @@ impl PaymentIntent {
                 false => Value::from(charge.id.as_str()),
             }),
             livemode: false,
-            metadata: &self.metadata,
+            metadata: &self.details.metadata,
             next_action: None,
             on_behalf_of: None,
             payment_details: None,
@@ -380,16 +370,16 @@ impl PaymentIntent {
             payment_method_types: &self.payment_method_types,
             presentment_details: None,
             processing: None,
-            receipt_email: self.receipt_email.as_deref(),
+            receipt_email: self.details.receipt_email.as_deref(),
             review: None,
             setup_future_usage: None,
             shipping: None,
             source: None,
-            statement_descriptor: self.statement_descriptor.as_deref(),
-            statement_descriptor_suffix: self.statement_descriptor_suffix.as_deref(),
+            statement_descriptor: self.details.statement_descriptor.as_deref(),
+            statement_descriptor_suffix: self.details.statement_descriptor_suffix.as_deref(),
             status: self.status.as_str(),
             transfer_data: None,
-            transfer_group: self.transfer_group.as_deref(),
+            transfer_group: self.details.transfer_group.as_deref(),
         };
         serde_json::to_value(object).unwrap_or(Value::Null)
     }

@@ -92,7 +92,7 @@ impl Ledger {
             status = intent.status.as_str(),
             amount = intent.amount,
             currency = %intent.currency,
-            order_id = intent.metadata.get("order_id").map(String::as_str),
+            order_id = intent.details.metadata.get("order_id").map(String::as_str),
             "payment intent created"
         );
         let reply = Reply::from_result(confirmed.map(|()| intent.to_json_expanded(expand)));
@@ -160,7 +160,7 @@ impl Ledger {
         self.entries
             .iter()
             .filter(|entry| entry.intent.created <= indexed_by)
-            .filter(|entry| entry.intent.metadata.get(key).is_some_and(|v| v == value))
+            .filter(|entry| entry.intent.details.metadata.get(key).is_some_and(|v| v == value))
             .map(|entry| entry.intent.to_json_expanded(expand))
             .collect()
     }

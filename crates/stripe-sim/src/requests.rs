@@ -29,13 +29,8 @@ pub(crate) struct CreateRequest {
     pub(crate) confirmation_method: ConfirmationMethod,
     pub(crate) confirm: bool,
     pub(crate) payment_method: Option<&'static TestCard>,
-    pub(crate) metadata: BTreeMap<String, String>,
     pub(crate) payment_method_types: Vec<String>,
-    pub(crate) description: Option<String>,
-    pub(crate) receipt_email: Option<String>,
-    pub(crate) statement_descriptor: Option<String>,
-    pub(crate) statement_descriptor_suffix: Option<String>,
-    pub(crate) transfer_group: Option<String>,
+    pub(crate) details: Details,
     /// Whether the answer carries the charge whole (`expand[]=latest_charge`).
     pub(crate) expand: Expand,
 }
@@ -44,25 +39,8 @@ impl CreateRequest {
     /// Parameters this simulator has no use for (`payment_method_options`, …) are
     /// ignored rather than refused: real clients send them.
     pub(crate) fn parse(params: &Params) -> Result<Self, StripeError> {
-        let amount =
-            positive_integer(params, "amount")?.ok_or_else(|| StripeError::missing_param("amount"))?;
-        if amount > MAX_AMOUNT {
-            return Err(StripeError::invalid_param(
-                "amount",
-                format!("Amount must be no more than {MAX_AMOUNT}."),
-            )
-            .with_code("amount_too_large"));
-        }
-        let currency = params
-            .get("currency")
-            .filter(|c| !c.is_empty())
-            .ok_or_else(|| StripeError::missing_param("currency"))?;
-        if currency.len() != 3 || !currency.chars().all(|c| c.is_ascii_alphabetic()) {
-            return Err(StripeError::invalid_param(
-                "currency",
-                format!("Invalid currency: {currency}. Expected a three-letter ISO currency code."),
-            ));
-        }
+        let amount = amount(params)?;
+        let currency = currency(params)?;
         let capture_method = one_of(params, "capture_method", &CaptureMethod::ALL, CaptureMethod::as_str)?
             // Stripe's default for new integrations.
             .unwrap_or(CaptureMethod::AutomaticAsync);
@@ -70,41 +48,95 @@ impl CreateRequest {
             one_of(params, "confirmation_method", &ConfirmationMethod::ALL, ConfirmationMethod::as_str)?
                 .unwrap_or(ConfirmationMethod::Automatic);
         let confirm = boolean(params, "confirm")?.unwrap_or(false);
-        let payment_method = match non_empty(params, "payment_method") {
-            None => None,
-            Some(id) => Some(cards::lookup(&id).ok_or_else(|| {
-                StripeError::no_such(StatusCode::BAD_REQUEST, "PaymentMethod", &id, "payment_method")
-            })?),
-        };
-        if confirm && payment_method.is_none() {
-            return Err(StripeError::invalid_param(
-                "payment_method",
-                "You cannot confirm this PaymentIntent because it's missing a payment method. Update the \
-                 PaymentIntent with a payment method and then confirm it again.",
-            )
-            .with_code("payment_intent_unexpected_state"));
-        }
+        let payment_method = payment_method(params, confirm)?;
         let mut payment_method_types = params.array("payment_method_types");
         if payment_method_types.is_empty() {
             payment_method_types.push("card".to_owned());
         }
         Ok(Self {
             amount,
-            currency: currency.to_ascii_lowercase(),
+            currency,
             capture_method,
             confirmation_method,
             confirm,
             payment_method,
-            metadata: metadata(params)?,
             payment_method_types,
+            details: Details::parse(params)?,
+            expand: Expand::from_params(params, ""),
+        })
+    }
+}
+
+/// What a PaymentIntent keeps for its owner and shows back, and the simulator never acts on:
+/// the description, the metadata, the receipt and statement fields, the transfer group.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Details {
+    pub(crate) description: Option<String>,
+    pub(crate) metadata: BTreeMap<String, String>,
+    pub(crate) receipt_email: Option<String>,
+    pub(crate) statement_descriptor: Option<String>,
+    pub(crate) statement_descriptor_suffix: Option<String>,
+    pub(crate) transfer_group: Option<String>,
+}
+
+impl Details {
+    fn parse(params: &Params) -> Result<Self, StripeError> {
+        Ok(Self {
             description: non_empty(params, "description"),
+            metadata: metadata(params)?,
             receipt_email: non_empty(params, "receipt_email"),
             statement_descriptor: non_empty(params, "statement_descriptor"),
             statement_descriptor_suffix: non_empty(params, "statement_descriptor_suffix"),
             transfer_group: non_empty(params, "transfer_group"),
-            expand: Expand::from_params(params, ""),
         })
     }
+}
+
+/// The amount: required, positive, and at most Stripe's ceiling.
+fn amount(params: &Params) -> Result<i64, StripeError> {
+    let amount = positive_integer(params, "amount")?.ok_or_else(|| StripeError::missing_param("amount"))?;
+    if amount > MAX_AMOUNT {
+        return Err(StripeError::invalid_param(
+            "amount",
+            format!("Amount must be no more than {MAX_AMOUNT}."),
+        )
+        .with_code("amount_too_large"));
+    }
+    Ok(amount)
+}
+
+/// The currency: required, three letters, lower-cased as Stripe answers it.
+fn currency(params: &Params) -> Result<String, StripeError> {
+    let currency = params
+        .get("currency")
+        .filter(|c| !c.is_empty())
+        .ok_or_else(|| StripeError::missing_param("currency"))?;
+    if currency.len() != 3 || !currency.chars().all(|c| c.is_ascii_alphabetic()) {
+        return Err(StripeError::invalid_param(
+            "currency",
+            format!("Invalid currency: {currency}. Expected a three-letter ISO currency code."),
+        ));
+    }
+    Ok(currency.to_ascii_lowercase())
+}
+
+/// The test card named, if any: an unknown one is a missing resource, and confirming needs one.
+fn payment_method(params: &Params, confirm: bool) -> Result<Option<&'static TestCard>, StripeError> {
+    let payment_method = match non_empty(params, "payment_method") {
+        None => None,
+        Some(id) => Some(cards::lookup(&id).ok_or_else(|| {
+            StripeError::no_such(StatusCode::BAD_REQUEST, "PaymentMethod", &id, "payment_method")
+        })?),
+    };
+    if confirm && payment_method.is_none() {
+        return Err(StripeError::invalid_param(
+            "payment_method",
+            "You cannot confirm this PaymentIntent because it's missing a payment method. Update the \
+             PaymentIntent with a payment method and then confirm it again.",
+        )
+        .with_code("payment_intent_unexpected_state"));
+    }
+    Ok(payment_method)
 }
 
 /// `POST /v1/payment_intents/{id}/capture`.
@@ -225,7 +257,7 @@ mod tests {
         assert_eq!(request.currency, "usd");
         assert_eq!(request.capture_method, CaptureMethod::Manual);
         assert!(request.confirm);
-        assert_eq!(request.metadata.get("order_id").map(String::as_str), Some("o-1"));
+        assert_eq!(request.details.metadata.get("order_id").map(String::as_str), Some("o-1"));
         assert_eq!(request.payment_method_types, ["card"]);
     }
 

@@ -28,7 +28,7 @@ use orderfleet::domain::tokens::UserId;
 
 use fleet_harness::percentile;
 
-use super::{costs, say};
+use super::{StripeCounts, by_status_line, costs, say};
 
 pub struct DropOptions {
     pub buyers: usize,
@@ -52,6 +52,60 @@ struct Bought {
 }
 
 pub async fn run(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result<()> {
+    let meter = start_fleet(fleet, options).await?;
+    let db_start: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT clock_timestamp()").fetch_one(&fleet.pool).await?;
+    let before_costs = meter.read(fleet);
+    let started = Instant::now();
+    let fleet_ref = &*fleet;
+    let bought: Vec<Bought> = futures::stream::iter(0..options.buyers)
+        .map(|i| async move { buy(fleet_ref, i).await })
+        .buffer_unordered(options.concurrency)
+        .collect()
+        .await;
+    let door_seconds = started.elapsed().as_secs_f64();
+
+    fleet.wait_settled(Duration::from_secs(600)).await?;
+    let spent = meter.read(fleet).since(&before_costs);
+    let (promised_at, paid_at, paid): (Option<f64>, Option<f64>, i64) = sqlx::query_as(
+        "SELECT EXTRACT(EPOCH FROM (max(created_at) - $1))::float8,
+                EXTRACT(EPOCH FROM (max(updated_at) FILTER (WHERE status = 'paid') - $1))::float8,
+                COALESCE(sum(quantity) FILTER (WHERE status = 'paid'), 0)
+           FROM orders",
+    )
+    .bind(db_start)
+    .fetch_one(&fleet.pool)
+    .await?;
+    let mut figures = DropFigures {
+        by_status: fleet.statuses().await?.into_iter().collect(),
+        intents: fleet.intents().await?.len(),
+        holds_on_losers: fleet.holds_without_a_unit().await?,
+        stripe: StripeCounts::read(fleet).await?,
+        intake_peak_mib: fleet.pid("order-intake").and_then(peak_memory_mib),
+        door_statement: door_statement_figures(&fleet.scrape_metrics().await),
+        // The figures count only if the drop kept every guarantee.
+        audit: Audit::without_notifications(fleet, "drop").await?,
+        answers: Answers::of(&bought),
+        door_seconds,
+        promised_at: promised_at.unwrap_or(f64::NAN),
+        paid_at: paid_at.unwrap_or(f64::NAN),
+        paid,
+        spent,
+    };
+    figures.print(options);
+    anyhow::ensure!(paid == options.units as i64, "sold {paid} of {} units", options.units);
+    anyhow::ensure!(figures.audit.holds(), "a guarantee broke in the drop: {}", figures.audit.summary());
+
+    let hot_row = hot_row(&fleet.stack.database_url).await?;
+    println!("hot row, alone            {hot_row}");
+    println!();
+    figures.print_summary(options);
+    Ok(())
+}
+
+/// Starts the fleet with its Stripe budgets adding up to stripe-sim's limit, on a product of
+/// `units`; the meter counts what each process spends.
+async fn start_fleet(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result<costs::Meter> {
     let (intake_budget, worker_budget) = budgets(options.stripe_limit);
     let (intake_budget, worker_budget) = (intake_budget.to_string(), worker_budget.to_string());
     let common = [("SWEEP_INTERVAL_SECONDS", "60"), ("RUST_LOG", "warn"), ("SHUTDOWN_GRACE_SECONDS", "20")];
@@ -73,127 +127,157 @@ pub async fn run(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result<()>
          2 stock workers {worker_budget}/s each",
         options.buyers, options.units, options.concurrency, options.stripe_limit
     ));
+    Ok(meter)
+}
 
-    let db_start: chrono::DateTime<chrono::Utc> =
-        sqlx::query_scalar("SELECT clock_timestamp()").fetch_one(&fleet.pool).await?;
-    let before_costs = meter.read(fleet);
-    let started = Instant::now();
-    let fleet_ref = &*fleet;
-    let bought: Vec<Bought> = futures::stream::iter(0..options.buyers)
-        .map(|i| async move { buy(fleet_ref, i).await })
-        .buffer_unordered(options.concurrency)
-        .collect()
-        .await;
-    let door_seconds = started.elapsed().as_secs_f64();
+/// What the buyers were answered, in all.
+struct Answers {
+    /// Final answers by status and code (`409 sold_out`).
+    final_codes: BTreeMap<String, usize>,
+    /// Latency of each `409 sold_out`, in milliseconds.
+    sold_out_ms: Vec<f64>,
+    /// Latency of every answer, retried ones included.
+    all_ms: Vec<f64>,
+    /// Answers before a buyer's final one.
+    retries: usize,
+}
 
-    let paid_units = options.units as i64;
-    fleet.wait_settled(Duration::from_secs(600)).await?;
-    let spent = meter.read(fleet).since(&before_costs);
-    let (promised_at, paid_at, paid): (Option<f64>, Option<f64>, i64) = sqlx::query_as(
-        "SELECT EXTRACT(EPOCH FROM (max(created_at) - $1))::float8,
-                EXTRACT(EPOCH FROM (max(updated_at) FILTER (WHERE status = 'paid') - $1))::float8,
-                COALESCE(sum(quantity) FILTER (WHERE status = 'paid'), 0)
-           FROM orders",
-    )
-    .bind(db_start)
-    .fetch_one(&fleet.pool)
-    .await?;
-    let by_status: BTreeMap<String, i64> = fleet.statuses().await?.into_iter().collect();
-    let intents = fleet.intents().await?;
-    let holds_on_losers = fleet.holds_without_a_unit().await?;
-    let stats = fleet.stripe_stats().await?;
-    let stripe_requests = stats["requests"].as_u64().unwrap_or(0);
-    let rate_limited = stats["rate_limited"].as_u64().unwrap_or(0);
-    let busiest = stats["max_requests_in_one_second"].as_u64().unwrap_or(0);
-    let stripe_connections = fleet.stripe_connections().await?;
-    let connections_per_100 = stripe_connections as f64 * 100.0 / stripe_requests.max(1) as f64;
-    let intake_peak_mib = fleet.pid("order-intake").and_then(peak_memory_mib);
-    let metrics = fleet.scrape_metrics().await;
-    let door_metrics = door_statement_figures(&metrics);
-    // The figures count only if the drop kept every guarantee.
-    let audit = Audit::without_notifications(fleet, "drop").await?;
-
-    let mut final_codes: BTreeMap<String, usize> = BTreeMap::new();
-    let mut sold_out_ms: Vec<f64> = Vec::new();
-    let mut all_ms: Vec<f64> = Vec::new();
-    let mut retries = 0;
-    for b in &bought {
-        *final_codes
-            .entry(if b.code.is_empty() { b.status.to_string() } else { format!("{} {}", b.status, b.code) })
-            .or_default() += 1;
-        retries += b.answers.len() - 1;
-        for (status, took) in &b.answers {
-            all_ms.push(took.as_secs_f64() * 1000.0);
-            if *status == 409 && b.code == "sold_out" {
-                sold_out_ms.push(took.as_secs_f64() * 1000.0);
+impl Answers {
+    fn of(bought: &[Bought]) -> Self {
+        let mut answers =
+            Answers { final_codes: BTreeMap::new(), sold_out_ms: Vec::new(), all_ms: Vec::new(), retries: 0 };
+        for b in bought {
+            *answers
+                .final_codes
+                .entry(if b.code.is_empty() {
+                    b.status.to_string()
+                } else {
+                    format!("{} {}", b.status, b.code)
+                })
+                .or_default() += 1;
+            answers.retries += b.answers.len() - 1;
+            for (status, took) in &b.answers {
+                answers.all_ms.push(took.as_secs_f64() * 1000.0);
+                if *status == 409 && b.code == "sold_out" {
+                    answers.sold_out_ms.push(took.as_secs_f64() * 1000.0);
+                }
             }
         }
+        answers
     }
-    let sold_out_p50 = percentile(&mut sold_out_ms, 50.0);
-    let sold_out_p99 = percentile(&mut sold_out_ms, 99.0);
-    let per_unit = stripe_requests as f64 / paid.max(1) as f64;
+}
 
-    println!();
-    println!("== orderfleet bench: a drop of {} buyers for {} units ==", options.buyers, options.units);
-    println!(
-        "orders by status          {}",
-        by_status.iter().map(|(s, c)| format!("{s}={c}")).collect::<Vec<_>>().join(" ")
-    );
-    println!("final answers             {final_codes:?} ({retries} retried answers before them)");
-    println!(
-        "sold out                  every unit promised {:.2} s after the first buyer; every unit paid after {:.1} s; \
-         the last buyer answered after {door_seconds:.1} s",
-        promised_at.unwrap_or(f64::NAN),
-        paid_at.unwrap_or(f64::NAN)
-    );
-    println!(
-        "sold-out answers          {} answers, p50 {sold_out_p50:.1} ms, p99 {sold_out_p99:.1} ms (every answer: p50 {:.1} ms, p99 {:.1} ms)",
-        sold_out_ms.len(),
-        percentile(&mut all_ms, 50.0),
-        percentile(&mut all_ms, 99.0)
-    );
-    println!(
-        "Stripe                    {stripe_requests} requests for {paid} units sold = {per_unit:.2} per unit; {} PaymentIntents",
-        intents.len()
-    );
-    println!("holds on buyers who got nothing  {holds_on_losers}");
-    println!(
-        "stripe-sim                {rate_limited} answered 429; busiest second {busiest} requests (limit {}/s); \
-         {stripe_connections} connections opened = {connections_per_100:.1} per 100 requests",
-        options.stripe_limit
-    );
-    println!(
-        "intake peak memory        {}",
-        intake_peak_mib.map(|m| format!("{m:.1} MiB (VmHWM)")).unwrap_or_else(|| "unknown".into())
-    );
-    println!("door statement (intake)   {door_metrics}");
-    let buyers = options.buyers;
-    let round_trips_per_buyer = spent.total().round_trips as f64 / buyers.max(1) as f64;
-    println!(
-        "PostgreSQL per buyer      {round_trips_per_buyer:.1} round trips, {:.1} of them pings: {}; CPU {:.2} ms \
-         (fleet {:.2} ms)",
-        spent.total().pings as f64 / buyers.max(1) as f64,
-        spent.each(buyers, |r| r.round_trips as f64),
-        spent.postgres_cpu * 1000.0 / buyers.max(1) as f64,
-        spent.total().cpu * 1000.0 / buyers.max(1) as f64,
-    );
-    println!("guarantees                {}", audit.summary());
-    anyhow::ensure!(paid == paid_units, "sold {paid} of {} units", options.units);
-    anyhow::ensure!(audit.holds(), "a guarantee broke in the drop: {}", audit.summary());
+/// One drop's figures, as printed.
+struct DropFigures {
+    by_status: BTreeMap<String, i64>,
+    /// PaymentIntents stripe-sim made.
+    intents: usize,
+    holds_on_losers: usize,
+    stripe: StripeCounts,
+    intake_peak_mib: Option<f64>,
+    door_statement: String,
+    audit: Audit,
+    answers: Answers,
+    /// Until the last buyer was answered.
+    door_seconds: f64,
+    /// After the first buyer, until every unit was promised, and until every unit was paid.
+    promised_at: f64,
+    paid_at: f64,
+    /// Units paid.
+    paid: i64,
+    spent: costs::Snapshot,
+}
 
-    let hot_row = hot_row(&fleet.stack.database_url).await?;
-    println!("hot row, alone            {hot_row}");
-    println!();
-    println!(
-        "bench-drop: buyers={} units={} sold_out_s={:.2} sold_out_p99_ms={sold_out_p99:.1} stripe_requests_per_unit={per_unit:.2} \
-         holds_on_losers={holds_on_losers} rate_limited={rate_limited} intake_peak_mib={:.1} \
-         pg_round_trips_per_buyer={round_trips_per_buyer:.1} stripe_connections_per_100_requests={connections_per_100:.1}",
-        options.buyers,
-        options.units,
-        promised_at.unwrap_or(f64::NAN),
-        intake_peak_mib.unwrap_or(f64::NAN)
-    );
-    Ok(())
+impl DropFigures {
+    fn per_unit(&self) -> f64 {
+        self.stripe.requests as f64 / self.paid.max(1) as f64
+    }
+
+    fn per_buyer(&self, options: &DropOptions, x: f64) -> f64 {
+        x / options.buyers.max(1) as f64
+    }
+
+    fn print(&mut self, options: &DropOptions) {
+        println!();
+        println!("== orderfleet bench: a drop of {} buyers for {} units ==", options.buyers, options.units);
+        println!("orders by status          {}", by_status_line(&self.by_status));
+        println!(
+            "final answers             {:?} ({} retried answers before them)",
+            self.answers.final_codes, self.answers.retries
+        );
+        println!(
+            "sold out                  every unit promised {:.2} s after the first buyer; every unit paid after {:.1} s; \
+             the last buyer answered after {:.1} s",
+            self.promised_at, self.paid_at, self.door_seconds
+        );
+        let answers = &mut self.answers;
+        println!(
+            "sold-out answers          {} answers, p50 {:.1} ms, p99 {:.1} ms (every answer: p50 {:.1} ms, p99 {:.1} ms)",
+            answers.sold_out_ms.len(),
+            percentile(&mut answers.sold_out_ms, 50.0),
+            percentile(&mut answers.sold_out_ms, 99.0),
+            percentile(&mut answers.all_ms, 50.0),
+            percentile(&mut answers.all_ms, 99.0)
+        );
+        self.print_costs(options);
+        println!("guarantees                {}", self.audit.summary());
+    }
+
+    /// What the drop cost Stripe, the intake and PostgreSQL.
+    fn print_costs(&self, options: &DropOptions) {
+        let stripe = &self.stripe;
+        println!(
+            "Stripe                    {} requests for {} units sold = {:.2} per unit; {} PaymentIntents",
+            stripe.requests,
+            self.paid,
+            self.per_unit(),
+            self.intents
+        );
+        println!("holds on buyers who got nothing  {}", self.holds_on_losers);
+        println!(
+            "stripe-sim                {} answered 429; busiest second {} requests (limit {}/s); \
+             {} connections opened = {:.1} per 100 requests",
+            stripe.rate_limited,
+            stripe.busiest_second,
+            options.stripe_limit,
+            stripe.connections,
+            stripe.connections_per_100()
+        );
+        println!(
+            "intake peak memory        {}",
+            self.intake_peak_mib.map(|m| format!("{m:.1} MiB (VmHWM)")).unwrap_or_else(|| "unknown".into())
+        );
+        println!("door statement (intake)   {}", self.door_statement);
+        let total = self.spent.total();
+        println!(
+            "PostgreSQL per buyer      {:.1} round trips, {:.1} of them pings: {}; CPU {:.2} ms \
+             (fleet {:.2} ms)",
+            self.per_buyer(options, total.round_trips as f64),
+            self.per_buyer(options, total.pings as f64),
+            self.spent.each(options.buyers, |r| r.round_trips as f64),
+            self.per_buyer(options, self.spent.postgres_cpu * 1000.0),
+            self.per_buyer(options, total.cpu * 1000.0),
+        );
+    }
+
+    /// The one line a script reads.
+    fn print_summary(&mut self, options: &DropOptions) {
+        println!(
+            "bench-drop: buyers={} units={} sold_out_s={:.2} sold_out_p99_ms={:.1} stripe_requests_per_unit={:.2} \
+             holds_on_losers={} rate_limited={} intake_peak_mib={:.1} \
+             pg_round_trips_per_buyer={:.1} stripe_connections_per_100_requests={:.1}",
+            options.buyers,
+            options.units,
+            self.promised_at,
+            percentile(&mut self.answers.sold_out_ms, 99.0),
+            self.per_unit(),
+            self.holds_on_losers,
+            self.stripe.rate_limited,
+            self.intake_peak_mib.unwrap_or(f64::NAN),
+            self.per_buyer(options, self.spent.total().round_trips as f64),
+            self.stripe.connections_per_100()
+        );
+    }
 }
 
 /// One buyer: asks once, and again with the same key after a 503 or while the key is in use.

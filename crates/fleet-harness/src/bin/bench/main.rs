@@ -276,6 +276,67 @@ async fn transactions(admin: &mut PgConnection, database: &str) -> anyhow::Resul
     Ok(n)
 }
 
+/// The fleet's own counters, read before the orders and after them: each figure per order is
+/// a difference of two readings.
+struct Counters {
+    /// SQS and SNS requests by operation, from each process's `/metrics`.
+    requests: BTreeMap<String, f64>,
+    /// Transactions committed or rolled back in the bench's database.
+    transactions: i64,
+    /// Round trips and CPU seconds.
+    costs: costs::Snapshot,
+}
+
+impl Counters {
+    async fn read(
+        fleet: &Fleet,
+        meter: &costs::Meter,
+        admin: &mut PgConnection,
+        database: &str,
+    ) -> anyhow::Result<Self> {
+        let requests = aws_requests(fleet).await;
+        let transactions = transactions(admin, database).await?;
+        Ok(Self { requests, transactions, costs: meter.read(fleet) })
+    }
+}
+
+async fn aws_requests(fleet: &Fleet) -> BTreeMap<String, f64> {
+    sum_by_label(&fleet.scrape_metrics().await, "aws_requests_total", "operation")
+}
+
+/// What stripe-sim counted, and the connections the fleet opened to it.
+struct StripeCounts {
+    requests: u64,
+    /// Answered 429.
+    rate_limited: u64,
+    /// Requests in the busiest second.
+    busiest_second: u64,
+    connections: u64,
+}
+
+impl StripeCounts {
+    async fn read(fleet: &Fleet) -> anyhow::Result<Self> {
+        let stats = fleet.stripe_stats().await?;
+        let count = |name: &str| stats[name].as_u64().unwrap_or(0);
+        Ok(Self {
+            requests: count("requests"),
+            rate_limited: count("rate_limited"),
+            busiest_second: count("max_requests_in_one_second"),
+            connections: fleet.stripe_connections().await?,
+        })
+    }
+
+    /// Connections opened per 100 requests: how well the fleet's clients keep them alive.
+    fn connections_per_100(&self) -> f64 {
+        self.connections as f64 * 100.0 / self.requests.max(1) as f64
+    }
+}
+
+/// `status=count …`, as the bench and the drop print the orders by status.
+fn by_status_line(by_status: &BTreeMap<String, i64>) -> String {
+    by_status.iter().map(|(s, c)| format!("{s}={c}")).collect::<Vec<_>>().join(" ")
+}
+
 async fn measure(
     fleet: &Fleet,
     meter: &costs::Meter,
@@ -286,15 +347,60 @@ async fn measure(
 ) -> anyhow::Result<()> {
     let localstack = LocalStackCpu::find();
     let n = options.orders;
-    let before_requests = sum_by_label(&fleet.scrape_metrics().await, "aws_requests_total", "operation");
-    let before_xacts = transactions(admin, database).await?;
-    let before_costs = meter.read(fleet);
+    let before = Counters::read(fleet, meter, admin, database).await?;
 
     say(&format!("{n} orders from {n} users, {} at a time", options.concurrency));
     let localstack_before = localstack.seconds();
     let started = Instant::now();
+    let answers = send_orders(fleet, n, options.concurrency).await;
+    let intake_seconds = started.elapsed().as_secs_f64();
+    let statuses = count_by_status(&answers);
+    say(&format!("  intake done in {intake_seconds:.1} s: {statuses:?}"));
+
+    let terminal_at = wait_until_done(fleet, started).await?;
+    let total_seconds = started.elapsed().as_secs_f64();
+    let localstack_fleet = localstack_before.zip(localstack.seconds()).map(|(a, b)| b - a);
+    // The last deletes go out within the acknowledgement flush interval; let them.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let after = Counters::read(fleet, meter, admin, database).await?;
+    let stripe = StripeCounts::read(fleet).await?;
+    let by_status: BTreeMap<String, i64> = fleet.statuses().await?.into_iter().collect();
+    let (paid_ms, outbox_lag_ms) = settled_latencies(fleet).await?;
+    let idle = idle_receives(fleet, options.idle_seconds).await;
+    // The figures count only if the run kept every guarantee.
+    let audit = Audit::without_notifications(fleet, "bench").await?;
+
+    let mut figures = Figures {
+        n,
+        batching: options.batching,
+        accepted: answers.iter().filter(|(s, _)| *s == 202).count(),
+        statuses,
+        by_status,
+        terminal_seconds: terminal_at.as_secs_f64(),
+        total_seconds,
+        intake_ms: answers.iter().map(|(_, d)| d.as_secs_f64() * 1000.0).collect(),
+        paid_ms,
+        outbox_lag_ms,
+        requests: requests_between(&before.requests, &after.requests),
+        transactions: after.transactions - before.transactions,
+        spent: after.costs.since(&before.costs),
+        stripe,
+        idle,
+        audit,
+        ceiling,
+        localstack_fleet,
+    };
+    figures.print();
+    anyhow::ensure!(figures.audit.holds(), "a guarantee broke in the run: {}", figures.audit.summary());
+    Ok(())
+}
+
+/// Sends `n` orders from `n` users, `concurrency` at a time: each answer's status (0 when
+/// none came) and latency.
+async fn send_orders(fleet: &Fleet, n: usize, concurrency: usize) -> Vec<(u16, Duration)> {
     let answered = Arc::new(AtomicUsize::new(0));
-    let latencies: Vec<(u16, Duration)> = futures::stream::iter(0..n)
+    futures::stream::iter(0..n)
         .map(|i| {
             let answered = answered.clone();
             async move {
@@ -313,19 +419,23 @@ async fn measure(
                 (status, sent.elapsed())
             }
         })
-        .buffer_unordered(options.concurrency)
+        .buffer_unordered(concurrency)
         .collect()
-        .await;
-    let intake_seconds = started.elapsed().as_secs_f64();
-    let accepted = latencies.iter().filter(|(s, _)| *s == 202).count();
-    let statuses = latencies.iter().fold(BTreeMap::<u16, usize>::new(), |mut m, (s, _)| {
+        .await
+}
+
+/// How many answers had each status.
+fn count_by_status(answers: &[(u16, Duration)]) -> BTreeMap<u16, usize> {
+    answers.iter().fold(BTreeMap::new(), |mut m, (s, _)| {
         *m.entry(*s).or_default() += 1;
         m
-    });
-    say(&format!("  intake done in {intake_seconds:.1} s: {statuses:?}"));
+    })
+}
 
-    // Done means every order terminal with its hold released, and every notification
-    // published (each notification message marked processed in the inbox).
+/// Waits until the run is done: every order terminal with its hold released, and every
+/// notification published (each notification message marked processed in the inbox).
+/// Returns when, after `started`, the orders were all terminal.
+async fn wait_until_done(fleet: &Fleet, started: Instant) -> anyhow::Result<Duration> {
     let mut terminal_at = None;
     loop {
         let (open, unpublished): (i64, i64) = sqlx::query_as(
@@ -341,7 +451,7 @@ async fn measure(
             terminal_at = Some(started.elapsed());
         }
         if open == 0 && unpublished == 0 {
-            break;
+            return Ok(terminal_at.unwrap_or_default());
         }
         anyhow::ensure!(
             started.elapsed() < Duration::from_secs(900),
@@ -349,167 +459,241 @@ async fn measure(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let total_seconds = started.elapsed().as_secs_f64();
-    let localstack_fleet = localstack_before.zip(localstack.seconds()).map(|(a, b)| b - a);
-    let terminal_seconds = terminal_at.unwrap_or_default().as_secs_f64();
-    // The last deletes go out within the acknowledgement flush interval; let them.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let orders_per_s = accepted as f64 / total_seconds;
+}
 
-    let after_requests = sum_by_label(&fleet.scrape_metrics().await, "aws_requests_total", "operation");
-    let after_xacts = transactions(admin, database).await?;
-    let spent = meter.read(fleet).since(&before_costs);
-    let stripe = fleet.stripe_stats().await?;
-    let stripe_requests = stripe["requests"].as_u64().unwrap_or(0);
-    let stripe_connections = fleet.stripe_connections().await?;
-    let connections_per_100 = stripe_connections as f64 * 100.0 / stripe_requests.max(1) as f64;
-    let total = spent.total();
-    let per_order = |x: f64| x / accepted.max(1) as f64;
-    let round_trips_per_order = per_order(total.round_trips as f64);
-    let pings_per_order = per_order(total.pings as f64);
-    let fleet_cpu_ms = per_order(total.cpu * 1000.0);
-    let postgres_cpu_ms = per_order(spent.postgres_cpu * 1000.0);
-    let by_status: BTreeMap<String, i64> = fleet.statuses().await?.into_iter().collect();
-    let paid_latencies: Vec<f64> = sqlx::query_scalar(
+/// Accepted → paid for each paid order, and how long each outbox row waited between its
+/// commit and SQS accepting it (whether the relay keeps up with the burst), in milliseconds.
+async fn settled_latencies(fleet: &Fleet) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let paid_seconds: Vec<f64> = sqlx::query_scalar(
         "SELECT EXTRACT(EPOCH FROM (updated_at - created_at))::float8 FROM orders WHERE status = 'paid'",
     )
     .fetch_all(&fleet.pool)
     .await?;
-    // How long outbox rows waited between their commit and SQS accepting them: whether the
-    // relay keeps up with the burst.
-    let mut outbox_lag_ms: Vec<f64> = sqlx::query_scalar(
+    let outbox_lag_ms: Vec<f64> = sqlx::query_scalar(
         "SELECT EXTRACT(EPOCH FROM (sent_at - created_at))::float8 * 1000 FROM outbox WHERE sent_at IS NOT NULL",
     )
     .fetch_all(&fleet.pool)
     .await?;
-    let mut intake_ms: Vec<f64> = latencies.iter().map(|(_, d)| d.as_secs_f64() * 1000.0).collect();
-    let mut paid_ms: Vec<f64> = paid_latencies.iter().map(|s| s * 1000.0).collect();
+    Ok((paid_seconds.iter().map(|s| s * 1000.0).collect(), outbox_lag_ms))
+}
 
+/// The requests made between two readings, by operation, leaving out those that did not grow.
+fn requests_between(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
     let mut requests: BTreeMap<String, f64> = BTreeMap::new();
-    for (op, count) in &after_requests {
-        let delta = count - before_requests.get(op).copied().unwrap_or(0.0);
+    for (op, count) in after {
+        let delta = count - before.get(op).copied().unwrap_or(0.0);
         if delta > 0.0 {
             requests.insert(op.clone(), delta);
         }
     }
     // The fleet's own reads of queue attributes at start are not per-order traffic.
     requests.remove("GetQueueAttributes");
-    let total_requests: f64 = requests.values().sum();
-    let requests_per_order = total_requests / accepted.max(1) as f64;
-    let xacts_per_order = (after_xacts - before_xacts) as f64 / accepted.max(1) as f64;
+    requests
+}
 
-    // An idle fleet: how often does a poller ask?
-    let idle = if options.idle_seconds > 0 {
-        say(&format!("idle for {} s, counting receives", options.idle_seconds));
-        let before = sum_by_label(&fleet.scrape_metrics().await, "aws_requests_total", "operation");
-        tokio::time::sleep(Duration::from_secs(options.idle_seconds)).await;
-        let after = sum_by_label(&fleet.scrape_metrics().await, "aws_requests_total", "operation");
-        let receives = after.get("ReceiveMessage").copied().unwrap_or(0.0)
-            - before.get("ReceiveMessage").copied().unwrap_or(0.0);
-        // Two stock workers and a notification worker. Each has two pollers (ConsumerConfig),
-        // of which only the first polls while its queue is shallow: one long poll per worker.
-        let workers = 3.0;
-        Some(receives / workers / (options.idle_seconds as f64 / 60.0))
-    } else {
-        None
-    };
+/// An idle fleet: how often does a poller ask? Receives per minute per worker, over
+/// `idle_seconds` (none when 0).
+async fn idle_receives(fleet: &Fleet, idle_seconds: u64) -> Option<f64> {
+    if idle_seconds == 0 {
+        return None;
+    }
+    say(&format!("idle for {idle_seconds} s, counting receives"));
+    let before = aws_requests(fleet).await;
+    tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
+    let after = aws_requests(fleet).await;
+    let receives = after.get("ReceiveMessage").copied().unwrap_or(0.0)
+        - before.get("ReceiveMessage").copied().unwrap_or(0.0);
+    // Two stock workers and a notification worker. Each has two pollers (ConsumerConfig),
+    // of which only the first polls while its queue is shallow: one long poll per worker.
+    let workers = 3.0;
+    Some(receives / workers / (idle_seconds as f64 / 60.0))
+}
 
-    // The figures count only if the run kept every guarantee.
-    let audit = Audit::without_notifications(fleet, "bench").await?;
+/// One run's figures, as printed.
+struct Figures {
+    n: usize,
+    batching: bool,
+    accepted: usize,
+    /// Intake answers by status.
+    statuses: BTreeMap<u16, usize>,
+    by_status: BTreeMap<String, i64>,
+    terminal_seconds: f64,
+    total_seconds: f64,
+    intake_ms: Vec<f64>,
+    paid_ms: Vec<f64>,
+    outbox_lag_ms: Vec<f64>,
+    requests: BTreeMap<String, f64>,
+    transactions: i64,
+    spent: costs::Snapshot,
+    stripe: StripeCounts,
+    idle: Option<f64>,
+    audit: Audit,
+    ceiling: Ceiling,
+    /// LocalStack's CPU seconds over the run.
+    localstack_fleet: Option<f64>,
+}
 
-    let Ceiling { msgs_per_s: ceiling, localstack: localstack_ceiling } = ceiling;
-    let ratio = orders_per_s / ceiling;
-    println!();
-    println!("== orderfleet bench: {n} orders, batching {} ==", if options.batching { "on" } else { "off" });
-    println!(
-        "orders by status          {}",
-        by_status.iter().map(|(s, c)| format!("{s}={c}")).collect::<Vec<_>>().join(" ")
-    );
-    println!(
-        "end to end                {accepted} accepted orders terminal in {terminal_seconds:.1} s, every notification \
-         published in {total_seconds:.1} s = {orders_per_s:.1} orders/s"
-    );
-    println!(
-        "intake latency            p50 {:.1} ms, p99 {:.1} ms (p99/p50 {:.1}); answers {statuses:?}",
-        percentile(&mut intake_ms, 50.0),
-        percentile(&mut intake_ms, 99.0),
-        percentile(&mut intake_ms, 99.0) / percentile(&mut intake_ms, 50.0).max(0.001)
-    );
-    println!(
-        "accepted → paid           p50 {:.0} ms, p99 {:.0} ms ({} paid)",
-        percentile(&mut paid_ms, 50.0),
-        percentile(&mut paid_ms, 99.0),
-        paid_ms.len()
-    );
-    println!(
-        "outbox commit → sent      p50 {:.0} ms, p99 {:.0} ms ({} rows)",
-        percentile(&mut outbox_lag_ms, 50.0),
-        percentile(&mut outbox_lag_ms, 99.0),
-        outbox_lag_ms.len()
-    );
-    println!(
-        "SQS + SNS requests        {total_requests:.0} = {requests_per_order:.2} per order: {}",
-        requests
-            .iter()
-            .map(|(op, c)| format!("{op}={:.3}", c / accepted.max(1) as f64))
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
-    println!(
-        "database transactions     {xacts_per_order:.1} per order (pg_stat_database: the bench's own polling included)"
-    );
-    println!(
-        "PostgreSQL round trips    {round_trips_per_order:.1} per order, of which {pings_per_order:.1} pings: {}; {} connections opened",
-        spent.each(accepted, |r| r.round_trips as f64),
-        total.connections
-    );
-    println!(
-        "fleet CPU                 {fleet_cpu_ms:.2} ms per order: {}",
-        spent.each(accepted, |r| r.cpu * 1000.0)
-    );
-    println!("PostgreSQL CPU            {postgres_cpu_ms:.2} ms per order (every postgres process here)");
-    println!(
-        "Stripe connections        {stripe_connections} opened for {stripe_requests} requests = {connections_per_100:.1} per 100"
-    );
-    println!("guarantees                {}", audit.summary());
-    if let Some(idle) = idle {
+impl Figures {
+    fn per_order(&self, x: f64) -> f64 {
+        x / self.accepted.max(1) as f64
+    }
+
+    fn orders_per_s(&self) -> f64 {
+        self.accepted as f64 / self.total_seconds
+    }
+
+    fn total_requests(&self) -> f64 {
+        self.requests.values().sum()
+    }
+
+    fn print(&mut self) {
+        println!();
         println!(
-            "idle receives             {idle:.1} per minute per worker (its one polling poller; the second parks while the queue is shallow)"
+            "== orderfleet bench: {} orders, batching {} ==",
+            self.n,
+            if self.batching { "on" } else { "off" }
+        );
+        self.print_latencies();
+        self.print_costs();
+        self.print_localstack();
+        self.print_summary();
+    }
+
+    /// The orders' outcome, the rate and the latencies.
+    fn print_latencies(&mut self) {
+        let (accepted, statuses) = (self.accepted, &self.statuses);
+        let (terminal_seconds, total_seconds, orders_per_s) =
+            (self.terminal_seconds, self.total_seconds, self.orders_per_s());
+        println!("orders by status          {}", by_status_line(&self.by_status));
+        println!(
+            "end to end                {accepted} accepted orders terminal in {terminal_seconds:.1} s, every notification \
+             published in {total_seconds:.1} s = {orders_per_s:.1} orders/s"
+        );
+        let intake_ms = &mut self.intake_ms;
+        println!(
+            "intake latency            p50 {:.1} ms, p99 {:.1} ms (p99/p50 {:.1}); answers {statuses:?}",
+            percentile(intake_ms, 50.0),
+            percentile(intake_ms, 99.0),
+            percentile(intake_ms, 99.0) / percentile(intake_ms, 50.0).max(0.001)
+        );
+        println!(
+            "accepted → paid           p50 {:.0} ms, p99 {:.0} ms ({} paid)",
+            percentile(&mut self.paid_ms, 50.0),
+            percentile(&mut self.paid_ms, 99.0),
+            self.paid_ms.len()
+        );
+        println!(
+            "outbox commit → sent      p50 {:.0} ms, p99 {:.0} ms ({} rows)",
+            percentile(&mut self.outbox_lag_ms, 50.0),
+            percentile(&mut self.outbox_lag_ms, 99.0),
+            self.outbox_lag_ms.len()
         );
     }
-    println!("LocalStack ceiling        {ceiling:.0} messages/s (batched send → receive → delete)");
-    println!("fleet / ceiling           {ratio:.3} (orders/s over messages/s; an order is 3 messages)");
-    println!(
-        "fleet through LocalStack  {:.0} SQS messages/s + {:.0} SNS publishes/s ({:.0} % of the ceiling in SQS messages alone)",
-        orders_per_s * 3.0,
-        orders_per_s * 2.0,
-        orders_per_s * 3.0 / ceiling * 100.0
-    );
-    if let (Some((ceiling_cpu, ceiling_wall)), Some(fleet_cpu)) = (localstack_ceiling, localstack_fleet) {
-        let per_message = ceiling_cpu / n as f64;
-        let per_order = fleet_cpu / accepted.max(1) as f64;
+
+    /// What each order cost: requests, transactions, round trips, CPU, Stripe connections.
+    fn print_costs(&self) {
+        let (total_requests, requests_per_order) =
+            (self.total_requests(), self.per_order(self.total_requests()));
+        let xacts_per_order = self.per_order(self.transactions as f64);
+        let (accepted, spent, total) = (self.accepted, &self.spent, self.spent.total());
+        println!(
+            "SQS + SNS requests        {total_requests:.0} = {requests_per_order:.2} per order: {}",
+            self.requests
+                .iter()
+                .map(|(op, c)| format!("{op}={:.3}", self.per_order(*c)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        println!(
+            "database transactions     {xacts_per_order:.1} per order (pg_stat_database: the bench's own polling included)"
+        );
+        println!(
+            "PostgreSQL round trips    {:.1} per order, of which {:.1} pings: {}; {} connections opened",
+            self.per_order(total.round_trips as f64),
+            self.per_order(total.pings as f64),
+            spent.each(accepted, |r| r.round_trips as f64),
+            total.connections
+        );
+        println!(
+            "fleet CPU                 {:.2} ms per order: {}",
+            self.per_order(total.cpu * 1000.0),
+            spent.each(accepted, |r| r.cpu * 1000.0)
+        );
+        println!(
+            "PostgreSQL CPU            {:.2} ms per order (every postgres process here)",
+            self.per_order(spent.postgres_cpu * 1000.0)
+        );
+        println!(
+            "Stripe connections        {} opened for {} requests = {:.1} per 100",
+            self.stripe.connections,
+            self.stripe.requests,
+            self.stripe.connections_per_100()
+        );
+        println!("guarantees                {}", self.audit.summary());
+        if let Some(idle) = self.idle {
+            println!(
+                "idle receives             {idle:.1} per minute per worker (its one polling poller; the second parks while the queue is shallow)"
+            );
+        }
+    }
+
+    /// The run against LocalStack's ceiling, in rate and in LocalStack's CPU.
+    fn print_localstack(&self) {
+        let (ceiling, orders_per_s) = (self.ceiling.msgs_per_s, self.orders_per_s());
+        println!("LocalStack ceiling        {ceiling:.0} messages/s (batched send → receive → delete)");
+        println!(
+            "fleet / ceiling           {:.3} (orders/s over messages/s; an order is 3 messages)",
+            orders_per_s / ceiling
+        );
+        println!(
+            "fleet through LocalStack  {:.0} SQS messages/s + {:.0} SNS publishes/s ({:.0} % of the ceiling in SQS messages alone)",
+            orders_per_s * 3.0,
+            orders_per_s * 2.0,
+            orders_per_s * 3.0 / ceiling * 100.0
+        );
+        let (Some((ceiling_cpu, ceiling_wall)), Some(fleet_cpu)) =
+            (self.ceiling.localstack, self.localstack_fleet)
+        else {
+            return;
+        };
+        let per_message = ceiling_cpu / self.n as f64;
+        let per_order = self.per_order(fleet_cpu);
         let messages_per_order = per_order / per_message;
         println!(
             "LocalStack CPU            {:.2} ms per bare message in the ceiling ({:.0} % of a core), {:.2} ms per order in the fleet ({:.0} %)",
             per_message * 1000.0,
             ceiling_cpu / ceiling_wall * 100.0,
             per_order * 1000.0,
-            fleet_cpu / total_seconds * 100.0
+            fleet_cpu / self.total_seconds * 100.0
         );
         println!(
             "                          an order costs LocalStack the CPU of {messages_per_order:.1} bare messages: where LocalStack is the limit, the ratio stays near 1/{messages_per_order:.1} = {:.2}",
             1.0 / messages_per_order
         );
     }
-    println!(
-        "bench: orders={accepted} orders_per_s={orders_per_s:.1} requests_per_order={requests_per_order:.2} \
-         pg_round_trips_per_order={round_trips_per_order:.1} pg_pings_per_order={pings_per_order:.1} \
-         xacts_per_order={xacts_per_order:.1} fleet_cpu_ms_per_order={fleet_cpu_ms:.2} pg_cpu_ms_per_order={postgres_cpu_ms:.2} \
-         stripe_connections_per_100_requests={connections_per_100:.1} \
-         ceiling_msgs_per_s={ceiling:.0} ratio={ratio:.3}"
-    );
-    anyhow::ensure!(audit.holds(), "a guarantee broke in the run: {}", audit.summary());
-    Ok(())
+
+    /// The one line a script reads.
+    fn print_summary(&self) {
+        let total = self.spent.total();
+        println!(
+            "bench: orders={} orders_per_s={:.1} requests_per_order={:.2} \
+             pg_round_trips_per_order={:.1} pg_pings_per_order={:.1} \
+             xacts_per_order={:.1} fleet_cpu_ms_per_order={:.2} pg_cpu_ms_per_order={:.2} \
+             stripe_connections_per_100_requests={:.1} \
+             ceiling_msgs_per_s={:.0} ratio={:.3}",
+            self.accepted,
+            self.orders_per_s(),
+            self.per_order(self.total_requests()),
+            self.per_order(total.round_trips as f64),
+            self.per_order(total.pings as f64),
+            self.per_order(self.transactions as f64),
+            self.per_order(total.cpu * 1000.0),
+            self.per_order(self.spent.postgres_cpu * 1000.0),
+            self.stripe.connections_per_100(),
+            self.ceiling.msgs_per_s,
+            self.orders_per_s() / self.ceiling.msgs_per_s
+        );
+    }
 }
 
 /// LocalStack's raw rate for `n` messages through one queue: `concurrency` senders with
@@ -520,57 +704,13 @@ async fn ceiling(sqs: &aws_sdk_sqs::Client, n: usize, concurrency: usize) -> any
     let url = sqs.create_queue().queue_name(&name).send().await?.queue_url.context("a queue URL")?;
     let deleted = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
-    let batches = n.div_ceil(10);
     let next_batch = Arc::new(AtomicUsize::new(0));
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..concurrency.max(1) {
-        let (sqs, url, next_batch) = (sqs.clone(), url.clone(), next_batch.clone());
-        tasks.spawn(async move {
-            loop {
-                let batch = next_batch.fetch_add(1, Ordering::Relaxed);
-                if batch >= batches {
-                    return Ok::<_, anyhow::Error>(());
-                }
-                let size = (n - batch * 10).min(10);
-                let entries = (0..size)
-                    .map(|i| {
-                        SendMessageBatchRequestEntry::builder().id(i.to_string()).message_body("x").build()
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                sqs.send_message_batch().queue_url(&url).set_entries(Some(entries)).send().await?;
-            }
-        });
+        tasks.spawn(send_batches(sqs.clone(), url.clone(), n, next_batch.clone()));
     }
     for _ in 0..concurrency.max(1) {
-        let (sqs, url, deleted) = (sqs.clone(), url.clone(), deleted.clone());
-        tasks.spawn(async move {
-            while deleted.load(Ordering::Relaxed) < n {
-                let out = sqs
-                    .receive_message()
-                    .queue_url(&url)
-                    .max_number_of_messages(10)
-                    .wait_time_seconds(1)
-                    .send()
-                    .await?;
-                let messages = out.messages.unwrap_or_default();
-                if messages.is_empty() {
-                    continue;
-                }
-                let entries = messages
-                    .iter()
-                    .enumerate()
-                    .map(|(i, m)| {
-                        DeleteMessageBatchRequestEntry::builder()
-                            .id(i.to_string())
-                            .receipt_handle(m.receipt_handle().unwrap_or_default())
-                            .build()
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                sqs.delete_message_batch().queue_url(&url).set_entries(Some(entries)).send().await?;
-                deleted.fetch_add(messages.len(), Ordering::Relaxed);
-            }
-            Ok(())
-        });
+        tasks.spawn(receive_and_delete(sqs.clone(), url.clone(), n, deleted.clone()));
     }
     while let Some(result) = tasks.join_next().await {
         result??;
@@ -578,4 +718,60 @@ async fn ceiling(sqs: &aws_sdk_sqs::Client, n: usize, concurrency: usize) -> any
     let rate = n as f64 / started.elapsed().as_secs_f64();
     sqs.delete_queue().queue_url(&url).send().await?;
     Ok(rate)
+}
+
+/// One sender of the ceiling: takes the next batch of 10 of the `n` messages until none is left.
+async fn send_batches(
+    sqs: aws_sdk_sqs::Client,
+    url: String,
+    n: usize,
+    next_batch: Arc<AtomicUsize>,
+) -> anyhow::Result<()> {
+    let batches = n.div_ceil(10);
+    loop {
+        let batch = next_batch.fetch_add(1, Ordering::Relaxed);
+        if batch >= batches {
+            return Ok(());
+        }
+        let size = (n - batch * 10).min(10);
+        let entries = (0..size)
+            .map(|i| SendMessageBatchRequestEntry::builder().id(i.to_string()).message_body("x").build())
+            .collect::<Result<Vec<_>, _>>()?;
+        sqs.send_message_batch().queue_url(&url).set_entries(Some(entries)).send().await?;
+    }
+}
+
+/// One consumer of the ceiling: receives and deletes until `deleted` reaches `n`.
+async fn receive_and_delete(
+    sqs: aws_sdk_sqs::Client,
+    url: String,
+    n: usize,
+    deleted: Arc<AtomicUsize>,
+) -> anyhow::Result<()> {
+    while deleted.load(Ordering::Relaxed) < n {
+        let out = sqs
+            .receive_message()
+            .queue_url(&url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await?;
+        let messages = out.messages.unwrap_or_default();
+        if messages.is_empty() {
+            continue;
+        }
+        let entries = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(m.receipt_handle().unwrap_or_default())
+                    .build()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        sqs.delete_message_batch().queue_url(&url).set_entries(Some(entries)).send().await?;
+        deleted.fetch_add(messages.len(), Ordering::Relaxed);
+    }
+    Ok(())
 }
