@@ -25,6 +25,9 @@ cargo fmt --all --check
 step "the docs name only tests, files and settings that exist"
 python3 scripts/check-docs.py
 
+step "every function within 60 lines; no order status spelled in the fleet's SQL"
+python3 scripts/check-shape.py
+
 step "cfn-lint infra/*.yaml"
 venv=$("$root/localstack/host.sh" venv)
 "$venv/bin/cfn-lint" infra/*.yaml

@@ -25,6 +25,7 @@ use order_intake::limits::LimitsConfig;
 use order_intake::request::OrderRequest;
 use orderfleet::domain::door::{self, Admission};
 use orderfleet::domain::tokens::UserId;
+use sqlx::PgPool;
 
 use fleet_harness::percentile;
 
@@ -359,31 +360,7 @@ async fn hot_row(database_url: &str) -> anyhow::Result<String> {
     for (connections, promises) in [(1usize, 500usize), (32, 3000)] {
         let started = Instant::now();
         let mut took: Vec<f64> = futures::stream::iter(0..promises)
-            .map(|i| {
-                let (request, fingerprint) = (&request, &fingerprint);
-                async move {
-                    let user = UserId::parse(&format!("hot-{connections}-{i}")).expect("a valid user id");
-                    let sent = Instant::now();
-                    let traceparent = orderfleet::runtime::trace::Trace::random().traceparent();
-                    let entry = door::Entry {
-                        user: &user,
-                        key: "k",
-                        product_id: &request.product_id,
-                        quantity: request.quantity,
-                        payment_method: &request.payment_method,
-                        fingerprint,
-                        lease: Duration::from_secs(30),
-                        traceparent: &traceparent,
-                    };
-                    // Behind the card gate, as the intake runs by default.
-                    let admission = door::admit(pool, entry, LimitsConfig::DEFAULT.declines_per_hour).await;
-                    anyhow::ensure!(
-                        matches!(admission, Ok(Admission::Admitted(_))),
-                        "the door refused: {admission:?}"
-                    );
-                    Ok(sent.elapsed().as_secs_f64() * 1000.0)
-                }
-            })
+            .map(|i| promise(pool, &request, &fingerprint, format!("hot-{connections}-{i}")))
             .buffer_unordered(connections)
             .collect::<Vec<anyhow::Result<f64>>>()
             .await
@@ -399,6 +376,32 @@ async fn hot_row(database_url: &str) -> anyhow::Result<String> {
         ));
     }
     Ok(lines.join("; "))
+}
+
+/// One promise through the door for a buyer of their own, behind the card gate as the intake
+/// runs by default: its milliseconds.
+async fn promise(
+    pool: &PgPool,
+    request: &OrderRequest,
+    fingerprint: &[u8],
+    user: String,
+) -> anyhow::Result<f64> {
+    let user = UserId::parse(&user).map_err(anyhow::Error::msg)?;
+    let sent = Instant::now();
+    let traceparent = orderfleet::runtime::trace::Trace::random().traceparent();
+    let entry = door::Entry {
+        user: &user,
+        key: "k",
+        product_id: &request.product_id,
+        quantity: request.quantity,
+        payment_method: &request.payment_method,
+        fingerprint,
+        lease: Duration::from_secs(30),
+        traceparent: &traceparent,
+    };
+    let admission = door::admit(pool, entry, LimitsConfig::DEFAULT.declines_per_hour).await;
+    anyhow::ensure!(matches!(admission, Ok(Admission::Admitted(_))), "the door refused: {admission:?}");
+    Ok(sent.elapsed().as_secs_f64() * 1000.0)
 }
 
 /// The process's peak resident set (VmHWM), from /proc.
