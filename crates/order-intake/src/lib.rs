@@ -44,7 +44,8 @@ use orderfleet::runtime::config::{
     AuthConfig, ConfigError, DatabaseConfig, Env, RuntimeConfig, Seconds, StripeConfig,
 };
 use orderfleet::runtime::db::{self, PoolSize};
-use orderfleet::runtime::service::{self, Service};
+use orderfleet::runtime::ops;
+use orderfleet::runtime::service::Service;
 use orderfleet::runtime::tasks::Tasks;
 use orderfleet::runtime::trace::CallerTrace;
 use sqlx::PgPool;
@@ -91,7 +92,7 @@ impl Service for IntakeConfig {
 
     async fn start(self, runtime: &RuntimeConfig, tasks: &mut Tasks) -> anyhow::Result<()> {
         let state = AppState::new(&self)?;
-        let listener = service::bind(self.listen_addr, "INTAKE_LISTEN_ADDR").await?;
+        let listener = ops::bind(self.listen_addr, "INTAKE_LISTEN_ADDR").await?;
         tracing::info!(addr = %self.listen_addr, "order-intake listening");
         let stop = tasks.stop_signal();
         tasks.spawn_loop(

@@ -33,9 +33,9 @@ use crate::faults::{Mode, Operation};
 use crate::form::Params;
 use crate::idempotency::{self, KeyedRequest, Scope};
 use crate::ids;
-use crate::intent::Expand;
 use crate::ledger::{Ledger, Reply};
 use crate::rate::Verdict;
+use crate::requests::Expand;
 use crate::requests::{CancelRequest, CaptureRequest, CreateRequest};
 use crate::simulator::{Executed, SimState};
 

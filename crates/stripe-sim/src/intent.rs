@@ -27,9 +27,11 @@ use serde_json::{Value, json};
 
 use crate::cards::{self, Outcome};
 use crate::error::StripeError;
-use crate::form::Params;
 use crate::ids;
-use crate::requests::{CancelRequest, CaptureRequest, CreateRequest, Details};
+use crate::requests::{
+    CancelRequest, CancellationReason, CaptureMethod, CaptureRequest, ConfirmationMethod, CreateRequest,
+    Details, Expand,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Status {
@@ -64,76 +66,8 @@ impl Status {
     ];
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CaptureMethod {
-    Automatic,
-    AutomaticAsync,
-    Manual,
-}
-
-impl CaptureMethod {
-    pub(crate) const ALL: [CaptureMethod; 3] =
-        [CaptureMethod::Automatic, CaptureMethod::AutomaticAsync, CaptureMethod::Manual];
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            CaptureMethod::Automatic => "automatic",
-            CaptureMethod::AutomaticAsync => "automatic_async",
-            CaptureMethod::Manual => "manual",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ConfirmationMethod {
-    Automatic,
-    Manual,
-}
-
-impl ConfirmationMethod {
-    pub(crate) const ALL: [ConfirmationMethod; 2] =
-        [ConfirmationMethod::Automatic, ConfirmationMethod::Manual];
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            ConfirmationMethod::Automatic => "automatic",
-            ConfirmationMethod::Manual => "manual",
-        }
-    }
-}
-
 /// How long a manual-capture card authorization holds: Stripe's window for most cards.
 pub(crate) const AUTHORIZATION_WINDOW_SECONDS: i64 = 7 * 24 * 3600;
-
-/// The reasons a client may give when cancelling ([`CancellationReason::ALL`]), and the one
-/// Stripe gives when it cancels a hold that outlived its window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CancellationReason {
-    Duplicate,
-    Fraudulent,
-    RequestedByCustomer,
-    Abandoned,
-    Automatic,
-}
-
-impl CancellationReason {
-    pub(crate) const ALL: [CancellationReason; 4] = [
-        CancellationReason::Duplicate,
-        CancellationReason::Fraudulent,
-        CancellationReason::RequestedByCustomer,
-        CancellationReason::Abandoned,
-    ];
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            CancellationReason::Duplicate => "duplicate",
-            CancellationReason::Fraudulent => "fraudulent",
-            CancellationReason::RequestedByCustomer => "requested_by_customer",
-            CancellationReason::Abandoned => "abandoned",
-            CancellationReason::Automatic => "automatic",
-        }
-    }
-}
 
 /// The charge a confirmation made: approved (a hold, or a payment) or declined.
 #[derive(Debug, Clone)]
@@ -145,20 +79,6 @@ pub(crate) struct Charge {
     payment_method: String,
     /// For a manual-capture hold: when Stripe stops honouring it.
     capture_before: Option<i64>,
-}
-
-/// Which related objects an answer carries whole rather than as ids (Stripe's `expand`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Expand {
-    pub(crate) latest_charge: bool,
-}
-
-impl Expand {
-    /// From the `expand[]` parameters; `prefix` is `"data."` for a list or a search result.
-    pub(crate) fn from_params(params: &Params, prefix: &str) -> Self {
-        let wanted = format!("{prefix}latest_charge");
-        Self { latest_charge: params.array("expand").contains(&wanted) }
-    }
 }
 
 #[derive(Debug, Clone)]

@@ -10,7 +10,8 @@ use axum::http::StatusCode;
 use serde_json::Value;
 
 use crate::error::StripeError;
-use crate::intent::{Expand, PaymentIntent};
+use crate::intent::PaymentIntent;
+use crate::requests::Expand;
 use crate::requests::{CancelRequest, CaptureRequest, CreateRequest};
 
 /// An answer to a Stripe API request: what the idempotency layer stores and replays.

@@ -87,8 +87,7 @@ impl orderfleet::runtime::service::Service for Config {
     ) -> anyhow::Result<()> {
         use anyhow::Context;
         let config = self;
-        let listener =
-            orderfleet::runtime::service::bind(config.listen_addr, "STRIPE_SIM_LISTEN_ADDR").await?;
+        let listener = orderfleet::runtime::ops::bind(config.listen_addr, "STRIPE_SIM_LISTEN_ADDR").await?;
         let addr = listener.local_addr().context("failed to read the listening address")?;
         tracing::info!(%addr, rate_limit_per_second = config.rate_limit, "stripe-sim listening");
         let simulator = Arc::new(Simulator::new().with_rate_limit(config.rate_limit));

@@ -12,7 +12,6 @@ use axum::http::StatusCode;
 use crate::cards::{self, TestCard};
 use crate::error::StripeError;
 use crate::form::Params;
-use crate::intent::{CancellationReason, CaptureMethod, ConfirmationMethod, Expand};
 
 /// Stripe's ceiling: eight digits in the smallest currency unit.
 const MAX_AMOUNT: i64 = 99_999_999;
@@ -236,6 +235,88 @@ fn metadata(params: &Params) -> Result<BTreeMap<String, String>, StripeError> {
         }
     }
     Ok(metadata)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CaptureMethod {
+    Automatic,
+    AutomaticAsync,
+    Manual,
+}
+
+impl CaptureMethod {
+    pub(crate) const ALL: [CaptureMethod; 3] =
+        [CaptureMethod::Automatic, CaptureMethod::AutomaticAsync, CaptureMethod::Manual];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            CaptureMethod::Automatic => "automatic",
+            CaptureMethod::AutomaticAsync => "automatic_async",
+            CaptureMethod::Manual => "manual",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConfirmationMethod {
+    Automatic,
+    Manual,
+}
+
+impl ConfirmationMethod {
+    pub(crate) const ALL: [ConfirmationMethod; 2] =
+        [ConfirmationMethod::Automatic, ConfirmationMethod::Manual];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ConfirmationMethod::Automatic => "automatic",
+            ConfirmationMethod::Manual => "manual",
+        }
+    }
+}
+
+/// The reasons a client may give when cancelling ([`CancellationReason::ALL`]), and the one
+/// Stripe gives when it cancels a hold that outlived its window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CancellationReason {
+    Duplicate,
+    Fraudulent,
+    RequestedByCustomer,
+    Abandoned,
+    Automatic,
+}
+
+impl CancellationReason {
+    pub(crate) const ALL: [CancellationReason; 4] = [
+        CancellationReason::Duplicate,
+        CancellationReason::Fraudulent,
+        CancellationReason::RequestedByCustomer,
+        CancellationReason::Abandoned,
+    ];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            CancellationReason::Duplicate => "duplicate",
+            CancellationReason::Fraudulent => "fraudulent",
+            CancellationReason::RequestedByCustomer => "requested_by_customer",
+            CancellationReason::Abandoned => "abandoned",
+            CancellationReason::Automatic => "automatic",
+        }
+    }
+}
+
+/// Which related objects an answer carries whole rather than as ids (Stripe's `expand`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Expand {
+    pub(crate) latest_charge: bool,
+}
+
+impl Expand {
+    /// From the `expand[]` parameters; `prefix` is `"data."` for a list or a search result.
+    pub(crate) fn from_params(params: &Params, prefix: &str) -> Self {
+        let wanted = format!("{prefix}latest_charge");
+        Self { latest_charge: params.array("expand").contains(&wanted) }
+    }
 }
 
 #[cfg(test)]

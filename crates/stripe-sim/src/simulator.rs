@@ -15,9 +15,9 @@ use tokio_util::sync::CancellationToken;
 use crate::error::StripeError;
 use crate::faults::{Faults, Mode, Operation};
 use crate::idempotency::{IdempotencyStore, Lookup, Saved, Scope};
-use crate::intent::Expand;
 use crate::ledger::{Ledger, Reply};
 use crate::rate::{RequestStats, Traffic, Verdict};
+use crate::requests::Expand;
 
 /// What [`crate::router`] serves from. Cheap to clone.
 pub type SimState = Arc<Simulator>;

@@ -321,7 +321,7 @@ impl Fulfilment {
             // Cannot happen (an authorized order has its intent); a person must look.
             anyhow::bail!("order {} has no payment intent", order.id);
         };
-        let captured = self.payments.capture(order, intent).await;
+        let captured = self.payments.capture(order.id, order.payment_attempt, intent).await;
         let captured = self.after_a_failed_attempt(order, intent, IntentStatus::Succeeded, captured).await?;
         match captured {
             Ok(_) => {
@@ -454,7 +454,7 @@ impl Fulfilment {
             mark_released().await?;
             return Ok(Ok(()));
         };
-        let cancelled = self.payments.cancel(order, intent).await;
+        let cancelled = self.payments.cancel(order.id, order.payment_attempt, intent).await;
         match self.after_a_failed_attempt(order, intent, IntentStatus::Canceled, cancelled).await? {
             Ok(_) => {
                 mark_released().await?;

@@ -2,7 +2,7 @@
 //!
 //! - The words as types ([`OrderId`], [`UserId`], [`Sku`], [`Quantity`], [`Currency`],
 //!   [`Money`]), checked once where they enter (`ids.rs`).
-//! - [`order`]: the one [`order::Order`], its statuses, and [`order::Transition`]: a move and
+//! - [`order`]: the one [`order::Order`], its statuses ([`status`]), and [`order::Transition`]: a move and
 //!   the outbox messages it causes, in one statement. Every move of an order is a
 //!   compare-and-set on its status, whether through a `Transition` or in the statements of
 //!   its own that the door, the decline and the reservation need.
@@ -30,5 +30,6 @@ pub mod order;
 pub mod outbox;
 pub mod payments;
 pub mod product;
+pub mod status;
 pub mod sweeper;
 pub mod tokens;

@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::domain::OrderId;
-use crate::domain::order::OrderNotification;
+use crate::domain::status::OrderStatus;
+use crate::domain::{Currency, OrderId, Quantity, Sku, UserId};
 
 /// Where a message goes: the `outbox_destination` enum of the `destination` column. Stored by
 /// name; the relay maps it to a queue URL from configuration, so rows survive a change of
@@ -125,6 +125,28 @@ pub enum Payload {
     StockCheck,
     /// `order.accepted`, `order.paid`, `order.rejected`: what the buyer is told.
     Notification(OrderNotification),
+}
+
+/// What a user-facing notification says about an order (the `payload` of its envelope).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderNotification {
+    /// The order's buyer, whom the notification is for.
+    pub user_id: UserId,
+    /// The order.
+    pub order_id: OrderId,
+    /// Its status as of this notification.
+    pub status: OrderStatus,
+    /// The product.
+    pub product_id: Sku,
+    /// How many units.
+    pub quantity: Quantity,
+    /// The amount in minor units.
+    pub amount: i64,
+    /// The amount's currency.
+    pub currency: Currency,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Why it failed, for a rejection (a code, never Stripe's words).
+    pub reason: Option<String>,
 }
 
 /// Why a message body is not an envelope a consumer can use: a permanent failure of the

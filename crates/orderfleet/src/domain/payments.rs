@@ -25,7 +25,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::domain::order::Order;
 use crate::domain::{Money, OrderId, UserId};
 use secrecy::ExposeSecret;
 use stripe::{ApiErrorsCode, ApiErrorsType, IdempotencyKey, RequestStrategy, StripeError, StripeRequest};
@@ -300,16 +299,28 @@ impl Payments {
 
     /// Captures an authorized PaymentIntent. An intent that is already captured counts as
     /// captured: the first capture's answer was lost and Stripe's key has expired.
-    pub async fn capture(&self, order: &Order, payment_intent_id: &str) -> Result<Intent, PaymentError> {
+    /// Sent under the key of the order's Stripe `attempt`.
+    pub async fn capture(
+        &self,
+        order_id: OrderId,
+        attempt: i32,
+        payment_intent_id: &str,
+    ) -> Result<Intent, PaymentError> {
         let request = CapturePaymentIntent::new(payment_intent_id);
-        self.settle(Operation::Capture, order.id, order.payment_attempt, payment_intent_id, request).await
+        self.settle(Operation::Capture, order_id, attempt, payment_intent_id, request).await
     }
 
     /// Cancels a PaymentIntent, releasing its hold. An intent that is already cancelled, or
     /// never held funds, counts as released.
-    pub async fn cancel(&self, order: &Order, payment_intent_id: &str) -> Result<Intent, PaymentError> {
+    /// Sent under the key of the order's Stripe `attempt`.
+    pub async fn cancel(
+        &self,
+        order_id: OrderId,
+        attempt: i32,
+        payment_intent_id: &str,
+    ) -> Result<Intent, PaymentError> {
         let request = CancelPaymentIntent::new(payment_intent_id);
-        self.settle(Operation::Cancel, order.id, order.payment_attempt, payment_intent_id, request).await
+        self.settle(Operation::Cancel, order_id, attempt, payment_intent_id, request).await
     }
 
     /// Sends a capture or a cancel under the order's key for it, with retries; a refusal

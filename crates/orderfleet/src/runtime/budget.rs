@@ -23,18 +23,36 @@
 
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use governor::clock::Clock;
+use governor::middleware::NoOpMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
+use tokio::time::Instant;
 
 /// The pace's headroom over the nominal rate: 5 %.
 const HEADROOM: f64 = 1.05;
 
+/// governor's clock, read from tokio's: the same monotonic time in a running process, and the
+/// paused clock of a test under `start_paused`, so the budget's tests need no wall clock.
+#[derive(Debug, Clone)]
+struct TokioClock {
+    start: Instant,
+}
+
+impl Clock for TokioClock {
+    type Instant = Duration;
+
+    fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+}
+
 /// The Stripe requests one process may send a second, and how long one may wait for a slot.
 pub(crate) struct StripeBudget {
-    limiter: DefaultDirectRateLimiter,
-    clock: DefaultClock,
+    limiter: RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<Duration>>,
+    clock: TokioClock,
     /// Whose turn it is: tokio's mutex hands itself over in the order it was asked for.
     turn: tokio::sync::Mutex<()>,
     /// Requests waiting for a slot, the one at the head included.
@@ -68,7 +86,7 @@ impl StripeBudget {
     pub fn new(per_second: NonZeroU32, max_wait: Duration) -> Self {
         let interval = Duration::from_secs(1).mul_f64(HEADROOM) / per_second.get();
         let quota = Quota::with_period(interval).expect("a positive interval").allow_burst(NonZeroU32::MIN);
-        let clock = DefaultClock::default();
+        let clock = TokioClock { start: Instant::now() };
         Self {
             limiter: RateLimiter::direct_with_clock(quota, clock.clone()),
             clock,
@@ -138,7 +156,7 @@ mod tests {
         StripeBudget::new(NonZeroU32::new(per_second).unwrap(), max_wait)
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn no_second_holds_more_than_the_budget() {
         // Arrange: 10/s, and 25 requests at once.
         let budget = std::sync::Arc::new(budget(10, Duration::from_secs(10)));
@@ -156,30 +174,37 @@ mod tests {
         let mut granted: Vec<Duration> = tasks.join_all().await;
         granted.sort();
 
-        // Assert: any 11 consecutive grants span more than a second.
+        // Assert, on the paused clock: one grant at once, then one every 105 ms (10/s with 5 %
+        // headroom), so no second holds more than ten.
+        // (tokio's timers tick in whole milliseconds, so a wait may end up to 1 ms late.)
+        assert_eq!(granted[0], Duration::ZERO);
+        for gap in granted.windows(2).map(|w| w[1] - w[0]) {
+            assert!((Duration::from_millis(105)..=Duration::from_millis(106)).contains(&gap), "{granted:?}");
+        }
         for window in granted.windows(11) {
             assert!(window[10] - window[0] > Duration::from_secs(1), "{granted:?}");
         }
-        // ... and the pace is the budget's, not slower than its headroom.
-        assert!(granted[24] < Duration::from_millis(2_700), "{granted:?}");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_request_that_cannot_get_a_slot_in_time_is_refused_without_taking_one() {
         // Arrange: 2/s, and a wait of at most 100 ms.
         let budget = budget(2, Duration::from_millis(100));
         budget.acquire("test").await.unwrap();
 
-        // Act: the next slot is ~525 ms away.
+        // Act: the next slot is 525 ms away.
+        let asked = Instant::now();
         let refused = budget.acquire("test").await;
+        let waited = asked.elapsed();
 
         // Assert
         assert_eq!(refused, Err(Exhausted { per_second: 2, max_wait: Duration::from_millis(100) }));
+        assert!((Duration::from_millis(100)..=Duration::from_millis(101)).contains(&waited), "{waited:?}");
         tokio::time::sleep(Duration::from_millis(550)).await;
         assert!(budget.acquire("test").await.is_ok(), "the refused request took a slot");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_queue_longer_than_the_wait_is_refused_at_once() {
         // Arrange: 1/s with a 1.5 s bound; two requests already queued ahead.
         let budget = std::sync::Arc::new(budget(1, Duration::from_millis(1_500)));
@@ -198,7 +223,7 @@ mod tests {
 
         // Assert
         assert!(refused.is_err());
-        assert!(started.elapsed() < Duration::from_millis(100), "it waited {:?}", started.elapsed());
+        assert_eq!(started.elapsed(), Duration::ZERO, "it waited");
         for task in waiting {
             let _ = task.await;
         }

@@ -51,7 +51,7 @@ pub async fn start(
 ) -> anyhow::Result<Option<tokio::task::JoinHandle<anyhow::Result<()>>>> {
     let _ = metrics_handle();
     let Some(addr) = addr else { return Ok(None) };
-    let listener = crate::runtime::service::bind(addr, "METRICS_LISTEN_ADDR").await?;
+    let listener = bind(addr, "METRICS_LISTEN_ADDR").await?;
     tracing::info!(%addr, "serving /healthz and /metrics");
     Ok(Some(tokio::spawn(async move {
         axum::serve(listener, router())
@@ -59,4 +59,12 @@ pub async fn start(
             .await
             .context("the metrics server failed")
     })))
+}
+
+/// Binds a server's address now, so that a taken or invalid one stops the binary at start,
+/// naming its variable, not later.
+pub async fn bind(addr: SocketAddr, variable: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("failed to bind {variable} {addr}: {e}"))
 }

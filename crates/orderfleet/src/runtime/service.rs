@@ -60,14 +60,6 @@ pub async fn main<S: Service>() -> ExitCode {
     code
 }
 
-/// Binds a server's address now, so that a taken or invalid one stops the binary at start,
-/// naming its variable, not later.
-pub async fn bind(addr: std::net::SocketAddr, variable: &str) -> anyhow::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("failed to bind {variable} {addr}: {e}"))
-}
-
 /// Arms the stop signal (SIGTERM, SIGINT), serves `/healthz` and `/metrics` if asked, starts
 /// the service, and supervises every task until the signal or the first to end early.
 async fn run_until_stopped<S: Service>(service: S, runtime: &RuntimeConfig) -> anyhow::Result<()> {

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::acker::{Ack, with_heartbeat};
-use super::poller::{Gate, sleep_or_stop};
+use super::gate::{Gate, sleep_or_stop};
 use super::settle::{Delivered, Settle};
 use super::{Handler, Outcome, Received, failure_key};
 use crate::runtime::backoff::Backoff;

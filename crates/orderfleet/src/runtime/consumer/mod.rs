@@ -43,6 +43,7 @@
 //!   worker mid-flight; it stops when the handler returns.
 
 mod acker;
+mod gate;
 mod hold;
 mod poller;
 mod settle;
@@ -58,7 +59,8 @@ use crate::runtime::backlog::Backlog;
 use crate::runtime::backoff::Backoff;
 pub use crate::runtime::failure::{Failure, Kind, Source};
 use acker::{Ack, SqsAcks};
-use poller::{Gate, InFlight, Poller, Shared};
+use gate::Gate;
+use poller::{InFlight, Poller, Shared};
 
 /// A received message, as the handler sees it.
 #[derive(Debug, Clone)]

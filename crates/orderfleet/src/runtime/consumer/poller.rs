@@ -5,7 +5,7 @@
 //! (the batch to its task, under a heartbeat) and, in that task, [`Settle::batch`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::acker::Ack;
+use super::gate::{Gate, sleep_or_stop};
 use super::hold::{BatchTask, Breaker};
 use super::settle::Settle;
 use super::{ConsumerConfig, Handler, Received, short_name};
@@ -35,60 +36,6 @@ pub(super) struct Shared {
     pub(super) breaker: Arc<Breaker>,
     pub(super) backlog: Arc<Backlog>,
     pub(super) cancel: CancellationToken,
-}
-
-/// Closed by an outage, opened by a passing probe: while closed, no poller receives.
-#[derive(Debug, Default)]
-pub(super) struct Gate {
-    paused: AtomicBool,
-}
-
-impl Gate {
-    /// Closes the gate; true if this call closed it (so one log line per outage).
-    pub(super) fn pause(&self) -> bool {
-        !self.paused.swap(true, Ordering::AcqRel)
-    }
-
-    fn is_paused(&self) -> bool {
-        self.paused.load(Ordering::Acquire)
-    }
-
-    /// Probes until the handler's dependencies answer, with backoff and a log line per 30 s.
-    /// Returns false if the stop signal came first.
-    pub(super) async fn wait_until_ready<H: Handler>(
-        &self,
-        handler: &H,
-        queue: &str,
-        cancel: &CancellationToken,
-    ) -> bool {
-        let backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(15));
-        let mut attempt = 0;
-        let mut last_logged: Option<Instant> = None;
-        while self.is_paused() {
-            // A stopping worker receives nothing more: no probe (it may take seconds) to wait for.
-            if cancel.is_cancelled() {
-                return false;
-            }
-            match handler.ready().await {
-                Ok(()) => {
-                    if self.paused.swap(false, Ordering::AcqRel) {
-                        tracing::info!(queue, probes = attempt + 1, "dependencies answer again; receiving");
-                    }
-                }
-                Err(reason) => {
-                    if last_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(30)) {
-                        tracing::warn!(queue, reason, "still waiting for a dependency; receiving nothing");
-                        last_logged = Some(Instant::now());
-                    }
-                    if !sleep_or_stop(cancel, backoff.delay(attempt)).await {
-                        return false;
-                    }
-                    attempt += 1;
-                }
-            }
-        }
-        true
-    }
 }
 
 /// The batches being handled: their tasks, and their receipts (to release at a forced stop).
@@ -359,14 +306,6 @@ async fn take_permits(permits: &Arc<Semaphore>, want: usize, patience: Duration)
         }
     }
     held
-}
-
-/// Sleeps for `delay`; false if the stop signal came first.
-pub(super) async fn sleep_or_stop(cancel: &CancellationToken, delay: Duration) -> bool {
-    tokio::select! {
-        _ = cancel.cancelled() => false,
-        _ = tokio::time::sleep(delay) => true,
-    }
 }
 
 #[cfg(test)]

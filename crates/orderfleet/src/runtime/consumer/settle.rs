@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::acker::Ack;
-use super::poller::Gate;
+use super::gate::Gate;
 use super::{ConsumerConfig, Outcome, Received, failure_key};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::failure::{Failure, Kind};
