@@ -51,6 +51,9 @@ done
 step "dependencies: advisories, duplicate versions, licenses, sources (cargo-deny)"
 "$root/scripts/audit.sh"
 
+step "the query data (.sqlx/) is what the migrated schema says of every statement"
+"$root/scripts/sqlx-data.sh" check
+
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --quiet --workspace --all-targets -- -D warnings
 

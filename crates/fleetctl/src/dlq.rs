@@ -183,18 +183,24 @@ pub struct Recorded {
 /// The failures the workers recorded for each message, by its failure key
 /// ([`orderfleet::runtime::consumer::failure_key`]: the envelope's message id, kept through redrives).
 pub async fn recorded_failures(pool: &PgPool, keys: &[String]) -> anyhow::Result<HashMap<String, Recorded>> {
-    let rows: Vec<(String, i32, String, String, i32)> = sqlx::query_as(
+    let rows = sqlx::query!(
         "SELECT DISTINCT ON (message_key) message_key, receive_count, outcome, reason, failures
            FROM message_failures WHERE message_key = ANY($1) ORDER BY message_key, updated_at DESC",
+        keys,
     )
-    .bind(keys)
     .fetch_all(pool)
     .await
     .context("failed to read message_failures")?;
     Ok(rows
         .into_iter()
-        .map(|(key, receive_count, outcome, reason, failures)| {
-            (key, Recorded { receive_count, outcome, reason, failures })
+        .map(|row| {
+            let recorded = Recorded {
+                receive_count: row.receive_count,
+                outcome: row.outcome,
+                reason: row.reason,
+                failures: row.failures,
+            };
+            (row.message_key, recorded)
         })
         .collect())
 }
@@ -219,19 +225,19 @@ pub async fn holds_ending_soon(pool: &PgPool, bodies: &[&str]) -> anyhow::Result
         .filter_map(|body| Envelope::parse(body, Destination::StockCheck).ok())
         .map(|envelope| envelope.order_id.as_uuid())
         .collect();
-    let rows: Vec<(uuid::Uuid, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
-        "SELECT id, authorization_expires_at FROM orders
-          WHERE id = ANY($1) AND holds_units(status) AND NOT awaiting_authorization(status)
-            AND authorization_released_at IS NULL
-            AND authorization_expires_at < now() + $2 * interval '1 second'
-          ORDER BY authorization_expires_at",
+    let rows = sqlx::query!(
+        r#"SELECT id, authorization_expires_at AS "expires_at!" FROM orders
+            WHERE id = ANY($1) AND holds_units(status) AND NOT awaiting_authorization(status)
+              AND authorization_released_at IS NULL
+              AND authorization_expires_at < now() + $2 * interval '1 second'
+            ORDER BY authorization_expires_at"#,
+        &orders,
+        HOLD_WARNING.num_seconds() as f64,
     )
-    .bind(&orders)
-    .bind(HOLD_WARNING.num_seconds() as f64)
     .fetch_all(pool)
     .await
     .context("failed to read the orders' hold deadlines")?;
-    Ok(rows.into_iter().map(|(order_id, expires_at)| HoldEnding { order_id, expires_at }).collect())
+    Ok(rows.into_iter().map(|row| HoldEnding { order_id: row.id, expires_at: row.expires_at }).collect())
 }
 
 /// "in 5h 12m" or "2h 3m ago", seen at `now`.

@@ -8,7 +8,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 /// A dead outbox row, as `fleetctl outbox dead` lists it.
-#[derive(Debug, sqlx::FromRow)]
+#[derive(Debug)]
 pub struct DeadRow {
     pub id: Uuid,
     pub event_type: EventType,
@@ -22,9 +22,11 @@ pub struct DeadRow {
 }
 
 pub async fn dead(pool: &PgPool) -> anyhow::Result<Vec<DeadRow>> {
-    sqlx::query_as::<_, DeadRow>(
-        "SELECT id, event_type, destination, aggregate_id, retry_count, last_error_code, last_error_reason, updated_at
-           FROM outbox WHERE status = 'dead' ORDER BY updated_at",
+    sqlx::query_as!(
+        DeadRow,
+        r#"SELECT id, event_type AS "event_type: EventType", destination AS "destination: Destination",
+                  aggregate_id AS "aggregate_id: OrderId", retry_count, last_error_code, last_error_reason, updated_at
+             FROM outbox WHERE status = 'dead' ORDER BY updated_at"#,
     )
     .fetch_all(pool)
     .await
@@ -35,16 +37,16 @@ pub async fn dead(pool: &PgPool) -> anyhow::Result<Vec<DeadRow>> {
 /// record) and wakes the relay. `None` retries every dead row.
 pub async fn retry(pool: &PgPool, id: Option<Uuid>) -> anyhow::Result<u64> {
     let mut tx = pool.begin().await?;
-    let retried = sqlx::query(
+    let retried = sqlx::query!(
         "UPDATE outbox SET status = 'pending', retry_count = 0, next_attempt_at = now(), updated_at = now()
           WHERE status = 'dead' AND ($1::uuid IS NULL OR id = $1)",
+        id,
     )
-    .bind(id)
     .execute(&mut *tx)
     .await
     .context("failed to re-queue dead rows")?
     .rows_affected();
-    sqlx::query("SELECT pg_notify('outbox_inserted', '')").execute(&mut *tx).await?;
+    sqlx::query!("SELECT pg_notify('outbox_inserted', '') AS woken").fetch_one(&mut *tx).await?;
     tx.commit().await?;
     Ok(retried)
 }

@@ -303,16 +303,16 @@ impl Notifier {
     /// published before, and nobody else's claim running).
     async fn claim(&self, unique: &[Ready]) -> anyhow::Result<Vec<Uuid>> {
         let ids: Vec<Uuid> = unique.iter().map(|r| r.message_id).collect();
-        sqlx::query_scalar(
+        sqlx::query_scalar!(
             "INSERT INTO inbox (consumer, message_id, claimed_until)
-             SELECT $1, id, now() + $3 * interval '1 second' FROM UNNEST($2::uuid[]) AS id
+             SELECT $1, id, now() + $3::int8 * interval '1 second' FROM UNNEST($2::uuid[]) AS id
              ON CONFLICT (consumer, message_id) DO UPDATE SET claimed_until = EXCLUDED.claimed_until
               WHERE inbox.processed_at IS NULL AND inbox.claimed_until < now()
              RETURNING message_id",
+            CONSUMER,
+            &ids,
+            CLAIM_SECONDS,
         )
-        .bind(CONSUMER)
-        .bind(&ids)
-        .bind(CLAIM_SECONDS)
         .fetch_all(&self.pool)
         .await
         .context("failed to claim the messages in the inbox")
@@ -353,12 +353,7 @@ impl Notifier {
         let mut attempt = 0;
         loop {
             let marked = self
-                .update_inbox(
-                    "UPDATE inbox SET processed_at = now() WHERE consumer = $1 AND message_id = ANY($2)",
-                    ids,
-                    None,
-                    "failed to mark published messages processed",
-                )
+                .update_inbox(InboxMove::Processed, ids, "failed to mark published messages processed")
                 .await;
             match marked {
                 Ok(_) => return Ok(()),
@@ -396,18 +391,18 @@ impl Notifier {
     /// another worker holds the claim, and the message comes back when the claim ends.
     async fn settle_unclaimed(&self, unclaimed: Vec<Ready>, outcomes: &mut Outcomes) -> anyhow::Result<()> {
         let ids: Vec<Uuid> = unclaimed.iter().map(|r| r.message_id).collect();
-        let rows: Vec<(Uuid, bool, f64)> = sqlx::query_as(
-            "SELECT message_id, processed_at IS NOT NULL,
-                    GREATEST(EXTRACT(EPOCH FROM (claimed_until - now())), 0)::float8
-               FROM inbox WHERE consumer = $1 AND message_id = ANY($2)",
+        let rows = sqlx::query!(
+            r#"SELECT message_id, processed_at IS NOT NULL AS "processed!",
+                      GREATEST(EXTRACT(EPOCH FROM (claimed_until - now())), 0)::float8 AS "claim_left!"
+                 FROM inbox WHERE consumer = $1 AND message_id = ANY($2)"#,
+            CONSUMER,
+            &ids,
         )
-        .bind(CONSUMER)
-        .bind(&ids)
         .fetch_all(&self.pool)
         .await
         .context("failed to read the inbox")?;
         let state: HashMap<Uuid, (bool, f64)> =
-            rows.into_iter().map(|(id, p, left)| (id, (p, left))).collect();
+            rows.into_iter().map(|row| (row.message_id, (row.processed, row.claim_left))).collect();
         for r in unclaimed {
             let outcome = match state.get(&r.message_id) {
                 Some((true, _)) => Ok(()),
@@ -519,40 +514,57 @@ impl Notifier {
 
     /// Best effort: a claim not extended only lets a duplicate copy wait less.
     async fn extend_claims(&self, ids: &[Uuid], by: Duration) {
-        let extend = "UPDATE inbox SET claimed_until = now() + $3 * interval '1 ms'
-                       WHERE consumer = $1 AND message_id = ANY($2) AND processed_at IS NULL";
         let what = "failed to extend inbox claims";
-        if let Err(e) = self.update_inbox(extend, ids, Some(by.as_millis() as i64), what).await {
+        if let Err(e) = self.update_inbox(InboxMove::Extend(by), ids, what).await {
             tracing::warn!(error = format!("{e:#}"), "{what}");
         }
     }
 
     /// Best effort: a claim not released expires by itself.
     async fn release_claims(&self, ids: &[Uuid]) {
-        let release = "UPDATE inbox SET claimed_until = now()
-                        WHERE consumer = $1 AND message_id = ANY($2) AND processed_at IS NULL";
         let what = "failed to release inbox claims";
-        if let Err(e) = self.update_inbox(release, ids, None, what).await {
+        if let Err(e) = self.update_inbox(InboxMove::Release, ids, what).await {
             tracing::warn!(error = format!("{e:#}"), "{what}");
         }
     }
 
-    /// ONE statement on this consumer's inbox rows `ids` (`$1`, `$2`), with `millis` as `$3`
-    /// when given; bounded ([`db::bounded`]), its failure said as `what`.
-    async fn update_inbox(
-        &self,
-        sql: &'static str,
-        ids: &[Uuid],
-        millis: Option<i64>,
-        what: &'static str,
-    ) -> anyhow::Result<()> {
-        let mut update = sqlx::query(sql).bind(CONSUMER).bind(ids);
-        if let Some(millis) = millis {
-            update = update.bind(millis);
-        }
+    /// ONE statement on this consumer's inbox rows `ids`; bounded ([`db::bounded`]), its
+    /// failure said as `what`.
+    async fn update_inbox(&self, change: InboxMove, ids: &[Uuid], what: &'static str) -> anyhow::Result<()> {
+        let update = match change {
+            InboxMove::Processed => sqlx::query!(
+                "UPDATE inbox SET processed_at = now() WHERE consumer = $1 AND message_id = ANY($2)",
+                CONSUMER,
+                ids,
+            ),
+            InboxMove::Extend(by) => sqlx::query!(
+                "UPDATE inbox SET claimed_until = now() + $3::int8 * interval '1 ms'
+                  WHERE consumer = $1 AND message_id = ANY($2) AND processed_at IS NULL",
+                CONSUMER,
+                ids,
+                by.as_millis() as i64,
+            ),
+            InboxMove::Release => sqlx::query!(
+                "UPDATE inbox SET claimed_until = now()
+                  WHERE consumer = $1 AND message_id = ANY($2) AND processed_at IS NULL",
+                CONSUMER,
+                ids,
+            ),
+        };
         let update = update.execute(&self.pool);
         db::bounded(what, async { update.await.map_err(anyhow::Error::from) }).await.map(drop)
     }
+}
+
+/// What [`Notifier::update_inbox`] does to its rows.
+#[derive(Debug, Clone, Copy)]
+enum InboxMove {
+    /// Published: never again.
+    Processed,
+    /// Keep the claim this much longer.
+    Extend(Duration),
+    /// End the claim now: not published, so the next delivery may claim it at once.
+    Release,
 }
 
 /// The handler, shared by the consumer's tasks; `stop` is the worker's stop signal.

@@ -52,17 +52,19 @@ pub(crate) struct OutboxGauges {
 /// normally, the whole backlog during an SQS outage, read once an interval; the stuck orders
 /// through the sweeper's index of unfinished orders by age.
 pub(crate) async fn read(pool: &PgPool) -> sqlx::Result<OutboxGauges> {
-    let (dead_rows, oldest_pending_age_seconds, stuck_pending_orders): (i64, f64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM outbox WHERE status = 'dead'),
+    let gauges = sqlx::query!(
+        r#"SELECT (SELECT count(*) FROM outbox WHERE status = 'dead') AS "dead_rows!",
                 COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(created_at))::float8
-                            FROM outbox WHERE status IN ('pending', 'processing', 'failed')), 0),
+                            FROM outbox WHERE status IN ('pending', 'processing', 'failed')), 0) AS "oldest!",
                 (SELECT count(*) FROM orders
                   WHERE awaiting_authorization(status) AND created_at < now() - $1 * interval '1 ms'
-                    AND (intake_lease_until IS NULL OR intake_lease_until < now()))",
+                    AND (intake_lease_until IS NULL OR intake_lease_until < now())) AS "stuck!""#,
+        STUCK_AFTER.as_millis() as i64,
     )
-    .bind(STUCK_AFTER.as_millis() as i64)
     .fetch_one(pool)
     .await?;
+    let (dead_rows, oldest_pending_age_seconds, stuck_pending_orders) =
+        (gauges.dead_rows, gauges.oldest, gauges.stuck);
     Ok(OutboxGauges {
         dead_rows,
         oldest_pending_age_seconds: oldest_pending_age_seconds.max(0.0),

@@ -185,19 +185,21 @@ pub struct Claimed {
 
 /// Claims up to `limit` due rows for `lease`, in one statement (its own short transaction).
 pub async fn claim(pool: &PgPool, limit: i64, lease: Duration) -> sqlx::Result<Vec<Claimed>> {
-    sqlx::query_as::<_, Claimed>(
-        "UPDATE outbox o
+    sqlx::query_as!(
+        Claimed,
+        r#"UPDATE outbox o
             SET status = 'processing', next_attempt_at = now() + $2 * interval '1 ms', updated_at = now()
           WHERE o.id IN (SELECT id FROM outbox
                           WHERE status IN ('pending', 'processing', 'failed') AND next_attempt_at <= now()
                           ORDER BY next_attempt_at
                           LIMIT $1
                           FOR UPDATE SKIP LOCKED)
-      RETURNING o.id, o.aggregate_id, o.event_type, o.destination, o.payload, o.retry_count, o.created_at,
-                o.traceparent, o.next_attempt_at AS claimed_until",
+      RETURNING o.id, o.aggregate_id AS "aggregate_id: OrderId", o.event_type AS "event_type: EventType",
+                o.destination AS "destination: Destination", o.payload, o.retry_count, o.created_at,
+                o.traceparent, o.next_attempt_at AS claimed_until"#,
+        limit,
+        lease.as_millis() as i64,
     )
-    .bind(limit)
-    .bind(lease.as_millis() as i64)
     .fetch_all(pool)
     .await
 }
@@ -226,7 +228,7 @@ pub(crate) async fn record(
     let delays_ms: Vec<i64> = failed.iter().map(|(_, r)| r.delay.as_millis() as i64).collect();
     let claims: Vec<chrono::DateTime<chrono::Utc>> =
         failed.iter().map(|(row, _)| row.claimed_until).collect();
-    sqlx::query(
+    sqlx::query!(
         "UPDATE outbox o
             SET status = u.status::outbox_status, retry_count = u.retry_count,
                 last_error_code = u.code, last_error_reason = u.reason,
@@ -234,14 +236,14 @@ pub(crate) async fn record(
            FROM UNNEST($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::bigint[], $7::timestamptz[])
              AS u(id, status, retry_count, code, reason, delay_ms, claimed_until)
           WHERE o.id = u.id AND o.status = 'processing' AND o.next_attempt_at = u.claimed_until",
+        &ids,
+        &statuses as _,
+        &retries,
+        &codes as _,
+        &reasons as _,
+        &delays_ms,
+        &claims,
     )
-    .bind(&ids)
-    .bind(&statuses)
-    .bind(&retries)
-    .bind(&codes)
-    .bind(&reasons)
-    .bind(&delays_ms)
-    .bind(&claims)
     .execute(pool)
     .await?;
     Ok(())
@@ -252,14 +254,14 @@ async fn record_sent(pool: &PgPool, outcomes: &[(Claimed, Outcome)]) -> sqlx::Re
     let (sent, sent_claims): (Vec<Uuid>, Vec<chrono::DateTime<chrono::Utc>>) =
         outcomes.iter().filter(|(_, o)| o.is_ok()).map(|(row, _)| (row.id, row.claimed_until)).unzip();
     if !sent.is_empty() {
-        sqlx::query(
+        sqlx::query!(
             "UPDATE outbox o SET status = 'sent', sent_at = now(), updated_at = now(),
                                  last_error_code = NULL, last_error_reason = NULL
                FROM UNNEST($1::uuid[], $2::timestamptz[]) AS c(id, claimed_until)
               WHERE o.id = c.id AND o.status = 'processing' AND o.next_attempt_at = c.claimed_until",
+            &sent,
+            &sent_claims,
         )
-        .bind(&sent)
-        .bind(&sent_claims)
         .execute(pool)
         .await?;
         metrics::counter!("outbox_sent_total").increment(sent.len() as u64);
@@ -323,7 +325,7 @@ impl<'a> Retry<'a> {
 
 /// When the next row comes due, if any is waiting.
 async fn next_due(pool: &PgPool) -> sqlx::Result<Option<chrono::DateTime<chrono::Utc>>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT min(next_attempt_at) FROM outbox WHERE status IN ('pending', 'processing', 'failed')",
     )
     .fetch_one(pool)

@@ -28,11 +28,11 @@ pub(crate) async fn sweep_batch(pool: &PgPool, policy: &RetentionPolicy) -> sqlx
     let age_ms = policy.age.as_millis() as i64;
     let done = match policy.mode {
         RetentionMode::Archive => {
-            sqlx::query(
+            sqlx::query!(
                 "WITH old AS (
                      DELETE FROM outbox WHERE id IN (
                          SELECT id FROM outbox
-                          WHERE status = 'sent' AND sent_at < now() - $1 * interval '1 ms'
+                          WHERE status = 'sent' AND sent_at < now() - $1::int8 * interval '1 ms'
                           ORDER BY sent_at LIMIT $2 FOR UPDATE SKIP LOCKED)
                      RETURNING *)
                  INSERT INTO outbox_archive (id, aggregate_type, aggregate_id, event_type, destination, payload,
@@ -42,21 +42,21 @@ pub(crate) async fn sweep_batch(pool: &PgPool, policy: &RetentionPolicy) -> sqlx
                         status, retry_count, last_error_code, last_error_reason, created_at, sent_at,
                         traceparent FROM old
                  ON CONFLICT (id) DO NOTHING",
+                age_ms,
+                policy.batch,
             )
-            .bind(age_ms)
-            .bind(policy.batch)
             .execute(pool)
             .await?
         }
         RetentionMode::Delete => {
-            sqlx::query(
+            sqlx::query!(
                 "DELETE FROM outbox WHERE id IN (
                      SELECT id FROM outbox
-                      WHERE status = 'sent' AND sent_at < now() - $1 * interval '1 ms'
+                      WHERE status = 'sent' AND sent_at < now() - $1::int8 * interval '1 ms'
                       ORDER BY sent_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                age_ms,
+                policy.batch,
             )
-            .bind(age_ms)
-            .bind(policy.batch)
             .execute(pool)
             .await?
         }
@@ -69,31 +69,40 @@ pub(crate) async fn sweep_batch(pool: &PgPool, policy: &RetentionPolicy) -> sqlx
 /// redrive — and a recorded failure explains a dead letter for as long as that stays too.
 pub(crate) const CONSUMER_RECORDS_KEPT: Duration = Duration::from_secs(15 * 24 * 3600);
 
-/// Deletes consumer records older than `CONSUMER_RECORDS_KEPT`, one batch: inbox ids
-/// processed that long ago, inbox claims taken that long ago and never processed (a worker
-/// stopped or crashed before publishing; any copy of the message has left even its DLQ since),
-/// and recorded failures.
+/// Deletes consumer records older than `CONSUMER_RECORDS_KEPT`, a batch of each kind in one
+/// statement: inbox ids processed that long ago, inbox claims taken that long ago and never
+/// processed (a worker stopped or crashed before publishing; any copy of the message has left
+/// even its DLQ since), and recorded failures.
 pub async fn sweep_consumer_records(pool: &PgPool, batch: i64) -> sqlx::Result<u64> {
-    const SWEEPS: [&str; 3] = [
-        // Processed long ago.
-        "DELETE FROM inbox WHERE (consumer, message_id) IN (
-             SELECT consumer, message_id FROM inbox
-              WHERE processed_at < now() - $1 * interval '1 ms' LIMIT $2)",
-        // Claimed long ago and never processed.
-        "DELETE FROM inbox WHERE (consumer, message_id) IN (
-             SELECT consumer, message_id FROM inbox
-              WHERE processed_at IS NULL AND claimed_until < now() - $1 * interval '1 ms' LIMIT $2)",
-        // Failures recorded long ago.
-        "DELETE FROM message_failures WHERE (queue, message_key) IN (
-             SELECT queue, message_key FROM message_failures
-              WHERE updated_at < now() - $1 * interval '1 ms' LIMIT $2)",
-    ];
     let age_ms = CONSUMER_RECORDS_KEPT.as_millis() as i64;
-    let mut deleted = 0;
-    for sweep in SWEEPS {
-        deleted += sqlx::query(sweep).bind(age_ms).bind(batch).execute(pool).await?.rows_affected();
-    }
-    Ok(deleted)
+    let deleted = sqlx::query_scalar!(
+        r#"WITH processed AS (
+             -- Processed long ago.
+             DELETE FROM inbox WHERE (consumer, message_id) IN (
+                 SELECT consumer, message_id FROM inbox
+                  WHERE processed_at < now() - $1::int8 * interval '1 ms' LIMIT $2)
+             RETURNING 1
+         ), abandoned AS (
+             -- Claimed long ago and never processed.
+             DELETE FROM inbox WHERE (consumer, message_id) IN (
+                 SELECT consumer, message_id FROM inbox
+                  WHERE processed_at IS NULL AND claimed_until < now() - $1::int8 * interval '1 ms' LIMIT $2)
+             RETURNING 1
+         ), failures AS (
+             -- Failures recorded long ago.
+             DELETE FROM message_failures WHERE (queue, message_key) IN (
+                 SELECT queue, message_key FROM message_failures
+                  WHERE updated_at < now() - $1::int8 * interval '1 ms' LIMIT $2)
+             RETURNING 1
+         )
+         SELECT (SELECT count(*) FROM processed) + (SELECT count(*) FROM abandoned)
+                + (SELECT count(*) FROM failures) AS "deleted!""#,
+        age_ms,
+        batch,
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(deleted as u64)
 }
 
 /// Runs every `policy.every` until `cancel` fires, batch after batch until none is full.

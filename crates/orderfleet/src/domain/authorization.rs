@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::domain::OrderId;
 use sqlx::PgPool;
 
-use crate::domain::order::{Order, OrderNotification, OrderStatus, Transition, order_columns};
+use crate::domain::order::{Order, OrderNotification, OrderStatus, Transition, query_order};
 use crate::domain::outbox::EventType;
 use crate::domain::payments::{AuthorizeRequest, Intent, IntentStatus, PaymentError, Payments};
 
@@ -38,18 +38,19 @@ pub enum AuthorizationError {
 /// Takes the lease of a `pending_authorization` order nobody works on (no lease, or an
 /// expired one), for `lease`.
 pub async fn take_over(pool: &PgPool, id: OrderId, lease: Duration) -> sqlx::Result<Option<Order>> {
-    sqlx::query_as::<_, Order>(concat!(
+    let row = query_order!(
         "UPDATE orders SET intake_lease_until = now() + $2 * interval '1 ms', updated_at = now()
           WHERE id = $1 AND status = $3
             AND (intake_lease_until IS NULL OR intake_lease_until < now())
-         RETURNING ",
-        order_columns!()
-    ))
-    .bind(id)
-    .bind(lease.as_millis() as i64)
-    .bind(OrderStatus::PendingAuthorization)
+         RETURNING",
+        "",
+        id as _,
+        lease.as_millis() as i64,
+        OrderStatus::PendingAuthorization as _,
+    )
     .fetch_optional(pool)
-    .await
+    .await?;
+    Ok(row.map(Order::from))
 }
 
 /// What authorizing did to the order.
@@ -238,8 +239,8 @@ async fn decline(
 ) -> sqlx::Result<bool> {
     // The order's id and trace are on the caller's span (the request's, or the sweeper's).
     tracing::info!(detail, "authorization declined");
-    let moved: i64 = sqlx::query_scalar(
-        "WITH moved AS (
+    let moved = sqlx::query_scalar!(
+        r#"WITH moved AS (
              UPDATE orders SET status = $6, failure_reason = $4, decline_detail = $2,
                                payment_intent_id = COALESCE($3, payment_intent_id),
                                intake_lease_until = NULL, updated_at = now()
@@ -249,14 +250,14 @@ async fn decline(
              UPDATE products p SET units_promised = p.units_promised - moved.quantity
                FROM moved WHERE p.id = moved.product_id
          )
-         SELECT count(*) FROM moved",
+         SELECT count(*) AS "moved!" FROM moved"#,
+        id as _,
+        detail,
+        payment_intent_id,
+        DECLINED,
+        OrderStatus::PendingAuthorization as _,
+        OrderStatus::PaymentDeclined as _,
     )
-    .bind(id)
-    .bind(detail)
-    .bind(payment_intent_id)
-    .bind(DECLINED)
-    .bind(OrderStatus::PendingAuthorization)
-    .bind(OrderStatus::PaymentDeclined)
     .fetch_one(pool)
     .await?;
     Ok(moved == 1)
@@ -279,16 +280,16 @@ async fn commit_authorized(pool: &PgPool, order: &Order, hold: &Intent) -> sqlx:
 /// whatever the key made, it made before this 5xx came back, so a search the lag after this
 /// sees it ([`resume`]).
 async fn release_after_a_5xx(pool: &PgPool, order: &Order) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE orders SET intake_lease_until = NULL,
                            payment_attempt_failed = payment_attempt_failed OR payment_attempt = $2,
                            payment_attempt_at = CASE WHEN payment_attempt = $2 THEN now()
                                                      ELSE payment_attempt_at END
           WHERE id = $1 AND status = $3",
+        order.id as _,
+        order.payment_attempt,
+        OrderStatus::PendingAuthorization as _,
     )
-    .bind(order.id)
-    .bind(order.payment_attempt)
-    .bind(OrderStatus::PendingAuthorization)
     .execute(pool)
     .await?;
     Ok(())
@@ -296,10 +297,12 @@ async fn release_after_a_5xx(pool: &PgPool, order: &Order) -> sqlx::Result<()> {
 
 /// Gives the lease back so a retry with the same key (or the sweeper) may finish the order.
 pub async fn release(pool: &PgPool, id: OrderId) -> sqlx::Result<()> {
-    sqlx::query("UPDATE orders SET intake_lease_until = NULL WHERE id = $1 AND status = $2")
-        .bind(id)
-        .bind(OrderStatus::PendingAuthorization)
-        .execute(pool)
-        .await?;
+    sqlx::query!(
+        "UPDATE orders SET intake_lease_until = NULL WHERE id = $1 AND status = $2",
+        id as _,
+        OrderStatus::PendingAuthorization as _,
+    )
+    .execute(pool)
+    .await?;
     Ok(())
 }

@@ -27,11 +27,10 @@
 
 use std::time::{Duration, Instant};
 
-use sqlx::postgres::PgRow;
-use sqlx::{FromRow, PgExecutor, PgPool, Row};
+use sqlx::{PgExecutor, PgPool};
 
-use crate::domain::order::{self, Order, OrderStatus, order_columns};
-use crate::domain::{OrderId, Quantity, Sku, UserId};
+use crate::domain::order::{self, Order, OrderStatus};
+use crate::domain::{Currency, OrderId, Quantity, Sku, UserId};
 
 /// What the door needs of a request.
 #[derive(Debug, Clone, Copy)]
@@ -175,7 +174,17 @@ enum Rule {
     Checked,
 }
 
-/// The door's statement. Besides promising the units, it looks the key up and, when it admits
+impl Rule {
+    /// The door statement's `$10` (any product, capped or not) and `$11` (the card gate's limit).
+    fn parameters(self) -> (bool, u32) {
+        match self {
+            Rule::Uncapped { gate } => (false, gate),
+            Rule::Checked => (true, 0),
+        }
+    }
+}
+
+/// The door's ONE statement, under `rule`. Besides promising the units, it looks the key up and, when it admits
 /// nobody, says why from the same snapshot: the key is used, no such product, too few units
 /// left (and whether any may come back), or a cap per buyer. So a sold-out answer and an
 /// accepted order's promise each cost this one statement.
@@ -186,106 +195,101 @@ enum Rule {
 /// `sold_out` for certain: a twin request with this key that took them would be in the
 /// snapshot too. When the snapshot shows the units there but the `UPDATE` found them gone,
 /// it saw [`Seen::Closed`], and [`why`] looks again.
-const DOOR: &str = concat!(
-    "WITH used AS (
-         SELECT EXISTS (SELECT 1 FROM orders WHERE user_id = $2 AND idempotency_key = $3) AS used
-     ), seen AS (
-         SELECT units_total - units_promised AS units_left, max_per_buyer FROM products WHERE id = $5
-     ), promised AS (
-         UPDATE products SET units_promised = units_promised + $6, last_position = last_position + 1
-          WHERE id = $5 AND units_promised + $6 <= units_total
-            AND (max_per_buyer IS NULL OR $10)
-            AND CASE WHEN $11 > 0 THEN card_attempts($2) < $11 ELSE true END
-            AND NOT (SELECT used FROM used)
-      RETURNING id, price_minor, currency, last_position
-     ), admitted AS (
-         INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity,
-                             amount_minor, currency, payment_method, intake_lease_until, position, traceparent)
-         SELECT $1, $2, $3, $4, p.id, $6, p.price_minor * $6, p.currency, $7,
-                now() + $8 * interval '1 ms', p.last_position, $9
-           FROM promised p
-         RETURNING ",
-    order_columns!(),
-    "
-     )
-     SELECT admitted.*, (SELECT used FROM used) AS key_used, seen.units_left, seen.max_per_buyer,
-            CASE WHEN admitted.id IS NULL AND seen.units_left < $6 THEN
-                EXISTS (SELECT 1 FROM orders WHERE product_id = $5 AND holds_units(status))
-            END AS units_may_return
-       FROM (SELECT) AS one
-       LEFT JOIN seen ON true
-       LEFT JOIN admitted ON true"
-);
-
-/// Runs [`DOOR`] under `rule`.
 async fn door<'e>(executor: impl PgExecutor<'e>, entry: Entry<'_>, rule: Rule) -> anyhow::Result<Seen> {
-    let (any_product, gate) = match rule {
-        Rule::Uncapped { gate } => (false, gate),
-        Rule::Checked => (true, 0),
-    };
-    let row = sqlx::query(DOOR)
-        .bind(OrderId::new())
-        .bind(entry.user.as_str())
-        .bind(entry.key)
-        .bind(entry.fingerprint)
-        .bind(entry.product_id)
-        .bind(entry.quantity)
-        .bind(entry.payment_method)
-        .bind(entry.lease.as_millis() as i64)
-        .bind(entry.traceparent)
-        .bind(any_product)
-        .bind(i64::from(gate))
-        .fetch_one(executor)
-        .await;
-    match row {
-        Ok(row) => Ok(read_door(&row, entry.quantity, rule)?),
+    let (any_product, gate) = rule.parameters();
+    let row = sqlx::query!(
+        r#"WITH used AS (
+             SELECT EXISTS (SELECT 1 FROM orders WHERE user_id = $2 AND idempotency_key = $3) AS used
+         ), seen AS (
+             SELECT units_total - units_promised AS units_left, max_per_buyer FROM products WHERE id = $5
+         ), promised AS (
+             UPDATE products SET units_promised = units_promised + $6, last_position = last_position + 1
+              WHERE id = $5 AND units_promised + $6 <= units_total
+                AND (max_per_buyer IS NULL OR $10)
+                AND CASE WHEN $11::int8 > 0 THEN card_attempts($2) < $11 ELSE true END
+                AND NOT (SELECT used FROM used)
+          RETURNING id, price_minor, currency, last_position
+         ), admitted AS (
+             INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity,
+                                 amount_minor, currency, payment_method, intake_lease_until, position, traceparent)
+             SELECT $1, $2, $3, $4, p.id, $6, p.price_minor * $6, p.currency, $7,
+                    now() + $8::int8 * interval '1 ms', p.last_position, $9
+               FROM promised p
+             RETURNING *
+         )
+         SELECT a.id AS "id?: OrderId", a.user_id AS "user_id?: UserId", a.request_hash AS "request_hash?",
+                a.product_id AS "product_id?: Sku", a.quantity AS "quantity?: Quantity",
+                a.amount_minor AS "amount_minor?", a.currency AS "currency?: Currency",
+                a.payment_method AS "payment_method?", a.status AS "status?: OrderStatus", a.position AS "position?",
+                a.payment_intent_id, a.failure_reason, a.authorization_released_at, a.traceparent,
+                a.payment_attempt AS "payment_attempt?", a.payment_attempt_failed AS "payment_attempt_failed?",
+                a.created_at AS "created_at?", a.updated_at AS "updated_at?", (SELECT used FROM used) AS "key_used!",
+                seen.units_left AS "units_left?", seen.max_per_buyer AS "max_per_buyer?",
+                CASE WHEN a.id IS NULL AND seen.units_left < $6 THEN
+                    EXISTS (SELECT 1 FROM orders WHERE product_id = $5 AND holds_units(status)) END AS units_may_return
+           FROM (SELECT) AS one LEFT JOIN seen ON true LEFT JOIN admitted a ON true"#,
+        OrderId::new() as _,
+        entry.user as _,
+        entry.key,
+        entry.fingerprint,
+        entry.product_id as _,
+        entry.quantity as _,
+        entry.payment_method,
+        entry.lease.as_millis() as i64,
+        entry.traceparent,
+        any_product,
+        i64::from(gate),
+    )
+    .fetch_one(executor)
+    .await;
+    let row = match row {
+        Ok(row) => row,
         // The statement failed as a whole, so the promise it made is undone with it: a twin
         // with this key inserted its order after this statement's snapshot.
-        Err(sqlx::Error::Database(e)) if e.constraint() == Some("orders_one_per_idempotency_key") => {
-            Ok(Seen::Final(Outcome::KeyUsed))
+        Err(e) if is_twin_s_key(&e) => return Ok(Seen::Final(Outcome::KeyUsed)),
+        Err(e) => return Err(anyhow::Error::new(e).context("the door's statement failed")),
+    };
+    let (key_used, units_left, max_per_buyer) = (row.key_used, row.units_left, row.max_per_buyer);
+    let saw = Saw { key_used, units_left, max_per_buyer, units_may_return: row.units_may_return };
+    let admitted = (move || Some(order::order_from!(row, ?)))();
+    Ok(saw.seen(admitted, entry.quantity, rule))
+}
+
+/// Whether the door's insert met the order a twin request with its key made meanwhile.
+fn is_twin_s_key(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(e) if e.constraint() == Some("orders_one_per_idempotency_key"))
+}
+
+/// What the door's statement saw of the key and the product, besides the order it admitted.
+#[derive(Debug, Clone, Copy)]
+struct Saw {
+    key_used: bool,
+    /// `None`: no such product.
+    units_left: Option<i32>,
+    max_per_buyer: Option<i32>,
+    /// Only when the door stayed closed for want of units.
+    units_may_return: Option<bool>,
+}
+
+impl Saw {
+    fn seen(self, admitted: Option<Order>, quantity: Quantity, rule: Rule) -> Seen {
+        if let Some(order) = admitted {
+            return Seen::Final(Outcome::Admitted(Box::new(order)));
         }
-        Err(e) => Err(anyhow::Error::new(e).context("the door's statement failed")),
+        match (self.key_used, self.units_left, self.max_per_buyer) {
+            (true, _, _) => Seen::Final(Outcome::KeyUsed),
+            (false, None, _) => Seen::Final(Outcome::Refused(Refusal::UnknownProduct)),
+            (false, Some(left), _) if left < i32::from(quantity) => {
+                let units_may_return = self.units_may_return.unwrap_or(true);
+                Seen::Final(Outcome::Refused(Refusal::SoldOut { units_may_return }))
+            }
+            (false, Some(_), Some(cap)) if matches!(rule, Rule::Uncapped { .. }) => Seen::Capped(cap),
+            (false, Some(_), _) => Seen::Closed,
+        }
     }
 }
 
-/// What [`DOOR`]'s row says.
-fn read_door(row: &PgRow, quantity: Quantity, rule: Rule) -> sqlx::Result<Seen> {
-    if row.try_get::<Option<uuid::Uuid>, _>("id")?.is_some() {
-        return Ok(Seen::Final(Outcome::Admitted(Box::new(Order::from_row(row)?))));
-    }
-    let units_left: Option<i32> = row.try_get("units_left")?;
-    let max_per_buyer: Option<i32> = row.try_get("max_per_buyer")?;
-    Ok(match (row.try_get::<bool, _>("key_used")?, units_left, max_per_buyer) {
-        (true, _, _) => Seen::Final(Outcome::KeyUsed),
-        (false, None, _) => Seen::Final(Outcome::Refused(Refusal::UnknownProduct)),
-        (false, Some(left), _) if left < i32::from(quantity) => {
-            let units_may_return = row.try_get::<Option<bool>, _>("units_may_return")?.unwrap_or(true);
-            Seen::Final(Outcome::Refused(Refusal::SoldOut { units_may_return }))
-        }
-        (false, Some(_), Some(cap)) if matches!(rule, Rule::Uncapped { .. }) => Seen::Capped(cap),
-        (false, Some(_), _) => Seen::Closed,
-    })
-}
-
-/// Why a door closed that its snapshot saw open, in ONE statement: whether a twin with this
-/// key has made its order since, the buyer's card gate (with a limit: `card_attempts` takes the
-/// buyer's lock, then counts afresh), and the product as it is now.
-const WHY: &str = "WITH recent AS (
-         SELECT updated_at FROM orders
-          WHERE user_id = $1 AND status = $4 AND updated_at > now() - interval '1 hour'
-     )
-     SELECT EXISTS (SELECT 1 FROM orders WHERE user_id = $1 AND idempotency_key = $2) AS twin,
-            CASE WHEN $5 > 0 THEN card_attempts($1) END AS attempts,
-            (SELECT count(*) FROM recent) AS declines,
-            extract(epoch FROM (SELECT updated_at FROM recent ORDER BY updated_at DESC
-                                 OFFSET greatest($5, 1) - 1 LIMIT 1)
-                               + interval '1 hour' - now())::float8 AS ages_out_in,
-            p.units_total - p.units_promised AS units_left, p.max_per_buyer,
-            EXISTS (SELECT 1 FROM orders WHERE product_id = $3 AND holds_units(status)) AS units_may_return
-       FROM (SELECT) AS one
-       LEFT JOIN products p ON p.id = $3";
-
-/// What [`WHY`] saw.
+/// What [`why`] saw.
 #[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
 struct Why {
     twin: bool,
@@ -307,15 +311,35 @@ enum Next {
     Pass(Pass),
 }
 
+/// Why a door closed that its snapshot saw open, in ONE statement: whether a twin with this
+/// key has made its order since, the buyer's card gate (with a limit: `card_attempts` takes the
+/// buyer's lock, then counts afresh), and the product as it is now.
 async fn why<'e>(executor: impl PgExecutor<'e>, entry: Entry<'_>, gate: u32) -> anyhow::Result<Why> {
-    let why = sqlx::query_as::<_, Why>(WHY)
-        .bind(entry.user.as_str())
-        .bind(entry.key)
-        .bind(entry.product_id)
-        .bind(OrderStatus::PaymentDeclined)
-        .bind(i64::from(gate))
-        .fetch_one(executor)
-        .await?;
+    let why = sqlx::query_as!(
+        Why,
+        r#"WITH recent AS (
+             SELECT updated_at FROM orders
+              WHERE user_id = $1 AND status = $4 AND updated_at > now() - interval '1 hour'
+         )
+         SELECT EXISTS (SELECT 1 FROM orders WHERE user_id = $1 AND idempotency_key = $2) AS "twin!",
+                CASE WHEN $5::int8 > 0 THEN card_attempts($1) END AS attempts,
+                (SELECT count(*) FROM recent) AS "declines!",
+                extract(epoch FROM (SELECT updated_at FROM recent ORDER BY updated_at DESC
+                                     OFFSET greatest($5, 1) - 1 LIMIT 1)
+                                   + interval '1 hour' - now())::float8 AS ages_out_in,
+                p.units_total - p.units_promised AS units_left, p.max_per_buyer AS "max_per_buyer?",
+                EXISTS (SELECT 1 FROM orders WHERE product_id = $3 AND holds_units(status))
+                    AS "units_may_return!"
+           FROM (SELECT) AS one
+           LEFT JOIN products p ON p.id = $3"#,
+        entry.user as _,
+        entry.key,
+        entry.product_id as _,
+        OrderStatus::PaymentDeclined as _,
+        i64::from(gate),
+    )
+    .fetch_one(executor)
+    .await?;
     Ok(why)
 }
 
@@ -355,13 +379,6 @@ impl Why {
     }
 }
 
-/// The units the buyer's orders of this product hold, and whether a twin with this key has made
-/// its order (of any product): a statement of its own after the buyer's lock, so its snapshot
-/// sees every order committed before the lock was granted.
-const HELD: &str = "SELECT (SELECT COALESCE(sum(quantity), 0)::int8 FROM orders
-                            WHERE user_id = $1 AND product_id = $2 AND NOT failed(status)),
-                           EXISTS (SELECT 1 FROM orders WHERE user_id = $1 AND idempotency_key = $3)";
-
 /// The door of a product with a cap per buyer: ONE short transaction that takes a lock of the
 /// buyer's own for this product (so a bot's hundred requests at once pass one at a time),
 /// counts the units the buyer's orders that have not failed hold, and runs the door's
@@ -379,17 +396,27 @@ async fn capped(pool: &PgPool, entry: Entry<'_>, cap: i32, gate: u32) -> anyhow:
             return Ok(Seen::Final(Outcome::Refused(Refusal::CardTesting(wait))));
         }
     }
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))")
-        .bind(entry.user.as_str())
-        .bind(entry.product_id)
-        .execute(&mut *tx)
-        .await?;
-    let (held, twin): (i64, bool) = sqlx::query_as(HELD)
-        .bind(entry.user.as_str())
-        .bind(entry.product_id)
-        .bind(entry.key)
-        .fetch_one(&mut *tx)
-        .await?;
+    sqlx::query!(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))",
+        entry.user as _,
+        entry.product_id as _,
+    )
+    .execute(&mut *tx)
+    .await?;
+    // The units the buyer's orders of this product hold, and whether a twin with this key has
+    // made its order (of any product): a statement of its own after the buyer's lock, so its
+    // snapshot sees every order committed before the lock was granted.
+    let held = sqlx::query!(
+        r#"SELECT (SELECT COALESCE(sum(quantity), 0)::int8 FROM orders
+                    WHERE user_id = $1 AND product_id = $2 AND NOT failed(status)) AS "units!",
+                  EXISTS (SELECT 1 FROM orders WHERE user_id = $1 AND idempotency_key = $3) AS "twin!""#,
+        entry.user as _,
+        entry.product_id as _,
+        entry.key,
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    let (held, twin) = (held.units, held.twin);
     if twin {
         return Ok(Seen::Final(Outcome::KeyUsed));
     }
@@ -453,14 +480,5 @@ mod tests {
         let capped = Why { max_per_buyer: Some(2), ..open_product() };
         assert!(matches!(capped.next(quantity(2), 0), Next::Pass(Pass::Capped(2))));
         assert!(matches!(open_product().next(quantity(5), 0), Next::Pass(Pass::Again)));
-    }
-
-    #[test]
-    fn the_door_s_statements_are_static_and_spell_no_status() {
-        for sql in [DOOR, WHY, HELD] {
-            for status in OrderStatus::ALL {
-                assert!(!sql.contains(&format!("'{status}'")), "{status} spelled in {sql}");
-            }
-        }
     }
 }

@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 use crate::domain::OrderId;
 
-use crate::domain::order::{self, Order, OrderNotification, OrderStatus, Transition, order_columns};
+use crate::domain::order::{self, Order, OrderNotification, OrderStatus, Transition};
 use crate::domain::outbox::EventType;
 use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
 use crate::runtime::failure::{Failure, Outcome, Source};
@@ -225,17 +225,42 @@ impl Fulfilment {
     /// it: `stock_reserved` if it moved it; otherwise as the statement's snapshot saw it, which
     /// may predate another delivery's move (the next step's compare-and-set finds out).
     async fn arrive(&self, order_id: OrderId) -> anyhow::Result<Option<(Order, Arrival)>> {
-        use sqlx::{FromRow, Row};
-        let row = sqlx::query(ARRIVE)
-            .bind(order_id)
-            .bind(OrderStatus::Authorized)
-            .bind(OrderStatus::StockReserved)
-            .fetch_optional(&self.pool)
-            .await
-            .context("failed to reserve stock")?;
+        // Claims the order if it is `$2` (`authorized`), takes its units if nothing was cut, and
+        // moves it to `$3` (`stock_reserved`). The order comes back either way, with whether it
+        // was claimed: as the statement's snapshot saw it, with the move's status and time.
+        let row = sqlx::query!(
+            r#"WITH claim AS (
+                 SELECT id, product_id, quantity FROM orders WHERE id = $1 AND status = $2 FOR UPDATE
+             ), taken AS (
+                 UPDATE products p SET stock = p.stock - c.quantity, updated_at = now()
+                   FROM claim c
+                  WHERE p.id = c.product_id AND p.units_promised <= p.units_total AND p.stock >= c.quantity
+              RETURNING p.id
+             ), moved AS (
+                 UPDATE orders SET status = $3, updated_at = now()
+                  WHERE id IN (SELECT id FROM claim) AND EXISTS (SELECT 1 FROM taken)
+              RETURNING updated_at
+             )
+             SELECT id AS "id: OrderId", user_id AS "user_id: crate::domain::UserId", request_hash,
+                    product_id AS "product_id: crate::domain::Sku", quantity AS "quantity: crate::domain::Quantity",
+                    amount_minor, currency AS "currency: crate::domain::Currency", payment_method,
+                    CASE WHEN EXISTS (SELECT 1 FROM moved) THEN $3 ELSE status END AS "status!: OrderStatus",
+                    position, payment_intent_id, failure_reason, authorization_released_at, traceparent,
+                    payment_attempt, payment_attempt_failed, created_at,
+                    COALESCE((SELECT updated_at FROM moved), updated_at) AS "updated_at!",
+                    EXISTS (SELECT 1 FROM claim) AS "claimed!"
+               FROM orders WHERE id = $1"#,
+            order_id as _,
+            OrderStatus::Authorized as _,
+            OrderStatus::StockReserved as _,
+        )
+        .fetch_optional(&self.pool)
+        .await
+        .context("failed to reserve stock")?;
         let Some(row) = row else { return Ok(None) };
-        let order = Order::from_row(&row)?;
-        let arrival = match (row.try_get::<bool, _>("claimed")?, order.status) {
+        let claimed = row.claimed;
+        let order = order::order_from!(row);
+        let arrival = match (claimed, order.status) {
             (true, OrderStatus::StockReserved) => {
                 crate::runtime::failpoint::hit("after_reserve");
                 Arrival::Reserved
@@ -288,21 +313,24 @@ impl Fulfilment {
     /// Returns the move made, or that another delivery had already moved the order.
     async fn reserve_in_line(&self, order: &Order) -> anyhow::Result<Reserved> {
         let mut tx = crate::runtime::db::begin(&self.pool).await.context("failed to begin a reservation")?;
-        let position: Option<i64> =
-            sqlx::query_scalar("SELECT position FROM orders WHERE id = $1 AND status = $2 FOR UPDATE")
-                .bind(order.id)
-                .bind(OrderStatus::Authorized)
-                .fetch_optional(&mut *tx)
-                .await
-                .context("failed to lock the order")?;
+        let position = sqlx::query_scalar!(
+            "SELECT position FROM orders WHERE id = $1 AND status = $2 FOR UPDATE",
+            order.id as _,
+            OrderStatus::Authorized as _,
+        )
+        .fetch_optional(&mut *tx)
+        .await
+        .context("failed to lock the order")?;
         let Some(position) = position else {
             return Ok(Reserved::Lost); // another delivery moved it; the rollback is the drop
         };
-        let stock: i32 = sqlx::query_scalar("SELECT stock FROM products WHERE id = $1 FOR UPDATE")
-            .bind(&order.product_id)
-            .fetch_one(&mut *tx)
-            .await
-            .context("failed to lock the product")?;
+        let stock = sqlx::query_scalar!(
+            "SELECT stock FROM products WHERE id = $1 FOR UPDATE",
+            &order.product_id as _
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .context("failed to lock the product")?;
         let fits = match fits_after_the_line(&mut tx, order, position, stock).await? {
             Ok(fits) => fits,
             Err(waiting) => return Ok(waiting), // the rollback is the drop
@@ -374,15 +402,15 @@ impl Fulfilment {
         }
         // Its units go back both to the stock and to the door, for the next buyer; in the same
         // statement, the provider's words go to the operators' column.
-        sqlx::query(
+        sqlx::query!(
             "WITH detail AS (UPDATE orders SET decline_detail = $4 WHERE id = $3)
              UPDATE products SET stock = stock + $2, units_promised = units_promised - $2, updated_at = now()
                       WHERE id = $1",
+            &order.product_id as _,
+            order.quantity as _,
+            order.id as _,
+            detail,
         )
-        .bind(&order.product_id)
-        .bind(order.quantity)
-        .bind(order.id)
-        .bind(detail)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -471,42 +499,6 @@ impl Fulfilment {
     }
 }
 
-/// A delivery's first step ([`Fulfilment::arrive`]): claim the order if it is `$2`
-/// (`authorized`), take its units if nothing was cut, and move it to `$3` (`stock_reserved`);
-/// the order comes back either way, with whether it was claimed.
-const ARRIVE: &str = concat!(
-    "WITH claim AS (
-         SELECT id, product_id, quantity FROM orders WHERE id = $1 AND status = $2 FOR UPDATE
-     ), taken AS (
-         UPDATE products p SET stock = p.stock - c.quantity, updated_at = now()
-           FROM claim c
-          WHERE p.id = c.product_id AND p.units_promised <= p.units_total AND p.stock >= c.quantity
-      RETURNING p.id
-     ), moved AS (
-         UPDATE orders SET status = $3, updated_at = now()
-          WHERE id IN (SELECT id FROM claim) AND EXISTS (SELECT 1 FROM taken)
-      RETURNING ",
-    order_columns!(),
-    "
-     )
-     SELECT *, EXISTS (SELECT 1 FROM claim) AS claimed FROM moved
-     UNION ALL
-     SELECT ",
-    order_columns!(),
-    ", EXISTS (SELECT 1 FROM claim) FROM orders
-      WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM moved)"
-);
-
-/// The units promised to the orders ahead of position `$2` in product `$1`'s line that have
-/// not taken theirs: pending ones, and `$3` (`authorized`) ones.
-const UNITS_AHEAD: &str = "SELECT COALESCE(sum(quantity), 0)::int8 FROM orders
-     WHERE product_id = $1 AND position < $2 AND (awaiting_authorization(status) OR status = $3)";
-
-/// Those orders themselves, in line order, each with whether it is still pending.
-const LINE_AHEAD: &str = "SELECT quantity, awaiting_authorization(status) FROM orders
-     WHERE product_id = $1 AND position < $2 AND (awaiting_authorization(status) OR status = $3)
-     ORDER BY position";
-
 /// Whether the order's units are there after every order ahead of it in line that has not
 /// taken its own ([`fits_in_line`]), read inside the reservation's transaction after the
 /// product row is locked: `Err` of [`Reserved::Waiting`] when it depends on an order ahead
@@ -518,25 +510,37 @@ async fn fits_after_the_line(
     position: i64,
     stock: i32,
 ) -> anyhow::Result<Result<bool, Reserved>> {
-    let units_ahead: i64 = sqlx::query_scalar(UNITS_AHEAD)
-        .bind(&order.product_id)
-        .bind(position)
-        .bind(OrderStatus::Authorized)
-        .fetch_one(&mut *tx)
-        .await
-        .context("failed to sum the units ahead")?;
+    // The units promised to the orders ahead of it that have not taken theirs: pending ones,
+    // and authorized ones.
+    let units_ahead = sqlx::query_scalar!(
+        r#"SELECT COALESCE(sum(quantity), 0)::int8 AS "units!" FROM orders
+            WHERE product_id = $1 AND position < $2 AND (awaiting_authorization(status) OR status = $3)"#,
+        &order.product_id as _,
+        position,
+        OrderStatus::Authorized as _,
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .context("failed to sum the units ahead")?;
     if i64::from(stock) - units_ahead >= i64::from(order.quantity.get()) {
         return Ok(Ok(true));
     }
     // A pending order ahead may yet take its units or be declined and take none. When the
     // two agree the answer is known; when they do not, this order waits for it.
-    let line: Vec<(i32, bool)> = sqlx::query_as(LINE_AHEAD)
-        .bind(&order.product_id)
-        .bind(position)
-        .bind(OrderStatus::Authorized)
-        .fetch_all(&mut *tx)
-        .await
-        .context("failed to read the line")?;
+    let line: Vec<(i32, bool)> = sqlx::query!(
+        r#"SELECT quantity, awaiting_authorization(status) AS "pending!" FROM orders
+            WHERE product_id = $1 AND position < $2 AND (awaiting_authorization(status) OR status = $3)
+            ORDER BY position"#,
+        &order.product_id as _,
+        position,
+        OrderStatus::Authorized as _,
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .context("failed to read the line")?
+    .into_iter()
+    .map(|ahead| (ahead.quantity, ahead.pending))
+    .collect();
     Ok(fits_whatever_the_pending_do(stock, &line, order.quantity.get()).ok_or_else(|| {
         let pending = line.iter().filter(|(_, pending)| *pending).count();
         Reserved::Waiting(format!(
@@ -549,7 +553,15 @@ async fn fits_after_the_line(
 /// The reservation's decision, in ONE statement: `$9` (`stock_reserved`) with the units out
 /// of stock when it `fits` (`$3`), else `$10` (`rejected_out_of_stock`) with its promised
 /// units back and its `order.rejected` message.
-const RESERVATION: &str = "WITH product AS (
+/// Returns the status the order moved to.
+async fn record_reservation(
+    tx: &mut sqlx::PgConnection,
+    order: &Order,
+    fits: bool,
+) -> anyhow::Result<OrderStatus> {
+    let rejected = OrderNotification::of(order, OrderStatus::RejectedOutOfStock, Some("out_of_stock"));
+    sqlx::query_scalar!(
+        r#"WITH product AS (
          UPDATE products
             SET stock = stock - CASE WHEN $3 THEN $4 ELSE 0 END,
                 units_promised = units_promised - CASE WHEN $3 THEN 0 ELSE $4 END,
@@ -568,29 +580,21 @@ const RESERVATION: &str = "WITH product AS (
            FROM moved WHERE moved.status = $10::order_status
          ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING
      )
-     SELECT status FROM moved";
-
-/// Records the reservation's decision ([`RESERVATION`]); the status the order moved to.
-async fn record_reservation(
-    tx: &mut sqlx::PgConnection,
-    order: &Order,
-    fits: bool,
-) -> anyhow::Result<OrderStatus> {
-    let rejected = OrderNotification::of(order, OrderStatus::RejectedOutOfStock, Some("out_of_stock"));
-    sqlx::query_scalar(RESERVATION)
-        .bind(order.id)
-        .bind(&order.product_id)
-        .bind(fits)
-        .bind(order.quantity)
-        .bind(Uuid::now_v7())
-        .bind(serde_json::to_value(&rejected).context("a notification serializes")?)
-        .bind(EventType::OrderRejected)
-        .bind(EventType::OrderRejected.destination())
-        .bind(OrderStatus::StockReserved)
-        .bind(OrderStatus::RejectedOutOfStock)
-        .fetch_one(tx)
-        .await
-        .context("failed to reserve stock")
+     SELECT status AS "status: OrderStatus" FROM moved"#,
+        order.id as _,
+        &order.product_id as _,
+        fits,
+        order.quantity as _,
+        Uuid::now_v7(),
+        serde_json::to_value(&rejected).context("a notification serializes")?,
+        EventType::OrderRejected as _,
+        EventType::OrderRejected.destination() as _,
+        OrderStatus::StockReserved as _,
+        OrderStatus::RejectedOutOfStock as _,
+    )
+    .fetch_one(tx)
+    .await
+    .context("failed to reserve stock")
 }
 
 #[cfg(test)]

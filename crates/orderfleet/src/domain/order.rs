@@ -16,7 +16,7 @@ pub use crate::domain::outbox::OrderNotification;
 pub use crate::domain::status::{OrderStatus, StatusSet};
 
 /// An order as stored: the one shape every part reads (the intake, the authorization, the
-/// stock worker, the sweeper), always with [`ORDER_COLUMNS`]. What a buyer or a subscriber is
+/// stock worker, the sweeper), read with `query_order!` or `order_from!`. What a buyer or a subscriber is
 /// shown of it are views built from it (the intake's `Accepted` and `OrderView`,
 /// [`OrderNotification`]).
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -60,19 +60,6 @@ pub struct Order {
     pub updated_at: DateTime<Utc>,
 }
 
-/// The columns of [`Order`] as a literal, for statements built with `concat!` at compile time.
-macro_rules! order_columns {
-    () => {
-        "id, user_id, request_hash, product_id, quantity, amount_minor, currency, payment_method, \
-         status, position, payment_intent_id, failure_reason, authorization_released_at, traceparent, \
-         payment_attempt, payment_attempt_failed, created_at, updated_at"
-    };
-}
-pub(crate) use order_columns;
-
-/// The columns of [`Order`], for `SELECT` and `RETURNING`.
-pub const ORDER_COLUMNS: &str = order_columns!();
-
 /// ONE statement: moves an order still in `status` on to its next Stripe attempt (new
 /// idempotency keys), if it is still on `attempt` and that attempt began at least `settled_for`
 /// ago; returns the attempt the order is on now, moved or not (`None`: no such order in
@@ -88,7 +75,7 @@ pub(crate) async fn next_payment_attempt<'e>(
     attempt: i32,
     settled_for: std::time::Duration,
 ) -> sqlx::Result<Option<i32>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "WITH moved AS (
              UPDATE orders SET payment_attempt = payment_attempt + 1, payment_attempt_at = now(),
                                payment_attempt_failed = false, updated_at = now()
@@ -98,21 +85,95 @@ pub(crate) async fn next_payment_attempt<'e>(
          )
          SELECT COALESCE((SELECT payment_attempt FROM moved),
                          (SELECT payment_attempt FROM orders WHERE id = $1 AND status = $2))",
+        id as _,
+        status as _,
+        attempt,
+        settled_for.as_millis() as i64,
     )
-    .bind(id)
-    .bind(status)
-    .bind(attempt)
-    .bind(settled_for.as_millis() as i64)
     .fetch_one(executor)
     .await
 }
 
+/// [`Order`] as `query_as!` reads it: a field a column, its amount's two flat.
+#[derive(Debug)]
+pub(crate) struct OrderRow {
+    pub(crate) id: OrderId,
+    pub(crate) user_id: UserId,
+    pub(crate) request_hash: Vec<u8>,
+    pub(crate) product_id: Sku,
+    pub(crate) quantity: Quantity,
+    pub(crate) amount_minor: i64,
+    pub(crate) currency: crate::domain::Currency,
+    pub(crate) payment_method: String,
+    pub(crate) status: OrderStatus,
+    pub(crate) position: i64,
+    pub(crate) payment_intent_id: Option<String>,
+    pub(crate) failure_reason: Option<String>,
+    pub(crate) authorization_released_at: Option<DateTime<Utc>>,
+    pub(crate) traceparent: Option<String>,
+    pub(crate) payment_attempt: i32,
+    pub(crate) payment_attempt_failed: bool,
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) updated_at: DateTime<Utc>,
+}
+
+/// The [`Order`] of any row with its columns as fields (an [`OrderRow`], or a `query!` record
+/// with more columns). With `?`, each column an order always has is an `Option` (the row of a
+/// `LEFT JOIN`), and the order is `None` when it is.
+macro_rules! order_from {
+    ($row:ident $(, $some:tt)?) => {
+        $crate::domain::order::Order {
+            id: $row.id $($some)?,
+            user_id: $row.user_id $($some)?,
+            request_hash: $row.request_hash $($some)?,
+            product_id: $row.product_id $($some)?,
+            quantity: $row.quantity $($some)?,
+            amount: $crate::domain::Money { minor: $row.amount_minor $($some)?, currency: $row.currency $($some)? },
+            payment_method: $row.payment_method $($some)?,
+            status: $row.status $($some)?,
+            position: $row.position $($some)?,
+            payment_intent_id: $row.payment_intent_id,
+            failure_reason: $row.failure_reason,
+            authorization_released_at: $row.authorization_released_at,
+            traceparent: $row.traceparent,
+            payment_attempt: $row.payment_attempt $($some)?,
+            payment_attempt_failed: $row.payment_attempt_failed $($some)?,
+            created_at: $row.created_at $($some)?,
+            updated_at: $row.updated_at $($some)?,
+        }
+    };
+}
+pub(crate) use order_from;
+
+impl From<OrderRow> for Order {
+    fn from(row: OrderRow) -> Self {
+        order_from!(row)
+    }
+}
+
+/// `query_as!(OrderRow, …)` of a statement whose answer is [`Order`]'s columns: the statement
+/// up to them (`"SELECT"`, `"… RETURNING"`), the rest of it, then its arguments.
+macro_rules! query_order {
+    ($head:literal, $tail:literal $($args:tt)*) => {
+        sqlx::query_as!(
+            $crate::domain::order::OrderRow,
+            $head + r#" id AS "id: crate::domain::OrderId", user_id AS "user_id: crate::domain::UserId",
+                request_hash, product_id AS "product_id: crate::domain::Sku",
+                quantity AS "quantity: crate::domain::Quantity", amount_minor,
+                currency AS "currency: crate::domain::Currency", payment_method,
+                status AS "status: crate::domain::status::OrderStatus", position, payment_intent_id,
+                failure_reason, authorization_released_at, traceparent, payment_attempt,
+                payment_attempt_failed, created_at, updated_at "# + $tail
+            $($args)*
+        )
+    };
+}
+pub(crate) use query_order;
+
 /// The order with this id, if any.
 pub async fn load<'e>(executor: impl PgExecutor<'e>, id: OrderId) -> sqlx::Result<Option<Order>> {
-    sqlx::query_as::<_, Order>(concat!("SELECT ", order_columns!(), " FROM orders WHERE id = $1"))
-        .bind(id)
-        .fetch_optional(executor)
-        .await
+    let row = query_order!("SELECT", "FROM orders WHERE id = $1", id as _).fetch_optional(executor).await?;
+    Ok(row.map(Order::from))
 }
 
 /// The order a buyer's idempotency key made, if any.
@@ -121,15 +182,11 @@ pub async fn find_by_key<'e>(
     user: &UserId,
     key: &str,
 ) -> sqlx::Result<Option<Order>> {
-    sqlx::query_as::<_, Order>(concat!(
-        "SELECT ",
-        order_columns!(),
-        " FROM orders WHERE user_id = $1 AND idempotency_key = $2"
-    ))
-    .bind(user.as_str())
-    .bind(key)
-    .fetch_optional(executor)
-    .await
+    let row =
+        query_order!("SELECT", "FROM orders WHERE user_id = $1 AND idempotency_key = $2", user as _, key)
+            .fetch_optional(executor)
+            .await?;
+    Ok(row.map(Order::from))
 }
 
 /// A move of one order from one status to the next, with what the move records and the
@@ -185,8 +242,8 @@ impl<'a> Transition<'a> {
         let event_types: Vec<EventType> = messages.iter().map(|m| m.event_type).collect();
         let destinations: Vec<Destination> = messages.iter().map(|m| m.event_type.destination()).collect();
         let payloads: Vec<&serde_json::Value> = messages.iter().map(|m| &m.payload).collect();
-        let moved: i64 = sqlx::query_scalar(
-            "WITH moved AS (
+        let moved = sqlx::query_scalar!(
+            r#"WITH moved AS (
                  UPDATE orders SET status = $3, failure_reason = COALESCE($4, failure_reason),
                                    payment_intent_id = COALESCE($5, payment_intent_id),
                                    authorization_expires_at = COALESCE($10, authorization_expires_at),
@@ -200,18 +257,18 @@ impl<'a> Transition<'a> {
                         AS m(message_id, event_type, destination, payload)
                  ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING
              )
-             SELECT count(*) FROM moved",
+             SELECT count(*) AS "moved!" FROM moved"#,
+            self.order_id as _,
+            self.from as _,
+            self.to as _,
+            self.failure_reason,
+            self.hold.map(|h| h.id.as_str()),
+            &ids,
+            &event_types as _,
+            &destinations as _,
+            &payloads as _,
+            self.hold.and_then(|h| h.capture_before),
         )
-        .bind(self.order_id)
-        .bind(self.from)
-        .bind(self.to)
-        .bind(self.failure_reason)
-        .bind(self.hold.map(|h| h.id.as_str()))
-        .bind(&ids)
-        .bind(&event_types)
-        .bind(&destinations)
-        .bind(&payloads)
-        .bind(self.hold.and_then(|h| h.capture_before))
         .fetch_one(executor)
         .await?;
         Ok(moved == 1)
@@ -223,11 +280,11 @@ pub(crate) async fn mark_authorization_released<'e>(
     executor: impl PgExecutor<'e>,
     id: OrderId,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE orders SET authorization_released_at = now(), updated_at = now()
           WHERE id = $1 AND authorization_released_at IS NULL",
+        id as _,
     )
-    .bind(id)
     .execute(executor)
     .await?;
     Ok(())

@@ -129,14 +129,15 @@ pub enum UpsertError {
 /// slip in between the check and the update.
 pub async fn upsert(pool: &PgPool, product: &ProductUpsert) -> Result<Units, UpsertError> {
     let mut tx = crate::runtime::db::begin(pool).await.context("failed to begin the upsert")?;
-    sqlx::query("SELECT 1 FROM products WHERE id = $1 FOR UPDATE")
-        .bind(product.id.as_str())
-        .execute(&mut *tx)
+    // A new product has no row to lock yet: its insert takes the lock.
+    sqlx::query!("SELECT 1 AS locked FROM products WHERE id = $1 FOR UPDATE", product.id.as_str())
+        .fetch_optional(&mut *tx)
         .await
         .with_context(|| format!("failed to lock product {}", product.id.as_str()))?;
     let (last_served, least) = line_served(&mut tx, &product.id).await?;
-    let units: Option<Units> = sqlx::query_as(
-        "INSERT INTO products (id, name, price_minor, currency, units_total, stock, max_per_buyer)
+    let units = sqlx::query_as!(
+        Units,
+        r#"INSERT INTO products (id, name, price_minor, currency, units_total, stock, max_per_buyer)
          VALUES ($1, $2, $3, $4, $5, $5, $6)
          ON CONFLICT (id) DO UPDATE
             SET name = EXCLUDED.name, price_minor = EXCLUDED.price_minor, currency = EXCLUDED.currency,
@@ -144,15 +145,15 @@ pub async fn upsert(pool: &PgPool, product: &ProductUpsert) -> Result<Units, Ups
                 units_total = EXCLUDED.units_total, max_per_buyer = EXCLUDED.max_per_buyer,
                 updated_at = now()
           WHERE products.units_total - products.stock <= EXCLUDED.units_total AND $7 <= EXCLUDED.units_total
-         RETURNING units_total AS total, units_total - stock AS taken, units_promised AS promised",
+         RETURNING units_total AS total, units_total - stock AS "taken!", units_promised AS promised"#,
+        product.id.as_str(),
+        &product.name,
+        product.price_minor,
+        product.currency.as_str(),
+        product.units_total,
+        product.max_per_buyer,
+        least,
     )
-    .bind(product.id.as_str())
-    .bind(&product.name)
-    .bind(product.price_minor)
-    .bind(product.currency.as_str())
-    .bind(product.units_total)
-    .bind(product.max_per_buyer)
-    .bind(least)
     .fetch_optional(&mut *tx)
     .await
     .with_context(|| format!("failed to upsert product {}", product.id.as_str()))?;
@@ -160,11 +161,13 @@ pub async fn upsert(pool: &PgPool, product: &ProductUpsert) -> Result<Units, Ups
         tx.commit().await.context("failed to commit the upsert")?;
         return Ok(units);
     }
-    let taken: i32 = sqlx::query_scalar("SELECT units_total - stock FROM products WHERE id = $1")
-        .bind(product.id.as_str())
-        .fetch_one(&mut *tx)
-        .await
-        .with_context(|| format!("failed to read product {}", product.id.as_str()))?;
+    let taken = sqlx::query_scalar!(
+        r#"SELECT units_total - stock AS "taken!" FROM products WHERE id = $1"#,
+        product.id.as_str()
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .with_context(|| format!("failed to read product {}", product.id.as_str()))?;
     let (sku, asked) = (product.id.as_str().to_owned(), product.units_total);
     Err(match last_served {
         Some(position) if asked >= taken => UpsertError::BelowLine { sku, asked, position, least },
@@ -172,27 +175,27 @@ pub async fn upsert(pool: &PgPool, product: &ProductUpsert) -> Result<Units, Ups
     })
 }
 
-/// The last place in product `$1`'s line that took its units (`$2`, `stock_reserved`, or
-/// sold), and the units the orders up to it hold.
-const LINE_SERVED: &str = "WITH served AS (
-         SELECT max(position) AS position FROM orders
-          WHERE product_id = $1 AND (status = $2 OR sold(status))
-     )
-     SELECT served.position,
-            COALESCE((SELECT sum(quantity) FROM orders
-                       WHERE product_id = $1 AND position <= served.position
-                         AND NOT failed(status)), 0)::int8
-       FROM served";
-
-/// [`LINE_SERVED`], inside the upsert's transaction after the product row is locked.
+/// The last place in the product's line that took its units (reserved or sold), and the units
+/// the orders up to it hold; read inside the upsert's transaction after the product row is
+/// locked.
 async fn line_served(tx: &mut sqlx::PgConnection, id: &Sku) -> anyhow::Result<(Option<i64>, i32)> {
-    let (last_served, least): (Option<i64>, i64) = sqlx::query_as(LINE_SERVED)
-        .bind(id.as_str())
-        .bind(crate::domain::order::OrderStatus::StockReserved)
-        .fetch_one(tx)
-        .await
-        .with_context(|| format!("failed to read the line of product {}", id.as_str()))?;
-    Ok((last_served, i32::try_from(least).unwrap_or(i32::MAX)))
+    let served = sqlx::query!(
+        r#"WITH served AS (
+             SELECT max(position) AS position FROM orders
+              WHERE product_id = $1 AND (status = $2 OR sold(status))
+         )
+         SELECT served.position AS last_served,
+                COALESCE((SELECT sum(quantity) FROM orders
+                           WHERE product_id = $1 AND position <= served.position
+                             AND NOT failed(status)), 0)::int8 AS "least!"
+           FROM served"#,
+        id.as_str(),
+        crate::domain::order::OrderStatus::StockReserved as _,
+    )
+    .fetch_one(tx)
+    .await
+    .with_context(|| format!("failed to read the line of product {}", id.as_str()))?;
+    Ok((served.last_served, i32::try_from(served.least).unwrap_or(i32::MAX)))
 }
 
 #[cfg(test)]

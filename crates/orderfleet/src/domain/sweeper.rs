@@ -91,18 +91,19 @@ impl Sweeper {
     }
 
     async fn sweep_pending(&self, report: &mut SweepReport) -> anyhow::Result<()> {
-        let orders: Vec<(OrderId, Option<String>)> = sqlx::query_as(
-            "SELECT id, traceparent FROM orders
+        let orders = sqlx::query!(
+            r#"SELECT id AS "id: OrderId", traceparent FROM orders
               WHERE awaiting_authorization(status) AND updated_at < now() - $1 * interval '1 ms'
                 AND (intake_lease_until IS NULL OR intake_lease_until < now())
-              ORDER BY updated_at LIMIT $2",
+              ORDER BY updated_at LIMIT $2"#,
+            self.policy.pending_after.as_millis() as i64,
+            self.policy.batch,
         )
-        .bind(self.policy.pending_after.as_millis() as i64)
-        .bind(self.policy.batch)
         .fetch_all(&self.pool)
         .await
         .context("failed to find pending orders")?;
-        for (id, traceparent) in orders {
+        for order in orders {
+            let (id, traceparent) = (order.id, order.traceparent);
             let span = crate::runtime::trace::order_span(id, traceparent.as_deref());
             let Some(order) = authorization::take_over(&self.pool, id, self.policy.lease).await? else {
                 continue; // someone else took it meanwhile
@@ -126,20 +127,22 @@ impl Sweeper {
     }
 
     async fn sweep_fulfilment(&self, report: &mut SweepReport) -> anyhow::Result<()> {
-        let orders: Vec<(OrderId, Option<String>)> = sqlx::query_as(
-            "SELECT id, traceparent FROM orders
+        // A declined card ($3) never held funds: nothing to release.
+        let orders = sqlx::query!(
+            r#"SELECT id AS "id: OrderId", traceparent FROM orders
               WHERE updated_at < now() - $1 * interval '1 ms'
                 AND ((holds_units(status) AND NOT awaiting_authorization(status))
                      OR (failed(status) AND status <> $3 AND authorization_released_at IS NULL))
-              ORDER BY swept_at NULLS FIRST, updated_at LIMIT $2",
+              ORDER BY swept_at NULLS FIRST, updated_at LIMIT $2"#,
+            self.policy.fulfilment_after.as_millis() as i64,
+            self.policy.batch,
+            OrderStatus::PaymentDeclined as _,
         )
-        .bind(self.policy.fulfilment_after.as_millis() as i64)
-        .bind(self.policy.batch)
-        // A declined card never held funds: nothing to release.
-        .bind(OrderStatus::PaymentDeclined)
         .fetch_all(&self.pool)
         .await
-        .context("failed to find orders to advance")?;
+        .context("failed to find orders to advance")?
+        .into_iter()
+        .map(|order| (order.id, order.traceparent));
         let fulfilment = Fulfilment { pool: self.pool.clone(), payments: self.payments.clone() };
         for (id, traceparent) in orders {
             let span = crate::runtime::trace::order_span(id, traceparent.as_deref());
@@ -156,8 +159,7 @@ impl Sweeper {
                 Err(_) => report.fulfilments_blocked += 1,
             }
             // Tried and not settled: to the back of the next pass.
-            sqlx::query("UPDATE orders SET swept_at = now() WHERE id = $1")
-                .bind(id)
+            sqlx::query!("UPDATE orders SET swept_at = now() WHERE id = $1", id as _)
                 .execute(&self.pool)
                 .await
                 .context("failed to stamp a swept order")?;

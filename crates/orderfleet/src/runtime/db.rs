@@ -1,4 +1,20 @@
 //! The PostgreSQL pool and the embedded migrations.
+//!
+//! **How the fleet's SQL is written.** Every statement is a query macro (`sqlx::query!`,
+//! `query_as!`, `query_scalar!`, and `domain::order`'s `query_order!` for a statement that
+//! answers an order), so its text is static and checked when the code builds: its syntax, its
+//! columns and their types and nullability, and its parameters, against the migrated schema.
+//! The build reads what the schema says from the checked-in `.sqlx/` (`SQLX_OFFLINE`, set in
+//! `.cargo/config.toml`), so it needs no database; `make test` describes every statement again
+//! against the migrated database and fails when `.sqlx/` differs (`scripts/sqlx-data.sh
+//! check`; `write` renews it). No statement of the fleet's is text put together at run time.
+//! The rules a statement follows:
+//! - a set of order statuses is one of SPEC §5's, a function of migration `status_sets`
+//!   (`holds_units(status)`, …); one status a compare-and-set expects is bound typed
+//!   (`OrderStatus::Authorized as _`);
+//! - a typed parameter (`OrderId`, `Sku`, an enum) is bound `as _`, and a typed column is
+//!   named with its Rust type (`id AS "id: OrderId"`);
+//! - a number of milliseconds multiplies `interval '1 ms'` as `$n::int8`.
 
 use std::time::Duration;
 
@@ -120,11 +136,12 @@ pub async fn begin(pool: &PgPool) -> anyhow::Result<sqlx::Transaction<'static, s
     // only once the whole simple query succeeds, so a SET failing after BEGIN would send the
     // connection back to the pool inside an open transaction.
     let mut tx = pool.begin().await.context("failed to begin a transaction")?;
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SET LOCAL idle_in_transaction_session_timeout = {}",
-        IDLE_IN_TRANSACTION.as_millis()
-    )))
-    .execute(&mut *tx)
+    // `set_config(…, true)` is `SET LOCAL` with the value bound, not put in the text.
+    sqlx::query!(
+        "SELECT set_config('idle_in_transaction_session_timeout', $1, true) AS set",
+        IDLE_IN_TRANSACTION.as_millis().to_string(),
+    )
+    .fetch_one(&mut *tx)
     .await
     .context("failed to bound the transaction's idle time")?;
     Ok(tx)
@@ -138,7 +155,9 @@ pub(crate) const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(15);
 /// Whether the database answers: `SELECT 1` within the step deadline (a worker's probe while
 /// it is paused).
 pub async fn probe(pool: &PgPool) -> Result<(), String> {
-    let ping = async { sqlx::query("SELECT 1").execute(pool).await.map(|_| ()).map_err(anyhow::Error::from) };
+    let ping = async {
+        sqlx::query!("SELECT 1 AS one").fetch_one(pool).await.map(|_| ()).map_err(anyhow::Error::from)
+    };
     bounded("failed to probe the database", ping).await.map_err(|e| format!("PostgreSQL: {e:#}"))
 }
 

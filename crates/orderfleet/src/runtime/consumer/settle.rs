@@ -181,7 +181,7 @@ async fn record_failures(pool: &sqlx::PgPool, queue: &str, failures: &[(Delivere
     let reasons: Vec<String> =
         by_key.iter().map(|(_, f, _)| format!("{} {}: {}", f.source.as_str(), f.code, f.reason)).collect();
     let times: Vec<i32> = by_key.iter().map(|(_, _, n)| *n).collect();
-    let recorded = sqlx::query(
+    let recorded = sqlx::query!(
         "INSERT INTO message_failures (queue, message_key, sqs_message_id, receive_count, outcome, reason, failures)
          SELECT $1, k, id, n, o, r, t
            FROM UNNEST($2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::int[]) AS f(k, id, n, o, r, t)
@@ -189,14 +189,14 @@ async fn record_failures(pool: &sqlx::PgPool, queue: &str, failures: &[(Delivere
             SET sqs_message_id = EXCLUDED.sqs_message_id, receive_count = EXCLUDED.receive_count,
                 outcome = EXCLUDED.outcome, reason = EXCLUDED.reason,
                 failures = message_failures.failures + EXCLUDED.failures, updated_at = now()",
+        queue,
+        &keys as _,
+        &ids as _,
+        &counts,
+        &outcomes as _,
+        &reasons,
+        &times,
     )
-    .bind(queue)
-    .bind(&keys)
-    .bind(&ids)
-    .bind(&counts)
-    .bind(&outcomes)
-    .bind(&reasons)
-    .bind(&times)
     .execute(pool);
     // Bounded: a connection frozen here would hold the batch's task, and its permits, for ever.
     let recorded = crate::runtime::db::bounded("failed to record message failures", async {
