@@ -238,3 +238,74 @@ async fn twenty_good_orders_at_once_behind_the_card_gate_are_never_told_sold_out
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     fleet.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_twin_that_commits_while_a_capped_door_waits_for_the_card_lock_is_answered_from_never_429() {
+    // Arrange: the card gate at five, a buyer four declines in, and a product capped per buyer.
+    let fleet = behind_the_card_gate("card-gate-capped-twin").await;
+    let upsert = ["product", "upsert", "--id", "capped", "--name", "Capped", "--price", "1000"];
+    let rest = ["--currency", "usd", "--stock", "10", "--max-per-buyer", "3"];
+    fleet.fleetctl(&[&upsert[..], &rest[..]].concat(), &[]).await.unwrap();
+    for i in 0..4 {
+        let declined =
+            fleet.post_order("ola", &format!("d{i}"), "sku-1", 1, "pm_card_chargeDeclined").await.unwrap();
+        assert_eq!(declined.status, 402);
+    }
+    // The twin holds the buyer's card lock, as its door does until it commits.
+    let mut twin = fleet.pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('cards/' || $1, 0))")
+        .bind("ola")
+        .execute(&mut *twin)
+        .await
+        .unwrap();
+
+    // Act: the request, whose capped door waits for that lock; then the twin's order commits.
+    let body = r#"{"product_id": "capped", "quantity": 1, "payment_method": "pm_card_visa"}"#;
+    let request = order_intake::request::OrderRequest::parse(body.as_bytes()).unwrap();
+    let fleet = Arc::new(fleet);
+    let sent = tokio::spawn({
+        let fleet = fleet.clone();
+        async move { fleet.post_order("ola", "twin", "capped", 1, "pm_card_visa").await.unwrap() }
+    });
+    wait_for_an_advisory_lock(&fleet.pool).await;
+    sqlx::query(
+        "WITH promised AS (
+             UPDATE products SET units_promised = units_promised + 1, last_position = last_position + 1
+              WHERE id = 'capped' RETURNING last_position
+         )
+         INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity, amount_minor,
+                             currency, payment_method, intake_lease_until, position)
+         SELECT $1, 'ola', 'twin', $2, 'capped', 1, 1000, 'usd', 'pm_card_visa', now() + interval '30 s', last_position
+           FROM promised",
+    )
+    .bind(uuid::Uuid::now_v7())
+    .bind(request.fingerprint())
+    .execute(&mut *twin)
+    .await
+    .unwrap();
+    twin.commit().await.unwrap();
+    let answer = sent.await.unwrap();
+
+    // Assert: the twin's order answers (it is still in its twin's hands), not the card gate,
+    // which counted it.
+    assert_eq!(answer.status, 409, "{}", answer.body);
+    assert_eq!(answer.body["error"]["code"], "idempotency_key_in_use", "{}", answer.body);
+    Arc::into_inner(fleet).expect("the request is done").stop().await.unwrap();
+}
+
+/// Waits until a backend waits for an advisory lock.
+async fn wait_for_an_advisory_lock(pool: &sqlx::PgPool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let waiting: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+                .fetch_one(pool)
+                .await
+                .unwrap();
+        if waiting > 0 {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "no request waited for the card lock");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

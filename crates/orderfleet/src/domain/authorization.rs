@@ -192,7 +192,7 @@ pub async fn record(
         Ok(intent) => {
             // Confirmed but not holding funds (3-D Secure, say): this fleet takes only cards
             // that authorize at once, so release whatever exists and decline.
-            let _ = payments.cancel(order.id, order.payment_attempt, &intent.id).await;
+            let _ = payments.cancel(order.intent(&intent.id)).await;
             let reason = format!(
                 "authorization_incomplete: the payment method needs another step ({:?})",
                 intent.status

@@ -19,8 +19,10 @@
 //! | the units there, then gone (another request took them while this one waited for the row), or the card gate closed | one statement says why ([`Why`]); then the answer, or [`capped`], or the door again |
 //!
 //! A request whose second pass is closed too is answered from a last look: the units changed
-//! hands twice under it, so it hears `sold_out` with `Retry-After` (behind the card gate: come
-//! back in a moment), never a third pass.
+//! hands twice under it, so it hears `sold_out` with `Retry-After` (when the uncapped door
+//! closed twice behind the card gate: come back in a moment), never a third pass. A
+//! card-testing refusal first looks for a twin request's order under the same key, made while
+//! it waited for the buyer's lock, and answers from it.
 //!
 //! Every statement here is static text with bind parameters. Every path is timed in
 //! `intake_door_seconds`, by outcome.
@@ -140,19 +142,32 @@ async fn admit_untimed(pool: &PgPool, entry: Entry<'_>, gate: u32) -> anyhow::Re
         Seen::Final(outcome) => outcome,
         Seen::Capped(_) | Seen::Closed => match why(pool, entry, gate).await?.next(entry.quantity, gate) {
             Next::Answer(outcome) => outcome,
-            // No third pass: the buyer's other orders are being decided right now, and units
-            // are left, so never sold_out: come back in a moment.
-            Next::Pass(_) if gate > 0 => Outcome::Refused(Refusal::CardTesting(Duration::from_secs(2))),
+            // No third pass. Behind the card gate, an uncapped door closed twice while units
+            // are left: the buyer's other orders are being decided right now, so never
+            // sold_out: come back in a moment. Otherwise the units changed hands twice under
+            // this request: sold out, and they may come back.
+            Next::Pass(_) if gate > 0 && second == Pass::Again => {
+                Outcome::Refused(Refusal::CardTesting(Duration::from_secs(2)))
+            }
             Next::Pass(_) => Outcome::Refused(Refusal::SoldOut { units_may_return: true }),
         },
     };
     answer(pool, entry, last).await
 }
 
-/// The admission of an outcome: for a used key, with the order it made.
+/// The admission of an outcome: for a used key, with the order it made. A card-testing
+/// refusal looks the key up first, in a statement of its own: the twin request with this key
+/// whose pending order the gate counted may have committed while this one waited for the
+/// buyer's lock, after the snapshot that looked for it; this request answers from its order.
 async fn answer(pool: &PgPool, entry: Entry<'_>, outcome: Outcome) -> anyhow::Result<Admission> {
     Ok(match outcome {
         Outcome::Admitted(order) => Admission::Admitted(order),
+        Outcome::Refused(refusal @ Refusal::CardTesting(_)) => {
+            match order::find_by_key(pool, entry.user, entry.key).await? {
+                Some(twin_s) => Admission::KeyUsed(Box::new(twin_s)),
+                None => Admission::Refused(refusal),
+            }
+        }
         Outcome::Refused(refusal) => Admission::Refused(refusal),
         Outcome::KeyUsed => {
             let order = order::find_by_key(pool, entry.user, entry.key)

@@ -227,7 +227,10 @@ impl Fulfilment {
     async fn arrive(&self, order_id: OrderId) -> anyhow::Result<Option<(Order, Arrival)>> {
         // Claims the order if it is `$2` (`authorized`), takes its units if nothing was cut, and
         // moves it to `$3` (`stock_reserved`). The order comes back either way, with whether it
-        // was claimed: as the statement's snapshot saw it, with the move's status and time.
+        // was claimed: as the statement's snapshot saw it, with the move's status and time. (The
+        // snapshot predates the claim's lock; nothing changes an order's other columns while it
+        // is `authorized`, so they are the moved row's too. A writer that did would read them
+        // from `moved` here.)
         let row = sqlx::query!(
             r#"WITH claim AS (
                  SELECT id, product_id, quantity FROM orders WHERE id = $1 AND status = $2 FOR UPDATE
@@ -349,7 +352,7 @@ impl Fulfilment {
             // Cannot happen (an authorized order has its intent); a person must look.
             anyhow::bail!("order {} has no payment intent", order.id);
         };
-        let captured = self.payments.capture(order.id, order.payment_attempt, intent).await;
+        let captured = self.payments.capture(order.intent(intent)).await;
         let captured = self.after_a_failed_attempt(order, intent, IntentStatus::Succeeded, captured).await?;
         match captured {
             Ok(_) => {
@@ -482,7 +485,7 @@ impl Fulfilment {
             mark_released().await?;
             return Ok(Ok(()));
         };
-        let cancelled = self.payments.cancel(order.id, order.payment_attempt, intent).await;
+        let cancelled = self.payments.cancel(order.intent(intent)).await;
         match self.after_a_failed_attempt(order, intent, IntentStatus::Canceled, cancelled).await? {
             Ok(_) => {
                 mark_released().await?;

@@ -94,6 +94,13 @@ pub(crate) async fn next_payment_attempt<'e>(
     .await
 }
 
+impl Order {
+    /// Its PaymentIntent `id`, to capture or cancel under its current Stripe attempt's key.
+    pub fn intent<'a>(&self, id: &'a str) -> crate::domain::payments::OrderIntent<'a> {
+        crate::domain::payments::OrderIntent { order_id: self.id, attempt: self.payment_attempt, id }
+    }
+}
+
 /// [`Order`] as `query_as!` reads it: a field a column, its amount's two flat.
 #[derive(Debug)]
 pub(crate) struct OrderRow {

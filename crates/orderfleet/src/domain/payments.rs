@@ -122,6 +122,18 @@ impl PaymentError {
     }
 }
 
+/// An order's PaymentIntent to capture or cancel, and the order's Stripe attempt, whose key
+/// the request is sent under.
+#[derive(Debug, Clone, Copy)]
+pub struct OrderIntent<'a> {
+    /// The order.
+    pub order_id: OrderId,
+    /// Its Stripe attempt ([`Operation::idempotency_key`]).
+    pub attempt: i32,
+    /// The PaymentIntent.
+    pub id: &'a str,
+}
+
 /// What an order needs authorized.
 #[derive(Debug, Clone)]
 pub struct AuthorizeRequest<'a> {
@@ -299,28 +311,16 @@ impl Payments {
 
     /// Captures an authorized PaymentIntent. An intent that is already captured counts as
     /// captured: the first capture's answer was lost and Stripe's key has expired.
-    /// Sent under the key of the order's Stripe `attempt`.
-    pub async fn capture(
-        &self,
-        order_id: OrderId,
-        attempt: i32,
-        payment_intent_id: &str,
-    ) -> Result<Intent, PaymentError> {
-        let request = CapturePaymentIntent::new(payment_intent_id);
-        self.settle(Operation::Capture, order_id, attempt, payment_intent_id, request).await
+    pub async fn capture(&self, intent: OrderIntent<'_>) -> Result<Intent, PaymentError> {
+        let request = CapturePaymentIntent::new(intent.id);
+        self.settle(Operation::Capture, intent.order_id, intent.attempt, intent.id, request).await
     }
 
     /// Cancels a PaymentIntent, releasing its hold. An intent that is already cancelled, or
     /// never held funds, counts as released.
-    /// Sent under the key of the order's Stripe `attempt`.
-    pub async fn cancel(
-        &self,
-        order_id: OrderId,
-        attempt: i32,
-        payment_intent_id: &str,
-    ) -> Result<Intent, PaymentError> {
-        let request = CancelPaymentIntent::new(payment_intent_id);
-        self.settle(Operation::Cancel, order_id, attempt, payment_intent_id, request).await
+    pub async fn cancel(&self, intent: OrderIntent<'_>) -> Result<Intent, PaymentError> {
+        let request = CancelPaymentIntent::new(intent.id);
+        self.settle(Operation::Cancel, intent.order_id, intent.attempt, intent.id, request).await
     }
 
     /// Sends a capture or a cancel under the order's key for it, with retries; a refusal

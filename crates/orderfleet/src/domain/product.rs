@@ -13,7 +13,7 @@
 //!
 //! | the order's move | counters | statement |
 //! |---|---|---|
-//! | admitted at the door (a new `pending_authorization`) | `units_promised` += q, `last_position` += 1 | order-intake `orders::door` |
+//! | admitted at the door (a new `pending_authorization`) | `units_promised` += q, `last_position` += 1 | `door::door` |
 //! | `pending_authorization` → `payment_declined` | `units_promised` −= q | `authorization::decline` |
 //! | `authorized` → `stock_reserved` | `stock` −= q | `fulfilment::Fulfilment::reserve` (and `reserve_in_line` after a cut) |
 //! | `authorized` → `rejected_out_of_stock` | `units_promised` −= q | `reserve_in_line` |
