@@ -25,7 +25,7 @@ cargo fmt --all --check
 step "the docs name only tests, files and settings that exist"
 python3 scripts/check-docs.py
 
-step "every function within 60 lines; no order status spelled in the fleet's SQL"
+step "every function within 60 lines; no order status spelled in the fleet's SQL; no import loops"
 python3 scripts/check-shape.py
 
 step "cfn-lint infra/*.yaml"
