@@ -484,6 +484,9 @@ impl Fleet {
                 ("capture_method", "manual"),
                 ("confirm", "true"),
                 ("payment_method", "pm_card_visa"),
+                ("automatic_payment_methods[enabled]", "true"),
+                ("automatic_payment_methods[allow_redirects]", "never"),
+                ("use_stripe_sdk", "true"),
                 ("metadata[order_id]", order_id.as_str()),
             ])
             .send()

@@ -29,8 +29,8 @@ use crate::cards::{self, Outcome};
 use crate::error::StripeError;
 use crate::ids;
 use crate::requests::{
-    CancelRequest, CancellationReason, CaptureMethod, CaptureRequest, ConfirmationMethod, CreateRequest,
-    Details, Expand,
+    AutomaticPaymentMethods, CancelRequest, CancellationReason, CaptureMethod, CaptureRequest,
+    ConfirmationMethod, CreateRequest, Details, Expand,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +97,9 @@ pub(crate) struct PaymentIntent {
     pub(crate) last_payment_error: Option<StripeError>,
     pub(crate) latest_charge: Option<Charge>,
     pub(crate) payment_method: Option<String>,
+    pub(crate) automatic_payment_methods: Option<AutomaticPaymentMethods>,
+    /// The methods it takes: those the request named, or, with automatic payment methods, the
+    /// ones this test-mode account has enabled (cards).
     pub(crate) payment_method_types: Vec<String>,
     pub(crate) status: Status,
     pub(crate) details: Details,
@@ -126,7 +129,11 @@ impl PaymentIntent {
             last_payment_error: None,
             latest_charge: None,
             payment_method: request.payment_method.map(|card| card.id.to_owned()),
-            payment_method_types: request.payment_method_types,
+            automatic_payment_methods: request.automatic_payment_methods,
+            payment_method_types: match request.automatic_payment_methods {
+                Some(_) => vec!["card".to_owned()],
+                None => request.payment_method_types,
+            },
             status,
             details: request.details,
         }
@@ -262,7 +269,9 @@ impl PaymentIntent {
             amount_received: self.amount_received,
             application: None,
             application_fee_amount: None,
-            automatic_payment_methods: None,
+            automatic_payment_methods: self.automatic_payment_methods.map(|automatic| {
+                serde_json::json!({ "enabled": true, "allow_redirects": automatic.allow_redirects.as_str() })
+            }),
             canceled_at: self.canceled_at,
             cancellation_reason: self.cancellation_reason.map(CancellationReason::as_str),
             capture_method: self.capture_method.as_str(),
@@ -348,7 +357,7 @@ struct PaymentIntentObject<'a> {
     amount_received: i64,
     application: Null,
     application_fee_amount: Null,
-    automatic_payment_methods: Null,
+    automatic_payment_methods: Option<Value>,
     canceled_at: Option<i64>,
     cancellation_reason: Option<&'static str>,
     capture_method: &'static str,

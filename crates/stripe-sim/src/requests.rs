@@ -28,6 +28,9 @@ pub(crate) struct CreateRequest {
     pub(crate) confirmation_method: ConfirmationMethod,
     pub(crate) confirm: bool,
     pub(crate) payment_method: Option<&'static TestCard>,
+    /// On unless the request names `payment_method_types` or turns them off.
+    pub(crate) automatic_payment_methods: Option<AutomaticPaymentMethods>,
+    /// The methods the request names; empty with automatic payment methods.
     pub(crate) payment_method_types: Vec<String>,
     pub(crate) details: Details,
     /// Whether the answer carries the charge whole (`expand[]=latest_charge`).
@@ -48,9 +51,14 @@ impl CreateRequest {
                 .unwrap_or(ConfirmationMethod::Automatic);
         let confirm = boolean(params, "confirm")?.unwrap_or(false);
         let payment_method = payment_method(params, confirm)?;
-        let mut payment_method_types = params.array("payment_method_types");
-        if payment_method_types.is_empty() {
-            payment_method_types.push("card".to_owned());
+        let (automatic_payment_methods, payment_method_types) = payment_methods(params)?;
+        let may_redirect =
+            automatic_payment_methods.is_some_and(|a| a.allow_redirects == AllowRedirects::Always);
+        // Since 2023-08-16 a confirm needs a return_url unless redirects are ruled out or the
+        // payment is off session (changelog/2023-08-16/automatic-payment-methods).
+        let off_session = non_empty(params, "off_session").is_some_and(|v| v != "false");
+        if confirm && may_redirect && !off_session && non_empty(params, "return_url").is_none() {
+            return Err(StripeError::bad_request(REDIRECT_NEEDS_RETURN_URL));
         }
         Ok(Self {
             amount,
@@ -59,11 +67,75 @@ impl CreateRequest {
             confirmation_method,
             confirm,
             payment_method,
+            automatic_payment_methods,
             payment_method_types,
             details: Details::parse(params)?,
             expand: Expand::from_params(params, ""),
         })
     }
+}
+
+/// Stripe's answer to a confirm that could redirect the buyer with nowhere to send them back.
+pub(crate) const REDIRECT_NEEDS_RETURN_URL: &str = "This PaymentIntent is configured to accept payment methods \
+    enabled in your Dashboard. Because some of these payment methods might redirect your customer off of your \
+    page, you must provide a `return_url`. If you don't want to accept redirect-based payment methods, set \
+    `automatic_payment_methods[enabled]` to `true` and `automatic_payment_methods[allow_redirects]` to `never` \
+    when creating Setup Intents and Payment Intents.";
+
+/// `automatic_payment_methods[…]`: the intent takes the payment methods enabled in the Dashboard
+/// that fit it, redirect-based ones too unless `allow_redirects` is `never`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AutomaticPaymentMethods {
+    pub(crate) allow_redirects: AllowRedirects,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AllowRedirects {
+    Always,
+    Never,
+}
+
+impl AllowRedirects {
+    const ALL: [AllowRedirects; 2] = [AllowRedirects::Always, AllowRedirects::Never];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            AllowRedirects::Always => "always",
+            AllowRedirects::Never => "never",
+        }
+    }
+}
+
+/// Which payment methods the intent takes. On the API version the fleet pins (2023-08-16 and
+/// later), automatic payment methods are on unless the request names `payment_method_types`:
+/// nothing is filled in for the caller. Only a request that turns them off
+/// (`automatic_payment_methods[enabled]=false`) and names none gets the older default, cards.
+fn payment_methods(params: &Params) -> Result<(Option<AutomaticPaymentMethods>, Vec<String>), StripeError> {
+    let automatic = params.hash("automatic_payment_methods");
+    let enabled = match automatic.get("enabled").map(String::as_str) {
+        None | Some("") => None,
+        Some("true") => Some(true),
+        Some("false") => Some(false),
+        Some(raw) => {
+            let message = format!("Invalid boolean: {raw}");
+            return Err(StripeError::invalid_param("automatic_payment_methods[enabled]", message));
+        }
+    };
+    let allow_redirects = match automatic.get("allow_redirects").map(String::as_str) {
+        None | Some("") => AllowRedirects::Always,
+        Some(raw) => AllowRedirects::ALL.into_iter().find(|a| a.as_str() == raw).ok_or_else(|| {
+            let message = format!(
+                "Invalid automatic_payment_methods[allow_redirects]: must be one of always, never ({raw})"
+            );
+            StripeError::invalid_param("automatic_payment_methods[allow_redirects]", message)
+        })?,
+    };
+    let types = params.array("payment_method_types");
+    Ok(match (enabled, types.is_empty()) {
+        (_, false) => (None, types),
+        (Some(false), true) => (None, vec!["card".to_owned()]),
+        (None | Some(true), true) => (Some(AutomaticPaymentMethods { allow_redirects }), Vec::new()),
+    })
 }
 
 /// What a PaymentIntent keeps for its owner and shows back, and the simulator never acts on:
@@ -331,7 +403,8 @@ mod tests {
     fn what_the_fleet_sends_parses() {
         let request = create(
             "amount=2500&currency=USD&capture_method=manual&confirm=true&payment_method=pm_card_visa\
-             &metadata[order_id]=o-1&metadata[user_id]=u-1&expand[0]=latest_charge",
+             &automatic_payment_methods[enabled]=true&automatic_payment_methods[allow_redirects]=never\
+             &use_stripe_sdk=true&metadata[order_id]=o-1&metadata[user_id]=u-1&expand[0]=latest_charge",
         )
         .unwrap();
         assert_eq!(request.amount, 2500);
@@ -339,7 +412,51 @@ mod tests {
         assert_eq!(request.capture_method, CaptureMethod::Manual);
         assert!(request.confirm);
         assert_eq!(request.details.metadata.get("order_id").map(String::as_str), Some("o-1"));
-        assert_eq!(request.payment_method_types, ["card"]);
+        let never = AutomaticPaymentMethods { allow_redirects: AllowRedirects::Never };
+        assert_eq!((request.automatic_payment_methods, request.payment_method_types.len()), (Some(never), 0));
+    }
+
+    #[test]
+    fn a_confirm_that_could_redirect_without_a_return_url_is_refused_as_stripe_refuses_it() {
+        // What the fleet sent before issue 33: Stripe's answer on every API version since
+        // 2023-08-16, where automatic payment methods are on unless payment_method_types is named.
+        let before =
+            "amount=2500&currency=usd&capture_method=manual&confirm=true&payment_method=pm_card_visa";
+        let refused = create(before).unwrap_err();
+        assert_eq!((refused.status, refused.param, refused.code), (StatusCode::BAD_REQUEST, None, None));
+        assert_eq!(refused.message, REDIRECT_NEEDS_RETURN_URL);
+        // Redirects allowed explicitly: the same.
+        assert!(create(&format!("{before}&automatic_payment_methods[enabled]=true")).is_err());
+        // Allowed with a place to send the buyer back, with redirects ruled out, with the
+        // methods named, or without confirming.
+        assert!(create(&format!("{before}&return_url=https://shop.example/back")).is_ok());
+        assert!(create(&format!("{before}&automatic_payment_methods[allow_redirects]=never")).is_ok());
+        assert!(create(&format!("{before}&payment_method_types[]=card")).is_ok());
+        assert!(create(&format!("{before}&off_session=true")).is_ok());
+        assert!(create("amount=2500&currency=usd&payment_method=pm_card_visa").is_ok());
+    }
+
+    #[test]
+    fn payment_method_types_are_never_filled_in_unless_automatic_payment_methods_are_turned_off() {
+        let automatic = create("amount=10&currency=usd").unwrap();
+        let always = AutomaticPaymentMethods { allow_redirects: AllowRedirects::Always };
+        assert_eq!(
+            (automatic.automatic_payment_methods, automatic.payment_method_types.len()),
+            (Some(always), 0)
+        );
+        let named = create("amount=10&currency=usd&payment_method_types[]=card").unwrap();
+        assert_eq!(
+            (named.automatic_payment_methods, named.payment_method_types),
+            (None, vec!["card".to_owned()])
+        );
+        let off = create("amount=10&currency=usd&automatic_payment_methods[enabled]=false").unwrap();
+        assert_eq!(
+            (off.automatic_payment_methods, off.payment_method_types),
+            (None, vec!["card".to_owned()])
+        );
+        let bad = create("amount=10&currency=usd&automatic_payment_methods[allow_redirects]=sometimes")
+            .unwrap_err();
+        assert_eq!(bad.param, Some("automatic_payment_methods[allow_redirects]"));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 mod support;
 
 use reqwest::StatusCode;
-use support::{AUTHORIZE, KEY, TestSim, action_path, request_counts};
+use support::{AUTHORIZE, KEY, NO_REDIRECTS, TestSim, action_path, request_counts};
 
 #[tokio::test]
 async fn a_confirmed_manual_capture_visa_intent_requires_capture() {
@@ -51,7 +51,9 @@ async fn an_intent_can_be_retrieved_by_id() {
 async fn automatic_capture_and_unconfirmed_intents_take_stripes_statuses() {
     let sim = TestSim::start().await;
 
-    let automatic = sim.create("amount=700&currency=eur&confirm=true&payment_method=pm_card_visa").await;
+    let automatic = sim
+        .create(&format!("amount=700&currency=eur&confirm=true&payment_method=pm_card_visa{NO_REDIRECTS}"))
+        .await;
     let unconfirmed = sim.create("amount=700&currency=eur&payment_method=pm_card_visa").await;
     let bare = sim.create("amount=700&currency=eur").await;
 
@@ -66,7 +68,7 @@ async fn a_declined_card_answers_402_and_the_intent_remains() {
     let sim = TestSim::start().await;
 
     let declined = sim
-        .create("amount=2500&currency=usd&capture_method=manual&confirm=true&payment_method=pm_card_chargeDeclined&metadata[order_id]=o-2")
+        .create(&format!("amount=2500&currency=usd&capture_method=manual&confirm=true&payment_method=pm_card_chargeDeclined&metadata[order_id]=o-2{NO_REDIRECTS}"))
         .await;
 
     assert_eq!(declined.status, StatusCode::PAYMENT_REQUIRED, "{}", declined.raw);
@@ -271,7 +273,8 @@ async fn a_replayed_create_makes_one_intent() {
 #[tokio::test]
 async fn a_declined_answer_is_replayed_too() {
     let sim = TestSim::start().await;
-    let form = "amount=100&currency=usd&confirm=true&payment_method=pm_card_chargeDeclined";
+    let form =
+        &format!("amount=100&currency=usd&confirm=true&payment_method=pm_card_chargeDeclined{NO_REDIRECTS}");
 
     let first = sim.post("/v1/payment_intents", form, Some("decline-1")).await;
     let replay = sim.post("/v1/payment_intents", form, Some("decline-1")).await;
@@ -358,4 +361,27 @@ async fn reset_forgets_intents_and_keys() {
     assert_eq!(reset.status(), StatusCode::OK);
     assert_eq!(after.header("idempotent-replayed"), None);
     assert_eq!(sim.intents().await.len(), 1);
+}
+
+#[tokio::test]
+async fn the_create_the_fleet_sent_before_issue_33_is_refused_as_stripe_refuses_it_and_makes_no_intent() {
+    let sim = TestSim::start().await;
+
+    // Act: confirm=true with a payment method and neither automatic_payment_methods nor
+    // payment_method_types, which on the pinned API version means automatic payment methods
+    // that may redirect, and no return_url.
+    let refused = sim
+        .create("amount=2500&currency=usd&capture_method=manual&confirm=true&payment_method=pm_card_visa")
+        .await;
+
+    // Assert
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    assert_eq!(refused.error_type(), "invalid_request_error");
+    let message = refused.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("you must provide a `return_url`"), "{message}");
+    assert!(sim.intents().await.is_empty());
+    // The fleet's create now: a card confirmed on the server, redirects ruled out.
+    let accepted = sim.create(AUTHORIZE).await;
+    assert_eq!(accepted.body["status"], "requires_capture", "{}", accepted.body);
+    assert_eq!(accepted.body["automatic_payment_methods"]["allow_redirects"], "never");
 }

@@ -8,8 +8,9 @@ use std::collections::HashMap;
 
 use stripe::{ApiErrorsType, IdempotencyKey, RequestStrategy, StripeError, StripeRequest};
 use stripe_core::payment_intent::{
-    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, RetrievePaymentIntent,
-    SearchPaymentIntent,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent,
+    CreatePaymentIntentAutomaticPaymentMethods, CreatePaymentIntentAutomaticPaymentMethodsAllowRedirects,
+    RetrievePaymentIntent, SearchPaymentIntent,
 };
 use stripe_core::{PaymentIntentCaptureMethod, PaymentIntentStatus};
 use support::{KEY, TestSim};
@@ -21,10 +22,17 @@ fn client(sim: &TestSim) -> stripe::Client {
 
 fn authorize(payment_method: &str) -> CreatePaymentIntent {
     let metadata = HashMap::from([("order_id".to_owned(), "order-42".to_owned())]);
+    // As the fleet creates it (SPEC §1.1): without automatic_payment_methods[allow_redirects]=never,
+    // Stripe and stripe-sim refuse the confirm for want of a return_url.
     CreatePaymentIntent::new(2500, stripe_types::Currency::USD)
         .capture_method(PaymentIntentCaptureMethod::Manual)
         .confirm(true)
         .payment_method(payment_method)
+        .automatic_payment_methods(CreatePaymentIntentAutomaticPaymentMethods {
+            allow_redirects: Some(CreatePaymentIntentAutomaticPaymentMethodsAllowRedirects::Never),
+            enabled: true,
+        })
+        .use_stripe_sdk(true)
         .metadata(metadata)
 }
 

@@ -29,8 +29,9 @@ use crate::domain::{Money, OrderId, UserId};
 use secrecy::ExposeSecret;
 use stripe::{ApiErrorsCode, ApiErrorsType, IdempotencyKey, RequestStrategy, StripeError, StripeRequest};
 use stripe_core::payment_intent::{
-    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, RetrievePaymentIntent,
-    SearchPaymentIntent,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent,
+    CreatePaymentIntentAutomaticPaymentMethods, CreatePaymentIntentAutomaticPaymentMethodsAllowRedirects,
+    RetrievePaymentIntent, SearchPaymentIntent,
 };
 use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod, PaymentIntentStatus};
 
@@ -298,6 +299,14 @@ impl Payments {
                 .capture_method(PaymentIntentCaptureMethod::Manual)
                 .confirm(true)
                 .payment_method(request.payment_method)
+                // A card confirmed on the server: no redirect-based methods, so no return_url
+                // (Stripe refuses a confirm that could redirect without one), and a card that
+                // needs 3-D Secure hands its next action to the buyer's Stripe.js (SPEC §1.1).
+                .automatic_payment_methods(CreatePaymentIntentAutomaticPaymentMethods {
+                    allow_redirects: Some(CreatePaymentIntentAutomaticPaymentMethodsAllowRedirects::Never),
+                    enabled: true,
+                })
+                .use_stripe_sdk(true)
                 .metadata(metadata.clone())
                 .expand([EXPAND.to_owned()])
                 .customize()

@@ -15,8 +15,13 @@ use tokio::task::JoinHandle;
 
 pub const KEY: &str = "sk_test_stripe_sim_tests";
 
+/// A card confirmed on the server, as SPEC §1.1 has the fleet create it: no redirect-based
+/// methods, so no `return_url`.
+pub const NO_REDIRECTS: &str = "&automatic_payment_methods[enabled]=true&automatic_payment_methods[allow_redirects]=never&use_stripe_sdk=true";
+
 /// What the fleet sends to authorize an order.
 pub const AUTHORIZE: &str = "amount=2500&currency=usd&capture_method=manual&confirm=true&payment_method=pm_card_visa\
+     &automatic_payment_methods[enabled]=true&automatic_payment_methods[allow_redirects]=never&use_stripe_sdk=true\
      &metadata[order_id]=order-1&metadata[user_id]=user-1";
 
 pub struct TestSim {
