@@ -36,7 +36,7 @@ use crate::ids;
 use crate::ledger::{Ledger, Reply};
 use crate::rate::Verdict;
 use crate::requests::Expand;
-use crate::requests::{CancelRequest, CaptureRequest, CreateRequest};
+use crate::requests::{CancelRequest, CaptureRequest, CreateRequest, ListRequest};
 use crate::simulator::{Executed, SimState};
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
@@ -47,7 +47,7 @@ const STRIPE_SHOULD_RETRY: HeaderName = HeaderName::from_static("stripe-should-r
 
 pub(crate) fn routes() -> Router<SimState> {
     Router::new()
-        .route("/v1/payment_intents", post(create))
+        .route("/v1/payment_intents", post(create).get(list))
         .route("/v1/payment_intents/search", get(search))
         .route("/v1/payment_intents/{id}", get(retrieve))
         .route("/v1/payment_intents/{id}/capture", post(capture))
@@ -119,6 +119,15 @@ impl FromRequestParts<SimState> for Read {
 
 async fn retrieve(State(sim): State<SimState>, Path(id): Path<String>, Read(params): Read) -> Response {
     reply_response(sim.retrieve(&id, Expand::from_params(&params, "")))
+}
+
+/// `GET /v1/payment_intents`: Stripe's list (`created[…]`, `limit`, `starting_after`), newest
+/// first; the caller matches metadata itself.
+async fn list(State(sim): State<SimState>, Read(params): Read) -> Response {
+    match ListRequest::parse(&params) {
+        Ok(request) => reply_response(sim.list(&request)),
+        Err(error) => error_response(&error),
+    }
 }
 
 /// `GET /v1/payment_intents/search?query=metadata['order_id']:'…'`: the one form of Stripe's

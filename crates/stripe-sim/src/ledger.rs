@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::error::StripeError;
 use crate::intent::PaymentIntent;
 use crate::requests::Expand;
-use crate::requests::{CancelRequest, CaptureRequest, CreateRequest};
+use crate::requests::{CancelRequest, CaptureRequest, CreateRequest, ListRequest};
 
 /// An answer to a Stripe API request: what the idempotency layer stores and replays.
 #[derive(Debug, Clone, PartialEq)]
@@ -164,6 +164,29 @@ impl Ledger {
             .filter(|entry| entry.intent.details.metadata.get(key).is_some_and(|v| v == value))
             .map(|entry| entry.intent.to_json_expanded(expand))
             .collect()
+    }
+
+    /// `GET /v1/payment_intents`: the intents created in the request's range, newest first
+    /// (the later of two created in one second first), a page of `limit` after
+    /// `starting_after`; with whether more follow.
+    pub(crate) fn list(&self, request: &ListRequest) -> Result<(Vec<Value>, bool), StripeError> {
+        let newest_first = self.entries.iter().rev();
+        let after = match &request.starting_after {
+            None => None,
+            Some(id) => Some(self.by_id.get(id.as_str()).copied().ok_or_else(|| {
+                StripeError::no_such(StatusCode::BAD_REQUEST, "payment_intent", id, "starting_after")
+            })?),
+        };
+        let mut page: Vec<&Entry> = newest_first
+            .enumerate()
+            .filter(|(from_newest, _)| after.is_none_or(|at| self.entries.len() - 1 - from_newest < at))
+            .map(|(_, entry)| entry)
+            .filter(|entry| request.created.contains(&entry.intent.created))
+            .take(request.limit + 1)
+            .collect();
+        let has_more = page.len() > request.limit;
+        page.truncate(request.limit);
+        Ok((page.into_iter().map(|entry| entry.intent.to_json_expanded(request.expand)).collect(), has_more))
     }
 
     /// `GET /_sim/payment_intents`: every intent, oldest first, with its request counts.

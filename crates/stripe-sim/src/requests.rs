@@ -75,6 +75,71 @@ impl CreateRequest {
     }
 }
 
+/// `GET /v1/payment_intents`: Stripe's list, newest first and consistent (no search lag).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ListRequest {
+    /// `created` as an exact time, or its bounds `created[gt|gte|lt|lte]`, as one inclusive range.
+    pub(crate) created: std::ops::RangeInclusive<i64>,
+    /// 1 to 100; 10 when not given.
+    pub(crate) limit: usize,
+    /// The page after this intent.
+    pub(crate) starting_after: Option<String>,
+    pub(crate) expand: Expand,
+}
+
+impl ListRequest {
+    pub(crate) fn parse(params: &Params) -> Result<Self, StripeError> {
+        let limit = match integer(params, "limit")? {
+            None => 10,
+            Some(n) if n < 1 => {
+                return Err(StripeError::invalid_param(
+                    "limit",
+                    "This value must be greater than or equal to 1.",
+                ));
+            }
+            Some(n) if n > 100 => {
+                return Err(StripeError::invalid_param(
+                    "limit",
+                    "This value must be less than or equal to 100.",
+                ));
+            }
+            Some(n) => n as usize,
+        };
+        let bound = |name: &'static str| integer(params, name);
+        let created = match integer(params, "created")? {
+            Some(at) => at..=at,
+            None => {
+                let from = match (bound("created[gte]")?, bound("created[gt]")?) {
+                    (Some(gte), gt) => gte.max(gt.map_or(i64::MIN, |gt| gt + 1)),
+                    (None, gt) => gt.map_or(i64::MIN, |gt| gt + 1),
+                };
+                let to = match (bound("created[lte]")?, bound("created[lt]")?) {
+                    (Some(lte), lt) => lte.min(lt.map_or(i64::MAX, |lt| lt - 1)),
+                    (None, lt) => lt.map_or(i64::MAX, |lt| lt - 1),
+                };
+                from..=to
+            }
+        };
+        Ok(Self {
+            created,
+            limit,
+            starting_after: non_empty(params, "starting_after"),
+            expand: Expand::from_params(params, "data."),
+        })
+    }
+}
+
+/// An integer parameter, if given (any sign).
+fn integer(params: &Params, name: &'static str) -> Result<Option<i64>, StripeError> {
+    match params.get(name).filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(raw) => raw.parse().map(Some).map_err(|_| {
+            StripeError::invalid_param(name, format!("Invalid integer: {raw}"))
+                .with_code("parameter_invalid_integer")
+        }),
+    }
+}
+
 /// Stripe's answer to a confirm that could redirect the buyer with nowhere to send them back.
 pub(crate) const REDIRECT_NEEDS_RETURN_URL: &str = "This PaymentIntent is configured to accept payment methods \
     enabled in your Dashboard. Because some of these payment methods might redirect your customer off of your \

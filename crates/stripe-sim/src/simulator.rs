@@ -212,6 +212,19 @@ impl Simulator {
         }))
     }
 
+    /// `GET /v1/payment_intents`: consistent, as Stripe's list APIs are (no search lag).
+    pub(crate) fn list(&self, request: &crate::requests::ListRequest) -> Reply {
+        match self.lock().ledger.list(request) {
+            Ok((data, has_more)) => Reply::ok(&json!({
+                "object": "list",
+                "url": "/v1/payment_intents",
+                "has_more": has_more,
+                "data": data,
+            })),
+            Err(error) => Reply::error(&error),
+        }
+    }
+
     pub(crate) fn listing(&self) -> Value {
         json!({ "object": "list", "data": self.lock().ledger.listing() })
     }

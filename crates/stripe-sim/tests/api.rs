@@ -385,3 +385,64 @@ async fn the_create_the_fleet_sent_before_issue_33_is_refused_as_stripe_refuses_
     assert_eq!(accepted.body["status"], "requires_capture", "{}", accepted.body);
     assert_eq!(accepted.body["automatic_payment_methods"]["allow_redirects"], "never");
 }
+
+#[tokio::test]
+async fn the_list_is_newest_first_in_pages_within_a_created_range_and_never_lags() {
+    // Arrange: search lags by an hour, as Stripe's may during an incident; three intents.
+    let sim = TestSim::start().await;
+    let lag =
+        sim.client.post(format!("{}/_sim/search_lag", sim.base)).json(&serde_json::json!({"seconds": 3600}));
+    assert!(lag.send().await.unwrap().status().is_success());
+    let mut ids = Vec::new();
+    for order in ["o-1", "o-2", "o-3"] {
+        let created = sim.create(&format!("{AUTHORIZE}&metadata[order]={order}")).await;
+        ids.push(created.body["id"].as_str().unwrap().to_owned());
+    }
+    let created = sim.get(&format!("/v1/payment_intents/{}", ids[0])).await.body["created"].as_i64().unwrap();
+
+    // Act
+    let first = sim.get("/v1/payment_intents?limit=2").await;
+    let after = first.body["data"][1]["id"].as_str().unwrap().to_owned();
+    let second = sim.get(&format!("/v1/payment_intents?limit=2&starting_after={after}")).await;
+    let in_range =
+        sim.get(&format!("/v1/payment_intents?created[gte]={created}&created[lte]={}", created + 3600)).await;
+    let before = sim.get(&format!("/v1/payment_intents?created[lt]={created}")).await;
+    let searched = sim.get("/v1/payment_intents/search?query=metadata['order']:'o-1'").await;
+
+    // Assert: newest first, two pages, the range, and none of the search's lag.
+    let ids_of = |answer: &support::Answer| -> Vec<String> {
+        answer.body["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|pi| pi["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(first.body["object"], "list");
+    assert_eq!(ids_of(&first), [ids[2].clone(), ids[1].clone()]);
+    assert_eq!(first.body["has_more"], true);
+    assert_eq!(ids_of(&second), [ids[0].clone()]);
+    assert_eq!(second.body["has_more"], false);
+    assert_eq!(ids_of(&in_range).len(), 3);
+    assert!(ids_of(&before).is_empty());
+    assert_eq!(
+        searched.body["data"].as_array().unwrap().len(),
+        0,
+        "the search shows what it has indexed only"
+    );
+}
+
+#[tokio::test]
+async fn a_list_with_a_limit_out_of_range_or_an_unknown_cursor_is_refused_with_its_parameter() {
+    let sim = TestSim::start().await;
+
+    let zero = sim.get("/v1/payment_intents?limit=0").await;
+    let many = sim.get("/v1/payment_intents?limit=101").await;
+    let unknown = sim.get("/v1/payment_intents?starting_after=pi_nonesuch").await;
+
+    assert_eq!((zero.status, zero.body["error"]["param"].as_str()), (StatusCode::BAD_REQUEST, Some("limit")));
+    assert_eq!((many.status, many.body["error"]["param"].as_str()), (StatusCode::BAD_REQUEST, Some("limit")));
+    assert_eq!(unknown.status, StatusCode::BAD_REQUEST);
+    assert_eq!(unknown.error_code(), "resource_missing");
+    assert_eq!(unknown.body["error"]["param"], "starting_after");
+}

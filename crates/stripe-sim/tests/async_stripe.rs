@@ -184,3 +184,27 @@ async fn async_stripe_reads_the_rate_limits_429_as_a_stripe_rate_limit_error() {
     assert_eq!(error.code.map(|c| c.as_str().to_owned()).as_deref(), Some("rate_limit"));
     assert!(error.message.is_some_and(|m| m.starts_with("Too many requests")));
 }
+
+#[tokio::test]
+async fn async_stripe_reads_the_list_within_a_created_window_page_by_page() {
+    let sim = TestSim::start().await;
+    let client = client(&sim);
+    let first = authorize("pm_card_visa").send(&client).await.expect("an intent");
+    let second = authorize("pm_card_visa").send(&client).await.expect("an intent");
+    let window = stripe_types::RangeBoundsTs {
+        gte: Some(first.created - 60),
+        lte: Some(first.created + 60),
+        ..Default::default()
+    };
+
+    let page = stripe_core::payment_intent::ListPaymentIntent::new()
+        .created(stripe_types::RangeQueryTs::Bounds(window))
+        .limit(1)
+        .send(&client)
+        .await
+        .expect("a parsed list");
+
+    assert_eq!(page.data.iter().map(|pi| pi.id.as_str()).collect::<Vec<_>>(), [second.id.as_str()]);
+    assert!(page.has_more);
+    assert_eq!(page.data[0].metadata.get("order_id").map(String::as_str), Some("order-42"));
+}
