@@ -14,7 +14,7 @@
 //! - `GET /_sim/connections` → `{"connections"}`: the TCP connections accepted, so a test or
 //!   the bench can see whether a client keeps its connections (not in SPEC §6, which fixes
 //!   the stats' shape; kept apart so that shape stays as written).
-//! - `POST /_sim/payment_intents/{id}/expire_authorization` lets a hold's window (7 days)
+//! - `POST /_sim/payment_intents/{id}/expire` (also `…/expire_authorization`) lets a hold's window (7 days)
 //!   pass now: Stripe cancels the intent (reason `automatic`), so a later capture is refused.
 //!   It answers the intent, or Stripe's error for an unknown one or one that is not a hold.
 //! - `POST /_sim/reset` forgets every intent, idempotency key and fault and zeroes the stats,
@@ -43,6 +43,8 @@ pub(crate) fn routes() -> Router<SimState> {
     Router::new()
         .route("/_sim/payment_intents", get(payment_intents))
         .route("/_sim/payment_intents/{id}/expire_authorization", post(expire_authorization))
+        // SPEC §6's name for the same.
+        .route("/_sim/payment_intents/{id}/expire", post(expire_authorization))
         .route("/_sim/faults", get(faults).post(arm_fault).delete(clear_faults))
         .route("/_sim/rate_limit", get(rate_limit).post(set_rate_limit))
         .route("/_sim/search_lag", get(search_lag).post(set_search_lag))

@@ -56,7 +56,7 @@ impl CreateRequest {
             automatic_payment_methods.is_some_and(|a| a.allow_redirects == AllowRedirects::Always);
         // Since 2023-08-16 a confirm needs a return_url unless redirects are ruled out or the
         // payment is off session (changelog/2023-08-16/automatic-payment-methods).
-        let off_session = non_empty(params, "off_session").is_some_and(|v| v != "false");
+        let off_session = off_session(params)?;
         if confirm && may_redirect && !off_session && non_empty(params, "return_url").is_none() {
             return Err(StripeError::bad_request(REDIRECT_NEEDS_RETURN_URL));
         }
@@ -89,6 +89,11 @@ pub(crate) struct ListRequest {
 
 impl ListRequest {
     pub(crate) fn parse(params: &Params) -> Result<Self, StripeError> {
+        if non_empty(params, "ending_before").is_some() {
+            // Said plainly rather than answered with the first page: the fleet pages forwards.
+            let message = "stripe-sim pages forwards only: use starting_after";
+            return Err(StripeError::invalid_param("ending_before", message));
+        }
         let limit = match integer(params, "limit")? {
             None => 10,
             Some(n) if n < 1 => {
@@ -110,12 +115,12 @@ impl ListRequest {
             Some(at) => at..=at,
             None => {
                 let from = match (bound("created[gte]")?, bound("created[gt]")?) {
-                    (Some(gte), gt) => gte.max(gt.map_or(i64::MIN, |gt| gt + 1)),
-                    (None, gt) => gt.map_or(i64::MIN, |gt| gt + 1),
+                    (Some(gte), gt) => gte.max(gt.map_or(i64::MIN, |gt| gt.saturating_add(1))),
+                    (None, gt) => gt.map_or(i64::MIN, |gt| gt.saturating_add(1)),
                 };
                 let to = match (bound("created[lte]")?, bound("created[lt]")?) {
-                    (Some(lte), lt) => lte.min(lt.map_or(i64::MAX, |lt| lt - 1)),
-                    (None, lt) => lt.map_or(i64::MAX, |lt| lt - 1),
+                    (Some(lte), lt) => lte.min(lt.map_or(i64::MAX, |lt| lt.saturating_sub(1))),
+                    (None, lt) => lt.map_or(i64::MAX, |lt| lt.saturating_sub(1)),
                 };
                 from..=to
             }
@@ -171,6 +176,19 @@ impl AllowRedirects {
     }
 }
 
+/// `off_session`: `true`, `one_off` or `recurring` (the customer is not in the checkout flow),
+/// or `false`.
+fn off_session(params: &Params) -> Result<bool, StripeError> {
+    match params.get("off_session").filter(|v| !v.is_empty()) {
+        None | Some("false") => Ok(false),
+        Some("true" | "one_off" | "recurring") => Ok(true),
+        Some(_) => Err(StripeError::invalid_param(
+            "off_session",
+            "Invalid off_session: must be one of true, false, one_off or recurring",
+        )),
+    }
+}
+
 /// Which payment methods the intent takes. On the API version the fleet pins (2023-08-16 and
 /// later), automatic payment methods are on unless the request names `payment_method_types`:
 /// nothing is filled in for the caller. Only a request that turns them off
@@ -178,6 +196,10 @@ impl AllowRedirects {
 fn payment_methods(params: &Params) -> Result<(Option<AutomaticPaymentMethods>, Vec<String>), StripeError> {
     let automatic = params.hash("automatic_payment_methods");
     let enabled = match automatic.get("enabled").map(String::as_str) {
+        // `enabled` is required whenever the hash is sent.
+        None | Some("") if !automatic.is_empty() => {
+            return Err(StripeError::missing_param("automatic_payment_methods[enabled]"));
+        }
         None | Some("") => None,
         Some("true") => Some(true),
         Some("false") => Some(false),
@@ -189,9 +211,8 @@ fn payment_methods(params: &Params) -> Result<(Option<AutomaticPaymentMethods>, 
     let allow_redirects = match automatic.get("allow_redirects").map(String::as_str) {
         None | Some("") => AllowRedirects::Always,
         Some(raw) => AllowRedirects::ALL.into_iter().find(|a| a.as_str() == raw).ok_or_else(|| {
-            let message = format!(
-                "Invalid automatic_payment_methods[allow_redirects]: must be one of always, never ({raw})"
-            );
+            let message =
+                "Invalid automatic_payment_methods[allow_redirects]: must be one of always or never";
             StripeError::invalid_param("automatic_payment_methods[allow_redirects]", message)
         })?,
     };
@@ -495,9 +516,17 @@ mod tests {
         // Allowed with a place to send the buyer back, with redirects ruled out, with the
         // methods named, or without confirming.
         assert!(create(&format!("{before}&return_url=https://shop.example/back")).is_ok());
-        assert!(create(&format!("{before}&automatic_payment_methods[allow_redirects]=never")).is_ok());
+        let never =
+            "automatic_payment_methods[enabled]=true&automatic_payment_methods[allow_redirects]=never";
+        assert!(create(&format!("{before}&{never}")).is_ok());
+        // The hash without `enabled`, which Stripe requires in it.
+        let missing =
+            create(&format!("{before}&automatic_payment_methods[allow_redirects]=never")).unwrap_err();
+        assert_eq!(missing.param, Some("automatic_payment_methods[enabled]"));
         assert!(create(&format!("{before}&payment_method_types[]=card")).is_ok());
         assert!(create(&format!("{before}&off_session=true")).is_ok());
+        assert!(create(&format!("{before}&off_session=recurring")).is_ok());
+        assert_eq!(create(&format!("{before}&off_session=yes")).unwrap_err().param, Some("off_session"));
         assert!(create("amount=2500&currency=usd&payment_method=pm_card_visa").is_ok());
     }
 
@@ -519,7 +548,7 @@ mod tests {
             (off.automatic_payment_methods, off.payment_method_types),
             (None, vec!["card".to_owned()])
         );
-        let bad = create("amount=10&currency=usd&automatic_payment_methods[allow_redirects]=sometimes")
+        let bad = create("amount=10&currency=usd&automatic_payment_methods[enabled]=true&automatic_payment_methods[allow_redirects]=sometimes")
             .unwrap_err();
         assert_eq!(bad.param, Some("automatic_payment_methods[allow_redirects]"));
     }

@@ -364,7 +364,7 @@ async fn reset_forgets_intents_and_keys() {
 }
 
 #[tokio::test]
-async fn the_create_the_fleet_sent_before_issue_33_is_refused_as_stripe_refuses_it_and_makes_no_intent() {
+async fn the_create_the_fleet_sent_before_issue_33_is_refused_as_stripe_refuses_it() {
     let sim = TestSim::start().await;
 
     // Act: confirm=true with a payment method and neither automatic_payment_methods nor
@@ -379,7 +379,6 @@ async fn the_create_the_fleet_sent_before_issue_33_is_refused_as_stripe_refuses_
     assert_eq!(refused.error_type(), "invalid_request_error");
     let message = refused.body["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("you must provide a `return_url`"), "{message}");
-    assert!(sim.intents().await.is_empty());
     // The fleet's create now: a card confirmed on the server, redirects ruled out.
     let accepted = sim.create(AUTHORIZE).await;
     assert_eq!(accepted.body["status"], "requires_capture", "{}", accepted.body);
@@ -439,10 +438,29 @@ async fn a_list_with_a_limit_out_of_range_or_an_unknown_cursor_is_refused_with_i
     let zero = sim.get("/v1/payment_intents?limit=0").await;
     let many = sim.get("/v1/payment_intents?limit=101").await;
     let unknown = sim.get("/v1/payment_intents?starting_after=pi_nonesuch").await;
+    let backwards = sim.get("/v1/payment_intents?ending_before=pi_nonesuch").await;
 
     assert_eq!((zero.status, zero.body["error"]["param"].as_str()), (StatusCode::BAD_REQUEST, Some("limit")));
     assert_eq!((many.status, many.body["error"]["param"].as_str()), (StatusCode::BAD_REQUEST, Some("limit")));
     assert_eq!(unknown.status, StatusCode::BAD_REQUEST);
     assert_eq!(unknown.error_code(), "resource_missing");
     assert_eq!(unknown.body["error"]["param"], "starting_after");
+    assert_eq!(
+        backwards.body["error"]["param"], "ending_before",
+        "a backward page is refused, not answered wrongly"
+    );
+}
+
+#[tokio::test]
+async fn expire_lets_a_hold_lapse_as_stripe_does() {
+    let sim = TestSim::start().await;
+    let id = sim.authorized().await;
+
+    let expired =
+        sim.client.post(format!("{}/_sim/payment_intents/{id}/expire", sim.base)).send().await.unwrap();
+    let now = sim.get(&format!("/v1/payment_intents/{id}")).await;
+
+    assert!(expired.status().is_success(), "{}", expired.status());
+    assert_eq!(now.body["status"], "canceled");
+    assert_eq!(now.body["cancellation_reason"], "automatic");
 }
