@@ -362,11 +362,8 @@ impl Why {
     /// The answer, or the pass to try. A twin's order comes first: it is what the gate counted
     /// or what took the units, and this request answers from it, never `sold_out`.
     fn next(&self, quantity: Quantity, gate: u32) -> Next {
-        if self.twin {
-            return Next::Answer(Outcome::KeyUsed);
-        }
-        if let Some(wait) = self.gate_wait(gate) {
-            return Next::Answer(Outcome::Refused(Refusal::CardTesting(wait)));
+        if let Some(outcome) = self.before_the_units(gate) {
+            return Next::Answer(outcome);
         }
         match (self.units_left, self.max_per_buyer) {
             (None, _) => Next::Answer(Outcome::Refused(Refusal::UnknownProduct)),
@@ -376,6 +373,15 @@ impl Why {
             (Some(_), Some(cap)) => Next::Pass(Pass::Capped(cap)),
             (Some(_), None) => Next::Pass(Pass::Again),
         }
+    }
+
+    /// The answer that does not depend on the units: a twin's order (what the gate counted or
+    /// what took the units), or the card gate closed.
+    fn before_the_units(&self, gate: u32) -> Option<Outcome> {
+        if self.twin {
+            return Some(Outcome::KeyUsed);
+        }
+        self.gate_wait(gate).map(|wait| Outcome::Refused(Refusal::CardTesting(wait)))
     }
 
     /// How long until the buyer may try a card again, when the card-testing limit (`gate`)
@@ -402,14 +408,10 @@ impl Why {
 async fn capped(pool: &PgPool, entry: Entry<'_>, cap: i32, gate: u32) -> anyhow::Result<Seen> {
     // Ended by the server if this client goes quiet inside it: its locks never outlive it.
     let mut tx = crate::runtime::db::begin(pool).await?;
-    if gate > 0 {
-        let why = why(&mut *tx, entry, gate).await?;
-        if why.twin {
-            return Ok(Seen::Final(Outcome::KeyUsed));
-        }
-        if let Some(wait) = why.gate_wait(gate) {
-            return Ok(Seen::Final(Outcome::Refused(Refusal::CardTesting(wait))));
-        }
+    if gate > 0
+        && let Some(outcome) = why(&mut *tx, entry, gate).await?.before_the_units(gate)
+    {
+        return Ok(Seen::Final(outcome));
     }
     sqlx::query!(
         "SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))",
