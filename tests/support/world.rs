@@ -124,8 +124,6 @@ impl Builder {
             for (key, value) in GENEROUS_LIMITS {
                 fleet.set_env(key, value);
             }
-            // stripe-sim's search sees a PaymentIntent the moment it is made: a second is plenty.
-            fleet.set_env("STRIPE_SEARCH_LAG_SECONDS", "1");
         }
         Ok(world.with(fleet))
     }

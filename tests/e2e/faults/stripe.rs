@@ -304,18 +304,17 @@ async fn a_resumed_authorization_whose_own_key_answers_a_500_after_taking_effect
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_create_that_runs_long_after_its_attempt_was_dated_and_answers_500_places_no_second_hold() {
-    // Arrange: Stripe's search lags its writes by 2 s here (as Stripe's does, by up to about
-    // a minute), and the fleet allows for 3. The first request's creates never reach Stripe's
+    // Arrange: Stripe's search lags its writes (as Stripe's does, by up to an hour in an
+    // incident); the fleet lists instead, which does not lag. The first request's creates never reach Stripe's
     // idempotency layer (429s). The retry's create hangs past the client's timeout, and its
     // retry, five seconds after the attempt was last dated, takes effect and answers 500. Found
     // by a review of bbf9d45: a date taken before the send does not bound when the send ran.
     let mut fleet = Fleet::prepare("stripe-500-after-a-late-send").await.unwrap();
-    fleet.set_env("STRIPE_SEARCH_LAG_SECONDS", "3");
     for bin in ["order-intake", "outbox-relay", "notification-worker", "stock-worker"] {
         fleet.spawn(bin, bin, &[]).unwrap();
     }
     fleet.wait_intake().await.unwrap();
-    fleet.search_lag(2).await.unwrap();
+    fleet.search_lag(3600).await.unwrap();
     fleet.product("sku-1", 1000, 1).await.unwrap();
     fleet.fault("create", "error_429", 3).await.unwrap();
     let first = fleet.post_order("ann", "k-1", "sku-1", 1, "pm_card_visa").await.unwrap();
@@ -377,5 +376,81 @@ async fn a_500_stripe_saved_under_a_cancels_key_is_followed_by_a_new_attempt() {
     assert_eq!(statuses.get("rejected_out_of_stock"), Some(&1), "{statuses:?}");
     assert_eq!(attempt_of(&fleet, answer.body["order_id"].as_str().unwrap()).await, 2);
     audit_saved_500s(&fleet, "stripe-saved-500-cancel", "sku-cut", 1).await;
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_buyer_whose_authorization_hit_a_saved_500_is_accepted_on_the_first_same_key_retry() {
+    // Arrange: Stripe's search lags by an hour, as in the incidents that bring 500s, and the
+    // first create answers 500, saved under its key. Until issue 33 the fleet searched, and
+    // trusted an empty answer only two minutes (STRIPE_SEARCH_LAG_SECONDS) after the 500: the
+    // buyer heard 503 on every retry meanwhile.
+    let fleet = fleet_for_saved_500s("stripe-saved-500-retry-at-once").await;
+    fleet.search_lag(3600).await.unwrap();
+    fleet.product("sku-1", 1000, 1).await.unwrap();
+    fleet.fault("create", "error_500", 1).await.unwrap();
+
+    // Act: the buyer retries the 503 with the same key, as a client does.
+    let (answer, before) =
+        fleet.post_order("ann", "k-1", "sku-1", 1, "pm_card_visa").retrying().await.unwrap();
+
+    // Assert: the first retry is accepted: Stripe's list, which does not lag, showed the
+    // 500's attempt made nothing, and a second attempt authorized.
+    assert_eq!(answer.status, 202, "{:?} after {before:?}", answer.body);
+    assert_eq!(before, [503], "only the 500's own answer was a 503");
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(attempt_of(&fleet, answer.body["order_id"].as_str().unwrap()).await, 2);
+    audit_saved_500s(&fleet, "stripe-saved-500-retry-at-once", "sku-1", 1).await;
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idempotency_error_across_a_deploy_is_never_a_decline_and_the_keys_first_hold_is_the_orders() {
+    // Arrange: an order whose first request met only 429s stays pending, nothing at Stripe.
+    let fleet = fleet_for_saved_500s("stripe-idempotency-error-across-a-deploy").await;
+    fleet.product("sku-1", 1000, 1).await.unwrap();
+    fleet.fault("create", "error_429", 3).await.unwrap();
+    let first = fleet.post_order("ann", "k-1", "sku-1", 1, "pm_card_visa").await.unwrap();
+    assert_eq!(first.status, 503, "{:?}", first.body);
+    let order: uuid::Uuid = sqlx::query_scalar("SELECT id FROM orders").fetch_one(&fleet.pool).await.unwrap();
+    // The intake of the release before rolls on: its create for the order, with the parameters
+    // it sent (card types named, no use_stripe_sdk) under the order's key, runs at Stripe and its
+    // answer is lost (a 500, which Stripe saves under the key).
+    fleet.fault("create", "error_500", 1).await.unwrap();
+    let old_shape = fleet
+        .http
+        .post(format!("{}/v1/payment_intents", fleet.stripe_url))
+        .bearer_auth("sk_test_stripe_sim_placeholder")
+        .header("Idempotency-Key", format!("orderfleet-{order}-authorize"))
+        .form(&[
+            ("amount", "1000"),
+            ("currency", "usd"),
+            ("capture_method", "manual"),
+            ("confirm", "true"),
+            ("payment_method", "pm_card_visa"),
+            ("payment_method_types[]", "card"),
+            ("metadata[order_id]", order.to_string().as_str()),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(old_shape.status(), 500);
+
+    // Act: the new release's intake takes the buyer's same-key retry. Its create, with the new
+    // parameters under the same key, is answered `idempotency_error`.
+    let (answer, before) =
+        fleet.post_order("ann", "k-1", "sku-1", 1, "pm_card_visa").retrying().await.unwrap();
+
+    // Assert: never a decline; the order is accepted in a new attempt, with one hold.
+    assert_eq!(answer.status, 202, "{:?} after {before:?}", answer.body);
+    assert!(!before.contains(&402), "{before:?}");
+    let declines: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE decline_detail IS NOT NULL")
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap();
+    assert_eq!(declines, 0, "nothing counts toward the card-testing limit");
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(attempt_of(&fleet, &order.to_string()).await, 2);
+    audit_saved_500s(&fleet, "stripe-idempotency-error-across-a-deploy", "sku-1", 1).await;
     fleet.stop().await.unwrap();
 }

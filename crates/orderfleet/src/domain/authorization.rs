@@ -25,7 +25,7 @@ pub enum AuthorizationError {
     /// `pending_authorization` with its lease released: a retry or the sweeper finishes it.
     #[error("payment provider unavailable: {0}")]
     ProviderUnavailable(String),
-    /// Stripe refused to say whether the order already has a PaymentIntent (its search
+    /// Stripe refused to say whether the order already has a PaymentIntent (its list
     /// failed for good): authorizing again could place a second hold, so the order stays
     /// pending for a person (`fleetctl sweep` lists it as stuck).
     #[error("cannot look the order up at Stripe: {0}")]
@@ -91,46 +91,47 @@ async fn call_stripe(payments: &Payments, order: &Order) -> Result<Intent, Payme
 
 /// Authorizes an order that is not new — taken over after its intake died or gave up — whose
 /// lease the caller holds: Stripe is asked first for a PaymentIntent made for it (by
-/// `metadata[order_id]`), and what it has is recorded; only if it has none is the order
-/// authorized. The key alone is not enough: Stripe forgets it after 24 hours, and an order
-/// still pending by then would get a second PaymentIntent, a second hold on the card that
-/// nothing cancels.
+/// `metadata[order_id]`, among the intents its list API shows created since the order was
+/// made), and what it has is recorded; only if it has none is the order authorized. The key
+/// alone is not enough: Stripe forgets it after 24 hours, and an order still pending by then
+/// would get a second PaymentIntent, a second hold on the card that nothing cancels.
 ///
-/// When the search finds nothing, which key:
+/// When the list finds nothing, which key:
 /// - While no 5xx is known for the attempt, its own key again, which is always safe: Stripe
 ///   answers what it saved for it (the intent of an answer lost on the way, a decline, a 5xx)
 ///   or, if the request never reached it, runs it now.
-/// - Once the key has answered a 5xx, nothing more is sent under it: Stripe saved that answer
-///   and replays it. A 500's result is indeterminate (docs.stripe.com/error-low-level): the
-///   request may have made an intent. The key ran at most once, before the 5xx came back, so
-///   the 5xx is dated when it comes back (`payment_attempt_at`, `release_after_a_5xx`), and
-///   the order moves to its next attempt, with a new key, only if a search made longer than the
-///   search lag ([`Payments::search_lag`]) after that finds nothing. Otherwise the buyer hears
-///   503 and tries later.
+/// - Once the key has answered a 5xx or an `idempotency_error`, nothing more is sent under it:
+///   Stripe saved that answer and replays it. A 500's result is indeterminate
+///   (docs.stripe.com/error-low-level): the request may have made an intent. The key ran at
+///   most once, before that answer came back, so the answer is dated when it comes back
+///   (`payment_attempt_at`, `release_after_a_5xx`), and the order moves to its next attempt,
+///   with a new key, only if a list begun after that date finds nothing. Stripe's list does not
+///   lag its writes, so a buyer's retry a moment later is authorized.
 ///
 /// Until bbf9d45 the order moved on as soon as the re-sent key answered 500, trusting the
-/// search made before that send, and a create that had taken effect left a second hold; bbf9d45
-/// dated the send before making it, which a send delayed (budget waits, retries) past the lag
-/// defeated. The model checker in crates/order-model found the first, a review the second.
+/// lookup made before that send, and a create that had taken effect left a second hold; bbf9d45
+/// dated the send before making it, which a send delayed (budget waits, retries) defeated. The
+/// model checker in crates/order-model found the first, a review the second. Until issue 33 the
+/// lookup was Stripe's search, which lags, and a buyer heard 503 for two minutes after a 500.
 pub async fn resume(
     pool: &PgPool,
     payments: &Payments,
     order: &Order,
 ) -> Result<Recorded, AuthorizationError> {
-    let searched = std::time::Instant::now();
-    match payments.find_by_order(order.id).await {
+    let listed = std::time::Instant::now();
+    match payments.find_by_order(order.id, order.created_at).await {
         Ok(Some(intent)) => {
             tracing::info!(payment_intent = intent.id, status = ?intent.status, "found the order's PaymentIntent at Stripe");
             record(pool, payments, order, Ok(intent)).await
         }
         Ok(None) if order.payment_attempt_failed => {
-            let settled_for = payments.search_lag() + searched.elapsed();
+            // Moves on only if the 5xx was dated before this list began.
             let next = crate::domain::order::next_payment_attempt(
                 pool,
                 order.id,
                 OrderStatus::PendingAuthorization,
                 order.payment_attempt,
-                settled_for,
+                listed.elapsed(),
             )
             .await?;
             match next {
@@ -147,8 +148,7 @@ pub async fn resume(
                 Some(_) => {
                     release(pool, order.id).await?;
                     Err(AuthorizationError::ProviderUnavailable(
-                        "the attempt's key answered a 5xx; waiting until Stripe's search can be trusted about it"
-                            .to_owned(),
+                        "the attempt's key answered a 5xx after this lookup began; look again".to_owned(),
                     ))
                 }
             }
@@ -277,7 +277,7 @@ async fn commit_authorized(pool: &PgPool, order: &Order, hold: &Intent) -> sqlx:
 }
 
 /// Gives the lease back, and marks the attempt as one whose key answered a 5xx, dated now:
-/// whatever the key made, it made before this 5xx came back, so a search the lag after this
+/// whatever the key made, it made before this 5xx came back, so a list begun after this
 /// sees it ([`resume`]).
 async fn release_after_a_5xx(pool: &PgPool, order: &Order) -> sqlx::Result<()> {
     sqlx::query!(

@@ -66,8 +66,8 @@ pub struct Order {
 /// `status`). Kept on the order, so no crash loses it; a compare-and-set, so two processes
 /// that saw the same attempt fail move the order once and then share the new keys.
 ///
-/// `settled_for` is how long Stripe's search may lag the attempt's writes: an authorization
-/// found missing by search is trusted only that long after its attempt began.
+/// `settled_for` is how long ago the lookup that found the attempt did nothing began: the
+/// attempt's last answer must be dated before it, or the lookup may have missed its effect.
 pub(crate) async fn next_payment_attempt<'e>(
     executor: impl PgExecutor<'e>,
     id: OrderId,

@@ -14,9 +14,11 @@
 //! (docs.stripe.com/api/idempotent_requests): retrying with the same key can only get the 500
 //! again. So a 5xx to a request with a key ends that attempt at once
 //! ([`PaymentError::AttemptFailed`]), and the caller asks Stripe what the attempt did — the
-//! intent itself for a capture or a cancel, a search by `metadata[order_id]` for an
-//! authorization — and moves the order to its next attempt, with new keys, only when the
-//! attempt did nothing (`crate::domain::order::next_payment_attempt`).
+//! intent itself for a capture or a cancel, the intents listed since the order was made, by
+//! `metadata[order_id]`, for an authorization — and moves the order to its next attempt, with new keys, only when the
+//! attempt did nothing (`crate::domain::order::next_payment_attempt`). An `idempotency_error`
+//! (the key ran before, with other parameters: a deploy changed the request while one was in
+//! flight) ends the attempt the same way, and is never a decline.
 //!
 //! Every request, each retry included, first takes a slot of the process's Stripe request
 //! budget ([`crate::runtime::budget`]); no slot within the bounded wait is
@@ -31,8 +33,9 @@ use stripe::{ApiErrorsCode, ApiErrorsType, IdempotencyKey, RequestStrategy, Stri
 use stripe_core::payment_intent::{
     CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent,
     CreatePaymentIntentAutomaticPaymentMethods, CreatePaymentIntentAutomaticPaymentMethodsAllowRedirects,
-    RetrievePaymentIntent, SearchPaymentIntent,
+    ListPaymentIntent, RetrievePaymentIntent,
 };
+use stripe_types::RangeQueryTs;
 use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod, PaymentIntentStatus};
 
 use crate::runtime::backoff::Backoff;
@@ -51,8 +54,8 @@ pub enum Operation {
     Cancel,
     /// A lookup; it changes nothing, so it needs no key.
     Retrieve,
-    /// A search by metadata; a lookup too.
-    Search,
+    /// A page of Stripe's list; a lookup too.
+    List,
 }
 
 impl Operation {
@@ -63,7 +66,7 @@ impl Operation {
             Operation::Capture => "capture",
             Operation::Cancel => "cancel",
             Operation::Retrieve => "retrieve",
-            Operation::Search => "search",
+            Operation::List => "list",
         }
     }
 
@@ -109,9 +112,10 @@ pub enum PaymentError {
     /// Unreachable, timing out, rate-limiting or failing with 5xx after the bounded retries.
     #[error("payment provider unavailable: {0}")]
     Unavailable(String),
-    /// Stripe answered 5xx to this attempt's request and saved that answer under its key: a
-    /// retry with the key gets it again for 24 hours. What the attempt did is unknown until
-    /// Stripe is asked; only if it did nothing may the order's next attempt begin.
+    /// Stripe answered 5xx to this attempt's request and saved that answer under its key (a
+    /// retry with the key gets it again for 24 hours), or answered `idempotency_error` (the key
+    /// ran before, with other parameters). What the attempt did is unknown until Stripe is
+    /// asked; only if it did nothing may the order's next attempt begin.
     #[error("the payment provider failed this attempt: {0}")]
     AttemptFailed(String),
 }
@@ -163,6 +167,14 @@ pub struct Intent {
     /// for it with `expand`); `None` for a capture or a cancel, or when Stripe gave none.
     pub capture_before: Option<chrono::DateTime<chrono::Utc>>,
 }
+
+/// How much earlier than the order's creation, on Stripe's clock, a lookup's window opens: the
+/// database's clock (which dates the order) and this machine's may differ a little, and `Date`
+/// and `created` count whole seconds. A wider window costs only intents read in vain.
+const WINDOW_MARGIN: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
+
+/// Intents per page of a lookup: the most Stripe's list gives.
+const LIST_PAGE: i64 = 100;
 
 /// What every request that reads an intent asks Stripe to include whole: the charge, where
 /// the hold's deadline is. It costs no extra request.
@@ -252,7 +264,6 @@ pub struct Payments {
     retry: RetryPolicy,
     /// Shared by every clone: the budget is the process's.
     budget: std::sync::Arc<StripeBudget>,
-    search_lag: Duration,
 }
 
 impl std::fmt::Debug for Payments {
@@ -268,12 +279,7 @@ impl Payments {
         let client = PooledStripe::new(config.secret_key.expose_secret(), config.api_base.as_str())
             .map_err(|e| anyhow::anyhow!("failed to build the Stripe client: {e}"))?;
         let budget = StripeBudget::new(config.max_requests_per_second.0, retry.budget_wait);
-        Ok(Self { client, retry, budget: std::sync::Arc::new(budget), search_lag: config.search_lag.0 })
-    }
-
-    /// How long Stripe's search may lag its writes (`STRIPE_SEARCH_LAG_SECONDS`).
-    pub fn search_lag(&self) -> Duration {
-        self.search_lag
+        Ok(Self { client, retry, budget: std::sync::Arc::new(budget) })
     }
 
     /// Takes a slot of the Stripe request budget for one request.
@@ -396,26 +402,67 @@ impl Payments {
         }
     }
 
-    /// The PaymentIntent made for an order, found by its `metadata[order_id]` (Stripe's search;
-    /// its index lags writes by up to a minute, so ask only about orders older than that).
-    /// This is how the sweeper learns what really happened to an authorization whose answer
-    /// was lost, without trusting an idempotency key that Stripe may have pruned (24 h).
-    pub(crate) async fn find_by_order(&self, order_id: OrderId) -> Result<Option<Intent>, PaymentError> {
-        let query = format!("metadata['order_id']:'{order_id}'");
-        let found = self
-            .with_retries(Operation::Search, || {
-                SearchPaymentIntent::new(query.clone())
-                    .expand([format!("data.{EXPAND}")])
-                    .customize()
-                    .timeout(self.retry.timeout)
-                    .send(&self.client)
-            })
-            .await?;
+    /// The PaymentIntent made for an order, found by its `metadata[order_id]` among the intents
+    /// Stripe's list API shows created since the order was (`since`, this machine's clock). This
+    /// is how a resumed authorization learns what an attempt whose answer was lost, or whose
+    /// key answered a 5xx or an `idempotency_error`, really did, without trusting an idempotency
+    /// key that Stripe may have pruned (24 h).
+    ///
+    /// The list, not the search: Stripe's search lags its writes (under a minute normally, up to
+    /// an hour in its incidents, which is when 5xx answers come), and its docs say not to use it
+    /// to read after a write; the list does not lag (docs.stripe.com/search#data-freshness). It
+    /// filters by `created`, on Stripe's clock, so the window is shifted by Stripe's clock as
+    /// the `Date` of its answers shows it, and opened [`WINDOW_MARGIN`] early. Metadata is
+    /// matched here, page by page (100 intents a page, newest first).
+    pub(crate) async fn find_by_order(
+        &self,
+        order_id: OrderId,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<Intent>, PaymentError> {
+        let window = |client: &PooledStripe| client.stripe_time(since).unwrap_or(since) - WINDOW_MARGIN;
+        let first = window(&self.client);
+        let mut intents = self.list_since(order_id, first).await?;
+        // The first answer of this process taught the clock: if Stripe's runs far behind ours,
+        // the window began too late, and is read again from where it begins on Stripe's clock.
+        let learnt = window(&self.client);
+        if learnt < first {
+            intents = self.list_since(order_id, learnt).await?;
+        }
         // Several intents would mean a second authorization was made; the live one (holding
         // funds) is the one that matters.
-        let intents: Vec<Intent> = found.data.iter().map(Intent::from).collect();
         let live = intents.iter().find(|i| i.status == IntentStatus::RequiresCapture).cloned();
         Ok(live.or_else(|| intents.into_iter().next()))
+    }
+
+    /// The order's intents among those created at or after `from` (Stripe's clock): every page.
+    async fn list_since(
+        &self,
+        order_id: OrderId,
+        from: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<Intent>, PaymentError> {
+        let order = order_id.to_string();
+        let mut theirs = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let mut request = ListPaymentIntent::new()
+                .created(RangeQueryTs::gte(from.timestamp()))
+                .limit(LIST_PAGE)
+                .expand([format!("data.{EXPAND}")]);
+            if let Some(last) = &after {
+                request = request.starting_after(last.clone());
+            }
+            let page = self
+                .with_retries(Operation::List, || {
+                    request.customize().timeout(self.retry.timeout).send(&self.client)
+                })
+                .await?;
+            let mine = page.data.iter().filter(|pi| pi.metadata.get("order_id") == Some(&order));
+            theirs.extend(mine.map(Intent::from));
+            match page.data.last() {
+                Some(last) if page.has_more => after = Some(last.id.as_str().to_owned()),
+                _ => return Ok(theirs),
+            }
+        }
     }
 
     /// After a refused capture or cancel: if the intent is already where the call wanted it,
@@ -506,6 +553,12 @@ fn classify(error: StripeError) -> PaymentError {
                     payment_intent_id: api.payment_intent.as_ref().map(|pi| pi.id.as_str().to_owned()),
                 },
                 _ if status >= 500 => PaymentError::AttemptFailed(format!("HTTP {status} {code}: {message}")),
+                // The key was used before with other parameters (a deploy changed the request
+                // while one was in flight): its first request ran, and may hold funds. Never a
+                // decline: what the key did is found as after a saved 5xx.
+                (ApiErrorsType::IdempotencyError, _) => {
+                    PaymentError::AttemptFailed(format!("HTTP {status} idempotency_error: {message}"))
+                }
                 _ if status == 429 || concurrent_use => {
                     PaymentError::Unavailable(format!("HTTP {status} {code}: {message}"))
                 }

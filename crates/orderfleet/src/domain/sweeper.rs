@@ -34,8 +34,8 @@ use crate::runtime::failure::Kind;
 /// When an order counts as stopped, and how much one sweep takes on.
 #[derive(Debug, Clone, Copy)]
 pub struct SweepPolicy {
-    /// A pending order this old, with no live lease, is swept. Longer than Stripe's search
-    /// lag, so a lookup sees an intent made at the start.
+    /// A pending order this old, with no live lease, is swept: by then its buyer is unlikely
+    /// to retry.
     pub pending_after: Duration,
     /// An order this long in a fulfilment status is advanced by the sweeper.
     pub fulfilment_after: Duration,

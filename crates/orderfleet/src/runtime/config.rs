@@ -310,11 +310,6 @@ pub struct StripeConfig {
     /// `STRIPE_MAX_REQUESTS_PER_SECOND`: this process's share of the account's Stripe rate
     /// limit, retries included (see [`crate::runtime::budget`]).
     pub max_requests_per_second: RequestsPerSecond,
-    /// `STRIPE_SEARCH_LAG_SECONDS` (120): how long Stripe's search may lag its writes. A
-    /// search that finds no PaymentIntent for an order is trusted (and the order moves to a
-    /// new attempt, with a new key) only once its attempt is this old. Stripe: searchable
-    /// "usually within a minute", later during an incident.
-    pub search_lag: Seconds,
 }
 
 /// A positive whole number of requests per second, at most 10,000 (Stripe's own limits are
@@ -347,8 +342,6 @@ impl StripeConfig {
     pub(crate) const DEFAULT_API_BASE: &'static str = "https://api.stripe.com";
     /// `STRIPE_MAX_REQUESTS_PER_SECOND` when unset.
     pub(crate) const DEFAULT_MAX_REQUESTS_PER_SECOND: u32 = 20;
-    /// `STRIPE_SEARCH_LAG_SECONDS` when unset.
-    pub(crate) const DEFAULT_SEARCH_LAG: std::time::Duration = std::time::Duration::from_secs(120);
 
     /// Reads the Stripe settings.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
@@ -374,8 +367,7 @@ impl StripeConfig {
             std::num::NonZeroU32::new(Self::DEFAULT_MAX_REQUESTS_PER_SECOND).expect("non-zero");
         let max_requests_per_second =
             env.or_default("STRIPE_MAX_REQUESTS_PER_SECOND", RequestsPerSecond(default_rate))?;
-        let search_lag = env.or_default("STRIPE_SEARCH_LAG_SECONDS", Seconds(Self::DEFAULT_SEARCH_LAG))?;
-        Ok(Self { secret_key, api_base, max_requests_per_second, search_lag })
+        Ok(Self { secret_key, api_base, max_requests_per_second })
     }
 }
 

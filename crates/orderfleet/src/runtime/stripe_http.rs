@@ -13,6 +13,8 @@
 //! attempt ([`crate::domain::payments`]), so a request strategy other than sending once (with
 //! or without a key) is refused as a configuration error rather than silently followed.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
@@ -40,6 +42,44 @@ pub struct PooledStripe {
     secret: HeaderValue,
     version: HeaderValue,
     user_agent: HeaderValue,
+    /// Stripe's clock, as the `Date` of its answers shows it; shared by every clone.
+    clock: Arc<StripeClock>,
+}
+
+/// How far Stripe's clock is from this machine's, learnt from the `Date` header of every answer
+/// (a second's resolution). A PaymentIntent's `created` is Stripe's time, so a window of
+/// `created` for a moment of this machine's is shifted by it ([`PooledStripe::stripe_time`]).
+#[derive(Debug, Default)]
+struct StripeClock {
+    /// Stripe's time minus ours, in milliseconds; [`StripeClock::UNKNOWN`] until an answer came.
+    offset_ms: AtomicI64,
+}
+
+impl StripeClock {
+    const UNKNOWN: i64 = i64::MIN;
+
+    fn new() -> Self {
+        Self { offset_ms: AtomicI64::new(Self::UNKNOWN) }
+    }
+
+    /// Learns the offset from an answer's `Date`, received now.
+    fn observe(&self, date: Option<&HeaderValue>) {
+        let Some(stripe) = date
+            .and_then(|d| d.to_str().ok())
+            .and_then(|d| chrono::DateTime::parse_from_rfc2822(d).ok())
+        else {
+            return;
+        };
+        let offset = stripe.timestamp_millis() - chrono::Utc::now().timestamp_millis();
+        self.offset_ms.store(offset, Ordering::Relaxed);
+    }
+
+    fn offset(&self) -> Option<chrono::TimeDelta> {
+        match self.offset_ms.load(Ordering::Relaxed) {
+            Self::UNKNOWN => None,
+            ms => Some(chrono::TimeDelta::milliseconds(ms)),
+        }
+    }
 }
 
 impl PooledStripe {
@@ -69,7 +109,14 @@ impl PooledStripe {
             version: HeaderValue::from_static(stripe_shared::version::VERSION.as_str()),
             // What async-stripe 1.0.0-rc.10 (pinned) sends.
             user_agent: HeaderValue::from_static("Stripe/v1 RustBindings/1.0.0-rc.10"),
+            clock: Arc::new(StripeClock::new()),
         })
+    }
+
+    /// The moment `ours` (this machine's time) on Stripe's clock, as far as its answers have
+    /// shown it; `None` before the first answer with a `Date`.
+    pub fn stripe_time(&self, ours: chrono::DateTime<chrono::Utc>) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.clock.offset().map(|offset| ours + offset)
     }
 
     async fn send(
@@ -79,6 +126,7 @@ impl PooledStripe {
         let response =
             self.http.request(request).await.map_err(|e| StripeError::ClientError(e.to_string()))?;
         let status = response.status();
+        self.clock.observe(response.headers().get(hyper::header::DATE));
         let body =
             response.into_body().collect().await.map_err(|e| StripeError::ClientError(e.to_string()))?;
         Ok((status, body.to_bytes()))
