@@ -75,9 +75,12 @@ pub(crate) fn retried(id: Option<uuid::Uuid>, retried: u64) -> anyhow::Result<St
 /// `sweep`: the counts, then each stuck order with why.
 pub(crate) fn swept(report: &SweepReport) -> String {
     let mut lines = vec![format!(
-        "authorizations resolved {}, provider unavailable {}; fulfilments settled {}, blocked {}; stuck {}",
+        "authorizations resolved {}, provider unavailable {}; 3-D Secure settled {}, waiting {}; \
+         fulfilments settled {}, blocked {}; stuck {}",
         report.authorizations_resolved,
         report.authorizations_unavailable,
+        report.actions_settled,
+        report.actions_waiting,
         report.fulfilments_settled,
         report.fulfilments_blocked,
         report.stuck.len()
@@ -255,6 +258,8 @@ mod tests {
         let report = SweepReport {
             authorizations_resolved: 3,
             authorizations_unavailable: 1,
+            actions_settled: 4,
+            actions_waiting: 5,
             fulfilments_settled: 2,
             fulfilments_blocked: 0,
             stuck: vec![(order, "captured at Stripe but the stock is gone".into())],
@@ -262,7 +267,8 @@ mod tests {
         assert_eq!(
             swept(&report),
             format!(
-                "authorizations resolved 3, provider unavailable 1; fulfilments settled 2, blocked 0; stuck 1\n\
+                "authorizations resolved 3, provider unavailable 1; 3-D Secure settled 4, waiting 5; \
+                 fulfilments settled 2, blocked 0; stuck 1\n\
                  stuck {order}: captured at Stripe but the stock is gone"
             )
         );

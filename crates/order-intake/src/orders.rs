@@ -26,7 +26,7 @@ use sqlx::PgPool;
 
 use crate::error::ApiError;
 use crate::request::{IdempotencyKey, OrderRequest};
-use crate::views::Accepted;
+use crate::views::{Accepted, PaymentAction};
 
 /// How a request ended, before it becomes HTTP.
 #[derive(Debug)]
@@ -47,17 +47,23 @@ pub enum Placed {
     },
 }
 
-/// The first answer, rebuilt from the order: accepted for any order that got past
-/// authorization, declined for a declined one. `None` while it is still pending. It depends
-/// only on columns that never change after that answer.
+/// The first answer, rebuilt from the order: `requires_action` with what the buyer's page
+/// needed for an order whose card asked for 3-D Secure (whatever became of it since), accepted
+/// for any other order that got past authorization, declined for a declined one. `None` while
+/// it is still pending. It depends only on columns that never change after that answer.
 fn answer(order: &Order, replayed: bool) -> Option<Placed> {
+    if let Some(payment) = PaymentAction::of(order) {
+        let body = Accepted { status: OrderStatus::RequiresAction, payment: Some(payment), ..Accepted::of(order) };
+        return Some(Placed::Accepted { body, replayed });
+    }
     match order.status {
-        OrderStatus::PendingAuthorization => None,
+        OrderStatus::PendingAuthorization | OrderStatus::RequiresAction => None,
         OrderStatus::PaymentDeclined => Some(Placed::Declined { error: ApiError::PaymentDeclined, replayed }),
         _ => Some(Placed::Accepted {
             body: Accepted {
                 // The answer the first request gave, whatever the order has become since.
                 status: OrderStatus::Authorized,
+                payment: None,
                 ..Accepted::of(order)
             },
             replayed,
@@ -164,7 +170,8 @@ impl Intake<'_> {
                 ..order
             },
             // Someone else moved it (a racing retry, the sweeper) and decided the answer.
-            Ok(Recorded::MovedElsewhere) => self.reload(order.id).await?,
+            // The card needs 3-D Secure: the order as recorded, with what the buyer's page needs.
+            Ok(Recorded::MovedElsewhere | Recorded::RequiresAction) => self.reload(order.id).await?,
             Err(
                 AuthorizationError::ProviderUnavailable(reason) | AuthorizationError::LookupRefused(reason),
             ) => {

@@ -13,7 +13,8 @@ pub struct Accepted {
     #[schema(value_type = uuid::Uuid)]
     /// The order's id.
     pub order_id: OrderId,
-    /// Where it is in its life: always `authorized` in a `202` (units promised, payment held).
+    /// Where it is in its life: in a `202`, `authorized` (units promised, payment held) or
+    /// `requires_action` (units promised; the buyer completes 3-D Secure with `payment`).
     pub status: OrderStatus,
     /// The price times the quantity, in minor units.
     pub amount: i64,
@@ -28,11 +29,43 @@ pub struct Accepted {
     pub quantity: Quantity,
     /// Its place in line for its product, from 1.
     pub position: i64,
+    /// Only while `requires_action`: what the buyer's page completes 3-D Secure with, through
+    /// Stripe.js's `handleNextAction({clientSecret})`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payment: Option<PaymentAction>,
+}
+
+/// What a buyer's page needs to complete a card's 3-D Secure (SPEC §4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct PaymentAction {
+    /// The PaymentIntent's client secret, for Stripe.js (`handleNextAction`).
+    pub client_secret: String,
+    #[schema(value_type = Object)]
+    /// Stripe's `next_action` (`{"type": "use_stripe_sdk", …}`).
+    pub next_action: serde_json::Value,
+    /// Until when the buyer may authenticate; then the order is released.
+    pub action_expires_at: DateTime<Utc>,
+}
+
+impl PaymentAction {
+    /// What the order's page needed when the order went `requires_action`; `None` for an order
+    /// that never did.
+    pub fn of(order: &Order) -> Option<Self> {
+        Some(Self {
+            client_secret: order.client_secret.clone()?,
+            next_action: order.next_action.clone()?,
+            action_expires_at: order.action_expires_at?,
+        })
+    }
 }
 
 impl Accepted {
-    /// The fields of `order` as it is.
+    /// The fields of `order` as it is (`payment` while it is `requires_action`).
     pub fn of(order: &Order) -> Self {
+        let payment = match order.status {
+            OrderStatus::RequiresAction => PaymentAction::of(order),
+            _ => None,
+        };
         Self {
             order_id: order.id,
             status: order.status,
@@ -41,6 +74,7 @@ impl Accepted {
             product_id: order.product_id.clone(),
             quantity: order.quantity,
             position: order.position,
+            payment,
         }
     }
 }

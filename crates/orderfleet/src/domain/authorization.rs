@@ -60,6 +60,8 @@ pub enum Recorded {
     Authorized,
     /// This call moved it to `payment_declined`; the issuer's detail (for operators only).
     Declined(String),
+    /// This call moved it to `requires_action`: the buyer completes 3-D Secure.
+    RequiresAction,
     /// Someone else (a racing retry, the sweeper) had already moved it; read it again.
     MovedElsewhere,
 }
@@ -182,6 +184,12 @@ pub async fn record(
             let moved = commit_authorized(pool, order, &intent).await?;
             return Ok(if moved { Recorded::Authorized } else { Recorded::MovedElsewhere });
         }
+        // The card needs 3-D Secure: the buyer completes it, and the order keeps its units
+        // meanwhile. Not a decline.
+        Ok(intent) if intent.status == IntentStatus::RequiresAction && intent.action.is_some() => {
+            let moved = commit_requires_action(pool, payments, order, &intent).await?;
+            return Ok(if moved { Recorded::RequiresAction } else { Recorded::MovedElsewhere });
+        }
         // Found by the sweeper: the card was declined, or the intent cancelled; no hold.
         Ok(intent) if intent.status == IntentStatus::RequiresPaymentMethod => {
             (Some(intent.id), "card_declined: the authorization did not succeed".to_owned())
@@ -272,6 +280,26 @@ async fn commit_authorized(pool: &PgPool, order: &Order, hold: &Intent) -> sqlx:
         .with_hold(hold)
         .with_message(EventType::StockCheckRequested, &accepted)
         .with_message(EventType::OrderAccepted, &accepted)
+        .apply(pool)
+        .await
+}
+
+/// ONE statement: `pending_authorization` → `requires_action` (compare-and-set), with the
+/// PaymentIntent, what the buyer's page needs, and the deadline
+/// (`PAYMENT_ACTION_TIMEOUT_SECONDS` from now). No message: nothing is accepted yet.
+async fn commit_requires_action(
+    pool: &PgPool,
+    payments: &Payments,
+    order: &Order,
+    intent: &Intent,
+) -> sqlx::Result<bool> {
+    let Some(action) = intent.action.as_ref() else { return Ok(false) };
+    let timeout = chrono::TimeDelta::from_std(payments.action_timeout()).unwrap_or(chrono::TimeDelta::MAX);
+    let until = chrono::Utc::now() + timeout;
+    tracing::info!(payment_intent = intent.id, %until, "the card needs 3-D Secure; the buyer completes it");
+    Transition::new(order.id, OrderStatus::PendingAuthorization, OrderStatus::RequiresAction)
+        .with_hold(intent)
+        .with_action(action, until)
         .apply(pool)
         .await
 }

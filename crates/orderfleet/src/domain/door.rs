@@ -238,7 +238,7 @@ async fn door<'e>(executor: impl PgExecutor<'e>, entry: Entry<'_>, rule: Rule) -
                 a.payment_method AS "payment_method?", a.status AS "status?: OrderStatus", a.position AS "position?",
                 a.payment_intent_id, a.failure_reason, a.authorization_released_at, a.traceparent,
                 a.payment_attempt AS "payment_attempt?", a.payment_attempt_failed AS "payment_attempt_failed?",
-                a.created_at AS "created_at?", a.updated_at AS "updated_at?", (SELECT used FROM used) AS "key_used!",
+                a.client_secret, a.next_action, a.action_expires_at, a.created_at AS "created_at?", a.updated_at AS "updated_at?", (SELECT used FROM used) AS "key_used!",
                 seen.units_left AS "units_left?", seen.max_per_buyer AS "max_per_buyer?",
                 CASE WHEN a.id IS NULL AND seen.units_left < $6 THEN
                     EXISTS (SELECT 1 FROM orders WHERE product_id = $5 AND holds_units(status)) END AS units_may_return
@@ -334,13 +334,14 @@ async fn why<'e>(executor: impl PgExecutor<'e>, entry: Entry<'_>, gate: u32) -> 
         Why,
         r#"WITH recent AS (
              SELECT updated_at FROM orders
-              WHERE user_id = $1 AND status = $4 AND updated_at > now() - interval '1 hour'
+              WHERE user_id = $1 AND counts_as_decline(status, failure_reason)
+                AND updated_at > now() - interval '1 hour'
          )
          SELECT EXISTS (SELECT 1 FROM orders WHERE user_id = $1 AND idempotency_key = $2) AS "twin!",
-                CASE WHEN $5::int8 > 0 THEN card_attempts($1) END AS attempts,
+                CASE WHEN $4::int8 > 0 THEN card_attempts($1) END AS attempts,
                 (SELECT count(*) FROM recent) AS "declines!",
                 extract(epoch FROM (SELECT updated_at FROM recent ORDER BY updated_at DESC
-                                     OFFSET greatest($5, 1) - 1 LIMIT 1)
+                                     OFFSET greatest($4, 1) - 1 LIMIT 1)
                                    + interval '1 hour' - now())::float8 AS ages_out_in,
                 p.units_total - p.units_promised AS units_left, p.max_per_buyer AS "max_per_buyer?",
                 EXISTS (SELECT 1 FROM orders WHERE product_id = $3 AND holds_units(status))
@@ -350,7 +351,6 @@ async fn why<'e>(executor: impl PgExecutor<'e>, entry: Entry<'_>, gate: u32) -> 
         entry.user as _,
         entry.key,
         entry.product_id as _,
-        OrderStatus::PaymentDeclined as _,
         i64::from(gate),
     )
     .fetch_one(executor)

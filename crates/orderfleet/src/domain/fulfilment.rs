@@ -181,8 +181,12 @@ impl Fulfilment {
                 OrderStatus::RejectedOutOfStock | OrderStatus::CaptureFailed => {
                     return self.release_authorization(&order).await;
                 }
-                OrderStatus::Paid | OrderStatus::PaymentDeclined => return Ok(Ok(())),
-                OrderStatus::PendingAuthorization => {
+                // Ended, and holding nothing: a cancelled hold is gone already.
+                OrderStatus::Paid
+                | OrderStatus::Refunded
+                | OrderStatus::PaymentDeclined
+                | OrderStatus::AuthorizationCanceled => return Ok(Ok(())),
+                OrderStatus::PendingAuthorization | OrderStatus::RequiresAction => {
                     // Fulfilment starts only after the move to `authorized`.
                     let reason = format!("order {order_id} is still pending authorization");
                     return stuck("not_authorized", reason);
@@ -249,8 +253,8 @@ impl Fulfilment {
                     amount_minor, currency AS "currency: crate::domain::Currency", payment_method,
                     CASE WHEN EXISTS (SELECT 1 FROM moved) THEN $3 ELSE status END AS "status!: OrderStatus",
                     position, payment_intent_id, failure_reason, authorization_released_at, traceparent,
-                    payment_attempt, payment_attempt_failed, created_at,
-                    COALESCE((SELECT updated_at FROM moved), updated_at) AS "updated_at!",
+                    payment_attempt, payment_attempt_failed, client_secret, next_action, action_expires_at,
+                    created_at, COALESCE((SELECT updated_at FROM moved), updated_at) AS "updated_at!",
                     EXISTS (SELECT 1 FROM claim) AS "claimed!"
                FROM orders WHERE id = $1"#,
             order_id as _,

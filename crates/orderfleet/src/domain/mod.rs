@@ -23,6 +23,7 @@ mod ids;
 
 pub use ids::{Currency, Money, OrderId, Quantity, Sku, UserId};
 
+pub mod action;
 pub mod authorization;
 pub mod door;
 pub mod fulfilment;

@@ -54,6 +54,13 @@ pub struct Order {
     /// The attempt's key has answered a 5xx, which Stripe saved under it
     /// ([`crate::domain::authorization::resume`]).
     pub payment_attempt_failed: bool,
+    /// While its card needs 3-D Secure, and after: the PaymentIntent's client secret, which the
+    /// buyer's page completes it with (set only for an order that went `requires_action`).
+    pub client_secret: Option<String>,
+    /// Stripe's `next_action` for the buyer's page, with the client secret.
+    pub next_action: Option<serde_json::Value>,
+    /// Until when the buyer may authenticate (`PAYMENT_ACTION_TIMEOUT_SECONDS` after the answer).
+    pub action_expires_at: Option<DateTime<Utc>>,
     /// When the door admitted it.
     pub created_at: DateTime<Utc>,
     /// When it last changed.
@@ -120,6 +127,9 @@ pub(crate) struct OrderRow {
     pub(crate) traceparent: Option<String>,
     pub(crate) payment_attempt: i32,
     pub(crate) payment_attempt_failed: bool,
+    pub(crate) client_secret: Option<String>,
+    pub(crate) next_action: Option<serde_json::Value>,
+    pub(crate) action_expires_at: Option<DateTime<Utc>>,
     pub(crate) created_at: DateTime<Utc>,
     pub(crate) updated_at: DateTime<Utc>,
 }
@@ -145,6 +155,9 @@ macro_rules! order_from {
             traceparent: $row.traceparent,
             payment_attempt: $row.payment_attempt $($some)?,
             payment_attempt_failed: $row.payment_attempt_failed $($some)?,
+            client_secret: $row.client_secret,
+            next_action: $row.next_action,
+            action_expires_at: $row.action_expires_at,
             created_at: $row.created_at $($some)?,
             updated_at: $row.updated_at $($some)?,
         }
@@ -170,7 +183,8 @@ macro_rules! query_order {
                 currency AS "currency: crate::domain::Currency", payment_method,
                 status AS "status: crate::domain::status::OrderStatus", position, payment_intent_id,
                 failure_reason, authorization_released_at, traceparent, payment_attempt,
-                payment_attempt_failed, created_at, updated_at "# + $tail
+                payment_attempt_failed, client_secret, next_action, action_expires_at, created_at,
+                updated_at "# + $tail
             $($args)*
         )
     };
@@ -214,12 +228,40 @@ pub struct Transition<'a> {
     pub hold: Option<&'a crate::domain::payments::Intent>,
     /// The outbox messages the move causes, committed with it.
     pub messages: Vec<crate::domain::outbox::NewMessage>,
+    /// For a move to `requires_action`: what the buyer's page needs, and until when.
+    pub action: Option<(&'a crate::domain::payments::Action, DateTime<Utc>)>,
+    /// The move ends the order without a sale: its promised units go back to the door, and
+    /// its stock too if it was reserved (`from` is `stock_reserved`).
+    pub gives_units_back: bool,
+    /// What operators are told of the failure (`decline_detail`), beside the buyer's code.
+    pub detail: Option<&'a str>,
 }
 
 impl<'a> Transition<'a> {
     /// A move of `order_id` from `from` to `to` with nothing else recorded, yet.
     pub fn new(order_id: OrderId, from: OrderStatus, to: OrderStatus) -> Self {
-        Self { order_id, from, to, failure_reason: None, hold: None, messages: Vec::new() }
+        Self {
+            order_id,
+            from,
+            to,
+            failure_reason: None,
+            hold: None,
+            messages: Vec::new(),
+            action: None,
+            gives_units_back: false,
+            detail: None,
+        }
+    }
+
+    /// Records what the buyer's page needs to complete 3-D Secure, and its deadline.
+    pub(crate) fn with_action(self, action: &'a crate::domain::payments::Action, until: DateTime<Utc>) -> Self {
+        Self { action: Some((action, until)), ..self }
+    }
+
+    /// Gives the order's units back (and its stock, from `stock_reserved`), keeping `detail`
+    /// for operators.
+    pub(crate) fn giving_units_back(self, detail: &'a str) -> Self {
+        Self { gives_units_back: true, detail: Some(detail), ..self }
     }
 
     /// Records what the buyer is told of the failure.
@@ -240,9 +282,10 @@ impl<'a> Transition<'a> {
 
     /// ONE statement (so one round trip and the shortest possible lock): moves the order from
     /// `from` to `to` if, and only if, it is still in `from`, and in the same statement
-    /// enqueues the outbox messages the move causes, each carrying the order's trace context.
-    /// Returns whether this call made the move; if not, nothing was written. The intake's
-    /// lease is cleared, and the hold recorded when given.
+    /// enqueues the outbox messages the move causes, each carrying the order's trace context,
+    /// and gives its units back when the move ends it (the order row is locked before the
+    /// product row, as everywhere). Returns whether this call made the move; if not, nothing
+    /// was written. The intake's lease is cleared, and the hold recorded when given.
     pub(crate) async fn apply<'e>(self, executor: impl PgExecutor<'e>) -> sqlx::Result<bool> {
         let messages = &self.messages;
         let ids: Vec<Uuid> = messages.iter().map(|_| Uuid::now_v7()).collect();
@@ -254,9 +297,18 @@ impl<'a> Transition<'a> {
                  UPDATE orders SET status = $3, failure_reason = COALESCE($4, failure_reason),
                                    payment_intent_id = COALESCE($5, payment_intent_id),
                                    authorization_expires_at = COALESCE($10, authorization_expires_at),
+                                   client_secret = COALESCE($11, client_secret),
+                                   next_action = COALESCE($12, next_action),
+                                   action_expires_at = COALESCE($13, action_expires_at),
+                                   decline_detail = COALESCE($15, decline_detail),
                                    intake_lease_until = NULL, updated_at = now()
                   WHERE id = $1 AND status = $2
-              RETURNING id, traceparent
+              RETURNING id, traceparent, product_id, quantity
+             ), given_back AS (
+                 UPDATE products p SET units_promised = p.units_promised - moved.quantity,
+                                       stock = p.stock + CASE WHEN $2 = $16 THEN moved.quantity ELSE 0 END,
+                                       updated_at = now()
+                   FROM moved WHERE $14 AND p.id = moved.product_id
              ), enqueued AS (
                  INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
                  SELECT m.message_id, 'order', moved.id, m.event_type, m.destination, m.payload, moved.traceparent
@@ -275,6 +327,12 @@ impl<'a> Transition<'a> {
             &destinations as _,
             &payloads as _,
             self.hold.and_then(|h| h.capture_before),
+            self.action.map(|(a, _)| a.client_secret.as_str()),
+            self.action.map(|(a, _)| &a.next_action),
+            self.action.map(|(_, until)| until),
+            self.gives_units_back,
+            self.detail,
+            OrderStatus::StockReserved as _,
         )
         .fetch_one(executor)
         .await?;

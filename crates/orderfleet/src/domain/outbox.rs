@@ -52,19 +52,25 @@ pub enum EventType {
     #[serde(rename = "order.paid")]
     #[sqlx(rename = "order.paid")]
     OrderPaid,
-    /// To the user: the order is rejected (out of stock, or the capture failed).
+    /// To the user: the order is rejected (out of stock, declined after acceptance,
+    /// authentication failed or timed out, the capture failed, the hold cancelled).
     #[serde(rename = "order.rejected")]
     #[sqlx(rename = "order.rejected")]
     OrderRejected,
+    /// To the user: the paid order was refunded in full.
+    #[serde(rename = "order.refunded")]
+    #[sqlx(rename = "order.refunded")]
+    OrderRefunded,
 }
 
 impl EventType {
     /// Every event type.
-    pub const ALL: [EventType; 4] = [
+    pub const ALL: [EventType; 5] = [
         EventType::StockCheckRequested,
         EventType::OrderAccepted,
         EventType::OrderPaid,
         EventType::OrderRejected,
+        EventType::OrderRefunded,
     ];
 
     /// Its name in the envelope, the `event_type` attribute and the `event_type` column.
@@ -74,6 +80,7 @@ impl EventType {
             EventType::OrderAccepted => "order.accepted",
             EventType::OrderPaid => "order.paid",
             EventType::OrderRejected => "order.rejected",
+            EventType::OrderRefunded => "order.refunded",
         }
     }
 
@@ -86,9 +93,10 @@ impl EventType {
     pub fn destination(self) -> Destination {
         match self {
             EventType::StockCheckRequested => Destination::StockCheck,
-            EventType::OrderAccepted | EventType::OrderPaid | EventType::OrderRejected => {
-                Destination::Notification
-            }
+            EventType::OrderAccepted
+            | EventType::OrderPaid
+            | EventType::OrderRejected
+            | EventType::OrderRefunded => Destination::Notification,
         }
     }
 }

@@ -161,6 +161,21 @@ pub struct Intent {
     pub id: String,
     /// Its status.
     pub status: IntentStatus,
+    /// Its amount, in minor units, and its currency (lower case, as Stripe answers it).
+    pub amount: i64,
+    /// Its currency.
+    pub currency: String,
+    /// Whether it captures only when told (`capture_method=manual`), as every fleet intent does.
+    pub manual_capture: bool,
+    /// Its `metadata[order_id]`: the order it was made for.
+    pub order_id: Option<String>,
+    /// While `requires_action`: what the buyer's page needs to complete it with Stripe.js.
+    pub action: Option<Action>,
+    /// The code of its last payment error (`payment_intent_authentication_failure` when the
+    /// buyer failed 3-D Secure, a card decline's code otherwise).
+    pub last_error: Option<String>,
+    /// Its charge, when the answer carried it (`expand[]=latest_charge`).
+    pub charge: Option<ChargeState>,
     /// Until when Stripe honours the hold (its charge's `payment_method_details.card
     /// .capture_before`, about 7 days for most cards); after it Stripe cancels the intent and a
     /// capture is refused. Known when the answer carried the charge (every request here asks
@@ -176,6 +191,27 @@ const WINDOW_MARGIN: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
 /// Intents per page of a lookup: the most Stripe's list gives.
 const LIST_PAGE: i64 = 100;
 
+/// What a buyer's page needs to complete a `requires_action` intent (3-D Secure) with
+/// Stripe.js's `handleNextAction`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Action {
+    /// The intent's client secret: it lets the buyer's browser act on this intent alone.
+    pub client_secret: String,
+    /// Stripe's `next_action` (`{"type": "use_stripe_sdk", …}`), as Stripe gave it.
+    pub next_action: serde_json::Value,
+}
+
+/// What the intent's charge says of money moved after the authorization.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChargeState {
+    /// Captured: money moved (a refund of an uncaptured charge is a released hold).
+    pub captured: bool,
+    /// Refunded so far, in minor units.
+    pub amount_refunded: i64,
+    /// Disputed by the cardholder.
+    pub disputed: bool,
+}
+
 /// What every request that reads an intent asks Stripe to include whole: the charge, where
 /// the hold's deadline is. It costs no extra request.
 const EXPAND: &str = "latest_charge";
@@ -189,9 +225,11 @@ pub enum IntentStatus {
     Succeeded,
     /// Cancelled: no hold.
     Canceled,
-    /// Declined or not yet confirmed: no hold.
+    /// Declined, failed 3-D Secure, or not yet confirmed: no hold.
     RequiresPaymentMethod,
-    /// Any other status (needs an action, processing).
+    /// Waiting for the buyer (3-D Secure): no hold yet.
+    RequiresAction,
+    /// Any other status (processing, requires confirmation).
     Other,
 }
 
@@ -202,6 +240,7 @@ impl From<&PaymentIntentStatus> for IntentStatus {
             PaymentIntentStatus::Succeeded => IntentStatus::Succeeded,
             PaymentIntentStatus::Canceled => IntentStatus::Canceled,
             PaymentIntentStatus::RequiresPaymentMethod => IntentStatus::RequiresPaymentMethod,
+            PaymentIntentStatus::RequiresAction => IntentStatus::RequiresAction,
             _ => IntentStatus::Other,
         }
     }
@@ -216,7 +255,55 @@ impl From<&PaymentIntent> for Intent {
         let capture_before = charge
             .and_then(|c| c.payment_method_details.as_ref()?.card.as_ref()?.capture_before)
             .and_then(|seconds| chrono::DateTime::from_timestamp(seconds, 0));
-        Self { id: pi.id.as_str().to_owned(), status: (&pi.status).into(), capture_before }
+        let status = IntentStatus::from(&pi.status);
+        let action = match (status, &pi.client_secret, &pi.next_action) {
+            (IntentStatus::RequiresAction, Some(secret), Some(next)) => {
+                Some(Action { client_secret: secret.clone(), next_action: next_action_json(next) })
+            }
+            _ => None,
+        };
+        Self {
+            id: pi.id.as_str().to_owned(),
+            status,
+            amount: pi.amount,
+            currency: pi.currency.to_string(),
+            manual_capture: matches!(pi.capture_method, PaymentIntentCaptureMethod::Manual),
+            order_id: pi.metadata.get("order_id").cloned(),
+            action,
+            last_error: pi.last_payment_error.as_ref().and_then(|e| Some(e.code.as_ref()?.as_str().to_owned())),
+            charge: charge.map(|c| ChargeState {
+                captured: c.captured,
+                amount_refunded: c.amount_refunded,
+                disputed: c.disputed,
+            }),
+            capture_before,
+        }
+    }
+}
+
+/// Stripe's `next_action` as JSON for the buyer's page: its `type`, and the object of that
+/// type (only `use_stripe_sdk` for a card confirmed with `use_stripe_sdk=true`; any other is
+/// named by its type, which Stripe.js's `handleNextAction` reads from the intent itself).
+fn next_action_json(next: &stripe_shared::PaymentIntentNextAction) -> serde_json::Value {
+    let sdk = next
+        .use_stripe_sdk
+        .as_ref()
+        .and_then(|value| serde_json::from_str::<serde_json::Value>(&miniserde::json::to_string(value)).ok());
+    match sdk {
+        Some(sdk) => serde_json::json!({ "type": next.type_, "use_stripe_sdk": sdk }),
+        None => serde_json::json!({ "type": next.type_ }),
+    }
+}
+
+impl Intent {
+    /// Whether it is the one the fleet made for this order: its metadata names the order, and
+    /// it holds the order's amount in its currency with manual capture. The buyer's browser
+    /// can act on an intent through its client secret; the fleet trusts only what this says.
+    pub fn is_for(&self, order_id: OrderId, amount: &Money) -> bool {
+        self.order_id.as_deref() == Some(order_id.to_string().as_str())
+            && self.amount == amount.minor
+            && self.currency.eq_ignore_ascii_case(amount.currency.as_str())
+            && self.manual_capture
     }
 }
 
@@ -264,6 +351,7 @@ pub struct Payments {
     retry: RetryPolicy,
     /// Shared by every clone: the budget is the process's.
     budget: std::sync::Arc<StripeBudget>,
+    action_timeout: Duration,
 }
 
 impl std::fmt::Debug for Payments {
@@ -279,7 +367,13 @@ impl Payments {
         let client = PooledStripe::new(config.secret_key.expose_secret(), config.api_base.as_str())
             .map_err(|e| anyhow::anyhow!("failed to build the Stripe client: {e}"))?;
         let budget = StripeBudget::new(config.max_requests_per_second.0, retry.budget_wait);
-        Ok(Self { client, retry, budget: std::sync::Arc::new(budget) })
+        let action_timeout = config.action_timeout.0;
+        Ok(Self { client, retry, budget: std::sync::Arc::new(budget), action_timeout })
+    }
+
+    /// How long a buyer has to complete 3-D Secure (`PAYMENT_ACTION_TIMEOUT_SECONDS`).
+    pub fn action_timeout(&self) -> Duration {
+        self.action_timeout
     }
 
     /// Takes a slot of the Stripe request budget for one request.

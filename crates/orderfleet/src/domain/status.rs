@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 pub enum OrderStatus {
     /// Its units promised at the door; its authorization not yet recorded.
     PendingAuthorization,
+    /// Its card needs 3-D Secure: the buyer authenticates (Stripe.js), until its deadline
+    /// (`action_expires_at`); its units and place in line wait for them.
+    RequiresAction,
     /// Its card holds the amount; waiting for the stock worker.
     Authorized,
     /// Its stock reserved; waiting for the capture.
@@ -21,6 +24,11 @@ pub enum OrderStatus {
     PaymentDeclined,
     /// Stripe refused the capture (the hold expired, say); its units went back.
     CaptureFailed,
+    /// Its hold expired or was cancelled outside the fleet before capture; its units (and
+    /// stock, if reserved) went back.
+    AuthorizationCanceled,
+    /// Paid, then refunded in full outside the fleet; the unit stays sold.
+    Refunded,
 }
 
 /// The sets of statuses that SPEC §5 names. In SQL each is a function of the migration
@@ -38,41 +46,48 @@ pub enum StatusSet {
 
 impl OrderStatus {
     /// Every status, in the order of the database's enum.
-    pub const ALL: [OrderStatus; 7] = [
+    pub const ALL: [OrderStatus; 10] = [
         OrderStatus::PendingAuthorization,
+        OrderStatus::RequiresAction,
         OrderStatus::Authorized,
         OrderStatus::StockReserved,
         OrderStatus::Paid,
         OrderStatus::RejectedOutOfStock,
         OrderStatus::PaymentDeclined,
         OrderStatus::CaptureFailed,
+        OrderStatus::AuthorizationCanceled,
+        OrderStatus::Refunded,
     ];
 
     /// Which of SPEC §5's sets it is in. A match without a wildcard: a new status does not
     /// compile until it is put in a set.
     pub const fn set(self) -> StatusSet {
         match self {
-            OrderStatus::PendingAuthorization | OrderStatus::Authorized | OrderStatus::StockReserved => {
-                StatusSet::HoldsUnits
-            }
-            OrderStatus::Paid => StatusSet::Sold,
-            OrderStatus::RejectedOutOfStock | OrderStatus::PaymentDeclined | OrderStatus::CaptureFailed => {
-                StatusSet::Failed
-            }
+            OrderStatus::PendingAuthorization
+            | OrderStatus::RequiresAction
+            | OrderStatus::Authorized
+            | OrderStatus::StockReserved => StatusSet::HoldsUnits,
+            OrderStatus::Paid | OrderStatus::Refunded => StatusSet::Sold,
+            OrderStatus::RejectedOutOfStock
+            | OrderStatus::PaymentDeclined
+            | OrderStatus::CaptureFailed
+            | OrderStatus::AuthorizationCanceled => StatusSet::Failed,
         }
     }
 
-    /// Holding units with no authorization recorded yet: "pending" for line order (SPEC §1.3),
-    /// `awaiting_authorization(status)` in SQL.
+    /// Holding units with no authorization recorded yet (the Stripe call, or the buyer's 3-D
+    /// Secure): "pending" for line order (SPEC §1.3, §5), `awaiting_authorization(status)` in SQL.
     pub const fn awaits_authorization(self) -> bool {
         match self {
-            OrderStatus::PendingAuthorization => true,
+            OrderStatus::PendingAuthorization | OrderStatus::RequiresAction => true,
             OrderStatus::Authorized
             | OrderStatus::StockReserved
             | OrderStatus::Paid
             | OrderStatus::RejectedOutOfStock
             | OrderStatus::PaymentDeclined
-            | OrderStatus::CaptureFailed => false,
+            | OrderStatus::CaptureFailed
+            | OrderStatus::AuthorizationCanceled
+            | OrderStatus::Refunded => false,
         }
     }
 
@@ -80,12 +95,15 @@ impl OrderStatus {
     pub fn as_str(self) -> &'static str {
         match self {
             OrderStatus::PendingAuthorization => "pending_authorization",
+            OrderStatus::RequiresAction => "requires_action",
             OrderStatus::Authorized => "authorized",
             OrderStatus::StockReserved => "stock_reserved",
             OrderStatus::Paid => "paid",
             OrderStatus::RejectedOutOfStock => "rejected_out_of_stock",
             OrderStatus::PaymentDeclined => "payment_declined",
             OrderStatus::CaptureFailed => "capture_failed",
+            OrderStatus::AuthorizationCanceled => "authorization_canceled",
+            OrderStatus::Refunded => "refunded",
         }
     }
 }

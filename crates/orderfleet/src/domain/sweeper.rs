@@ -7,6 +7,10 @@
 //!   rather than an idempotency key Stripe may have pruned — and records it (`authorized`
 //!   with its outbox rows, or `payment_declined`). If Stripe has no intent for the order, it
 //!   authorizes with the order's own key, exactly as the intake would have.
+//! - **`requires_action`** (3-D Secure), past its deadline, or not looked at for a while: the
+//!   webhook that settles it never came (lost, or `STRIPE_WEBHOOK_SECRET` unset). The sweeper
+//!   takes its lease and settles it from its intent read fresh ([`crate::domain::action`]):
+//!   `authorized` if the buyer authenticated, released and `payment_declined` past the deadline.
 //! - **`authorized`, `stock_reserved`**, or rejected with the hold not yet released, older than
 //!   a threshold: their stock-check message is late, dead-lettered or lost. The sweeper runs
 //!   [`Fulfilment::advance`], the worker's own step, which the status guards make safe to
@@ -25,6 +29,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::domain::action::{self, Settled};
 use crate::domain::authorization::{self, AuthorizationError};
 use crate::domain::fulfilment::Fulfilment;
 use crate::domain::order::OrderStatus;
@@ -63,6 +68,10 @@ pub struct SweepReport {
     pub authorizations_resolved: u64,
     /// Pending orders left pending because Stripe is unavailable.
     pub authorizations_unavailable: u64,
+    /// Orders awaiting 3-D Secure that this sweep authorized or released.
+    pub actions_settled: u64,
+    /// Orders awaiting 3-D Secure whose buyer still has time, or that Stripe could not settle now.
+    pub actions_waiting: u64,
     /// Orders advanced to a settled state.
     pub fulfilments_settled: u64,
     /// Orders that could not advance for now (a dependency is down).
@@ -86,6 +95,7 @@ impl Sweeper {
     pub async fn sweep_once(&self) -> anyhow::Result<SweepReport> {
         let mut report = SweepReport::default();
         self.sweep_pending(&mut report).await?;
+        self.sweep_actions(&mut report).await?;
         self.sweep_fulfilment(&mut report).await?;
         Ok(report)
     }
@@ -93,11 +103,12 @@ impl Sweeper {
     async fn sweep_pending(&self, report: &mut SweepReport) -> anyhow::Result<()> {
         let orders = sqlx::query!(
             r#"SELECT id AS "id: OrderId", traceparent FROM orders
-              WHERE awaiting_authorization(status) AND updated_at < now() - $1 * interval '1 ms'
+              WHERE status = $3 AND updated_at < now() - $1 * interval '1 ms'
                 AND (intake_lease_until IS NULL OR intake_lease_until < now())
               ORDER BY updated_at LIMIT $2"#,
             self.policy.pending_after.as_millis() as i64,
             self.policy.batch,
+            OrderStatus::PendingAuthorization as _,
         )
         .fetch_all(&self.pool)
         .await
@@ -121,6 +132,49 @@ impl Sweeper {
                 Err(AuthorizationError::Database(e)) => {
                     return Err(e).context("failed to record an authorization");
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Orders in `requires_action` past their deadline, or not looked at for `pending_after`
+    /// (the buyer may have authenticated, and the webhook may never come): each settled from its
+    /// intent, or stamped `swept_at` and looked at again a pass later.
+    async fn sweep_actions(&self, report: &mut SweepReport) -> anyhow::Result<()> {
+        let orders = sqlx::query!(
+            r#"SELECT id AS "id: OrderId", traceparent FROM orders
+              WHERE status = $1
+                AND (action_expires_at < now()
+                     OR COALESCE(swept_at, updated_at) < now() - $2 * interval '1 ms')
+                AND (intake_lease_until IS NULL OR intake_lease_until < now())
+              ORDER BY action_expires_at LIMIT $3"#,
+            OrderStatus::RequiresAction as _,
+            self.policy.pending_after.as_millis() as i64,
+            self.policy.batch,
+        )
+        .fetch_all(&self.pool)
+        .await
+        .context("failed to find orders awaiting 3-D Secure")?;
+        for order in orders {
+            let (id, traceparent) = (order.id, order.traceparent);
+            let span = crate::runtime::trace::order_span(id, traceparent.as_deref());
+            let Some(order) = action::take(&self.pool, id, self.policy.lease).await? else {
+                continue; // a webhook is settling it
+            };
+            match action::settle(&self.pool, &self.payments, &order).instrument(span.clone()).await {
+                Ok(Settled::Waiting) | Err(AuthorizationError::ProviderUnavailable(_)) => {
+                    report.actions_waiting += 1;
+                    sqlx::query!("UPDATE orders SET swept_at = now() WHERE id = $1", id as _)
+                        .execute(&self.pool)
+                        .await
+                        .context("failed to stamp a swept order")?;
+                }
+                Ok(_) => report.actions_settled += 1,
+                Err(AuthorizationError::LookupRefused(reason)) => {
+                    span.in_scope(|| tracing::error!(reason, "order cannot advance; it needs a person"));
+                    report.stuck.push((id, reason))
+                }
+                Err(AuthorizationError::Database(e)) => return Err(e).context("failed to settle 3-D Secure"),
             }
         }
         Ok(())

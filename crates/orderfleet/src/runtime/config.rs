@@ -310,6 +310,9 @@ pub struct StripeConfig {
     /// `STRIPE_MAX_REQUESTS_PER_SECOND`: this process's share of the account's Stripe rate
     /// limit, retries included (see [`crate::runtime::budget`]).
     pub max_requests_per_second: RequestsPerSecond,
+    /// `PAYMENT_ACTION_TIMEOUT_SECONDS` (600): how long an order whose card needs 3-D Secure
+    /// keeps its units while the buyer authenticates.
+    pub action_timeout: Seconds,
 }
 
 /// A positive whole number of requests per second, at most 10,000 (Stripe's own limits are
@@ -342,6 +345,8 @@ impl StripeConfig {
     pub(crate) const DEFAULT_API_BASE: &'static str = "https://api.stripe.com";
     /// `STRIPE_MAX_REQUESTS_PER_SECOND` when unset.
     pub(crate) const DEFAULT_MAX_REQUESTS_PER_SECOND: u32 = 20;
+    /// `PAYMENT_ACTION_TIMEOUT_SECONDS` when unset.
+    pub(crate) const DEFAULT_ACTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
     /// Reads the Stripe settings.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
@@ -367,7 +372,9 @@ impl StripeConfig {
             std::num::NonZeroU32::new(Self::DEFAULT_MAX_REQUESTS_PER_SECOND).expect("non-zero");
         let max_requests_per_second =
             env.or_default("STRIPE_MAX_REQUESTS_PER_SECOND", RequestsPerSecond(default_rate))?;
-        Ok(Self { secret_key, api_base, max_requests_per_second })
+        let action_timeout =
+            env.or_default("PAYMENT_ACTION_TIMEOUT_SECONDS", Seconds(Self::DEFAULT_ACTION_TIMEOUT))?;
+        Ok(Self { secret_key, api_base, max_requests_per_second, action_timeout })
     }
 }
 

@@ -1,0 +1,265 @@
+//! 3-D Secure: an order whose card needs its buyer to authenticate (`requires_action`, SPEC
+//! §1.1, §5). The intake answered `202` with what the buyer's page needs; the order keeps its
+//! units and its place in line until its deadline (`action_expires_at`,
+//! `PAYMENT_ACTION_TIMEOUT_SECONDS` after that answer). Then Stripe's webhook, or the sweeper
+//! when none comes, settles it here, from the order's own PaymentIntent read fresh from Stripe
+//! (never from an event's copy, nor from what the buyer's browser says):
+//!
+//! | the intent, read now | the order |
+//! |---|---|
+//! | `requires_capture`, the order's (metadata, amount, currency, manual capture) | `authorized`, with `order.stock_check_requested` and `order.accepted`: it flows on as any other |
+//! | `requires_capture`, not the order's | its hold cancelled; `payment_declined` (`authentication_failed`) |
+//! | `requires_payment_method` (the buyer failed authentication) | the intent cancelled; `payment_declined` (`authentication_failed`), counted as a decline |
+//! | `canceled` (outside the fleet) | `payment_declined` (`payment_canceled`), or `authentication_timed_out` past the deadline (the fleet's own cancel, whose commit was lost); counted as nothing |
+//! | still `requires_action`, before the deadline | nothing: the buyer is still at it |
+//! | still `requires_action`, past the deadline | the intent cancelled, then decided again from the cancel's answer |
+//!
+//! A buyer who finishes at the deadline is never both released and charged: past it, the fleet
+//! cancels, and what Stripe answers the cancel (a released hold, whether or not the buyer
+//! finished a moment before) is what the order becomes. Every failure gives the units back
+//! to the line, with `order.rejected`.
+//!
+//! Whoever settles holds the order's lease (`intake_lease_until`, as for a pending order), so
+//! the webhook and the sweeper never settle one order at once.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use crate::domain::OrderId;
+use crate::domain::authorization::AuthorizationError;
+use crate::domain::order::{Order, OrderNotification, OrderStatus, Transition, query_order};
+use crate::domain::outbox::EventType;
+use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
+
+/// The buyer failed 3-D Secure (or the intent was not the order's): a decline.
+pub const AUTHENTICATION_FAILED: &str = "authentication_failed";
+/// The buyer did not authenticate by the deadline: counted as nothing.
+pub const AUTHENTICATION_TIMED_OUT: &str = "authentication_timed_out";
+/// The intent was cancelled outside the fleet (Stripe's Dashboard) while the buyer was at it.
+pub const PAYMENT_CANCELED: &str = "payment_canceled";
+
+/// What settling did to the order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled {
+    /// This call moved it to `authorized`.
+    Authorized,
+    /// This call moved it to `payment_declined`, for this reason.
+    Declined(&'static str),
+    /// The buyer is still authenticating, before the deadline.
+    Waiting,
+    /// Someone else moved it first.
+    MovedElsewhere,
+}
+
+/// Takes the lease of a `requires_action` order nobody is settling, for `lease`.
+pub async fn take(pool: &PgPool, id: OrderId, lease: Duration) -> sqlx::Result<Option<Order>> {
+    let row = query_order!(
+        "UPDATE orders SET intake_lease_until = now() + $2 * interval '1 ms'
+          WHERE id = $1 AND status = $3
+            AND (intake_lease_until IS NULL OR intake_lease_until < now())
+         RETURNING",
+        "",
+        id as _,
+        lease.as_millis() as i64,
+        OrderStatus::RequiresAction as _,
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(Order::from))
+}
+
+/// Gives the lease of a `requires_action` order back.
+pub async fn release(pool: &PgPool, id: OrderId) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE orders SET intake_lease_until = NULL WHERE id = $1 AND status = $2",
+        id as _,
+        OrderStatus::RequiresAction as _,
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Settles a `requires_action` order whose lease the caller holds, from its intent read fresh
+/// (see the module's table). The lease is given back whatever happens.
+pub async fn settle(pool: &PgPool, payments: &Payments, order: &Order) -> Result<Settled, AuthorizationError> {
+    let settled = settle_leased(pool, payments, order).await;
+    if !matches!(settled, Ok(Settled::Authorized | Settled::Declined(_) | Settled::MovedElsewhere)) {
+        release(pool, order.id).await?;
+    }
+    settled
+}
+
+async fn settle_leased(pool: &PgPool, payments: &Payments, order: &Order) -> Result<Settled, AuthorizationError> {
+    let Some(intent_id) = order.payment_intent_id.as_deref() else {
+        return Err(AuthorizationError::LookupRefused(format!("order {} has no PaymentIntent", order.id)));
+    };
+    let now = payments.retrieve(intent_id).await.map_err(unavailable)?;
+    let past_deadline = order.action_expires_at.is_none_or(|until| until <= chrono::Utc::now());
+    match decide(order, &now, past_deadline) {
+        Decision::Authorize => authorize(pool, order, &now).await,
+        Decision::Wait => Ok(Settled::Waiting),
+        Decision::Decline(reason) => decline(pool, order, reason).await,
+        Decision::Release(reason) => {
+            // Released first, then recorded: if the record is lost, the next settle finds the
+            // intent cancelled. Past the deadline, the cancel decides: whether or not the buyer
+            // finished a moment before, the hold is released and nothing is charged.
+            payments.cancel(order.intent(intent_id)).await.map_err(unavailable)?;
+            decline(pool, order, reason).await
+        }
+    }
+}
+
+/// What an order in `requires_action` becomes, from its intent as Stripe has it now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    Authorize,
+    Wait,
+    /// Ended, with no hold left: record it.
+    Decline(&'static str),
+    /// Ended, but its intent must be cancelled first (it may hold funds, or the buyer may
+    /// still complete it).
+    Release(&'static str),
+}
+
+fn decide(order: &Order, intent: &Intent, past_deadline: bool) -> Decision {
+    match intent.status {
+        IntentStatus::RequiresCapture | IntentStatus::Succeeded if intent.is_for(order.id, &order.amount) => {
+            Decision::Authorize
+        }
+        IntentStatus::RequiresCapture | IntentStatus::Succeeded | IntentStatus::RequiresPaymentMethod => {
+            Decision::Release(AUTHENTICATION_FAILED)
+        }
+        IntentStatus::Canceled if intent.last_error.as_deref() == Some(FAILED_AUTHENTICATION) => {
+            Decision::Decline(AUTHENTICATION_FAILED)
+        }
+        IntentStatus::Canceled if past_deadline => Decision::Decline(AUTHENTICATION_TIMED_OUT),
+        IntentStatus::Canceled => Decision::Decline(PAYMENT_CANCELED),
+        IntentStatus::RequiresAction | IntentStatus::Other if past_deadline => {
+            Decision::Release(AUTHENTICATION_TIMED_OUT)
+        }
+        IntentStatus::RequiresAction | IntentStatus::Other => Decision::Wait,
+    }
+}
+
+/// Stripe's `last_payment_error.code` when the buyer failed 3-D Secure.
+const FAILED_AUTHENTICATION: &str = "payment_intent_authentication_failure";
+
+fn unavailable(error: PaymentError) -> AuthorizationError {
+    match error {
+        PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason) => {
+            AuthorizationError::ProviderUnavailable(reason)
+        }
+        refused => AuthorizationError::LookupRefused(refused.to_string()),
+    }
+}
+
+/// ONE statement: `requires_action` → `authorized`, with the hold and the messages every
+/// accepted order sends.
+async fn authorize(pool: &PgPool, order: &Order, hold: &Intent) -> Result<Settled, AuthorizationError> {
+    let accepted = OrderNotification::of(order, OrderStatus::Authorized, None);
+    let moved = Transition::new(order.id, OrderStatus::RequiresAction, OrderStatus::Authorized)
+        .with_hold(hold)
+        .with_message(EventType::StockCheckRequested, &accepted)
+        .with_message(EventType::OrderAccepted, &accepted)
+        .apply(pool)
+        .await?;
+    if moved {
+        tracing::info!(payment_intent = hold.id, "the buyer completed 3-D Secure; the order is authorized");
+    }
+    Ok(if moved { Settled::Authorized } else { Settled::MovedElsewhere })
+}
+
+/// ONE statement: `requires_action` → `payment_declined` with `reason`, the units back to the
+/// line, and `order.rejected`.
+async fn decline(pool: &PgPool, order: &Order, reason: &'static str) -> Result<Settled, AuthorizationError> {
+    let rejected = OrderNotification::of(order, OrderStatus::PaymentDeclined, Some(reason));
+    let moved = Transition::new(order.id, OrderStatus::RequiresAction, OrderStatus::PaymentDeclined)
+        .with_reason(reason)
+        .with_message(EventType::OrderRejected, &rejected)
+        .giving_units_back(reason)
+        .apply(pool)
+        .await?;
+    if moved {
+        tracing::info!(reason, "3-D Secure did not complete; the order's units go back to the line");
+    }
+    Ok(if moved { Settled::Declined(reason) } else { Settled::MovedElsewhere })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Money;
+
+    fn order() -> Order {
+        let now = chrono::Utc::now();
+        Order {
+            id: OrderId::new(),
+            user_id: crate::domain::UserId::parse("ann").unwrap(),
+            request_hash: Vec::new(),
+            product_id: crate::domain::Sku::parse("sku-1").unwrap(),
+            quantity: crate::domain::Quantity::parse(1).unwrap(),
+            amount: Money { minor: 1000, currency: crate::domain::Currency::parse("USD").unwrap() },
+            payment_method: "pm_card_threeDSecure2Required".into(),
+            status: OrderStatus::RequiresAction,
+            position: 1,
+            payment_intent_id: Some("pi_1".into()),
+            failure_reason: None,
+            authorization_released_at: None,
+            traceparent: None,
+            payment_attempt: 1,
+            payment_attempt_failed: false,
+            client_secret: Some("pi_1_secret_x".into()),
+            next_action: Some(serde_json::json!({"type": "use_stripe_sdk"})),
+            action_expires_at: Some(now),
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    fn intent(order: &Order, status: IntentStatus) -> Intent {
+        Intent {
+            id: "pi_1".into(),
+            status,
+            amount: order.amount.minor,
+            currency: order.amount.currency.as_str().to_lowercase(),
+            manual_capture: true,
+            order_id: Some(order.id.to_string()),
+            action: None,
+            last_error: None,
+            charge: None,
+            capture_before: None,
+        }
+    }
+
+    #[test]
+    fn an_authenticated_intent_of_the_order_authorizes_it_and_one_that_is_not_the_order_s_is_released() {
+        let order = order();
+        let held = intent(&order, IntentStatus::RequiresCapture);
+        assert_eq!(decide(&order, &held, false), Decision::Authorize);
+        assert_eq!(decide(&order, &held, true), Decision::Authorize, "finished in time, seen late");
+        let cheaper = Intent { amount: 1, ..held.clone() };
+        assert_eq!(decide(&order, &cheaper, false), Decision::Release(AUTHENTICATION_FAILED));
+        let automatic = Intent { manual_capture: false, ..held.clone() };
+        assert_eq!(decide(&order, &automatic, false), Decision::Release(AUTHENTICATION_FAILED));
+        let another = Intent { order_id: Some(OrderId::new().to_string()), ..held };
+        assert_eq!(decide(&order, &another, false), Decision::Release(AUTHENTICATION_FAILED));
+    }
+
+    #[test]
+    fn the_deadline_releases_a_waiting_intent_and_decides_a_cancelled_one() {
+        let order = order();
+        let waiting = intent(&order, IntentStatus::RequiresAction);
+        assert_eq!(decide(&order, &waiting, false), Decision::Wait);
+        assert_eq!(decide(&order, &waiting, true), Decision::Release(AUTHENTICATION_TIMED_OUT));
+        let canceled = intent(&order, IntentStatus::Canceled);
+        assert_eq!(decide(&order, &canceled, true), Decision::Decline(AUTHENTICATION_TIMED_OUT));
+        assert_eq!(decide(&order, &canceled, false), Decision::Decline(PAYMENT_CANCELED));
+        let failed = intent(&order, IntentStatus::RequiresPaymentMethod);
+        assert_eq!(decide(&order, &failed, false), Decision::Release(AUTHENTICATION_FAILED));
+        let failed_then_canceled =
+            Intent { last_error: Some(FAILED_AUTHENTICATION.into()), ..intent(&order, IntentStatus::Canceled) };
+        assert_eq!(decide(&order, &failed_then_canceled, true), Decision::Decline(AUTHENTICATION_FAILED));
+    }
+}
