@@ -28,7 +28,7 @@ use sqlx::PgPool;
 
 use crate::domain::OrderId;
 use crate::domain::authorization::AuthorizationError;
-use crate::domain::order::{Order, OrderNotification, OrderStatus, Transition, query_order};
+use crate::domain::order::{Order, OrderNotification, OrderStatus, StripeEvent, Transition, query_order};
 use crate::domain::outbox::EventType;
 use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
 
@@ -83,30 +83,40 @@ pub async fn release(pool: &PgPool, id: OrderId) -> sqlx::Result<()> {
 
 /// Settles a `requires_action` order whose lease the caller holds, from its intent read fresh
 /// (see the module's table). The lease is given back whatever happens.
-pub async fn settle(pool: &PgPool, payments: &Payments, order: &Order) -> Result<Settled, AuthorizationError> {
-    let settled = settle_leased(pool, payments, order).await;
+pub async fn settle(
+    pool: &PgPool,
+    payments: &Payments,
+    order: &Order,
+    event: Option<StripeEvent<'_>>,
+) -> Result<Settled, AuthorizationError> {
+    let settled = settle_leased(pool, payments, order, event).await;
     if !matches!(settled, Ok(Settled::Authorized | Settled::Declined(_) | Settled::MovedElsewhere)) {
         release(pool, order.id).await?;
     }
     settled
 }
 
-async fn settle_leased(pool: &PgPool, payments: &Payments, order: &Order) -> Result<Settled, AuthorizationError> {
+async fn settle_leased(
+    pool: &PgPool,
+    payments: &Payments,
+    order: &Order,
+    event: Option<StripeEvent<'_>>,
+) -> Result<Settled, AuthorizationError> {
     let Some(intent_id) = order.payment_intent_id.as_deref() else {
         return Err(AuthorizationError::LookupRefused(format!("order {} has no PaymentIntent", order.id)));
     };
     let now = payments.retrieve(intent_id).await.map_err(unavailable)?;
     let past_deadline = order.action_expires_at.is_none_or(|until| until <= chrono::Utc::now());
     match decide(order, &now, past_deadline) {
-        Decision::Authorize => authorize(pool, order, &now).await,
+        Decision::Authorize => authorize(pool, order, &now, event).await,
         Decision::Wait => Ok(Settled::Waiting),
-        Decision::Decline(reason) => decline(pool, order, reason).await,
+        Decision::Decline(reason) => decline(pool, order, reason, event).await,
         Decision::Release(reason) => {
             // Released first, then recorded: if the record is lost, the next settle finds the
             // intent cancelled. Past the deadline, the cancel decides: whether or not the buyer
             // finished a moment before, the hold is released and nothing is charged.
             payments.cancel(order.intent(intent_id)).await.map_err(unavailable)?;
-            decline(pool, order, reason).await
+            decline(pool, order, reason, event).await
         }
     }
 }
@@ -157,13 +167,19 @@ fn unavailable(error: PaymentError) -> AuthorizationError {
 
 /// ONE statement: `requires_action` → `authorized`, with the hold and the messages every
 /// accepted order sends.
-async fn authorize(pool: &PgPool, order: &Order, hold: &Intent) -> Result<Settled, AuthorizationError> {
+async fn authorize(
+    pool: &PgPool,
+    order: &Order,
+    hold: &Intent,
+    event: Option<StripeEvent<'_>>,
+) -> Result<Settled, AuthorizationError> {
     let accepted = OrderNotification::of(order, OrderStatus::Authorized, None);
     let moved = Transition::new(order.id, OrderStatus::RequiresAction, OrderStatus::Authorized)
         .with_hold(hold)
         .with_message(EventType::StockCheckRequested, &accepted)
         .with_message(EventType::OrderAccepted, &accepted)
-        .apply(pool)
+        .with_event(event)
+        .commit(pool)
         .await?;
     if moved {
         tracing::info!(payment_intent = hold.id, "the buyer completed 3-D Secure; the order is authorized");
@@ -173,13 +189,19 @@ async fn authorize(pool: &PgPool, order: &Order, hold: &Intent) -> Result<Settle
 
 /// ONE statement: `requires_action` → `payment_declined` with `reason`, the units back to the
 /// line, and `order.rejected`.
-async fn decline(pool: &PgPool, order: &Order, reason: &'static str) -> Result<Settled, AuthorizationError> {
+async fn decline(
+    pool: &PgPool,
+    order: &Order,
+    reason: &'static str,
+    event: Option<StripeEvent<'_>>,
+) -> Result<Settled, AuthorizationError> {
     let rejected = OrderNotification::of(order, OrderStatus::PaymentDeclined, Some(reason));
     let moved = Transition::new(order.id, OrderStatus::RequiresAction, OrderStatus::PaymentDeclined)
         .with_reason(reason)
         .with_message(EventType::OrderRejected, &rejected)
         .giving_units_back(reason)
-        .apply(pool)
+        .with_event(event)
+        .commit(pool)
         .await?;
     if moved {
         tracing::info!(reason, "3-D Secure did not complete; the order's units go back to the line");

@@ -235,6 +235,38 @@ pub struct Transition<'a> {
     pub gives_units_back: bool,
     /// What operators are told of the failure (`decline_detail`), beside the buyer's code.
     pub detail: Option<&'a str>,
+    /// The Stripe webhook event that caused the move, recorded with it ([`Transition::commit`]).
+    pub event: Option<StripeEvent<'a>>,
+}
+
+/// A Stripe webhook event, by its id and type: recorded in `webhook_events` with its effect,
+/// so a redelivery is recognised.
+#[derive(Debug, Clone, Copy)]
+pub struct StripeEvent<'a> {
+    /// `evt_…`.
+    pub id: &'a str,
+    /// `payment_intent.canceled`, ….
+    pub kind: &'a str,
+}
+
+/// Records that `event` was applied, with what it did (`effect`), unless it already was.
+pub async fn record_event<'e>(
+    executor: impl PgExecutor<'e>,
+    event: StripeEvent<'_>,
+    order_id: Option<OrderId>,
+    effect: &str,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "INSERT INTO webhook_events (id, type, order_id, effect) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (id) DO NOTHING",
+        event.id,
+        event.kind,
+        order_id as _,
+        effect,
+    )
+    .execute(executor)
+    .await?;
+    Ok(())
 }
 
 impl<'a> Transition<'a> {
@@ -250,7 +282,27 @@ impl<'a> Transition<'a> {
             action: None,
             gives_units_back: false,
             detail: None,
+            event: None,
         }
+    }
+
+    /// Records the webhook event that caused the move with it, when there is one.
+    pub(crate) fn with_event(self, event: Option<StripeEvent<'a>>) -> Self {
+        Self { event, ..self }
+    }
+
+    /// Applies the move ([`Transition::apply`]), and, when a webhook event caused it, records
+    /// the event in the same transaction: the effect and the event's id commit together.
+    pub(crate) async fn commit(self, pool: &sqlx::PgPool) -> sqlx::Result<bool> {
+        let Some(event) = self.event else { return self.apply(pool).await };
+        let (order_id, to) = (self.order_id, self.to);
+        let mut tx = crate::runtime::db::begin(pool).await?;
+        let moved = self.apply(&mut *tx).await?;
+        if moved {
+            record_event(&mut *tx, event, Some(order_id), to.as_str()).await?;
+        }
+        tx.commit().await?;
+        Ok(moved)
     }
 
     /// Records what the buyer's page needs to complete 3-D Secure, and its deadline.

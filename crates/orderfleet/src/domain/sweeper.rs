@@ -161,7 +161,7 @@ impl Sweeper {
             let Some(order) = action::take(&self.pool, id, self.policy.lease).await? else {
                 continue; // a webhook is settling it
             };
-            match action::settle(&self.pool, &self.payments, &order).instrument(span.clone()).await {
+            match action::settle(&self.pool, &self.payments, &order, None).instrument(span.clone()).await {
                 Ok(Settled::Waiting) | Err(AuthorizationError::ProviderUnavailable(_)) => {
                     report.actions_waiting += 1;
                     sqlx::query!("UPDATE orders SET swept_at = now() WHERE id = $1", id as _)
