@@ -33,6 +33,11 @@ pub(crate) struct CreateRequest {
     /// The methods the request names; empty with automatic payment methods.
     pub(crate) payment_method_types: Vec<String>,
     pub(crate) details: Details,
+    /// `use_stripe_sdk`: the buyer's Stripe.js (or mobile SDK) handles a next action, so a
+    /// 3-D Secure card's `next_action` is of type `use_stripe_sdk`.
+    pub(crate) use_stripe_sdk: bool,
+    /// Where a redirect-based next action sends the buyer back to.
+    pub(crate) return_url: Option<String>,
     /// Whether the answer carries the charge whole (`expand[]=latest_charge`).
     pub(crate) expand: Expand,
 }
@@ -57,7 +62,8 @@ impl CreateRequest {
         // Since 2023-08-16 a confirm needs a return_url unless redirects are ruled out or the
         // payment is off session (changelog/2023-08-16/automatic-payment-methods).
         let off_session = off_session(params)?;
-        if confirm && may_redirect && !off_session && non_empty(params, "return_url").is_none() {
+        let return_url = non_empty(params, "return_url");
+        if confirm && may_redirect && !off_session && return_url.is_none() {
             return Err(StripeError::bad_request(REDIRECT_NEEDS_RETURN_URL));
         }
         Ok(Self {
@@ -70,6 +76,8 @@ impl CreateRequest {
             automatic_payment_methods,
             payment_method_types,
             details: Details::parse(params)?,
+            use_stripe_sdk: boolean(params, "use_stripe_sdk")?.unwrap_or(false),
+            return_url,
             expand: Expand::from_params(params, ""),
         })
     }
@@ -319,6 +327,68 @@ impl CancelRequest {
         let cancellation_reason =
             one_of(params, "cancellation_reason", &CancellationReason::ALL, CancellationReason::as_str)?;
         Ok(Self { cancellation_reason })
+    }
+}
+
+/// `POST /v1/refunds` (docs.stripe.com/api/refunds/create).
+#[derive(Debug, Clone)]
+pub(crate) struct RefundRequest {
+    pub(crate) target: RefundTarget,
+    /// What to refund; all that is left when not given.
+    pub(crate) amount: Option<i64>,
+    pub(crate) reason: Option<RefundReason>,
+    pub(crate) metadata: BTreeMap<String, String>,
+}
+
+/// What a refund names: the PaymentIntent, or its charge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RefundTarget {
+    PaymentIntent(String),
+    Charge(String),
+    /// Both, which must be the intent and its own charge.
+    Both { payment_intent: String, charge: String },
+}
+
+impl RefundRequest {
+    pub(crate) fn parse(params: &Params) -> Result<Self, StripeError> {
+        let target = match (non_empty(params, "payment_intent"), non_empty(params, "charge")) {
+            (Some(payment_intent), None) => RefundTarget::PaymentIntent(payment_intent),
+            (None, Some(charge)) => RefundTarget::Charge(charge),
+            (Some(payment_intent), Some(charge)) => RefundTarget::Both { payment_intent, charge },
+            (None, None) => {
+                return Err(StripeError::bad_request(
+                    "One of the following params should be provided for this request: payment_intent or charge.",
+                )
+                .with_code("parameter_missing"));
+            }
+        };
+        Ok(Self {
+            target,
+            amount: positive_integer(params, "amount")?,
+            reason: one_of(params, "reason", &RefundReason::ALL, RefundReason::as_str)?,
+            metadata: metadata(params)?,
+        })
+    }
+}
+
+/// The reasons a client may give for a refund.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RefundReason {
+    Duplicate,
+    Fraudulent,
+    RequestedByCustomer,
+}
+
+impl RefundReason {
+    const ALL: [RefundReason; 3] =
+        [RefundReason::Duplicate, RefundReason::Fraudulent, RefundReason::RequestedByCustomer];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            RefundReason::Duplicate => "duplicate",
+            RefundReason::Fraudulent => "fraudulent",
+            RefundReason::RequestedByCustomer => "requested_by_customer",
+        }
     }
 }
 
