@@ -20,7 +20,6 @@ pub(crate) enum Outcome {
     ApprovedThenDisputed,
 }
 
-
 /// A decline as Stripe reports it: the error `code`, the issuer's `decline_code`, and the
 /// message Stripe shows customers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -87,12 +87,13 @@ struct AuthenticateRequest {
 }
 
 async fn authenticate(State(sim): State<SimState>, Path(id): Path<String>, body: Bytes) -> Response {
-    let outcome = serde_json::from_slice::<AuthenticateRequest>(&body).ok().and_then(|request| {
-        match request.outcome.as_str() {
-            "succeed" => Some(Authentication::Succeeded),
-            "fail" => Some(Authentication::Failed),
-            _ => None,
-        }
+    let outcome = serde_json::from_slice::<AuthenticateRequest>(&body).ok().and_then(|request| match request
+        .outcome
+        .as_str()
+    {
+        "succeed" => Some(Authentication::Succeeded),
+        "fail" => Some(Authentication::Failed),
+        _ => None,
     });
     match outcome {
         Some(outcome) => reply_response(sim.authenticate(&id, outcome)),
@@ -112,7 +113,11 @@ async fn set_webhooks(State(sim): State<SimState>, body: Bytes) -> Response {
     match serde_json::from_slice::<DeliveryMode>(&body) {
         Ok(mode) => {
             sim.set_delivery_mode(mode);
-            tracing::info!(duplicate = mode.duplicate, max_delay_ms = mode.max_delay_ms, "webhook delivery set");
+            tracing::info!(
+                duplicate = mode.duplicate,
+                max_delay_ms = mode.max_delay_ms,
+                "webhook delivery set"
+            );
             ok(&json!({ "mode": mode }))
         }
         Err(e) => error_response(&StripeError::bad_request(format!(

@@ -90,10 +90,8 @@ pub(crate) fn changes(before: Before, intent: &PaymentIntent) -> Vec<Happened> {
         };
         happened.extend(kind.map(|kind| Happened { kind, object: intent.to_json() }));
     }
-    if !before.disputed {
-        if let Some(dispute) = intent.dispute_json() {
-            happened.push(Happened { kind: EventType::DisputeCreated, object: dispute });
-        }
+    if let Some(dispute) = intent.dispute_json().filter(|_| !before.disputed) {
+        happened.push(Happened { kind: EventType::DisputeCreated, object: dispute });
     }
     happened
 }

@@ -174,8 +174,12 @@ impl PaymentIntent {
             }
             Outcome::Declined(decline) => {
                 let charge = Charge::new(card.id, false, None, now);
-                let error =
-                    StripeError::card_declined(decline.code, decline.decline_code, decline.message, charge.id.clone());
+                let error = StripeError::card_declined(
+                    decline.code,
+                    decline.decline_code,
+                    decline.message,
+                    charge.id.clone(),
+                );
                 self.latest_charge = Some(charge);
                 // Stripe detaches a declined payment method: the customer must supply another.
                 self.status = Status::RequiresPaymentMethod;

@@ -15,7 +15,9 @@ use crate::error::StripeError;
 use crate::events::{self, Before, EventType, Happened};
 use crate::intent::{Authentication, PaymentIntent};
 use crate::requests::Expand;
-use crate::requests::{CancelRequest, CaptureRequest, CreateRequest, ListRequest, RefundRequest, RefundTarget};
+use crate::requests::{
+    CancelRequest, CaptureRequest, CreateRequest, ListRequest, RefundRequest, RefundTarget,
+};
 
 /// An answer to a Stripe API request: what the idempotency layer stores and replays.
 #[derive(Debug, Clone, PartialEq)]

@@ -346,7 +346,10 @@ pub(crate) enum RefundTarget {
     PaymentIntent(String),
     Charge(String),
     /// Both, which must be the intent and its own charge.
-    Both { payment_intent: String, charge: String },
+    Both {
+        payment_intent: String,
+        charge: String,
+    },
 }
 
 impl RefundRequest {

@@ -232,7 +232,8 @@ impl Simulator {
 
     /// Queues the events the last operation caused for the webhook endpoint.
     fn announce(&self, state: &mut State, cause: &Cause, now: i64) {
-        let events = state.ledger.take_happened().into_iter().map(|happened| Event::new(happened, cause, now));
+        let events =
+            state.ledger.take_happened().into_iter().map(|happened| Event::new(happened, cause, now));
         self.webhooks.send(events.collect());
     }
 

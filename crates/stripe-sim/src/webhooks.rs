@@ -230,7 +230,8 @@ impl Delivery {
 
     /// One `POST`; the status answered, or 0 for none.
     async fn attempt(&self) -> u16 {
-        let signature = signature_header(self.endpoint.secret.expose_secret(), unix_now(), self.event.body.as_bytes());
+        let signature =
+            signature_header(self.endpoint.secret.expose_secret(), unix_now(), self.event.body.as_bytes());
         let sent = self
             .client
             .post(&self.endpoint.url)
