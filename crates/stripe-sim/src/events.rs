@@ -167,6 +167,42 @@ mod tests {
         );
     }
 
+    fn intent(form: &str) -> PaymentIntent {
+        let params = crate::form::Params::parse(form.as_bytes());
+        PaymentIntent::new(crate::requests::CreateRequest::parse(&params).unwrap(), 1_700_000_000)
+    }
+
+    fn kinds(happened: &[Happened]) -> Vec<&'static str> {
+        happened.iter().map(|h| h.kind.as_str()).collect()
+    }
+
+    #[test]
+    fn a_status_is_announced_when_it_is_entered_and_only_then() {
+        let mut pi =
+            intent("amount=100&currency=usd&capture_method=manual&payment_method=pm_card_createDispute");
+        assert_eq!(kinds(&changes(Before::NOTHING, &pi)), Vec::<&str>::new(), "requires_confirmation is not");
+
+        let before = Before::of(&pi);
+        pi.confirm(1_700_000_000).unwrap();
+        assert_eq!(kinds(&changes(before, &pi)), ["payment_intent.amount_capturable_updated"]);
+        assert!(changes(Before::of(&pi), &pi).is_empty(), "nothing changed, nothing announced");
+
+        let before = Before::of(&pi);
+        pi.capture(&crate::requests::CaptureRequest { amount_to_capture: None }, 1_700_000_001).unwrap();
+        let happened = changes(before, &pi);
+        assert_eq!(kinds(&happened), ["payment_intent.succeeded", "charge.dispute.created"]);
+        assert_eq!(happened[1].object["object"], "dispute");
+    }
+
+    #[test]
+    fn a_decline_is_a_payment_failure_but_a_new_intent_without_a_card_is_not() {
+        let mut declined = intent("amount=100&currency=usd&payment_method=pm_card_chargeDeclined");
+        let bare = intent("amount=100&currency=usd");
+        let _ = declined.confirm(1_700_000_000);
+        assert_eq!(kinds(&changes(Before::NOTHING, &declined)), ["payment_intent.payment_failed"]);
+        assert!(changes(Before::NOTHING, &bare).is_empty());
+    }
+
     #[test]
     fn an_event_names_its_request_or_null() {
         let happened = Happened { kind: EventType::Canceled, object: json!({"id": "pi_1"}) };

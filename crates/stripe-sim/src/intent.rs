@@ -603,6 +603,73 @@ mod tests {
     }
 
     #[test]
+    fn a_3ds_card_waits_for_the_buyer_without_a_charge_and_success_places_the_hold() {
+        let mut pi = intent(
+            &format!("{MANUAL_VISA}&use_stripe_sdk=true")
+                .replace("pm_card_visa", "pm_card_threeDSecure2Required"),
+        );
+        pi.confirm(1_700_000_000).unwrap();
+        assert_eq!((pi.status, pi.amount_capturable), (Status::RequiresAction, 0));
+        assert!(pi.latest_charge.is_none());
+        assert_eq!(pi.to_json()["next_action"]["type"], "use_stripe_sdk");
+
+        pi.authenticate(Authentication::Succeeded, 1_700_000_100).unwrap();
+        assert_eq!((pi.status, pi.amount_capturable), (Status::RequiresCapture, 1500));
+        assert!(pi.next_action.is_none());
+        let charge = pi.latest_charge.as_ref().unwrap();
+        assert_eq!(charge.capture_before, Some(1_700_000_100 + AUTHORIZATION_WINDOW_SECONDS));
+        let again = pi.authenticate(Authentication::Failed, 1_700_000_200).unwrap_err();
+        assert_eq!(again.code, Some("payment_intent_unexpected_state"));
+    }
+
+    #[test]
+    fn a_failed_authentication_detaches_the_card_with_stripes_error() {
+        let mut pi = intent(&MANUAL_VISA.replace("pm_card_visa", "pm_card_authenticationRequired"));
+        pi.confirm(1_700_000_000).unwrap();
+        pi.authenticate(Authentication::Failed, 1_700_000_100).unwrap();
+        assert_eq!((pi.status, pi.payment_method.as_deref()), (Status::RequiresPaymentMethod, None));
+        let error = pi.last_payment_error.as_ref().unwrap();
+        assert_eq!(error.code, Some("payment_intent_authentication_failure"));
+    }
+
+    #[test]
+    fn only_a_succeeded_intent_is_refunded_and_never_beyond_what_was_captured() {
+        let refund = |amount: Option<i64>| RefundRequest {
+            target: crate::requests::RefundTarget::PaymentIntent("pi".into()),
+            amount,
+            reason: None,
+            metadata: BTreeMap::new(),
+        };
+        let mut pi = confirmed(MANUAL_VISA);
+        assert!(pi.refund(&refund(None), 1_700_000_001).is_err(), "a hold is cancelled, not refunded");
+        pi.capture(&CaptureRequest { amount_to_capture: Some(1000) }, 1_700_000_002).unwrap();
+
+        let too_much = pi.refund(&refund(Some(1001)), 1_700_000_003).unwrap_err();
+        let part = pi.refund(&refund(Some(400)), 1_700_000_004).unwrap();
+        let rest = pi.refund(&refund(None), 1_700_000_005).unwrap();
+        let again = pi.refund(&refund(None), 1_700_000_006).unwrap_err();
+
+        assert_eq!(too_much.code, Some("amount_too_large"));
+        assert_eq!((part["amount"].as_i64(), rest["amount"].as_i64()), (Some(400), Some(600)));
+        assert_eq!(again.code, Some("charge_already_refunded"));
+        let charge = pi.charge_json().unwrap();
+        assert_eq!(
+            (charge["amount_refunded"].as_i64(), charge["refunded"].as_bool()),
+            (Some(1000), Some(true))
+        );
+    }
+
+    #[test]
+    fn the_dispute_card_is_disputed_when_the_money_moves() {
+        let mut held = confirmed(&MANUAL_VISA.replace("pm_card_visa", "pm_card_createDispute"));
+        let collected = confirmed(&AUTOMATIC_VISA.replace("pm_card_visa", "pm_card_createDispute"));
+        assert!(!held.disputed());
+        held.capture(&CaptureRequest { amount_to_capture: None }, 1_700_000_001).unwrap();
+        assert!(held.disputed() && collected.disputed());
+        assert_eq!(held.dispute_json().unwrap()["status"], "needs_response");
+    }
+
+    #[test]
     fn a_payment_collected_at_once_has_no_deadline() {
         let pi = confirmed(AUTOMATIC_VISA);
         let card = &pi.to_json_expanded(Expand { latest_charge: true })["latest_charge"]["payment_method_details"]

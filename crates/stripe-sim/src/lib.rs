@@ -226,6 +226,28 @@ mod tests {
     }
 
     #[test]
+    fn webhooks_are_sent_only_with_both_the_url_and_the_secret() {
+        let url = ("STRIPE_SIM_WEBHOOK_URL", "http://127.0.0.1:8080/webhooks/stripe");
+        let secret = ("STRIPE_SIM_WEBHOOK_SECRET", "whsec_configured");
+
+        let none = Config::from_env(&Env::from_pairs([])).unwrap();
+        let both = Config::from_env(&Env::from_pairs([url, secret])).unwrap();
+        let no_secret = Config::from_env(&Env::from_pairs([url])).unwrap_err();
+        let no_url = Config::from_env(&Env::from_pairs([secret])).unwrap_err();
+        let not_a_url =
+            Config::from_env(&Env::from_pairs([("STRIPE_SIM_WEBHOOK_URL", "localhost:8080"), secret]))
+                .unwrap_err();
+
+        assert!(none.webhook.is_none());
+        let endpoint = both.webhook.expect("an endpoint");
+        assert_eq!(endpoint.url(), "http://127.0.0.1:8080/webhooks/stripe");
+        assert!(!format!("{:?}", Config { webhook: Some(endpoint), ..none }).contains("whsec_configured"));
+        assert_eq!(no_secret.variable(), "STRIPE_SIM_WEBHOOK_SECRET");
+        assert_eq!(no_url.variable(), "STRIPE_SIM_WEBHOOK_URL");
+        assert_eq!(not_a_url.variable(), "STRIPE_SIM_WEBHOOK_URL");
+    }
+
+    #[test]
     fn a_malformed_listen_address_is_named_in_one_line() {
         let error =
             Config::from_env(&Env::from_pairs([("STRIPE_SIM_LISTEN_ADDR", "localhost")])).unwrap_err();

@@ -646,6 +646,31 @@ mod tests {
     }
 
     #[test]
+    fn use_stripe_sdk_and_return_url_are_kept_for_the_next_action() {
+        let fleet = create("amount=100&currency=usd&use_stripe_sdk=true").unwrap();
+        let redirect = create("amount=100&currency=usd&return_url=https://shop.example/back").unwrap();
+        assert!(fleet.use_stripe_sdk && fleet.return_url.is_none());
+        assert!(!redirect.use_stripe_sdk);
+        assert_eq!(redirect.return_url.as_deref(), Some("https://shop.example/back"));
+        assert!(create("amount=100&currency=usd&use_stripe_sdk=yes").is_err());
+    }
+
+    #[test]
+    fn a_refund_names_an_intent_or_a_charge_and_may_give_an_amount_and_a_reason() {
+        let refund = |body: &str| RefundRequest::parse(&Params::parse(body.as_bytes()));
+        let by_intent = refund("payment_intent=pi_1&amount=500&reason=duplicate&metadata[k]=v").unwrap();
+        assert_eq!(by_intent.target, RefundTarget::PaymentIntent("pi_1".into()));
+        assert_eq!((by_intent.amount, by_intent.reason), (Some(500), Some(RefundReason::Duplicate)));
+        assert_eq!(by_intent.metadata.get("k").map(String::as_str), Some("v"));
+        assert_eq!(refund("charge=ch_1").unwrap().target, RefundTarget::Charge("ch_1".into()));
+        assert_eq!(refund("charge=ch_1").unwrap().amount, None);
+        for refused in ["", "amount=5", "payment_intent=pi_1&amount=0", "payment_intent=pi_1&reason=because"]
+        {
+            assert!(refund(refused).is_err(), "{refused}");
+        }
+    }
+
+    #[test]
     fn an_unknown_cancellation_reason_is_refused() {
         let error = CancelRequest::parse(&Params::parse(b"cancellation_reason=bored")).unwrap_err();
         assert_eq!(error.param, Some("cancellation_reason"));

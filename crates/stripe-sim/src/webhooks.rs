@@ -7,9 +7,11 @@
 //! and delivers each in a task of its own, so an API answer never waits for the endpoint and a
 //! slow endpoint never holds the lock. A delivery that gets no answer (refused connection, no
 //! answer within [`ATTEMPT_TIMEOUT`]) or a non-`2xx` is tried again after a backoff that
-//! starts at [`FIRST_RETRY`] and doubles up to [`LAST_RETRY`], until a `2xx`. Stripe's own
-//! schedule is much slower (in live mode, up to three days with exponential backoff;
-//! docs.stripe.com/webhooks#retries); this one is quick so that a test sees its retries.
+//! starts at [`FIRST_RETRY`] and doubles up to [`LAST_RETRY`], until a `2xx` or the server
+//! stops. Stripe's own schedule is much slower, and ends: in live mode, up to three days with
+//! exponential backoff; in a sandbox, three times over a few hours (docs.stripe.com/webhooks
+//! #retries, docs.stripe.com/webhooks/process-undelivered-events). This one is quick so that a
+//! test sees its retries.
 //! Each copy is signed afresh, with the time of its attempt, as Stripe does for retries.
 //!
 //! Stripe does not promise order or uniqueness ("endpoints might occasionally receive the
