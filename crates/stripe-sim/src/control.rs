@@ -26,9 +26,10 @@
 //!   delivered from then on (each twice, each copy held a random 0..N ms); `GET` lists every
 //!   delivery attempt, `{"data": [{"event_id", "type", "status"}]}`, and the mode (see
 //!   [`crate::webhooks`]).
-//! - `POST /_sim/reset` forgets every intent, idempotency key and fault and zeroes the stats,
-//!   and the webhook attempts, for a test that wants a clean account. It keeps the rate limit, which is how the
-//!   simulator was set up rather than the account's history; set 0 to clear it.
+//! - `POST /_sim/reset` forgets every intent, idempotency key, fault and webhook attempt and
+//!   zeroes the stats, for a test that wants a clean account. It keeps the rate limit, which is
+//!   how the simulator was set up rather than the account's history; set 0 to clear it (and the
+//!   webhook endpoint and delivery mode, likewise).
 //! - `GET /healthz` answers 200 while the server runs, for start-up scripts.
 //!
 //! None of these is rate limited or counted in the stats: they are how a test looks at the
@@ -87,20 +88,22 @@ struct AuthenticateRequest {
 }
 
 async fn authenticate(State(sim): State<SimState>, Path(id): Path<String>, body: Bytes) -> Response {
-    let outcome = serde_json::from_slice::<AuthenticateRequest>(&body).ok().and_then(|request| match request
-        .outcome
-        .as_str()
-    {
-        "succeed" => Some(Authentication::Succeeded),
-        "fail" => Some(Authentication::Failed),
-        _ => None,
-    });
-    match outcome {
+    match authentication(&body) {
         Some(outcome) => reply_response(sim.authenticate(&id, outcome)),
         None => error_response(&StripeError::invalid_param(
             "outcome",
             "Invalid authentication: expected {\"outcome\": \"succeed\"} or {\"outcome\": \"fail\"}",
         )),
+    }
+}
+
+/// `{"outcome": "succeed"|"fail"}`, or nothing that makes sense.
+fn authentication(body: &[u8]) -> Option<Authentication> {
+    let request = serde_json::from_slice::<AuthenticateRequest>(body).ok()?;
+    match request.outcome.as_str() {
+        "succeed" => Some(Authentication::Succeeded),
+        "fail" => Some(Authentication::Failed),
+        _ => None,
     }
 }
 

@@ -316,6 +316,8 @@ impl PaymentIntent {
     /// `POST /v1/refunds` for this intent's charge. Only a succeeded intent has money to give
     /// back: a hold is released by cancelling it, not refunded (docs.stripe.com/refunds).
     pub(crate) fn refund(&mut self, request: &RefundRequest, now: i64) -> Result<Value, StripeError> {
+        // Made from the fields rather than by `owner()`, so the charge can be borrowed
+        // mutably beside it.
         let owner = Owner {
             payment_intent: &self.id,
             amount: self.amount,
@@ -337,9 +339,10 @@ impl PaymentIntent {
     /// (what the fleet sends), `use_stripe_sdk`, whose contents Stripe documents as "only
     /// intended to be used by Stripe.js" (docs.stripe.com/api/payment_intents/object
     /// #payment_intent_object-next_action-use_stripe_sdk): the 3DS2 fingerprint step, in the
-    /// shape Stripe answers it. Without it, a `return_url` gets a `redirect_to_url`; with
-    /// neither, Stripe still answers `use_stripe_sdk`, of the older `three_d_secure_redirect`
-    /// kind that Stripe.js' `handleNextAction` opens.
+    /// shape Stripe answers it. Without it, a `return_url` gets a `redirect_to_url`. With
+    /// neither, Stripe's documentation says nothing; stripe-sim answers `use_stripe_sdk` of
+    /// the older `three_d_secure_redirect` kind (a hosted page Stripe.js' `handleNextAction`
+    /// opens), as Stripe has been seen to answer a server-side confirm.
     fn next_action_for(&self) -> Value {
         let source = ids::new("payatt");
         if self.use_stripe_sdk {
