@@ -1,5 +1,6 @@
 //! The Stripe API routes: `POST /v1/payment_intents`, `GET /v1/payment_intents/{id}`,
-//! `POST /v1/payment_intents/{id}/capture`, `POST /v1/payment_intents/{id}/cancel`.
+//! `GET /v1/payment_intents` and `…/search`, `POST /v1/payment_intents/{id}/capture`,
+//! `POST /v1/payment_intents/{id}/cancel`, `POST /v1/refunds`.
 //!
 //! Every request under `/v1/` first meets the rate limit ([`limit_rate`], when one is set):
 //! a request beyond it is answered 429 before anything else looks at it, so it has no effect
@@ -36,7 +37,7 @@ use crate::ids;
 use crate::ledger::{Ledger, Reply};
 use crate::rate::Verdict;
 use crate::requests::Expand;
-use crate::requests::{CancelRequest, CaptureRequest, CreateRequest, ListRequest};
+use crate::requests::{CancelRequest, CaptureRequest, CreateRequest, ListRequest, RefundRequest};
 use crate::simulator::{Executed, SimState};
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
@@ -52,6 +53,7 @@ pub(crate) fn routes() -> Router<SimState> {
         .route("/v1/payment_intents/{id}", get(retrieve))
         .route("/v1/payment_intents/{id}/capture", post(capture))
         .route("/v1/payment_intents/{id}/cancel", post(cancel))
+        .route("/v1/refunds", post(refund))
 }
 
 /// This request's `Request-Id`, chosen by [`assign_request_id`] before the handler runs so
@@ -95,7 +97,7 @@ pub(crate) async fn unrecognized(method: Method, uri: Uri) -> Response {
 
 async fn create(request: Mutation) -> Response {
     let endpoint = "POST /v1/payment_intents".to_owned();
-    mutate(request, Operation::Create, endpoint, |params, ledger, now| {
+    mutate(request, Some(Operation::Create), endpoint, |params, ledger, now| {
         let request = CreateRequest::parse(params)?;
         Ok(ledger.create(request, now))
     })
@@ -160,18 +162,30 @@ fn parse_metadata_query(query: &str) -> Option<(String, String)> {
 
 async fn capture(Path(id): Path<String>, request: Mutation) -> Response {
     let endpoint = format!("POST /v1/payment_intents/{id}/capture");
-    mutate(request, Operation::Capture, endpoint, |params, ledger, _| {
+    mutate(request, Some(Operation::Capture), endpoint, |params, ledger, now| {
         let request = CaptureRequest::parse(params)?;
-        Ok(ledger.capture(&id, &request))
+        Ok(ledger.capture(&id, &request, now))
     })
     .await
 }
 
 async fn cancel(Path(id): Path<String>, request: Mutation) -> Response {
     let endpoint = format!("POST /v1/payment_intents/{id}/cancel");
-    mutate(request, Operation::Cancel, endpoint, |params, ledger, now| {
+    mutate(request, Some(Operation::Cancel), endpoint, |params, ledger, now| {
         let request = CancelRequest::parse(params)?;
         Ok(ledger.cancel(&id, &request, now))
+    })
+    .await
+}
+
+/// `POST /v1/refunds`: an idempotent write like the others (its key replays the Refund). No
+/// fault strikes it: faults are armed for the fleet's own operations (SPEC §6), and a refund
+/// is what a test does in Stripe's place, as an operator would in the Dashboard.
+async fn refund(request: Mutation) -> Response {
+    let endpoint = "POST /v1/refunds".to_owned();
+    mutate(request, None, endpoint, |params, ledger, now| {
+        let request = RefundRequest::parse(params)?;
+        Ok(ledger.refund(&request, now))
     })
     .await
 }
@@ -206,7 +220,7 @@ impl FromRequest<SimState> for Mutation {
 /// docs for the order).
 async fn mutate(
     request: Mutation,
-    operation: Operation,
+    operation: Option<Operation>,
     endpoint: String,
     run: impl FnOnce(&Params, &mut Ledger, i64) -> Result<Reply, StripeError>,
 ) -> Response {
@@ -220,7 +234,7 @@ async fn mutate(
         Err(error) => return error_response(&error),
     };
 
-    let fault = sim.take_fault(operation);
+    let fault = operation.and_then(|operation| sim.take_fault(operation));
     match fault {
         // Stripe saves the answer of a request that began executing, a 500 included, under
         // its key, and replays it to every retry with that key for 24 hours: below, as the

@@ -1,6 +1,9 @@
 //! Stripe's test payment methods: the fixed ids that, in test mode, stand for a card with a
-//! known outcome. The fleet uses `pm_card_visa` (approved) and `pm_card_chargeDeclined`
-//! (declined); a few siblings are here so a demo can show other decline reasons.
+//! known outcome (docs.stripe.com/testing). The fleet uses `pm_card_visa` (approved),
+//! `pm_card_chargeDeclined` (declined), `pm_card_threeDSecure2Required` and
+//! `pm_card_authenticationRequired` (the issuer asks for 3-D Secure on every payment), and
+//! `pm_card_createDispute` (approved, then disputed once the money moves); a few siblings are
+//! here so a demo can show other decline reasons.
 //!
 //! Anything else is a PaymentMethod this simulator has never seen, answered the way Stripe
 //! answers an unknown id.
@@ -10,6 +13,11 @@
 pub(crate) enum Outcome {
     Approved,
     Declined(Decline),
+    /// The issuer asks the buyer to authenticate (3-D Secure) before it answers: the intent
+    /// waits in `requires_action`, and then the card is approved.
+    RequiresAuthentication,
+    /// Approved; once captured, the cardholder disputes the charge as fraudulent.
+    ApprovedThenDisputed,
 }
 
 /// A decline as Stripe reports it: the error `code`, the issuer's `decline_code`, and the
@@ -35,6 +43,9 @@ const TEST_CARDS: &[TestCard] = &[
     TestCard { id: "pm_card_visa_debit", outcome: Outcome::Approved },
     TestCard { id: "pm_card_mastercard", outcome: Outcome::Approved },
     TestCard { id: "pm_card_amex", outcome: Outcome::Approved },
+    TestCard { id: "pm_card_threeDSecure2Required", outcome: Outcome::RequiresAuthentication },
+    TestCard { id: "pm_card_authenticationRequired", outcome: Outcome::RequiresAuthentication },
+    TestCard { id: "pm_card_createDispute", outcome: Outcome::ApprovedThenDisputed },
     TestCard { id: "pm_card_chargeDeclined", outcome: Outcome::Declined(GENERIC_DECLINE) },
     TestCard {
         id: "pm_card_chargeDeclinedInsufficientFunds",
@@ -71,5 +82,14 @@ mod tests {
             Some(Outcome::Declined(GENERIC_DECLINE))
         );
         assert_eq!(lookup("pm_card_unknown"), None);
+    }
+
+    #[test]
+    fn the_3ds_cards_ask_for_authentication_and_the_dispute_card_approves() {
+        for id in ["pm_card_threeDSecure2Required", "pm_card_authenticationRequired"] {
+            assert_eq!(lookup(id).map(|c| c.outcome), Some(Outcome::RequiresAuthentication), "{id}");
+        }
+        let dispute = lookup("pm_card_createDispute").map(|c| c.outcome);
+        assert_eq!(dispute, Some(Outcome::ApprovedThenDisputed));
     }
 }

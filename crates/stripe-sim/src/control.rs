@@ -17,9 +17,19 @@
 //! - `POST /_sim/payment_intents/{id}/expire` (also `…/expire_authorization`) lets a hold's window (7 days)
 //!   pass now: Stripe cancels the intent (reason `automatic`), so a later capture is refused.
 //!   It answers the intent, or Stripe's error for an unknown one or one that is not a hold.
-//! - `POST /_sim/reset` forgets every intent, idempotency key and fault and zeroes the stats,
-//!   for a test that wants a clean account. It keeps the rate limit, which is how the
-//!   simulator was set up rather than the account's history; set 0 to clear it.
+//! - `POST /_sim/payment_intents/{id}/authenticate` with `{"outcome": "succeed"|"fail"}`
+//!   stands in for the buyer's browser finishing a 3-D Secure challenge: a `requires_action`
+//!   intent goes on as an approved one (`requires_capture` with its charge, for manual
+//!   capture), or back to `requires_payment_method` with `payment_intent_authentication_failure`.
+//!   Any other status is Stripe's `payment_intent_unexpected_state` (400).
+//! - `POST /_sim/webhooks` with `{"duplicate": bool, "max_delay_ms": N}` sets how events are
+//!   delivered from then on (each twice, each copy held a random 0..N ms); `GET` lists every
+//!   delivery attempt, `{"data": [{"event_id", "type", "status"}]}`, and the mode (see
+//!   [`crate::webhooks`]).
+//! - `POST /_sim/reset` forgets every intent, idempotency key, fault and webhook attempt and
+//!   zeroes the stats, for a test that wants a clean account. It keeps the rate limit, which is
+//!   how the simulator was set up rather than the account's history; set 0 to clear it (and the
+//!   webhook endpoint and delivery mode, likewise).
 //! - `GET /healthz` answers 200 while the server runs, for start-up scripts.
 //!
 //! None of these is rate limited or counted in the stats: they are how a test looks at the
@@ -37,7 +47,9 @@ use serde_json::{Value, json};
 use crate::api::{error_response, json_response, reply_response};
 use crate::error::StripeError;
 use crate::faults::{Mode, Operation};
+use crate::intent::Authentication;
 use crate::simulator::SimState;
+use crate::webhooks::DeliveryMode;
 
 pub(crate) fn routes() -> Router<SimState> {
     Router::new()
@@ -45,6 +57,8 @@ pub(crate) fn routes() -> Router<SimState> {
         .route("/_sim/payment_intents/{id}/expire_authorization", post(expire_authorization))
         // SPEC §6's name for the same.
         .route("/_sim/payment_intents/{id}/expire", post(expire_authorization))
+        .route("/_sim/payment_intents/{id}/authenticate", post(authenticate))
+        .route("/_sim/webhooks", get(webhooks).post(set_webhooks))
         .route("/_sim/faults", get(faults).post(arm_fault).delete(clear_faults))
         .route("/_sim/rate_limit", get(rate_limit).post(set_rate_limit))
         .route("/_sim/search_lag", get(search_lag).post(set_search_lag))
@@ -65,6 +79,54 @@ async fn payment_intents(State(sim): State<SimState>) -> Response {
 
 async fn expire_authorization(State(sim): State<SimState>, Path(id): Path<String>) -> Response {
     reply_response(sim.expire_authorization(&id))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuthenticateRequest {
+    outcome: String,
+}
+
+async fn authenticate(State(sim): State<SimState>, Path(id): Path<String>, body: Bytes) -> Response {
+    match authentication(&body) {
+        Some(outcome) => reply_response(sim.authenticate(&id, outcome)),
+        None => error_response(&StripeError::invalid_param(
+            "outcome",
+            "Invalid authentication: expected {\"outcome\": \"succeed\"} or {\"outcome\": \"fail\"}",
+        )),
+    }
+}
+
+/// `{"outcome": "succeed"|"fail"}`, or nothing that makes sense.
+fn authentication(body: &[u8]) -> Option<Authentication> {
+    let request = serde_json::from_slice::<AuthenticateRequest>(body).ok()?;
+    match request.outcome.as_str() {
+        "succeed" => Some(Authentication::Succeeded),
+        "fail" => Some(Authentication::Failed),
+        _ => None,
+    }
+}
+
+async fn webhooks(State(sim): State<SimState>) -> Response {
+    ok(&json!({ "data": sim.webhook_attempts(), "mode": sim.webhooks().mode() }))
+}
+
+/// `{"duplicate": bool, "max_delay_ms": N}` (either may be left out: false, 0).
+async fn set_webhooks(State(sim): State<SimState>, body: Bytes) -> Response {
+    match serde_json::from_slice::<DeliveryMode>(&body) {
+        Ok(mode) => {
+            sim.set_delivery_mode(mode);
+            tracing::info!(
+                duplicate = mode.duplicate,
+                max_delay_ms = mode.max_delay_ms,
+                "webhook delivery set"
+            );
+            ok(&json!({ "mode": mode }))
+        }
+        Err(e) => error_response(&StripeError::bad_request(format!(
+            "Invalid webhook delivery: expected {{\"duplicate\": true|false, \"max_delay_ms\": N}}: {e}"
+        ))),
+    }
 }
 
 async fn faults(State(sim): State<SimState>) -> Response {

@@ -115,6 +115,18 @@ impl StripeError {
         error
     }
 
+    /// What a failed 3-D Secure challenge leaves as the intent's `last_payment_error`
+    /// (docs.stripe.com/error-codes#payment-intent-authentication-failure).
+    pub(crate) fn authentication_failure() -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            ErrorType::InvalidRequest,
+            "The provided PaymentMethod has failed authentication. You can provide payment_method_data or a \
+             new PaymentMethod to attempt to fulfill this PaymentIntent again.",
+        )
+        .with_code("payment_intent_authentication_failure")
+    }
+
     pub(crate) fn idempotency(message: String) -> Self {
         Self::new(StatusCode::BAD_REQUEST, ErrorType::Idempotency, message)
     }
@@ -163,8 +175,8 @@ impl StripeError {
             ErrorType::InvalidRequest,
             format!(
                 "Unrecognized request URL ({method}: {path}). stripe-sim serves POST /v1/payment_intents, \
-                 GET /v1/payment_intents/{{id}}, POST /v1/payment_intents/{{id}}/capture and \
-                 POST /v1/payment_intents/{{id}}/cancel."
+                 GET /v1/payment_intents/{{id}}, POST /v1/payment_intents/{{id}}/capture, \
+                 POST /v1/payment_intents/{{id}}/cancel and POST /v1/refunds."
             ),
         )
     }

@@ -12,3 +12,9 @@ pub(crate) fn new(prefix: &str) -> String {
 pub(crate) fn random(len: usize) -> String {
     Alphanumeric.sample_string(&mut rand::rng(), len)
 }
+
+/// A random version-4 UUID in its usual text form (for the 3-D Secure server transaction id).
+pub(crate) fn uuid() -> String {
+    let hex: String = hex::encode(rand::random::<[u8; 16]>());
+    format!("{}-{}-4{}-a{}-{}", &hex[0..8], &hex[8..12], &hex[13..16], &hex[17..20], &hex[20..32])
+}

@@ -1,19 +1,27 @@
 //! The PaymentIntent: its state machine and its JSON.
 //!
-//! The transitions follow Stripe's for card payments that need no customer action:
+//! The transitions follow Stripe's for card payments:
 //!
 //! ```text
 //! create ─┬─ no payment method ──────────▶ requires_payment_method
 //!         ├─ not confirmed ──────────────▶ requires_confirmation
 //!         └─ confirm ─┬─ approved, manual ──▶ requires_capture ─ capture ─▶ succeeded
 //!                     ├─ approved, automatic ─────────────────────────────▶ succeeded
-//!                     └─ declined (402) ──▶ requires_payment_method (last_payment_error set)
+//!                     ├─ declined (402) ──▶ requires_payment_method (last_payment_error set)
+//!                     └─ 3-D Secure ──▶ requires_action ─ authenticate ─┬─ succeed ─▶ as approved
+//!                                                                       └─ fail ─▶ requires_payment_method
 //! cancel: from requires_payment_method | requires_confirmation | requires_action | processing
 //!         | requires_capture ──▶ canceled
+//! refund (POST /v1/refunds): a succeeded intent's charge, up to what was captured
 //! ```
 //!
 //! A refused transition is a Stripe error carrying the intent as it is, so a client learns
 //! the state from the refusal itself.
+//!
+//! A card that needs 3-D Secure (`pm_card_threeDSecure2Required`,
+//! `pm_card_authenticationRequired`) leaves the intent in `requires_action` with no charge, and
+//! a `next_action` for the buyer's browser (see [`PaymentIntent::next_action_for`]); the
+//! `/_sim/payment_intents/{id}/authenticate` route stands in for the buyer.
 //!
 //! A manual-capture hold lasts [`AUTHORIZATION_WINDOW_SECONDS`] (7 days, as Stripe gives most
 //! cards): its charge's `payment_method_details.card.capture_before` says until when, seen
@@ -25,12 +33,13 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::cards::{self, Outcome};
+use crate::cards::{self, Outcome, TestCard};
+use crate::charge::{Charge, Owner};
 use crate::error::StripeError;
 use crate::ids;
 use crate::requests::{
     AutomaticPaymentMethods, CancelRequest, CancellationReason, CaptureMethod, CaptureRequest,
-    ConfirmationMethod, CreateRequest, Details, Expand,
+    ConfirmationMethod, CreateRequest, Details, Expand, RefundRequest,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,16 +78,11 @@ impl Status {
 /// How long a manual-capture card authorization holds: Stripe's window for most cards.
 pub(crate) const AUTHORIZATION_WINDOW_SECONDS: i64 = 7 * 24 * 3600;
 
-/// The charge a confirmation made: approved (a hold, or a payment) or declined.
-#[derive(Debug, Clone)]
-pub(crate) struct Charge {
-    id: String,
-    created: i64,
-    paid: bool,
-    /// The test card charged (a declined one is detached from the intent afterwards).
-    payment_method: String,
-    /// For a manual-capture hold: when Stripe stops honouring it.
-    capture_before: Option<i64>,
+/// What the buyer's browser did with a 3-D Secure challenge (`/_sim/…/authenticate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Authentication {
+    Succeeded,
+    Failed,
 }
 
 #[derive(Debug, Clone)]
@@ -96,6 +100,8 @@ pub(crate) struct PaymentIntent {
     pub(crate) currency: String,
     pub(crate) last_payment_error: Option<StripeError>,
     pub(crate) latest_charge: Option<Charge>,
+    /// What the buyer must do next (`requires_action` only).
+    pub(crate) next_action: Option<Value>,
     pub(crate) payment_method: Option<String>,
     pub(crate) automatic_payment_methods: Option<AutomaticPaymentMethods>,
     /// The methods it takes: those the request named, or, with automatic payment methods, the
@@ -103,6 +109,8 @@ pub(crate) struct PaymentIntent {
     pub(crate) payment_method_types: Vec<String>,
     pub(crate) status: Status,
     pub(crate) details: Details,
+    use_stripe_sdk: bool,
+    return_url: Option<String>,
 }
 
 impl PaymentIntent {
@@ -128,6 +136,7 @@ impl PaymentIntent {
             currency: request.currency,
             last_payment_error: None,
             latest_charge: None,
+            next_action: None,
             payment_method: request.payment_method.map(|card| card.id.to_owned()),
             automatic_payment_methods: request.automatic_payment_methods,
             payment_method_types: match request.automatic_payment_methods {
@@ -136,11 +145,14 @@ impl PaymentIntent {
             },
             status,
             details: request.details,
+            use_stripe_sdk: request.use_stripe_sdk,
+            return_url: request.return_url,
         }
     }
 
     /// Charges the payment method: a hold for manual capture, a payment otherwise. A decline
-    /// leaves the intent waiting for another payment method and answers 402.
+    /// leaves the intent waiting for another payment method and answers 402; a card that needs
+    /// 3-D Secure leaves it waiting for the buyer (`requires_action`), with no charge yet.
     pub(crate) fn confirm(&mut self, now: i64) -> Result<(), StripeError> {
         let card = self.payment_method.as_deref().and_then(cards::lookup);
         let Some(card) = card.filter(|_| self.status == Status::RequiresConfirmation) else {
@@ -150,31 +162,25 @@ impl PaymentIntent {
             ))
             .with_payment_intent(self.to_json()));
         };
-        let charge = ids::new("ch");
-        let approved = card.outcome == Outcome::Approved;
-        let hold = approved && self.capture_method == CaptureMethod::Manual;
-        self.latest_charge = Some(Charge {
-            id: charge.clone(),
-            created: now,
-            paid: approved,
-            payment_method: card.id.to_owned(),
-            capture_before: hold.then_some(now + AUTHORIZATION_WINDOW_SECONDS),
-        });
         match card.outcome {
-            Outcome::Approved => {
-                self.last_payment_error = None;
-                if hold {
-                    self.status = Status::RequiresCapture;
-                    self.amount_capturable = self.amount;
-                } else {
-                    self.status = Status::Succeeded;
-                    self.amount_received = self.amount;
-                }
+            Outcome::Approved | Outcome::ApprovedThenDisputed => {
+                self.approve(card, now);
+                Ok(())
+            }
+            Outcome::RequiresAuthentication => {
+                self.status = Status::RequiresAction;
+                self.next_action = Some(self.next_action_for());
                 Ok(())
             }
             Outcome::Declined(decline) => {
-                let error =
-                    StripeError::card_declined(decline.code, decline.decline_code, decline.message, charge);
+                let charge = Charge::new(card.id, false, None, now);
+                let error = StripeError::card_declined(
+                    decline.code,
+                    decline.decline_code,
+                    decline.message,
+                    charge.id.clone(),
+                );
+                self.latest_charge = Some(charge);
                 // Stripe detaches a declined payment method: the customer must supply another.
                 self.status = Status::RequiresPaymentMethod;
                 self.payment_method = None;
@@ -184,7 +190,63 @@ impl PaymentIntent {
         }
     }
 
-    pub(crate) fn capture(&mut self, request: &CaptureRequest) -> Result<(), StripeError> {
+    /// The issuer approved `card`: a hold (`requires_capture`) for manual capture, a payment
+    /// otherwise.
+    fn approve(&mut self, card: &TestCard, now: i64) {
+        let hold = self.capture_method == CaptureMethod::Manual;
+        let capture_before = hold.then_some(now + AUTHORIZATION_WINDOW_SECONDS);
+        self.latest_charge = Some(Charge::new(card.id, true, capture_before, now));
+        self.last_payment_error = None;
+        self.next_action = None;
+        if hold {
+            self.status = Status::RequiresCapture;
+            self.amount_capturable = self.amount;
+        } else {
+            self.settle(self.amount, now);
+        }
+    }
+
+    /// The money moves: the intent has succeeded with `amount`, and a card that disputes once
+    /// captured (`pm_card_createDispute`) has its charge disputed.
+    fn settle(&mut self, amount: i64, now: i64) {
+        self.status = Status::Succeeded;
+        self.amount_received = amount;
+        self.amount_capturable = 0;
+        if let Some(charge) = &mut self.latest_charge {
+            let card = cards::lookup(&charge.payment_method);
+            if card.is_some_and(|card| card.outcome == Outcome::ApprovedThenDisputed) {
+                charge.open_dispute(now);
+            }
+        }
+    }
+
+    /// The buyer's browser finished (or gave up on) the 3-D Secure challenge. Success goes on
+    /// as an approval; failure leaves the intent waiting for another payment method, with
+    /// Stripe's `payment_intent_authentication_failure` as its `last_payment_error`
+    /// (docs.stripe.com/error-codes#payment-intent-authentication-failure).
+    pub(crate) fn authenticate(&mut self, outcome: Authentication, now: i64) -> Result<(), StripeError> {
+        let card = self.payment_method.as_deref().and_then(cards::lookup);
+        let Some(card) = card.filter(|_| self.status == Status::RequiresAction) else {
+            return Err(StripeError::unexpected_state(format!(
+                "Only a PaymentIntent with a status of requires_action can be authenticated; this one has \
+                 a status of {}.",
+                self.status.as_str()
+            ))
+            .with_payment_intent(self.to_json()));
+        };
+        match outcome {
+            Authentication::Succeeded => self.approve(card, now),
+            Authentication::Failed => {
+                self.status = Status::RequiresPaymentMethod;
+                self.payment_method = None;
+                self.next_action = None;
+                self.last_payment_error = Some(StripeError::authentication_failure());
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn capture(&mut self, request: &CaptureRequest, now: i64) -> Result<(), StripeError> {
         if self.status != Status::RequiresCapture {
             return Err(StripeError::unexpected_state(format!(
                 "This PaymentIntent could not be captured because it has a status of {}. Only a \
@@ -207,9 +269,7 @@ impl PaymentIntent {
             .with_payment_intent(self.to_json()));
         }
         // Capturing less than the hold releases the rest, as Stripe does.
-        self.status = Status::Succeeded;
-        self.amount_received = amount;
-        self.amount_capturable = 0;
+        self.settle(amount, now);
         Ok(())
     }
 
@@ -228,6 +288,7 @@ impl PaymentIntent {
         self.canceled_at = Some(now);
         self.cancellation_reason = request.cancellation_reason;
         self.amount_capturable = 0;
+        self.next_action = None;
         Ok(())
     }
 
@@ -250,6 +311,101 @@ impl PaymentIntent {
             charge.capture_before = Some(now);
         }
         Ok(())
+    }
+
+    /// `POST /v1/refunds` for this intent's charge. Only a succeeded intent has money to give
+    /// back: a hold is released by cancelling it, not refunded (docs.stripe.com/refunds).
+    pub(crate) fn refund(&mut self, request: &RefundRequest, now: i64) -> Result<Value, StripeError> {
+        // Made from the fields rather than by `owner()`, so the charge can be borrowed
+        // mutably beside it.
+        let owner = Owner {
+            payment_intent: &self.id,
+            amount: self.amount,
+            amount_captured: self.amount_received,
+            currency: &self.currency,
+        };
+        match self.latest_charge.as_mut().filter(|_| self.status == Status::Succeeded) {
+            Some(charge) => charge.refund(&owner, request, now),
+            None => Err(StripeError::bad_request(format!(
+                "This PaymentIntent ({}) does not have a successful charge to refund (its status is {}). \
+                 An uncaptured PaymentIntent is released by cancelling it.",
+                self.id,
+                self.status.as_str()
+            ))),
+        }
+    }
+
+    /// The `next_action` Stripe gives a card that needs 3-D Secure. With `use_stripe_sdk=true`
+    /// (what the fleet sends), `use_stripe_sdk`, whose contents Stripe documents as "only
+    /// intended to be used by Stripe.js" (docs.stripe.com/api/payment_intents/object
+    /// #payment_intent_object-next_action-use_stripe_sdk): the 3DS2 fingerprint step, in the
+    /// shape Stripe answers it. Without it, a `return_url` gets a `redirect_to_url`. With
+    /// neither, Stripe's documentation says nothing; stripe-sim answers `use_stripe_sdk` of
+    /// the older `three_d_secure_redirect` kind (a hosted page Stripe.js' `handleNextAction`
+    /// opens), as Stripe has been seen to answer a server-side confirm.
+    fn next_action_for(&self) -> Value {
+        let source = ids::new("payatt");
+        if self.use_stripe_sdk {
+            return json!({
+                "type": "use_stripe_sdk",
+                "use_stripe_sdk": {
+                    "type": "stripe_3ds2_fingerprint",
+                    "merchant": "acct_stripe_sim",
+                    "three_d_secure_2_source": source,
+                    "directory_server_name": "visa",
+                    "server_transaction_id": ids::uuid(),
+                    "three_ds_method_url": "",
+                    "three_ds_optimizations": "",
+                    "directory_server_encryption": {
+                        "directory_server_id": "A000000003",
+                        "algorithm": "RSA",
+                        "certificate": "",
+                        "root_certificate_authorities": [],
+                    },
+                    "one_click_authn": null,
+                },
+            });
+        }
+        let url = format!(
+            "https://hooks.stripe.com/3d_secure_2/hosted?merchant=acct_stripe_sim&payment_intent={}\
+             &payment_intent_client_secret={}&source={source}",
+            self.id, self.client_secret
+        );
+        match &self.return_url {
+            Some(return_url) => json!({
+                "type": "redirect_to_url",
+                "redirect_to_url": { "url": url, "return_url": return_url },
+            }),
+            None => json!({
+                "type": "use_stripe_sdk",
+                "use_stripe_sdk": { "type": "three_d_secure_redirect", "stripe_js": url, "source": source },
+            }),
+        }
+    }
+
+    /// What the charge's JSON takes from this intent.
+    fn owner(&self) -> Owner<'_> {
+        Owner {
+            payment_intent: &self.id,
+            amount: self.amount,
+            amount_captured: self.amount_received,
+            currency: &self.currency,
+        }
+    }
+
+    /// The latest charge as Stripe's API returns it, if there is one.
+    pub(crate) fn charge_json(&self) -> Option<Value> {
+        self.latest_charge.as_ref().map(|charge| charge.to_json(&self.owner()))
+    }
+
+    /// Whether the latest charge is disputed.
+    pub(crate) fn disputed(&self) -> bool {
+        self.latest_charge.as_ref().is_some_and(Charge::disputed)
+    }
+
+    /// The latest charge's dispute, as Stripe's API returns it, if there is one.
+    pub(crate) fn dispute_json(&self) -> Option<Value> {
+        self.latest_charge.as_ref()?.dispute_json(&self.owner())
     }
 
     /// The object as Stripe's API returns it, `latest_charge` as an id.
@@ -285,12 +441,12 @@ impl PaymentIntent {
             hooks: None,
             last_payment_error: self.last_payment_error.as_ref().map(StripeError::object_json),
             latest_charge: self.latest_charge.as_ref().map(|charge| match expand.latest_charge {
-                true => self.charge_json(charge),
+                true => charge.to_json(&self.owner()),
                 false => Value::from(charge.id.as_str()),
             }),
             livemode: false,
             metadata: &self.details.metadata,
-            next_action: None,
+            next_action: self.next_action.clone(),
             on_behalf_of: None,
             payment_details: None,
             payment_method: self.payment_method.as_deref(),
@@ -311,34 +467,6 @@ impl PaymentIntent {
             transfer_group: self.details.transfer_group.as_deref(),
         };
         serde_json::to_value(object).unwrap_or(Value::Null)
-    }
-
-    /// The charge as Stripe's API returns it: every field async-stripe's Charge requires, and
-    /// the card's `capture_before`.
-    fn charge_json(&self, charge: &Charge) -> Value {
-        json!({
-            "id": charge.id,
-            "object": "charge",
-            "amount": self.amount,
-            "amount_captured": self.amount_received,
-            "amount_refunded": 0,
-            "billing_details": { "address": null, "email": null, "name": null, "phone": null, "tax_id": null },
-            "captured": self.amount_received > 0,
-            "created": charge.created,
-            "currency": self.currency,
-            "disputed": false,
-            "livemode": false,
-            "metadata": {},
-            "paid": charge.paid,
-            "payment_intent": self.id,
-            "payment_method": charge.payment_method,
-            "payment_method_details": {
-                "type": "card",
-                "card": { "capture_before": charge.capture_before, "exp_month": 12, "exp_year": 2034 },
-            },
-            "refunded": false,
-            "status": if charge.paid { "succeeded" } else { "failed" },
-        })
     }
 }
 
@@ -373,7 +501,7 @@ struct PaymentIntentObject<'a> {
     latest_charge: Option<Value>,
     livemode: bool,
     metadata: &'a BTreeMap<String, String>,
-    next_action: Null,
+    next_action: Option<Value>,
     on_behalf_of: Null,
     payment_details: Null,
     payment_method: Option<&'a str>,
@@ -441,7 +569,7 @@ mod tests {
     #[test]
     fn a_partial_capture_releases_the_rest() {
         let mut pi = confirmed(MANUAL_VISA);
-        pi.capture(&CaptureRequest { amount_to_capture: Some(1000) }).unwrap();
+        pi.capture(&CaptureRequest { amount_to_capture: Some(1000) }, 1_700_000_001).unwrap();
         assert_eq!((pi.amount_capturable, pi.amount_received), (0, 1000));
     }
 
@@ -449,7 +577,7 @@ mod tests {
     fn a_canceled_intent_cannot_be_captured_or_canceled_again() {
         let mut pi = confirmed(MANUAL_VISA);
         pi.cancel(&CancelRequest { cancellation_reason: None }, 1_700_000_001).unwrap();
-        let capture = pi.capture(&CaptureRequest { amount_to_capture: None }).unwrap_err();
+        let capture = pi.capture(&CaptureRequest { amount_to_capture: None }, 1_700_000_003).unwrap_err();
         assert_eq!(capture.code, Some("payment_intent_unexpected_state"));
         assert!(capture.message.contains("a status of canceled"), "{}", capture.message);
         let cancel = pi.cancel(&CancelRequest { cancellation_reason: None }, 1_700_000_002).unwrap_err();
@@ -472,9 +600,76 @@ mod tests {
             (pi.status, pi.cancellation_reason),
             (Status::Canceled, Some(CancellationReason::Automatic))
         );
-        let capture = pi.capture(&CaptureRequest { amount_to_capture: None }).unwrap_err();
+        let capture = pi.capture(&CaptureRequest { amount_to_capture: None }, 1_700_000_003).unwrap_err();
         assert_eq!(capture.code, Some("payment_intent_unexpected_state"));
         assert!(pi.expire_authorization(1_700_600_001).is_err(), "only a hold expires");
+    }
+
+    #[test]
+    fn a_3ds_card_waits_for_the_buyer_without_a_charge_and_success_places_the_hold() {
+        let mut pi = intent(
+            &format!("{MANUAL_VISA}&use_stripe_sdk=true")
+                .replace("pm_card_visa", "pm_card_threeDSecure2Required"),
+        );
+        pi.confirm(1_700_000_000).unwrap();
+        assert_eq!((pi.status, pi.amount_capturable), (Status::RequiresAction, 0));
+        assert!(pi.latest_charge.is_none());
+        assert_eq!(pi.to_json()["next_action"]["type"], "use_stripe_sdk");
+
+        pi.authenticate(Authentication::Succeeded, 1_700_000_100).unwrap();
+        assert_eq!((pi.status, pi.amount_capturable), (Status::RequiresCapture, 1500));
+        assert!(pi.next_action.is_none());
+        let charge = pi.latest_charge.as_ref().unwrap();
+        assert_eq!(charge.capture_before, Some(1_700_000_100 + AUTHORIZATION_WINDOW_SECONDS));
+        let again = pi.authenticate(Authentication::Failed, 1_700_000_200).unwrap_err();
+        assert_eq!(again.code, Some("payment_intent_unexpected_state"));
+    }
+
+    #[test]
+    fn a_failed_authentication_detaches_the_card_with_stripes_error() {
+        let mut pi = intent(&MANUAL_VISA.replace("pm_card_visa", "pm_card_authenticationRequired"));
+        pi.confirm(1_700_000_000).unwrap();
+        pi.authenticate(Authentication::Failed, 1_700_000_100).unwrap();
+        assert_eq!((pi.status, pi.payment_method.as_deref()), (Status::RequiresPaymentMethod, None));
+        let error = pi.last_payment_error.as_ref().unwrap();
+        assert_eq!(error.code, Some("payment_intent_authentication_failure"));
+    }
+
+    #[test]
+    fn only_a_succeeded_intent_is_refunded_and_never_beyond_what_was_captured() {
+        let refund = |amount: Option<i64>| RefundRequest {
+            target: crate::requests::RefundTarget::PaymentIntent("pi".into()),
+            amount,
+            reason: None,
+            metadata: BTreeMap::new(),
+        };
+        let mut pi = confirmed(MANUAL_VISA);
+        assert!(pi.refund(&refund(None), 1_700_000_001).is_err(), "a hold is cancelled, not refunded");
+        pi.capture(&CaptureRequest { amount_to_capture: Some(1000) }, 1_700_000_002).unwrap();
+
+        let too_much = pi.refund(&refund(Some(1001)), 1_700_000_003).unwrap_err();
+        let part = pi.refund(&refund(Some(400)), 1_700_000_004).unwrap();
+        let rest = pi.refund(&refund(None), 1_700_000_005).unwrap();
+        let again = pi.refund(&refund(None), 1_700_000_006).unwrap_err();
+
+        assert_eq!(too_much.code, Some("amount_too_large"));
+        assert_eq!((part["amount"].as_i64(), rest["amount"].as_i64()), (Some(400), Some(600)));
+        assert_eq!(again.code, Some("charge_already_refunded"));
+        let charge = pi.charge_json().unwrap();
+        assert_eq!(
+            (charge["amount_refunded"].as_i64(), charge["refunded"].as_bool()),
+            (Some(1000), Some(true))
+        );
+    }
+
+    #[test]
+    fn the_dispute_card_is_disputed_when_the_money_moves() {
+        let mut held = confirmed(&MANUAL_VISA.replace("pm_card_visa", "pm_card_createDispute"));
+        let collected = confirmed(&AUTOMATIC_VISA.replace("pm_card_visa", "pm_card_createDispute"));
+        assert!(!held.disputed());
+        held.capture(&CaptureRequest { amount_to_capture: None }, 1_700_000_001).unwrap();
+        assert!(held.disputed() && collected.disputed());
+        assert_eq!(held.dispute_json().unwrap()["status"], "needs_response");
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //!
 //! Each operation turns a parsed request into a [`Reply`]: the status and body to answer,
 //! errors included, because the idempotency layer stores and replays the answer as a whole.
+//! What an operation changed is also kept, as [`Happened`] events, until the simulator takes
+//! them ([`Ledger::take_happened`]) to send them to the webhook endpoint.
 
 use std::collections::HashMap;
 
@@ -10,9 +12,12 @@ use axum::http::StatusCode;
 use serde_json::Value;
 
 use crate::error::StripeError;
-use crate::intent::PaymentIntent;
+use crate::events::{self, Before, EventType, Happened};
+use crate::intent::{Authentication, PaymentIntent};
 use crate::requests::Expand;
-use crate::requests::{CancelRequest, CaptureRequest, CreateRequest, ListRequest};
+use crate::requests::{
+    CancelRequest, CaptureRequest, CreateRequest, ListRequest, RefundRequest, RefundTarget,
+};
 
 /// An answer to a Stripe API request: what the idempotency layer stores and replays.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,6 +84,8 @@ impl Entry {
 pub(crate) struct Ledger {
     entries: Vec<Entry>,
     by_id: HashMap<String, usize>,
+    /// Events not yet taken for delivery.
+    happened: Vec<Happened>,
 }
 
 impl Ledger {
@@ -97,6 +104,7 @@ impl Ledger {
             "payment intent created"
         );
         let reply = Reply::from_result(confirmed.map(|()| intent.to_json_expanded(expand)));
+        self.happened.extend(events::changes(Before::NOTHING, &intent));
         self.by_id.insert(intent.id.clone(), self.entries.len());
         self.entries.push(Entry { intent, capture_count: 0, cancel_count: 0 });
         reply
@@ -106,18 +114,73 @@ impl Ledger {
         Reply::from_result(self.entry(id).map(|entry| entry.intent.to_json_expanded(expand)))
     }
 
+    /// The events the operations so far caused, oldest first; taken once.
+    pub(crate) fn take_happened(&mut self) -> Vec<Happened> {
+        std::mem::take(&mut self.happened)
+    }
+
     /// A hold outlives its window: Stripe cancels it (see [`PaymentIntent::expire_authorization`]).
     pub(crate) fn expire_authorization(&mut self, id: &str, now: i64) -> Reply {
-        let result = self.entry_mut(id).and_then(|entry| {
-            entry.intent.expire_authorization(now)?;
+        let result = self.transition(id, |intent| intent.expire_authorization(now));
+        if result.is_ok() {
             tracing::info!(payment_intent = %id, "authorization expired; the intent is canceled");
-            Ok(entry.intent.to_json())
+        }
+        Reply::from_result(result)
+    }
+
+    /// The buyer's browser completed or failed the 3-D Secure challenge.
+    pub(crate) fn authenticate(&mut self, id: &str, outcome: Authentication, now: i64) -> Reply {
+        let result = self.transition(id, |intent| intent.authenticate(outcome, now));
+        tracing::info!(payment_intent = %id, ?outcome, refused = result.is_err(), "3-D Secure authentication");
+        Reply::from_result(result)
+    }
+
+    /// `POST /v1/refunds`: refunds the charge of the intent the request names (by itself or by
+    /// its charge) and answers the Refund; `charge.refunded` follows.
+    pub(crate) fn refund(&mut self, request: &RefundRequest, now: i64) -> Reply {
+        let result = self.refund_target(&request.target).and_then(|at| {
+            let intent = &mut self.entries[at].intent;
+            let refund = intent.refund(request, now)?;
+            tracing::info!(payment_intent = %intent.id, amount = refund["amount"].as_i64(), "refunded");
+            if let Some(charge) = intent.charge_json() {
+                self.happened.push(Happened { kind: EventType::ChargeRefunded, object: charge });
+            }
+            Ok(refund)
         });
         Reply::from_result(result)
     }
 
-    pub(crate) fn capture(&mut self, id: &str, request: &CaptureRequest) -> Reply {
-        self.attempt(id, Attempt::Capture, |intent| intent.capture(request))
+    /// The entry a refund names: an unknown id is a missing resource, named by its parameter.
+    fn refund_target(&self, target: &RefundTarget) -> Result<usize, StripeError> {
+        let by_charge = |charge: &str| {
+            let at = self.entries.iter().position(|entry| {
+                entry.intent.latest_charge.as_ref().is_some_and(|latest| latest.id == charge)
+            });
+            at.ok_or_else(|| StripeError::no_such(StatusCode::BAD_REQUEST, "charge", charge, "charge"))
+        };
+        let by_intent = |id: &str| {
+            self.by_id.get(id).copied().ok_or_else(|| {
+                StripeError::no_such(StatusCode::BAD_REQUEST, "payment_intent", id, "payment_intent")
+            })
+        };
+        match target {
+            RefundTarget::PaymentIntent(id) => by_intent(id),
+            RefundTarget::Charge(charge) => by_charge(charge),
+            RefundTarget::Both { payment_intent, charge } => {
+                let at = by_intent(payment_intent)?;
+                match by_charge(charge)? == at {
+                    true => Ok(at),
+                    false => Err(StripeError::invalid_param(
+                        "charge",
+                        format!("Charge {charge} does not belong to PaymentIntent {payment_intent}."),
+                    )),
+                }
+            }
+        }
+    }
+
+    pub(crate) fn capture(&mut self, id: &str, request: &CaptureRequest, now: i64) -> Reply {
+        self.attempt(id, Attempt::Capture, |intent| intent.capture(request, now))
     }
 
     pub(crate) fn cancel(&mut self, id: &str, request: &CancelRequest, now: i64) -> Reply {
@@ -133,9 +196,12 @@ impl Ledger {
         attempt: Attempt,
         transition: impl FnOnce(&mut PaymentIntent) -> Result<(), StripeError>,
     ) -> Reply {
-        let result = self.entry_mut(id).and_then(|entry| {
+        let happened = &mut self.happened;
+        let result = Self::entry_in(&mut self.entries, &self.by_id, id).and_then(|entry| {
             let attempts = entry.count(attempt);
+            let before = Before::of(&entry.intent);
             let outcome = transition(&mut entry.intent);
+            happened.extend(events::changes(before, &entry.intent));
             tracing::info!(
                 payment_intent = %id,
                 status = entry.intent.status.as_str(),
@@ -206,9 +272,28 @@ impl Ledger {
         self.by_id.get(id).map(|&at| &self.entries[at]).ok_or_else(|| no_such_intent(id))
     }
 
-    fn entry_mut(&mut self, id: &str) -> Result<&mut Entry, StripeError> {
-        match self.by_id.get(id) {
-            Some(&at) => Ok(&mut self.entries[at]),
+    /// Runs `transition` on intent `id`, keeps the events it caused, and answers the intent as
+    /// it now is, or the refusal.
+    fn transition(
+        &mut self,
+        id: &str,
+        transition: impl FnOnce(&mut PaymentIntent) -> Result<(), StripeError>,
+    ) -> Result<Value, StripeError> {
+        let entry = Self::entry_in(&mut self.entries, &self.by_id, id)?;
+        let before = Before::of(&entry.intent);
+        let outcome = transition(&mut entry.intent);
+        self.happened.extend(events::changes(before, &entry.intent));
+        outcome.map(|()| entry.intent.to_json())
+    }
+
+    /// The entry for `id`, borrowed apart from the rest of the ledger.
+    fn entry_in<'a>(
+        entries: &'a mut [Entry],
+        by_id: &HashMap<String, usize>,
+        id: &str,
+    ) -> Result<&'a mut Entry, StripeError> {
+        match by_id.get(id) {
+            Some(&at) => Ok(&mut entries[at]),
             None => Err(no_such_intent(id)),
         }
     }

@@ -3,16 +3,24 @@
 //! (SPEC §6), so the same async-stripe code runs against it in demos and tests and against
 //! Stripe in production, and so tests can make Stripe fail on purpose.
 //!
-//! It speaks Stripe's shapes: form-encoded requests, PaymentIntent JSON objects, Stripe's
-//! error JSON and status codes, `Request-Id` headers, and Stripe's rules for idempotency
-//! keys, manual capture and cancellation.
+//! It speaks Stripe's shapes: form-encoded requests, PaymentIntent, Charge, Refund and
+//! Dispute JSON objects, Stripe's error JSON and status codes, `Request-Id` headers, Stripe's
+//! rules for idempotency keys, manual capture, cancellation, 3-D Secure and refunds, and
+//! Stripe's signed webhook events.
 //!
 //! A short tour:
 //! - `api`: the Stripe routes, and the edge every write passes in order (the rate limit,
 //!   authentication, injected faults, idempotency, the operation).
 //! - `form` decodes form bodies; `requests` parses them into typed requests.
-//! - `intent` is the PaymentIntent state machine and its JSON; `cards` the test payment
-//!   methods (`pm_card_visa`, `pm_card_chargeDeclined`, …); `ledger` the intents themselves.
+//! - `intent` is the PaymentIntent state machine and its JSON (3-D Secure's `requires_action`
+//!   and `next_action` included); `charge` the charge it makes, its refunds and its dispute;
+//!   `cards` the test payment methods (`pm_card_visa`, `pm_card_chargeDeclined`,
+//!   `pm_card_threeDSecure2Required`, `pm_card_createDispute`, …); `ledger` the intents
+//!   themselves, and the events each operation causes.
+//! - `events` turns what happened into Stripe's Event objects and signs them
+//!   ([`signature_header`]); `webhooks` delivers them, at least once, to the endpoint
+//!   `STRIPE_SIM_WEBHOOK_URL` (or [`Simulator::with_webhook_endpoint`]) names, from a
+//!   background task, retrying until a `2xx`.
 //! - `idempotency` saves and replays first answers; `faults` holds injected failures.
 //! - `rate` is Stripe's request rate limit (a sliding one-second window; none unless
 //!   `STRIPE_SIM_RATE_LIMIT` or `POST /_sim/rate_limit` sets one) and the [`RequestStats`]
@@ -26,14 +34,17 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use axum::Router;
-use orderfleet::runtime::config::{ConfigError, Env, RuntimeConfig};
+use orderfleet::runtime::config::{ConfigError, Env, HttpUrl, RuntimeConfig};
+use secrecy::{ExposeSecret, SecretString};
 use tokio::net::TcpListener;
 
 mod api;
 mod auth;
 mod cards;
+mod charge;
 mod control;
 mod error;
+mod events;
 mod faults;
 mod form;
 mod idempotency;
@@ -43,9 +54,12 @@ mod ledger;
 mod rate;
 mod requests;
 mod simulator;
+mod webhooks;
 
+pub use events::signature_header;
 pub use rate::RequestStats;
 pub use simulator::{SimState, Simulator};
+pub use webhooks::{WebhookAttempt, WebhookEndpoint};
 
 /// Where the simulator listens unless `STRIPE_SIM_LISTEN_ADDR` says otherwise.
 pub(crate) const DEFAULT_LISTEN_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 12111);
@@ -58,14 +72,28 @@ pub struct Config {
     /// `STRIPE_SIM_RATE_LIMIT`: API requests admitted in any one second; 0 (the default) for
     /// no limit.
     pub rate_limit: u32,
+    /// `STRIPE_SIM_WEBHOOK_URL` and `STRIPE_SIM_WEBHOOK_SECRET` (both or neither): where to
+    /// send Stripe's events, signed with that secret. None: no webhooks.
+    pub webhook: Option<WebhookEndpoint>,
 }
 
 impl Config {
-    /// Reads `STRIPE_SIM_LISTEN_ADDR` and `STRIPE_SIM_RATE_LIMIT`.
+    /// Reads `STRIPE_SIM_LISTEN_ADDR`, `STRIPE_SIM_RATE_LIMIT`, `STRIPE_SIM_WEBHOOK_URL` and
+    /// `STRIPE_SIM_WEBHOOK_SECRET`.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let url: Option<HttpUrl> = env.optional("STRIPE_SIM_WEBHOOK_URL")?;
+        let secret: Option<SecretString> = env.optional("STRIPE_SIM_WEBHOOK_SECRET")?;
+        let webhook = match (url, secret) {
+            (Some(url), Some(secret)) => Some(WebhookEndpoint::new(url.as_str(), secret.expose_secret())),
+            (None, None) => None,
+            // One without the other is a half-made setting: say which half is missing.
+            (Some(_), None) => return Err(ConfigError::Missing { name: "STRIPE_SIM_WEBHOOK_SECRET" }),
+            (None, Some(_)) => return Err(ConfigError::Missing { name: "STRIPE_SIM_WEBHOOK_URL" }),
+        };
         Ok(Self {
             listen_addr: env.or_default("STRIPE_SIM_LISTEN_ADDR", DEFAULT_LISTEN_ADDR)?,
             rate_limit: env.or_default("STRIPE_SIM_RATE_LIMIT", 0)?,
+            webhook,
         })
     }
 }
@@ -89,8 +117,13 @@ impl orderfleet::runtime::service::Service for Config {
         let config = self;
         let listener = orderfleet::runtime::ops::bind(config.listen_addr, "STRIPE_SIM_LISTEN_ADDR").await?;
         let addr = listener.local_addr().context("failed to read the listening address")?;
-        tracing::info!(%addr, rate_limit_per_second = config.rate_limit, "stripe-sim listening");
-        let simulator = Arc::new(Simulator::new().with_rate_limit(config.rate_limit));
+        let webhook_url = config.webhook.as_ref().map(|endpoint| endpoint.url().to_owned());
+        tracing::info!(%addr, rate_limit_per_second = config.rate_limit, ?webhook_url, "stripe-sim listening");
+        let mut simulator = Simulator::new().with_rate_limit(config.rate_limit);
+        if let Some(endpoint) = config.webhook {
+            simulator = simulator.with_webhook_endpoint(endpoint);
+        }
+        let simulator = Arc::new(simulator);
         let stop = tasks.stop_signal().cancelled_owned();
         tasks.spawn_server("server", runtime.shutdown_grace, async move {
             serve_with(simulator, listener, stop).await.context("the HTTP server failed")
@@ -125,11 +158,30 @@ pub async fn serve(
 
 /// Serves `state` on `listener` until `shutdown` completes, then finishes the requests in
 /// flight. Requests held by a `timeout` fault are let go at once rather than waited for.
+///
+/// With a webhook endpoint ([`Simulator::with_webhook_endpoint`]), it also delivers the
+/// account's events there, from a background task, until `shutdown` completes. A test in
+/// another crate starts one so:
+///
+/// ```no_run
+/// # async fn example(listener: tokio::net::TcpListener, hook_url: String) {
+/// use std::sync::Arc;
+/// use stripe_sim::{Simulator, WebhookEndpoint};
+///
+/// let simulator = Simulator::new().with_webhook_endpoint(WebhookEndpoint::new(hook_url, "whsec_test"));
+/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// tokio::spawn(stripe_sim::serve_with(Arc::new(simulator), listener, async {
+///     let _ = stopped.await;
+/// }));
+/// # drop(stop);
+/// # }
+/// ```
 pub async fn serve_with(
     state: SimState,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    webhooks::start(&state, state.stopping());
     let app = router(state.clone());
     let counted = state.clone();
     let listener = axum::serve::ListenerExt::tap_io(listener, move |_| counted.connected());
@@ -171,6 +223,28 @@ mod tests {
             );
             assert!(!message.contains('\n'), "{message}");
         }
+    }
+
+    #[test]
+    fn webhooks_are_sent_only_with_both_the_url_and_the_secret() {
+        let url = ("STRIPE_SIM_WEBHOOK_URL", "http://127.0.0.1:8080/webhooks/stripe");
+        let secret = ("STRIPE_SIM_WEBHOOK_SECRET", "whsec_configured");
+
+        let none = Config::from_env(&Env::from_pairs([])).unwrap();
+        let both = Config::from_env(&Env::from_pairs([url, secret])).unwrap();
+        let no_secret = Config::from_env(&Env::from_pairs([url])).unwrap_err();
+        let no_url = Config::from_env(&Env::from_pairs([secret])).unwrap_err();
+        let not_a_url =
+            Config::from_env(&Env::from_pairs([("STRIPE_SIM_WEBHOOK_URL", "localhost:8080"), secret]))
+                .unwrap_err();
+
+        assert!(none.webhook.is_none());
+        let endpoint = both.webhook.expect("an endpoint");
+        assert_eq!(endpoint.url(), "http://127.0.0.1:8080/webhooks/stripe");
+        assert!(!format!("{:?}", Config { webhook: Some(endpoint), ..none }).contains("whsec_configured"));
+        assert_eq!(no_secret.variable(), "STRIPE_SIM_WEBHOOK_SECRET");
+        assert_eq!(no_url.variable(), "STRIPE_SIM_WEBHOOK_URL");
+        assert_eq!(not_a_url.variable(), "STRIPE_SIM_WEBHOOK_URL");
     }
 
     #[test]

@@ -33,6 +33,11 @@ pub(crate) struct CreateRequest {
     /// The methods the request names; empty with automatic payment methods.
     pub(crate) payment_method_types: Vec<String>,
     pub(crate) details: Details,
+    /// `use_stripe_sdk`: the buyer's Stripe.js (or mobile SDK) handles a next action, so a
+    /// 3-D Secure card's `next_action` is of type `use_stripe_sdk`.
+    pub(crate) use_stripe_sdk: bool,
+    /// Where a redirect-based next action sends the buyer back to.
+    pub(crate) return_url: Option<String>,
     /// Whether the answer carries the charge whole (`expand[]=latest_charge`).
     pub(crate) expand: Expand,
 }
@@ -57,7 +62,8 @@ impl CreateRequest {
         // Since 2023-08-16 a confirm needs a return_url unless redirects are ruled out or the
         // payment is off session (changelog/2023-08-16/automatic-payment-methods).
         let off_session = off_session(params)?;
-        if confirm && may_redirect && !off_session && non_empty(params, "return_url").is_none() {
+        let return_url = non_empty(params, "return_url");
+        if confirm && may_redirect && !off_session && return_url.is_none() {
             return Err(StripeError::bad_request(REDIRECT_NEEDS_RETURN_URL));
         }
         Ok(Self {
@@ -70,6 +76,8 @@ impl CreateRequest {
             automatic_payment_methods,
             payment_method_types,
             details: Details::parse(params)?,
+            use_stripe_sdk: boolean(params, "use_stripe_sdk")?.unwrap_or(false),
+            return_url,
             expand: Expand::from_params(params, ""),
         })
     }
@@ -322,6 +330,71 @@ impl CancelRequest {
     }
 }
 
+/// `POST /v1/refunds` (docs.stripe.com/api/refunds/create).
+#[derive(Debug, Clone)]
+pub(crate) struct RefundRequest {
+    pub(crate) target: RefundTarget,
+    /// What to refund; all that is left when not given.
+    pub(crate) amount: Option<i64>,
+    pub(crate) reason: Option<RefundReason>,
+    pub(crate) metadata: BTreeMap<String, String>,
+}
+
+/// What a refund names: the PaymentIntent, or its charge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RefundTarget {
+    PaymentIntent(String),
+    Charge(String),
+    /// Both, which must be the intent and its own charge.
+    Both {
+        payment_intent: String,
+        charge: String,
+    },
+}
+
+impl RefundRequest {
+    pub(crate) fn parse(params: &Params) -> Result<Self, StripeError> {
+        let target = match (non_empty(params, "payment_intent"), non_empty(params, "charge")) {
+            (Some(payment_intent), None) => RefundTarget::PaymentIntent(payment_intent),
+            (None, Some(charge)) => RefundTarget::Charge(charge),
+            (Some(payment_intent), Some(charge)) => RefundTarget::Both { payment_intent, charge },
+            (None, None) => {
+                return Err(StripeError::bad_request(
+                    "One of the following params should be provided for this request: payment_intent or charge.",
+                )
+                .with_code("parameter_missing"));
+            }
+        };
+        Ok(Self {
+            target,
+            amount: positive_integer(params, "amount")?,
+            reason: one_of(params, "reason", &RefundReason::ALL, RefundReason::as_str)?,
+            metadata: metadata(params)?,
+        })
+    }
+}
+
+/// The reasons a client may give for a refund.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RefundReason {
+    Duplicate,
+    Fraudulent,
+    RequestedByCustomer,
+}
+
+impl RefundReason {
+    const ALL: [RefundReason; 3] =
+        [RefundReason::Duplicate, RefundReason::Fraudulent, RefundReason::RequestedByCustomer];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            RefundReason::Duplicate => "duplicate",
+            RefundReason::Fraudulent => "fraudulent",
+            RefundReason::RequestedByCustomer => "requested_by_customer",
+        }
+    }
+}
+
 fn non_empty(params: &Params, name: &str) -> Option<String> {
     params.get(name).filter(|v| !v.is_empty()).map(str::to_owned)
 }
@@ -570,6 +643,31 @@ mod tests {
         let error = create("amount=10&currency=usd&payment_method=pm_nope").unwrap_err();
         assert_eq!(error.status, StatusCode::BAD_REQUEST);
         assert_eq!((error.code, error.param), (Some("resource_missing"), Some("payment_method")));
+    }
+
+    #[test]
+    fn use_stripe_sdk_and_return_url_are_kept_for_the_next_action() {
+        let fleet = create("amount=100&currency=usd&use_stripe_sdk=true").unwrap();
+        let redirect = create("amount=100&currency=usd&return_url=https://shop.example/back").unwrap();
+        assert!(fleet.use_stripe_sdk && fleet.return_url.is_none());
+        assert!(!redirect.use_stripe_sdk);
+        assert_eq!(redirect.return_url.as_deref(), Some("https://shop.example/back"));
+        assert!(create("amount=100&currency=usd&use_stripe_sdk=yes").is_err());
+    }
+
+    #[test]
+    fn a_refund_names_an_intent_or_a_charge_and_may_give_an_amount_and_a_reason() {
+        let refund = |body: &str| RefundRequest::parse(&Params::parse(body.as_bytes()));
+        let by_intent = refund("payment_intent=pi_1&amount=500&reason=duplicate&metadata[k]=v").unwrap();
+        assert_eq!(by_intent.target, RefundTarget::PaymentIntent("pi_1".into()));
+        assert_eq!((by_intent.amount, by_intent.reason), (Some(500), Some(RefundReason::Duplicate)));
+        assert_eq!(by_intent.metadata.get("k").map(String::as_str), Some("v"));
+        assert_eq!(refund("charge=ch_1").unwrap().target, RefundTarget::Charge("ch_1".into()));
+        assert_eq!(refund("charge=ch_1").unwrap().amount, None);
+        for refused in ["", "amount=5", "payment_intent=pi_1&amount=0", "payment_intent=pi_1&reason=because"]
+        {
+            assert!(refund(refused).is_err(), "{refused}");
+        }
     }
 
     #[test]

@@ -5,6 +5,10 @@
 //! its answer are one atomic step, so two requests with one key cannot both execute; and the
 //! rate limit reads the clock under it, so arrivals reach its window in time order. Nothing
 //! awaits while holding it; every operation is a few map lookups.
+//!
+//! The events an operation causes are queued for the webhook endpoint under the same lock, so
+//! they are queued in the order the operations ran; the delivery itself happens outside it
+//! ([`crate::webhooks`]).
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -13,11 +17,13 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::StripeError;
+use crate::events::{Cause, Event};
 use crate::faults::{Faults, Mode, Operation};
 use crate::idempotency::{IdempotencyStore, Lookup, Saved, Scope};
 use crate::ledger::{Ledger, Reply};
 use crate::rate::{RequestStats, Traffic, Verdict};
 use crate::requests::Expand;
+use crate::webhooks::{DeliveryMode, WebhookAttempt, WebhookEndpoint, Webhooks};
 
 /// What [`crate::router`] serves from. Cheap to clone.
 pub type SimState = Arc<Simulator>;
@@ -28,6 +34,7 @@ pub struct Simulator {
     state: Mutex<State>,
     hang: Duration,
     stopping: CancellationToken,
+    webhooks: Webhooks,
 }
 
 #[derive(Debug, Default)]
@@ -61,9 +68,39 @@ impl Simulator {
     /// How long a `timeout` fault holds a request: longer than any sensible client timeout.
     pub(crate) const DEFAULT_HANG: Duration = Duration::from_secs(120);
 
-    /// An empty account: no intents, no saved keys, no faults, no rate limit.
+    /// An empty account: no intents, no saved keys, no faults, no rate limit, no webhook
+    /// endpoint.
     pub fn new() -> Self {
-        Self { state: Mutex::default(), hang: Self::DEFAULT_HANG, stopping: CancellationToken::new() }
+        Self {
+            state: Mutex::default(),
+            hang: Self::DEFAULT_HANG,
+            stopping: CancellationToken::new(),
+            webhooks: Webhooks::new(None),
+        }
+    }
+
+    /// Sends this account's events to `endpoint`, signed with its secret, as
+    /// `STRIPE_SIM_WEBHOOK_URL` and `STRIPE_SIM_WEBHOOK_SECRET` do for the binary. Delivery
+    /// starts when [`crate::serve_with`] serves the simulator and stops when it stops; events
+    /// from before are kept until then.
+    pub fn with_webhook_endpoint(self, endpoint: WebhookEndpoint) -> Self {
+        Self { webhooks: Webhooks::new(Some(endpoint)), ..self }
+    }
+
+    /// Every webhook delivery attempt so far (since the start or the last reset), in the
+    /// order the endpoint's answers came (`GET /_sim/webhooks`).
+    pub fn webhook_attempts(&self) -> Vec<WebhookAttempt> {
+        self.webhooks.attempts()
+    }
+
+    pub(crate) fn webhooks(&self) -> &Webhooks {
+        &self.webhooks
+    }
+
+    /// From now on, each event is sent `duplicate`ly (twice) and each copy held a random
+    /// 0..`max_delay_ms` ms first (`POST /_sim/webhooks`).
+    pub(crate) fn set_delivery_mode(&self, mode: DeliveryMode) {
+        self.webhooks.set_mode(mode);
     }
 
     /// Limits the API to `per_second` requests in any one second (0: no limit), as
@@ -97,6 +134,7 @@ impl Simulator {
         let mut state = self.lock();
         let limit = state.traffic.limit();
         *state = State { traffic: Traffic::with_limit(limit), ..State::default() };
+        self.webhooks.forget_attempts();
     }
 
     /// Forgets every saved idempotency key, keeping the intents: what Stripe does to a key 24
@@ -107,9 +145,15 @@ impl Simulator {
     }
 
     /// Ends every request a `timeout` fault is holding, so a graceful shutdown is not kept
-    /// waiting on them. [`crate::serve_with`] calls this when its shutdown signal fires.
+    /// waiting on them, and stops the webhook deliveries. [`crate::serve_with`] calls this when
+    /// its shutdown signal fires.
     pub(crate) fn stop_hanging(&self) {
         self.stopping.cancel();
+    }
+
+    /// What [`stop_hanging`](Self::stop_hanging) fires.
+    pub(crate) fn stopping(&self) -> CancellationToken {
+        self.stopping.clone()
     }
 
     /// A poisoned lock means an operation panicked half-way; the state is still the best
@@ -168,7 +212,8 @@ impl Simulator {
                 Lookup::Conflict(error) => return Executed::Refused(error),
             }
         }
-        match operation(&mut state.ledger, unix_now()) {
+        let now = unix_now();
+        let executed = match operation(&mut state.ledger, now) {
             Ok(reply) => {
                 if let Some(scope) = scope {
                     state.keys.save(scope, reply.clone(), request_id);
@@ -176,16 +221,44 @@ impl Simulator {
                 Executed::Ran(reply)
             }
             Err(error) => Executed::Refused(error),
-        }
+        };
+        let cause = Cause {
+            request_id: Some(request_id.to_owned()),
+            idempotency_key: scope.map(|scope| scope.key.clone()),
+        };
+        self.announce(&mut state, &cause, now);
+        executed
+    }
+
+    /// Queues the events the last operation caused for the webhook endpoint.
+    fn announce(&self, state: &mut State, cause: &Cause, now: i64) {
+        let events =
+            state.ledger.take_happened().into_iter().map(|happened| Event::new(happened, cause, now));
+        self.webhooks.send(events.collect());
     }
 
     pub(crate) fn retrieve(&self, id: &str, expand: Expand) -> Reply {
         self.lock().ledger.retrieve(id, expand)
     }
 
-    /// Ends a hold's window now (a test's way to let seven days pass).
+    /// Ends a hold's window now (a test's way to let seven days pass). Stripe cancels it by
+    /// itself, so its event names no request.
     pub(crate) fn expire_authorization(&self, id: &str) -> Reply {
-        self.lock().ledger.expire_authorization(id, unix_now())
+        let now = unix_now();
+        let mut state = self.lock();
+        let reply = state.ledger.expire_authorization(id, now);
+        self.announce(&mut state, &Cause::default(), now);
+        reply
+    }
+
+    /// The buyer's browser completes (or fails) the 3-D Secure challenge; its events name no
+    /// API request.
+    pub(crate) fn authenticate(&self, id: &str, outcome: crate::intent::Authentication) -> Reply {
+        let now = unix_now();
+        let mut state = self.lock();
+        let reply = state.ledger.authenticate(id, outcome, now);
+        self.announce(&mut state, &Cause::default(), now);
+        reply
     }
 
     /// Makes a new intent wait `seconds` before search shows it (0: at once).
@@ -246,7 +319,7 @@ impl Simulator {
     }
 }
 
-fn unix_now() -> i64 {
+pub(crate) fn unix_now() -> i64 {
     let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     i64::try_from(since_epoch.as_secs()).unwrap_or(i64::MAX)
 }

@@ -208,3 +208,71 @@ async fn async_stripe_reads_the_list_within_a_created_window_page_by_page() {
     assert!(page.has_more);
     assert_eq!(page.data[0].metadata.get("order_id").map(String::as_str), Some("order-42"));
 }
+
+#[tokio::test]
+async fn async_stripe_reads_a_3ds_intents_next_action_and_client_secret() {
+    let sim = TestSim::start().await;
+    let client = client(&sim);
+
+    let created =
+        authorize("pm_card_threeDSecure2Required").send(&client).await.expect("a parsed PaymentIntent");
+
+    assert_eq!(created.status, PaymentIntentStatus::RequiresAction);
+    let secret = created.client_secret.as_deref().expect("a client_secret");
+    assert!(secret.starts_with(&format!("{}_secret_", created.id)), "{secret}");
+    let next_action = created.next_action.as_ref().expect("a next_action");
+    assert_eq!(next_action.type_, "use_stripe_sdk");
+    assert!(next_action.use_stripe_sdk.is_some());
+    assert!(created.latest_charge.is_none());
+}
+
+#[tokio::test]
+async fn async_stripe_reads_a_failed_authentication() {
+    let sim = TestSim::start().await;
+    let client = client(&sim);
+    let created = authorize("pm_card_authenticationRequired").send(&client).await.unwrap();
+    sim.authenticate(created.id.as_str(), "fail").await;
+
+    let retrieved = RetrievePaymentIntent::new(created.id.clone()).send(&client).await.expect("retrieved");
+
+    assert_eq!(retrieved.status, PaymentIntentStatus::RequiresPaymentMethod);
+    let error = retrieved.last_payment_error.expect("a last_payment_error");
+    assert_eq!(
+        error.code.map(|c| c.as_str().to_owned()).as_deref(),
+        Some("payment_intent_authentication_failure")
+    );
+}
+
+/// The expanded charge, as async-stripe parses it.
+async fn charge_of(client: &stripe::Client, id: &stripe_core::PaymentIntentId) -> stripe_core::Charge {
+    let retrieved = RetrievePaymentIntent::new(id.clone())
+        .expand(["latest_charge".to_owned()])
+        .send(client)
+        .await
+        .expect("a parsed PaymentIntent with its charge");
+    match retrieved.latest_charge {
+        Some(stripe_types::Expandable::Object(charge)) => *charge,
+        other => panic!("an expanded charge, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn async_stripe_reads_the_charges_refunds_and_dispute() {
+    let sim = TestSim::start().await;
+    let client = client(&sim);
+    let refunded = authorize("pm_card_visa").send(&client).await.unwrap();
+    CapturePaymentIntent::new(refunded.id.clone()).send(&client).await.unwrap();
+    let disputed = authorize("pm_card_createDispute").send(&client).await.unwrap();
+    CapturePaymentIntent::new(disputed.id.clone()).send(&client).await.unwrap();
+    let held = authorize("pm_card_visa").send(&client).await.unwrap();
+
+    sim.refund(&format!("payment_intent={}&amount=700", refunded.id), None).await;
+    let refunded = charge_of(&client, &refunded.id).await;
+    let disputed = charge_of(&client, &disputed.id).await;
+    let held = charge_of(&client, &held.id).await;
+
+    assert_eq!((refunded.amount_refunded, refunded.refunded, refunded.captured), (700, false, true));
+    assert_eq!(refunded.amount_captured, 2500);
+    assert!(disputed.disputed);
+    assert_eq!((held.captured, held.amount_captured, held.disputed), (false, 0, false));
+}

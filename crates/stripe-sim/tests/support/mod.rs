@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // Each test binary uses its own subset.
 
+pub mod receiver;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -204,6 +206,69 @@ impl TestSim {
 
     pub async fn intent(&self, id: &str) -> Value {
         self.intents().await.into_iter().find(|pi| pi["id"] == id).expect("the intent is listed")
+    }
+}
+
+impl TestSim {
+    /// A fresh simulator delivering its events to `url`, signed with `secret`.
+    pub async fn delivering_to(url: &str, secret: &str) -> Self {
+        let endpoint = stripe_sim::WebhookEndpoint::new(url, secret);
+        Self::start_with(stripe_sim::Simulator::new().with_webhook_endpoint(endpoint)).await
+    }
+
+    /// A confirmed manual-capture intent paid with `payment_method`, as the fleet creates it.
+    pub async fn authorize_with(&self, payment_method: &str) -> Answer {
+        self.create(
+            &AUTHORIZE.replace("payment_method=pm_card_visa", &format!("payment_method={payment_method}")),
+        )
+        .await
+    }
+
+    /// `POST /_sim/payment_intents/{id}/authenticate` with `{"outcome": outcome}`.
+    pub async fn authenticate(&self, id: &str, outcome: &str) -> Answer {
+        self.post_sim(&format!("/_sim/payment_intents/{id}/authenticate"), json!({ "outcome": outcome }))
+            .await
+    }
+
+    /// `POST /_sim/payment_intents/{id}/expire`.
+    pub async fn expire(&self, id: &str) -> Answer {
+        self.post_sim(&format!("/_sim/payment_intents/{id}/expire"), json!({})).await
+    }
+
+    /// A `/_sim/…` POST of `body`, without the API key.
+    pub async fn post_sim(&self, path: &str, body: Value) -> Answer {
+        answer(self.client.post(self.url(path)).json(&body).send().await.expect("an answer")).await
+    }
+
+    /// `POST /v1/refunds`.
+    pub async fn refund(&self, form: &str, idempotency_key: Option<&str>) -> Answer {
+        self.post("/v1/refunds", form, idempotency_key).await
+    }
+
+    /// The intent with its charge expanded, as `GET /v1/payment_intents/{id}` answers it.
+    pub async fn with_charge(&self, id: &str) -> Value {
+        let retrieved = self.get(&format!("/v1/payment_intents/{id}?expand[]=latest_charge")).await;
+        assert_eq!(retrieved.status, StatusCode::OK, "{}", retrieved.raw);
+        retrieved.body
+    }
+
+    /// `GET /_sim/webhooks`' `data`: every delivery attempt so far.
+    pub async fn webhook_attempts(&self) -> Vec<Value> {
+        let listed = self.get_sim("/_sim/webhooks").await;
+        assert_eq!(listed.status, StatusCode::OK, "{}", listed.raw);
+        listed.body["data"].as_array().expect("data is an array").clone()
+    }
+}
+
+/// Polls `condition` until it holds, failing with `what` after `within`.
+pub async fn eventually<T>(what: &str, within: Duration, mut condition: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(value) = condition().await {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
