@@ -63,6 +63,9 @@ ALTER TABLE orders
     ADD COLUMN disputed_at timestamptz,
     ADD COLUMN dispute_id text;
 
+-- A charge's webhook names its PaymentIntent, not the order: the order is found by the intent.
+CREATE INDEX orders_by_payment_intent ON orders (payment_intent_id) WHERE payment_intent_id IS NOT NULL;
+
 -- The sweeper's `requires_action` orders, by deadline.
 CREATE INDEX orders_awaiting_action ON orders (action_expires_at) WHERE status = 'requires_action';
 

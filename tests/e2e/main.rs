@@ -17,3 +17,4 @@ mod pipeline;
 mod redelivery;
 mod security;
 mod steps;
+mod stripe_today;

@@ -10,6 +10,15 @@ use serde_json::Value;
 
 use crate::Fleet;
 
+/// An order's status as the audit reads it: a declined order whose buyer was sent to 3-D
+/// Secure is told apart ([`DECLINED_AFTER_ACTION`]): it was answered `202`, and is owed
+/// `order.rejected`.
+const STATUS: &str = "CASE WHEN status = 'payment_declined' AND client_secret IS NOT NULL
+                           THEN 'payment_declined (3-D Secure)' ELSE status::text END";
+
+/// See [`STATUS`].
+pub const DECLINED_AFTER_ACTION: &str = "payment_declined (3-D Secure)";
+
 /// An order of the product as the audit reads it: its id, status and units.
 type OrderRow = (uuid::Uuid, String, i32);
 
@@ -80,7 +89,7 @@ impl Audit {
     ) -> anyhow::Result<Self> {
         let mut audit = Audit { notifications_observed: true, ..Audit::default() };
         let orders: Vec<OrderRow> =
-            sqlx::query_as("SELECT id, status::text, quantity FROM orders WHERE product_id = $1")
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT id, {STATUS}, quantity FROM orders WHERE product_id = $1")))
                 .bind(product)
                 .fetch_all(&fleet.pool)
                 .await?;
@@ -122,16 +131,17 @@ impl Audit {
         let units = |statuses: &[&str]| -> i64 {
             orders.iter().filter(|(_, s, _)| statuses.contains(&s.as_str())).map(|(_, _, q)| *q as i64).sum()
         };
-        let sold = units(&["paid"]);
-        let held = units(&["stock_reserved", "paid"]);
+        let sold = units(&["paid", "refunded"]);
+        let held = units(&["stock_reserved", "paid", "refunded"]);
         self.oversold = (sold - total as i64).max(0);
         self.stock_mismatch = (total as i64 - held - stock as i64).abs() + if stock < 0 { 1 } else { 0 };
-        let holding = units(&["pending_authorization", "authorized", "stock_reserved", "paid"]);
+        let holding =
+            units(&["pending_authorization", "requires_action", "authorized", "stock_reserved", "paid", "refunded"]);
         self.promised_mismatch = (promised as i64 - holding).abs();
         self.lost = orders
             .iter()
             .filter(|(_, s, _)| {
-                matches!(s.as_str(), "pending_authorization" | "authorized" | "stock_reserved")
+                matches!(s.as_str(), "pending_authorization" | "requires_action" | "authorized" | "stock_reserved")
             })
             .count() as i64;
     }
@@ -157,11 +167,18 @@ impl Audit {
                 self.double_captures += 1;
             }
             let order_status = status_of[&order].as_str();
-            if intent["status"] == "succeeded" && order_status != "paid" {
+            if intent["status"] == "succeeded" && !matches!(order_status, "paid" | "refunded") {
                 self.captures_not_paid += 1;
             }
             let terminal_without_capture =
-                matches!(order_status, "rejected_out_of_stock" | "payment_declined" | "capture_failed");
+                matches!(
+                    order_status,
+                    "rejected_out_of_stock"
+                        | "payment_declined"
+                        | "capture_failed"
+                        | "authorization_canceled"
+                        | DECLINED_AFTER_ACTION
+                );
             if intent["status"] == "requires_capture" && terminal_without_capture {
                 self.holds_left += 1;
             }
@@ -183,12 +200,16 @@ impl Audit {
         }
         for (id, status) in status_of {
             let mut expected = Vec::new();
-            if !matches!(status.as_str(), "pending_authorization" | "payment_declined") {
+            let never_accepted = ["pending_authorization", "requires_action", "payment_declined", DECLINED_AFTER_ACTION];
+            if !never_accepted.contains(&status.as_str()) {
                 expected.push("order.accepted");
             }
             match status.as_str() {
                 "paid" => expected.push("order.paid"),
-                "rejected_out_of_stock" | "capture_failed" => expected.push("order.rejected"),
+                "refunded" => expected.extend(["order.paid", "order.refunded"]),
+                "rejected_out_of_stock" | "capture_failed" | "authorization_canceled" | DECLINED_AFTER_ACTION => {
+                    expected.push("order.rejected")
+                }
                 _ => {}
             }
             self.missing_notifications +=

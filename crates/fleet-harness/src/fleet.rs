@@ -173,6 +173,9 @@ async fn observer(
     Ok((observer_url, subscription))
 }
 
+/// The webhook signing secret of every test fleet: a placeholder, like its `sk_test_` key.
+pub const WEBHOOK_SECRET: &str = "whsec_stripe_sim_placeholder";
+
 /// The variables every process of the fleet starts with: the stack's, stripe-sim's and the
 /// intake's addresses, the token secret, and the AWS settings.
 fn process_env(stack: &Stack, stripe_port: u16, intake_port: u16, jwt_secret: &str) -> Vec<(String, String)> {
@@ -185,6 +188,13 @@ fn process_env(stack: &Stack, stripe_port: u16, intake_port: u16, jwt_secret: &s
         ("STRIPE_API_BASE", format!("http://127.0.0.1:{stripe_port}")),
         ("STRIPE_SIM_LISTEN_ADDR", format!("127.0.0.1:{stripe_port}")),
         ("INTAKE_LISTEN_ADDR", format!("127.0.0.1:{intake_port}")),
+        // stripe-sim signs its webhooks to the intake's endpoint with the secret the intake
+        // checks (a test placeholder, as the `sk_test_` key is).
+        ("STRIPE_SIM_WEBHOOK_URL", format!("http://127.0.0.1:{intake_port}/webhooks/stripe")),
+        ("STRIPE_SIM_WEBHOOK_SECRET", WEBHOOK_SECRET.to_owned()),
+        ("STRIPE_WEBHOOK_SECRET", WEBHOOK_SECRET.to_owned()),
+        // A buyer has seconds, not ten minutes, to complete 3-D Secure in a test.
+        ("PAYMENT_ACTION_TIMEOUT_SECONDS", "6".to_owned()),
         ("AUTH_JWT_SECRET", jwt_secret.to_owned()),
         ("RUST_LOG", "info".to_owned()),
         // Short, so a stop does not wait out an idle long poll (20 s) in every test.
@@ -453,7 +463,7 @@ impl Fleet {
     /// an order that was not paid: holds on buyers who got nothing (SPEC §8.8).
     pub async fn holds_without_a_unit(&self) -> anyhow::Result<usize> {
         let paid: std::collections::HashSet<String> =
-            sqlx::query_scalar::<_, uuid::Uuid>("SELECT id FROM orders WHERE status = 'paid'")
+            sqlx::query_scalar::<_, uuid::Uuid>("SELECT id FROM orders WHERE sold(status)")
                 .fetch_all(&self.pool)
                 .await?
                 .into_iter()
@@ -464,8 +474,10 @@ impl Fleet {
             .await?
             .iter()
             .filter(|i| {
-                !paid.contains(i["metadata"]["order_id"].as_str().unwrap_or(""))
-                    && matches!(i["status"].as_str(), Some("requires_capture" | "canceled"))
+                // A cancelled intent held funds only if it was authorized (it has a charge):
+                // one cancelled while its buyer was at 3-D Secure never held anything.
+                let held = i["status"] == "requires_capture" || (i["status"] == "canceled" && !i["latest_charge"].is_null());
+                !paid.contains(i["metadata"]["order_id"].as_str().unwrap_or("")) && held
             })
             .count())
     }
@@ -503,6 +515,62 @@ impl Fleet {
             .bearer_auth(self.token(user))
             .send()
             .await?)
+    }
+
+    /// The buyer's browser completing (or failing) 3-D Secure for `payment_intent`, as
+    /// stripe-sim stands in for it (`POST /_sim/payment_intents/{id}/authenticate`).
+    pub async fn authenticate(&self, payment_intent: &str, succeed: bool) -> anyhow::Result<()> {
+        let outcome = if succeed { "succeed" } else { "fail" };
+        let route = format!("payment_intents/{payment_intent}/authenticate");
+        self.sim_control(&route, &serde_json::json!({ "outcome": outcome })).await
+    }
+
+    /// Time passing for `payment_intent`'s hold: it lapses, as Stripe cancels it
+    /// (`POST /_sim/payment_intents/{id}/expire`).
+    pub async fn expire_hold(&self, payment_intent: &str) -> anyhow::Result<()> {
+        self.sim_control(&format!("payment_intents/{payment_intent}/expire"), &serde_json::json!({})).await
+    }
+
+    /// Refunds `amount` (everything when `None`) of `payment_intent` at stripe-sim, as an
+    /// operator does in Stripe's Dashboard.
+    pub async fn refund_at_stripe(&self, payment_intent: &str, amount: Option<i64>) -> anyhow::Result<Value> {
+        let mut form = vec![("payment_intent", payment_intent.to_owned())];
+        form.extend(amount.map(|a| ("amount", a.to_string())));
+        let response = self
+            .http
+            .post(format!("{}/v1/refunds", self.stripe_url))
+            .bearer_auth("sk_test_stripe_sim_placeholder")
+            .form(&form)
+            .send()
+            .await?;
+        anyhow::ensure!(response.status().is_success(), "refund refused: {}", response.text().await?);
+        Ok(response.json().await?)
+    }
+
+    /// stripe-sim's webhook deliveries (`GET /_sim/webhooks`): `{event_id, type, status}` each.
+    pub async fn webhook_deliveries(&self) -> anyhow::Result<Vec<Value>> {
+        let answer: Value = self.http.get(format!("{}/_sim/webhooks", self.stripe_url)).send().await?.json().await?;
+        Ok(answer["data"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Makes stripe-sim send each webhook event twice, each copy held 0..`max_delay_ms`.
+    pub async fn duplicate_webhooks(&self, max_delay_ms: u64) -> anyhow::Result<()> {
+        self.sim_control("webhooks", &serde_json::json!({ "duplicate": true, "max_delay_ms": max_delay_ms })).await
+    }
+
+    /// Posts `body` to the intake's `/webhooks/stripe` with `signature` as `Stripe-Signature`.
+    pub async fn post_webhook(&self, body: &str, signature: Option<&str>) -> anyhow::Result<(u16, Value)> {
+        let mut request = self
+            .http
+            .post(format!("{}/webhooks/stripe", self.intake_url))
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+        if let Some(signature) = signature {
+            request = request.header("stripe-signature", signature);
+        }
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        Ok((status, response.json().await.unwrap_or(Value::Null)))
     }
 
     /// Limits stripe-sim's request rate (0 clears it), as Stripe limits an account's.
@@ -572,7 +640,7 @@ impl Fleet {
         loop {
             let unsettled: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM orders
-                  WHERE status IN ('pending_authorization', 'authorized', 'stock_reserved')
+                  WHERE holds_units(status)
                      OR (status IN ('rejected_out_of_stock', 'capture_failed') AND authorization_released_at IS NULL)",
             )
             .fetch_one(&self.pool)

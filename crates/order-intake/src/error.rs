@@ -89,6 +89,12 @@ pub enum ApiError {
     #[error("the service is temporarily unavailable; retry with the same Idempotency-Key")]
     /// `503 service_unavailable`, with `Retry-After`: a dependency (the database) is away.
     Unavailable(#[source] anyhow::Error),
+    #[error("the Stripe-Signature header is missing, malformed, stale, or matches no secret: {0}")]
+    /// `400 invalid_signature`: a webhook not signed by Stripe now, or altered after signing.
+    InvalidSignature(&'static str),
+    #[error("the event cannot be applied now; Stripe will deliver it again: {0}")]
+    /// `503 webhook_unavailable`, with `Retry-After`: nothing written.
+    WebhookUnavailable(String),
     #[error("an unexpected error occurred")]
     /// `500 internal_error`: the cause is logged, never answered.
     Unexpected(#[from] anyhow::Error),
@@ -120,6 +126,8 @@ impl ApiError {
             ApiError::NotFound => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Unavailable(_) => "service_unavailable",
+            ApiError::InvalidSignature(_) => "invalid_signature",
+            ApiError::WebhookUnavailable(_) => "webhook_unavailable",
             ApiError::Unexpected(_) => "internal_error",
         }
     }
@@ -130,7 +138,8 @@ impl ApiError {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::IdempotencyKeyMissing
             | ApiError::IdempotencyKeyInvalid
-            | ApiError::MalformedJson(_) => StatusCode::BAD_REQUEST,
+            | ApiError::MalformedJson(_)
+            | ApiError::InvalidSignature(_) => StatusCode::BAD_REQUEST,
             ApiError::IdempotencyKeyReused
             | ApiError::UnknownField(_)
             | ApiError::MissingField(_)
@@ -144,7 +153,9 @@ impl ApiError {
             ApiError::PaymentDeclined => StatusCode::PAYMENT_REQUIRED,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            ApiError::PaymentUnavailable | ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::PaymentUnavailable | ApiError::Unavailable(_) | ApiError::WebhookUnavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::OrderNotFound | ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -178,13 +189,15 @@ impl ApiError {
             ApiError::NotFound,
             ApiError::MethodNotAllowed,
             ApiError::Unavailable(anyhow::anyhow!("")),
+            ApiError::InvalidSignature(""),
+            ApiError::WebhookUnavailable(String::new()),
             ApiError::Unexpected(anyhow::anyhow!("")),
         ]
     }
 
     #[cfg(test)]
     /// How many variants there are: one more than [`ApiError::ordinal`]'s last arm.
-    const VARIANTS: usize = 23;
+    const VARIANTS: usize = 25;
 
     /// The variant's place in [`ApiError::one_of_each`].
     #[cfg(test)]
@@ -212,16 +225,19 @@ impl ApiError {
             ApiError::NotFound => 19,
             ApiError::MethodNotAllowed => 20,
             ApiError::Unavailable(_) => 21,
-            ApiError::Unexpected(_) => 22,
+            ApiError::InvalidSignature(_) => 22,
+            ApiError::WebhookUnavailable(_) => 23,
+            ApiError::Unexpected(_) => 24,
         }
     }
 
     /// The seconds in the answer's `Retry-After`, when it carries one.
     pub fn retry_after(&self) -> Option<u64> {
         match self {
-            ApiError::PaymentUnavailable | ApiError::Unavailable(_) | ApiError::IdempotencyKeyInUse => {
-                Some(2)
-            }
+            ApiError::PaymentUnavailable
+            | ApiError::Unavailable(_)
+            | ApiError::IdempotencyKeyInUse
+            | ApiError::WebhookUnavailable(_) => Some(2),
             ApiError::RateLimited { retry_after_seconds } => Some(*retry_after_seconds),
             // Units come back when an order ahead is declined or fails; a buyer asking again
             // every few seconds sees them soon enough, and ten thousand of them do not make
@@ -243,6 +259,8 @@ impl IntoResponse for ApiError {
             ApiError::Unexpected(e) | ApiError::Unavailable(e) => {
                 tracing::error!(error = format!("{e:#}"), code = self.code(), "request failed")
             }
+            ApiError::WebhookUnavailable(reason) => tracing::warn!(reason, "webhook not applied; Stripe retries"),
+            ApiError::InvalidSignature(why) => tracing::warn!(why, "webhook refused: its signature"),
             _ => tracing::debug!(code = self.code(), "request refused"),
         }
         let mut response = (self.status(), Json(self.body())).into_response();

@@ -30,6 +30,7 @@ pub mod request;
 pub mod routes;
 pub mod server;
 pub mod views;
+pub mod webhook;
 
 pub use routes::router;
 pub use server::run;
@@ -70,6 +71,8 @@ pub struct IntakeConfig {
     pub limits: LimitsConfig,
     /// Whose trace a request with a `traceparent` joins (`INTAKE_CALLER_TRACE`).
     pub caller_trace: CallerTrace,
+    /// `STRIPE_WEBHOOK_SECRET`: the webhook endpoint's signing secrets.
+    pub webhook_secrets: webhook::WebhookSecrets,
 }
 
 /// The intake binary: the HTTP API, and the job that forgets quiet users' rate buckets.
@@ -87,6 +90,7 @@ impl Service for IntakeConfig {
             lease: env.or_default("INTAKE_LEASE_SECONDS", Seconds(Duration::from_secs(30)))?.0,
             limits: LimitsConfig::from_env(env)?,
             caller_trace: env.or_default("INTAKE_CALLER_TRACE", CallerTrace::Link)?,
+            webhook_secrets: webhook::WebhookSecrets::from_env(env)?,
         })
     }
 
@@ -121,6 +125,8 @@ pub struct AppState {
     pub limits: Arc<Limits>,
     /// Whose trace a request with a `traceparent` joins.
     pub caller_trace: CallerTrace,
+    /// The webhook endpoint's signing secrets.
+    pub webhook_secrets: webhook::WebhookSecrets,
 }
 
 impl AppState {
@@ -139,6 +145,7 @@ impl AppState {
             lease: config.lease,
             limits: Arc::new(Limits::new(config.limits)),
             caller_trace: config.caller_trace,
+            webhook_secrets: config.webhook_secrets.clone(),
         })
     }
 }

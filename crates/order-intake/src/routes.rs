@@ -21,7 +21,7 @@ use crate::error::ApiError;
 use crate::orders::{Intake, Placed, database_error};
 use crate::request::{IdempotencyKey, OrderRequest};
 use crate::views::OrderView;
-use crate::{AppState, edge, limits, openapi};
+use crate::{AppState, edge, limits, openapi, webhook};
 
 /// The HTTP application: `POST /v1/orders`, `GET /v1/orders/{order_id}`, `/openapi.json`, and
 /// the error shape for anything else, under the limits and timeouts.
@@ -51,8 +51,16 @@ pub fn router(state: AppState) -> Router {
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(limits.config.body_timeout))
         .layer(shed)
         .layer(axum::middleware::from_fn_with_state(limits, edge::over_everyones_rate))
+        .with_state(state.clone());
+    // Stripe's webhooks: no bearer token (Stripe signs them), and not under the buyers' rate
+    // limits, load shedding or 16 KiB body, so that Stripe's deliveries and retries are never
+    // refused for the buyers' sake; the connection's own timeouts still hold.
+    let webhooks = Router::new()
+        .route("/webhooks/stripe", post(webhook::receive))
+        .layer(DefaultBodyLimit::max(webhook::MAX_BODY))
         .with_state(state);
-    api.merge(orderfleet::runtime::ops::router())
+    api.merge(webhooks)
+        .merge(orderfleet::runtime::ops::router())
         .route("/openapi.json", get(openapi::serve))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })

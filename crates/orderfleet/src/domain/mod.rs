@@ -34,3 +34,4 @@ pub mod product;
 pub mod status;
 pub mod sweeper;
 pub mod tokens;
+pub mod webhook;

@@ -237,6 +237,8 @@ pub struct Transition<'a> {
     pub detail: Option<&'a str>,
     /// The Stripe webhook event that caused the move, recorded with it ([`Transition::commit`]).
     pub event: Option<StripeEvent<'a>>,
+    /// The order's hold is gone (cancelled, or lapsed): `authorization_released_at` is set.
+    pub hold_released: bool,
 }
 
 /// A Stripe webhook event, by its id and type: recorded in `webhook_events` with its effect,
@@ -283,7 +285,13 @@ impl<'a> Transition<'a> {
             gives_units_back: false,
             detail: None,
             event: None,
+            hold_released: false,
         }
+    }
+
+    /// Records that the order's hold is gone with the move.
+    pub(crate) fn with_hold_released(self) -> Self {
+        Self { hold_released: true, ..self }
     }
 
     /// Records the webhook event that caused the move with it, when there is one.
@@ -296,7 +304,7 @@ impl<'a> Transition<'a> {
     pub(crate) async fn commit(self, pool: &sqlx::PgPool) -> sqlx::Result<bool> {
         let Some(event) = self.event else { return self.apply(pool).await };
         let (order_id, to) = (self.order_id, self.to);
-        let mut tx = crate::runtime::db::begin(pool).await?;
+        let mut tx = crate::runtime::db::begin_bounded(pool).await?;
         let moved = self.apply(&mut *tx).await?;
         if moved {
             record_event(&mut *tx, event, Some(order_id), to.as_str()).await?;
@@ -353,6 +361,8 @@ impl<'a> Transition<'a> {
                                    next_action = COALESCE($12, next_action),
                                    action_expires_at = COALESCE($13, action_expires_at),
                                    decline_detail = COALESCE($15, decline_detail),
+                                   authorization_released_at = CASE WHEN $17 THEN now()
+                                                                    ELSE authorization_released_at END,
                                    intake_lease_until = NULL, updated_at = now()
                   WHERE id = $1 AND status = $2
               RETURNING id, traceparent, product_id, quantity
@@ -385,6 +395,7 @@ impl<'a> Transition<'a> {
             self.gives_units_back,
             self.detail,
             OrderStatus::StockReserved as _,
+            self.hold_released,
         )
         .fetch_one(executor)
         .await?;

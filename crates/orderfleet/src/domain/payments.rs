@@ -432,6 +432,26 @@ impl Payments {
         self.settle(Operation::Cancel, intent.order_id, intent.attempt, intent.id, request).await
     }
 
+    /// Cancels a PaymentIntent made for the order that is not the one the order recorded (a
+    /// stray, left by an answer lost on the way), under a key of its own
+    /// (`orderfleet-<order>-cancel-<intent>`): the order's own cancel key stays the order's.
+    pub async fn cancel_stray(&self, order_id: OrderId, payment_intent_id: &str) -> Result<Intent, PaymentError> {
+        let key = format!("orderfleet-{order_id}-cancel-{payment_intent_id}");
+        let result = self
+            .with_retries(Operation::Cancel, || {
+                CancelPaymentIntent::new(payment_intent_id)
+                    .customize()
+                    .request_strategy(RequestStrategy::Idempotent(idempotency_key(&key)))
+                    .timeout(self.retry.timeout)
+                    .send(&self.client)
+            })
+            .await;
+        match result {
+            Ok(pi) => Ok(Intent::from(&pi)),
+            Err(e) => self.settled_already(payment_intent_id, IntentStatus::Canceled, e).await,
+        }
+    }
+
     /// Sends a capture or a cancel under the order's key for it, with retries; a refusal
     /// because the intent is already `wanted` counts as done.
     async fn settle<R>(

@@ -132,18 +132,22 @@ pub async fn bounded<T>(
 /// hours later. `SET LOCAL` lasts the transaction alone, so the pool's connections are left as
 /// they were; a single statement outside a transaction needs none.
 pub async fn begin(pool: &PgPool) -> anyhow::Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+    begin_bounded(pool).await.context("failed to begin a bounded transaction")
+}
+
+/// [`begin`], for a caller whose errors are `sqlx::Error`.
+pub async fn begin_bounded(pool: &PgPool) -> sqlx::Result<sqlx::Transaction<'static, sqlx::Postgres>> {
     // Two round trips, not one `begin_with("BEGIN; SET LOCAL …")`: sqlx counts the transaction
     // only once the whole simple query succeeds, so a SET failing after BEGIN would send the
     // connection back to the pool inside an open transaction.
-    let mut tx = pool.begin().await.context("failed to begin a transaction")?;
+    let mut tx = pool.begin().await?;
     // `set_config(…, true)` is `SET LOCAL` with the value bound, not put in the text.
     sqlx::query!(
         "SELECT set_config('idle_in_transaction_session_timeout', $1, true) AS set",
         IDLE_IN_TRANSACTION.as_millis().to_string(),
     )
     .fetch_one(&mut *tx)
-    .await
-    .context("failed to bound the transaction's idle time")?;
+    .await?;
     Ok(tx)
 }
 

@@ -1,0 +1,367 @@
+//! Stripe's webhooks (SPEC §1.7, §4): what Stripe tells the fleet later about a payment — a
+//! 3-D Secure outcome, a hold that expired or was cancelled in the Dashboard, a refund, a
+//! dispute. The intake checks the signature (`order_intake::webhook`); this module applies a
+//! signed event, once in effect, however often and in whatever order Stripe delivers it
+//! (at least once, retrying for up to three days).
+//!
+//! - **Once**: an event's id is recorded in `webhook_events` in the transaction that applies
+//!   its effect ([`crate::domain::order::Transition::commit`]); a redelivery finds it and
+//!   changes nothing.
+//! - **Fresh, never the event's copy**: an event only says *look*. What the order becomes is
+//!   decided from the order's own PaymentIntent, read from Stripe now, so events arriving out
+//!   of order, late or twice decide nothing wrong.
+//! - **Cheap**: Stripe is read only when the event could change the order's status (a
+//!   `payment_intent.amount_capturable_updated` for an order already `authorized` costs
+//!   nothing: every order draws several events).
+//! - **Only through the order's intent**: an event about an intent the order did not record
+//!   (a stray, left by an answer lost on the way) never moves the order; if that intent holds
+//!   funds it is cancelled. An order still `pending_authorization` is left to whoever holds its
+//!   lease (the intake or the sweeper).
+//!
+//! | event | order | effect |
+//! |---|---|---|
+//! | `payment_intent.amount_capturable_updated`, `.payment_failed`, `.canceled` | `requires_action` | settled ([`crate::domain::action`]) |
+//! | `payment_intent.canceled` | `authorized`, `stock_reserved` | `authorization_canceled` if the intent is cancelled: units (and stock) back, `order.rejected` |
+//! | `charge.refunded` | `paid` | `refunded` when refunded in full (`order.refunded`), else the amount recorded; a charge never captured is a released hold, not a refund |
+//! | `charge.dispute.created` | `paid`, `refunded` | recorded on the order, counted (`stripe_disputes_total`) |
+//! | anything else | | nothing, no Stripe request |
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use sqlx::PgPool;
+
+use crate::domain::OrderId;
+use crate::domain::action::{self, Settled};
+use crate::domain::authorization::AuthorizationError;
+use crate::domain::order::{self, Order, OrderNotification, OrderStatus, StripeEvent, Transition, query_order};
+use crate::domain::outbox::EventType;
+use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
+
+/// The event types the fleet applies (SPEC §4); any other is answered `200` and ignored.
+pub const HANDLED: [&str; 5] = [
+    AMOUNT_CAPTURABLE_UPDATED,
+    PAYMENT_FAILED,
+    CANCELED,
+    "charge.refunded",
+    "charge.dispute.created",
+];
+const AMOUNT_CAPTURABLE_UPDATED: &str = "payment_intent.amount_capturable_updated";
+const PAYMENT_FAILED: &str = "payment_intent.payment_failed";
+const CANCELED: &str = "payment_intent.canceled";
+
+/// The `failure_reason` of an order whose hold expired or was cancelled outside the fleet.
+pub const AUTHORIZATION_CANCELED: &str = "authorization_canceled";
+
+/// A Stripe event, as far as the fleet reads it: which object it is about. Every other field
+/// (the object's state included) is Stripe's copy at the time, and is not trusted.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Event {
+    /// `evt_…`.
+    pub id: String,
+    /// `payment_intent.canceled`, ….
+    #[serde(rename = "type")]
+    pub kind: String,
+    data: EventData,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct EventData {
+    object: EventObject,
+}
+
+/// The event's object: a PaymentIntent, a Charge or a Dispute.
+#[derive(Debug, Clone, Deserialize)]
+struct EventObject {
+    id: String,
+    object: String,
+    #[serde(default)]
+    metadata: std::collections::HashMap<String, String>,
+    /// A charge's or a dispute's PaymentIntent: its id, or the object expanded.
+    #[serde(default)]
+    payment_intent: Option<serde_json::Value>,
+}
+
+impl Event {
+    /// Reads a signed event's body. Any event type parses; only [`HANDLED`] ones are applied.
+    pub fn parse(body: &[u8]) -> Result<Self, String> {
+        serde_json::from_slice(body).map_err(|e| format!("not a Stripe event: {e}"))
+    }
+
+    fn reference(&self) -> StripeEvent<'_> {
+        StripeEvent { id: &self.id, kind: &self.kind }
+    }
+
+    /// The PaymentIntent it is about.
+    fn intent_id(&self) -> Option<&str> {
+        let object = &self.data.object;
+        match object.object.as_str() {
+            "payment_intent" => Some(&object.id),
+            _ => match object.payment_intent.as_ref()? {
+                serde_json::Value::String(id) => Some(id),
+                expanded => expanded.get("id")?.as_str(),
+            },
+        }
+    }
+
+    /// The order its intent's metadata names, if it is a PaymentIntent's event.
+    fn order_id(&self) -> Option<OrderId> {
+        self.data.object.metadata.get("order_id")?.parse().ok()
+    }
+}
+
+/// What applying an event did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// Its effect, now committed with its id (a word for operators and metrics).
+    Applied(&'static str),
+    /// Its id was applied before: nothing again.
+    AlreadyApplied,
+    /// A type the fleet does not use.
+    Ignored,
+}
+
+/// Why an event could not be applied now; Stripe is answered `503` and delivers it again.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    /// Stripe unreachable or the budget spent, or the order being settled by someone else.
+    #[error("cannot apply the event now: {0}")]
+    Unavailable(String),
+    /// The database failed.
+    #[error("database error")]
+    Database(#[from] sqlx::Error),
+}
+
+/// Applies a signed event (see the module's table). `lease`: how long settling an order may
+/// hold it.
+pub async fn apply(pool: &PgPool, payments: &Payments, event: &Event, lease: Duration) -> Result<Applied, WebhookError> {
+    if !HANDLED.contains(&event.kind.as_str()) {
+        return Ok(Applied::Ignored);
+    }
+    if already_applied(pool, &event.id).await? {
+        return Ok(Applied::AlreadyApplied);
+    }
+    let effect = match find_order(pool, event).await? {
+        None => record(pool, event, None, "no_order").await?,
+        Some(order) => match (order.payment_intent_id.as_deref(), event.intent_id()) {
+            (Some(recorded), Some(intent)) if recorded == intent => on_the_orders_intent(pool, payments, event, &order, lease).await?,
+            // Its authorization is being recorded by whoever holds its lease.
+            _ if order.status == OrderStatus::PendingAuthorization => record(pool, event, Some(order.id), "pending").await?,
+            (_, Some(stray)) => release_stray(pool, payments, event, &order, stray).await?,
+            (_, None) => record(pool, event, Some(order.id), "no_intent").await?,
+        },
+    };
+    metrics::counter!("webhook_events_total", "type" => event.kind.clone(), "effect" => effect).increment(1);
+    Ok(Applied::Applied(effect))
+}
+
+/// What an event about the order's own intent does, by the order's status.
+async fn on_the_orders_intent(
+    pool: &PgPool,
+    payments: &Payments,
+    event: &Event,
+    order: &Order,
+    lease: Duration,
+) -> Result<&'static str, WebhookError> {
+    let kind = event.kind.as_str();
+    match order.status {
+        OrderStatus::RequiresAction if [AMOUNT_CAPTURABLE_UPDATED, PAYMENT_FAILED, CANCELED].contains(&kind) => {
+            settle_action(pool, payments, event, order, lease).await
+        }
+        OrderStatus::Authorized | OrderStatus::StockReserved if kind == CANCELED => {
+            hold_canceled(pool, payments, event, order).await
+        }
+        OrderStatus::Paid if kind == "charge.refunded" => refunded(pool, payments, event, order).await,
+        OrderStatus::Paid | OrderStatus::Refunded if kind == "charge.dispute.created" => {
+            disputed(pool, payments, event, order).await
+        }
+        // Nothing this event says can move the order from where it is: no Stripe request.
+        _ => record(pool, event, Some(order.id), "no_change").await,
+    }
+}
+
+async fn settle_action(
+    pool: &PgPool,
+    payments: &Payments,
+    event: &Event,
+    order: &Order,
+    lease: Duration,
+) -> Result<&'static str, WebhookError> {
+    let Some(order) = action::take(pool, order.id, lease).await? else {
+        return Err(WebhookError::Unavailable("the order is being settled by the sweeper".into()));
+    };
+    match action::settle(pool, payments, &order, Some(event.reference())).await {
+        Ok(Settled::Authorized) => Ok("authorized"),
+        Ok(Settled::Declined(reason)) => Ok(reason),
+        Ok(Settled::Waiting | Settled::MovedElsewhere) => record(pool, event, Some(order.id), "no_change").await,
+        Err(AuthorizationError::ProviderUnavailable(reason)) => Err(WebhookError::Unavailable(reason)),
+        Err(AuthorizationError::LookupRefused(reason)) => {
+            tracing::error!(reason, event = event.id, "a webhook's order cannot be settled; it needs a person");
+            record(pool, event, Some(order.id), "unresolved").await
+        }
+        Err(AuthorizationError::Database(e)) => Err(e.into()),
+    }
+}
+
+/// `payment_intent.canceled` for an order that holds funds: if the intent is cancelled indeed
+/// (the hold expired, or was cancelled in the Dashboard), the order fails, its units go back.
+async fn hold_canceled(pool: &PgPool, payments: &Payments, event: &Event, order: &Order) -> Result<&'static str, WebhookError> {
+    let now = fresh(payments, order).await?;
+    if now.status != IntentStatus::Canceled {
+        return record(pool, event, Some(order.id), "no_change").await;
+    }
+    let moved = lose_hold(pool, order, Some(event.reference())).await?;
+    match moved {
+        true => Ok(AUTHORIZATION_CANCELED),
+        false => record(pool, event, Some(order.id), "no_change").await,
+    }
+}
+
+/// ONE transaction: an `authorized` or `stock_reserved` order whose hold is gone ends
+/// `authorization_canceled`, its units (and stock, if reserved) back, `order.rejected`.
+pub(crate) async fn lose_hold(pool: &PgPool, order: &Order, event: Option<StripeEvent<'_>>) -> sqlx::Result<bool> {
+    let rejected = OrderNotification::of(order, OrderStatus::AuthorizationCanceled, Some(AUTHORIZATION_CANCELED));
+    let moved = Transition::new(order.id, order.status, OrderStatus::AuthorizationCanceled)
+        .with_reason(AUTHORIZATION_CANCELED)
+        .with_message(EventType::OrderRejected, &rejected)
+        .giving_units_back("the hold expired or was cancelled outside the fleet before capture")
+        .with_hold_released()
+        .with_event(event)
+        .commit(pool)
+        .await?;
+    if moved {
+        tracing::warn!(status = %order.status, "the order's hold is gone; its units go back to the line");
+    }
+    Ok(moved)
+}
+
+/// `charge.refunded` for a paid order: refunded in full, it becomes `refunded` with
+/// `order.refunded`; in part, the amount is recorded. A charge never captured was a hold
+/// released, not a refund.
+async fn refunded(pool: &PgPool, payments: &Payments, event: &Event, order: &Order) -> Result<&'static str, WebhookError> {
+    let now = fresh(payments, order).await?;
+    let refunded = match now.charge {
+        Some(charge) if charge.captured && charge.amount_refunded > 0 => charge.amount_refunded,
+        _ => return record(pool, event, Some(order.id), "no_change").await,
+    };
+    let mut tx = crate::runtime::db::begin_bounded(pool).await?;
+    let effect = if refunded >= order.amount.minor {
+        let notification = OrderNotification::of(order, OrderStatus::Refunded, None);
+        let moved = Transition::new(order.id, OrderStatus::Paid, OrderStatus::Refunded)
+            .with_message(EventType::OrderRefunded, &notification)
+            .apply(&mut *tx)
+            .await?;
+        if moved { "refunded" } else { "no_change" }
+    } else {
+        "partially_refunded"
+    };
+    sqlx::query!(
+        "UPDATE orders SET amount_refunded = greatest(amount_refunded, $2) WHERE id = $1",
+        order.id as _,
+        refunded,
+    )
+    .execute(&mut *tx)
+    .await?;
+    order::record_event(&mut *tx, event.reference(), Some(order.id), effect).await?;
+    tx.commit().await?;
+    tracing::info!(refunded, effect, "Stripe refunded the order's payment");
+    Ok(effect)
+}
+
+/// `charge.dispute.created`: recorded on the order (once), counted for operators; no status
+/// change (SPEC §5).
+async fn disputed(pool: &PgPool, payments: &Payments, event: &Event, order: &Order) -> Result<&'static str, WebhookError> {
+    let now = fresh(payments, order).await?;
+    if !now.charge.is_some_and(|charge| charge.disputed) {
+        return record(pool, event, Some(order.id), "no_change").await;
+    }
+    let mut tx = crate::runtime::db::begin_bounded(pool).await?;
+    let marked = sqlx::query!(
+        "UPDATE orders SET disputed_at = now(), dispute_id = $2 WHERE id = $1 AND disputed_at IS NULL",
+        order.id as _,
+        event.data.object.id,
+    )
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    order::record_event(&mut *tx, event.reference(), Some(order.id), "disputed").await?;
+    tx.commit().await?;
+    if marked == 1 {
+        metrics::counter!("stripe_disputes_total").increment(1);
+        tracing::error!(dispute = event.data.object.id, "the cardholder disputed the order's payment");
+    }
+    Ok("disputed")
+}
+
+/// An event about an intent that is not the order's: never moves the order; the intent is
+/// cancelled if it holds funds (under a key of its own, not the order's).
+async fn release_stray(
+    pool: &PgPool,
+    payments: &Payments,
+    event: &Event,
+    order: &Order,
+    stray: &str,
+) -> Result<&'static str, WebhookError> {
+    let now = payments.retrieve(stray).await.map_err(unavailable)?;
+    if now.status != IntentStatus::RequiresCapture || !now.is_for(order.id, &order.amount) {
+        return record(pool, event, Some(order.id), "stray").await;
+    }
+    payments.cancel_stray(order.id, stray).await.map_err(unavailable)?;
+    tracing::warn!(payment_intent = stray, "a second PaymentIntent held funds for the order; it was cancelled");
+    record(pool, event, Some(order.id), "stray_released").await
+}
+
+/// The order's intent, read now.
+async fn fresh(payments: &Payments, order: &Order) -> Result<Intent, WebhookError> {
+    let id = order.payment_intent_id.as_deref().unwrap_or_default();
+    payments.retrieve(id).await.map_err(unavailable)
+}
+
+fn unavailable(error: PaymentError) -> WebhookError {
+    WebhookError::Unavailable(error.to_string())
+}
+
+async fn record(pool: &PgPool, event: &Event, order_id: Option<OrderId>, effect: &'static str) -> Result<&'static str, WebhookError> {
+    order::record_event(pool, event.reference(), order_id, effect).await?;
+    Ok(effect)
+}
+
+async fn already_applied(pool: &PgPool, id: &str) -> sqlx::Result<bool> {
+    let seen = sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM webhook_events WHERE id = $1) AS "seen!""#, id)
+        .fetch_one(pool)
+        .await?;
+    Ok(seen)
+}
+
+/// The order the event is about: the one its intent's metadata names, or the one that recorded
+/// its intent (a charge's events name only the intent).
+async fn find_order(pool: &PgPool, event: &Event) -> sqlx::Result<Option<Order>> {
+    if let Some(id) = event.order_id() {
+        return order::load(pool, id).await;
+    }
+    let Some(intent) = event.intent_id() else { return Ok(None) };
+    let row = query_order!("SELECT", "FROM orders WHERE payment_intent_id = $1", intent)
+        .fetch_optional(pool)
+        .await?;
+    Ok(row.map(Order::from))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_names_its_intent_and_order_whatever_its_object() {
+        let order = OrderId::new();
+        let intent = format!(
+            r#"{{"id":"evt_1","type":"payment_intent.canceled","data":{{"object":{{"id":"pi_1","object":"payment_intent","metadata":{{"order_id":"{order}"}}}}}}}}"#
+        );
+        let event = Event::parse(intent.as_bytes()).unwrap();
+        assert_eq!((event.intent_id(), event.order_id()), (Some("pi_1"), Some(order)));
+        let charge = r#"{"id":"evt_2","type":"charge.refunded","data":{"object":{"id":"ch_1","object":"charge","payment_intent":"pi_2","metadata":{}}}}"#;
+        let event = Event::parse(charge.as_bytes()).unwrap();
+        assert_eq!((event.intent_id(), event.order_id()), (Some("pi_2"), None));
+        let unknown = r#"{"id":"evt_3","type":"customer.created","data":{"object":{"id":"cus_1","object":"customer"}}}"#;
+        assert!(Event::parse(unknown.as_bytes()).is_ok(), "a type the fleet does not use still parses");
+    }
+}

@@ -1,0 +1,306 @@
+//! Issue 33, SPEC §1.1, §4, §5, §8.11: payments as Stripe takes them today — 3-D Secure,
+//! Stripe's signed webhooks, a hold cancelled outside the fleet, refunds and disputes — end to
+//! end against stripe-sim, which signs and delivers its events to the intake.
+
+use std::time::{Duration, Instant};
+
+use orderfleet_tests::Fleet;
+use serde_json::Value;
+
+/// Polls the order's status until `wanted`, for at most `within`.
+async fn status_becomes(fleet: &Fleet, order: &str, wanted: &str, within: Duration) -> (String, Option<String>) {
+    let deadline = Instant::now() + within;
+    loop {
+        let (status, reason): (String, Option<String>) =
+            sqlx::query_as("SELECT status::text, failure_reason FROM orders WHERE id = $1::uuid")
+                .bind(order)
+                .fetch_one(&fleet.pool)
+                .await
+                .unwrap();
+        if status == wanted || Instant::now() > deadline {
+            return (status, reason);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn intent_of(fleet: &Fleet, order: &str) -> String {
+    sqlx::query_scalar("SELECT payment_intent_id FROM orders WHERE id = $1::uuid")
+        .bind(order)
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap()
+}
+
+async fn units_promised(fleet: &Fleet, product: &str) -> i32 {
+    sqlx::query_scalar("SELECT units_promised FROM products WHERE id = $1").bind(product).fetch_one(&fleet.pool).await.unwrap()
+}
+
+fn order_id(body: &Value) -> String {
+    body["order_id"].as_str().expect("an order id").to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_card_that_needs_3_d_secure_is_accepted_as_requires_action_and_paid_once_its_buyer_authenticates() {
+    // Arrange: until issue 33 this was a 402 (and counted as card testing).
+    let fleet = Fleet::start("3ds-succeeds", 1).await.unwrap();
+    fleet.product("sku-1", 1500, 3).await.unwrap();
+
+    // Act
+    let first = fleet.post_order("ann", "k-1", "sku-1", 1, "pm_card_threeDSecure2Required").await.unwrap();
+
+    // Assert: 202 with what the buyer's page needs; the order keeps its unit and place in line.
+    assert_eq!(first.status, 202, "{}", first.body);
+    assert_eq!(first.body["status"], "requires_action");
+    assert_eq!(first.body["position"], 1);
+    let payment = &first.body["payment"];
+    assert!(payment["client_secret"].as_str().unwrap().contains("_secret_"), "{payment}");
+    assert_eq!(payment["next_action"]["type"], "use_stripe_sdk");
+    assert!(payment["action_expires_at"].is_string());
+    assert_eq!(units_promised(&fleet, "sku-1").await, 1);
+    let order = order_id(&first.body);
+    // A replay is the first answer; a reloaded page reads the same from GET.
+    let replay = fleet.post_order("ann", "k-1", "sku-1", 1, "pm_card_threeDSecure2Required").await.unwrap();
+    assert_eq!((replay.status, replay.replayed, &replay.body), (202, true, &first.body));
+    let got: Value = fleet.get_order("ann", &order).await.unwrap().json().await.unwrap();
+    assert_eq!((&got["status"], &got["payment"]), (&first.body["status"], payment));
+
+    // Act: the buyer authenticates in their browser; Stripe's webhook tells the fleet.
+    fleet.authenticate(&intent_of(&fleet, &order).await, true).await.unwrap();
+
+    // Assert: authorized by the webhook, then paid as any order; one intent, captured once.
+    let (status, _) = status_becomes(&fleet, &order, "paid", Duration::from_secs(30)).await;
+    assert_eq!(status, "paid");
+    let got: Value = fleet.get_order("ann", &order).await.unwrap().json().await.unwrap();
+    assert!(got.get("payment").is_none(), "payment shows only while requires_action: {got}");
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM webhook_events WHERE effect = 'authorized'")
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap();
+    assert_eq!(applied, 1, "the webhook, not the sweeper, authorized it");
+    let audit = orderfleet_tests::audit::Audit::of(&fleet, "sku-1", &fleet.notifications(2, Duration::from_secs(30)).await.unwrap())
+        .await
+        .unwrap();
+    audit.assert_guarantees();
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_authentication_declines_the_order_gives_its_unit_back_and_counts_as_a_decline() {
+    // Arrange: three units, and a card-testing limit of one decline an hour.
+    let mut fleet = Fleet::builder("3ds-fails").default_limits().prepare().await.unwrap();
+    fleet.set_env("INTAKE_DECLINES_PER_HOUR", "1");
+    fleet.spawn_all(1).await.unwrap();
+    fleet.product("sku-1", 1500, 3).await.unwrap();
+    let first = fleet.post_order("bob", "k-1", "sku-1", 1, "pm_card_authenticationRequired").await.unwrap();
+    assert_eq!((first.status, &first.body["status"]), (202, &Value::from("requires_action")));
+    let order = order_id(&first.body);
+
+    // Act
+    fleet.authenticate(&intent_of(&fleet, &order).await, false).await.unwrap();
+
+    // Assert: declined with the reason, its unit back for the next buyer, the intent released.
+    let (status, reason) = status_becomes(&fleet, &order, "payment_declined", Duration::from_secs(30)).await;
+    assert_eq!((status.as_str(), reason.as_deref()), ("payment_declined", Some("authentication_failed")));
+    assert_eq!(units_promised(&fleet, "sku-1").await, 0);
+    let next = fleet.post_order("cat", "k-1", "sku-1", 2, "pm_card_visa").await.unwrap();
+    assert_eq!(next.status, 202, "its unit is there again: {}", next.body);
+    // A failed authentication is a decline: the buyer's next card is held back, though a unit
+    // is left.
+    let again = fleet.post_order("bob", "k-2", "sku-1", 1, "pm_card_visa").await.unwrap();
+    assert_eq!(again.status, 429, "{}", again.body);
+    fleet.wait_settled(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(fleet.holds_without_a_unit().await.unwrap(), 0);
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_webhooks_the_sweeper_releases_an_abandoned_3_d_secure_order_by_its_deadline_and_it_counts_as_nothing() {
+    // Arrange: no webhook secret (the endpoint answers 503), a 2 s deadline, a sweeper every
+    // second, and a card-testing limit of one.
+    let mut fleet = Fleet::builder("3ds-abandoned").default_limits().prepare().await.unwrap();
+    fleet.set_env("STRIPE_WEBHOOK_SECRET", "");
+    fleet.set_env("PAYMENT_ACTION_TIMEOUT_SECONDS", "2");
+    fleet.set_env("SWEEP_INTERVAL_SECONDS", "1");
+    fleet.set_env("INTAKE_DECLINES_PER_HOUR", "1");
+    fleet.spawn_all(1).await.unwrap();
+    fleet.product("sku-1", 1500, 3).await.unwrap();
+    let first = fleet.post_order("dan", "k-1", "sku-1", 1, "pm_card_threeDSecure2Required").await.unwrap();
+    assert_eq!(first.body["status"], "requires_action", "{}", first.body);
+    let order = order_id(&first.body);
+    // While it is open it counts toward the limit, as a pending order does.
+    let meanwhile = fleet.post_order("dan", "k-2", "sku-1", 1, "pm_card_visa").await.unwrap();
+    assert_eq!(meanwhile.status, 429, "{}", meanwhile.body);
+
+    // Act: the buyer never authenticates.
+    let (status, reason) = status_becomes(&fleet, &order, "payment_declined", Duration::from_secs(30)).await;
+
+    // Assert: released by its deadline, the intent cancelled, the unit back; it counts as
+    // nothing, so the same buyer may try again at once.
+    assert_eq!((status.as_str(), reason.as_deref()), ("payment_declined", Some("authentication_timed_out")));
+    let intents = fleet.intents().await.unwrap();
+    assert_eq!(intents.len(), 1);
+    assert_eq!(intents[0]["status"], "canceled");
+    assert_eq!(units_promised(&fleet, "sku-1").await, 0);
+    let again = fleet.post_order("dan", "k-3", "sku-1", 1, "pm_card_visa").await.unwrap();
+    assert_eq!(again.status, 202, "{}", again.body);
+    fleet.wait_settled(Duration::from_secs(30)).await.unwrap();
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hold_that_lapses_before_capture_ends_the_order_authorization_canceled_with_its_unit_back() {
+    // Arrange: no stock worker, so the order stays authorized.
+    let mut fleet = Fleet::prepare("hold-lapses").await.unwrap();
+    for bin in ["order-intake", "outbox-relay", "notification-worker"] {
+        fleet.spawn(bin, bin, &[]).unwrap();
+    }
+    fleet.wait_intake().await.unwrap();
+    fleet.product("sku-1", 1500, 1).await.unwrap();
+    let placed = fleet.post_order("eve", "k-1", "sku-1", 1, "pm_card_visa").await.unwrap();
+    assert_eq!(placed.status, 202);
+    let order = order_id(&placed.body);
+
+    // Act: Stripe cancels the hold (it lapsed, or someone cancelled it in the Dashboard).
+    fleet.expire_hold(&intent_of(&fleet, &order).await).await.unwrap();
+
+    // Assert: the webhook moves the order on at once; its unit goes back to the line.
+    let (status, reason) = status_becomes(&fleet, &order, "authorization_canceled", Duration::from_secs(30)).await;
+    assert_eq!((status.as_str(), reason.as_deref()), ("authorization_canceled", Some("authorization_canceled")));
+    assert_eq!(units_promised(&fleet, "sku-1").await, 0);
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refund_in_the_dashboard_is_recorded_and_notified_and_a_dispute_is_counted() {
+    // Arrange: two paid orders, one on a card whose payment is disputed after capture.
+    let fleet = Fleet::start("refund-and-dispute", 1).await.unwrap();
+    fleet.product("sku-1", 1500, 5).await.unwrap();
+    let refunded = order_id(&fleet.post_order("fay", "k-1", "sku-1", 2, "pm_card_visa").await.unwrap().body);
+    let disputed = order_id(&fleet.post_order("gus", "k-1", "sku-1", 1, "pm_card_createDispute").await.unwrap().body);
+    fleet.wait_settled(Duration::from_secs(30)).await.unwrap();
+
+    // Act: a partial refund, then the rest.
+    let intent = intent_of(&fleet, &refunded).await;
+    fleet.refund_at_stripe(&intent, Some(1000)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let partial: (String, i64) = sqlx::query_as("SELECT status::text, amount_refunded FROM orders WHERE id = $1::uuid")
+        .bind(&refunded)
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap();
+    fleet.refund_at_stripe(&intent, None).await.unwrap();
+
+    // Assert
+    assert_eq!(partial, ("paid".to_owned(), 1000), "a partial refund is recorded, status unchanged");
+    let (status, _) = status_becomes(&fleet, &refunded, "refunded", Duration::from_secs(30)).await;
+    assert_eq!(status, "refunded");
+    let notes = fleet.notifications(6, Duration::from_secs(30)).await.unwrap();
+    assert!(notes.contains(&("order.refunded".to_owned(), refunded.clone())), "{notes:?}");
+    let dispute: Option<String> = sqlx::query_scalar("SELECT dispute_id FROM orders WHERE id = $1::uuid")
+        .bind(&disputed)
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap();
+    assert!(dispute.is_some_and(|d| d.starts_with("dp_")));
+    let metrics = fleet.scrape_metrics().await.join("\n");
+    assert!(metrics.contains("stripe_disputes_total 1"), "the dispute is counted for operators");
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forged_stale_altered_or_unsigned_webhook_gets_400_and_changes_nothing() {
+    // Arrange: an order awaiting 3-D Secure, and an event that would settle it.
+    let fleet = Fleet::start("webhook-abuse", 1).await.unwrap();
+    fleet.product("sku-1", 1500, 1).await.unwrap();
+    let placed = fleet.post_order("hal", "k-1", "sku-1", 1, "pm_card_threeDSecure2Required").await.unwrap();
+    let order = order_id(&placed.body);
+    let intent = intent_of(&fleet, &order).await;
+    let body = serde_json::json!({
+        "id": "evt_forged", "object": "event", "type": "payment_intent.canceled",
+        "data": {"object": {"id": intent, "object": "payment_intent", "metadata": {"order_id": order}}},
+    })
+    .to_string();
+    let now = chrono::Utc::now().timestamp();
+    let secret = fleet_harness::fleet::WEBHOOK_SECRET;
+
+    // Act and assert
+    let cases = [
+        ("unsigned", body.clone(), None),
+        ("another secret", body.clone(), Some(stripe_sim::signature_header("whsec_attacker", now, body.as_bytes()))),
+        ("stale", body.clone(), Some(stripe_sim::signature_header(secret, now - 301, body.as_bytes()))),
+        (
+            "altered after signing",
+            body.replace("payment_intent.canceled", "payment_intent.payment_failed"),
+            Some(stripe_sim::signature_header(secret, now, body.as_bytes())),
+        ),
+        ("malformed", body.clone(), Some("t=now,v1=zz".to_owned())),
+    ];
+    for (case, body, signature) in cases {
+        let (status, answer) = fleet.post_webhook(&body, signature.as_deref()).await.unwrap();
+        assert_eq!(status, 400, "{case}: {answer}");
+        assert_eq!(answer["error"]["code"], "invalid_signature", "{case}");
+    }
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM webhook_events").fetch_one(&fleet.pool).await.unwrap();
+    assert_eq!(events, 0, "nothing written");
+    assert_eq!(status_becomes(&fleet, &order, "?", Duration::ZERO).await.0, "requires_action");
+    // A validly signed event of a type the fleet does not use is 200, ignored.
+    let unknown = r#"{"id":"evt_new_kind","object":"event","type":"issuing_card.created","data":{"object":{"id":"ic_1","object":"issuing.card"}}}"#;
+    let signed = stripe_sim::signature_header(secret, now, unknown.as_bytes());
+    assert_eq!(fleet.post_webhook(unknown, Some(&signed)).await.unwrap().0, 200);
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drop_with_a_third_of_its_buyers_on_3_d_secure_keeps_every_guarantee_and_leaves_no_hold_on_a_loser() {
+    // Arrange: 60 buyers at once for 12 units. Three in ten have a card that needs 3-D Secure:
+    // one of them authenticates, one fails, one abandons (a 3 s deadline). Stripe delivers
+    // every webhook twice, each copy up to 300 ms late, so copies cross.
+    let mut fleet = Fleet::builder("3ds-drop").prepare().await.unwrap();
+    fleet.set_env("PAYMENT_ACTION_TIMEOUT_SECONDS", "3");
+    fleet.set_env("SWEEP_INTERVAL_SECONDS", "1");
+    fleet.spawn_all(2).await.unwrap();
+    fleet.duplicate_webhooks(300).await.unwrap();
+    fleet.product("sku-1", 1500, 12).await.unwrap();
+    let card = |i: usize| match i % 10 {
+        0..=2 => "pm_card_threeDSecure2Required",
+        _ => "pm_card_visa",
+    };
+
+    // Act
+    let answers = futures::future::join_all((0..60).map(|i| {
+        let (fleet, user) = (&fleet, format!("buyer-{i}"));
+        async move { (i, fleet.post_order(&user, "k-1", "sku-1", 1, card(i)).await.unwrap()) }
+    }))
+    .await;
+    for (i, answer) in &answers {
+        assert!(matches!(answer.status, 202 | 409), "buyer {i}: {} {}", answer.status, answer.body);
+        if answer.body["status"] != "requires_action" {
+            continue;
+        }
+        let intent = intent_of(&fleet, answer.body["order_id"].as_str().unwrap()).await;
+        match i % 10 {
+            0 => fleet.authenticate(&intent, true).await.unwrap(),
+            1 => fleet.authenticate(&intent, false).await.unwrap(),
+            _ => {} // abandons
+        }
+    }
+
+    // Assert: every order ends; SPEC §8 holds; no buyer without a unit carries a hold.
+    let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    let audit = orderfleet_tests::audit::Audit::without_notifications(&fleet, "sku-1").await.unwrap();
+    println!("{}", audit.figures("3ds-drop", 0));
+    audit.assert_guarantees();
+    assert_eq!(fleet.holds_without_a_unit().await.unwrap(), 0, "{statuses:?}");
+    let needed_action = answers.iter().filter(|(_, a)| a.body["status"] == "requires_action").count();
+    assert!(needed_action > 0, "some accepted buyers needed 3-D Secure");
+    assert!(answers.iter().all(|(_, a)| a.status != 402), "needing 3-D Secure is never a 402");
+    let reasons: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT failure_reason, count(*) FROM orders WHERE failure_reason IS NOT NULL GROUP BY 1 ORDER BY 1",
+    )
+    .fetch_all(&fleet.pool)
+    .await
+    .unwrap();
+    println!("3ds-drop: statuses={statuses:?} failures={reasons:?}");
+    fleet.stop().await.unwrap();
+}
