@@ -81,9 +81,11 @@ CREATE TABLE webhook_events (
 );
 CREATE INDEX webhook_events_by_age ON webhook_events (received_at);
 
--- The intake applies the webhooks: a hold cancelled outside the fleet gives a reserved
--- order's stock back.
+-- The intake applies the webhooks and records them; the relay's retention job purges the old
+-- ones (Stripe retries an event for up to three days); operators read them. The intake still
+-- never changes a product's stock: a reserved order's hold that is gone is the stock worker's.
 GRANT SELECT, INSERT ON webhook_events TO orderfleet_intake;
 GRANT SELECT, DELETE ON webhook_events TO orderfleet_relay;
 GRANT SELECT ON webhook_events TO orderfleet_operator;
-GRANT UPDATE (stock, updated_at) ON products TO orderfleet_intake;
+-- The relay's gauges: an order past its 3-D Secure deadline counts as stuck; disputes page.
+GRANT SELECT (action_expires_at, disputed_at) ON orders TO orderfleet_relay;

@@ -39,6 +39,11 @@ fn schemathesis(intake_url: &str, log_dir: &Path, name: &str, headers: &[String]
     for header in headers {
         command.args(["-H", header]);
     }
+    // Without a token, only the token's routes: Stripe's webhook endpoint takes none (its
+    // signature instead) and answers 400 or 503, never 401.
+    if headers.iter().all(|h| !h.starts_with("Authorization: Bearer ey")) {
+        command.args(["--include-tag", "orders"]);
+    }
     let out = command.output().expect("scripts/schemathesis.sh runs");
     let output = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     // The HAR holds one entry per request it sent.

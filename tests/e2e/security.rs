@@ -273,6 +273,8 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
                 ("orders", "S,I,U"),
                 ("outbox", OUTBOX_INSERT),
                 ("products", "S,U(last_position,units_promised)"),
+                // Stripe's webhooks, recorded as applied (issue 33).
+                ("webhook_events", "S,I"),
             ]),
         ),
         (
@@ -280,9 +282,11 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
             expected(&[
                 ("inbox", "S,D"),
                 ("message_failures", "S,D"),
-                ("orders", "S(created_at,intake_lease_until,status)"),
+                ("orders", "S(action_expires_at,created_at,disputed_at,intake_lease_until,status)"),
                 ("outbox", "S,U,D"),
                 ("outbox_archive", "S(id),I"),
+                // The retention job purges Stripe's old events.
+                ("webhook_events", "S,D"),
             ]),
         ),
         (
@@ -302,6 +306,7 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
                 ("orders", "S,U"),
                 ("outbox", "S,I,U"),
                 ("products", "S,I,U"),
+                ("webhook_events", "S"),
             ]),
         ),
     ]);
@@ -315,7 +320,16 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
     .unwrap();
     assert_eq!(
         tables,
-        ["_sqlx_migrations", "inbox", "message_failures", "orders", "outbox", "outbox_archive", "products"],
+        [
+            "_sqlx_migrations",
+            "inbox",
+            "message_failures",
+            "orders",
+            "outbox",
+            "outbox_archive",
+            "products",
+            "webhook_events"
+        ],
         "a new table: decide here which service may use it, and grant that in its migration"
     );
     let (powerful, owned, may_create): (i64, i64, bool) = sqlx::query_as(

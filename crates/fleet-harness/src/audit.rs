@@ -88,11 +88,12 @@ impl Audit {
         notifications: &[(String, String)],
     ) -> anyhow::Result<Self> {
         let mut audit = Audit { notifications_observed: true, ..Audit::default() };
-        let orders: Vec<OrderRow> =
-            sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT id, {STATUS}, quantity FROM orders WHERE product_id = $1")))
-                .bind(product)
-                .fetch_all(&fleet.pool)
-                .await?;
+        let orders: Vec<OrderRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT id, {STATUS}, quantity FROM orders WHERE product_id = $1"
+        )))
+        .bind(product)
+        .fetch_all(&fleet.pool)
+        .await?;
         let line: Vec<(i64, String, i32)> = sqlx::query_as(
             "SELECT position, status::text, quantity FROM orders WHERE product_id = $1 ORDER BY position",
         )
@@ -135,13 +136,22 @@ impl Audit {
         let held = units(&["stock_reserved", "paid", "refunded"]);
         self.oversold = (sold - total as i64).max(0);
         self.stock_mismatch = (total as i64 - held - stock as i64).abs() + if stock < 0 { 1 } else { 0 };
-        let holding =
-            units(&["pending_authorization", "requires_action", "authorized", "stock_reserved", "paid", "refunded"]);
+        let holding = units(&[
+            "pending_authorization",
+            "requires_action",
+            "authorized",
+            "stock_reserved",
+            "paid",
+            "refunded",
+        ]);
         self.promised_mismatch = (promised as i64 - holding).abs();
         self.lost = orders
             .iter()
             .filter(|(_, s, _)| {
-                matches!(s.as_str(), "pending_authorization" | "requires_action" | "authorized" | "stock_reserved")
+                matches!(
+                    s.as_str(),
+                    "pending_authorization" | "requires_action" | "authorized" | "stock_reserved"
+                )
             })
             .count() as i64;
     }
@@ -170,15 +180,14 @@ impl Audit {
             if intent["status"] == "succeeded" && !matches!(order_status, "paid" | "refunded") {
                 self.captures_not_paid += 1;
             }
-            let terminal_without_capture =
-                matches!(
-                    order_status,
-                    "rejected_out_of_stock"
-                        | "payment_declined"
-                        | "capture_failed"
-                        | "authorization_canceled"
-                        | DECLINED_AFTER_ACTION
-                );
+            let terminal_without_capture = matches!(
+                order_status,
+                "rejected_out_of_stock"
+                    | "payment_declined"
+                    | "capture_failed"
+                    | "authorization_canceled"
+                    | DECLINED_AFTER_ACTION
+            );
             if intent["status"] == "requires_capture" && terminal_without_capture {
                 self.holds_left += 1;
             }
@@ -200,16 +209,18 @@ impl Audit {
         }
         for (id, status) in status_of {
             let mut expected = Vec::new();
-            let never_accepted = ["pending_authorization", "requires_action", "payment_declined", DECLINED_AFTER_ACTION];
+            let never_accepted =
+                ["pending_authorization", "requires_action", "payment_declined", DECLINED_AFTER_ACTION];
             if !never_accepted.contains(&status.as_str()) {
                 expected.push("order.accepted");
             }
             match status.as_str() {
                 "paid" => expected.push("order.paid"),
                 "refunded" => expected.extend(["order.paid", "order.refunded"]),
-                "rejected_out_of_stock" | "capture_failed" | "authorization_canceled" | DECLINED_AFTER_ACTION => {
-                    expected.push("order.rejected")
-                }
+                "rejected_out_of_stock"
+                | "capture_failed"
+                | "authorization_canceled"
+                | DECLINED_AFTER_ACTION => expected.push("order.rejected"),
                 _ => {}
             }
             self.missing_notifications +=

@@ -476,7 +476,8 @@ impl Fleet {
             .filter(|i| {
                 // A cancelled intent held funds only if it was authorized (it has a charge):
                 // one cancelled while its buyer was at 3-D Secure never held anything.
-                let held = i["status"] == "requires_capture" || (i["status"] == "canceled" && !i["latest_charge"].is_null());
+                let held = i["status"] == "requires_capture"
+                    || (i["status"] == "canceled" && !i["latest_charge"].is_null());
                 !paid.contains(i["metadata"]["order_id"].as_str().unwrap_or("")) && held
             })
             .count())
@@ -549,13 +550,15 @@ impl Fleet {
 
     /// stripe-sim's webhook deliveries (`GET /_sim/webhooks`): `{event_id, type, status}` each.
     pub async fn webhook_deliveries(&self) -> anyhow::Result<Vec<Value>> {
-        let answer: Value = self.http.get(format!("{}/_sim/webhooks", self.stripe_url)).send().await?.json().await?;
+        let answer: Value =
+            self.http.get(format!("{}/_sim/webhooks", self.stripe_url)).send().await?.json().await?;
         Ok(answer["data"].as_array().cloned().unwrap_or_default())
     }
 
     /// Makes stripe-sim send each webhook event twice, each copy held 0..`max_delay_ms`.
     pub async fn duplicate_webhooks(&self, max_delay_ms: u64) -> anyhow::Result<()> {
-        self.sim_control("webhooks", &serde_json::json!({ "duplicate": true, "max_delay_ms": max_delay_ms })).await
+        self.sim_control("webhooks", &serde_json::json!({ "duplicate": true, "max_delay_ms": max_delay_ms }))
+            .await
     }
 
     /// Posts `body` to the intake's `/webhooks/stripe` with `signature` as `Stripe-Signature`.

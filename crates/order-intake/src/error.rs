@@ -28,7 +28,7 @@ pub enum ApiError {
     #[error("the body is not valid JSON: {0}")]
     /// `400 malformed_json`.
     MalformedJson(String),
-    #[error("the body is larger than 16 KiB")]
+    #[error("the body is too large (an order's may be 16 KiB, a webhook's 256 KiB)")]
     /// `413 body_too_large`.
     BodyTooLarge,
     #[error("{0}")]
@@ -259,7 +259,9 @@ impl IntoResponse for ApiError {
             ApiError::Unexpected(e) | ApiError::Unavailable(e) => {
                 tracing::error!(error = format!("{e:#}"), code = self.code(), "request failed")
             }
-            ApiError::WebhookUnavailable(reason) => tracing::warn!(reason, "webhook not applied; Stripe retries"),
+            ApiError::WebhookUnavailable(reason) => {
+                tracing::warn!(reason, "webhook not applied; Stripe retries")
+            }
             ApiError::InvalidSignature(why) => tracing::warn!(why, "webhook refused: its signature"),
             _ => tracing::debug!(code = self.code(), "request refused"),
         }

@@ -76,6 +76,7 @@ pub fn document() -> OpenApi {
     let paths = PathsBuilder::new()
         .path("/v1/orders", PathItem::new(HttpMethod::Post, create_order()))
         .path("/v1/orders/{order_id}", PathItem::new(HttpMethod::Get, get_order()))
+        .path("/webhooks/stripe", PathItem::new(HttpMethod::Post, receive_webhook()))
         .build();
     OpenApiBuilder::new()
         .info(
@@ -99,8 +100,104 @@ pub fn document() -> OpenApi {
 fn create_refusals() -> Vec<ApiError> {
     ApiError::one_of_each()
         .into_iter()
-        .filter(|e| !matches!(e, ApiError::OrderNotFound | ApiError::NotFound | ApiError::MethodNotAllowed))
+        .filter(|e| {
+            !matches!(
+                e,
+                ApiError::OrderNotFound
+                    | ApiError::NotFound
+                    | ApiError::MethodNotAllowed
+                    | ApiError::InvalidSignature(_)
+                    | ApiError::WebhookUnavailable(_)
+            )
+        })
         .collect()
+}
+
+/// Refusals `POST /webhooks/stripe` can answer.
+fn webhook_refusals() -> Vec<ApiError> {
+    ApiError::one_of_each()
+        .into_iter()
+        .filter(|e| {
+            matches!(
+                e,
+                ApiError::InvalidSignature(_)
+                    | ApiError::MalformedJson(_)
+                    | ApiError::BodyTooLarge
+                    | ApiError::RequestTimeout
+                    | ApiError::WebhookUnavailable(_)
+                    | ApiError::Unexpected(_)
+            )
+        })
+        .collect()
+}
+
+fn receive_webhook() -> Operation {
+    let mut responses = refusals(&webhook_refusals());
+    responses.insert("200".into(), webhook_applied());
+    OperationBuilder::new()
+        .operation_id(Some("receiveStripeWebhook"))
+        .tag("webhooks")
+        .summary(Some("Stripe's webhook endpoint"))
+        .description(Some(
+            "Stripe's signed events (no bearer token). Register this URL in Stripe's Dashboard for \
+             `payment_intent.amount_capturable_updated`, `payment_intent.payment_failed`, \
+             `payment_intent.canceled`, `charge.refunded` and `charge.dispute.created`, and put its \
+             signing secret in `STRIPE_WEBHOOK_SECRET`. `200` once applied, `400` for a signature that \
+             is missing, forged, stale or of an altered body, `503` when it cannot be applied now \
+             (Stripe delivers it again).",
+        ))
+        .security(SecurityRequirement::default())
+        .parameter(
+            required(
+                "Stripe-Signature",
+                ParameterIn::Header,
+                "`t=<unix time>,v1=<hex HMAC-SHA256 of \"{t}.{raw body}\">`, one `v1` per signing secret",
+            )
+            .schema(Some(ObjectBuilder::new().schema_type(Type::String))),
+        )
+        .request_body(Some(stripe_event()))
+        .responses(utoipa::openapi::ResponsesBuilder::new().responses_from_iter(responses).build())
+        .build()
+}
+
+/// A Stripe Event, as far as the document says: Stripe's own reference describes the rest.
+fn stripe_event() -> utoipa::openapi::request_body::RequestBody {
+    let event = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .description(Some("A Stripe Event object"))
+        .property("id", ObjectBuilder::new().schema_type(Type::String))
+        .property("type", ObjectBuilder::new().schema_type(Type::String));
+    RequestBodyBuilder::new()
+        .required(Some(Required::True))
+        .content("application/json", ContentBuilder::new().schema(Some(event)).build())
+        .build()
+}
+
+/// The `200` of the webhook endpoint.
+fn webhook_applied() -> Response {
+    ResponseBuilder::new()
+        .description(
+            "Applied, or found to change nothing (an event already applied, a type the fleet does not use)",
+        )
+        .content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(
+                    ObjectBuilder::new()
+                        .schema_type(Type::Object)
+                        .property("received", ObjectBuilder::new().schema_type(Type::Boolean))
+                        .required("received")
+                        .property(
+                            "effect",
+                            ObjectBuilder::new()
+                                .schema_type(Type::String)
+                                .description(Some("What applying it did, for operators")),
+                        )
+                        .required("effect"),
+                ))
+                .build(),
+        )
+        .build()
 }
 
 /// Refusals a `GET /v1/orders/{order_id}` can answer.

@@ -53,7 +53,8 @@ pub enum Placed {
 /// it is still pending. It depends only on columns that never change after that answer.
 fn answer(order: &Order, replayed: bool) -> Option<Placed> {
     if let Some(payment) = PaymentAction::of(order) {
-        let body = Accepted { status: OrderStatus::RequiresAction, payment: Some(payment), ..Accepted::of(order) };
+        let body =
+            Accepted { status: OrderStatus::RequiresAction, payment: Some(payment), ..Accepted::of(order) };
         return Some(Placed::Accepted { body, replayed });
     }
     match order.status {

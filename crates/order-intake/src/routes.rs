@@ -57,7 +57,7 @@ pub fn router(state: AppState) -> Router {
     // refused for the buyers' sake; the connection's own timeouts still hold.
     let webhooks = Router::new()
         .route("/webhooks/stripe", post(webhook::receive))
-        .layer(DefaultBodyLimit::max(webhook::MAX_BODY))
+        .layer(DefaultBodyLimit::disable())
         .with_state(state);
     api.merge(webhooks)
         .merge(orderfleet::runtime::ops::router())

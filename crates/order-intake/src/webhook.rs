@@ -20,7 +20,7 @@
 //! or Stripe away, the budget spent, the order being settled by the sweeper), so that Stripe
 //! delivers it again; `503` too while no secret is configured (the sweeper alone settles).
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -51,14 +51,21 @@ impl std::fmt::Debug for WebhookSecrets {
 impl WebhookSecrets {
     /// Reads `STRIPE_WEBHOOK_SECRET`; unset or empty: none (webhooks answered `503`).
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        let Some(raw) = env.optional::<SecretString>("STRIPE_WEBHOOK_SECRET")? else { return Ok(Self::default()) };
-        Self::parse(raw.expose_secret()).map_err(|reason| ConfigError::Malformed { name: "STRIPE_WEBHOOK_SECRET", reason })
+        let Some(raw) = env.optional::<SecretString>("STRIPE_WEBHOOK_SECRET")? else {
+            return Ok(Self::default());
+        };
+        Self::parse(raw.expose_secret())
+            .map_err(|reason| ConfigError::Malformed { name: "STRIPE_WEBHOOK_SECRET", reason })
     }
 
     fn parse(raw: &str) -> Result<Self, String> {
         let secrets: Vec<&str> = raw.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
-        if let Some(bad) = secrets.iter().position(|s| !s.starts_with("whsec_") || s.len() <= "whsec_".len()) {
-            return Err(format!("expected Stripe signing secrets (whsec_…), comma-separated; secret {} is not one", bad + 1));
+        if let Some(bad) = secrets.iter().position(|s| !s.starts_with("whsec_") || s.len() <= "whsec_".len())
+        {
+            return Err(format!(
+                "expected Stripe signing secrets (whsec_…), comma-separated; secret {} is not one",
+                bad + 1
+            ));
         }
         Ok(Self(secrets.into_iter().map(|s| SecretString::from(s.to_owned())).collect()))
     }
@@ -95,13 +102,18 @@ impl WebhookSecrets {
             mac.update(body);
             mac.verify_slice(signature).is_ok()
         };
-        let matches = self.0.iter().any(|secret| signatures.iter().any(|signature| signed(secret, signature)));
+        let matches =
+            self.0.iter().any(|secret| signatures.iter().any(|signature| signed(secret, signature)));
         if matches { Ok(()) } else { Err("no v1 signature matches a secret") }
     }
 }
 
 /// `POST /webhooks/stripe`.
-pub(crate) async fn receive(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+pub(crate) async fn receive(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    // Read under our own limit, so that a body too large is answered in the API's error shape.
+    let Ok(body) = axum::body::to_bytes(body, MAX_BODY).await else {
+        return ApiError::BodyTooLarge.into_response();
+    };
     match accept(&state, &headers, &body).await {
         Ok(applied) => {
             let effect = match applied {
@@ -110,7 +122,8 @@ pub(crate) async fn receive(State(state): State<AppState>, headers: HeaderMap, b
                 Applied::Ignored => "ignored",
             };
             tracing::info!(effect, "webhook applied");
-            (StatusCode::OK, axum::Json(serde_json::json!({ "received": true, "effect": effect }))).into_response()
+            (StatusCode::OK, axum::Json(serde_json::json!({ "received": true, "effect": effect })))
+                .into_response()
         }
         Err(error) => error.into_response(),
     }
@@ -121,7 +134,10 @@ async fn accept(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Ap
         return Err(ApiError::WebhookUnavailable("STRIPE_WEBHOOK_SECRET is not set".into()));
     }
     let header = headers.get("stripe-signature").and_then(|v| v.to_str().ok());
-    state.webhook_secrets.verify(header, body, chrono::Utc::now().timestamp()).map_err(ApiError::InvalidSignature)?;
+    state
+        .webhook_secrets
+        .verify(header, body, chrono::Utc::now().timestamp())
+        .map_err(ApiError::InvalidSignature)?;
     let event = Event::parse(body).map_err(ApiError::MalformedJson)?;
     let span = tracing::info_span!("webhook", event = event.id, kind = event.kind);
     let _in_span = span.enter();

@@ -711,9 +711,10 @@ impl OrderProtocol {
                 Next::Go(Advance::Cancel { attempt: o.attempt, intent })
             }
             (Status::RejectedOutOfStock | Status::CaptureFailed, None) => Next::Go(Advance::MarkReleased),
-            (Status::Paid | Status::Refunded | Status::PaymentDeclined | Status::AuthorizationCanceled, _) => {
-                Next::End(Done::Settled)
-            }
+            (
+                Status::Paid | Status::Refunded | Status::PaymentDeclined | Status::AuthorizationCanceled,
+                _,
+            ) => Next::End(Done::Settled),
             (Status::PendingAuthorization | Status::RequiresAction | Status::StockReserved, _) => {
                 Next::End(Done::Stuck)
             }

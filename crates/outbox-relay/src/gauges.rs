@@ -1,14 +1,18 @@
 //! What the outbox's alarms need: its state, which only PostgreSQL knows, as metrics.
 //!
-//! Every interval (`OUTBOX_METRICS_INTERVAL_SECONDS`, 30) the relay reads three gauges in one
+//! Every interval (`OUTBOX_METRICS_INTERVAL_SECONDS`, 30) the relay reads four gauges in one
 //! short statement — rows `dead` (a person must look: `fleetctl outbox dead`), the age of the
 //! oldest row not yet sent (the relay or SQS is behind or down), and the orders stuck in
 //! `pending_authorization` (no live lease, unmoved for `STUCK_AFTER`: an intake died
 //! mid-authorization, or Stripe failed and the buyer never came back; the sweeper should
-//! resolve them within minutes) — and serves them on `/metrics` (`outbox_dead_rows`,
-//! `outbox_oldest_pending_age_seconds`, `orders_pending_authorization_stuck`). When
+//! resolve them within minutes; or in `requires_action` past their 3-D Secure deadline), and
+//! the orders disputed in the last day (a cardholder asked their bank for the money back: a
+//! person must answer in Stripe's Dashboard within days) — and serves them on `/metrics`
+//! (`outbox_dead_rows`, `outbox_oldest_pending_age_seconds`,
+//! `orders_pending_authorization_stuck`, `orders_disputed_last_day`). When
 //! `CLOUDWATCH_NAMESPACE` is set, it also puts them to CloudWatch (`OutboxDeadRows`,
-//! `OutboxOldestPendingAgeSeconds`, `OrdersPendingAuthorizationStuck`, no dimensions) with
+//! `OutboxOldestPendingAgeSeconds`, `OrdersPendingAuthorizationStuck`, `OrdersDisputedLastDay`,
+//! no dimensions) with
 //! one PutMetricData call, where the templates' alarms and dashboard read them.
 //! PutMetricData rather than an embedded-metric-format log line: it needs no agent on EC2
 //! and no log driver support on ECS, and the same code runs against LocalStack.
@@ -43,8 +47,12 @@ pub(crate) struct OutboxGauges {
     pub dead_rows: i64,
     /// Seconds since the oldest row still to be sent was written; 0 when none is waiting.
     pub oldest_pending_age_seconds: f64,
-    /// Orders in `pending_authorization`, older than [`STUCK_AFTER`], that nobody holds.
+    /// Orders in `pending_authorization`, older than [`STUCK_AFTER`], that nobody holds, and
+    /// orders in `requires_action` [`STUCK_AFTER`] past their deadline (the sweeper settles
+    /// those within a minute of it).
     pub stuck_pending_orders: i64,
+    /// Orders whose payment a cardholder disputed in the last day (`charge.dispute.created`).
+    pub disputed_last_day: i64,
 }
 
 /// Reads the gauges in one statement: the dead rows through their partial index, the oldest
@@ -57,9 +65,13 @@ pub(crate) async fn read(pool: &PgPool) -> sqlx::Result<OutboxGauges> {
                 COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(created_at))::float8
                             FROM outbox WHERE status IN ('pending', 'processing', 'failed')), 0) AS "oldest!",
                 (SELECT count(*) FROM orders
-                  WHERE awaiting_authorization(status) AND created_at < now() - $1 * interval '1 ms'
-                    AND (intake_lease_until IS NULL OR intake_lease_until < now())) AS "stuck!""#,
+                  WHERE ((status = $2 AND created_at < now() - $1 * interval '1 ms')
+                         OR (status = $3 AND action_expires_at < now() - $1 * interval '1 ms'))
+                    AND (intake_lease_until IS NULL OR intake_lease_until < now())) AS "stuck!",
+                (SELECT count(*) FROM orders WHERE disputed_at > now() - interval '1 day') AS "disputed!""#,
         STUCK_AFTER.as_millis() as i64,
+        orderfleet::domain::order::OrderStatus::PendingAuthorization as _,
+        orderfleet::domain::order::OrderStatus::RequiresAction as _,
     )
     .fetch_one(pool)
     .await?;
@@ -69,6 +81,7 @@ pub(crate) async fn read(pool: &PgPool) -> sqlx::Result<OutboxGauges> {
         dead_rows,
         oldest_pending_age_seconds: oldest_pending_age_seconds.max(0.0),
         stuck_pending_orders,
+        disputed_last_day: gauges.disputed,
     })
 }
 
@@ -105,6 +118,7 @@ async fn publish(
     metrics::gauge!("outbox_dead_rows").set(gauges.dead_rows as f64);
     metrics::gauge!("outbox_oldest_pending_age_seconds").set(gauges.oldest_pending_age_seconds);
     metrics::gauge!("orders_pending_authorization_stuck").set(gauges.stuck_pending_orders as f64);
+    metrics::gauge!("orders_disputed_last_day").set(gauges.disputed_last_day as f64);
     let Some(namespace) = namespace else { return Ok(()) };
     let datum = |name: &str, value: f64, unit: StandardUnit| {
         MetricDatum::builder().metric_name(name).value(value).unit(unit).build()
@@ -123,6 +137,7 @@ async fn publish(
             gauges.stuck_pending_orders as f64,
             StandardUnit::Count,
         ))
+        .metric_data(datum("OrdersDisputedLastDay", gauges.disputed_last_day as f64, StandardUnit::Count))
         .send()
         .await
         .map_err(|e| {

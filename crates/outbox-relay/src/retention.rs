@@ -66,7 +66,8 @@ pub(crate) async fn sweep_batch(pool: &PgPool, policy: &RetentionPolicy) -> sqlx
 
 /// The consumers' records outlive any redelivery they guard against: an inbox id matters
 /// while a copy of its message can still arrive — the 14 days a DLQ keeps a message, then a
-/// redrive — and a recorded failure explains a dead letter for as long as that stays too.
+/// redrive — and a recorded failure explains a dead letter for as long as that stays too. A
+/// Stripe event's id is kept as long (Stripe retries an event for three days).
 pub(crate) const CONSUMER_RECORDS_KEPT: Duration = Duration::from_secs(15 * 24 * 3600);
 
 /// Deletes consumer records older than `CONSUMER_RECORDS_KEPT`, a batch of each kind in one
@@ -94,9 +95,15 @@ pub async fn sweep_consumer_records(pool: &PgPool, batch: i64) -> sqlx::Result<u
                  SELECT queue, message_key FROM message_failures
                   WHERE updated_at < now() - $1::int8 * interval '1 ms' LIMIT $2)
              RETURNING 1
+         ), webhooks AS (
+             -- Stripe's events applied long ago: Stripe retries one for three days at most.
+             DELETE FROM webhook_events WHERE id IN (
+                 SELECT id FROM webhook_events
+                  WHERE received_at < now() - $1::int8 * interval '1 ms' LIMIT $2)
+             RETURNING 1
          )
          SELECT (SELECT count(*) FROM processed) + (SELECT count(*) FROM abandoned)
-                + (SELECT count(*) FROM failures) AS "deleted!""#,
+                + (SELECT count(*) FROM failures) + (SELECT count(*) FROM webhooks) AS "deleted!""#,
         age_ms,
         batch,
     )

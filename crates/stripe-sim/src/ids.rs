@@ -18,3 +18,9 @@ pub(crate) fn uuid() -> String {
     let hex: String = hex::encode(rand::random::<[u8; 16]>());
     format!("{}-{}-4{}-a{}-{}", &hex[0..8], &hex[8..12], &hex[13..16], &hex[17..20], &hex[20..32])
 }
+
+/// Now, in whole seconds since the Unix epoch, as Stripe dates its objects.
+pub(crate) fn unix_now() -> i64 {
+    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since_epoch.as_secs()).unwrap_or(i64::MAX)
+}

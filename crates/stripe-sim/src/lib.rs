@@ -181,7 +181,7 @@ pub async fn serve_with(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    webhooks::start(&state, state.stopping());
+    webhooks::start(state.webhooks(), state.stopping());
     let app = router(state.clone());
     let counted = state.clone();
     let listener = axum::serve::ListenerExt::tap_io(listener, move |_| counted.connected());

@@ -11,7 +11,7 @@
 //! ([`crate::webhooks`]).
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -20,6 +20,7 @@ use crate::error::StripeError;
 use crate::events::{Cause, Event};
 use crate::faults::{Faults, Mode, Operation};
 use crate::idempotency::{IdempotencyStore, Lookup, Saved, Scope};
+use crate::ids::unix_now;
 use crate::ledger::{Ledger, Reply};
 use crate::rate::{RequestStats, Traffic, Verdict};
 use crate::requests::Expand;
@@ -34,7 +35,7 @@ pub struct Simulator {
     state: Mutex<State>,
     hang: Duration,
     stopping: CancellationToken,
-    webhooks: Webhooks,
+    webhooks: Arc<Webhooks>,
 }
 
 #[derive(Debug, Default)]
@@ -75,7 +76,7 @@ impl Simulator {
             state: Mutex::default(),
             hang: Self::DEFAULT_HANG,
             stopping: CancellationToken::new(),
-            webhooks: Webhooks::new(None),
+            webhooks: Arc::new(Webhooks::new(None)),
         }
     }
 
@@ -84,7 +85,7 @@ impl Simulator {
     /// starts when [`crate::serve_with`] serves the simulator and stops when it stops; events
     /// from before are kept until then.
     pub fn with_webhook_endpoint(self, endpoint: WebhookEndpoint) -> Self {
-        Self { webhooks: Webhooks::new(Some(endpoint)), ..self }
+        Self { webhooks: Arc::new(Webhooks::new(Some(endpoint))), ..self }
     }
 
     /// Every webhook delivery attempt so far (since the start or the last reset), in the
@@ -93,7 +94,7 @@ impl Simulator {
         self.webhooks.attempts()
     }
 
-    pub(crate) fn webhooks(&self) -> &Webhooks {
+    pub(crate) fn webhooks(&self) -> &Arc<Webhooks> {
         &self.webhooks
     }
 
@@ -317,9 +318,4 @@ impl Simulator {
         state.faults.clear();
         state.faults.to_json()
     }
-}
-
-pub(crate) fn unix_now() -> i64 {
-    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    i64::try_from(since_epoch.as_secs()).unwrap_or(i64::MAX)
 }

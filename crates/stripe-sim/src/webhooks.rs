@@ -23,7 +23,7 @@
 //! Every attempt is recorded ([`WebhookAttempt`], `GET /_sim/webhooks`), with the status the
 //! endpoint answered, 0 when it gave none.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use rand::Rng;
@@ -35,7 +35,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::{Event, signature_header};
-use crate::simulator::{SimState, unix_now};
+use crate::ids::unix_now;
 
 /// How long one attempt waits for the endpoint's answer.
 pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -161,16 +161,16 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Starts delivering `sim`'s events until `stop` fires, if it has an endpoint and nobody
 /// started it yet.
-pub(crate) fn start(sim: &SimState, stop: CancellationToken) {
-    let Some(endpoint) = sim.webhooks().endpoint.clone() else { return };
-    let Some(unsent) = lock(&sim.webhooks().unsent).take() else { return };
+pub(crate) fn start(webhooks: &Arc<Webhooks>, stop: CancellationToken) {
+    let Some(endpoint) = webhooks.endpoint.clone() else { return };
+    let Some(unsent) = lock(&webhooks.unsent).take() else { return };
     tracing::info!(url = endpoint.url(), "delivering webhooks");
-    tokio::spawn(deliver_all(sim.clone(), unsent, endpoint, stop));
+    tokio::spawn(deliver_all(webhooks.clone(), unsent, endpoint, stop));
 }
 
 /// The delivery task: one task per copy of each event, until `stop`.
 async fn deliver_all(
-    sim: SimState,
+    webhooks: Arc<Webhooks>,
     mut unsent: mpsc::UnboundedReceiver<Event>,
     endpoint: WebhookEndpoint,
     stop: CancellationToken,
@@ -190,10 +190,10 @@ async fn deliver_all(
             Some(_) = deliveries.join_next(), if !deliveries.is_empty() => {}
             event = unsent.recv() => {
                 let Some(event) = event else { break };
-                let mode = sim.webhooks().mode();
+                let mode = webhooks.mode();
                 for _ in 0..mode.copies() {
                     let copy = Delivery { client: client.clone(), endpoint: endpoint.clone(), event: event.clone() };
-                    deliveries.spawn(copy.run(sim.clone(), mode.delay()));
+                    deliveries.spawn(copy.run(webhooks.clone(), mode.delay()));
                 }
             }
         }
@@ -211,12 +211,12 @@ struct Delivery {
 
 impl Delivery {
     /// Waits `delay`, then sends until the endpoint answers `2xx`.
-    async fn run(self, sim: SimState, delay: Duration) {
+    async fn run(self, webhooks: Arc<Webhooks>, delay: Duration) {
         tokio::time::sleep(delay).await;
         let mut backoff = FIRST_RETRY;
         loop {
             let status = self.attempt().await;
-            sim.webhooks().recorded(WebhookAttempt {
+            webhooks.recorded(WebhookAttempt {
                 event_id: self.event.id.clone(),
                 event_type: self.event.kind.as_str().to_owned(),
                 status,

@@ -280,8 +280,10 @@ mod tests {
         assert_eq!(decide(&order, &canceled, false), Decision::Decline(PAYMENT_CANCELED));
         let failed = intent(&order, IntentStatus::RequiresPaymentMethod);
         assert_eq!(decide(&order, &failed, false), Decision::Release(AUTHENTICATION_FAILED));
-        let failed_then_canceled =
-            Intent { last_error: Some(FAILED_AUTHENTICATION.into()), ..intent(&order, IntentStatus::Canceled) };
+        let failed_then_canceled = Intent {
+            last_error: Some(FAILED_AUTHENTICATION.into()),
+            ..intent(&order, IntentStatus::Canceled)
+        };
         assert_eq!(decide(&order, &failed_then_canceled, true), Decision::Decline(AUTHENTICATION_FAILED));
     }
 }

@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 use crate::domain::OrderId;
 
-use crate::domain::order::{self, Order, OrderNotification, OrderStatus, Transition};
+use crate::domain::order::{self, Order, OrderNotification, OrderStatus, StatusSet, Transition};
 use crate::domain::outbox::EventType;
 use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
 use crate::runtime::failure::{Failure, Outcome, Source};
@@ -147,17 +147,14 @@ impl Fulfilment {
                 order::load(&self.pool, order_id).await.map_err(anyhow::Error::from)
             })
         };
-        // The first step loads the order and, if it is `authorized`, reserves its units, in
-        // one statement: most messages are an order's first delivery.
+        // The first step loads the order and, if `authorized`, reserves its units: one statement.
         let arrived = crate::runtime::db::bounded("failed to reserve stock", self.arrive(order_id)).await?;
         let Some((mut order, mut arrival)) = arrived else {
             let reason = format!("unknown order {order_id}");
             return Ok(Err(Failure::permanent(Source::Message, "unknown_order", reason)));
         };
-        // Each pass does one step. A step that made its move carries the new status forward;
-        // one that lost its compare-and-set to another delivery reads the order again. The
-        // longest path (authorized → stock_reserved → paid) takes three passes; the bound
-        // only guards against a bug looping.
+        // Each pass does one step; one that lost its compare-and-set reads the order again. The
+        // longest path takes three passes; the bound only guards against a bug looping.
         for _ in 0..6 {
             let moved = match order.status {
                 OrderStatus::Authorized => {
@@ -174,22 +171,21 @@ impl Fulfilment {
                 OrderStatus::StockReserved => match self.capture(&order).await? {
                     Captured::Moved(status) => Some(status),
                     Captured::Lost => None,
-                    Captured::Blocked(reason) => {
-                        return Ok(Err(Failure::outage(Source::Stripe, "unavailable", reason)));
+                    Captured::Blocked(why) => {
+                        return Ok(Err(Failure::outage(Source::Stripe, "unavailable", why)));
                     }
                 },
                 OrderStatus::RejectedOutOfStock | OrderStatus::CaptureFailed => {
                     return self.release_authorization(&order).await;
                 }
                 // Ended, and holding nothing: a cancelled hold is gone already.
-                OrderStatus::Paid
-                | OrderStatus::Refunded
-                | OrderStatus::PaymentDeclined
-                | OrderStatus::AuthorizationCanceled => return Ok(Ok(())),
-                OrderStatus::PendingAuthorization | OrderStatus::RequiresAction => {
-                    // Fulfilment starts only after the move to `authorized`.
-                    let reason = format!("order {order_id} is still pending authorization");
-                    return stuck("not_authorized", reason);
+                status if status.set() != StatusSet::HoldsUnits => return Ok(Ok(())),
+                // Fulfilment starts only after the move to `authorized`.
+                _ => {
+                    return stuck(
+                        "not_authorized",
+                        format!("order {order_id} is still pending authorization"),
+                    );
                 }
             };
             match moved {
@@ -382,27 +378,47 @@ impl Fulfilment {
                 // in `GET` and in the notification, reads only the code.
                 let detail = format!("capture refused: {refused}");
                 tracing::warn!(detail, "the payment provider refused the capture");
+                // A hold that is gone (it lapsed, or was cancelled in the Dashboard) is not a
+                // failed capture: the order ends `authorization_canceled` (SPEC §5).
+                let ended = match self.payments.retrieve(intent).await {
+                    Ok(now) if now.status == IntentStatus::Canceled => OrderStatus::AuthorizationCanceled,
+                    Ok(_) => OrderStatus::CaptureFailed,
+                    Err(e) if e.is_transient() => return Ok(Captured::Blocked(e.to_string())),
+                    Err(_) => OrderStatus::CaptureFailed,
+                };
                 crate::runtime::db::bounded(
                     "failed to record the refused capture",
-                    self.fail_capture(order, &detail),
+                    self.fail_capture(order, &detail, ended),
                 )
                 .await
             }
         }
     }
 
-    /// A capture Stripe refused: ONE transaction moves the order to `capture_failed` with its
+    /// A capture Stripe refused: ONE transaction moves the order to `ended` — `capture_failed`,
+    /// or `authorization_canceled` when its hold is gone (no cancel then) — with its
     /// `order.rejected` message, keeps Stripe's `detail` where only operators look, and gives
     /// its units back.
-    async fn fail_capture(&self, order: &Order, detail: &str) -> anyhow::Result<Captured> {
-        let reason = CAPTURE_FAILED;
-        let failed = OrderNotification::of(order, OrderStatus::CaptureFailed, Some(reason));
+    async fn fail_capture(
+        &self,
+        order: &Order,
+        detail: &str,
+        ended: OrderStatus,
+    ) -> anyhow::Result<Captured> {
+        let reason = match ended {
+            OrderStatus::AuthorizationCanceled => crate::domain::webhook::AUTHORIZATION_CANCELED,
+            _ => CAPTURE_FAILED,
+        };
+        let failed = OrderNotification::of(order, ended, Some(reason));
         let mut tx = crate::runtime::db::begin(&self.pool).await?;
-        let moved = Transition::new(order.id, OrderStatus::StockReserved, OrderStatus::CaptureFailed)
+        let transition = Transition::new(order.id, OrderStatus::StockReserved, ended)
             .with_reason(reason)
-            .with_message(EventType::OrderRejected, failed)
-            .apply(&mut *tx)
-            .await?;
+            .with_message(EventType::OrderRejected, failed);
+        let transition = match ended {
+            OrderStatus::AuthorizationCanceled => transition.with_hold_released(),
+            _ => transition,
+        };
+        let moved = transition.apply(&mut *tx).await?;
         if !moved {
             tx.rollback().await?;
             return Ok(Captured::Lost);
@@ -421,7 +437,7 @@ impl Fulfilment {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(Captured::Moved(OrderStatus::CaptureFailed))
+        Ok(Captured::Moved(ended))
     }
 
     /// After Stripe answered a capture or a cancel with a 5xx, which it saved under the

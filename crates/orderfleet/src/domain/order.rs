@@ -230,8 +230,9 @@ pub struct Transition<'a> {
     pub messages: Vec<crate::domain::outbox::NewMessage>,
     /// For a move to `requires_action`: what the buyer's page needs, and until when.
     pub action: Option<(&'a crate::domain::payments::Action, DateTime<Utc>)>,
-    /// The move ends the order without a sale: its promised units go back to the door, and
-    /// its stock too if it was reserved (`from` is `stock_reserved`).
+    /// The move ends the order without a sale: its promised units go back to the door. (Not
+    /// its stock: only the stock worker's role may change a product's stock, and a move from
+    /// `stock_reserved` gives it back in a statement of its own, in the same transaction.)
     pub gives_units_back: bool,
     /// What operators are told of the failure (`decline_detail`), beside the buyer's code.
     pub detail: Option<&'a str>,
@@ -314,12 +315,15 @@ impl<'a> Transition<'a> {
     }
 
     /// Records what the buyer's page needs to complete 3-D Secure, and its deadline.
-    pub(crate) fn with_action(self, action: &'a crate::domain::payments::Action, until: DateTime<Utc>) -> Self {
+    pub(crate) fn with_action(
+        self,
+        action: &'a crate::domain::payments::Action,
+        until: DateTime<Utc>,
+    ) -> Self {
         Self { action: Some((action, until)), ..self }
     }
 
-    /// Gives the order's units back (and its stock, from `stock_reserved`), keeping `detail`
-    /// for operators.
+    /// Gives the order's promised units back, keeping `detail` for operators.
     pub(crate) fn giving_units_back(self, detail: &'a str) -> Self {
         Self { gives_units_back: true, detail: Some(detail), ..self }
     }
@@ -361,15 +365,13 @@ impl<'a> Transition<'a> {
                                    next_action = COALESCE($12, next_action),
                                    action_expires_at = COALESCE($13, action_expires_at),
                                    decline_detail = COALESCE($15, decline_detail),
-                                   authorization_released_at = CASE WHEN $17 THEN now()
+                                   authorization_released_at = CASE WHEN $16 THEN now()
                                                                     ELSE authorization_released_at END,
                                    intake_lease_until = NULL, updated_at = now()
                   WHERE id = $1 AND status = $2
               RETURNING id, traceparent, product_id, quantity
              ), given_back AS (
-                 UPDATE products p SET units_promised = p.units_promised - moved.quantity,
-                                       stock = p.stock + CASE WHEN $2 = $16 THEN moved.quantity ELSE 0 END,
-                                       updated_at = now()
+                 UPDATE products p SET units_promised = p.units_promised - moved.quantity
                    FROM moved WHERE $14 AND p.id = moved.product_id
              ), enqueued AS (
                  INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
@@ -394,7 +396,6 @@ impl<'a> Transition<'a> {
             self.action.map(|(_, until)| until),
             self.gives_units_back,
             self.detail,
-            OrderStatus::StockReserved as _,
             self.hold_released,
         )
         .fetch_one(executor)

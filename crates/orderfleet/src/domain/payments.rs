@@ -35,8 +35,8 @@ use stripe_core::payment_intent::{
     CreatePaymentIntentAutomaticPaymentMethods, CreatePaymentIntentAutomaticPaymentMethodsAllowRedirects,
     ListPaymentIntent, RetrievePaymentIntent,
 };
-use stripe_types::RangeQueryTs;
 use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod, PaymentIntentStatus};
+use stripe_types::RangeQueryTs;
 
 use crate::runtime::backoff::Backoff;
 use crate::runtime::budget::StripeBudget;
@@ -270,7 +270,10 @@ impl From<&PaymentIntent> for Intent {
             manual_capture: matches!(pi.capture_method, PaymentIntentCaptureMethod::Manual),
             order_id: pi.metadata.get("order_id").cloned(),
             action,
-            last_error: pi.last_payment_error.as_ref().and_then(|e| Some(e.code.as_ref()?.as_str().to_owned())),
+            last_error: pi
+                .last_payment_error
+                .as_ref()
+                .and_then(|e| Some(e.code.as_ref()?.as_str().to_owned())),
             charge: charge.map(|c| ChargeState {
                 captured: c.captured,
                 amount_refunded: c.amount_refunded,
@@ -435,7 +438,11 @@ impl Payments {
     /// Cancels a PaymentIntent made for the order that is not the one the order recorded (a
     /// stray, left by an answer lost on the way), under a key of its own
     /// (`orderfleet-<order>-cancel-<intent>`): the order's own cancel key stays the order's.
-    pub async fn cancel_stray(&self, order_id: OrderId, payment_intent_id: &str) -> Result<Intent, PaymentError> {
+    pub async fn cancel_stray(
+        &self,
+        order_id: OrderId,
+        payment_intent_id: &str,
+    ) -> Result<Intent, PaymentError> {
         let key = format!("orderfleet-{order_id}-cancel-{payment_intent_id}");
         let result = self
             .with_retries(Operation::Cancel, || {

@@ -6,7 +6,8 @@
 //!
 //! - **Once**: an event's id is recorded in `webhook_events` in the transaction that applies
 //!   its effect ([`crate::domain::order::Transition::commit`]); a redelivery finds it and
-//!   changes nothing.
+//!   changes nothing. An event that changed nothing is not recorded: applied again, from the
+//!   state read again, it changes nothing again.
 //! - **Fresh, never the event's copy**: an event only says *look*. What the order becomes is
 //!   decided from the order's own PaymentIntent, read from Stripe now, so events arriving out
 //!   of order, late or twice decide nothing wrong.
@@ -21,7 +22,8 @@
 //! | event | order | effect |
 //! |---|---|---|
 //! | `payment_intent.amount_capturable_updated`, `.payment_failed`, `.canceled` | `requires_action` | settled ([`crate::domain::action`]) |
-//! | `payment_intent.canceled` | `authorized`, `stock_reserved` | `authorization_canceled` if the intent is cancelled: units (and stock) back, `order.rejected` |
+//! | `payment_intent.canceled` | `authorized` | `authorization_canceled` if the intent is cancelled: units back, `order.rejected` |
+//! | `payment_intent.canceled` | `stock_reserved` | nothing here: the stock worker, capturing it, finds the hold gone and ends it `authorization_canceled` with its stock back (only its role changes stock) |
 //! | `charge.refunded` | `paid` | `refunded` when refunded in full (`order.refunded`), else the amount recorded; a charge never captured is a released hold, not a refund |
 //! | `charge.dispute.created` | `paid`, `refunded` | recorded on the order, counted (`stripe_disputes_total`) |
 //! | anything else | | nothing, no Stripe request |
@@ -34,18 +36,15 @@ use sqlx::PgPool;
 use crate::domain::OrderId;
 use crate::domain::action::{self, Settled};
 use crate::domain::authorization::AuthorizationError;
-use crate::domain::order::{self, Order, OrderNotification, OrderStatus, StripeEvent, Transition, query_order};
+use crate::domain::order::{
+    self, Order, OrderNotification, OrderStatus, StripeEvent, Transition, query_order,
+};
 use crate::domain::outbox::EventType;
 use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
 
 /// The event types the fleet applies (SPEC §4); any other is answered `200` and ignored.
-pub const HANDLED: [&str; 5] = [
-    AMOUNT_CAPTURABLE_UPDATED,
-    PAYMENT_FAILED,
-    CANCELED,
-    "charge.refunded",
-    "charge.dispute.created",
-];
+pub const HANDLED: [&str; 5] =
+    [AMOUNT_CAPTURABLE_UPDATED, PAYMENT_FAILED, CANCELED, "charge.refunded", "charge.dispute.created"];
 const AMOUNT_CAPTURABLE_UPDATED: &str = "payment_intent.amount_capturable_updated";
 const PAYMENT_FAILED: &str = "payment_intent.payment_failed";
 const CANCELED: &str = "payment_intent.canceled";
@@ -134,7 +133,12 @@ pub enum WebhookError {
 
 /// Applies a signed event (see the module's table). `lease`: how long settling an order may
 /// hold it.
-pub async fn apply(pool: &PgPool, payments: &Payments, event: &Event, lease: Duration) -> Result<Applied, WebhookError> {
+pub async fn apply(
+    pool: &PgPool,
+    payments: &Payments,
+    event: &Event,
+    lease: Duration,
+) -> Result<Applied, WebhookError> {
     if !HANDLED.contains(&event.kind.as_str()) {
         return Ok(Applied::Ignored);
     }
@@ -144,9 +148,13 @@ pub async fn apply(pool: &PgPool, payments: &Payments, event: &Event, lease: Dur
     let effect = match find_order(pool, event).await? {
         None => record(pool, event, None, "no_order").await?,
         Some(order) => match (order.payment_intent_id.as_deref(), event.intent_id()) {
-            (Some(recorded), Some(intent)) if recorded == intent => on_the_orders_intent(pool, payments, event, &order, lease).await?,
+            (Some(recorded), Some(intent)) if recorded == intent => {
+                on_the_orders_intent(pool, payments, event, &order, lease).await?
+            }
             // Its authorization is being recorded by whoever holds its lease.
-            _ if order.status == OrderStatus::PendingAuthorization => record(pool, event, Some(order.id), "pending").await?,
+            _ if order.status == OrderStatus::PendingAuthorization => {
+                record(pool, event, Some(order.id), "pending").await?
+            }
             (_, Some(stray)) => release_stray(pool, payments, event, &order, stray).await?,
             (_, None) => record(pool, event, Some(order.id), "no_intent").await?,
         },
@@ -165,18 +173,23 @@ async fn on_the_orders_intent(
 ) -> Result<&'static str, WebhookError> {
     let kind = event.kind.as_str();
     match order.status {
-        OrderStatus::RequiresAction if [AMOUNT_CAPTURABLE_UPDATED, PAYMENT_FAILED, CANCELED].contains(&kind) => {
+        OrderStatus::RequiresAction
+            if [AMOUNT_CAPTURABLE_UPDATED, PAYMENT_FAILED, CANCELED].contains(&kind) =>
+        {
             settle_action(pool, payments, event, order, lease).await
         }
-        OrderStatus::Authorized | OrderStatus::StockReserved if kind == CANCELED => {
-            hold_canceled(pool, payments, event, order).await
+        OrderStatus::Authorized if kind == CANCELED => hold_canceled(pool, payments, event, order).await,
+        // Being captured by the stock worker, which finds the hold gone and ends the order
+        // `authorization_canceled` with its stock back (only its role may change stock).
+        OrderStatus::StockReserved if kind == CANCELED => {
+            record(pool, event, Some(order.id), "left_to_the_stock_worker").await
         }
         OrderStatus::Paid if kind == "charge.refunded" => refunded(pool, payments, event, order).await,
         OrderStatus::Paid | OrderStatus::Refunded if kind == "charge.dispute.created" => {
             disputed(pool, payments, event, order).await
         }
         // Nothing this event says can move the order from where it is: no Stripe request.
-        _ => record(pool, event, Some(order.id), "no_change").await,
+        _ => record(pool, event, Some(order.id), NO_CHANGE).await,
     }
 }
 
@@ -193,35 +206,47 @@ async fn settle_action(
     match action::settle(pool, payments, &order, Some(event.reference())).await {
         Ok(Settled::Authorized) => Ok("authorized"),
         Ok(Settled::Declined(reason)) => Ok(reason),
-        Ok(Settled::Waiting | Settled::MovedElsewhere) => record(pool, event, Some(order.id), "no_change").await,
+        Ok(Settled::Waiting | Settled::MovedElsewhere) => {
+            record(pool, event, Some(order.id), NO_CHANGE).await
+        }
         Err(AuthorizationError::ProviderUnavailable(reason)) => Err(WebhookError::Unavailable(reason)),
         Err(AuthorizationError::LookupRefused(reason)) => {
-            tracing::error!(reason, event = event.id, "a webhook's order cannot be settled; it needs a person");
+            tracing::error!(
+                reason,
+                event = event.id,
+                "a webhook's order cannot be settled; it needs a person"
+            );
             record(pool, event, Some(order.id), "unresolved").await
         }
         Err(AuthorizationError::Database(e)) => Err(e.into()),
     }
 }
 
-/// `payment_intent.canceled` for an order that holds funds: if the intent is cancelled indeed
+/// `payment_intent.canceled` for an authorized order: if the intent is cancelled indeed
 /// (the hold expired, or was cancelled in the Dashboard), the order fails, its units go back.
-async fn hold_canceled(pool: &PgPool, payments: &Payments, event: &Event, order: &Order) -> Result<&'static str, WebhookError> {
+async fn hold_canceled(
+    pool: &PgPool,
+    payments: &Payments,
+    event: &Event,
+    order: &Order,
+) -> Result<&'static str, WebhookError> {
     let now = fresh(payments, order).await?;
     if now.status != IntentStatus::Canceled {
-        return record(pool, event, Some(order.id), "no_change").await;
+        return record(pool, event, Some(order.id), NO_CHANGE).await;
     }
     let moved = lose_hold(pool, order, Some(event.reference())).await?;
     match moved {
         true => Ok(AUTHORIZATION_CANCELED),
-        false => record(pool, event, Some(order.id), "no_change").await,
+        false => record(pool, event, Some(order.id), NO_CHANGE).await,
     }
 }
 
-/// ONE transaction: an `authorized` or `stock_reserved` order whose hold is gone ends
-/// `authorization_canceled`, its units (and stock, if reserved) back, `order.rejected`.
-pub(crate) async fn lose_hold(pool: &PgPool, order: &Order, event: Option<StripeEvent<'_>>) -> sqlx::Result<bool> {
-    let rejected = OrderNotification::of(order, OrderStatus::AuthorizationCanceled, Some(AUTHORIZATION_CANCELED));
-    let moved = Transition::new(order.id, order.status, OrderStatus::AuthorizationCanceled)
+/// ONE transaction: an `authorized` order whose hold is gone ends `authorization_canceled`,
+/// its units back to the line, `order.rejected`, with the event that said so.
+async fn lose_hold(pool: &PgPool, order: &Order, event: Option<StripeEvent<'_>>) -> sqlx::Result<bool> {
+    let rejected =
+        OrderNotification::of(order, OrderStatus::AuthorizationCanceled, Some(AUTHORIZATION_CANCELED));
+    let moved = Transition::new(order.id, OrderStatus::Authorized, OrderStatus::AuthorizationCanceled)
         .with_reason(AUTHORIZATION_CANCELED)
         .with_message(EventType::OrderRejected, &rejected)
         .giving_units_back("the hold expired or was cancelled outside the fleet before capture")
@@ -238,11 +263,16 @@ pub(crate) async fn lose_hold(pool: &PgPool, order: &Order, event: Option<Stripe
 /// `charge.refunded` for a paid order: refunded in full, it becomes `refunded` with
 /// `order.refunded`; in part, the amount is recorded. A charge never captured was a hold
 /// released, not a refund.
-async fn refunded(pool: &PgPool, payments: &Payments, event: &Event, order: &Order) -> Result<&'static str, WebhookError> {
+async fn refunded(
+    pool: &PgPool,
+    payments: &Payments,
+    event: &Event,
+    order: &Order,
+) -> Result<&'static str, WebhookError> {
     let now = fresh(payments, order).await?;
     let refunded = match now.charge {
         Some(charge) if charge.captured && charge.amount_refunded > 0 => charge.amount_refunded,
-        _ => return record(pool, event, Some(order.id), "no_change").await,
+        _ => return record(pool, event, Some(order.id), NO_CHANGE).await,
     };
     let mut tx = crate::runtime::db::begin_bounded(pool).await?;
     let effect = if refunded >= order.amount.minor {
@@ -270,10 +300,15 @@ async fn refunded(pool: &PgPool, payments: &Payments, event: &Event, order: &Ord
 
 /// `charge.dispute.created`: recorded on the order (once), counted for operators; no status
 /// change (SPEC §5).
-async fn disputed(pool: &PgPool, payments: &Payments, event: &Event, order: &Order) -> Result<&'static str, WebhookError> {
+async fn disputed(
+    pool: &PgPool,
+    payments: &Payments,
+    event: &Event,
+    order: &Order,
+) -> Result<&'static str, WebhookError> {
     let now = fresh(payments, order).await?;
     if !now.charge.is_some_and(|charge| charge.disputed) {
-        return record(pool, event, Some(order.id), "no_change").await;
+        return record(pool, event, Some(order.id), NO_CHANGE).await;
     }
     let mut tx = crate::runtime::db::begin_bounded(pool).await?;
     let marked = sqlx::query!(
@@ -307,7 +342,10 @@ async fn release_stray(
         return record(pool, event, Some(order.id), "stray").await;
     }
     payments.cancel_stray(order.id, stray).await.map_err(unavailable)?;
-    tracing::warn!(payment_intent = stray, "a second PaymentIntent held funds for the order; it was cancelled");
+    tracing::warn!(
+        payment_intent = stray,
+        "a second PaymentIntent held funds for the order; it was cancelled"
+    );
     record(pool, event, Some(order.id), "stray_released").await
 }
 
@@ -321,15 +359,30 @@ fn unavailable(error: PaymentError) -> WebhookError {
     WebhookError::Unavailable(error.to_string())
 }
 
-async fn record(pool: &PgPool, event: &Event, order_id: Option<OrderId>, effect: &'static str) -> Result<&'static str, WebhookError> {
-    order::record_event(pool, event.reference(), order_id, effect).await?;
+/// Records an event that did not move an order, with what it did. One that changed nothing
+/// ([`NO_CHANGE`], most of them: every order draws several events) is not written: applying
+/// it again, from the state read again, changes nothing again, and the write would be an
+/// order's most frequent one.
+async fn record(
+    pool: &PgPool,
+    event: &Event,
+    order_id: Option<OrderId>,
+    effect: &'static str,
+) -> Result<&'static str, WebhookError> {
+    if effect != NO_CHANGE {
+        order::record_event(pool, event.reference(), order_id, effect).await?;
+    }
     Ok(effect)
 }
 
+/// The effect of an event that found nothing to change.
+const NO_CHANGE: &str = "no_change";
+
 async fn already_applied(pool: &PgPool, id: &str) -> sqlx::Result<bool> {
-    let seen = sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM webhook_events WHERE id = $1) AS "seen!""#, id)
-        .fetch_one(pool)
-        .await?;
+    let seen =
+        sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM webhook_events WHERE id = $1) AS "seen!""#, id)
+            .fetch_one(pool)
+            .await?;
     Ok(seen)
 }
 

@@ -64,9 +64,8 @@ impl StripeClock {
 
     /// Learns the offset from an answer's `Date`, received now.
     fn observe(&self, date: Option<&HeaderValue>) {
-        let Some(stripe) = date
-            .and_then(|d| d.to_str().ok())
-            .and_then(|d| chrono::DateTime::parse_from_rfc2822(d).ok())
+        let Some(stripe) =
+            date.and_then(|d| d.to_str().ok()).and_then(|d| chrono::DateTime::parse_from_rfc2822(d).ok())
         else {
             return;
         };
