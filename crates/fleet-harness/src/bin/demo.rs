@@ -23,6 +23,11 @@ use futures::StreamExt;
 const STRIPE_RATE_LIMIT: u32 = 25;
 const INTAKE_BUDGET: u32 = 15;
 const WORKER_BUDGET: u32 = 5;
+/// How long a buyer has to complete 3-D Secure in the demo (the fleet's default is 600).
+const ACTION_TIMEOUT_SECONDS: &str = "5";
+/// Buyers whose card needs 3-D Secure, before the burst: a third authenticate, a third fail,
+/// a third abandon.
+const THREE_D_SECURE_BUYERS: usize = 6;
 
 struct Options {
     orders: usize,
@@ -95,8 +100,12 @@ async fn run() -> anyhow::Result<bool> {
     let mut fleet = Fleet::prepare("demo", stack, log_dir).await?;
     fleet.stripe_rate_limit(STRIPE_RATE_LIMIT).await?;
     let (intake_budget, worker_budget) = (INTAKE_BUDGET.to_string(), WORKER_BUDGET.to_string());
+    // A buyer has seconds to complete 3-D Secure here, and the sweeper (in the stock workers)
+    // looks every two seconds for one whose deadline passed.
+    fleet.set_env("PAYMENT_ACTION_TIMEOUT_SECONDS", ACTION_TIMEOUT_SECONDS);
     let intake = [("STRIPE_MAX_REQUESTS_PER_SECOND", intake_budget.as_str())];
-    let worker = [("STRIPE_MAX_REQUESTS_PER_SECOND", worker_budget.as_str())];
+    let worker =
+        [("STRIPE_MAX_REQUESTS_PER_SECOND", worker_budget.as_str()), ("SWEEP_INTERVAL_SECONDS", "2")];
     fleet.spawn("order-intake", "order-intake", &intake)?;
     fleet.spawn("outbox-relay", "outbox-relay", &[])?;
     fleet.spawn("stock-worker-0", "stock-worker", &worker)?;
@@ -117,6 +126,7 @@ async fn sale(fleet: &Fleet, options: &Options) -> anyhow::Result<bool> {
     let sku = format!("drop-{}", chrono::Utc::now().format("%Y%m%d-%H%M%S"));
     seed(fleet, &sku, options.stock).await?;
     decline_a_first_buyer(fleet, &sku).await?;
+    three_d_secure_buyers(fleet, &sku).await?;
 
     let users = options.orders;
     let started = Instant::now();
@@ -139,7 +149,7 @@ async fn sale(fleet: &Fleet, options: &Options) -> anyhow::Result<bool> {
     let settled = Settled::read(fleet, &sku).await?;
     let sale = Sale {
         sku,
-        buyers: users + 1,
+        buyers: users + 1 + THREE_D_SECURE_BUYERS,
         stock: options.stock,
         burst,
         settled,
@@ -186,6 +196,59 @@ async fn decline_a_first_buyer(fleet: &Fleet, sku: &str) -> anyhow::Result<()> {
         declined.status, declined.body["error"]["code"]
     ));
     Ok(())
+}
+
+/// Buyers whose card needs 3-D Secure: each is answered `202` `requires_action` with what its
+/// page needs; then a third authenticate (stripe-sim stands in for Stripe.js in their
+/// browser), a third fail it, and a third abandon. Stripe's webhooks settle the first two
+/// kinds; the sweeper releases the last at their deadline. Their units that come back go to
+/// the burst.
+async fn three_d_secure_buyers(fleet: &Fleet, sku: &str) -> anyhow::Result<()> {
+    let mut intents = Vec::new();
+    for i in 0..THREE_D_SECURE_BUYERS {
+        let (user, key) = (format!("buyer-3ds-{i}"), format!("{sku}-3ds-{i}"));
+        let answer = fleet.post_order(&user, &key, sku, 1, "pm_card_threeDSecure2Required").await?;
+        anyhow::ensure!(
+            answer.body["status"] == "requires_action",
+            "a 3-D Secure card was answered {answer:?}"
+        );
+        let order = answer.body["order_id"].as_str().context("no order id")?.to_owned();
+        let intent: String = sqlx::query_scalar("SELECT payment_intent_id FROM orders WHERE id = $1::uuid")
+            .bind(&order)
+            .fetch_one(&fleet.pool)
+            .await?;
+        intents.push(intent);
+    }
+    say(&format!(
+        "{THREE_D_SECURE_BUYERS} buyers' cards need 3-D Secure: 202 requires_action, with a client_secret for Stripe.js"
+    ));
+    for (i, intent) in intents.iter().enumerate() {
+        match i % 3 {
+            0 => fleet.authenticate(intent, true).await?,
+            1 => fleet.authenticate(intent, false).await?,
+            _ => {} // abandons
+        }
+    }
+    say(&format!(
+        "a third authenticate, a third fail, a third abandon (released at their {ACTION_TIMEOUT_SECONDS} s deadline)"
+    ));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM orders WHERE product_id = $1 AND status = 'requires_action'",
+        )
+        .bind(sku)
+        .fetch_one(&fleet.pool)
+        .await?;
+        if waiting == 0 {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "3-D Secure orders still waiting after 60 s; see the logs"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// The burst's answers, as the intake gave them.
@@ -269,7 +332,12 @@ async fn wait_until_terminal(fleet: &Fleet, sku: &str) -> anyhow::Result<()> {
         .await?;
         let open: i64 = rows
             .iter()
-            .filter(|(s, _)| matches!(s.as_str(), "pending_authorization" | "authorized" | "stock_reserved"))
+            .filter(|(s, _)| {
+                matches!(
+                    s.as_str(),
+                    "pending_authorization" | "requires_action" | "authorized" | "stock_reserved"
+                )
+            })
             .map(|(_, n)| n)
             .sum();
         let unreleased: i64 = sqlx::query_scalar(
@@ -303,6 +371,8 @@ struct Settled {
     stripe_stats: serde_json::Value,
     holds_on_losers: usize,
     aws: BTreeMap<String, f64>,
+    /// The 3-D Secure buyers' orders: authenticated (paid), failed, abandoned.
+    three_d_secure: (i64, i64, i64),
 }
 
 impl Settled {
@@ -338,6 +408,15 @@ impl Settled {
             stripe_stats: fleet.stripe_stats().await?,
             holds_on_losers: fleet.holds_without_a_unit().await?,
             aws: sum_by_label(&fleet.scrape_metrics().await, "aws_requests_total", "operation"),
+            three_d_secure: sqlx::query_as(
+                "SELECT count(*) FILTER (WHERE status = 'paid'),
+                        count(*) FILTER (WHERE failure_reason = 'authentication_failed'),
+                        count(*) FILTER (WHERE failure_reason = 'authentication_timed_out')
+                   FROM orders WHERE product_id = $1 AND client_secret IS NOT NULL",
+            )
+            .bind(sku)
+            .fetch_one(&fleet.pool)
+            .await?,
         })
     }
 
@@ -384,8 +463,14 @@ impl Sale {
             burst.retried
         );
         println!(
-            "authorizations        {} PaymentIntents at stripe-sim for {paid} units sold and {declines} declined card(s)",
+            "authorizations        {} PaymentIntents at stripe-sim for {paid} units sold and {declines} declined (a card, or 3-D Secure)",
             settled.intents.len()
+        );
+        let (authenticated, failed, abandoned) = settled.three_d_secure;
+        println!(
+            "3-D Secure            {} buyers: {authenticated} authenticated and paid, {failed} failed, \
+             {abandoned} abandoned (released at the deadline); their units went back to the line",
+            authenticated + failed + abandoned
         );
         println!("captures              {}", settled.captures);
         println!("cancels               {}", settled.cancels);
@@ -451,7 +536,11 @@ impl Sale {
                 "a PaymentIntent only for a unit: PaymentIntents = units sold + declined cards",
                 settled.intents.len() as i64 == paid + declines,
             ),
-            ("no hold on a buyer who got nothing", settled.holds_on_losers == 0 && settled.cancels == 0),
+            (
+                "no hold on a buyer who got nothing (the only cancels: 3-D Secure failed or abandoned)",
+                settled.holds_on_losers == 0
+                    && settled.cancels == settled.three_d_secure.1 + settled.three_d_secure.2,
+            ),
             (
                 "every buyer without a unit heard sold_out at once, with nothing written",
                 self.burst.sold_out_buyers.len() as i64 == buyers_without_unit && orders == paid + declines,
