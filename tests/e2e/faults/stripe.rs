@@ -460,3 +460,46 @@ async fn an_idempotency_error_across_a_deploy_is_never_a_decline_and_the_keys_fi
     audit_saved_500s(&fleet, "stripe-idempotency-error-across-a-deploy", "sku-1", 1).await;
     fleet.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn finding_what_an_attempt_did_costs_a_page_of_stripes_list_per_hundred_intents_made_since_its_order() {
+    // Arrange: a drop's other buyers have made 250 PaymentIntents when one buyer's create
+    // answers a saved 500 (Stripe's list gives 100 a page, newest first).
+    let fleet = fleet_for_saved_500s("stripe-list-pages").await;
+    fleet.product("sku-1", 1000, 300).await.unwrap();
+    fleet.fault("create", "error_500", 1).await.unwrap();
+    let first = fleet.post_order("ann", "k-1", "sku-1", 1, "pm_card_visa").await.unwrap();
+    assert_eq!(first.status, 503, "{}", first.body);
+    use futures::StreamExt;
+    let others: Vec<u16> = futures::stream::iter(0..250)
+        .map(|i| {
+            let fleet = &fleet;
+            async move {
+                let user = format!("buyer-{i}");
+                let (answer, _) =
+                    fleet.post_order(&user, "k-1", "sku-1", 1, "pm_card_visa").retrying().await.unwrap();
+                answer.status
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    assert!(others.iter().all(|s| *s == 202), "{others:?}");
+    let lists = || async {
+        let metrics = fleet.scrape_metrics().await;
+        let by_outcome = fleet_harness::metrics::sum_by_label(&metrics, "stripe_requests_total", "operation");
+        by_outcome.get("list").copied().unwrap_or(0.0)
+    };
+    let before = lists().await;
+
+    // Act: the buyer retries; the intake lists what the attempt did.
+    let (answer, _) = fleet.post_order("ann", "k-1", "sku-1", 1, "pm_card_visa").retrying().await.unwrap();
+
+    // Assert: accepted, after reading every intent made since the order, 100 a page.
+    assert_eq!(answer.status, 202, "{}", answer.body);
+    let pages = lists().await - before;
+    println!("stripe-list-pages: 250 intents made since the order; a lookup read {pages} pages");
+    assert_eq!(pages, 3.0, "250 intents, 100 a page");
+    fleet.wait_settled(Duration::from_secs(120)).await.unwrap();
+    fleet.stop().await.unwrap();
+}

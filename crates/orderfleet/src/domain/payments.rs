@@ -184,9 +184,10 @@ pub struct Intent {
 }
 
 /// How much earlier than the order's creation, on Stripe's clock, a lookup's window opens: the
-/// database's clock (which dates the order) and this machine's may differ a little, and `Date`
-/// and `created` count whole seconds. A wider window costs only intents read in vain.
-const WINDOW_MARGIN: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
+/// database's clock (which dates the order) and this machine's may differ a little (both keep
+/// NTP time), and `Date` and `created` count whole seconds. A wider window costs intents read
+/// in vain: a page per 100 the account made meanwhile (BENCHMARKS.md, "Finding an attempt").
+const WINDOW_MARGIN: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
 
 /// Intents per page of a lookup: the most Stripe's list gives.
 const LIST_PAGE: i64 = 100;
