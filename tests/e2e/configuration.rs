@@ -74,6 +74,34 @@ fn a_stripe_budget_of_zero_a_negative_one_or_a_word_stops_each_stripe_caller_wit
 }
 
 #[test]
+fn a_webhook_secret_that_is_not_stripe_s_or_a_deadline_that_is_not_seconds_stops_the_binary_with_one_line() {
+    for (bin, name, bad) in [
+        ("order-intake", "STRIPE_WEBHOOK_SECRET", "sk_test_not_a_signing_secret"),
+        ("order-intake", "STRIPE_WEBHOOK_SECRET", "whsec_new,whsec_"),
+        ("order-intake", "PAYMENT_ACTION_TIMEOUT_SECONDS", "ten minutes"),
+        ("stock-worker", "PAYMENT_ACTION_TIMEOUT_SECONDS", "-1"),
+    ] {
+        let out = Command::new(binary(bin))
+            .env_clear()
+            .env("DATABASE_URL", "postgres://orderfleet@127.0.0.1:1/orderfleet")
+            .env("STRIPE_SECRET_KEY", "sk_test_placeholder")
+            .env("AUTH_JWT_SECRET", "0123456789abcdef0123456789abcdef")
+            .env("STOCK_QUEUE_URL", "http://127.0.0.1:1/000000000000/stock")
+            .env("NOTIFICATION_QUEUE_URL", "http://127.0.0.1:1/000000000000/notification")
+            .env(name, bad)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bin} started with {name}={bad}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{bin}: {stderr}");
+        assert!(stderr.starts_with(&format!("{bin}: configuration error: {name} is malformed")), "{stderr}");
+        if name == "STRIPE_WEBHOOK_SECRET" {
+            assert!(!stderr.contains(bad), "a secret is never printed: {stderr}");
+        }
+    }
+}
+
+#[test]
 fn a_token_lives_a_day_at_most() {
     let secret = "0123456789abcdef0123456789abcdef";
     let ttl = |seconds: &str| {
