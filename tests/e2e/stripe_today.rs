@@ -330,3 +330,41 @@ async fn a_drop_with_a_third_of_its_buyers_on_3_d_secure_keeps_every_guarantee_a
     println!("3ds-drop: statuses={statuses:?} failures={reasons:?}");
     fleet.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_webhook_that_cannot_be_applied_now_gets_503_nothing_written_and_is_applied_when_stripe_delivers_it_again()
+ {
+    // Arrange: an order awaiting 3-D Secure, whose lease another settler (the sweeper, here
+    // played by the test) holds for three seconds: the webhook cannot settle it now.
+    let fleet = Fleet::start("webhook-503", 1).await.unwrap();
+    fleet.product("sku-1", 1500, 1).await.unwrap();
+    let placed = fleet.post_order("ivy", "k-1", "sku-1", 1, "pm_card_threeDSecure2Required").await.unwrap();
+    let order = order_id(&placed.body);
+    let intent = intent_of(&fleet, &order).await;
+    sqlx::query("UPDATE orders SET intake_lease_until = now() + interval '3 seconds' WHERE id = $1::uuid")
+        .bind(&order)
+        .execute(&fleet.pool)
+        .await
+        .unwrap();
+
+    // Act: the buyer authenticates; Stripe sends amount_capturable_updated.
+    fleet.authenticate(&intent, true).await.unwrap();
+
+    // Assert: answered 503 while the lease lasts, nothing written; Stripe's retry applies it.
+    let (status, _) = status_becomes(&fleet, &order, "paid", Duration::from_secs(60)).await;
+    assert_eq!(status, "paid");
+    let deliveries = fleet.webhook_deliveries().await.unwrap();
+    let capturable: Vec<u64> = deliveries
+        .iter()
+        .filter(|d| d["type"] == "payment_intent.amount_capturable_updated")
+        .map(|d| d["status"].as_u64().unwrap())
+        .collect();
+    assert_eq!(capturable.first(), Some(&503), "{deliveries:?}");
+    assert_eq!(capturable.last(), Some(&200), "{deliveries:?}");
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM webhook_events WHERE effect = 'authorized'")
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap();
+    assert_eq!(applied, 1);
+    fleet.stop().await.unwrap();
+}
