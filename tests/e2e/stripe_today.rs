@@ -243,6 +243,9 @@ async fn a_forged_stale_altered_or_unsigned_webhook_gets_400_and_changes_nothing
     .to_string();
     let now = chrono::Utc::now().timestamp();
     let secret = fleet_harness::fleet::WEBHOOK_SECRET;
+    // An event that passed the check would read the order's intent at Stripe: a request.
+    let stripe_requests = || async { fleet.stripe_stats().await.unwrap()["requests"].as_u64().unwrap() };
+    let before = stripe_requests().await;
 
     // Act and assert
     let cases = [
@@ -269,43 +272,51 @@ async fn a_forged_stale_altered_or_unsigned_webhook_gets_400_and_changes_nothing
         sqlx::query_scalar("SELECT count(*) FROM webhook_events").fetch_one(&fleet.pool).await.unwrap();
     assert_eq!(events, 0, "nothing written");
     assert_eq!(status_becomes(&fleet, &order, "?", Duration::ZERO).await.0, "requires_action");
-    // A validly signed event of a type the fleet does not use is 200, ignored.
-    let unknown = r#"{"id":"evt_new_kind","object":"event","type":"issuing_card.created","data":{"object":{"id":"ic_1","object":"issuing.card"}}}"#;
-    let signed = stripe_sim::signature_header(secret, now, unknown.as_bytes());
-    assert_eq!(fleet.post_webhook(unknown, Some(&signed)).await.unwrap().0, 200);
+    assert_eq!(stripe_requests().await, before, "no refused event got as far as reading the order's intent");
+    // The same event, signed: it is read (one request to Stripe), and changes nothing, the
+    // intent being still `requires_action`.
+    let signed = stripe_sim::signature_header(secret, now, body.as_bytes());
+    assert_eq!(fleet.post_webhook(&body, Some(&signed)).await.unwrap().0, 200);
+    assert_eq!(stripe_requests().await, before + 1, "a signed event is applied from the intent read fresh");
+    // A validly signed event of a type the fleet does not use is 200, ignored, whatever its
+    // object looks like (a Balance has no id).
+    for unknown in [
+        r#"{"id":"evt_new_kind","object":"event","type":"issuing_card.created","data":{"object":{"id":"ic_1","object":"issuing.card"}}}"#,
+        r#"{"id":"evt_balance","object":"event","type":"balance.available","data":{"object":{"object":"balance","available":[]}}}"#,
+    ] {
+        let signed = stripe_sim::signature_header(secret, now, unknown.as_bytes());
+        assert_eq!(fleet.post_webhook(unknown, Some(&signed)).await.unwrap().0, 200, "{unknown}");
+    }
     fleet.stop().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drop_with_a_third_of_its_buyers_on_3_d_secure_keeps_every_guarantee_and_leaves_no_hold_on_a_loser()
 {
-    // Arrange: 60 buyers at once for 12 units. Three in ten have a card that needs 3-D Secure:
-    // one of them authenticates, one fails, one abandons (a 3 s deadline). Stripe delivers
-    // every webhook twice, each copy up to 300 ms late, so copies cross.
+    // Arrange: 60 buyers for 30 units, 18 of them (30 %) on a card that needs 3-D Secure: a
+    // third authenticate, a third fail, a third abandon (a 10 s deadline). The 3-D Secure
+    // buyers arrive at once, then the 42 others at once. Stripe delivers every webhook twice,
+    // each copy up to 300 ms late, so copies cross.
     let mut fleet = Fleet::builder("3ds-drop").prepare().await.unwrap();
-    fleet.set_env("PAYMENT_ACTION_TIMEOUT_SECONDS", "3");
+    fleet.set_env("PAYMENT_ACTION_TIMEOUT_SECONDS", "10");
     fleet.set_env("SWEEP_INTERVAL_SECONDS", "1");
     fleet.spawn_all(2).await.unwrap();
     fleet.duplicate_webhooks(300).await.unwrap();
-    fleet.product("sku-1", 1500, 12).await.unwrap();
-    let card = |i: usize| match i % 10 {
-        0..=2 => "pm_card_threeDSecure2Required",
-        _ => "pm_card_visa",
+    fleet.product("sku-1", 1500, 30).await.unwrap();
+    let wave = |buyers: std::ops::Range<usize>, card: &'static str| {
+        let fleet = &fleet;
+        futures::future::join_all(buyers.map(move |i| async move {
+            (i, fleet.post_order(&format!("buyer-{i}"), "k-1", "sku-1", 1, card).await.unwrap())
+        }))
     };
 
     // Act
-    let answers = futures::future::join_all((0..60).map(|i| {
-        let (fleet, user) = (&fleet, format!("buyer-{i}"));
-        async move { (i, fleet.post_order(&user, "k-1", "sku-1", 1, card(i)).await.unwrap()) }
-    }))
-    .await;
-    for (i, answer) in &answers {
-        assert!(matches!(answer.status, 202 | 409), "buyer {i}: {} {}", answer.status, answer.body);
-        if answer.body["status"] != "requires_action" {
-            continue;
-        }
+    let secure = wave(0..18, "pm_card_threeDSecure2Required").await;
+    let others = wave(18..60, "pm_card_visa").await;
+    for (i, answer) in &secure {
+        assert_eq!(answer.body["status"], "requires_action", "buyer {i}: {}", answer.body);
         let intent = intent_of(&fleet, answer.body["order_id"].as_str().unwrap()).await;
-        match i % 10 {
+        match i % 3 {
             0 => fleet.authenticate(&intent, true).await.unwrap(),
             1 => fleet.authenticate(&intent, false).await.unwrap(),
             _ => {} // abandons
@@ -318,16 +329,23 @@ async fn a_drop_with_a_third_of_its_buyers_on_3_d_secure_keeps_every_guarantee_a
     println!("{}", audit.figures("3ds-drop", 0));
     audit.assert_guarantees();
     assert_eq!(fleet.holds_without_a_unit().await.unwrap(), 0, "{statuses:?}");
-    let needed_action = answers.iter().filter(|(_, a)| a.body["status"] == "requires_action").count();
-    assert!(needed_action > 0, "some accepted buyers needed 3-D Secure");
-    assert!(answers.iter().all(|(_, a)| a.status != 402), "needing 3-D Secure is never a 402");
-    let reasons: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT failure_reason, count(*) FROM orders WHERE failure_reason IS NOT NULL GROUP BY 1 ORDER BY 1",
-    )
-    .fetch_all(&fleet.pool)
-    .await
-    .unwrap();
-    println!("3ds-drop: statuses={statuses:?} failures={reasons:?}");
+    assert!(others.iter().all(|(_, a)| matches!(a.status, 202 | 409)), "needing 3-D Secure is never a 402");
+    // Each buyer who needed 3-D Secure ended as their browser did.
+    for (i, answer) in &secure {
+        let (status, reason): (String, Option<String>) =
+            sqlx::query_as("SELECT status::text, failure_reason FROM orders WHERE id = $1::uuid")
+                .bind(answer.body["order_id"].as_str().unwrap())
+                .fetch_one(&fleet.pool)
+                .await
+                .unwrap();
+        let wanted = match i % 3 {
+            0 => ("paid", None),
+            1 => ("payment_declined", Some("authentication_failed")),
+            _ => ("payment_declined", Some("authentication_timed_out")),
+        };
+        assert_eq!((status.as_str(), reason.as_deref()), wanted, "buyer {i}");
+    }
+    println!("3ds-drop: statuses={statuses:?}");
     fleet.stop().await.unwrap();
 }
 

@@ -58,6 +58,7 @@ pub fn router(state: AppState) -> Router {
     let webhooks = Router::new()
         .route("/webhooks/stripe", post(webhook::receive))
         .layer(DefaultBodyLimit::disable())
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(state.limits.config.body_timeout))
         .with_state(state);
     api.merge(webhooks)
         .merge(orderfleet::runtime::ops::router())

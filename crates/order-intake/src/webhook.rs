@@ -38,6 +38,9 @@ pub const TOLERANCE_SECONDS: i64 = 300;
 /// The largest event body taken: Stripe's events are a few KiB.
 pub const MAX_BODY: usize = 256 * 1024;
 
+/// The most `v1` signatures a header may carry: Stripe sends one per signing secret.
+const MOST_SIGNATURES: usize = 8;
+
 /// `STRIPE_WEBHOOK_SECRET`: the endpoint's signing secrets (`whsec_…`), comma-separated.
 #[derive(Clone, Default)]
 pub struct WebhookSecrets(Vec<SecretString>);
@@ -82,8 +85,9 @@ impl WebhookSecrets {
         for part in header.split(',') {
             match part.trim().split_once('=') {
                 Some(("t", t)) => timestamp = Some(t.parse::<i64>().map_err(|_| "t is not a unix time")?),
-                // Not hex: a signature that matches nothing, never a reason to look no further.
-                Some(("v1", v1)) => signatures.extend(hex::decode(v1).ok()),
+                // Not a SHA-256 in hex: a signature that matches nothing, never a reason to look
+                // no further.
+                Some(("v1", v1)) if v1.len() == 64 => signatures.extend(hex::decode(v1).ok()),
                 _ => {} // other schemes (v0, Stripe's test scheme) are not ours to check
             }
         }
@@ -91,28 +95,40 @@ impl WebhookSecrets {
         if signatures.is_empty() {
             return Err("no v1 signature in Stripe-Signature");
         }
+        // Stripe sends one per signing secret: two during a rotation. A header with hundreds is
+        // someone making the intake hash for them.
+        if signatures.len() > MOST_SIGNATURES {
+            return Err("more v1 signatures than Stripe sends");
+        }
         if (now - timestamp).abs() > TOLERANCE_SECONDS {
             return Err("the signature's time is more than 300 s from now");
         }
-        let signed = |secret: &SecretString, signature: &[u8]| {
+        // The body is hashed once per secret; each `v1` then costs a finalization, compared in
+        // constant time.
+        let matches = self.0.iter().any(|secret| {
             let mut mac = Hmac::<sha2_11::Sha256>::new_from_slice(secret.expose_secret().as_bytes())
                 .expect("HMAC takes keys of any length");
             mac.update(timestamp.to_string().as_bytes());
             mac.update(b".");
             mac.update(body);
-            mac.verify_slice(signature).is_ok()
-        };
-        let matches =
-            self.0.iter().any(|secret| signatures.iter().any(|signature| signed(secret, signature)));
+            signatures.iter().any(|signature| mac.clone().verify_slice(signature).is_ok())
+        });
         if matches { Ok(()) } else { Err("no v1 signature matches a secret") }
     }
 }
 
 /// `POST /webhooks/stripe`.
 pub(crate) async fn receive(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    // Read under our own limit, so that a body too large is answered in the API's error shape.
-    let Ok(body) = axum::body::to_bytes(body, MAX_BODY).await else {
-        return ApiError::BodyTooLarge.into_response();
+    // Read under our own limit (and the route's body timeout), so that a body too large or
+    // too slow is answered in the API's error shape.
+    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(body) => body,
+        Err(e)
+            if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>()) =>
+        {
+            return ApiError::BodyTooLarge.into_response();
+        }
+        Err(_) => return ApiError::RequestTimeout.into_response(),
     };
     match accept(&state, &headers, &body).await {
         Ok(applied) => {
@@ -167,6 +183,14 @@ mod tests {
         let new = sign("whsec_new", NOW, BODY);
         let header = format!("t={NOW},v1={},v1={new},v0=ignored", "00".repeat(32));
         assert_eq!(secrets.verify(Some(&header), BODY, NOW + 299), Ok(()));
+        let many = format!("t={NOW},{}v1={new}", "v1=00,".repeat(10_000));
+        assert_eq!(
+            secrets.verify(Some(&many), BODY, NOW),
+            Ok(()),
+            "v1 values of another length are not signatures"
+        );
+        let too_many = format!("t={NOW},{}v1={new}", format!("v1={},", "00".repeat(32)).repeat(8));
+        assert!(secrets.verify(Some(&too_many), BODY, NOW).is_err(), "more v1 than Stripe sends");
         let old_first = format!("t={NOW},v1={},v1=zz", sign("whsec_old", NOW, BODY));
         assert_eq!(secrets.verify(Some(&old_first), BODY, NOW), Ok(()));
     }

@@ -410,19 +410,21 @@ async fn a_buyer_whose_authorization_hit_a_saved_500_is_accepted_on_the_first_sa
     fleet.stop().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn an_idempotency_error_across_a_deploy_is_never_a_decline_and_the_keys_first_hold_is_the_orders() {
+/// A deploy that changes the create's parameters while an order's create is in flight: the
+/// release before's create, under the order's key, runs at Stripe (`fault`: its answer, a
+/// 500 Stripe saves, after taking effect or not), then the new release's retry sends its
+/// parameters under the same key and is answered `idempotency_error`. Returns the order and
+/// the retry's final answer, with the answers before it.
+async fn across_a_deploy(case: &str, fault: &str) -> (Fleet, uuid::Uuid, fleet_harness::Answer, Vec<u16>) {
     // Arrange: an order whose first request met only 429s stays pending, nothing at Stripe.
-    let fleet = fleet_for_saved_500s("stripe-idempotency-error-across-a-deploy").await;
+    let fleet = fleet_for_saved_500s(case).await;
     fleet.product("sku-1", 1000, 1).await.unwrap();
     fleet.fault("create", "error_429", 3).await.unwrap();
     let first = fleet.post_order("ann", "k-1", "sku-1", 1, "pm_card_visa").await.unwrap();
     assert_eq!(first.status, 503, "{:?}", first.body);
     let order: uuid::Uuid = sqlx::query_scalar("SELECT id FROM orders").fetch_one(&fleet.pool).await.unwrap();
-    // The intake of the release before rolls on: its create for the order, with the parameters
-    // it sent (card types named, no use_stripe_sdk) under the order's key, runs at Stripe and its
-    // answer is lost (a 500, which Stripe saves under the key).
-    fleet.fault("create", "error_500", 1).await.unwrap();
+    // The release before's create (card types named, no use_stripe_sdk), under the order's key.
+    fleet.fault("create", fault, 1).await.unwrap();
     let old_shape = fleet
         .http
         .post(format!("{}/v1/payment_intents", fleet.stripe_url))
@@ -442,12 +444,10 @@ async fn an_idempotency_error_across_a_deploy_is_never_a_decline_and_the_keys_fi
         .unwrap();
     assert_eq!(old_shape.status(), 500);
 
-    // Act: the new release's intake takes the buyer's same-key retry. Its create, with the new
-    // parameters under the same key, is answered `idempotency_error`.
+    // Act: the new release takes the buyer's same-key retry; its create is answered
+    // `idempotency_error` (until issue 33: recorded as a decline, 402).
     let (answer, before) =
         fleet.post_order("ann", "k-1", "sku-1", 1, "pm_card_visa").retrying().await.unwrap();
-
-    // Assert: never a decline; the order is accepted in a new attempt, with one hold.
     assert_eq!(answer.status, 202, "{:?} after {before:?}", answer.body);
     assert!(!before.contains(&402), "{before:?}");
     let declines: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE decline_detail IS NOT NULL")
@@ -455,9 +455,30 @@ async fn an_idempotency_error_across_a_deploy_is_never_a_decline_and_the_keys_fi
         .await
         .unwrap();
     assert_eq!(declines, 0, "nothing counts toward the card-testing limit");
+    (fleet, order, answer, before)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idempotency_error_across_a_deploy_is_never_a_decline_and_the_hold_the_key_made_is_the_orders() {
+    let case = "stripe-idempotency-error-hold";
+    let (fleet, order, _, _) = across_a_deploy(case, "error_500_after_success").await;
+
+    // Assert: the order kept the intent its key made (attempt 1); no second hold.
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(attempt_of(&fleet, &order.to_string()).await, 1);
+    audit_saved_500s(&fleet, case, "sku-1", 1).await;
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idempotency_error_across_a_deploy_whose_key_made_nothing_moves_the_order_to_a_new_attempt() {
+    let case = "stripe-idempotency-error-nothing";
+    let (fleet, order, _, _) = across_a_deploy(case, "error_500").await;
+
+    // Assert: Stripe held nothing for the key; a new attempt, with a new key, authorized.
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     assert_eq!(attempt_of(&fleet, &order.to_string()).await, 2);
-    audit_saved_500s(&fleet, "stripe-idempotency-error-across-a-deploy", "sku-1", 1).await;
+    audit_saved_500s(&fleet, case, "sku-1", 1).await;
     fleet.stop().await.unwrap();
 }
 

@@ -25,7 +25,8 @@
 //! | `payment_intent.canceled` | `authorized` | `authorization_canceled` if the intent is cancelled: units back, `order.rejected` |
 //! | `payment_intent.canceled` | `stock_reserved` | nothing here: the stock worker, capturing it, finds the hold gone and ends it `authorization_canceled` with its stock back (only its role changes stock) |
 //! | `charge.refunded` | `paid` | `refunded` when refunded in full (`order.refunded`), else the amount recorded; a charge never captured is a released hold, not a refund |
-//! | `charge.dispute.created` | `paid`, `refunded` | recorded on the order, counted (`stripe_disputes_total`) |
+//! | `charge.refunded`, `charge.dispute.created` | `authorized`, `stock_reserved`, its charge captured | `503`: the capture's `paid` is not committed yet; Stripe delivers it again |
+//! | `charge.dispute.created` | any other | recorded on the order, counted (`stripe_disputes_total`); no status changes |
 //! | anything else | | nothing, no Stripe request |
 
 use std::time::Duration;
@@ -43,17 +44,20 @@ use crate::domain::outbox::EventType;
 use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
 
 /// The event types the fleet applies (SPEC §4); any other is answered `200` and ignored.
-pub const HANDLED: [&str; 5] =
-    [AMOUNT_CAPTURABLE_UPDATED, PAYMENT_FAILED, CANCELED, "charge.refunded", "charge.dispute.created"];
+pub const HANDLED: [&str; 5] = [AMOUNT_CAPTURABLE_UPDATED, PAYMENT_FAILED, CANCELED, REFUNDED, DISPUTED];
 const AMOUNT_CAPTURABLE_UPDATED: &str = "payment_intent.amount_capturable_updated";
 const PAYMENT_FAILED: &str = "payment_intent.payment_failed";
 const CANCELED: &str = "payment_intent.canceled";
+const REFUNDED: &str = "charge.refunded";
+const DISPUTED: &str = "charge.dispute.created";
 
 /// The `failure_reason` of an order whose hold expired or was cancelled outside the fleet.
 pub const AUTHORIZATION_CANCELED: &str = "authorization_canceled";
 
-/// A Stripe event, as far as the fleet reads it: which object it is about. Every other field
-/// (the object's state included) is Stripe's copy at the time, and is not trusted.
+/// A Stripe event, as far as the fleet reads it: its id, its type, and which object it is
+/// about. Every other field (the object's state included) is Stripe's copy at the time, and is
+/// not trusted. Only `id` and `type` are required: a validly signed event of any type, whatever
+/// its object, must be answered `200`, not refused as unreadable.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Event {
     /// `evt_…`.
@@ -61,24 +65,8 @@ pub struct Event {
     /// `payment_intent.canceled`, ….
     #[serde(rename = "type")]
     pub kind: String,
-    data: EventData,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-struct EventData {
-    object: EventObject,
-}
-
-/// The event's object: a PaymentIntent, a Charge or a Dispute.
-#[derive(Debug, Clone, Deserialize)]
-struct EventObject {
-    id: String,
-    object: String,
     #[serde(default)]
-    metadata: std::collections::HashMap<String, String>,
-    /// A charge's or a dispute's PaymentIntent: its id, or the object expanded.
-    #[serde(default)]
-    payment_intent: Option<serde_json::Value>,
+    data: serde_json::Value,
 }
 
 impl Event {
@@ -91,12 +79,22 @@ impl Event {
         StripeEvent { id: &self.id, kind: &self.kind }
     }
 
+    /// A field of the event's object (a PaymentIntent, a Charge or a Dispute).
+    fn field(&self, name: &str) -> Option<&serde_json::Value> {
+        self.data.get("object")?.get(name)
+    }
+
+    /// The object's own id (`pi_…`, `ch_…`, `dp_…`).
+    fn object_id(&self) -> Option<&str> {
+        self.field("id")?.as_str()
+    }
+
     /// The PaymentIntent it is about.
     fn intent_id(&self) -> Option<&str> {
-        let object = &self.data.object;
-        match object.object.as_str() {
-            "payment_intent" => Some(&object.id),
-            _ => match object.payment_intent.as_ref()? {
+        match self.field("object")?.as_str()? {
+            "payment_intent" => self.object_id(),
+            // A charge's or a dispute's PaymentIntent: its id, or the object expanded.
+            _ => match self.field("payment_intent")? {
                 serde_json::Value::String(id) => Some(id),
                 expanded => expanded.get("id")?.as_str(),
             },
@@ -105,7 +103,7 @@ impl Event {
 
     /// The order its intent's metadata names, if it is a PaymentIntent's event.
     fn order_id(&self) -> Option<OrderId> {
-        self.data.object.metadata.get("order_id")?.parse().ok()
+        self.field("metadata")?.get("order_id")?.as_str()?.parse().ok()
     }
 }
 
@@ -184,10 +182,19 @@ async fn on_the_orders_intent(
         OrderStatus::StockReserved if kind == CANCELED => {
             record(pool, event, Some(order.id), "left_to_the_stock_worker").await
         }
-        OrderStatus::Paid if kind == "charge.refunded" => refunded(pool, payments, event, order).await,
-        OrderStatus::Paid | OrderStatus::Refunded if kind == "charge.dispute.created" => {
-            disputed(pool, payments, event, order).await
+        OrderStatus::Paid if kind == REFUNDED => refunded(pool, payments, event, order).await,
+        // Captured at Stripe, `paid` not yet committed (the stock worker is at it, or will be
+        // after its message comes back): answered 503, so Stripe delivers it again once it is.
+        OrderStatus::Authorized | OrderStatus::StockReserved if [REFUNDED, DISPUTED].contains(&kind) => {
+            match fresh(payments, order).await?.charge {
+                Some(charge) if charge.captured => {
+                    Err(WebhookError::Unavailable("the order's capture is not recorded yet".into()))
+                }
+                _ => record(pool, event, Some(order.id), NO_CHANGE).await,
+            }
         }
+        // A dispute changes no status: recorded on whatever order it is about.
+        _ if kind == DISPUTED => disputed(pool, payments, event, order).await,
         // Nothing this event says can move the order from where it is: no Stripe request.
         _ => record(pool, event, Some(order.id), NO_CHANGE).await,
     }
@@ -314,7 +321,7 @@ async fn disputed(
     let marked = sqlx::query!(
         "UPDATE orders SET disputed_at = now(), dispute_id = $2 WHERE id = $1 AND disputed_at IS NULL",
         order.id as _,
-        event.data.object.id,
+        event.object_id().unwrap_or_default(),
     )
     .execute(&mut *tx)
     .await?
@@ -323,7 +330,7 @@ async fn disputed(
     tx.commit().await?;
     if marked == 1 {
         metrics::counter!("stripe_disputes_total").increment(1);
-        tracing::error!(dispute = event.data.object.id, "the cardholder disputed the order's payment");
+        tracing::error!(dispute = event.object_id(), "the cardholder disputed the order's payment");
     }
     Ok("disputed")
 }
@@ -414,7 +421,9 @@ mod tests {
         let charge = r#"{"id":"evt_2","type":"charge.refunded","data":{"object":{"id":"ch_1","object":"charge","payment_intent":"pi_2","metadata":{}}}}"#;
         let event = Event::parse(charge.as_bytes()).unwrap();
         assert_eq!((event.intent_id(), event.order_id()), (Some("pi_2"), None));
-        let unknown = r#"{"id":"evt_3","type":"customer.created","data":{"object":{"id":"cus_1","object":"customer"}}}"#;
+        let unknown = r#"{"id":"evt_3","type":"balance.available","data":{"object":{"object":"balance"}}}"#;
         assert!(Event::parse(unknown.as_bytes()).is_ok(), "a type the fleet does not use still parses");
+        let bare = r#"{"id":"evt_4","type":"v2.core.event"}"#;
+        assert!(Event::parse(bare.as_bytes()).is_ok(), "even without an object");
     }
 }
