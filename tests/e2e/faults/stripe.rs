@@ -483,14 +483,18 @@ async fn an_idempotency_error_across_a_deploy_whose_key_made_nothing_moves_the_o
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn finding_what_an_attempt_did_costs_a_page_of_stripes_list_per_hundred_intents_made_since_its_order() {
-    // Arrange: a drop's other buyers have made 250 PaymentIntents when one buyer's create
-    // answers a saved 500 (Stripe's list gives 100 a page, newest first).
+async fn finding_what_an_attempt_did_costs_a_page_of_stripes_list_per_hundred_intents_in_its_window() {
+    // Arrange: two buyers' first requests fail: ann's create answers a saved 500 (dated: her
+    // key made its intent, if any, before that answer), bob's meets only 429s (nothing dated:
+    // his window stays open). Twelve seconds later the drop's other buyers make 250 intents
+    // (Stripe's list gives 100 a page, newest first).
     let fleet = fleet_for_saved_500s("stripe-list-pages").await;
     fleet.product("sku-1", 1000, 300).await.unwrap();
     fleet.fault("create", "error_500", 1).await.unwrap();
-    let first = fleet.post_order("ann", "k-1", "sku-1", 1, "pm_card_visa").await.unwrap();
-    assert_eq!(first.status, 503, "{}", first.body);
+    assert_eq!(fleet.post_order("ann", "k-1", "sku-1", 1, "pm_card_visa").await.unwrap().status, 503);
+    fleet.fault("create", "error_429", 3).await.unwrap();
+    assert_eq!(fleet.post_order("bob", "k-1", "sku-1", 1, "pm_card_visa").await.unwrap().status, 503);
+    tokio::time::sleep(Duration::from_secs(12)).await;
     use futures::StreamExt;
     let others: Vec<u16> = futures::stream::iter(0..250)
         .map(|i| {
@@ -508,19 +512,28 @@ async fn finding_what_an_attempt_did_costs_a_page_of_stripes_list_per_hundred_in
     assert!(others.iter().all(|s| *s == 202), "{others:?}");
     let lists = || async {
         let metrics = fleet.scrape_metrics().await;
-        let by_outcome = fleet_harness::metrics::sum_by_label(&metrics, "stripe_requests_total", "operation");
-        by_outcome.get("list").copied().unwrap_or(0.0)
+        let by_operation =
+            fleet_harness::metrics::sum_by_label(&metrics, "stripe_requests_total", "operation");
+        by_operation.get("list").copied().unwrap_or(0.0)
     };
+
+    // Act: each buyer retries; the intake lists what their attempt did.
     let before = lists().await;
+    let (ann, _) = fleet.post_order("ann", "k-1", "sku-1", 1, "pm_card_visa").retrying().await.unwrap();
+    let ann_pages = lists().await - before;
+    let before = lists().await;
+    let (bob, _) = fleet.post_order("bob", "k-1", "sku-1", 1, "pm_card_visa").retrying().await.unwrap();
+    let bob_pages = lists().await - before;
 
-    // Act: the buyer retries; the intake lists what the attempt did.
-    let (answer, _) = fleet.post_order("ann", "k-1", "sku-1", 1, "pm_card_visa").retrying().await.unwrap();
-
-    // Assert: accepted, after reading every intent made since the order, 100 a page.
-    assert_eq!(answer.status, 202, "{}", answer.body);
-    let pages = lists().await - before;
-    println!("stripe-list-pages: 250 intents made since the order; a lookup read {pages} pages");
-    assert_eq!(pages, 3.0, "250 intents, 100 a page");
+    // Assert: both accepted; ann's window closed ten seconds after her 5xx came back, bob's
+    // reached now, through every intent made since his order.
+    assert_eq!((ann.status, bob.status), (202, 202), "{} {}", ann.body, bob.body);
+    println!(
+        "stripe-list-pages: 250 intents made 12 s after two orders; a lookup after a dated 5xx read \
+         {ann_pages} page(s), one after 429s (no date) read {bob_pages}"
+    );
+    assert_eq!(ann_pages, 1.0, "the window closes at the 5xx");
+    assert_eq!(bob_pages, 3.0, "251 intents since bob's order, 100 a page");
     fleet.wait_settled(Duration::from_secs(120)).await.unwrap();
     fleet.stop().await.unwrap();
 }

@@ -232,6 +232,7 @@ mod tests {
             traceparent: None,
             payment_attempt: 1,
             payment_attempt_failed: false,
+            payment_attempt_at: now,
             client_secret: Some("pi_1_secret_x".into()),
             next_action: Some(serde_json::json!({"type": "use_stripe_sdk"})),
             action_expires_at: Some(now),

@@ -121,7 +121,9 @@ pub async fn resume(
     order: &Order,
 ) -> Result<Recorded, AuthorizationError> {
     let listed = std::time::Instant::now();
-    match payments.find_by_order(order.id, order.created_at).await {
+    // A key that answered a 5xx ran, if at all, before the 5xx came back (`payment_attempt_at`).
+    let until = order.payment_attempt_failed.then_some(order.payment_attempt_at);
+    match payments.find_by_order(order.id, order.created_at, until).await {
         Ok(Some(intent)) => {
             tracing::info!(payment_intent = intent.id, status = ?intent.status, "found the order's PaymentIntent at Stripe");
             record(pool, payments, order, Ok(intent)).await

@@ -54,6 +54,8 @@ pub struct Order {
     /// The attempt's key has answered a 5xx, which Stripe saved under it
     /// ([`crate::domain::authorization::resume`]).
     pub payment_attempt_failed: bool,
+    /// When the attempt began, or, once its key answered a 5xx, when that answer came back.
+    pub payment_attempt_at: DateTime<Utc>,
     /// While its card needs 3-D Secure, and after: the PaymentIntent's client secret, which the
     /// buyer's page completes it with (set only for an order that went `requires_action`).
     pub client_secret: Option<String>,
@@ -127,6 +129,7 @@ pub(crate) struct OrderRow {
     pub(crate) traceparent: Option<String>,
     pub(crate) payment_attempt: i32,
     pub(crate) payment_attempt_failed: bool,
+    pub(crate) payment_attempt_at: DateTime<Utc>,
     pub(crate) client_secret: Option<String>,
     pub(crate) next_action: Option<serde_json::Value>,
     pub(crate) action_expires_at: Option<DateTime<Utc>>,
@@ -155,6 +158,7 @@ macro_rules! order_from {
             traceparent: $row.traceparent,
             payment_attempt: $row.payment_attempt $($some)?,
             payment_attempt_failed: $row.payment_attempt_failed $($some)?,
+            payment_attempt_at: $row.payment_attempt_at $($some)?,
             client_secret: $row.client_secret,
             next_action: $row.next_action,
             action_expires_at: $row.action_expires_at,
@@ -183,7 +187,7 @@ macro_rules! query_order {
                 currency AS "currency: crate::domain::Currency", payment_method,
                 status AS "status: crate::domain::status::OrderStatus", position, payment_intent_id,
                 failure_reason, authorization_released_at, traceparent, payment_attempt,
-                payment_attempt_failed, client_secret, next_action, action_expires_at, created_at,
+                payment_attempt_failed, payment_attempt_at, client_secret, next_action, action_expires_at, created_at,
                 updated_at "# + $tail
             $($args)*
         )

@@ -36,7 +36,7 @@ use stripe_core::payment_intent::{
     ListPaymentIntent, RetrievePaymentIntent,
 };
 use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod, PaymentIntentStatus};
-use stripe_types::RangeQueryTs;
+use stripe_types::{RangeBoundsTs, RangeQueryTs};
 
 use crate::runtime::backoff::Backoff;
 use crate::runtime::budget::StripeBudget;
@@ -536,19 +536,27 @@ impl Payments {
     /// filters by `created`, on Stripe's clock, so the window is shifted by Stripe's clock as
     /// the `Date` of its answers shows it, and opened [`WINDOW_MARGIN`] early. Metadata is
     /// matched here, page by page (100 intents a page, newest first).
+    ///
+    /// `until`, when known, closes the window: an attempt whose key answered a 5xx made its
+    /// intent, if any, before that answer came back, so intents made after it need not be read
+    /// (after an incident on a busy account, the many made since).
     pub(crate) async fn find_by_order(
         &self,
         order_id: OrderId,
         since: chrono::DateTime<chrono::Utc>,
+        until: Option<chrono::DateTime<chrono::Utc>>,
     ) -> Result<Option<Intent>, PaymentError> {
-        let window = |client: &PooledStripe| client.stripe_time(since).unwrap_or(since) - WINDOW_MARGIN;
+        let window = |client: &PooledStripe| {
+            let on_stripe = |ours| client.stripe_time(ours).unwrap_or(ours);
+            (on_stripe(since) - WINDOW_MARGIN, until.map(|until| on_stripe(until) + WINDOW_MARGIN))
+        };
+        let knew_the_clock = self.client.stripe_time(since).is_some();
         let first = window(&self.client);
-        let mut intents = self.list_since(order_id, first).await?;
-        // The first answer of this process taught the clock: if Stripe's runs far behind ours,
-        // the window began too late, and is read again from where it begins on Stripe's clock.
-        let learnt = window(&self.client);
-        if learnt < first {
-            intents = self.list_since(order_id, learnt).await?;
+        let mut intents = self.list_within(order_id, first).await?;
+        // The first answer of this process taught the clock: the window was placed on ours,
+        // and is read again where it lies on Stripe's if that differs.
+        if !knew_the_clock && window(&self.client) != first {
+            intents = self.list_within(order_id, window(&self.client)).await?;
         }
         // Several intents would mean a second authorization was made; the live one (holding
         // funds) is the one that matters.
@@ -556,20 +564,24 @@ impl Payments {
         Ok(live.or_else(|| intents.into_iter().next()))
     }
 
-    /// The order's intents among those created at or after `from` (Stripe's clock): every page.
-    async fn list_since(
+    /// The order's intents among those created within `(from, until)` (Stripe's clock; no end
+    /// when `until` is `None`): every page.
+    async fn list_within(
         &self,
         order_id: OrderId,
-        from: chrono::DateTime<chrono::Utc>,
+        (from, until): (chrono::DateTime<chrono::Utc>, Option<chrono::DateTime<chrono::Utc>>),
     ) -> Result<Vec<Intent>, PaymentError> {
+        let created = RangeQueryTs::Bounds(RangeBoundsTs {
+            gte: Some(from.timestamp()),
+            lte: until.map(|until| until.timestamp()),
+            ..RangeBoundsTs::default()
+        });
         let order = order_id.to_string();
         let mut theirs = Vec::new();
         let mut after: Option<String> = None;
         loop {
-            let mut request = ListPaymentIntent::new()
-                .created(RangeQueryTs::gte(from.timestamp()))
-                .limit(LIST_PAGE)
-                .expand([format!("data.{EXPAND}")]);
+            let mut request =
+                ListPaymentIntent::new().created(created).limit(LIST_PAGE).expand([format!("data.{EXPAND}")]);
             if let Some(last) = &after {
                 request = request.starting_after(last.clone());
             }
