@@ -72,6 +72,18 @@ pub fn sizes_after_a_cut() -> Scenario {
         .with_upserts(vec![2])
 }
 
+/// 3-D Secure and Stripe's webhooks: a buyer whose card needs 3-D Secure, who authenticates
+/// (or fails) at any moment, the deadline included and after it; the deadline passing at any
+/// moment; the webhook and the sweeper both settling the order (each under its lease, one
+/// reading while the other acts); an event lost; a good card's hold cancelled outside the
+/// fleet (the Dashboard, or lapsed) while it is `authorized` or `stock_reserved`; a process
+/// dying once.
+pub fn three_d_secure() -> Scenario {
+    Scenario::new("3-D Secure, webhooks and a hold cancelled outside", vec![(1, Card::ThreeDSecure), (1, Card::Good)], 2)
+        .with_webhooks()
+        .with_budget(Budget { crashes: 1, expiries: 1, lost_events: 1, ..Budget::default() })
+}
+
 /// Every scenario, as checked by `make test`.
 pub fn all() -> Vec<Scenario> {
     vec![
@@ -82,6 +94,7 @@ pub fn all() -> Vec<Scenario> {
         messages_without_the_sweeper(),
         time_passing(),
         sizes_after_a_cut(),
+        three_d_secure(),
     ]
 }
 
