@@ -19,6 +19,8 @@ pub struct Rules {
     pub resume: ResumeRule,
     /// How a `requires_action` order past its deadline is settled.
     pub settle: SettleRule,
+    /// What a create's `idempotency_error` means.
+    pub idempotency_error: IdempotencyRule,
 }
 
 impl Rules {
@@ -28,6 +30,7 @@ impl Rules {
         cut: CutRule::KeepTheLineServed,
         resume: ResumeRule::NOW,
         settle: SettleRule::CancelFirst,
+        idempotency_error: IdempotencyRule::LikeASaved5xx,
     };
 }
 
@@ -82,6 +85,16 @@ pub enum SettleRule {
     /// A defect planted to show the checker finds it: record `authentication_timed_out` and
     /// give the units back without cancelling the intent, which its buyer may still complete.
     TimeOutWithoutCancel,
+}
+
+/// What a create's `idempotency_error` (the key ran before, with other parameters) means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdempotencyRule {
+    /// Now (`PaymentError::AttemptFailed`): the key ran, and may hold funds; found out as after
+    /// a saved 5xx.
+    LikeASaved5xx,
+    /// A defect planted to show the checker finds it: a `400` read as a refusal of the card.
+    AsADecline,
 }
 
 /// What is checked: who buys, how many units, what the operator does, and what may fail.
@@ -501,7 +514,9 @@ impl OrderProtocol {
             Net::Fault(Fault::Error500AfterEffect) => (true, Some(Reply::Error500), Some(Reply::Error500)),
             Net::Fault(Fault::AnswerLost) => (true, None, Some(Reply::Unanswered)),
             Net::Fault(Fault::Unreachable) => return Reply::Unanswered,
-            Net::Fault(Fault::OtherParameters) => unreachable!("only a key that ran answers idempotency_error"),
+            Net::Fault(Fault::OtherParameters) => {
+                unreachable!("only a key that ran answers idempotency_error")
+            }
         };
         let reply = if runs { execute(s) } else { Reply::Error500 };
         s.stripe.saved.push((key, saves.unwrap_or(reply)));
@@ -563,7 +578,9 @@ impl OrderProtocol {
             let i = &mut s.stripe.intents[usize::from(intent)];
             if !matches!(
                 i.status,
-                IntentStatus::RequiresCapture | IntentStatus::RequiresPaymentMethod | IntentStatus::RequiresAction
+                IntentStatus::RequiresCapture
+                    | IntentStatus::RequiresPaymentMethod
+                    | IntentStatus::RequiresAction
             ) {
                 return Reply::Refused;
             }
@@ -612,10 +629,15 @@ impl OrderProtocol {
         let marks = self.rules.resume.marks_failures();
         let reply = self.create(s, order, attempt, net);
         match (reply, resumed) {
+            (Reply::IdempotencyError, _) if self.rules.idempotency_error == IdempotencyRule::AsADecline => {
+                Next::Go(Auth::Record(Found::Declined(None)))
+            }
             (Reply::Error500 | Reply::IdempotencyError, Some(listed)) if !marks => {
                 Next::Go(Auth::NextAttempt { attempt, listed })
             }
-            (Reply::Error500 | Reply::IdempotencyError, _) => Next::Go(Auth::Record(Found::Failed(Some(attempt)))),
+            (Reply::Error500 | Reply::IdempotencyError, _) => {
+                Next::Go(Auth::Record(Found::Failed(Some(attempt))))
+            }
             (reply, _) => Next::Go(Auth::Record(Self::found(reply))),
         }
     }
@@ -630,7 +652,7 @@ impl OrderProtocol {
         }
         let mine = || s.stripe.intents.iter().enumerate().filter(|(_, i)| i.order == order);
         let live = mine().find(|(_, i)| i.status == IntentStatus::RequiresCapture);
-        if let Some((id, intent)) = live.or_else(|| mine().last()) {
+        if let Some((id, intent)) = live.or_else(|| mine().next_back()) {
             return Next::Go(Auth::Record(Self::found(Reply::Intent(id as IntentId, intent.status))));
         }
         let listed = s.order(order).dated;
@@ -707,7 +729,8 @@ impl OrderProtocol {
         let mut ahead: Vec<(u8, i32, bool)> = s
             .existing()
             .filter(|(_, o)| {
-                o.position < me.position && (o.status.awaits_authorization() || o.status == Status::Authorized)
+                o.position < me.position
+                    && (o.status.awaits_authorization() || o.status == Status::Authorized)
             })
             .map(|(id, o)| (o.position, i32::from(self.quantity(id)), o.status.awaits_authorization()))
             .collect();
@@ -1265,29 +1288,9 @@ impl Model for OrderProtocol {
                 s.sweeper = Some(Job::Settle(order, Settle::Read));
             }
             Action::Deliver(event) => Self::deliver(&mut s, event)?,
-            Action::EventLost(event) => {
-                s.budget.lost_events -= 1;
-                let at = s.events.iter().position(|e| *e == event).expect("a pending event");
-                s.events.remove(at);
-            }
-            Action::Authenticate { intent, ok } => {
-                let i = &mut s.stripe.intents[usize::from(intent)];
-                i.status = if ok { IntentStatus::RequiresCapture } else { IntentStatus::RequiresPaymentMethod };
-                i.held |= ok;
-                s.emit(self.scenario.webhooks, intent, false);
-            }
-            Action::DeadlinePasses(order) => s.order_mut(order).past_deadline = true,
             Action::Upsert(i) => self.upsert(&mut s, i),
             Action::LeaseExpires(order) => Self::lease_expires(&mut s, order)?,
-            Action::HoldCanceledOutside(intent) => {
-                s.budget.expiries -= 1;
-                s.stripe.intents[usize::from(intent)].status = IntentStatus::Canceled;
-                s.emit(self.scenario.webhooks, intent, true);
-            }
-            Action::KeysExpire => {
-                s.budget.key_expiries -= 1;
-                s.stripe.saved.clear();
-            }
+            _ => self.outside(&mut s, action),
         }
         Some(s)
     }
@@ -1396,12 +1399,15 @@ impl OrderProtocol {
         }
         for (i, intent) in s.stripe.intents.iter().enumerate() {
             let i = i as IntentId;
-            if intent.status == IntentStatus::RequiresCapture && s.budget.expiries > 0 {
-                actions.push(Action::HoldCanceledOutside(i));
-            }
             // The buyer's page has the intent's client secret once the order went
             // `requires_action` (the 202, or `GET`), and may use it at any moment after.
             let o = s.order(intent.order);
+            // A hold cancelled outside the fleet is one whose order has not failed: on a failed
+            // order it would do the fleet's own work, and hide a hold the fleet left (§8.5).
+            let cancellable = intent.status == IntentStatus::RequiresCapture && !o.status.has_failed();
+            if cancellable && s.budget.expiries > 0 {
+                actions.push(Action::HoldCanceledOutside(i));
+            }
             if intent.status == IntentStatus::RequiresAction && o.action && o.intent == Some(i) {
                 actions.extend([true, false].map(|ok| Action::Authenticate { intent: i, ok }));
             }
@@ -1522,6 +1528,35 @@ impl OrderProtocol {
             let p = &mut s.product;
             p.stock += asked as i8 - p.total as i8;
             p.total = asked;
+        }
+    }
+
+    /// What happens outside the fleet: Stripe and the buyers' pages, and time passing.
+    fn outside(&self, s: &mut State, action: Action) {
+        match action {
+            Action::EventLost(event) => {
+                s.budget.lost_events -= 1;
+                let at = s.events.iter().position(|e| *e == event).expect("a pending event");
+                s.events.remove(at);
+            }
+            Action::Authenticate { intent, ok } => {
+                let i = &mut s.stripe.intents[usize::from(intent)];
+                i.status =
+                    if ok { IntentStatus::RequiresCapture } else { IntentStatus::RequiresPaymentMethod };
+                i.held |= ok;
+                s.emit(self.scenario.webhooks, intent, false);
+            }
+            Action::DeadlinePasses(order) => s.order_mut(order).past_deadline = true,
+            Action::HoldCanceledOutside(intent) => {
+                s.budget.expiries -= 1;
+                s.stripe.intents[usize::from(intent)].status = IntentStatus::Canceled;
+                s.emit(self.scenario.webhooks, intent, true);
+            }
+            Action::KeysExpire => {
+                s.budget.key_expiries -= 1;
+                s.stripe.saved.clear();
+            }
+            _ => unreachable!("the fleet's own steps are taken in next_state"),
         }
     }
 

@@ -31,6 +31,9 @@ pub const NO_HOLD_WITHOUT_A_UNIT: &str = "§8.8 no PaymentIntent without a promi
 /// breaks.
 pub const THREE_D_SECURE: &str =
     "§8.11 a card needing 3-D Secure is authenticated by its buyer or released by its deadline";
+/// The property an `idempotency_error` read as a decline breaks.
+pub const NEVER_A_DECLINE: &str =
+    "§8.11 a card that authorizes is never declined (an idempotency_error is not a decline)";
 /// The property an order left on a hold that is gone breaks.
 pub const NO_ORDER_ON_A_LOST_HOLD: &str =
     "§8.11 no order stays authorized or stock_reserved on a hold that no longer exists (at the end)";
@@ -53,8 +56,11 @@ pub fn all() -> Vec<Property<OrderProtocol>> {
         Property::always(SOLD_OUT, |_, s: &State| !s.seen.sold_out_with_a_unit_left),
         Property::always(NO_HOLD_WITHOUT_A_UNIT, |_, s: &State| !s.seen.intent_without_a_unit),
         Property::always(THREE_D_SECURE, |m: &OrderProtocol, s: &State| {
-            never_declined_for_needing_it(m, s) && never_charged_once_released(s) && (!m.is_final(s) || settled(s))
+            never_declined_for_needing_it(m, s)
+                && never_charged_once_released(s)
+                && (!m.is_final(s) || settled(s))
         }),
+        Property::always(NEVER_A_DECLINE, never_declined_while_it_authorizes),
         Property::always(NO_ORDER_ON_A_LOST_HOLD, |m: &OrderProtocol, s: &State| {
             !m.is_final(s) || no_order_on_a_lost_hold(s)
         }),
@@ -140,11 +146,20 @@ fn never_declined_for_needing_it(m: &OrderProtocol, s: &State) -> bool {
     })
 }
 
+/// A card that authorizes is never declined (an `idempotency_error` is not a decline), unless
+/// its intent was cancelled (outside the fleet) before the order recorded it.
+fn never_declined_while_it_authorizes(m: &OrderProtocol, s: &State) -> bool {
+    s.existing().all(|(id, o)| {
+        let cancelled =
+            o.intent.is_some_and(|i| s.stripe.intents[usize::from(i)].status == IntentStatus::Canceled);
+        m.scenario.buyers[usize::from(id)].1 != Card::Good || o.status != Status::PaymentDeclined || cancelled
+    })
+}
+
 /// An order released and declined never has its intent captured.
 fn never_charged_once_released(s: &State) -> bool {
-    s.existing().all(|(id, o)| {
-        o.status != Status::PaymentDeclined || intents_of(s, id).all(|i| i.captures == 0)
-    })
+    s.existing()
+        .all(|(id, o)| o.status != Status::PaymentDeclined || intents_of(s, id).all(|i| i.captures == 0))
 }
 
 /// At the end: no order left `requires_action`, and no failed order's intent holding funds or
@@ -163,7 +178,8 @@ fn settled(s: &State) -> bool {
 fn no_order_on_a_lost_hold(s: &State) -> bool {
     s.existing().all(|(id, o)| {
         let on_hold = matches!(o.status, Status::Authorized | Status::StockReserved);
-        let gone = o.intent.is_some_and(|i| s.stripe.intents[usize::from(i)].status == IntentStatus::Canceled);
+        let gone =
+            o.intent.is_some_and(|i| s.stripe.intents[usize::from(i)].status == IntentStatus::Canceled);
         !(on_hold && gone) || visible(s, id, o)
     })
 }

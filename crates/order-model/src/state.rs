@@ -275,13 +275,31 @@ pub enum After {
 pub enum Advance {
     Load,
     Reserve,
-    Capture { attempt: u8, intent: IntentId },
-    Retrieve { op: Op, attempt: u8, intent: IntentId, after: After },
-    NextAttempt { status: Status, attempt: u8 },
+    Capture {
+        attempt: u8,
+        intent: IntentId,
+    },
+    Retrieve {
+        op: Op,
+        attempt: u8,
+        intent: IntentId,
+        after: After,
+    },
+    NextAttempt {
+        status: Status,
+        attempt: u8,
+    },
     RecordPaid,
     /// `canceled`: the intent was read cancelled (the hold is gone): `authorization_canceled`.
-    FailCapture { attempt: u8, intent: IntentId, canceled: bool },
-    Cancel { attempt: u8, intent: IntentId },
+    FailCapture {
+        attempt: u8,
+        intent: IntentId,
+        canceled: bool,
+    },
+    Cancel {
+        attempt: u8,
+        intent: IntentId,
+    },
     MarkReleased,
 }
 
