@@ -168,10 +168,10 @@ fn a_settle_whose_cancel_answered_a_saved_500_keeps_its_order_requires_action_un
         let mut actions = Vec::new();
         model.actions(&state, &mut actions);
         for action in actions.into_iter().filter(|a| *a != Action::KeysExpire) {
-            if let Some(after) = model.next_state(&state, action) {
-                if seen.insert(after.clone()) {
-                    next.push_back(after);
-                }
+            if let Some(after) = model.next_state(&state, action)
+                && seen.insert(after.clone())
+            {
+                next.push_back(after);
             }
         }
     }
