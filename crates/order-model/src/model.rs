@@ -58,7 +58,7 @@ pub enum CutRule {
 pub enum ResumeRule {
     /// Before bbf9d45, restated for a list that does not lag: after the attempt's own key,
     /// re-sent, answers a 5xx, move on trusting the list made before that send.
-    SearchBeforeTheResend,
+    ListBeforeTheResend,
     /// Now (bbf9d45, 6376119, issue 33): a 5xx marks the attempt and ends its sends, dated when
     /// it comes back; a marked attempt moves on only when a list begun after that date finds
     /// nothing.
@@ -71,7 +71,7 @@ impl ResumeRule {
 
     /// Whether a 5xx marks the attempt and ends its sends.
     fn marks_failures(self) -> bool {
-        self != ResumeRule::SearchBeforeTheResend
+        self != ResumeRule::ListBeforeTheResend
     }
 }
 
@@ -593,7 +593,7 @@ impl OrderProtocol {
 
     // ---- authorizing (the intake, the sweeper) ------------------------------------------
 
-    /// What a reply to a create, or an intent found by search, means for the order.
+    /// What a reply to a create, or an intent found by the list, means for the order.
     fn found(reply: Reply) -> Found {
         match reply {
             Reply::Intent(id, IntentStatus::RequiresCapture | IntentStatus::Succeeded) => Found::Holding(id),

@@ -71,7 +71,7 @@ fn the_resume_rule_places_a_second_hold(resume: ResumeRule) {
 #[test]
 fn the_resume_rule_before_bbf9d45_places_a_second_hold_when_its_resent_key_answers_a_500_after_taking_effect()
 {
-    the_resume_rule_places_a_second_hold(ResumeRule::SearchBeforeTheResend);
+    the_resume_rule_places_a_second_hold(ResumeRule::ListBeforeTheResend);
 }
 
 /// A defect planted on purpose: past the deadline, a settle that records
