@@ -8,7 +8,10 @@
 //! effect) or never hears; the relay, a standard queue's duplicates and redeliveries, the
 //! DLQ after three receives and the operator's redrive; the stock worker's reservation in
 //! line, capture and cancel; the sweeper at any moment; cuts and raises of the total; and
-//! any process dying between two steps. [Stateright](https://docs.rs/stateright) visits every
+//! any process dying between two steps. Since issue 33 also: Stripe's list (consistent, where
+//! its search lagged) to learn what an attempt did, `idempotency_error`, cards that need 3-D
+//! Secure with their buyers authenticating at any moment and their deadlines passing, Stripe's
+//! webhooks racing the sweeper to settle them, and holds cancelled outside the fleet. [Stateright](https://docs.rs/stateright) visits every
 //! interleaving of those steps within a scenario's bounds ([`scenarios`]) and checks each
 //! property ([`properties`]) in every state it reaches.
 //!
@@ -21,8 +24,8 @@
 //!
 //! The stock worker's decision after a cut is not copied: the model calls the code's own
 //! [`orderfleet::domain::fulfilment::fits_whatever_the_pending_do`]. [`model::Rules`] also keeps the
-//! rules as they were before the two line-order defects were fixed, and the tests show the
-//! checker finds both on them.
+//! rules as they were before earlier defects were fixed, and one defect planted on purpose
+//! (a 3-D Secure settle that does not cancel first), and the tests show the checker finds each.
 
 pub mod check;
 pub mod model;

@@ -17,6 +17,10 @@ pub struct Rules {
     pub cut: CutRule,
     /// How a resumed authorization treats its attempt's key.
     pub resume: ResumeRule,
+    /// How a `requires_action` order past its deadline is settled.
+    pub settle: SettleRule,
+    /// What a create's `idempotency_error` means.
+    pub idempotency_error: IdempotencyRule,
 }
 
 impl Rules {
@@ -25,6 +29,8 @@ impl Rules {
         line: LineRule::WaitForPendingAhead,
         cut: CutRule::KeepTheLineServed,
         resume: ResumeRule::NOW,
+        settle: SettleRule::CancelFirst,
+        idempotency_error: IdempotencyRule::LikeASaved5xx,
     };
 }
 
@@ -50,14 +56,12 @@ pub enum CutRule {
 /// When a taken-over order whose attempt answered a saved 5xx moves to a new attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ResumeRule {
-    /// Before bbf9d45: after the attempt's own key, re-sent, answers a 5xx, trust the search
-    /// made before that send, once the attempt *began* longer ago than the search lag.
-    SearchBeforeTheResend,
-    /// bbf9d45: a 5xx marks the attempt and ends its sends; each re-send is dated before it
-    /// is made, and a marked attempt moves on only a lag after its last date.
-    DatedBeforeTheSend,
-    /// Now (6376119): as bbf9d45, but the 5xx is dated when it comes back, after whatever the
-    /// key did.
+    /// Before bbf9d45, restated for a list that does not lag: after the attempt's own key,
+    /// re-sent, answers a 5xx, move on trusting the list made before that send.
+    ListBeforeTheResend,
+    /// Now (bbf9d45, 6376119, issue 33): a 5xx marks the attempt and ends its sends, dated when
+    /// it comes back; a marked attempt moves on only when a list begun after that date finds
+    /// nothing.
     DatedByTheFailure,
 }
 
@@ -67,8 +71,30 @@ impl ResumeRule {
 
     /// Whether a 5xx marks the attempt and ends its sends.
     fn marks_failures(self) -> bool {
-        self != ResumeRule::SearchBeforeTheResend
+        self != ResumeRule::ListBeforeTheResend
     }
+}
+
+/// What settling a `requires_action` order does when its intent still waits for its buyer
+/// past the deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SettleRule {
+    /// Now ([`orderfleet::domain::action`]): cancel the intent first, then record
+    /// `authentication_timed_out` with the units back.
+    CancelFirst,
+    /// A defect planted to show the checker finds it: record `authentication_timed_out` and
+    /// give the units back without cancelling the intent, which its buyer may still complete.
+    TimeOutWithoutCancel,
+}
+
+/// What a create's `idempotency_error` (the key ran before, with other parameters) means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdempotencyRule {
+    /// Now (`PaymentError::AttemptFailed`): the key ran, and may hold funds; found out as after
+    /// a saved 5xx.
+    LikeASaved5xx,
+    /// A defect planted to show the checker finds it: a `400` read as a refusal of the card.
+    AsADecline,
 }
 
 /// What is checked: who buys, how many units, what the operator does, and what may fail.
@@ -89,6 +115,8 @@ pub struct Scenario {
     pub sweeper: Sweeps,
     /// What may go wrong, and how often.
     pub budget: Budget,
+    /// Whether Stripe's webhooks reach the fleet (`STRIPE_WEBHOOK_SECRET` set).
+    pub webhooks: bool,
 }
 
 impl Scenario {
@@ -105,7 +133,13 @@ impl Scenario {
             workers: 1,
             sweeper: Sweeps::Everything,
             budget: Budget::default(),
+            webhooks: false,
         }
+    }
+
+    /// Stripe's webhooks on: each event delivered until applied, or lost within the budget.
+    pub fn with_webhooks(self) -> Self {
+        Self { webhooks: true, ..self }
     }
 
     /// The totals the operator may set, each once, at any moment.
@@ -156,6 +190,8 @@ pub enum Proc {
     Worker(u8),
     /// The sweeper.
     Sweeper,
+    /// The webhook's handler (one event at a time).
+    Webhook,
 }
 
 /// Everything that can happen next.
@@ -189,14 +225,27 @@ pub enum Action {
     SweepPending(Buyer),
     /// The sweeper picks an order stuck on its way to its end.
     SweepFulfilment(Buyer),
+    /// The sweeper picks a `requires_action` order nobody is settling.
+    SweepAction(Buyer),
+    /// Stripe delivers an event to the webhook.
+    Deliver(Event),
+    /// Stripe gives up on an event (or the webhook's secret is unset).
+    EventLost(Event),
+    /// A buyer completes 3-D Secure on its intent, or fails it.
+    Authenticate {
+        /// The intent.
+        intent: IntentId,
+        /// Whether the buyer passes.
+        ok: bool,
+    },
+    /// An order's `action_expires_at` passes.
+    DeadlinePasses(Buyer),
     /// The operator sets the product's total (the scenario's `upserts[i]`).
     Upsert(u8),
-    /// Time passes: Stripe's search catches up, and every attempt is older than the lag.
-    LagPasses,
     /// An order's lease expires (its holder died, or stalled past it).
     LeaseExpires(Buyer),
-    /// Stripe cancels a hold past its deadline.
-    HoldExpires(IntentId),
+    /// Stripe cancels a hold: it lapsed, or someone cancelled it in the Dashboard.
+    HoldCanceledOutside(IntentId),
     /// Stripe forgets its saved answers.
     KeysExpire,
 }
@@ -210,7 +259,7 @@ pub enum Transition {
     Door,
     Resume,
     Create,
-    Search,
+    List,
     AuthorizeNextAttempt,
     RecordAuthorization,
     Relay,
@@ -227,21 +276,30 @@ pub enum Transition {
     Redrive,
     SweepPending,
     SweepFulfilment,
+    SweepAction,
+    Deliver,
+    ReadAction,
+    ReleaseAction,
+    RecordAction,
+    ReadHold,
+    LoseHold,
     Upsert,
-    LagPasses,
     LeaseExpires,
-    HoldExpires,
+    Authenticate,
+    DeadlinePasses,
+    HoldCanceledOutside,
+    EventLost,
     KeysExpire,
 }
 
 impl Transition {
     /// Every kind, for the map's test.
-    pub const ALL: [Transition; 26] = [
+    pub const ALL: [Transition; 35] = [
         Transition::Send,
         Transition::Door,
         Transition::Resume,
         Transition::Create,
-        Transition::Search,
+        Transition::List,
         Transition::AuthorizeNextAttempt,
         Transition::RecordAuthorization,
         Transition::Relay,
@@ -258,10 +316,19 @@ impl Transition {
         Transition::Redrive,
         Transition::SweepPending,
         Transition::SweepFulfilment,
+        Transition::SweepAction,
+        Transition::Deliver,
+        Transition::ReadAction,
+        Transition::ReleaseAction,
+        Transition::RecordAction,
+        Transition::ReadHold,
+        Transition::LoseHold,
         Transition::Upsert,
-        Transition::LagPasses,
         Transition::LeaseExpires,
-        Transition::HoldExpires,
+        Transition::Authenticate,
+        Transition::DeadlinePasses,
+        Transition::HoldCanceledOutside,
+        Transition::EventLost,
         Transition::KeysExpire,
     ];
 }
@@ -274,6 +341,9 @@ enum Done {
     Later,
     /// For a person: the message goes on towards the DLQ with the reason.
     Stuck,
+    /// Logged for a person, the order left as it was: the sweeper looks again on its next
+    /// pass (a settle whose cancel Stripe refused).
+    GaveUp,
 }
 
 /// A step's result: the job goes on, or it ended.
@@ -300,29 +370,39 @@ impl OrderProtocol {
             return;
         }
         out.push(Net::Fault(Fault::Unreachable));
-        // A key with an answer saved is replayed: only the network can fail it.
-        if key.is_some_and(|key| state.stripe.saved(key).is_none()) {
-            out.extend([Fault::Error500, Fault::Error500AfterEffect, Fault::AnswerLost].map(Net::Fault));
+        // A key with an answer saved is replayed: only the network can fail it, or a deploy
+        // that changed a create's parameters since it ran (`idempotency_error`).
+        match key {
+            Some(key) if state.stripe.saved(key).is_none() => {
+                out.extend([Fault::Error500, Fault::Error500AfterEffect, Fault::AnswerLost].map(Net::Fault));
+            }
+            Some((Op::Create, ..)) => out.push(Net::Fault(Fault::OtherParameters)),
+            _ => {}
         }
     }
 
     /// The Stripe request a job's next step makes, if any: `Some(None)` for a lookup.
-    fn stripe_request(job: Job) -> Option<Option<(Op, Buyer, u8)>> {
+    fn stripe_request(state: &State, job: Job) -> Option<Option<(Op, Buyer, u8)>> {
         match job {
             Job::Authorize(order, Auth::Create { attempt, .. }) => Some(Some((Op::Create, order, attempt))),
-            Job::Authorize(_, Auth::Search { .. }) => Some(None),
             Job::Advance(order, Advance::Capture { attempt, .. }) => {
                 Some(Some((Op::Capture, order, attempt)))
             }
             Job::Advance(order, Advance::Cancel { attempt, .. }) => Some(Some((Op::Cancel, order, attempt))),
-            Job::Advance(_, Advance::Retrieve { .. }) => Some(None),
+            Job::Settle(order, Settle::Release { .. }) => {
+                Some(Some((Op::Cancel, order, state.order(order).attempt)))
+            }
+            Job::Authorize(_, Auth::List { .. })
+            | Job::Advance(_, Advance::Retrieve { .. })
+            | Job::Settle(_, Settle::Read)
+            | Job::Hook(_, Hook::Read) => Some(None),
             _ => None,
         }
     }
 
     fn step_actions(state: &State, proc: Proc, job: Option<Job>, actions: &mut Vec<Action>) {
         let mut nets = Vec::new();
-        match job.and_then(Self::stripe_request) {
+        match job.and_then(|job| Self::stripe_request(state, job)) {
             Some(key) => Self::nets(state, key, &mut nets),
             None => nets.push(Net::Ok),
         }
@@ -334,9 +414,45 @@ impl OrderProtocol {
 
     /// Which kind of transition an action is in a state (for the map to the code).
     pub fn transition(&self, state: &State, action: Action) -> Transition {
-        let of_job = |job: Job| match job {
+        match action {
+            Action::Send(_) => Transition::Send,
+            Action::Step(Proc::Request(b), _) => match state.buyers[usize::from(b)].request {
+                Request::Sent if state.orders[usize::from(b)].is_some() => Transition::Resume,
+                Request::Sent | Request::Idle => Transition::Door,
+                Request::Working(auth) => Self::transition_of(Job::Authorize(b, auth)),
+            },
+            Action::Step(Proc::Worker(w), _) => {
+                state.workers[usize::from(w)].map_or(Transition::Receive, |(_, job)| Self::transition_of(job))
+            }
+            Action::Step(Proc::Sweeper, _) => {
+                state.sweeper.map_or(Transition::SweepFulfilment, Self::transition_of)
+            }
+            Action::Step(Proc::Webhook, _) => {
+                state.webhook.map_or(Transition::Deliver, |(_, job)| Self::transition_of(job))
+            }
+            Action::Crash(_) => Transition::Crash,
+            Action::Relay { .. } => Transition::Relay,
+            Action::Receive { .. } => Transition::Receive,
+            Action::Redrive => Transition::Redrive,
+            Action::SweepPending(_) => Transition::SweepPending,
+            Action::SweepFulfilment(_) => Transition::SweepFulfilment,
+            Action::SweepAction(_) => Transition::SweepAction,
+            Action::Deliver(_) => Transition::Deliver,
+            Action::EventLost(_) => Transition::EventLost,
+            Action::Authenticate { .. } => Transition::Authenticate,
+            Action::DeadlinePasses(_) => Transition::DeadlinePasses,
+            Action::Upsert(_) => Transition::Upsert,
+            Action::LeaseExpires(_) => Transition::LeaseExpires,
+            Action::HoldCanceledOutside(_) => Transition::HoldCanceledOutside,
+            Action::KeysExpire => Transition::KeysExpire,
+        }
+    }
+
+    /// The kind of a job's next step.
+    fn transition_of(job: Job) -> Transition {
+        match job {
             Job::Authorize(_, Auth::Create { .. }) => Transition::Create,
-            Job::Authorize(_, Auth::Search { .. } | Auth::DateTheSend { .. }) => Transition::Search,
+            Job::Authorize(_, Auth::List { .. }) => Transition::List,
             Job::Authorize(_, Auth::NextAttempt { .. }) => Transition::AuthorizeNextAttempt,
             Job::Authorize(_, Auth::Record(_)) => Transition::RecordAuthorization,
             Job::Advance(_, Advance::Load | Advance::Reserve) => Transition::Reserve,
@@ -347,29 +463,11 @@ impl OrderProtocol {
             Job::Advance(_, Advance::FailCapture { .. }) => Transition::FailCapture,
             Job::Advance(_, Advance::Cancel { .. }) => Transition::Cancel,
             Job::Advance(_, Advance::MarkReleased) => Transition::MarkReleased,
-        };
-        match action {
-            Action::Send(_) => Transition::Send,
-            Action::Step(Proc::Request(b), _) => match state.buyers[usize::from(b)].request {
-                Request::Sent if state.orders[usize::from(b)].is_some() => Transition::Resume,
-                Request::Sent | Request::Idle => Transition::Door,
-                Request::Working(auth) => of_job(Job::Authorize(b, auth)),
-            },
-            Action::Step(Proc::Worker(w), _) => {
-                state.workers[usize::from(w)].map_or(Transition::Receive, |(_, job)| of_job(job))
-            }
-            Action::Step(Proc::Sweeper, _) => state.sweeper.map_or(Transition::SweepFulfilment, of_job),
-            Action::Crash(_) => Transition::Crash,
-            Action::Relay { .. } => Transition::Relay,
-            Action::Receive { .. } => Transition::Receive,
-            Action::Redrive => Transition::Redrive,
-            Action::SweepPending(_) => Transition::SweepPending,
-            Action::SweepFulfilment(_) => Transition::SweepFulfilment,
-            Action::Upsert(_) => Transition::Upsert,
-            Action::LagPasses => Transition::LagPasses,
-            Action::LeaseExpires(_) => Transition::LeaseExpires,
-            Action::HoldExpires(_) => Transition::HoldExpires,
-            Action::KeysExpire => Transition::KeysExpire,
+            Job::Settle(_, Settle::Read) => Transition::ReadAction,
+            Job::Settle(_, Settle::Release { .. }) => Transition::ReleaseAction,
+            Job::Settle(_, Settle::Decline | Settle::Authorize) => Transition::RecordAction,
+            Job::Hook(_, Hook::Read) => Transition::ReadHold,
+            Job::Hook(_, Hook::LoseHold) => Transition::LoseHold,
         }
     }
 
@@ -379,6 +477,7 @@ impl OrderProtocol {
         // way (their steps always move), a message to relay or receive.
         let moving = state.buyers.iter().any(|b| b.request != Request::Idle || b.sent == 0)
             || state.workers.iter().any(Option::is_some)
+            || state.webhook.is_some()
             || state.messages.iter().any(|m| !m.visible.is_empty())
             || state.existing().any(|(_, o)| o.outbox == OutboxRow::Pending);
         if moving {
@@ -403,7 +502,11 @@ impl OrderProtocol {
             s.budget.faults -= 1;
         }
         if let Some(saved) = s.stripe.saved(key) {
-            return if net == Net::Ok { saved } else { Reply::Unanswered };
+            return match net {
+                Net::Ok => saved,
+                Net::Fault(Fault::OtherParameters) => Reply::IdempotencyError,
+                Net::Fault(_) => Reply::Unanswered,
+            };
         }
         let (runs, saves, answer) = match net {
             Net::Ok => (true, None, None),
@@ -411,6 +514,9 @@ impl OrderProtocol {
             Net::Fault(Fault::Error500AfterEffect) => (true, Some(Reply::Error500), Some(Reply::Error500)),
             Net::Fault(Fault::AnswerLost) => (true, None, Some(Reply::Unanswered)),
             Net::Fault(Fault::Unreachable) => return Reply::Unanswered,
+            Net::Fault(Fault::OtherParameters) => {
+                unreachable!("only a key that ran answers idempotency_error")
+            }
         };
         let reply = if runs { execute(s) } else { Reply::Error500 };
         s.stripe.saved.push((key, saves.unwrap_or(reply)));
@@ -432,6 +538,9 @@ impl OrderProtocol {
                     (IntentStatus::RequiresCapture, Reply::Intent(id, IntentStatus::RequiresCapture))
                 }
                 Card::Declines => (IntentStatus::RequiresPaymentMethod, Reply::Declined(id)),
+                Card::ThreeDSecure => {
+                    (IntentStatus::RequiresAction, Reply::Intent(id, IntentStatus::RequiresAction))
+                }
             };
             s.stripe.intents.push(Intent {
                 order,
@@ -439,7 +548,6 @@ impl OrderProtocol {
                 status,
                 captures: 0,
                 cancels: 0,
-                indexed: false,
                 held: status == IntentStatus::RequiresCapture,
             });
             reply
@@ -462,98 +570,109 @@ impl OrderProtocol {
         })
     }
 
-    fn cancel(s: &mut State, order: Buyer, attempt: u8, intent: IntentId, net: Net) -> Reply {
+    /// A cancel under the order's key; it releases a hold, a declined intent, or one waiting for
+    /// its buyer's 3-D Secure, and Stripe tells the webhook.
+    fn cancel(&self, s: &mut State, order: Buyer, attempt: u8, intent: IntentId, net: Net) -> Reply {
+        let webhooks = self.scenario.webhooks;
         Self::stripe_call(s, (Op::Cancel, order, attempt), net, |s| {
             let i = &mut s.stripe.intents[usize::from(intent)];
-            if !matches!(i.status, IntentStatus::RequiresCapture | IntentStatus::RequiresPaymentMethod) {
+            if !matches!(
+                i.status,
+                IntentStatus::RequiresCapture
+                    | IntentStatus::RequiresPaymentMethod
+                    | IntentStatus::RequiresAction
+            ) {
                 return Reply::Refused;
             }
             i.status = IntentStatus::Canceled;
             i.cancels += 1;
+            s.emit(webhooks, intent, true);
             Reply::Intent(intent, IntentStatus::Canceled)
         })
     }
 
     // ---- authorizing (the intake, the sweeper) ------------------------------------------
 
-    /// What a reply to a create, or an intent found by search, means for the order.
+    /// What a reply to a create, or an intent found by the list, means for the order.
     fn found(reply: Reply) -> Found {
         match reply {
             Reply::Intent(id, IntentStatus::RequiresCapture | IntentStatus::Succeeded) => Found::Holding(id),
+            Reply::Intent(id, IntentStatus::RequiresAction) => Found::RequiresAction(id),
             Reply::Intent(id, _) | Reply::Declined(id) => Found::Declined(Some(id)),
             Reply::Refused => Found::Declined(None),
-            Reply::Error500 | Reply::Unanswered => Found::Failed(None),
+            Reply::Error500 | Reply::IdempotencyError | Reply::Unanswered => Found::Failed(None),
         }
     }
 
     fn authorize_step(&self, s: &mut State, order: Buyer, auth: Auth, net: Net) -> Next<Auth> {
         match auth {
             Auth::Create { attempt, resumed } => self.create_step(s, order, attempt, resumed, net),
-            Auth::Search { attempt, failed } => self.search_step(s, order, attempt, failed, net),
-            Auth::DateTheSend { attempt, settled } => {
-                let o = s.order_mut(order);
-                if o.status == Status::PendingAuthorization && o.attempt == attempt {
-                    o.attempt_settled = false;
-                }
-                Next::Go(Auth::Create { attempt, resumed: Some(settled) })
-            }
-            Auth::NextAttempt { attempt, settled } => Self::next_attempt(s, order, attempt, settled),
+            Auth::List { attempt, failed } => self.list_step(s, order, attempt, failed, net),
+            Auth::NextAttempt { attempt, listed } => Self::next_attempt(s, order, attempt, listed),
             Auth::Record(found) => self.record(s, order, found),
         }
     }
 
-    /// The create under the attempt's key; `resumed`: a taken-over order's re-send, with
-    /// whether its attempt was settled when the search found nothing.
+    /// The create under the attempt's key; `resumed`: a taken-over order's re-send, with the
+    /// attempt's date when the list found nothing. A saved 5xx and an `idempotency_error` are
+    /// read alike (`PaymentError::AttemptFailed`): never a decline.
     fn create_step(
         &self,
         s: &mut State,
         order: Buyer,
         attempt: u8,
-        resumed: Option<bool>,
+        resumed: Option<u8>,
         net: Net,
     ) -> Next<Auth> {
-        // The send is not dated here: `payment_attempt_at` is the door's, the move's,
-        // or (bbf9d45) the step before this one's, and any time may pass in between
-        // (budget waits, the client's retries, a pause).
+        // The send is not dated here: any time may pass between the last date and the send
+        // (budget waits, the client's retries, a pause); a 5xx is dated when it comes back.
         let marks = self.rules.resume.marks_failures();
         let reply = self.create(s, order, attempt, net);
         match (reply, resumed) {
-            (Reply::Error500, Some(settled)) if !marks => Next::Go(Auth::NextAttempt { attempt, settled }),
-            (Reply::Error500, _) => Next::Go(Auth::Record(Found::Failed(Some(attempt)))),
+            (Reply::IdempotencyError, _) if self.rules.idempotency_error == IdempotencyRule::AsADecline => {
+                Next::Go(Auth::Record(Found::Declined(None)))
+            }
+            (Reply::Error500 | Reply::IdempotencyError, Some(listed)) if !marks => {
+                Next::Go(Auth::NextAttempt { attempt, listed })
+            }
+            (Reply::Error500 | Reply::IdempotencyError, _) => {
+                Next::Go(Auth::Record(Found::Failed(Some(attempt))))
+            }
             (reply, _) => Next::Go(Auth::Record(Self::found(reply))),
         }
     }
 
-    /// A taken-over order's search for its intent: the live one, else any; none found leads
-    /// to a new attempt or a re-send, by the resume rule in force.
-    fn search_step(&self, s: &mut State, order: Buyer, attempt: u8, failed: bool, net: Net) -> Next<Auth> {
+    /// A taken-over order's list of its intents at Stripe, which sees every intent already
+    /// created: the live one, else the newest; none found leads to a new attempt (the
+    /// attempt's key answered a 5xx) or a re-send of its key.
+    fn list_step(&self, s: &mut State, order: Buyer, attempt: u8, failed: bool, net: Net) -> Next<Auth> {
         if net != Net::Ok {
             s.budget.faults -= 1;
             return Next::Go(Auth::Record(Found::Failed(None)));
         }
-        let indexed = || s.stripe.intents.iter().enumerate().filter(|(_, i)| i.order == order && i.indexed);
-        let live = indexed().find(|(_, i)| i.status == IntentStatus::RequiresCapture);
-        if let Some((id, intent)) = live.or_else(|| indexed().next()) {
+        let mine = || s.stripe.intents.iter().enumerate().filter(|(_, i)| i.order == order);
+        let live = mine().find(|(_, i)| i.status == IntentStatus::RequiresCapture);
+        if let Some((id, intent)) = live.or_else(|| mine().next_back()) {
             return Next::Go(Auth::Record(Self::found(Reply::Intent(id as IntentId, intent.status))));
         }
-        let settled = s.order(order).attempt_settled;
-        match self.rules.resume {
-            rule if failed && rule.marks_failures() => Next::Go(Auth::NextAttempt { attempt, settled }),
-            ResumeRule::DatedBeforeTheSend => Next::Go(Auth::DateTheSend { attempt, settled }),
-            _ => Next::Go(Auth::Create { attempt, resumed: Some(settled) }),
+        let listed = s.order(order).dated;
+        if failed && self.rules.resume.marks_failures() {
+            Next::Go(Auth::NextAttempt { attempt, listed })
+        } else {
+            Next::Go(Auth::Create { attempt, resumed: Some(listed) })
         }
     }
 
-    /// Moves a pending order to its next attempt when this one is settled, and creates
-    /// under it; an unsettled attempt is left for later.
-    fn next_attempt(s: &mut State, order: Buyer, attempt: u8, settled: bool) -> Next<Auth> {
+    /// Moves a pending order to its next attempt if the list that found nothing began after
+    /// the attempt was last dated, and creates under it; otherwise leaves it for later.
+    fn next_attempt(s: &mut State, order: Buyer, attempt: u8, listed: u8) -> Next<Auth> {
         let o = s.order_mut(order);
         if o.status != Status::PendingAuthorization {
             return Next::End(Done::Settled); // moved elsewhere: answer from the row
         }
-        if o.attempt == attempt && settled {
+        if o.attempt == attempt && o.dated == listed {
             o.attempt += 1;
-            o.attempt_settled = false;
+            o.dated += 1;
             o.attempt_failed = false;
         }
         if o.attempt == attempt {
@@ -578,6 +697,12 @@ impl OrderProtocol {
                 o.outbox = OutboxRow::Pending;
                 o.accepted = true;
             }
+            Found::RequiresAction(id) => {
+                o.status = Status::RequiresAction;
+                o.intent = Some(id);
+                o.lease = None;
+                o.action = true;
+            }
             Found::Declined(id) => {
                 o.status = Status::PaymentDeclined;
                 o.intent = id.or(o.intent);
@@ -588,9 +713,7 @@ impl OrderProtocol {
                 o.lease = None;
                 if after_5xx_of == Some(o.attempt) && self.rules.resume.marks_failures() {
                     o.attempt_failed = true;
-                    if self.rules.resume == ResumeRule::DatedByTheFailure {
-                        o.attempt_settled = false;
-                    }
+                    o.dated += 1;
                 }
                 return Next::End(Done::Later);
             }
@@ -607,11 +730,9 @@ impl OrderProtocol {
             .existing()
             .filter(|(_, o)| {
                 o.position < me.position
-                    && matches!(o.status, Status::PendingAuthorization | Status::Authorized)
+                    && (o.status.awaits_authorization() || o.status == Status::Authorized)
             })
-            .map(|(id, o)| {
-                (o.position, i32::from(self.quantity(id)), o.status == Status::PendingAuthorization)
-            })
+            .map(|(id, o)| (o.position, i32::from(self.quantity(id)), o.status.awaits_authorization()))
             .collect();
         ahead.sort_unstable();
         let stock = i32::from(s.product.stock);
@@ -642,7 +763,7 @@ impl OrderProtocol {
         match reply {
             Reply::Intent(..) => Next::Go(done),
             Reply::Unanswered => Next::End(Done::Later),
-            Reply::Error500 => look(After::Error500),
+            Reply::Error500 | Reply::IdempotencyError => look(After::Error500),
             Reply::Refused | Reply::Declined(_) => look(After::Refused),
         }
     }
@@ -664,7 +785,7 @@ impl OrderProtocol {
                 let o = s.order_mut(order);
                 if o.status == status && o.attempt == attempt {
                     o.attempt += 1;
-                    o.attempt_settled = false;
+                    o.dated += 1;
                     o.attempt_failed = false;
                 }
                 Next::End(Done::Later)
@@ -677,18 +798,24 @@ impl OrderProtocol {
                 o.status = Status::Paid;
                 Next::End(Done::Settled)
             }
-            Advance::FailCapture { attempt, intent } => {
+            Advance::FailCapture { attempt, intent, canceled } => {
                 let o = s.order_mut(order);
                 if o.status != Status::StockReserved {
                     return Some(Next::Go(Advance::Load));
                 }
-                o.status = Status::CaptureFailed;
+                // A hold that is gone (it lapsed, or was cancelled outside) is not a failed
+                // capture: `authorization_canceled`, released, with nothing to cancel.
+                o.status = if canceled { Status::AuthorizationCanceled } else { Status::CaptureFailed };
+                o.released |= canceled;
                 s.product.stock += quantity as i8;
                 s.product.promised -= quantity;
+                if canceled {
+                    return Some(Next::End(Done::Settled));
+                }
                 Next::Go(Advance::Cancel { attempt, intent })
             }
             Advance::Cancel { attempt, intent } => {
-                let reply = Self::cancel(s, order, attempt, intent, net);
+                let reply = self.cancel(s, order, attempt, intent, net);
                 Self::after_a_settling_reply(reply, Op::Cancel, attempt, intent, Advance::MarkReleased)
             }
             Advance::MarkReleased => {
@@ -743,7 +870,7 @@ impl OrderProtocol {
         let me = s.order(order).position;
         let ahead_given_back = s
             .existing()
-            .filter(|(_, o)| o.position < me && o.status == Status::CaptureFailed)
+            .filter(|(_, o)| o.position < me && o.took && o.status.has_failed())
             .map(|(id, _)| self.quantity(id))
             .sum();
         let total = s.product.total;
@@ -780,7 +907,9 @@ impl OrderProtocol {
                 status: if op == Op::Capture { Status::StockReserved } else { status },
                 attempt,
             }),
-            (Op::Capture, _, _) => Next::Go(Advance::FailCapture { attempt, intent }),
+            (Op::Capture, now, _) => {
+                Next::Go(Advance::FailCapture { attempt, intent, canceled: now == IntentStatus::Canceled })
+            }
             (_, _, _) => {
                 s.order_mut(order).stuck = true;
                 Next::End(Done::Stuck)
@@ -799,7 +928,162 @@ impl OrderProtocol {
                 Next::Go(step) => Next::Go(Job::Advance(order, step)),
                 Next::End(done) => Next::End(done),
             },
+            Job::Settle(order, step) => match self.settle_step(s, order, step, net) {
+                Next::Go(step) => Next::Go(Job::Settle(order, step)),
+                Next::End(done) => Next::End(done),
+            },
+            Job::Hook(order, step) => match self.hook_step(s, order, step, net) {
+                Next::Go(step) => Next::Go(Job::Hook(order, step)),
+                Next::End(done) => Next::End(done),
+            },
         })
+    }
+
+    // ---- 3-D Secure and the webhook ---------------------------------------------------
+
+    /// Settling a `requires_action` order whose lease is held, from its intent read fresh
+    /// ([`orderfleet::domain::action::settle`]). The lease is given back unless the order moved.
+    fn settle_step(&self, s: &mut State, order: Buyer, step: Settle, net: Net) -> Next<Settle> {
+        let next = match step {
+            Settle::Read => self.settle_read(s, order, net),
+            Settle::Release { .. } => {
+                let (attempt, intent) = Self::attempt_and_intent(s, order);
+                // A refusal because the intent is released already counts as done
+                // (`Payments::settled_already` reads it); any other refusal is for a person,
+                // and a 5xx or no answer is for later (the same key again).
+                let now = s.stripe.intents[usize::from(intent)].status;
+                match self.cancel(s, order, attempt, intent, net) {
+                    Reply::Intent(..) => Next::Go(Settle::Decline),
+                    Reply::Refused if now == IntentStatus::Canceled => Next::Go(Settle::Decline),
+                    Reply::Refused => Next::End(Done::GaveUp),
+                    _ => Next::End(Done::Later),
+                }
+            }
+            Settle::Decline => {
+                let quantity = self.quantity(order);
+                let o = s.order_mut(order);
+                if o.status == Status::RequiresAction {
+                    o.status = Status::PaymentDeclined;
+                    o.lease = None;
+                    s.product.promised -= quantity;
+                }
+                Next::End(Done::Settled)
+            }
+            Settle::Authorize => {
+                let o = s.order_mut(order);
+                if o.status == Status::RequiresAction {
+                    o.status = Status::Authorized;
+                    o.lease = None;
+                    o.outbox = OutboxRow::Pending;
+                    o.accepted = true;
+                }
+                Next::End(Done::Settled)
+            }
+        };
+        if let Next::End(Done::Later | Done::GaveUp) = next {
+            let o = s.order_mut(order);
+            if o.status == Status::RequiresAction {
+                o.lease = None;
+            }
+        }
+        next
+    }
+
+    /// The order's attempt and recorded intent.
+    fn attempt_and_intent(s: &State, order: Buyer) -> (u8, IntentId) {
+        let o = s.order(order);
+        (o.attempt, o.intent.expect("an order past pending has its intent"))
+    }
+
+    /// The intent read fresh, and the clock: the module table of
+    /// [`orderfleet::domain::action`] (every intent in the model is its order's own).
+    fn settle_read(&self, s: &mut State, order: Buyer, net: Net) -> Next<Settle> {
+        if net != Net::Ok {
+            s.budget.faults -= 1;
+            return Next::End(Done::Later);
+        }
+        let (_, intent) = Self::attempt_and_intent(s, order);
+        let past_deadline = s.order(order).past_deadline;
+        match s.stripe.intents[usize::from(intent)].status {
+            IntentStatus::RequiresCapture | IntentStatus::Succeeded => Next::Go(Settle::Authorize),
+            IntentStatus::RequiresPaymentMethod => Next::Go(Settle::Release { timed_out: false }),
+            IntentStatus::Canceled => Next::Go(Settle::Decline),
+            IntentStatus::RequiresAction if past_deadline => match self.rules.settle {
+                SettleRule::CancelFirst => Next::Go(Settle::Release { timed_out: true }),
+                SettleRule::TimeOutWithoutCancel => Next::Go(Settle::Decline),
+            },
+            IntentStatus::RequiresAction => Next::End(Done::Later), // the buyer is still at it
+        }
+    }
+
+    /// `payment_intent.canceled` for an `authorized` order: its intent read fresh, and if it
+    /// is cancelled, `authorization_canceled` with the units back
+    /// ([`orderfleet::domain::webhook`]'s `hold_canceled`, `lose_hold`).
+    fn hook_step(&self, s: &mut State, order: Buyer, step: Hook, net: Net) -> Next<Hook> {
+        match step {
+            Hook::Read => {
+                if net != Net::Ok {
+                    s.budget.faults -= 1;
+                    return Next::End(Done::Later);
+                }
+                let (_, intent) = Self::attempt_and_intent(s, order);
+                match s.stripe.intents[usize::from(intent)].status {
+                    IntentStatus::Canceled => Next::Go(Hook::LoseHold),
+                    _ => Next::End(Done::Settled),
+                }
+            }
+            Hook::LoseHold => {
+                let quantity = self.quantity(order);
+                let o = s.order_mut(order);
+                if o.status == Status::Authorized {
+                    o.status = Status::AuthorizationCanceled;
+                    o.released = true;
+                    s.product.promised -= quantity;
+                }
+                Next::End(Done::Settled)
+            }
+        }
+    }
+
+    /// Stripe delivers an event ([`orderfleet::domain::webhook::apply`]): about the order's own
+    /// intent, it settles a `requires_action` order (taking its lease: `None`, a 503 and a
+    /// redelivery, while another holds it) or looks at an `authorized` one's cancelled hold;
+    /// anything else changes nothing (a stray intent's release is not modelled).
+    fn deliver(s: &mut State, event: Event) -> Option<()> {
+        let (intent, canceled) = event;
+        let order = s.stripe.intents[usize::from(intent)].order;
+        let o = s.order(order);
+        let job = match o.status {
+            _ if o.intent != Some(intent) => None,
+            Status::RequiresAction if o.lease.is_some() => return None,
+            Status::RequiresAction => Some(Job::Settle(order, Settle::Read)),
+            Status::Authorized if canceled => Some(Job::Hook(order, Hook::Read)),
+            _ => None,
+        };
+        let at = s.events.iter().position(|e| *e == event).expect("a pending event");
+        s.events.remove(at);
+        if let Some(job @ Job::Settle(..)) = job {
+            s.order_mut(order).lease = Some(Holder::Webhook);
+            s.webhook = Some((event, job));
+        } else if let Some(job) = job {
+            s.webhook = Some((event, job));
+        }
+        Some(())
+    }
+
+    /// The webhook's next step; an event not applied (a 503) is delivered again.
+    fn webhook_step(&self, s: &mut State, net: Net) {
+        let (event, job) = s.webhook.expect("a stepping webhook has an event");
+        match self.job_step(s, job, net).expect("settling never waits for the line") {
+            Next::Go(job) => s.webhook = Some((event, job)),
+            Next::End(done) => {
+                s.webhook = None;
+                if let Done::Later = done {
+                    s.events.push(event);
+                    s.events.sort_unstable();
+                }
+            }
+        }
     }
 
     // ---- the buyer's request ------------------------------------------------------------
@@ -818,8 +1102,12 @@ impl OrderProtocol {
 
     /// The answer an order's row gives a request that finds it past pending.
     fn answer_of(order: &Order) -> Option<Answer> {
+        if order.action {
+            // `requires_action`, with what the buyer's page needed, whatever became of it.
+            return Some(Answer::ActionRequired(order.position));
+        }
         match order.status {
-            Status::PendingAuthorization => None,
+            Status::PendingAuthorization | Status::RequiresAction => None,
             Status::PaymentDeclined => Some(Answer::Declined),
             _ => Some(Answer::Accepted(order.position)),
         }
@@ -837,7 +1125,7 @@ impl OrderProtocol {
             }
             order.lease = Some(Holder::Request(buyer));
             let (attempt, failed) = (order.attempt, order.attempt_failed);
-            s.buyers[usize::from(buyer)].request = Request::Working(Auth::Search { attempt, failed });
+            s.buyers[usize::from(buyer)].request = Request::Working(Auth::List { attempt, failed });
             return;
         }
         let p = &mut s.product;
@@ -868,8 +1156,10 @@ impl OrderProtocol {
             intent: None,
             lease: Some(Holder::Request(buyer)),
             released: false,
-            attempt_settled: false,
+            dated: 0,
             attempt_failed: false,
+            action: false,
+            past_deadline: false,
             stuck: false,
             outbox: OutboxRow::None,
             accepted: false,
@@ -899,6 +1189,7 @@ impl OrderProtocol {
         s.buyers.iter().all(|b| !matches!(b.request, Request::Working(_)))
             && s.workers.iter().all(Option::is_none)
             && s.sweeper.is_none()
+            && s.webhook.is_none()
     }
 
     /// Whether `holder` is working on `order` right now.
@@ -907,7 +1198,10 @@ impl OrderProtocol {
             Holder::Request(b) => {
                 b == order && matches!(s.buyers[usize::from(b)].request, Request::Working(_))
             }
-            Holder::Sweeper => matches!(s.sweeper, Some(Job::Authorize(o, _)) if o == order),
+            Holder::Sweeper => {
+                matches!(s.sweeper, Some(Job::Authorize(o, _) | Job::Settle(o, _)) if o == order)
+            }
+            Holder::Webhook => matches!(s.webhook, Some((_, Job::Settle(o, _))) if o == order),
         }
     }
 }
@@ -939,6 +1233,8 @@ impl Model for OrderProtocol {
             messages: vec![Messages::default(); n],
             workers: vec![None; usize::from(self.scenario.workers)],
             sweeper: None,
+            webhook: None,
+            events: vec![],
             stripe: Stripe::default(),
             budget: self.scenario.budget,
             upserts_done: 0,
@@ -950,6 +1246,7 @@ impl Model for OrderProtocol {
         Self::buyer_actions(s, actions);
         Self::worker_actions(s, actions);
         self.sweeper_actions(s, actions);
+        Self::webhook_actions(s, actions);
         self.environment_actions(s, actions);
     }
 
@@ -960,6 +1257,7 @@ impl Model for OrderProtocol {
             Action::Step(Proc::Request(b), net) => self.request_step(&mut s, b, net),
             Action::Step(Proc::Worker(w), net) => self.worker_step(&mut s, w, net)?,
             Action::Step(Proc::Sweeper, net) => self.sweeper_step(&mut s, net),
+            Action::Step(Proc::Webhook, net) => self.webhook_step(&mut s, net),
             Action::Crash(proc) => Self::crash(&mut s, proc),
             Action::Relay { order, twice } => {
                 if twice {
@@ -982,23 +1280,17 @@ impl Model for OrderProtocol {
                 let o = s.order_mut(order);
                 o.lease = Some(Holder::Sweeper);
                 let (attempt, failed) = (o.attempt, o.attempt_failed);
-                s.sweeper = Some(Job::Authorize(order, Auth::Search { attempt, failed }));
+                s.sweeper = Some(Job::Authorize(order, Auth::List { attempt, failed }));
             }
             Action::SweepFulfilment(order) => s.sweeper = Some(Job::Advance(order, Advance::Load)),
+            Action::SweepAction(order) => {
+                s.order_mut(order).lease = Some(Holder::Sweeper);
+                s.sweeper = Some(Job::Settle(order, Settle::Read));
+            }
+            Action::Deliver(event) => Self::deliver(&mut s, event)?,
             Action::Upsert(i) => self.upsert(&mut s, i),
-            Action::LagPasses => Self::lag_passes(&mut s)?,
             Action::LeaseExpires(order) => Self::lease_expires(&mut s, order)?,
-            Action::HoldExpires(intent) => {
-                s.budget.expiries -= 1;
-                s.stripe.intents[usize::from(intent)].status = IntentStatus::Canceled;
-            }
-            Action::KeysExpire => {
-                // A day has passed: the search has long caught up, too.
-                s.budget.key_expiries -= 1;
-                s.stripe.saved.clear();
-                s.stripe.intents.iter_mut().for_each(|i| i.indexed = true);
-                s.orders.iter_mut().flatten().for_each(|o| o.attempt_settled = true);
-            }
+            _ => self.outside(&mut s, action),
         }
         Some(s)
     }
@@ -1053,6 +1345,10 @@ impl OrderProtocol {
             if o.status == Status::PendingAuthorization && o.lease.is_none() {
                 actions.push(Action::SweepPending(id));
             }
+            // Past its deadline, or not looked at for a while: any moment.
+            if o.status == Status::RequiresAction && o.lease.is_none() {
+                actions.push(Action::SweepAction(id));
+            }
             let unreleased =
                 matches!(o.status, Status::RejectedOutOfStock | Status::CaptureFailed) && !o.released;
             let unsettled = matches!(o.status, Status::Authorized | Status::StockReserved) || unreleased;
@@ -1062,8 +1358,25 @@ impl OrderProtocol {
         }
     }
 
+    /// A busy webhook takes its job's next step; an idle one is delivered any pending event,
+    /// or Stripe gives one up (within the budget).
+    fn webhook_actions(s: &State, actions: &mut Vec<Action>) {
+        if let Some((_, job)) = s.webhook {
+            return Self::step_actions(s, Proc::Webhook, Some(job), actions);
+        }
+        let mut events = s.events.clone();
+        events.dedup();
+        for event in events {
+            actions.push(Action::Deliver(event));
+            if s.budget.lost_events > 0 {
+                actions.push(Action::EventLost(event));
+            }
+        }
+    }
+
     /// What happens around the processes: the relay, leases running out, an operator's
-    /// redrive and upserts, and time passing (the search's lag, holds and keys expiring).
+    /// redrive and upserts, buyers at their 3-D Secure, and time passing (deadlines, holds
+    /// and keys expiring).
     fn environment_actions(&self, s: &State, actions: &mut Vec<Action>) {
         for (id, o) in s.existing() {
             if o.outbox == OutboxRow::Pending {
@@ -1084,12 +1397,24 @@ impl OrderProtocol {
                 actions.push(Action::Upsert(i as u8));
             }
         }
-        actions.push(Action::LagPasses);
-        if s.budget.expiries > 0 {
-            for (i, intent) in s.stripe.intents.iter().enumerate() {
-                if intent.status == IntentStatus::RequiresCapture {
-                    actions.push(Action::HoldExpires(i as IntentId));
-                }
+        for (i, intent) in s.stripe.intents.iter().enumerate() {
+            let i = i as IntentId;
+            // The buyer's page has the intent's client secret once the order went
+            // `requires_action` (the 202, or `GET`), and may use it at any moment after.
+            let o = s.order(intent.order);
+            // A hold cancelled outside the fleet is one whose order has not failed: on a failed
+            // order it would do the fleet's own work, and hide a hold the fleet left (§8.5).
+            let cancellable = intent.status == IntentStatus::RequiresCapture && !o.status.has_failed();
+            if cancellable && s.budget.expiries > 0 {
+                actions.push(Action::HoldCanceledOutside(i));
+            }
+            if intent.status == IntentStatus::RequiresAction && o.action && o.intent == Some(i) {
+                actions.extend([true, false].map(|ok| Action::Authenticate { intent: i, ok }));
+            }
+        }
+        for (id, o) in s.existing() {
+            if o.status == Status::RequiresAction && !o.past_deadline {
+                actions.push(Action::DeadlinePasses(id));
             }
         }
         // Stripe forgets a key 24 hours after its first use; every job here takes seconds or
@@ -1173,6 +1498,12 @@ impl OrderProtocol {
                 s.messages[usize::from(job.order())].put_back(receives);
             }
             Proc::Sweeper => s.sweeper = None,
+            Proc::Webhook => {
+                // No 2xx: Stripe delivers the event again.
+                let (event, _) = s.webhook.take().expect("a crashing webhook is busy");
+                s.events.push(event);
+                s.events.sort_unstable();
+            }
         }
     }
 
@@ -1200,17 +1531,33 @@ impl OrderProtocol {
         }
     }
 
-    /// The search catches up and every attempt's send is dated; `None` when there is nothing
-    /// to catch up on (the state would not change).
-    fn lag_passes(s: &mut State) -> Option<()> {
-        let unindexed = s.stripe.intents.iter().any(|i| !i.indexed);
-        let unsettled = s.existing().any(|(_, o)| !o.attempt_settled);
-        if !unindexed && !unsettled {
-            return None;
+    /// What happens outside the fleet: Stripe and the buyers' pages, and time passing.
+    fn outside(&self, s: &mut State, action: Action) {
+        match action {
+            Action::EventLost(event) => {
+                s.budget.lost_events -= 1;
+                let at = s.events.iter().position(|e| *e == event).expect("a pending event");
+                s.events.remove(at);
+            }
+            Action::Authenticate { intent, ok } => {
+                let i = &mut s.stripe.intents[usize::from(intent)];
+                i.status =
+                    if ok { IntentStatus::RequiresCapture } else { IntentStatus::RequiresPaymentMethod };
+                i.held |= ok;
+                s.emit(self.scenario.webhooks, intent, false);
+            }
+            Action::DeadlinePasses(order) => s.order_mut(order).past_deadline = true,
+            Action::HoldCanceledOutside(intent) => {
+                s.budget.expiries -= 1;
+                s.stripe.intents[usize::from(intent)].status = IntentStatus::Canceled;
+                s.emit(self.scenario.webhooks, intent, true);
+            }
+            Action::KeysExpire => {
+                s.budget.key_expiries -= 1;
+                s.stripe.saved.clear();
+            }
+            _ => unreachable!("the fleet's own steps are taken in next_state"),
         }
-        s.stripe.intents.iter_mut().for_each(|i| i.indexed = true);
-        s.orders.iter_mut().flatten().for_each(|o| o.attempt_settled = true);
-        Some(())
     }
 
     /// An order's lease runs out; under a holder still working on it, only within the

@@ -27,6 +27,16 @@ pub const REJECTED_IN_LINE: &str = "§8.7 rejected only when every unit went to 
 pub const SOLD_OUT: &str = "§8.7 sold_out only when every unit is promised ahead or sold";
 /// The property an intent made without a promised unit breaks.
 pub const NO_HOLD_WITHOUT_A_UNIT: &str = "§8.8 no PaymentIntent without a promised unit";
+/// The property a 3-D Secure order left waiting, released without its hold, or answered `402`
+/// breaks.
+pub const THREE_D_SECURE: &str =
+    "§8.11 a card needing 3-D Secure is authenticated by its buyer or released by its deadline";
+/// The property an `idempotency_error` read as a decline breaks.
+pub const NEVER_A_DECLINE: &str =
+    "§8.11 a card that authorizes is never declined (an idempotency_error is not a decline)";
+/// The property an order left on a hold that is gone breaks.
+pub const NO_ORDER_ON_A_LOST_HOLD: &str =
+    "§8.11 no order stays authorized or stock_reserved on a hold that no longer exists (at the end)";
 
 /// Every property, in SPEC order.
 pub fn all() -> Vec<Property<OrderProtocol>> {
@@ -45,6 +55,15 @@ pub fn all() -> Vec<Property<OrderProtocol>> {
         }),
         Property::always(SOLD_OUT, |_, s: &State| !s.seen.sold_out_with_a_unit_left),
         Property::always(NO_HOLD_WITHOUT_A_UNIT, |_, s: &State| !s.seen.intent_without_a_unit),
+        Property::always(THREE_D_SECURE, |m: &OrderProtocol, s: &State| {
+            never_declined_for_needing_it(m, s)
+                && never_charged_once_released(s)
+                && (!m.is_final(s) || settled(s))
+        }),
+        Property::always(NEVER_A_DECLINE, never_declined_while_it_authorizes),
+        Property::always(NO_ORDER_ON_A_LOST_HOLD, |m: &OrderProtocol, s: &State| {
+            !m.is_final(s) || no_order_on_a_lost_hold(s)
+        }),
     ]
 }
 
@@ -68,8 +87,9 @@ fn one_capture(_: &OrderProtocol, s: &State) -> bool {
         })
 }
 
-/// Stock never below zero; the units taken are the reserved and paid orders' units, and no
-/// more than the total; the units promised are those of the orders that have not failed.
+/// Stock never below zero; the units taken are the reserved and sold (paid, refunded) orders'
+/// units, and no more than the total; the units promised are those of the orders that have not
+/// failed (SPEC §5's sets: holding units, `requires_action` included, or sold).
 fn units(m: &OrderProtocol, s: &State) -> bool {
     let quantity = |id: Buyer| m.scenario.buyers[usize::from(id)].0;
     let taken: u8 = s.existing().filter(|(_, o)| o.status.has_taken()).map(|(id, _)| quantity(id)).sum();
@@ -93,7 +113,9 @@ fn every_order_ended(_: &OrderProtocol, s: &State) -> bool {
     })
 }
 
-/// Every hold is captured or cancelled, but for an order a person must look at.
+/// Every hold is captured or cancelled, but for an order a person must look at (a failed
+/// order's, `authorization_canceled` included; an order still holding units has none at the
+/// end, by §8.4).
 fn no_hold_left(s: &State) -> bool {
     s.stripe.intents.iter().all(|i| {
         let o = s.orders[usize::from(i.order)].as_ref().expect("an intent's order exists");
@@ -114,5 +136,50 @@ fn rejected_in_line(m: &OrderProtocol, s: &State) -> bool {
             .sum();
         let left = i16::from(rejection.total) - (ahead_took - i16::from(rejection.ahead_given_back));
         left < quantity(id)
+    })
+}
+
+/// Needing 3-D Secure is never answered `402`: its buyer hears `202 requires_action`.
+fn never_declined_for_needing_it(m: &OrderProtocol, s: &State) -> bool {
+    s.buyers.iter().enumerate().all(|(b, buyer)| {
+        m.scenario.buyers[b].1 != Card::ThreeDSecure || buyer.first != Some(Answer::Declined)
+    })
+}
+
+/// A card that authorizes is never declined (an `idempotency_error` is not a decline), unless
+/// its intent was cancelled (outside the fleet) before the order recorded it.
+fn never_declined_while_it_authorizes(m: &OrderProtocol, s: &State) -> bool {
+    s.existing().all(|(id, o)| {
+        let cancelled =
+            o.intent.is_some_and(|i| s.stripe.intents[usize::from(i)].status == IntentStatus::Canceled);
+        m.scenario.buyers[usize::from(id)].1 != Card::Good || o.status != Status::PaymentDeclined || cancelled
+    })
+}
+
+/// An order released and declined never has its intent captured.
+fn never_charged_once_released(s: &State) -> bool {
+    s.existing()
+        .all(|(id, o)| o.status != Status::PaymentDeclined || intents_of(s, id).all(|i| i.captures == 0))
+}
+
+/// At the end: no order left `requires_action`, and no failed order's intent holding funds or
+/// still waiting for its buyer (who could then complete it), but for an order a person sees.
+fn settled(s: &State) -> bool {
+    s.existing().all(|(id, o)| {
+        let waiting = o.status == Status::RequiresAction;
+        let holds = o.status.has_failed()
+            && intents_of(s, id)
+                .any(|i| matches!(i.status, IntentStatus::RequiresCapture | IntentStatus::RequiresAction));
+        !(waiting || holds) || visible(s, id, o)
+    })
+}
+
+/// At the end, no order `authorized` or `stock_reserved` whose intent is cancelled.
+fn no_order_on_a_lost_hold(s: &State) -> bool {
+    s.existing().all(|(id, o)| {
+        let on_hold = matches!(o.status, Status::Authorized | Status::StockReserved);
+        let gone =
+            o.intent.is_some_and(|i| s.stripe.intents[usize::from(i)].status == IntentStatus::Canceled);
+        !(on_hold && gone) || visible(s, id, o)
     })
 }

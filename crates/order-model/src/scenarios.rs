@@ -72,6 +72,41 @@ pub fn sizes_after_a_cut() -> Scenario {
         .with_upserts(vec![2])
 }
 
+/// 3-D Secure and Stripe's webhooks: a buyer whose card needs 3-D Secure, who authenticates
+/// (or fails) at any moment, before the deadline or after it; the deadline passing at any
+/// moment; the webhook and the sweeper both settling the order (each under its lease: one
+/// reads while the other acts, and once, a process outlives its lease and both act at once);
+/// Stripe failing once (a settle's cancel answering 500 included), an event lost, the hold
+/// cancelled outside the fleet once authenticated, a process dying once.
+pub fn three_d_secure() -> Scenario {
+    Scenario::new("3-D Secure: the webhook racing the sweeper", vec![(1, Card::ThreeDSecure)], 1)
+        .with_webhooks()
+        .with_budget(Budget {
+            faults: 1,
+            crashes: 1,
+            retries: 1,
+            stalls: 1,
+            expiries: 1,
+            key_expiries: 1,
+            lost_events: 1,
+            ..Budget::default()
+        })
+}
+
+/// 3-D Secure beside a good card: the line holds the 3-D Secure order's units and position
+/// (pending, for line order) while its buyer is at it; either order's hold may be cancelled
+/// outside the fleet (Stripe's Dashboard, or lapsed) while `authorized` (the webhook ends it)
+/// or `stock_reserved` (its refused capture does); an event lost; a process dying once.
+pub fn holds_cancelled_outside() -> Scenario {
+    Scenario::new(
+        "3-D Secure in line, holds cancelled outside",
+        vec![(1, Card::ThreeDSecure), (1, Card::Good)],
+        2,
+    )
+    .with_webhooks()
+    .with_budget(Budget { crashes: 1, expiries: 1, lost_events: 1, ..Budget::default() })
+}
+
 /// Every scenario, as checked by `make test`.
 pub fn all() -> Vec<Scenario> {
     vec![
@@ -82,6 +117,8 @@ pub fn all() -> Vec<Scenario> {
         messages_without_the_sweeper(),
         time_passing(),
         sizes_after_a_cut(),
+        three_d_secure(),
+        holds_cancelled_outside(),
     ]
 }
 

@@ -13,8 +13,10 @@ pub type Buyer = u8;
 /// An intent, by its index in [`Stripe::intents`].
 pub type IntentId = u8;
 
-/// SPEC §5's statuses: the code's own enum, so that a status added there must be handled here.
+/// SPEC §5's statuses: the code's own enum, so that a status added there must be handled here;
+/// and its sets (holds units, sold, failed), the code's own too.
 pub use orderfleet::domain::order::OrderStatus as Status;
+pub use orderfleet::domain::status::StatusSet;
 
 /// What the properties ask of a status.
 pub trait Lifecycle {
@@ -28,33 +30,29 @@ pub trait Lifecycle {
 
 impl Lifecycle for Status {
     fn is_terminal(&self) -> bool {
-        matches!(
-            *self,
-            Status::Paid | Status::RejectedOutOfStock | Status::PaymentDeclined | Status::CaptureFailed
-        )
+        self.set() != StatusSet::HoldsUnits
     }
 
     fn holds_a_promise(&self) -> bool {
-        matches!(
-            *self,
-            Status::PendingAuthorization | Status::Authorized | Status::StockReserved | Status::Paid
-        )
+        self.set() != StatusSet::Failed
     }
 
     fn has_taken(&self) -> bool {
-        matches!(*self, Status::StockReserved | Status::Paid)
+        *self == Status::StockReserved || self.set() == StatusSet::Sold
     }
 
     fn has_failed(&self) -> bool {
-        matches!(*self, Status::RejectedOutOfStock | Status::PaymentDeclined | Status::CaptureFailed)
+        self.set() == StatusSet::Failed
     }
 }
 
-/// A card: authorizes, or is declined (`pm_card_visa`, `pm_card_chargeDeclined`).
+/// A card: authorizes, is declined, or needs 3-D Secure (`pm_card_visa`,
+/// `pm_card_chargeDeclined`, `pm_card_threeDSecure2Required`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Card {
     Good,
     Declines,
+    ThreeDSecure,
 }
 
 /// Who holds an order's lease (`intake_lease_until`).
@@ -62,6 +60,7 @@ pub enum Card {
 pub enum Holder {
     Request(Buyer),
     Sweeper,
+    Webhook,
 }
 
 /// The product row: `units_total`, `units_promised`, `stock` (units not yet taken) and
@@ -106,11 +105,16 @@ pub struct Order {
     pub lease: Option<Holder>,
     /// `authorization_released_at` is set.
     pub released: bool,
-    /// `payment_attempt_at` is older than Stripe's search lag: a search now sees whatever the
-    /// attempt's requests made.
-    pub attempt_settled: bool,
+    /// `payment_attempt_at`, as the number of times it was set: a list "began after" it when
+    /// this is unchanged between the list and the move to the next attempt.
+    pub dated: u8,
     /// `payment_attempt_failed`: the attempt's key answered a 5xx.
     pub attempt_failed: bool,
+    /// It went `requires_action`: its first answer was `202 requires_action` with what the
+    /// buyer's page needs (`client_secret`, kept), whatever it became since.
+    pub action: bool,
+    /// Its `action_expires_at` has passed.
+    pub past_deadline: bool,
     /// A permanent failure was recorded for a person (the DLQ's reason, `fleetctl sweep`).
     pub stuck: bool,
     pub outbox: OutboxRow,
@@ -131,8 +135,6 @@ pub struct Intent {
     /// Captures and cancels that took effect (replays are not counted).
     pub captures: u8,
     pub cancels: u8,
-    /// Stripe's search index has it (its search lags its writes).
-    pub indexed: bool,
     /// History: it held funds at some point: an authorization.
     pub held: bool,
 }
@@ -142,8 +144,10 @@ pub enum IntentStatus {
     RequiresCapture,
     Succeeded,
     Canceled,
-    /// Declined: no hold.
+    /// Declined, or 3-D Secure failed: no hold.
     RequiresPaymentMethod,
+    /// Waiting for its buyer's 3-D Secure: no hold yet.
+    RequiresAction,
 }
 
 /// The requests that carry an idempotency key.
@@ -165,6 +169,9 @@ pub enum Reply {
     Refused,
     /// A 5xx, which Stripe saves under the key like any other answer.
     Error500,
+    /// `idempotency_error`: the key ran before with other parameters (a deploy changed the
+    /// request while one was in flight); the fleet reads it as a saved 5xx.
+    IdempotencyError,
     /// No answer: a timeout, a reset, a 429 after the client's retries.
     Unanswered,
 }
@@ -195,6 +202,9 @@ pub enum Fault {
     AnswerLost,
     /// It never reached Stripe: nothing done, nothing saved.
     Unreachable,
+    /// A create re-sent under a key that already ran, with other parameters (a deploy in
+    /// between): `idempotency_error`, nothing done.
+    OtherParameters,
 }
 
 /// How a network step goes: as asked, or with a fault.
@@ -209,6 +219,8 @@ pub enum Net {
 pub enum Answer {
     /// `202` with the order's position.
     Accepted(u8),
+    /// `202 requires_action` with the order's position and what the buyer's page needs.
+    ActionRequired(u8),
     /// `402 payment_declined`.
     Declined,
     /// `409 sold_out`.
@@ -224,18 +236,16 @@ pub enum Answer {
 /// Authorizing a pending order ([`orderfleet::domain::authorization`]): a request's, or the sweeper's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Auth {
-    /// A create under the attempt's key. `resumed`: the order was taken over, its search
-    /// found nothing, and this is the attempt's own key again; with whether the attempt had
-    /// begun longer ago than the search lag when the search ran.
-    Create { attempt: u8, resumed: Option<bool> },
-    /// bbf9d45's rule only: the re-send under the attempt's key is dated before it is made.
-    DateTheSend { attempt: u8, settled: bool },
-    /// A taken-over order: Stripe's search by `metadata[order_id]` first; with the attempt
-    /// and whether its key had answered a 5xx, as read when the order was taken over.
-    Search { attempt: u8, failed: bool },
-    /// After the attempt's own key answered a saved 5xx: on to the next attempt, if the
-    /// search that found nothing can be trusted.
-    NextAttempt { attempt: u8, settled: bool },
+    /// A create under the attempt's key. `resumed`: the order was taken over, its list found
+    /// nothing, and this is the attempt's own key again; with the attempt's date
+    /// ([`Order::dated`]) when the list ran.
+    Create { attempt: u8, resumed: Option<u8> },
+    /// A taken-over order: Stripe's list of intents by `metadata[order_id]` first; with the
+    /// attempt and whether its key had answered a 5xx, as read when the order was taken over.
+    List { attempt: u8, failed: bool },
+    /// After the attempt's own key answered a saved 5xx: on to the next attempt, if the list
+    /// that found nothing began after the attempt was last dated (`listed`: its date then).
+    NextAttempt { attempt: u8, listed: u8 },
     /// The one statement that records what Stripe said.
     Record(Found),
 }
@@ -244,6 +254,8 @@ pub enum Auth {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Found {
     Holding(IntentId),
+    /// 3-D Secure: the order goes `requires_action` with its intent.
+    RequiresAction(IntentId),
     Declined(Option<IntentId>),
     /// Unanswered, or a saved 5xx under the attempt's key (`Some(attempt)`): release the
     /// lease, answer 503.
@@ -263,13 +275,55 @@ pub enum After {
 pub enum Advance {
     Load,
     Reserve,
-    Capture { attempt: u8, intent: IntentId },
-    Retrieve { op: Op, attempt: u8, intent: IntentId, after: After },
-    NextAttempt { status: Status, attempt: u8 },
+    Capture {
+        attempt: u8,
+        intent: IntentId,
+    },
+    Retrieve {
+        op: Op,
+        attempt: u8,
+        intent: IntentId,
+        after: After,
+    },
+    NextAttempt {
+        status: Status,
+        attempt: u8,
+    },
     RecordPaid,
-    FailCapture { attempt: u8, intent: IntentId },
-    Cancel { attempt: u8, intent: IntentId },
+    /// `canceled`: the intent was read cancelled (the hold is gone): `authorization_canceled`.
+    FailCapture {
+        attempt: u8,
+        intent: IntentId,
+        canceled: bool,
+    },
+    Cancel {
+        attempt: u8,
+        intent: IntentId,
+    },
     MarkReleased,
+}
+
+/// Settling a `requires_action` order whose lease is held ([`orderfleet::domain::action::settle`]):
+/// the webhook's or the sweeper's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Settle {
+    /// The intent read fresh, and the deadline: what the order becomes.
+    Read,
+    /// The intent cancelled first (it may hold funds, or its buyer may still complete it).
+    Release { timed_out: bool },
+    /// `payment_declined`, the units back.
+    Decline,
+    /// `authorized`, its stock check to send.
+    Authorize,
+}
+
+/// A webhook's `payment_intent.canceled` for an `authorized` order ([`orderfleet::domain::webhook`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Hook {
+    /// The order's intent read fresh.
+    Read,
+    /// `authorization_canceled`, the units back.
+    LoseHold,
 }
 
 /// A process's work on one order.
@@ -277,15 +331,25 @@ pub enum Advance {
 pub enum Job {
     Authorize(Buyer, Auth),
     Advance(Buyer, Advance),
+    Settle(Buyer, Settle),
+    Hook(Buyer, Hook),
 }
 
 impl Job {
     pub fn order(self) -> Buyer {
         match self {
-            Job::Authorize(order, _) | Job::Advance(order, _) => order,
+            Job::Authorize(order, _)
+            | Job::Advance(order, _)
+            | Job::Settle(order, _)
+            | Job::Hook(order, _) => order,
         }
     }
 }
+
+/// A Stripe event not yet applied: about which intent, and whether it is
+/// `payment_intent.canceled` (the others the fleet handles, `amount_capturable_updated` and
+/// `payment_failed`, act alike).
+pub type Event = (IntentId, bool);
 
 /// A buyer's HTTP request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -343,10 +407,12 @@ pub struct Budget {
     pub redrives: u8,
     /// A live process outliving its lease (a pause longer than the lease).
     pub stalls: u8,
-    /// Stripe cancelling a hold past its deadline (about 7 days).
+    /// Stripe cancelling a hold: past its deadline (about 7 days), or in the Dashboard.
     pub expiries: u8,
     /// Stripe forgetting its saved answers (24 hours).
     pub key_expiries: u8,
+    /// Stripe giving up delivering an event (or the webhook's secret unset).
+    pub lost_events: u8,
 }
 
 /// Defects seen at the moment they happen (judged by the properties).
@@ -364,6 +430,19 @@ pub struct Seen {
     pub answer_changed: bool,
 }
 
+impl State {
+    /// Records a Stripe event, to be delivered, when webhooks are on.
+    pub fn emit(&mut self, webhooks: bool, intent: IntentId, canceled: bool) {
+        let order = self.stripe.intents[usize::from(intent)].order;
+        // An order that ended changes for no event: its events are not worth a state.
+        let live = self.orders[usize::from(order)].as_ref().is_some_and(|o| !o.status.is_terminal());
+        if webhooks && live {
+            self.events.push((intent, canceled));
+            self.events.sort_unstable();
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct State {
     pub product: Product,
@@ -374,6 +453,10 @@ pub struct State {
     /// By worker: the receive count of the message it holds, and its job.
     pub workers: Vec<Option<(u8, Job)>>,
     pub sweeper: Option<Job>,
+    /// The webhook's handler: the event it is applying, and its job.
+    pub webhook: Option<(Event, Job)>,
+    /// Stripe's events not yet applied (kept sorted), each delivered until it is.
+    pub events: Vec<Event>,
     pub stripe: Stripe,
     pub budget: Budget,
     /// Which of the scenario's upserts the operator has run, one bit each.
