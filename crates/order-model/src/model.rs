@@ -80,8 +80,12 @@ impl ResumeRule {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SettleRule {
     /// Now ([`orderfleet::domain::action`]): cancel the intent first, then record
-    /// `authentication_timed_out` with the units back.
+    /// `authentication_timed_out` with the units back; a cancel answered a saved 5xx reads the
+    /// intent, and moves the order to its next attempt unless the intent is released.
     CancelFirst,
+    /// Before the fix this model found: the same, but a cancel answered a saved 5xx is sent
+    /// again under the same key at the next settle, and gets the 5xx again for 24 hours.
+    CancelFirstSameKeyAfterA5xx,
     /// A defect planted to show the checker finds it: record `authentication_timed_out` and
     /// give the units back without cancelling the intent, which its buyer may still complete.
     TimeOutWithoutCancel,
@@ -956,6 +960,11 @@ impl OrderProtocol {
                     Reply::Intent(..) => Next::Go(Settle::Decline),
                     Reply::Refused if now == IntentStatus::Canceled => Next::Go(Settle::Decline),
                     Reply::Refused => Next::End(Done::GaveUp),
+                    Reply::Error500 | Reply::IdempotencyError
+                        if self.rules.settle == SettleRule::CancelFirst =>
+                    {
+                        Self::after_a_saved_cancel_5xx(s, order, attempt, intent)
+                    }
                     _ => Next::End(Done::Later),
                 }
             }
@@ -989,6 +998,24 @@ impl OrderProtocol {
         next
     }
 
+    /// After a settle's cancel answered a 5xx Stripe saved under the attempt's key
+    /// (`action::release_intent`): the intent, read (folded into the step, as the retry of a lookup
+    /// is), released already (cancelled, or never holding funds): the cancel is done; otherwise
+    /// the order moves to its next attempt, whose new cancel key the next settle uses.
+    fn after_a_saved_cancel_5xx(s: &mut State, order: Buyer, attempt: u8, intent: IntentId) -> Next<Settle> {
+        let now = s.stripe.intents[usize::from(intent)].status;
+        if matches!(now, IntentStatus::Canceled | IntentStatus::RequiresPaymentMethod) {
+            return Next::Go(Settle::Decline);
+        }
+        let o = s.order_mut(order);
+        if o.status == Status::RequiresAction && o.attempt == attempt {
+            o.attempt += 1;
+            o.dated += 1;
+            o.attempt_failed = false;
+        }
+        Next::End(Done::Later)
+    }
+
     /// The order's attempt and recorded intent.
     fn attempt_and_intent(s: &State, order: Buyer) -> (u8, IntentId) {
         let o = s.order(order);
@@ -1009,7 +1036,9 @@ impl OrderProtocol {
             IntentStatus::RequiresPaymentMethod => Next::Go(Settle::Release { timed_out: false }),
             IntentStatus::Canceled => Next::Go(Settle::Decline),
             IntentStatus::RequiresAction if past_deadline => match self.rules.settle {
-                SettleRule::CancelFirst => Next::Go(Settle::Release { timed_out: true }),
+                SettleRule::CancelFirst | SettleRule::CancelFirstSameKeyAfterA5xx => {
+                    Next::Go(Settle::Release { timed_out: true })
+                }
                 SettleRule::TimeOutWithoutCancel => Next::Go(Settle::Decline),
             },
             IntentStatus::RequiresAction => Next::End(Done::Later), // the buyer is still at it

@@ -145,16 +145,18 @@ fn a_cancel_500_saved_on_a_failed_authentication(s: &State) -> bool {
 }
 
 /// Found by modelling issue 33 (a liveness defect, which the properties "at the end" cannot
-/// judge: the sweeper can always go round again). A settle's cancel (`action::settle_leased`)
-/// that Stripe answers 500 is not followed by a new attempt, as fulfilment's cancel is
+/// judge: the sweeper can always go round again). On the rule before the fix
+/// (`SettleRule::CancelFirstSameKeyAfterA5xx`), a settle's cancel that Stripe answers 500 is
+/// not followed by a new attempt, as fulfilment's cancel is
 /// (`Fulfilment::after_a_failed_attempt`): every later settle re-sends it under the same key
 /// and gets the saved 500 again, for as long as Stripe keeps the key (24 h). Here the buyer
 /// failed 3-D Secure, and the order stays `requires_action`, its unit held and counted as
 /// pending ahead in line, whatever the sweeper and the webhook do, until Stripe forgets the
-/// key. When the fleet fixes this, this test fails: turn it around (the order then leaves).
+/// key. The fix (`action::release_intent`) is checked by the next test.
 #[test]
-fn a_settle_whose_cancel_answered_a_saved_500_keeps_its_order_requires_action_until_stripe_forgets_the_key() {
-    let model = OrderProtocol { scenario: scenarios::three_d_secure(), rules: Rules::NOW };
+fn the_settle_rule_before_the_fix_keeps_an_order_requires_action_after_its_cancel_answered_a_saved_500() {
+    let rules = Rules { settle: SettleRule::CancelFirstSameKeyAfterA5xx, ..Rules::NOW };
+    let model = OrderProtocol { scenario: scenarios::three_d_secure(), rules };
     let probe = Probe { model: model.clone(), looking_for: a_cancel_500_saved_on_a_failed_authentication };
     let checker = probe.checker().threads(2).finish_when(HasDiscoveries::Any).spawn_bfs().join();
     let path = checker.discovery("the state looked for").expect("the state is reachable");
@@ -177,6 +179,42 @@ fn a_settle_whose_cancel_answered_a_saved_500_keeps_its_order_requires_action_un
     }
     eprintln!(
         "{} states reachable from it before Stripe forgets the key: A is requires_action in each",
+        seen.len()
+    );
+}
+
+/// The fix: on the fleet's rule now, an order that waits in `requires_action` with its current
+/// attempt's cancel key holding a saved 500 (reached when the 500's own answer was lost, so the
+/// settle did not see it) leaves `requires_action` without Stripe forgetting the key: the next
+/// settle meets the replayed 500, reads the intent and moves the order on.
+#[test]
+fn now_a_settle_whose_cancel_answered_a_saved_500_moves_its_order_on_without_stripe_forgetting_the_key() {
+    let model = OrderProtocol { scenario: scenarios::three_d_secure(), rules: Rules::NOW };
+    let probe = Probe { model: model.clone(), looking_for: a_cancel_500_saved_on_a_failed_authentication };
+    let checker = probe.checker().threads(2).finish_when(HasDiscoveries::Any).spawn_bfs().join();
+    let Some(path) = checker.discovery("the state looked for") else { return };
+    let start = path.last_state().clone();
+    let mut seen = HashSet::from([start.clone()]);
+    let mut next = VecDeque::from([start]);
+    let mut left = false;
+    while let Some(state) = next.pop_front() {
+        if state.orders[0].as_ref().map(|a| a.status) != Some(Status::RequiresAction) {
+            left = true;
+            break;
+        }
+        let mut actions = Vec::new();
+        model.actions(&state, &mut actions);
+        for action in actions.into_iter().filter(|a| *a != Action::KeysExpire) {
+            if let Some(after) = model.next_state(&state, action)
+                && seen.insert(after.clone())
+            {
+                next.push_back(after);
+            }
+        }
+    }
+    assert!(
+        left,
+        "A stays requires_action in all {} states reachable before Stripe forgets its keys",
         seen.len()
     );
 }

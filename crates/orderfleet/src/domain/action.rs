@@ -115,10 +115,46 @@ async fn settle_leased(
             // Released first, then recorded: if the record is lost, the next settle finds the
             // intent cancelled. Past the deadline, the cancel decides: whether or not the buyer
             // finished a moment before, the hold is released and nothing is charged.
-            payments.cancel(order.intent(intent_id)).await.map_err(unavailable)?;
+            release_intent(pool, payments, order, intent_id).await?;
             decline(pool, order, reason, event).await
         }
     }
+}
+
+/// Cancels the order's intent under its attempt's cancel key. A 5xx Stripe saved under that
+/// key would be replayed to every later settle for 24 hours (the order stuck `requires_action`,
+/// holding its units: found by the model checker, crates/order-model), so after one the
+/// intent itself is read: released (cancelled, or never holding funds), the cancel is done;
+/// otherwise the order moves to its next attempt, whose new keys the next settle uses.
+async fn release_intent(
+    pool: &PgPool,
+    payments: &Payments,
+    order: &Order,
+    intent_id: &str,
+) -> Result<(), AuthorizationError> {
+    let why = match payments.cancel(order.intent(intent_id)).await {
+        Ok(_) => return Ok(()),
+        Err(PaymentError::AttemptFailed(why)) => why,
+        Err(other) => return Err(unavailable(other)),
+    };
+    let now = payments.retrieve(intent_id).await.map_err(unavailable)?;
+    if matches!(now.status, IntentStatus::Canceled | IntentStatus::RequiresPaymentMethod) {
+        return Ok(());
+    }
+    let next = crate::domain::order::next_payment_attempt(
+        pool,
+        order.id,
+        OrderStatus::RequiresAction,
+        order.payment_attempt,
+        Duration::ZERO,
+    )
+    .await?;
+    tracing::warn!(
+        attempt = next,
+        why,
+        "Stripe saved a failure under the cancel's key and did nothing; the next attempt has new keys"
+    );
+    Err(AuthorizationError::ProviderUnavailable(why))
 }
 
 /// What an order in `requires_action` becomes, from its intent as Stripe has it now.
