@@ -386,3 +386,25 @@ async fn a_webhook_that_cannot_be_applied_now_gets_503_nothing_written_and_is_ap
     assert_eq!(applied, 1);
     fleet.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_settle_whose_cancel_meets_a_saved_500_still_declines_the_order_and_gives_its_unit_back() {
+    // Arrange: an order awaiting 3-D Secure; Stripe will answer the next cancel 500, and save
+    // that answer under its key (found by the model checker: every later settle re-sent the
+    // key, heard the 500 again, and the order stayed requires_action for a day).
+    let fleet = Fleet::start("3ds-cancel-500", 1).await.unwrap();
+    fleet.product("sku-1", 1500, 1).await.unwrap();
+    let placed = fleet.post_order("joe", "k-1", "sku-1", 1, "pm_card_threeDSecure2Required").await.unwrap();
+    let order = order_id(&placed.body);
+    fleet.fault("cancel", "error_500", 1).await.unwrap();
+
+    // Act: the buyer fails 3-D Secure; the webhook's settle cancels the intent and meets the 500.
+    fleet.authenticate(&intent_of(&fleet, &order).await, false).await.unwrap();
+
+    // Assert: the intent read after the 500 holds nothing, so the order is declined, its unit
+    // back.
+    let (status, reason) = status_becomes(&fleet, &order, "payment_declined", Duration::from_secs(30)).await;
+    assert_eq!((status.as_str(), reason.as_deref()), ("payment_declined", Some("authentication_failed")));
+    assert_eq!(units_promised(&fleet, "sku-1").await, 0);
+    fleet.stop().await.unwrap();
+}
