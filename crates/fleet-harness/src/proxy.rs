@@ -72,9 +72,13 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Listens on a free loopback port and forwards to `target`.
+    /// Listens on a free loopback port and forwards to `target`. The port is one of
+    /// [`crate::free_port`]'s, below the kernel's ephemeral range: a `Refused` outage closes it
+    /// and opens it again, and a port of that range may meanwhile become the local end of some
+    /// process's outgoing connection (kept alive for a minute and more: stripe-sim's webhook
+    /// deliveries made it happen), and the proxy could not listen on it again.
     pub async fn start(target: SocketAddr) -> anyhow::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let listener = TcpListener::bind(("127.0.0.1", crate::free_port())).await?;
         let addr = listener.local_addr()?;
         let (state, _) = watch::channel((None, 0));
         let task = tokio::spawn(accept_loop(listener, target, state.clone()));

@@ -1000,11 +1000,12 @@ impl OrderProtocol {
 
     /// After a settle's cancel answered a 5xx Stripe saved under the attempt's key
     /// (`action::release_intent`): the intent, read (folded into the step, as the retry of a lookup
-    /// is), released already (cancelled, or never holding funds): the cancel is done; otherwise
+    /// is), cancelled already: the cancel is done; otherwise
     /// the order moves to its next attempt, whose new cancel key the next settle uses.
     fn after_a_saved_cancel_5xx(s: &mut State, order: Buyer, attempt: u8, intent: IntentId) -> Next<Settle> {
-        let now = s.stripe.intents[usize::from(intent)].status;
-        if matches!(now, IntentStatus::Canceled | IntentStatus::RequiresPaymentMethod) {
+        // Only a cancelled intent is released: one that needs a payment method can still be
+        // confirmed by its buyer with another card (not modelled: see the README).
+        if s.stripe.intents[usize::from(intent)].status == IntentStatus::Canceled {
             return Next::Go(Settle::Decline);
         }
         let o = s.order_mut(order);

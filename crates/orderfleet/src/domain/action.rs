@@ -113,8 +113,9 @@ async fn settle_leased(
         Decision::Decline(reason) => decline(pool, order, reason, event).await,
         Decision::Release(reason) => {
             // Released first, then recorded: if the record is lost, the next settle finds the
-            // intent cancelled. Past the deadline, the cancel decides: whether or not the buyer
-            // finished a moment before, the hold is released and nothing is charged.
+            // intent cancelled. Past the deadline, a buyer who finished before the intent was
+            // read is authorized; one who finishes after is released by the cancel, and
+            // nothing is charged: never both.
             release_intent(pool, payments, order, intent_id).await?;
             decline(pool, order, reason, event).await
         }
@@ -124,8 +125,8 @@ async fn settle_leased(
 /// Cancels the order's intent under its attempt's cancel key. A 5xx Stripe saved under that
 /// key would be replayed to every later settle for 24 hours (the order stuck `requires_action`,
 /// holding its units: found by the model checker, crates/order-model), so after one the
-/// intent itself is read: released (cancelled, or never holding funds), the cancel is done;
-/// otherwise the order moves to its next attempt, whose new keys the next settle uses.
+/// intent itself is read: cancelled, the cancel is done; otherwise the order moves to its next
+/// attempt, whose new keys the next settle uses.
 async fn release_intent(
     pool: &PgPool,
     payments: &Payments,
@@ -137,8 +138,10 @@ async fn release_intent(
         Err(PaymentError::AttemptFailed(why)) => why,
         Err(other) => return Err(unavailable(other)),
     };
+    // Only a cancelled intent is released: one that needs a payment method can still be
+    // confirmed by the buyer's page (its client secret), with another card.
     let now = payments.retrieve(intent_id).await.map_err(unavailable)?;
-    if matches!(now.status, IntentStatus::Canceled | IntentStatus::RequiresPaymentMethod) {
+    if now.status == IntentStatus::Canceled {
         return Ok(());
     }
     let next = crate::domain::order::next_payment_attempt(
