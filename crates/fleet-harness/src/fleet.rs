@@ -273,9 +273,12 @@ impl Fleet {
     /// Starts every fleet binary (after [`Fleet::prepare`]), `stock_workers` stock workers.
     pub async fn spawn_all(&mut self, stock_workers: usize) -> anyhow::Result<()> {
         self.spawn("order-intake", "order-intake", &[])?;
+        self.started_in_image().await?;
         self.spawn("outbox-relay", "outbox-relay", &[])?;
+        self.started_in_image().await?;
         for i in 0..stock_workers {
             self.spawn(&format!("stock-worker-{i}"), "stock-worker", &[])?;
+            self.started_in_image().await?;
         }
         self.spawn("notification-worker", "notification-worker", &[])?;
         self.wait_http(&format!("{}/healthz", self.intake_url)).await?;
@@ -288,6 +291,19 @@ impl Fleet {
             self.wait_http(&url).await?;
         }
         Ok(())
+    }
+
+    /// In the image, waits until the process last spawned answers `/healthz`: two `buildah run`
+    /// starting at once on one container race to make its root's mount points, and one fails
+    /// ("mkdir …/rootfs/sys: file exists", seen from a fresh clone's `make test`). Here, a no-op.
+    async fn started_in_image(&self) -> anyhow::Result<()> {
+        if self.image_container.is_none() {
+            return Ok(());
+        }
+        match self.metrics_urls.last() {
+            Some((_, url)) => self.wait_http(&url.replace("/metrics", "/healthz")).await,
+            None => Ok(()),
+        }
     }
 
     /// The `/metrics` URL of the process `label`.
