@@ -46,20 +46,26 @@ fn a_token_is_printed_when_the_secret_is_set() {
     assert_eq!(token.trim().split('.').count(), 3, "not a JWT: {token}");
 }
 
+/// `bin` started with every setting it needs (none of whose services answers) and `name` set
+/// to `value`, until it exits.
+fn started_with(bin: &str, name: &str, value: &str) -> std::process::Output {
+    Command::new(binary(bin))
+        .env_clear()
+        .env("DATABASE_URL", "postgres://orderfleet@127.0.0.1:1/orderfleet")
+        .env("STRIPE_SECRET_KEY", "sk_test_placeholder")
+        .env("AUTH_JWT_SECRET", "0123456789abcdef0123456789abcdef")
+        .env("STOCK_QUEUE_URL", "http://127.0.0.1:1/000000000000/stock")
+        .env("NOTIFICATION_QUEUE_URL", "http://127.0.0.1:1/000000000000/notification")
+        .env(name, value)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn a_stripe_budget_of_zero_a_negative_one_or_a_word_stops_each_stripe_caller_with_one_line() {
     for bin in ["order-intake", "stock-worker"] {
         for bad in ["0", "-3", "fast"] {
-            let out = Command::new(binary(bin))
-                .env_clear()
-                .env("DATABASE_URL", "postgres://orderfleet@127.0.0.1:1/orderfleet")
-                .env("STRIPE_SECRET_KEY", "sk_test_placeholder")
-                .env("AUTH_JWT_SECRET", "0123456789abcdef0123456789abcdef")
-                .env("STOCK_QUEUE_URL", "http://127.0.0.1:1/000000000000/stock")
-                .env("NOTIFICATION_QUEUE_URL", "http://127.0.0.1:1/000000000000/notification")
-                .env("STRIPE_MAX_REQUESTS_PER_SECOND", bad)
-                .output()
-                .unwrap();
+            let out = started_with(bin, "STRIPE_MAX_REQUESTS_PER_SECOND", bad);
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert!(!out.status.success(), "{bin} started with {bad}");
             assert_eq!(stderr.trim().lines().count(), 1, "{bin}: {stderr}");
@@ -81,16 +87,7 @@ fn a_webhook_secret_that_is_not_stripe_s_or_a_deadline_that_is_not_seconds_stops
         ("order-intake", "PAYMENT_ACTION_TIMEOUT_SECONDS", "ten minutes"),
         ("stock-worker", "PAYMENT_ACTION_TIMEOUT_SECONDS", "-1"),
     ] {
-        let out = Command::new(binary(bin))
-            .env_clear()
-            .env("DATABASE_URL", "postgres://orderfleet@127.0.0.1:1/orderfleet")
-            .env("STRIPE_SECRET_KEY", "sk_test_placeholder")
-            .env("AUTH_JWT_SECRET", "0123456789abcdef0123456789abcdef")
-            .env("STOCK_QUEUE_URL", "http://127.0.0.1:1/000000000000/stock")
-            .env("NOTIFICATION_QUEUE_URL", "http://127.0.0.1:1/000000000000/notification")
-            .env(name, bad)
-            .output()
-            .unwrap();
+        let out = started_with(bin, name, bad);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{bin} started with {name}={bad}");
         assert_eq!(stderr.trim().lines().count(), 1, "{bin}: {stderr}");

@@ -503,25 +503,36 @@ impl Fleet {
     /// the PaymentIntent, holding funds.
     pub async fn hold_at_stripe(&self, order_id: uuid::Uuid) -> anyhow::Result<Value> {
         let order_id = order_id.to_string();
-        Ok(self
+        let form = [
+            ("amount", "1000"),
+            ("currency", "usd"),
+            ("capture_method", "manual"),
+            ("confirm", "true"),
+            ("payment_method", "pm_card_visa"),
+            ("automatic_payment_methods[enabled]", "true"),
+            ("automatic_payment_methods[allow_redirects]", "never"),
+            ("use_stripe_sdk", "true"),
+            ("metadata[order_id]", order_id.as_str()),
+        ];
+        Ok(self.create_at_stripe(None, &form).await?.json().await?)
+    }
+
+    /// `POST /v1/payment_intents` at stripe-sim with `form`, under `idempotency_key` if given:
+    /// a create as some client (the intake, or a release of it) sent it.
+    pub async fn create_at_stripe(
+        &self,
+        idempotency_key: Option<&str>,
+        form: &[(&str, &str)],
+    ) -> anyhow::Result<reqwest::Response> {
+        let mut request = self
             .http
             .post(format!("{}/v1/payment_intents", self.stripe_url))
             .bearer_auth("sk_test_stripe_sim_placeholder")
-            .form(&[
-                ("amount", "1000"),
-                ("currency", "usd"),
-                ("capture_method", "manual"),
-                ("confirm", "true"),
-                ("payment_method", "pm_card_visa"),
-                ("automatic_payment_methods[enabled]", "true"),
-                ("automatic_payment_methods[allow_redirects]", "never"),
-                ("use_stripe_sdk", "true"),
-                ("metadata[order_id]", order_id.as_str()),
-            ])
-            .send()
-            .await?
-            .json()
-            .await?)
+            .form(form);
+        if let Some(key) = idempotency_key {
+            request = request.header("Idempotency-Key", key);
+        }
+        Ok(request.send().await?)
     }
 
     /// `GET /v1/orders/{order_id}` as `user`.

@@ -163,10 +163,23 @@ fn the_settle_rule_before_the_fix_keeps_an_order_requires_action_after_its_cance
     let stuck = path.last_state().clone();
     eprintln!("reached by:\n{}", narrate(&model, path));
     // Every state reachable from it while Stripe keeps its keys has A still `requires_action`.
-    let mut seen = HashSet::from([stuck.clone()]);
-    let mut next = VecDeque::from([stuck]);
-    while let Some(state) = next.pop_front() {
+    let reachable = reachable_while_stripe_keeps_its_keys(&model, stuck);
+    for state in &reachable {
         assert_eq!(state.orders[0].as_ref().map(|a| a.status), Some(Status::RequiresAction), "A left");
+    }
+    eprintln!(
+        "{} states reachable from it before Stripe forgets the key: A is requires_action in each",
+        reachable.len()
+    );
+}
+
+/// Every state reachable from `start` (itself included) by any step but Stripe forgetting its
+/// idempotency keys.
+fn reachable_while_stripe_keeps_its_keys(model: &OrderProtocol, start: State) -> Vec<State> {
+    let mut seen = HashSet::from([start.clone()]);
+    let mut reached = Vec::new();
+    let mut next = VecDeque::from([start]);
+    while let Some(state) = next.pop_front() {
         let mut actions = Vec::new();
         model.actions(&state, &mut actions);
         for action in actions.into_iter().filter(|a| *a != Action::KeysExpire) {
@@ -176,11 +189,9 @@ fn the_settle_rule_before_the_fix_keeps_an_order_requires_action_after_its_cance
                 next.push_back(after);
             }
         }
+        reached.push(state);
     }
-    eprintln!(
-        "{} states reachable from it before Stripe forgets the key: A is requires_action in each",
-        seen.len()
-    );
+    reached
 }
 
 /// The fix: on the fleet's rule now, an order that waits in `requires_action` with its current
@@ -193,28 +204,12 @@ fn now_a_settle_whose_cancel_answered_a_saved_500_moves_its_order_on_without_str
     let probe = Probe { model: model.clone(), looking_for: a_cancel_500_saved_on_a_failed_authentication };
     let checker = probe.checker().threads(2).finish_when(HasDiscoveries::Any).spawn_bfs().join();
     let Some(path) = checker.discovery("the state looked for") else { return };
-    let start = path.last_state().clone();
-    let mut seen = HashSet::from([start.clone()]);
-    let mut next = VecDeque::from([start]);
-    let mut left = false;
-    while let Some(state) = next.pop_front() {
-        if state.orders[0].as_ref().map(|a| a.status) != Some(Status::RequiresAction) {
-            left = true;
-            break;
-        }
-        let mut actions = Vec::new();
-        model.actions(&state, &mut actions);
-        for action in actions.into_iter().filter(|a| *a != Action::KeysExpire) {
-            if let Some(after) = model.next_state(&state, action)
-                && seen.insert(after.clone())
-            {
-                next.push_back(after);
-            }
-        }
-    }
+    let reachable = reachable_while_stripe_keeps_its_keys(&model, path.last_state().clone());
+    let left =
+        reachable.iter().any(|s| s.orders[0].as_ref().map(|a| a.status) != Some(Status::RequiresAction));
     assert!(
         left,
         "A stays requires_action in all {} states reachable before Stripe forgets its keys",
-        seen.len()
+        reachable.len()
     );
 }

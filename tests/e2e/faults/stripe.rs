@@ -425,23 +425,17 @@ async fn across_a_deploy(case: &str, fault: &str) -> (Fleet, uuid::Uuid, fleet_h
     let order: uuid::Uuid = sqlx::query_scalar("SELECT id FROM orders").fetch_one(&fleet.pool).await.unwrap();
     // The release before's create (card types named, no use_stripe_sdk), under the order's key.
     fleet.fault("create", fault, 1).await.unwrap();
-    let old_shape = fleet
-        .http
-        .post(format!("{}/v1/payment_intents", fleet.stripe_url))
-        .bearer_auth("sk_test_stripe_sim_placeholder")
-        .header("Idempotency-Key", format!("orderfleet-{order}-authorize"))
-        .form(&[
-            ("amount", "1000"),
-            ("currency", "usd"),
-            ("capture_method", "manual"),
-            ("confirm", "true"),
-            ("payment_method", "pm_card_visa"),
-            ("payment_method_types[]", "card"),
-            ("metadata[order_id]", order.to_string().as_str()),
-        ])
-        .send()
-        .await
-        .unwrap();
+    let (key, order_id) = (format!("orderfleet-{order}-authorize"), order.to_string());
+    let old_form = [
+        ("amount", "1000"),
+        ("currency", "usd"),
+        ("capture_method", "manual"),
+        ("confirm", "true"),
+        ("payment_method", "pm_card_visa"),
+        ("payment_method_types[]", "card"),
+        ("metadata[order_id]", order_id.as_str()),
+    ];
+    let old_shape = fleet.create_at_stripe(Some(&key), &old_form).await.unwrap();
     assert_eq!(old_shape.status(), 500);
 
     // Act: the new release takes the buyer's same-key retry; its create is answered

@@ -28,7 +28,7 @@ use sqlx::PgPool;
 
 use crate::domain::OrderId;
 use crate::domain::authorization::AuthorizationError;
-use crate::domain::order::{Order, OrderNotification, OrderStatus, StripeEvent, Transition, query_order};
+use crate::domain::order::{Order, OrderNotification, OrderStatus, StripeEvent, Transition};
 use crate::domain::outbox::EventType;
 use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
 
@@ -54,31 +54,12 @@ pub enum Settled {
 
 /// Takes the lease of a `requires_action` order nobody is settling, for `lease`.
 pub async fn take(pool: &PgPool, id: OrderId, lease: Duration) -> sqlx::Result<Option<Order>> {
-    let row = query_order!(
-        "UPDATE orders SET intake_lease_until = now() + $2 * interval '1 ms'
-          WHERE id = $1 AND status = $3
-            AND (intake_lease_until IS NULL OR intake_lease_until < now())
-         RETURNING",
-        "",
-        id as _,
-        lease.as_millis() as i64,
-        OrderStatus::RequiresAction as _,
-    )
-    .fetch_optional(pool)
-    .await?;
-    Ok(row.map(Order::from))
+    crate::domain::order::take_lease(pool, id, OrderStatus::RequiresAction, lease, false).await
 }
 
 /// Gives the lease of a `requires_action` order back.
 pub async fn release(pool: &PgPool, id: OrderId) -> sqlx::Result<()> {
-    sqlx::query!(
-        "UPDATE orders SET intake_lease_until = NULL WHERE id = $1 AND status = $2",
-        id as _,
-        OrderStatus::RequiresAction as _,
-    )
-    .execute(pool)
-    .await?;
-    Ok(())
+    crate::domain::order::release_lease(pool, id, OrderStatus::RequiresAction).await
 }
 
 /// Settles a `requires_action` order whose lease the caller holds, from its intent read fresh

@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::domain::OrderId;
 use sqlx::PgPool;
 
-use crate::domain::order::{Order, OrderNotification, OrderStatus, Transition, query_order};
+use crate::domain::order::{Order, OrderNotification, OrderStatus, Transition};
 use crate::domain::outbox::EventType;
 use crate::domain::payments::{AuthorizeRequest, Intent, IntentStatus, PaymentError, Payments};
 
@@ -38,19 +38,7 @@ pub enum AuthorizationError {
 /// Takes the lease of a `pending_authorization` order nobody works on (no lease, or an
 /// expired one), for `lease`.
 pub async fn take_over(pool: &PgPool, id: OrderId, lease: Duration) -> sqlx::Result<Option<Order>> {
-    let row = query_order!(
-        "UPDATE orders SET intake_lease_until = now() + $2 * interval '1 ms', updated_at = now()
-          WHERE id = $1 AND status = $3
-            AND (intake_lease_until IS NULL OR intake_lease_until < now())
-         RETURNING",
-        "",
-        id as _,
-        lease.as_millis() as i64,
-        OrderStatus::PendingAuthorization as _,
-    )
-    .fetch_optional(pool)
-    .await?;
-    Ok(row.map(Order::from))
+    crate::domain::order::take_lease(pool, id, OrderStatus::PendingAuthorization, lease, true).await
 }
 
 /// What authorizing did to the order.
@@ -327,12 +315,5 @@ async fn release_after_a_5xx(pool: &PgPool, order: &Order) -> sqlx::Result<()> {
 
 /// Gives the lease back so a retry with the same key (or the sweeper) may finish the order.
 pub async fn release(pool: &PgPool, id: OrderId) -> sqlx::Result<()> {
-    sqlx::query!(
-        "UPDATE orders SET intake_lease_until = NULL WHERE id = $1 AND status = $2",
-        id as _,
-        OrderStatus::PendingAuthorization as _,
-    )
-    .execute(pool)
-    .await?;
-    Ok(())
+    crate::domain::order::release_lease(pool, id, OrderStatus::PendingAuthorization).await
 }

@@ -195,6 +195,47 @@ macro_rules! query_order {
 }
 pub(crate) use query_order;
 
+/// ONE statement: takes the lease (`intake_lease_until`) of an order still in `status` that
+/// nobody works on (no lease, or an expired one), for `lease`; `None` when it is not to be had.
+/// With `touch`, the take counts as the order's last change (`updated_at`), so a sweep by age
+/// looks at it again only later.
+pub(crate) async fn take_lease(
+    pool: &sqlx::PgPool,
+    id: OrderId,
+    status: OrderStatus,
+    lease: std::time::Duration,
+    touch: bool,
+) -> sqlx::Result<Option<Order>> {
+    let row = query_order!(
+        "UPDATE orders SET intake_lease_until = now() + $2 * interval '1 ms',
+                           updated_at = CASE WHEN $4 THEN now() ELSE updated_at END
+          WHERE id = $1 AND status = $3
+            AND (intake_lease_until IS NULL OR intake_lease_until < now())
+         RETURNING",
+        "",
+        id as _,
+        lease.as_millis() as i64,
+        status as _,
+        touch,
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(Order::from))
+}
+
+/// Gives the lease of an order still in `status` back, so another request or the sweeper may
+/// take it at once.
+pub(crate) async fn release_lease(pool: &sqlx::PgPool, id: OrderId, status: OrderStatus) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE orders SET intake_lease_until = NULL WHERE id = $1 AND status = $2",
+        id as _,
+        status as _,
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
 /// The order with this id, if any.
 pub async fn load<'e>(executor: impl PgExecutor<'e>, id: OrderId) -> sqlx::Result<Option<Order>> {
     let row = query_order!("SELECT", "FROM orders WHERE id = $1", id as _).fetch_optional(executor).await?;

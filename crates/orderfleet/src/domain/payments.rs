@@ -425,15 +425,15 @@ impl Payments {
     /// Captures an authorized PaymentIntent. An intent that is already captured counts as
     /// captured: the first capture's answer was lost and Stripe's key has expired.
     pub async fn capture(&self, intent: OrderIntent<'_>) -> Result<Intent, PaymentError> {
-        let request = CapturePaymentIntent::new(intent.id);
-        self.settle(Operation::Capture, intent.order_id, intent.attempt, intent.id, request).await
+        let key = Operation::Capture.idempotency_key(intent.order_id, intent.attempt);
+        self.settle(Operation::Capture, &key, intent.id, CapturePaymentIntent::new(intent.id)).await
     }
 
     /// Cancels a PaymentIntent, releasing its hold. An intent that is already cancelled, or
     /// never held funds, counts as released.
     pub async fn cancel(&self, intent: OrderIntent<'_>) -> Result<Intent, PaymentError> {
-        let request = CancelPaymentIntent::new(intent.id);
-        self.settle(Operation::Cancel, intent.order_id, intent.attempt, intent.id, request).await
+        let key = Operation::Cancel.idempotency_key(intent.order_id, intent.attempt);
+        self.settle(Operation::Cancel, &key, intent.id, CancelPaymentIntent::new(intent.id)).await
     }
 
     /// Cancels a PaymentIntent made for the order that is not the one the order recorded (a
@@ -445,28 +445,16 @@ impl Payments {
         payment_intent_id: &str,
     ) -> Result<Intent, PaymentError> {
         let key = format!("orderfleet-{order_id}-cancel-{payment_intent_id}");
-        let result = self
-            .with_retries(Operation::Cancel, || {
-                CancelPaymentIntent::new(payment_intent_id)
-                    .customize()
-                    .request_strategy(RequestStrategy::Idempotent(idempotency_key(&key)))
-                    .timeout(self.retry.timeout)
-                    .send(&self.client)
-            })
-            .await;
-        match result {
-            Ok(pi) => Ok(Intent::from(&pi)),
-            Err(e) => self.settled_already(payment_intent_id, IntentStatus::Canceled, e).await,
-        }
+        let request = CancelPaymentIntent::new(payment_intent_id);
+        self.settle(Operation::Cancel, &key, payment_intent_id, request).await
     }
 
-    /// Sends a capture or a cancel under the order's key for it, with retries; a refusal
-    /// because the intent is already `wanted` counts as done.
+    /// Sends a capture or a cancel under `key`, with retries; a refusal because the intent is
+    /// already where the operation wants it counts as done.
     async fn settle<R>(
         &self,
         operation: Operation,
-        order_id: OrderId,
-        attempt: i32,
+        key: &str,
         payment_intent_id: &str,
         request: R,
     ) -> Result<Intent, PaymentError>
@@ -477,8 +465,6 @@ impl Payments {
             Operation::Cancel => IntentStatus::Canceled,
             _ => IntentStatus::Succeeded,
         };
-        let key = operation.idempotency_key(order_id, attempt);
-        let key = key.as_str();
         let result = self
             .with_retries(operation, || {
                 request
