@@ -14,6 +14,7 @@ mod observability;
 mod outages;
 mod payments;
 mod pipeline;
+mod pool;
 mod redelivery;
 mod security;
 mod steps;

@@ -221,7 +221,10 @@ async fn a_keep_alive_connection_idle_past_a_load_balancers_60_s_still_serves_wh
 /// Every right a role holds on each table of the schema, as PostgreSQL checks it (through
 /// grants to the role, to PUBLIC, or ownership): `S`, `I`, `U`, `D` on the whole table,
 /// `S(a,b)` on those columns only; tables it holds nothing on are left out.
-async fn table_rights(pool: &sqlx::PgPool, role: &str) -> std::collections::BTreeMap<String, String> {
+async fn table_rights(
+    pool: &orderfleet::runtime::db::Pool,
+    role: &str,
+) -> std::collections::BTreeMap<String, String> {
     let rows: Vec<(String, Option<String>)> = sqlx::query_as(
         "SELECT c.relname::text,
                 (SELECT string_agg(

@@ -10,7 +10,7 @@ use orderfleet::runtime::aws::Aws;
 use orderfleet::runtime::config::{DatabaseConfig, Env};
 use orderfleet::runtime::db::{self, PoolSize};
 use secrecy::ExposeSecret;
-use sqlx::{Connection, PgConnection, PgPool};
+use sqlx::{Connection, PgConnection};
 
 pub use fleet_harness::audit;
 pub mod queues;
@@ -39,7 +39,7 @@ pub async fn aws() -> Aws {
 pub struct TestDatabase {
     pub name: String,
     pub url: String,
-    pub pool: PgPool,
+    pub pool: db::Pool,
     admin_url: String,
 }
 
@@ -83,8 +83,8 @@ impl TestDatabase {
         Ok(database)
     }
 
+    /// Drops the database, ending its sessions (the pool's among them).
     pub async fn drop(self) -> anyhow::Result<()> {
-        self.pool.close().await;
         let mut conn = PgConnection::connect(&self.admin_url).await?;
         sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)))
             .execute(&mut conn)

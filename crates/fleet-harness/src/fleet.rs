@@ -387,7 +387,8 @@ impl Fleet {
             units_total: units,
             max_per_buyer: None,
         };
-        orderfleet::domain::product::upsert(&self.pool, &product).await?;
+        let pool = crate::fleet_pool(&self.stack.database_url, 1).await?;
+        orderfleet::domain::product::upsert(&pool, &product).await?;
         Ok(())
     }
 

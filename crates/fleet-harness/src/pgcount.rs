@@ -57,6 +57,10 @@ pub struct PgCounter {
     pub addr: SocketAddr,
     /// What they asked.
     pub counts: Arc<Counts>,
+    /// Milliseconds by which the server's answers are held before they are passed on (0: none):
+    /// for a test that needs a statement's answer to come late, such as a `BEGIN`'s while the
+    /// future waiting for it is dropped.
+    pub answers_held_ms: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -66,16 +70,17 @@ impl PgCounter {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let counts = Arc::new(Counts::default());
+        let answers_held_ms = Arc::new(AtomicU64::new(0));
         let task = tokio::spawn({
-            let counts = counts.clone();
+            let (counts, held) = (counts.clone(), answers_held_ms.clone());
             async move {
                 while let Ok((inbound, _)) = listener.accept().await {
                     counts.connections.fetch_add(1, Ordering::Relaxed);
-                    tokio::spawn(forward(inbound, target, counts.clone()));
+                    tokio::spawn(forward(inbound, target, counts.clone(), held.clone()));
                 }
             }
         });
-        Ok(Self { addr, counts, task })
+        Ok(Self { addr, counts, answers_held_ms, task })
     }
 
     /// A counter in front of the server `database_url` names, and that URL pointed at it.
@@ -110,7 +115,7 @@ impl Drop for PgCounter {
     }
 }
 
-async fn forward(inbound: TcpStream, target: SocketAddr, counts: Arc<Counts>) {
+async fn forward(inbound: TcpStream, target: SocketAddr, counts: Arc<Counts>, held: Arc<AtomicU64>) {
     let Ok(outbound) = TcpStream::connect(target).await else { return };
     let _ = (inbound.set_nodelay(true), outbound.set_nodelay(true));
     let (mut in_read, mut in_write) = inbound.into_split();
@@ -131,7 +136,19 @@ async fn forward(inbound: TcpStream, target: SocketAddr, counts: Arc<Counts>) {
         let _ = out_write.shutdown().await;
     };
     let downstream = async {
-        let _ = tokio::io::copy(&mut out_read, &mut in_write).await;
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n) = out_read.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            let hold = held.load(Ordering::Relaxed);
+            if hold > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(hold)).await;
+            }
+            if in_write.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
         let _ = in_write.shutdown().await;
     };
     tokio::join!(upstream, downstream);

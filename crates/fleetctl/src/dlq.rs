@@ -16,7 +16,7 @@ use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
 };
 use orderfleet::domain::outbox::{Destination, Envelope};
-use sqlx::PgPool;
+use orderfleet::runtime::db::Pool;
 
 /// One of the fleet's queue pairs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -182,7 +182,7 @@ pub struct Recorded {
 
 /// The failures the workers recorded for each message, by its failure key
 /// ([`orderfleet::runtime::consumer::failure_key`]: the envelope's message id, kept through redrives).
-pub async fn recorded_failures(pool: &PgPool, keys: &[String]) -> anyhow::Result<HashMap<String, Recorded>> {
+pub async fn recorded_failures(pool: &Pool, keys: &[String]) -> anyhow::Result<HashMap<String, Recorded>> {
     let rows = sqlx::query!(
         "SELECT DISTINCT ON (message_key) message_key, receive_count, outcome, reason, failures
            FROM message_failures WHERE message_key = ANY($1) ORDER BY message_key, updated_at DESC",
@@ -219,7 +219,7 @@ pub struct HoldEnding {
 /// Of the dead-lettered messages' bodies, the stock checks whose order holds an authorization
 /// (not yet captured or released) that ends within [`HOLD_WARNING`], soonest first. A body
 /// that is not an envelope names no order and is skipped.
-pub async fn holds_ending_soon(pool: &PgPool, bodies: &[&str]) -> anyhow::Result<Vec<HoldEnding>> {
+pub async fn holds_ending_soon(pool: &Pool, bodies: &[&str]) -> anyhow::Result<Vec<HoldEnding>> {
     let orders: Vec<uuid::Uuid> = bodies
         .iter()
         .filter_map(|body| Envelope::parse(body, Destination::StockCheck).ok())

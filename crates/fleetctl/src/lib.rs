@@ -41,8 +41,12 @@ pub async fn main(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCod
 }
 
 /// The database from `DATABASE_URL`, as every command that reads or writes it connects.
-async fn pool(env: &Env) -> anyhow::Result<sqlx::PgPool> {
-    db::connect(&DatabaseConfig::from_env(env)?, PoolSize::default()).await
+async fn pool(env: &Env) -> anyhow::Result<orderfleet::runtime::db::Pool> {
+    db::connect(
+        &DatabaseConfig::from_env(env)?,
+        PoolSize { application_name: "fleetctl", ..PoolSize::default() },
+    )
+    .await
 }
 
 async fn run(command: Command, env: &Env) -> anyhow::Result<()> {

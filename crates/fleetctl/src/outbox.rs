@@ -4,7 +4,7 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use orderfleet::domain::OrderId;
 use orderfleet::domain::outbox::{Destination, EventType};
-use sqlx::PgPool;
+use orderfleet::runtime::db::Pool;
 use uuid::Uuid;
 
 /// A dead outbox row, as `fleetctl outbox dead` lists it.
@@ -21,7 +21,7 @@ pub struct DeadRow {
     pub updated_at: DateTime<Utc>,
 }
 
-pub async fn dead(pool: &PgPool) -> anyhow::Result<Vec<DeadRow>> {
+pub async fn dead(pool: &Pool) -> anyhow::Result<Vec<DeadRow>> {
     sqlx::query_as!(
         DeadRow,
         r#"SELECT id, event_type AS "event_type: EventType", destination AS "destination: Destination",
@@ -35,7 +35,7 @@ pub async fn dead(pool: &PgPool) -> anyhow::Result<Vec<DeadRow>> {
 
 /// Puts dead rows back to `pending` with a fresh retry budget (their last error stays, for the
 /// record) and wakes the relay. `None` retries every dead row.
-pub async fn retry(pool: &PgPool, id: Option<Uuid>) -> anyhow::Result<u64> {
+pub async fn retry(pool: &Pool, id: Option<Uuid>) -> anyhow::Result<u64> {
     let mut tx = pool.begin().await?;
     let retried = sqlx::query!(
         "UPDATE outbox SET status = 'pending', retry_count = 0, next_attempt_at = now(), updated_at = now()

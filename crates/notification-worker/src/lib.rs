@@ -44,9 +44,9 @@ use orderfleet::domain::outbox::{Destination, Envelope, EventType, Payload};
 use orderfleet::runtime::backoff::Backoff;
 use orderfleet::runtime::consumer::{Handler, Outcome, Received};
 use orderfleet::runtime::db;
+use orderfleet::runtime::db::Pool;
 use orderfleet::runtime::failure::{Failure, Source};
 use serde::{Deserialize, Serialize};
-use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -63,7 +63,7 @@ const PUBLISH_BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::
 /// Publishes each notification once: the inbox claims it, SNS gets it, the inbox marks it.
 pub struct Notifier {
     /// The inbox's pool.
-    pub pool: PgPool,
+    pub pool: Pool,
     /// The SNS client.
     pub sns: Client,
     /// `NOTIFICATION_TOPIC_ARN`.
@@ -568,7 +568,7 @@ enum InboxMove {
 }
 
 /// The handler, shared by the consumer's tasks; `stop` is the worker's stop signal.
-pub fn handler(pool: PgPool, sns: Client, topic_arn: String, stop: CancellationToken) -> Arc<Notifier> {
+pub fn handler(pool: Pool, sns: Client, topic_arn: String, stop: CancellationToken) -> Arc<Notifier> {
     Arc::new(Notifier { pool, sns, topic_arn, stop })
 }
 

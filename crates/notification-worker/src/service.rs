@@ -31,8 +31,10 @@ impl Service for NotificationWorker {
 
     async fn start(self, runtime: &RuntimeConfig, tasks: &mut Tasks) -> anyhow::Result<()> {
         let Self { worker, topic, aws } = self;
-        let pool =
-            db::connect_lazy(&worker.database, PoolSize { max_connections: 4, ..PoolSize::default() })?;
+        let pool = db::connect_lazy(
+            &worker.database,
+            PoolSize { max_connections: 4, application_name: "notification-worker", ..PoolSize::default() },
+        )?;
         let consumer = ConsumerConfig::for_worker(&worker, runtime, MAX_IN_FLIGHT, pool.clone());
         tracing::info!(queue = consumer::short_name(&consumer.queue_url), "consuming");
         let handler = crate::handler(pool, aws.sns(), topic.notification_topic_arn, tasks.stop_signal());

@@ -44,12 +44,12 @@ use orderfleet::domain::tokens::TokenVerifier;
 use orderfleet::runtime::config::{
     AuthConfig, ConfigError, DatabaseConfig, Env, RuntimeConfig, Seconds, StripeConfig,
 };
+use orderfleet::runtime::db::Pool;
 use orderfleet::runtime::db::{self, PoolSize};
 use orderfleet::runtime::ops;
 use orderfleet::runtime::service::Service;
 use orderfleet::runtime::tasks::Tasks;
 use orderfleet::runtime::trace::CallerTrace;
-use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::limits::{Limits, LimitsConfig};
@@ -114,7 +114,7 @@ impl Service for IntakeConfig {
 /// What every request handler shares.
 pub struct AppState {
     /// The intake's pool (16 connections).
-    pub pool: PgPool,
+    pub pool: Pool,
     /// The Stripe client, with the intake's retries and budget.
     pub payments: Payments,
     /// Checks each request's bearer token.
@@ -135,7 +135,12 @@ impl AppState {
     pub fn new(config: &IntakeConfig) -> anyhow::Result<Self> {
         let pool = db::connect_lazy(
             &config.database,
-            PoolSize { max_connections: 16, min_connections: 4, ..PoolSize::default() },
+            PoolSize {
+                max_connections: 16,
+                min_connections: 4,
+                application_name: "order-intake",
+                ..PoolSize::default()
+            },
         )?;
         let payments = Payments::new(&config.stripe, RetryPolicy::default())?;
         Ok(Self {

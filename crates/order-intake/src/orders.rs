@@ -21,8 +21,8 @@ use orderfleet::domain::door::{self, Admission, Refusal};
 use orderfleet::domain::order::{Order, OrderStatus};
 use orderfleet::domain::payments::Payments;
 use orderfleet::domain::tokens::UserId;
+use orderfleet::runtime::db::Pool;
 use orderfleet::runtime::failure::Kind;
-use sqlx::PgPool;
 
 use crate::error::ApiError;
 use crate::request::{IdempotencyKey, OrderRequest};
@@ -83,7 +83,7 @@ enum Attempt {
 /// One `POST /v1/orders` through the door, the authorization and the commit.
 pub struct Intake<'a> {
     /// The intake's pool.
-    pub pool: &'a PgPool,
+    pub pool: &'a Pool,
     /// The Stripe client.
     pub payments: &'a Payments,
     /// How long a request may work on a pending order before another may take it over.

@@ -123,14 +123,27 @@ async fn place_order(
     let key = IdempotencyKey::from_headers(headers)?;
     let body = edge::read_body(headers, body).await?;
     let request = OrderRequest::parse(&body)?;
-    let intake = Intake {
-        pool: &state.pool,
-        payments: &state.payments,
-        lease: state.lease,
-        declines_per_hour: state.limits.config.declines_per_hour,
-        traceparent,
+    // The placement runs as a task of its own, which a buyer who hangs up cannot cut off:
+    // hyper drops a request's future when its client goes, and with it would go whichever
+    // database step or Stripe call was in flight. The steps would stay safe (a connection cut
+    // off mid-step is closed, and its transaction rolls back: `runtime::pool`), but the order
+    // would wait for its lease to lapse, and the buyer's retry with the same key for it. Run
+    // to its end, the placement leaves the order answered for that retry, and its connections
+    // in the pool.
+    let (state, user, traceparent) = (state.clone(), user.clone(), traceparent.to_owned());
+    let placing = async move {
+        let intake = Intake {
+            pool: &state.pool,
+            payments: &state.payments,
+            lease: state.lease,
+            declines_per_hour: state.limits.config.declines_per_hour,
+            traceparent: &traceparent,
+        };
+        intake.place(&user, &key, &request).await
     };
-    intake.place(user, &key, &request).await
+    tokio::spawn(placing.in_current_span()).await.unwrap_or_else(|panicked| {
+        Err(ApiError::Unexpected(anyhow::anyhow!("the placement panicked: {panicked}")))
+    })
 }
 
 async fn get_order(

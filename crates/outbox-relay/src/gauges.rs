@@ -24,7 +24,7 @@
 use std::time::Duration;
 
 use aws_sdk_cloudwatch::types::{MetricDatum, StandardUnit};
-use sqlx::PgPool;
+use orderfleet::runtime::db::Pool;
 use tokio_util::sync::CancellationToken;
 
 /// Where and how often the gauges go.
@@ -59,7 +59,7 @@ pub(crate) struct OutboxGauges {
 /// unsent row through the claim's (`outbox_due`), which holds only unfinished rows: a few
 /// normally, the whole backlog during an SQS outage, read once an interval; the stuck orders
 /// through the sweeper's index of unfinished orders by age.
-pub(crate) async fn read(pool: &PgPool) -> sqlx::Result<OutboxGauges> {
+pub(crate) async fn read(pool: &Pool) -> sqlx::Result<OutboxGauges> {
     let gauges = sqlx::query!(
         r#"SELECT (SELECT count(*) FROM outbox WHERE status = 'dead') AS "dead_rows!",
                 COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(created_at))::float8
@@ -87,7 +87,7 @@ pub(crate) async fn read(pool: &PgPool) -> sqlx::Result<OutboxGauges> {
 
 /// Reads and publishes the gauges every interval until the stop signal.
 pub(crate) async fn run(
-    pool: PgPool,
+    pool: Pool,
     cloudwatch: aws_sdk_cloudwatch::Client,
     config: GaugeConfig,
     cancel: CancellationToken,
@@ -109,7 +109,7 @@ pub(crate) async fn run(
 }
 
 async fn publish(
-    pool: &PgPool,
+    pool: &Pool,
     cloudwatch: &aws_sdk_cloudwatch::Client,
     namespace: Option<&str>,
 ) -> anyhow::Result<()> {

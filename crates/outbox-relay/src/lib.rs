@@ -37,8 +37,8 @@ use orderfleet::domain::outbox::{Destination, EventType};
 use orderfleet::runtime::backlog::Backlog;
 use orderfleet::runtime::backoff::Backoff;
 use orderfleet::runtime::config::{ConfigError, DatabaseConfig, Env, QueueConfig, RuntimeConfig, Setting};
+use orderfleet::runtime::db::Pool;
 use orderfleet::runtime::failure::{Failure, Kind, Outcome, Source};
-use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -184,7 +184,7 @@ pub struct Claimed {
 }
 
 /// Claims up to `limit` due rows for `lease`, in one statement (its own short transaction).
-pub async fn claim(pool: &PgPool, limit: i64, lease: Duration) -> sqlx::Result<Vec<Claimed>> {
+pub async fn claim(pool: &Pool, limit: i64, lease: Duration) -> sqlx::Result<Vec<Claimed>> {
     sqlx::query_as!(
         Claimed,
         r#"UPDATE outbox o
@@ -206,7 +206,7 @@ pub async fn claim(pool: &PgPool, limit: i64, lease: Duration) -> sqlx::Result<V
 
 /// Writes what happened to each claimed row, in one statement per kind of result.
 pub(crate) async fn record(
-    pool: &PgPool,
+    pool: &Pool,
     outcomes: &[(Claimed, Outcome)],
     tuning: &RelayTuning,
 ) -> sqlx::Result<()> {
@@ -250,7 +250,7 @@ pub(crate) async fn record(
 }
 
 /// Marks the rows SQS took `sent`, in one statement.
-async fn record_sent(pool: &PgPool, outcomes: &[(Claimed, Outcome)]) -> sqlx::Result<()> {
+async fn record_sent(pool: &Pool, outcomes: &[(Claimed, Outcome)]) -> sqlx::Result<()> {
     let (sent, sent_claims): (Vec<Uuid>, Vec<chrono::DateTime<chrono::Utc>>) =
         outcomes.iter().filter(|(_, o)| o.is_ok()).map(|(row, _)| (row.id, row.claimed_until)).unzip();
     if !sent.is_empty() {
@@ -324,7 +324,7 @@ impl<'a> Retry<'a> {
 }
 
 /// When the next row comes due, if any is waiting.
-async fn next_due(pool: &PgPool) -> sqlx::Result<Option<chrono::DateTime<chrono::Utc>>> {
+async fn next_due(pool: &Pool) -> sqlx::Result<Option<chrono::DateTime<chrono::Utc>>> {
     sqlx::query_scalar!(
         "SELECT min(next_attempt_at) FROM outbox WHERE status IN ('pending', 'processing', 'failed')",
     )
@@ -335,7 +335,7 @@ async fn next_due(pool: &PgPool) -> sqlx::Result<Option<chrono::DateTime<chrono:
 /// The relay loop. Returns when `cancel` fires; a round in progress finishes first (its sends
 /// are short and their results must be recorded, or the rows would wait out their lease).
 pub(crate) async fn run(
-    pool: PgPool,
+    pool: Pool,
     sender: Sender,
     tuning: RelayTuning,
     cancel: CancellationToken,
@@ -377,7 +377,7 @@ pub(crate) async fn run(
 /// others run only while the backlog is deep.
 struct Lane {
     id: usize,
-    pool: PgPool,
+    pool: Pool,
     sender: Sender,
     tuning: RelayTuning,
     backlog: Arc<Backlog>,
@@ -507,9 +507,9 @@ async fn pause(cancel: &CancellationToken, delay: Duration) {
     }
 }
 
-async fn connect_listener(pool: &PgPool) -> Option<PgListener> {
+async fn connect_listener(pool: &Pool) -> Option<PgListener> {
     let attempt = async {
-        let mut listener = PgListener::connect_with(pool).await?;
+        let mut listener = PgListener::connect_with(&pool.for_listener()).await?;
         listener.listen("outbox_inserted").await?;
         Ok::<_, sqlx::Error>(listener)
     };
@@ -525,7 +525,7 @@ async fn connect_listener(pool: &PgPool) -> Option<PgListener> {
 /// Sleeps until a notification, the fallback poll, or the stop signal.
 async fn wait_for_rows(
     listener: &mut Option<PgListener>,
-    pool: &PgPool,
+    pool: &Pool,
     wait: Duration,
     cancel: &CancellationToken,
 ) {
@@ -582,10 +582,11 @@ impl orderfleet::runtime::service::Service for OutboxRelay {
         let Self { config, aws } = self;
         let pool = orderfleet::runtime::db::connect_lazy(
             &config.database,
-            // A connection per lane, lane 0's LISTEN connection, one each for the retention job
-            // and the gauges, one spare.
+            // A connection per lane, one each for the retention job and the gauges, two spare.
+            // (Lane 0's LISTEN holds a connection of its own, outside the pool.)
             orderfleet::runtime::db::PoolSize {
                 max_connections: config.tuning.lanes.max(1) as u32 + 4,
+                application_name: "outbox-relay",
                 ..Default::default()
             },
         )

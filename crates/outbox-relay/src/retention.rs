@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
+use orderfleet::runtime::db::Pool;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,7 +24,7 @@ pub(crate) struct RetentionPolicy {
 }
 
 /// One batch; returns how many rows it moved (or deleted).
-pub(crate) async fn sweep_batch(pool: &PgPool, policy: &RetentionPolicy) -> sqlx::Result<u64> {
+pub(crate) async fn sweep_batch(pool: &Pool, policy: &RetentionPolicy) -> sqlx::Result<u64> {
     let age_ms = policy.age.as_millis() as i64;
     let done = match policy.mode {
         RetentionMode::Archive => {
@@ -74,7 +74,7 @@ pub(crate) const CONSUMER_RECORDS_KEPT: Duration = Duration::from_secs(15 * 24 *
 /// statement: inbox ids processed that long ago, inbox claims taken that long ago and never
 /// processed (a worker stopped or crashed before publishing; any copy of the message has left
 /// even its DLQ since), and recorded failures.
-pub async fn sweep_consumer_records(pool: &PgPool, batch: i64) -> sqlx::Result<u64> {
+pub async fn sweep_consumer_records(pool: &Pool, batch: i64) -> sqlx::Result<u64> {
     let age_ms = CONSUMER_RECORDS_KEPT.as_millis() as i64;
     let deleted = sqlx::query_scalar!(
         r#"WITH processed AS (
@@ -113,7 +113,7 @@ pub async fn sweep_consumer_records(pool: &PgPool, batch: i64) -> sqlx::Result<u
 }
 
 /// Runs every `policy.every` until `cancel` fires, batch after batch until none is full.
-pub(crate) async fn run(pool: PgPool, policy: RetentionPolicy, cancel: CancellationToken) {
+pub(crate) async fn run(pool: Pool, policy: RetentionPolicy, cancel: CancellationToken) {
     loop {
         orderfleet::runtime::failpoint::panic_at("retention_panics");
         loop {

@@ -56,7 +56,7 @@ impl Service for StockWorker {
         let Self { config, aws } = self;
         let pool = db::connect_lazy(
             &config.worker.database,
-            PoolSize { max_connections: 8, ..PoolSize::default() },
+            PoolSize { max_connections: 8, application_name: "stock-worker", ..PoolSize::default() },
         )?;
         let payments = Payments::new(&config.stripe, RetryPolicy::background())?;
         let consumer =

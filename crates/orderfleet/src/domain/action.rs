@@ -24,7 +24,7 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::runtime::db::Pool;
 
 use crate::domain::OrderId;
 use crate::domain::authorization::AuthorizationError;
@@ -53,19 +53,19 @@ pub enum Settled {
 }
 
 /// Takes the lease of a `requires_action` order nobody is settling, for `lease`.
-pub async fn take(pool: &PgPool, id: OrderId, lease: Duration) -> sqlx::Result<Option<Order>> {
+pub async fn take(pool: &Pool, id: OrderId, lease: Duration) -> sqlx::Result<Option<Order>> {
     crate::domain::order::take_lease(pool, id, OrderStatus::RequiresAction, lease, false).await
 }
 
 /// Gives the lease of a `requires_action` order back.
-pub async fn release(pool: &PgPool, id: OrderId) -> sqlx::Result<()> {
+pub async fn release(pool: &Pool, id: OrderId) -> sqlx::Result<()> {
     crate::domain::order::release_lease(pool, id, OrderStatus::RequiresAction).await
 }
 
 /// Settles a `requires_action` order whose lease the caller holds, from its intent read fresh
 /// (see the module's table). The lease is given back whatever happens.
 pub async fn settle(
-    pool: &PgPool,
+    pool: &Pool,
     payments: &Payments,
     order: &Order,
     event: Option<StripeEvent<'_>>,
@@ -78,7 +78,7 @@ pub async fn settle(
 }
 
 async fn settle_leased(
-    pool: &PgPool,
+    pool: &Pool,
     payments: &Payments,
     order: &Order,
     event: Option<StripeEvent<'_>>,
@@ -109,7 +109,7 @@ async fn settle_leased(
 /// intent itself is read: cancelled, the cancel is done; otherwise the order moves to its next
 /// attempt, whose new keys the next settle uses.
 async fn release_intent(
-    pool: &PgPool,
+    pool: &Pool,
     payments: &Payments,
     order: &Order,
     intent_id: &str,
@@ -188,7 +188,7 @@ fn unavailable(error: PaymentError) -> AuthorizationError {
 /// ONE statement: `requires_action` → `authorized`, with the hold and the messages every
 /// accepted order sends.
 async fn authorize(
-    pool: &PgPool,
+    pool: &Pool,
     order: &Order,
     hold: &Intent,
     event: Option<StripeEvent<'_>>,
@@ -210,7 +210,7 @@ async fn authorize(
 /// ONE statement: `requires_action` → `payment_declined` with `reason`, the units back to the
 /// line, and `order.rejected`.
 async fn decline(
-    pool: &PgPool,
+    pool: &Pool,
     order: &Order,
     reason: &'static str,
     event: Option<StripeEvent<'_>>,

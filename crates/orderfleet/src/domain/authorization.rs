@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use crate::domain::OrderId;
-use sqlx::PgPool;
+use crate::runtime::db::Pool;
 
 use crate::domain::order::{Order, OrderNotification, OrderStatus, Transition};
 use crate::domain::outbox::EventType;
@@ -37,7 +37,7 @@ pub enum AuthorizationError {
 
 /// Takes the lease of a `pending_authorization` order nobody works on (no lease, or an
 /// expired one), for `lease`.
-pub async fn take_over(pool: &PgPool, id: OrderId, lease: Duration) -> sqlx::Result<Option<Order>> {
+pub async fn take_over(pool: &Pool, id: OrderId, lease: Duration) -> sqlx::Result<Option<Order>> {
     crate::domain::order::take_lease(pool, id, OrderStatus::PendingAuthorization, lease, true).await
 }
 
@@ -56,7 +56,7 @@ pub enum Recorded {
 
 /// Authorizes the order (whose lease the caller holds) and records the result.
 pub async fn authorize(
-    pool: &PgPool,
+    pool: &Pool,
     payments: &Payments,
     order: &Order,
 ) -> Result<Recorded, AuthorizationError> {
@@ -103,11 +103,7 @@ async fn call_stripe(payments: &Payments, order: &Order) -> Result<Intent, Payme
 /// dated the send before making it, which a send delayed (budget waits, retries) defeated. The
 /// model checker in crates/order-model found the first, a review the second. Until issue 33 the
 /// lookup was Stripe's search, which lags, and a buyer heard 503 for two minutes after a 500.
-pub async fn resume(
-    pool: &PgPool,
-    payments: &Payments,
-    order: &Order,
-) -> Result<Recorded, AuthorizationError> {
+pub async fn resume(pool: &Pool, payments: &Payments, order: &Order) -> Result<Recorded, AuthorizationError> {
     let listed = std::time::Instant::now();
     // A key that answered a 5xx ran, if at all, before the 5xx came back (`payment_attempt_at`).
     let until = order.payment_attempt_failed.then_some(order.payment_attempt_at);
@@ -163,7 +159,7 @@ pub async fn resume(
 
 /// Records what Stripe says of the order's authorization (from the call, or from a lookup).
 pub async fn record(
-    pool: &PgPool,
+    pool: &Pool,
     payments: &Payments,
     order: &Order,
     result: Result<Intent, PaymentError>,
@@ -230,7 +226,7 @@ pub const DECLINED: &str = "payment_declined";
 /// is locked before the product row, as everywhere. `detail` (the issuer's reason) is kept
 /// for operators only.
 async fn decline(
-    pool: &PgPool,
+    pool: &Pool,
     id: OrderId,
     detail: &str,
     payment_intent_id: Option<&str>,
@@ -264,7 +260,7 @@ async fn decline(
 /// ONE statement: `pending_authorization` → `authorized` (compare-and-set) with the hold (its
 /// PaymentIntent and Stripe's deadline for it) and the outbox rows it causes. If the
 /// compare-and-set finds the order moved on, nothing is written.
-async fn commit_authorized(pool: &PgPool, order: &Order, hold: &Intent) -> sqlx::Result<bool> {
+async fn commit_authorized(pool: &Pool, order: &Order, hold: &Intent) -> sqlx::Result<bool> {
     let accepted = OrderNotification::of(order, OrderStatus::Authorized, None);
     Transition::new(order.id, OrderStatus::PendingAuthorization, OrderStatus::Authorized)
         .with_hold(hold)
@@ -278,7 +274,7 @@ async fn commit_authorized(pool: &PgPool, order: &Order, hold: &Intent) -> sqlx:
 /// PaymentIntent, what the buyer's page needs, and the deadline
 /// (`PAYMENT_ACTION_TIMEOUT_SECONDS` from now). No message: nothing is accepted yet.
 async fn commit_requires_action(
-    pool: &PgPool,
+    pool: &Pool,
     payments: &Payments,
     order: &Order,
     intent: &Intent,
@@ -297,7 +293,7 @@ async fn commit_requires_action(
 /// Gives the lease back, and marks the attempt as one whose key answered a 5xx, dated now:
 /// whatever the key made, it made before this 5xx came back, so a list begun after this
 /// sees it ([`resume`]).
-async fn release_after_a_5xx(pool: &PgPool, order: &Order) -> sqlx::Result<()> {
+async fn release_after_a_5xx(pool: &Pool, order: &Order) -> sqlx::Result<()> {
     sqlx::query!(
         "UPDATE orders SET intake_lease_until = NULL,
                            payment_attempt_failed = payment_attempt_failed OR payment_attempt = $2,
@@ -314,6 +310,6 @@ async fn release_after_a_5xx(pool: &PgPool, order: &Order) -> sqlx::Result<()> {
 }
 
 /// Gives the lease back so a retry with the same key (or the sweeper) may finish the order.
-pub async fn release(pool: &PgPool, id: OrderId) -> sqlx::Result<()> {
+pub async fn release(pool: &Pool, id: OrderId) -> sqlx::Result<()> {
     crate::domain::order::release_lease(pool, id, OrderStatus::PendingAuthorization).await
 }

@@ -29,7 +29,8 @@
 
 use std::time::{Duration, Instant};
 
-use sqlx::{PgExecutor, PgPool};
+use crate::runtime::db::Pool;
+use sqlx::{PgConnection, PgExecutor};
 
 use crate::domain::order::{self, Order, OrderStatus};
 use crate::domain::{Currency, OrderId, Quantity, Sku, UserId};
@@ -112,7 +113,7 @@ enum Pass {
 
 /// Lets `request` in or says why not, in at most two passes (see the module's table);
 /// `declines_per_hour` is the card-testing limit (0: none).
-pub async fn admit(pool: &PgPool, entry: Entry<'_>, declines_per_hour: u32) -> anyhow::Result<Admission> {
+pub async fn admit(pool: &Pool, entry: Entry<'_>, declines_per_hour: u32) -> anyhow::Result<Admission> {
     let started = Instant::now();
     let admission = admit_untimed(pool, entry, declines_per_hour).await;
     let outcome = match &admission {
@@ -125,7 +126,7 @@ pub async fn admit(pool: &PgPool, entry: Entry<'_>, declines_per_hour: u32) -> a
     admission
 }
 
-async fn admit_untimed(pool: &PgPool, entry: Entry<'_>, gate: u32) -> anyhow::Result<Admission> {
+async fn admit_untimed(pool: &Pool, entry: Entry<'_>, gate: u32) -> anyhow::Result<Admission> {
     let second = match door(pool, entry, Rule::Uncapped { gate }).await? {
         Seen::Final(outcome) => return answer(pool, entry, outcome).await,
         Seen::Capped(cap) => Pass::Capped(cap),
@@ -159,7 +160,7 @@ async fn admit_untimed(pool: &PgPool, entry: Entry<'_>, gate: u32) -> anyhow::Re
 /// refusal looks the key up first, in a statement of its own: the twin request with this key
 /// whose pending order the gate counted may have committed while this one waited for the
 /// buyer's lock, after the snapshot that looked for it; this request answers from its order.
-async fn answer(pool: &PgPool, entry: Entry<'_>, outcome: Outcome) -> anyhow::Result<Admission> {
+async fn answer(pool: &Pool, entry: Entry<'_>, outcome: Outcome) -> anyhow::Result<Admission> {
     Ok(match outcome {
         Outcome::Admitted(order) => Admission::Admitted(order),
         Outcome::Refused(refusal @ Refusal::CardTesting(_)) => {
@@ -405,9 +406,21 @@ impl Why {
 /// counts the units the buyer's orders that have not failed hold, and runs the door's
 /// statement only if this order fits under the cap. The card gate's lock comes first, as in
 /// every door: locks are always taken in one order. Nothing is written for a refused order.
-async fn capped(pool: &PgPool, entry: Entry<'_>, cap: i32, gate: u32) -> anyhow::Result<Seen> {
+async fn capped(pool: &Pool, entry: Entry<'_>, cap: i32, gate: u32) -> anyhow::Result<Seen> {
     // Ended by the server if this client goes quiet inside it: its locks never outlive it.
     let mut tx = crate::runtime::db::begin(pool).await?;
+    let seen = capped_in(&mut tx, entry, cap, gate).await?;
+    // Nothing is written unless the order was let in.
+    if let Seen::Final(Outcome::Admitted(_)) = seen {
+        tx.commit().await?;
+    } else {
+        tx.rollback().await?;
+    }
+    Ok(seen)
+}
+
+/// [`capped`]'s statements, inside its transaction.
+async fn capped_in(tx: &mut PgConnection, entry: Entry<'_>, cap: i32, gate: u32) -> anyhow::Result<Seen> {
     if gate > 0
         && let Some(outcome) = why(&mut *tx, entry, gate).await?.before_the_units(gate)
     {
@@ -433,20 +446,13 @@ async fn capped(pool: &PgPool, entry: Entry<'_>, cap: i32, gate: u32) -> anyhow:
     )
     .fetch_one(&mut *tx)
     .await?;
-    let (held, twin) = (held.units, held.twin);
-    if twin {
+    if held.twin {
         return Ok(Seen::Final(Outcome::KeyUsed));
     }
-    if held + i64::from(entry.quantity) > i64::from(cap) {
-        // Dropping the transaction rolls it back: nothing was written.
+    if held.units + i64::from(entry.quantity) > i64::from(cap) {
         return Ok(Seen::Final(Outcome::Refused(Refusal::OverLimit)));
     }
-    let seen = door(&mut *tx, entry, Rule::Checked).await?;
-    if let Seen::Final(Outcome::Admitted(_)) = seen {
-        tx.commit().await?;
-    }
-    // Otherwise the transaction is dropped, and rolled back: nothing was written.
-    Ok(seen)
+    door(&mut *tx, entry, Rule::Checked).await
 }
 
 #[cfg(test)]

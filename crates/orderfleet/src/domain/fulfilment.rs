@@ -17,8 +17,8 @@
 
 use std::time::Duration;
 
+use crate::runtime::db::Pool;
 use anyhow::Context;
-use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::domain::OrderId;
@@ -120,7 +120,7 @@ enum Captured {
 #[derive(Clone)]
 pub struct Fulfilment {
     /// The database.
-    pub pool: PgPool,
+    pub pool: Pool,
     /// Stripe.
     pub payments: Payments,
 }
@@ -325,7 +325,8 @@ impl Fulfilment {
         .await
         .context("failed to lock the order")?;
         let Some(position) = position else {
-            return Ok(Reserved::Lost); // another delivery moved it; the rollback is the drop
+            tx.rollback().await.context("failed to end the reservation")?;
+            return Ok(Reserved::Lost); // another delivery moved it
         };
         let stock = sqlx::query_scalar!(
             "SELECT stock FROM products WHERE id = $1 FOR UPDATE",
@@ -336,7 +337,10 @@ impl Fulfilment {
         .context("failed to lock the product")?;
         let fits = match fits_after_the_line(&mut tx, order, position, stock).await? {
             Ok(fits) => fits,
-            Err(waiting) => return Ok(waiting), // the rollback is the drop
+            Err(waiting) => {
+                tx.rollback().await.context("failed to end the reservation")?;
+                return Ok(waiting);
+            }
         };
         let status = record_reservation(&mut tx, order, fits).await?;
         tx.commit().await.context("failed to commit the reservation")?;

@@ -200,7 +200,7 @@ pub(crate) use query_order;
 /// With `touch`, the take counts as the order's last change (`updated_at`), so a sweep by age
 /// looks at it again only later.
 pub(crate) async fn take_lease(
-    pool: &sqlx::PgPool,
+    pool: &crate::runtime::db::Pool,
     id: OrderId,
     status: OrderStatus,
     lease: std::time::Duration,
@@ -225,7 +225,11 @@ pub(crate) async fn take_lease(
 
 /// Gives the lease of an order still in `status` back, so another request or the sweeper may
 /// take it at once.
-pub(crate) async fn release_lease(pool: &sqlx::PgPool, id: OrderId, status: OrderStatus) -> sqlx::Result<()> {
+pub(crate) async fn release_lease(
+    pool: &crate::runtime::db::Pool,
+    id: OrderId,
+    status: OrderStatus,
+) -> sqlx::Result<()> {
     sqlx::query!(
         "UPDATE orders SET intake_lease_until = NULL WHERE id = $1 AND status = $2",
         id as _,
@@ -347,10 +351,10 @@ impl<'a> Transition<'a> {
 
     /// Applies the move ([`Transition::apply`]), and, when a webhook event caused it, records
     /// the event in the same transaction: the effect and the event's id commit together.
-    pub(crate) async fn commit(self, pool: &sqlx::PgPool) -> sqlx::Result<bool> {
+    pub(crate) async fn commit(self, pool: &crate::runtime::db::Pool) -> sqlx::Result<bool> {
         let Some(event) = self.event else { return self.apply(pool).await };
         let (order_id, to) = (self.order_id, self.to);
-        let mut tx = crate::runtime::db::begin_bounded(pool).await?;
+        let mut tx = pool.begin().await?;
         let moved = self.apply(&mut *tx).await?;
         if moved {
             record_event(&mut *tx, event, Some(order_id), to.as_str()).await?;

@@ -26,8 +26,8 @@
 //! after every end-to-end and fault case, and the order model checks them in every state
 //! (`order_model::properties::UNITS`).
 
+use crate::runtime::db::Pool;
 use anyhow::Context;
-use sqlx::PgPool;
 
 pub use crate::domain::{Currency, Sku};
 
@@ -127,7 +127,7 @@ pub enum UpsertError {
 /// ONE short transaction: the product row is locked first (as a stock worker's reservation
 /// locks it), so the line read next sees every reservation committed before it and none can
 /// slip in between the check and the update.
-pub async fn upsert(pool: &PgPool, product: &ProductUpsert) -> Result<Units, UpsertError> {
+pub async fn upsert(pool: &Pool, product: &ProductUpsert) -> Result<Units, UpsertError> {
     let mut tx = crate::runtime::db::begin(pool).await.context("failed to begin the upsert")?;
     // A new product has no row to lock yet: its insert takes the lock.
     sqlx::query!("SELECT 1 AS locked FROM products WHERE id = $1 FOR UPDATE", product.id.as_str())
@@ -168,6 +168,7 @@ pub async fn upsert(pool: &PgPool, product: &ProductUpsert) -> Result<Units, Ups
     .fetch_one(&mut *tx)
     .await
     .with_context(|| format!("failed to read product {}", product.id.as_str()))?;
+    tx.rollback().await.context("failed to end the refused upsert")?;
     let (sku, asked) = (product.id.as_str().to_owned(), product.units_total);
     Err(match last_served {
         Some(position) if asked >= taken => UpsertError::BelowLine { sku, asked, position, least },

@@ -24,8 +24,8 @@
 use std::time::Duration;
 
 use crate::domain::OrderId;
+use crate::runtime::db::Pool;
 use anyhow::Context;
-use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -83,7 +83,7 @@ pub struct SweepReport {
 /// Finishes orders that stopped moving.
 pub struct Sweeper {
     /// The database.
-    pub pool: PgPool,
+    pub pool: Pool,
     /// Stripe.
     pub payments: Payments,
     /// What counts as stopped.

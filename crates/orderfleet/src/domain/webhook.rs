@@ -31,8 +31,8 @@
 
 use std::time::Duration;
 
+use crate::runtime::db::Pool;
 use serde::Deserialize;
-use sqlx::PgPool;
 
 use crate::domain::OrderId;
 use crate::domain::action::{self, Settled};
@@ -132,7 +132,7 @@ pub enum WebhookError {
 /// Applies a signed event (see the module's table). `lease`: how long settling an order may
 /// hold it.
 pub async fn apply(
-    pool: &PgPool,
+    pool: &Pool,
     payments: &Payments,
     event: &Event,
     lease: Duration,
@@ -140,10 +140,9 @@ pub async fn apply(
     if !HANDLED.contains(&event.kind.as_str()) {
         return Ok(Applied::Ignored);
     }
-    if already_applied(pool, &event.id).await? {
-        return Ok(Applied::AlreadyApplied);
-    }
-    let effect = match find_order(pool, event).await? {
+    // The common case, an event about an order that has not been applied, costs one statement.
+    let effect = match find_order_unless_applied(pool, event).await? {
+        None if already_applied(pool, &event.id).await? => return Ok(Applied::AlreadyApplied),
         None => record(pool, event, None, "no_order").await?,
         Some(order) => match (order.payment_intent_id.as_deref(), event.intent_id()) {
             (Some(recorded), Some(intent)) if recorded == intent => {
@@ -163,7 +162,7 @@ pub async fn apply(
 
 /// What an event about the order's own intent does, by the order's status.
 async fn on_the_orders_intent(
-    pool: &PgPool,
+    pool: &Pool,
     payments: &Payments,
     event: &Event,
     order: &Order,
@@ -201,7 +200,7 @@ async fn on_the_orders_intent(
 }
 
 async fn settle_action(
-    pool: &PgPool,
+    pool: &Pool,
     payments: &Payments,
     event: &Event,
     order: &Order,
@@ -232,7 +231,7 @@ async fn settle_action(
 /// `payment_intent.canceled` for an authorized order: if the intent is cancelled indeed
 /// (the hold expired, or was cancelled in the Dashboard), the order fails, its units go back.
 async fn hold_canceled(
-    pool: &PgPool,
+    pool: &Pool,
     payments: &Payments,
     event: &Event,
     order: &Order,
@@ -250,7 +249,7 @@ async fn hold_canceled(
 
 /// ONE transaction: an `authorized` order whose hold is gone ends `authorization_canceled`,
 /// its units back to the line, `order.rejected`, with the event that said so.
-async fn lose_hold(pool: &PgPool, order: &Order, event: Option<StripeEvent<'_>>) -> sqlx::Result<bool> {
+async fn lose_hold(pool: &Pool, order: &Order, event: Option<StripeEvent<'_>>) -> sqlx::Result<bool> {
     let rejected =
         OrderNotification::of(order, OrderStatus::AuthorizationCanceled, Some(AUTHORIZATION_CANCELED));
     let moved = Transition::new(order.id, OrderStatus::Authorized, OrderStatus::AuthorizationCanceled)
@@ -271,7 +270,7 @@ async fn lose_hold(pool: &PgPool, order: &Order, event: Option<StripeEvent<'_>>)
 /// `order.refunded`; in part, the amount is recorded. A charge never captured was a hold
 /// released, not a refund.
 async fn refunded(
-    pool: &PgPool,
+    pool: &Pool,
     payments: &Payments,
     event: &Event,
     order: &Order,
@@ -281,7 +280,7 @@ async fn refunded(
         Some(charge) if charge.captured && charge.amount_refunded > 0 => charge.amount_refunded,
         _ => return record(pool, event, Some(order.id), NO_CHANGE).await,
     };
-    let mut tx = crate::runtime::db::begin_bounded(pool).await?;
+    let mut tx = pool.begin().await?;
     let effect = if refunded >= order.amount.minor {
         let notification = OrderNotification::of(order, OrderStatus::Refunded, None);
         let moved = Transition::new(order.id, OrderStatus::Paid, OrderStatus::Refunded)
@@ -308,7 +307,7 @@ async fn refunded(
 /// `charge.dispute.created`: recorded on the order (once), counted for operators; no status
 /// change (SPEC §5).
 async fn disputed(
-    pool: &PgPool,
+    pool: &Pool,
     payments: &Payments,
     event: &Event,
     order: &Order,
@@ -317,7 +316,7 @@ async fn disputed(
     if !now.charge.is_some_and(|charge| charge.disputed) {
         return record(pool, event, Some(order.id), NO_CHANGE).await;
     }
-    let mut tx = crate::runtime::db::begin_bounded(pool).await?;
+    let mut tx = pool.begin().await?;
     let marked = sqlx::query!(
         "UPDATE orders SET disputed_at = now(), dispute_id = $2 WHERE id = $1 AND disputed_at IS NULL",
         order.id as _,
@@ -338,7 +337,7 @@ async fn disputed(
 /// An event about an intent that is not the order's: never moves the order; the intent is
 /// cancelled if it holds funds (under a key of its own, not the order's).
 async fn release_stray(
-    pool: &PgPool,
+    pool: &Pool,
     payments: &Payments,
     event: &Event,
     order: &Order,
@@ -371,7 +370,7 @@ fn unavailable(error: PaymentError) -> WebhookError {
 /// it again, from the state read again, changes nothing again, and the write would be an
 /// order's most frequent one.
 async fn record(
-    pool: &PgPool,
+    pool: &Pool,
     event: &Event,
     order_id: Option<OrderId>,
     effect: &'static str,
@@ -385,7 +384,7 @@ async fn record(
 /// The effect of an event that found nothing to change.
 const NO_CHANGE: &str = "no_change";
 
-async fn already_applied(pool: &PgPool, id: &str) -> sqlx::Result<bool> {
+async fn already_applied(pool: &Pool, id: &str) -> sqlx::Result<bool> {
     let seen =
         sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM webhook_events WHERE id = $1) AS "seen!""#, id)
             .fetch_one(pool)
@@ -393,16 +392,34 @@ async fn already_applied(pool: &PgPool, id: &str) -> sqlx::Result<bool> {
     Ok(seen)
 }
 
-/// The order the event is about: the one its intent's metadata names, or the one that recorded
-/// its intent (a charge's events name only the intent).
-async fn find_order(pool: &PgPool, event: &Event) -> sqlx::Result<Option<Order>> {
-    if let Some(id) = event.order_id() {
-        return order::load(pool, id).await;
-    }
-    let Some(intent) = event.intent_id() else { return Ok(None) };
-    let row = query_order!("SELECT", "FROM orders WHERE payment_intent_id = $1", intent)
-        .fetch_optional(pool)
-        .await?;
+/// The order the event is about — the one its intent's metadata names, or the one that recorded
+/// its intent (a charge's events name only the intent) — unless the event has been applied:
+/// ONE statement. `None`: no such order, or the event applied.
+async fn find_order_unless_applied(pool: &Pool, event: &Event) -> sqlx::Result<Option<Order>> {
+    let row = match (event.order_id(), event.intent_id()) {
+        (Some(id), _) => {
+            query_order!(
+                "SELECT",
+                "FROM orders WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM webhook_events WHERE id = $2)",
+                id as _,
+                &event.id,
+            )
+            .fetch_optional(pool)
+            .await?
+        }
+        (None, Some(intent)) => {
+            query_order!(
+                "SELECT",
+                "FROM orders WHERE payment_intent_id = $1
+                   AND NOT EXISTS (SELECT 1 FROM webhook_events WHERE id = $2)",
+                intent,
+                &event.id,
+            )
+            .fetch_optional(pool)
+            .await?
+        }
+        (None, None) => None,
+    };
     Ok(row.map(Order::from))
 }
 

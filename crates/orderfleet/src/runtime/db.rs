@@ -16,22 +16,24 @@
 //!   named with its Rust type (`id AS "id: OrderId"`);
 //! - a number of milliseconds multiplies `interval '1 ms'` as `$n::int8`.
 
+use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::Context;
 use secrecy::ExposeSecret;
-use sqlx::postgres::PgPoolOptions;
-use sqlx::{Connection, PgPool};
+use sqlx::postgres::PgConnectOptions;
 
 use crate::runtime::config::DatabaseConfig;
 use crate::runtime::failure::{Failure, Kind, Source};
+use crate::runtime::pool::Limits;
+pub use crate::runtime::pool::{Pool, Tx};
 
 /// The schema, embedded at build time from `migrations/` at the repository root.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
-/// How big a pool a process gets. Bounded so that a burst cannot open more connections than
-/// PostgreSQL allows (100 by default), which every process of the fleet shares: the intake
-/// takes 16, a stock worker 8, the relay and the notification worker 4 each.
+/// How big a pool a process gets, and what it is called. Bounded so that a burst cannot open
+/// more connections than PostgreSQL allows (100 by default), which every process of the fleet
+/// shares: the intake takes 16, a stock worker 8, the relay and the notification worker 4 each.
 #[derive(Debug, Clone, Copy)]
 pub struct PoolSize {
     /// The most connections the pool opens.
@@ -40,66 +42,78 @@ pub struct PoolSize {
     pub min_connections: u32,
     /// How long a statement may wait for a connection.
     pub acquire_timeout: Duration,
+    /// The process's name in `pg_stat_activity` (`application_name`), unless `DATABASE_URL`
+    /// names one.
+    pub application_name: &'static str,
 }
 
 impl Default for PoolSize {
     fn default() -> Self {
-        Self { max_connections: 10, min_connections: 2, acquire_timeout: Duration::from_secs(5) }
+        Self {
+            max_connections: 10,
+            min_connections: 2,
+            acquire_timeout: Duration::from_secs(5),
+            application_name: "orderfleet",
+        }
+    }
+}
+
+impl PoolSize {
+    fn limits(self) -> Limits {
+        Limits {
+            max_connections: self.max_connections,
+            min_connections: self.min_connections,
+            acquire_timeout: self.acquire_timeout,
+        }
     }
 }
 
 /// Connects lazily: the pool opens connections on first use, so a binary starts (and serves
 /// `/healthz`) while the database is still coming up, and recovers by itself after an outage.
-pub fn connect_lazy(config: &DatabaseConfig, size: PoolSize) -> anyhow::Result<PgPool> {
+pub fn connect_lazy(config: &DatabaseConfig, size: PoolSize) -> anyhow::Result<Pool> {
     warn_if_unverified(config);
-    options(size)
-        .min_connections(size.min_connections)
-        .connect_lazy(config.url.expose_secret())
-        .context("failed to parse DATABASE_URL into connection options")
+    Ok(Pool::lazy(session_options(config, size)?, size.limits()))
 }
 
-fn options(size: PoolSize) -> PgPoolOptions {
-    PgPoolOptions::new()
-        .max_connections(size.max_connections)
-        .acquire_timeout(size.acquire_timeout)
-        // sqlx pings every connection it hands out (`test_before_acquire`), which was a third
-        // of the fleet's round trips to PostgreSQL (BENCHMARKS.md). Only a connection that sat
-        // idle is pinged now, with a deadline: idle is when a NAT or a firewall forgets a flow
-        // or a restarted server leaves it dead. One in steady use is not: if it died, its next
-        // statement fails as any dropped connection does, and is classified where it happens
-        // (`failure`: an outage or a transient failure, retried), and sqlx closes it.
-        .test_before_acquire(false)
-        .before_acquire(|connection, meta| {
-            Box::pin(async move {
-                if meta.idle_for < PING_WHEN_IDLE_FOR {
-                    return Ok(true);
-                }
-                // A connection that does not answer is closed, and another is acquired.
-                Ok(matches!(tokio::time::timeout(RELEASE_PING_DEADLINE, connection.ping()).await, Ok(Ok(()))))
-            })
-        })
-        // sqlx tests a connection when it goes back to the pool with a ping that has no
-        // deadline: a connection frozen mid-exchange (a peer gone without a reset, a
-        // firewall that forgot the flow) would hold its place in the pool until the kernel
-        // gives up on it, minutes later, and a few of them starve the pool for good. This
-        // ping, first, has a deadline; a connection that misses it is closed and its place
-        // freed. It costs one round trip per release, which sqlx's own ping then repeats.
-        .after_release(|connection, _| {
-            Box::pin(async move {
-                match tokio::time::timeout(RELEASE_PING_DEADLINE, connection.ping()).await {
-                    Ok(answered) => answered.map(|()| true),
-                    Err(_) => Err(sqlx::Error::Io(std::io::ErrorKind::TimedOut.into())),
-                }
-            })
-        })
+/// Connects now, failing when the database is unreachable (for one-shot commands).
+pub async fn connect(config: &DatabaseConfig, size: PoolSize) -> anyhow::Result<Pool> {
+    warn_if_unverified(config);
+    Pool::connected(session_options(config, size)?, size.limits())
+        .await
+        .context("failed to connect to PostgreSQL (DATABASE_URL)")
 }
 
-/// How long the ping of a connection going back to the pool, or of one idle that is handed
-/// out, may take.
-const RELEASE_PING_DEADLINE: Duration = Duration::from_secs(2);
+/// What every connection of the fleet's is opened with. The settings travel in the startup
+/// message, so they cost no round trip, once per connection:
+/// - `statement_timeout` ([`STATEMENT_TIMEOUT`]): a statement the server is still running past it
+///   is cancelled (SQLSTATE 57014, transient), so a slow statement on a live server ends as
+///   the server's error before the client's own deadline ([`STEP_DEADLINE`]), which is left for
+///   a server that does not answer at all;
+/// - `idle_in_transaction_session_timeout` ([`IDLE_IN_TRANSACTION`]): the server ends a
+///   transaction whose client went quiet inside it. A connection frozen between two of its
+///   statements would otherwise keep its row locks — a product's row, which every reservation
+///   and the door wait on — until the kernel gives up on the connection, hours later;
+/// - `application_name`: which process a backend serves, in `pg_stat_activity`.
+///
+/// (PgBouncer in transaction mode refuses startup options it does not know unless it is told to
+/// ignore them: `ignore_startup_parameters = options`, and then these settings must be set on
+/// the database's role instead: `ALTER ROLE … SET statement_timeout = '5s'`.)
+fn session_options(config: &DatabaseConfig, size: PoolSize) -> anyhow::Result<PgConnectOptions> {
+    let options = PgConnectOptions::from_str(config.url.expose_secret())
+        .context("failed to parse DATABASE_URL into connection options")?;
+    let options = match options.get_application_name() {
+        Some(_) => options,
+        None => options.application_name(size.application_name),
+    };
+    Ok(options.options([
+        ("statement_timeout", format!("{}ms", STATEMENT_TIMEOUT.as_millis())),
+        ("idle_in_transaction_session_timeout", format!("{}ms", IDLE_IN_TRANSACTION.as_millis())),
+    ]))
+}
 
-/// How long a connection may sit idle and still be handed out without a ping.
-const PING_WHEN_IDLE_FOR: Duration = Duration::from_secs(1);
+/// How long the server runs one of the fleet's statements before it cancels it. They take
+/// milliseconds; one that takes seconds waits on a lock held by a client that went quiet.
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a worker's database step (a statement, or one short transaction) may take before
 /// it counts as unanswered. The steps hold no lock across a network call and take
@@ -112,9 +126,9 @@ pub(crate) const STEP_DEADLINE: Duration = Duration::from_secs(10);
 #[error("the database did not answer within {0:?}")]
 pub struct Unanswered(pub Duration);
 
-/// Runs one database step within `STEP_DEADLINE`; past it the step is dropped (its
-/// transaction, never committed, rolls back with its connection) and the error is
-/// [`Unanswered`], an outage to [`failure`].
+/// Runs one database step within `STEP_DEADLINE`; past it the step is dropped (its connection
+/// is closed, so a transaction it had open rolls back) and the error is [`Unanswered`], an
+/// outage to [`failure`].
 pub async fn bounded<T>(
     what: &'static str,
     step: impl Future<Output = anyhow::Result<T>>,
@@ -125,53 +139,22 @@ pub async fn bounded<T>(
     }
 }
 
-/// Begins a transaction that the server ends by itself if the client goes quiet inside it
-/// (`idle_in_transaction_session_timeout`, `IDLE_IN_TRANSACTION`): a connection frozen
-/// between two of its statements would otherwise keep its row locks — a product's row, which
-/// every reservation and the door wait on — until the kernel gives up on the connection,
-/// hours later. `SET LOCAL` lasts the transaction alone, so the pool's connections are left as
-/// they were; a single statement outside a transaction needs none.
-pub async fn begin(pool: &PgPool) -> anyhow::Result<sqlx::Transaction<'static, sqlx::Postgres>> {
-    begin_bounded(pool).await.context("failed to begin a bounded transaction")
+/// Begins a transaction ([`Pool::begin`]), for a caller whose errors are `anyhow`.
+pub async fn begin(pool: &Pool) -> anyhow::Result<Tx> {
+    pool.begin().await.context("failed to begin a transaction")
 }
 
-/// [`begin`], for a caller whose errors are `sqlx::Error`.
-pub async fn begin_bounded(pool: &PgPool) -> sqlx::Result<sqlx::Transaction<'static, sqlx::Postgres>> {
-    // Two round trips, not one `begin_with("BEGIN; SET LOCAL …")`: sqlx counts the transaction
-    // only once the whole simple query succeeds, so a SET failing after BEGIN would send the
-    // connection back to the pool inside an open transaction.
-    let mut tx = pool.begin().await?;
-    // `set_config(…, true)` is `SET LOCAL` with the value bound, not put in the text.
-    sqlx::query!(
-        "SELECT set_config('idle_in_transaction_session_timeout', $1, true) AS set",
-        IDLE_IN_TRANSACTION.as_millis().to_string(),
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    Ok(tx)
-}
-
-/// How long a worker's transaction may sit idle, waiting for its client, before the server
-/// ends it and frees its locks: above [`STEP_DEADLINE`], so only a client that has given up
-/// meets it.
+/// How long a transaction may sit idle, waiting for its client, before the server ends it and
+/// frees its locks: above [`STEP_DEADLINE`], so only a client that has given up meets it.
 pub(crate) const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(15);
 
 /// Whether the database answers: `SELECT 1` within the step deadline (a worker's probe while
 /// it is paused).
-pub async fn probe(pool: &PgPool) -> Result<(), String> {
+pub async fn probe(pool: &Pool) -> Result<(), String> {
     let ping = async {
         sqlx::query!("SELECT 1 AS one").fetch_one(pool).await.map(|_| ()).map_err(anyhow::Error::from)
     };
     bounded("failed to probe the database", ping).await.map_err(|e| format!("PostgreSQL: {e:#}"))
-}
-
-/// Connects now, failing when the database is unreachable (for one-shot commands).
-pub async fn connect(config: &DatabaseConfig, size: PoolSize) -> anyhow::Result<PgPool> {
-    warn_if_unverified(config);
-    options(size)
-        .connect(config.url.expose_secret())
-        .await
-        .context("failed to connect to PostgreSQL (DATABASE_URL)")
 }
 
 fn warn_if_unverified(config: &DatabaseConfig) {
@@ -183,9 +166,15 @@ fn warn_if_unverified(config: &DatabaseConfig) {
 }
 
 /// Applies every migration not yet applied. Safe to repeat and to run from several processes
-/// at once: sqlx takes an advisory lock for the duration.
-pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
-    MIGRATOR.run(pool).await.context("failed to apply migrations")
+/// at once: sqlx takes an advisory lock for the duration. It runs on a connection of its own
+/// without the fleet's statement timeout: waiting for another process's migrations, or an
+/// index built over a large table, takes longer than any statement of the fleet's.
+pub async fn migrate(pool: &Pool) -> anyhow::Result<()> {
+    use sqlx::{Connection, Executor};
+    let mut conn = pool.dedicated().await.context("failed to connect to PostgreSQL to migrate")?;
+    conn.execute("SET statement_timeout = 0").await.context("failed to lift the statement timeout")?;
+    MIGRATOR.run(&mut conn).await.context("failed to apply migrations")?;
+    conn.close().await.context("failed to close the migration's connection")
 }
 
 /// A database error as a [`Failure`], classified where it happens.

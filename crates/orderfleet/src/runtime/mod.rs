@@ -7,7 +7,8 @@
 //!   [`shutdown`] turns SIGTERM and SIGINT into the stop signal.
 //! - [`config`]: the SPEC §3 variables, read once into types; a bad one stops the binary with
 //!   one line naming it.
-//! - [`db`]: the bounded PostgreSQL pool, statement bounds, and the embedded migrations.
+//! - [`db`]: connecting to PostgreSQL, statement bounds, and the embedded migrations;
+//!   [`pool`]: the connection pool, which closes a connection whose step did not finish.
 //! - [`aws`]: the SQS, SNS and CloudWatch clients, every request counted and bounded.
 //! - [`consumer`]: the loop every SQS worker runs around its handler: long polls, a bound on
 //!   work in flight, batched acknowledgements, heartbeats, outages held instead of retried.
@@ -30,6 +31,7 @@ pub mod db;
 pub mod failpoint;
 pub mod failure;
 pub mod ops;
+pub mod pool;
 pub mod service;
 pub mod shutdown;
 pub mod stripe_http;

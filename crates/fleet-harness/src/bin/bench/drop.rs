@@ -25,7 +25,6 @@ use order_intake::limits::LimitsConfig;
 use order_intake::request::OrderRequest;
 use orderfleet::domain::door::{self, Admission};
 use orderfleet::domain::tokens::UserId;
-use sqlx::PgPool;
 
 use fleet_harness::percentile;
 
@@ -339,7 +338,7 @@ fn door_statement_figures(metrics: &[String]) -> String {
 /// (its own time, commit included) and from 32 at once (how many promises a second one product
 /// row takes when every buyer queues on it).
 async fn hot_row(database_url: &str) -> anyhow::Result<String> {
-    let pool = &sqlx::postgres::PgPoolOptions::new().max_connections(32).connect(database_url).await?;
+    let pool = &fleet_harness::fleet_pool(database_url, 32).await?;
     orderfleet::domain::product::upsert(
         pool,
         &orderfleet::domain::product::ProductUpsert {
@@ -381,7 +380,7 @@ async fn hot_row(database_url: &str) -> anyhow::Result<String> {
 /// One promise through the door for a buyer of their own, behind the card gate as the intake
 /// runs by default: its milliseconds.
 async fn promise(
-    pool: &PgPool,
+    pool: &orderfleet::runtime::db::Pool,
     request: &OrderRequest,
     fingerprint: &[u8],
     user: String,

@@ -124,7 +124,7 @@ async fn run() -> anyhow::Result<()> {
             let (mut fleet, pool) = prepare_fleet(&database_url).await?;
             let outcome = drop::run(&mut fleet, drop).await;
             fleet.stop().await?;
-            pool.close().await;
+            std::mem::drop(pool);
             outcome
         }
         .await;
@@ -173,9 +173,9 @@ async fn drop_database(admin: &mut PgConnection, database: &str) -> anyhow::Resu
 /// The bench database migrated, the stack's queues purged, stripe-sim started (no topic
 /// observer: a benchmark should not pay for SNS delivering to one more queue); no fleet
 /// binaries yet.
-async fn prepare_fleet(database_url: &str) -> anyhow::Result<(Fleet, sqlx::PgPool)> {
+async fn prepare_fleet(database_url: &str) -> anyhow::Result<(Fleet, orderfleet::runtime::db::Pool)> {
     let sqs = Aws::load().await?.sqs();
-    let pool = sqlx::PgPool::connect(database_url).await?;
+    let pool = fleet_harness::fleet_pool(database_url, 10).await?;
     orderfleet::runtime::db::migrate(&pool).await?;
     let stack = Stack {
         database_url: database_url.to_owned(),
@@ -251,7 +251,7 @@ async fn fleet_run(
     wait_for_intake(&fleet).await?;
     let outcome = measure(&fleet, &meter, options, admin, database, ceiling).await;
     fleet.stop().await?;
-    pool.close().await;
+    drop(pool);
     outcome
 }
 

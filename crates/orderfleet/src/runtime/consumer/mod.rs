@@ -147,7 +147,7 @@ pub struct ConsumerConfig {
     /// How long in-flight handling may go on after the stop signal.
     pub shutdown_grace: Duration,
     /// Where to record why a message did not finish (`message_failures`), for operators.
-    pub failure_log: Option<sqlx::PgPool>,
+    pub failure_log: Option<crate::runtime::db::Pool>,
 }
 
 impl ConsumerConfig {
@@ -176,7 +176,7 @@ impl ConsumerConfig {
         worker: &crate::runtime::config::WorkerConfig,
         runtime: &crate::runtime::config::RuntimeConfig,
         max_in_flight: usize,
-        pool: sqlx::PgPool,
+        pool: crate::runtime::db::Pool,
     ) -> Self {
         Self {
             max_in_flight: max_in_flight.max(1),

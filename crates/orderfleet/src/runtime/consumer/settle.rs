@@ -53,7 +53,7 @@ pub(super) struct Settle {
     acks: mpsc::Sender<Ack>,
     gate: Arc<Gate>,
     backoff: Backoff,
-    failure_log: Option<sqlx::PgPool>,
+    failure_log: Option<crate::runtime::db::Pool>,
 }
 
 impl Settle {
@@ -164,7 +164,7 @@ impl Settle {
 
 /// Records why messages did not finish, for `fleetctl dlq peek`. Best effort: when the
 /// database is what failed, this fails too, and the log line is the record.
-async fn record_failures(pool: &sqlx::PgPool, queue: &str, failures: &[(Delivered, Failure)]) {
+async fn record_failures(pool: &crate::runtime::db::Pool, queue: &str, failures: &[(Delivered, Failure)]) {
     // Two copies of one message in a batch share a key, and one statement may change a row
     // only once: one entry per key, the last copy's failure, counting them all.
     let mut by_key: Vec<(&Delivered, &Failure, i32)> = Vec::new();
