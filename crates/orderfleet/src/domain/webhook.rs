@@ -156,7 +156,6 @@ pub async fn apply(
             (_, None) => record(pool, event, Some(order.id), "no_intent").await?,
         },
     };
-    metrics::counter!("webhook_events_total", "type" => event.kind.clone(), "effect" => effect).increment(1);
     Ok(Applied::Applied(effect))
 }
 

@@ -281,6 +281,8 @@ async fn transactions(admin: &mut PgConnection, database: &str) -> anyhow::Resul
 struct Counters {
     /// SQS and SNS requests by operation, from each process's `/metrics`.
     requests: BTreeMap<String, f64>,
+    /// Stripe's webhook events the intake received, by what each did (`webhook_events_total`).
+    webhooks: BTreeMap<String, f64>,
     /// Transactions committed or rolled back in the bench's database.
     transactions: i64,
     /// Round trips and CPU seconds.
@@ -294,9 +296,11 @@ impl Counters {
         admin: &mut PgConnection,
         database: &str,
     ) -> anyhow::Result<Self> {
-        let requests = aws_requests(fleet).await;
+        let scraped = fleet.scrape_metrics().await;
+        let requests = sum_by_label(&scraped, "aws_requests_total", "operation");
+        let webhooks = sum_by_label(&scraped, "webhook_events_total", "effect");
         let transactions = transactions(admin, database).await?;
-        Ok(Self { requests, transactions, costs: meter.read(fleet) })
+        Ok(Self { requests, webhooks, transactions, costs: meter.read(fleet) })
     }
 }
 
@@ -383,6 +387,7 @@ async fn measure(
         paid_ms,
         outbox_lag_ms,
         requests: requests_between(&before.requests, &after.requests),
+        webhooks: counted_between(&before.webhooks, &after.webhooks),
         transactions: after.transactions - before.transactions,
         spent: after.costs.since(&before.costs),
         stripe,
@@ -477,15 +482,21 @@ async fn settled_latencies(fleet: &Fleet) -> anyhow::Result<(Vec<f64>, Vec<f64>)
     Ok((paid_seconds.iter().map(|s| s * 1000.0).collect(), outbox_lag_ms))
 }
 
-/// The requests made between two readings, by operation, leaving out those that did not grow.
-fn requests_between(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
-    let mut requests: BTreeMap<String, f64> = BTreeMap::new();
-    for (op, count) in after {
-        let delta = count - before.get(op).copied().unwrap_or(0.0);
+/// What a counter counted between two readings, by label, leaving out those that did not grow.
+fn counted_between(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    let mut counted: BTreeMap<String, f64> = BTreeMap::new();
+    for (label, count) in after {
+        let delta = count - before.get(label).copied().unwrap_or(0.0);
         if delta > 0.0 {
-            requests.insert(op.clone(), delta);
+            counted.insert(label.clone(), delta);
         }
     }
+    counted
+}
+
+/// The requests made between two readings, by operation, leaving out those that did not grow.
+fn requests_between(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    let mut requests = counted_between(before, after);
     // The fleet's own reads of queue attributes at start are not per-order traffic.
     requests.remove("GetQueueAttributes");
     requests
@@ -523,6 +534,7 @@ struct Figures {
     paid_ms: Vec<f64>,
     outbox_lag_ms: Vec<f64>,
     requests: BTreeMap<String, f64>,
+    webhooks: BTreeMap<String, f64>,
     transactions: i64,
     spent: costs::Snapshot,
     stripe: StripeCounts,
@@ -601,6 +613,15 @@ impl Figures {
             self.requests
                 .iter()
                 .map(|(op, c)| format!("{op}={:.3}", self.per_order(*c)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        println!(
+            "Stripe webhooks           {:.2} events per order, their work counted in every figure below: {}",
+            self.per_order(self.webhooks.values().sum()),
+            self.webhooks
+                .iter()
+                .map(|(e, c)| format!("{e}={:.2}", self.per_order(*c)))
                 .collect::<Vec<_>>()
                 .join(" ")
         );
