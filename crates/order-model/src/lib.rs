@@ -11,7 +11,9 @@
 //! any process dying between two steps. Since issue 33 also: Stripe's list (consistent, where
 //! its search lagged) to learn what an attempt did, `idempotency_error`, cards that need 3-D
 //! Secure with their buyers authenticating at any moment and their deadlines passing, Stripe's
-//! webhooks racing the sweeper to settle them, and holds cancelled outside the fleet. [Stateright](https://docs.rs/stateright) visits every
+//! webhooks racing the sweeper to settle them, and holds cancelled outside the fleet. Since
+//! issue 34: the commit of an authorization taking the order's units when nothing was cut, and
+//! the stock worker capturing such an order from its message. [Stateright](https://docs.rs/stateright) visits every
 //! interleaving of those steps within a scenario's bounds ([`scenarios`]) and checks each
 //! property ([`properties`]) in every state it reaches.
 //!
@@ -24,8 +26,10 @@
 //!
 //! The stock worker's decision after a cut is not copied: the model calls the code's own
 //! [`orderfleet::domain::fulfilment::fits_whatever_the_pending_do`]. [`model::Rules`] also keeps the
-//! rules as they were before earlier defects were fixed, and one defect planted on purpose
-//! (a 3-D Secure settle that does not cancel first), and the tests show the checker finds each.
+//! rules as they were before earlier defects were fixed (and before issue 34's merged commit,
+//! [`model::Rules::BEFORE_ISSUE_34`]), and defects planted on purpose (a 3-D Secure settle that
+//! does not cancel first, a merged commit blind to a cut), and the tests show the checker finds
+//! each.
 
 pub mod check;
 pub mod model;

@@ -7,8 +7,8 @@ use stateright::{Model, Property};
 
 use crate::state::*;
 
-/// The stock worker's and the operator's rules, as they are and as they were before the two
-/// line-order defects were fixed (e5dc31d), so that the checker can show it finds those.
+/// The fleet's rules, as they are and as they were before earlier defects were fixed, and
+/// defects planted on purpose, so that the checker can show it finds those.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rules {
     /// How the stock worker decides an order fits in line.
@@ -21,17 +21,87 @@ pub struct Rules {
     pub settle: SettleRule,
     /// What a create's `idempotency_error` means.
     pub idempotency_error: IdempotencyRule,
+    /// What an authorization's commit does with the order's units, and so what its stock-check
+    /// message says.
+    pub commit: CommitRule,
+    /// Which key a capture from a message that names its attempt goes on with.
+    pub message: MessageRule,
 }
 
 impl Rules {
-    /// The code as it is.
+    /// The code's rules: since issue 34, the commit of an authorization takes the order's units
+    /// when nothing was cut ([`CommitRule::ReserveWhenNothingCut`]).
     pub const NOW: Rules = Rules {
+        commit: CommitRule::ReserveWhenNothingCut,
+        message: MessageRule::OnToTheOrdersAttempt,
+        ..Rules::BEFORE_ISSUE_34
+    };
+
+    /// The code before issue 34: the commit moves the order to `authorized`, and the stock
+    /// worker reads it and reserves it.
+    pub const BEFORE_ISSUE_34: Rules = Rules {
         line: LineRule::WaitForPendingAhead,
         cut: CutRule::KeepTheLineServed,
         resume: ResumeRule::NOW,
         settle: SettleRule::CancelFirst,
         idempotency_error: IdempotencyRule::LikeASaved5xx,
+        commit: CommitRule::Authorize,
+        message: MessageRule::TheMessagesAttempt,
     };
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Rules::NOW
+    }
+}
+
+/// What the commit that moves an order to `authorized` (the intake's, a resumed request's, the
+/// sweeper's, a 3-D Secure settle's, the webhook's) does with its units (issue 34).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitRule {
+    /// Before issue 34: `authorized`, with its stock-check message; the stock worker reads the
+    /// order and reserves it ([`orderfleet::domain::fulfilment`]'s `arrive`), then captures.
+    Authorize,
+    /// Issue 34's merge: in the same statement, when nothing was cut (`units_promised <=
+    /// units_total`) and `stock >= quantity` (`arrive`'s own condition), the units are taken and
+    /// the order goes straight to `stock_reserved`; its message says so, with the attempt, and
+    /// the stock worker captures under that attempt's key without reading the order first,
+    /// then compare-and-sets `stock_reserved → paid` (or goes the refused capture's way).
+    /// When the condition fails, as [`CommitRule::Authorize`].
+    ReserveWhenNothingCut,
+    /// A wrong merge, planted to show the checker finds it: the commit takes the units on
+    /// `stock >= quantity` alone, blind to an operator's cut below what the door promised.
+    ReserveOnStockAlone,
+}
+
+/// What a capture does after Stripe answered a 5xx it saved under the attempt's key and the
+/// intent still holds funds (nothing was done), when the order is already on a later attempt:
+/// another handling moved it there after that same 5xx. Before issue 34 the stock worker read
+/// the order on every handling, so its key was always the order's attempt; a capture from a
+/// message that says reserved (issue 34) uses the attempt the message names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MessageRule {
+    /// As before issue 34 (`Fulfilment::after_a_failed_attempt`): the handling ends, for later.
+    /// With a capture from the message, the next handling uses the message's attempt again and
+    /// meets the same saved 5xx, for as long as Stripe keeps the key (24 h): only a handling
+    /// that reads the order (the sweeper's) goes on.
+    TheMessagesAttempt,
+    /// The fix the model asks of issue 34: the capture goes on from the order as read, under
+    /// the attempt the order is on.
+    OnToTheOrdersAttempt,
+}
+
+impl CommitRule {
+    /// Whether the commit reserves, on the product row as it is.
+    fn reserves(self, p: &Product, quantity: u8) -> bool {
+        let stock_left = p.stock >= quantity as i8;
+        match self {
+            CommitRule::Authorize => false,
+            CommitRule::ReserveWhenNothingCut => p.promised <= p.total && stock_left,
+            CommitRule::ReserveOnStockAlone => stock_left,
+        }
+    }
 }
 
 /// How the stock worker decides, after a cut, whether an order's units are left.
@@ -266,6 +336,7 @@ pub enum Transition {
     List,
     AuthorizeNextAttempt,
     RecordAuthorization,
+    ReserveAtCommit,
     Relay,
     Receive,
     Reserve,
@@ -298,7 +369,7 @@ pub enum Transition {
 
 impl Transition {
     /// Every kind, for the map's test.
-    pub const ALL: [Transition; 35] = [
+    pub const ALL: [Transition; 36] = [
         Transition::Send,
         Transition::Door,
         Transition::Resume,
@@ -306,6 +377,7 @@ impl Transition {
         Transition::List,
         Transition::AuthorizeNextAttempt,
         Transition::RecordAuthorization,
+        Transition::ReserveAtCommit,
         Transition::Relay,
         Transition::Receive,
         Transition::Reserve,
@@ -423,16 +495,15 @@ impl OrderProtocol {
             Action::Step(Proc::Request(b), _) => match state.buyers[usize::from(b)].request {
                 Request::Sent if state.orders[usize::from(b)].is_some() => Transition::Resume,
                 Request::Sent | Request::Idle => Transition::Door,
-                Request::Working(auth) => Self::transition_of(Job::Authorize(b, auth)),
+                Request::Working(auth) => self.transition_of_step(state, Job::Authorize(b, auth)),
             },
-            Action::Step(Proc::Worker(w), _) => {
-                state.workers[usize::from(w)].map_or(Transition::Receive, |(_, job)| Self::transition_of(job))
-            }
+            Action::Step(Proc::Worker(w), _) => state.workers[usize::from(w)]
+                .map_or(Transition::Receive, |(_, job)| self.transition_of_step(state, job)),
             Action::Step(Proc::Sweeper, _) => {
-                state.sweeper.map_or(Transition::SweepFulfilment, Self::transition_of)
+                state.sweeper.map_or(Transition::SweepFulfilment, |job| self.transition_of_step(state, job))
             }
             Action::Step(Proc::Webhook, _) => {
-                state.webhook.map_or(Transition::Deliver, |(_, job)| Self::transition_of(job))
+                state.webhook.map_or(Transition::Deliver, |(_, job)| self.transition_of_step(state, job))
             }
             Action::Crash(_) => Transition::Crash,
             Action::Relay { .. } => Transition::Relay,
@@ -450,6 +521,23 @@ impl OrderProtocol {
             Action::HoldCanceledOutside(_) => Transition::HoldCanceledOutside,
             Action::KeysExpire => Transition::KeysExpire,
         }
+    }
+
+    /// The kind of a job's next step in a state: a commit that accepts the order and takes its
+    /// units in the same statement is [`Transition::ReserveAtCommit`].
+    fn transition_of_step(&self, state: &State, job: Job) -> Transition {
+        let commits_from = match job {
+            Job::Authorize(order, Auth::Record(Found::Holding(_))) => {
+                Some((order, Status::PendingAuthorization))
+            }
+            Job::Settle(order, Settle::Authorize) => Some((order, Status::RequiresAction)),
+            _ => None,
+        };
+        let reserves = commits_from.is_some_and(|(order, from)| {
+            state.order(order).status == from
+                && self.rules.commit.reserves(&state.product, self.quantity(order))
+        });
+        if reserves { Transition::ReserveAtCommit } else { Self::transition_of(job) }
     }
 
     /// The kind of a job's next step.
@@ -695,11 +783,8 @@ impl OrderProtocol {
         }
         match found {
             Found::Holding(id) => {
-                o.status = Status::Authorized;
                 o.intent = Some(id);
-                o.lease = None;
-                o.outbox = OutboxRow::Pending;
-                o.accepted = true;
+                self.accept(s, order);
             }
             Found::RequiresAction(id) => {
                 o.status = Status::RequiresAction;
@@ -723,6 +808,24 @@ impl OrderProtocol {
             }
         }
         Next::End(Done::Settled)
+    }
+
+    /// The commit that accepts an order (its compare-and-set already passed): `authorized`,
+    /// or, when the commit rule takes its units here, `stock_reserved` with the units out of
+    /// stock; either way with its stock-check message, which says which (issue 34).
+    fn accept(&self, s: &mut State, order: Buyer) {
+        let quantity = self.quantity(order);
+        let reserves = self.rules.commit.reserves(&s.product, quantity);
+        if reserves {
+            s.product.stock -= quantity as i8;
+        }
+        let o = s.order_mut(order);
+        o.status = if reserves { Status::StockReserved } else { Status::Authorized };
+        o.took |= reserves;
+        o.reserved_at_commit = reserves.then_some(o.attempt);
+        o.lease = None;
+        o.outbox = OutboxRow::Pending;
+        o.accepted = true;
     }
 
     // ---- fulfilling (the stock worker, the sweeper) -------------------------------------
@@ -791,6 +894,9 @@ impl OrderProtocol {
                     o.attempt += 1;
                     o.dated += 1;
                     o.attempt_failed = false;
+                } else if o.status == status && self.rules.message == MessageRule::OnToTheOrdersAttempt {
+                    // A key the order has left (a capture from the message): on with its own.
+                    return Some(Next::Go(Advance::Load));
                 }
                 Next::End(Done::Later)
             }
@@ -979,12 +1085,8 @@ impl OrderProtocol {
                 Next::End(Done::Settled)
             }
             Settle::Authorize => {
-                let o = s.order_mut(order);
-                if o.status == Status::RequiresAction {
-                    o.status = Status::Authorized;
-                    o.lease = None;
-                    o.outbox = OutboxRow::Pending;
-                    o.accepted = true;
+                if s.order(order).status == Status::RequiresAction {
+                    self.accept(s, order);
                 }
                 Next::End(Done::Settled)
             }
@@ -1192,6 +1294,7 @@ impl OrderProtocol {
             past_deadline: false,
             stuck: false,
             outbox: OutboxRow::None,
+            reserved_at_commit: None,
             accepted: false,
             took: false,
             rejection: None,
@@ -1538,16 +1641,23 @@ impl OrderProtocol {
     }
 
     /// A worker receives a visible copy, unless it has been received too often: then SQS
-    /// moves it to the DLQ instead of delivering it.
+    /// moves it to the DLQ instead of delivering it. A message that says the order was
+    /// reserved at its commit is captured at once, under the attempt it names, without reading
+    /// the order (issue 34); any other is gone on with from the order as read.
     fn receive(s: &mut State, worker: u8, order: Buyer, receives: u8) {
         let m = &mut s.messages[usize::from(order)];
         let at = m.visible.iter().position(|r| *r == receives).expect("a visible copy");
         m.visible.remove(at);
         if receives >= MAX_RECEIVES {
             m.dead += 1; // SQS moves it to the DLQ instead of delivering it
-        } else {
-            s.workers[usize::from(worker)] = Some((receives + 1, Job::Advance(order, Advance::Load)));
+            return;
         }
+        let o = s.order(order);
+        let first = match (o.reserved_at_commit, o.intent) {
+            (Some(attempt), Some(intent)) => Advance::Capture { attempt, intent },
+            _ => Advance::Load,
+        };
+        s.workers[usize::from(worker)] = Some((receives + 1, Job::Advance(order, first)));
     }
 
     /// The operator's upsert `i`, applied when `fleetctl` would accept it.

@@ -118,6 +118,11 @@ pub struct Order {
     /// A permanent failure was recorded for a person (the DLQ's reason, `fleetctl sweep`).
     pub stuck: bool,
     pub outbox: OutboxRow,
+    /// What its stock-check message says (one row, so every copy says the same): `Some` of the
+    /// attempt at the commit when the commit took its units (issue 34's merged commit), and the
+    /// stock worker captures under that attempt's key without reading the order; `None` when
+    /// it says `authorized`, and the worker reads the order and reserves it as before.
+    pub reserved_at_commit: Option<u8>,
     /// History: the order was accepted (`authorized`), and so owed an end (§8.4).
     pub accepted: bool,
     /// History: the order took its units at some point.
