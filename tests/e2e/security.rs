@@ -275,7 +275,7 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
             expected(&[
                 ("orders", "S,I,U"),
                 ("outbox", OUTBOX_INSERT),
-                ("products", "S,U(last_position,units_promised)"),
+                ("products", "S,U(last_position,stock,units_promised,updated_at)"),
                 // Stripe's webhooks, recorded as applied (issue 33).
                 ("webhook_events", "S,I"),
             ]),
@@ -386,12 +386,13 @@ async fn the_notification_workers_role_cannot_touch_products_orders_or_the_outbo
         ],
     )
     .await;
-    // The intake may move the door's counters on a product, never its price or its stock.
+    // The intake may move the door's counters and the stock its commits reserve (issue 34),
+    // never a product's price or its total.
     codes.extend(
         refusal_codes(
             &database.url,
             "order-intake",
-            &["UPDATE products SET price_minor = 1", "UPDATE products SET stock = 0"],
+            &["UPDATE products SET price_minor = 1", "UPDATE products SET units_total = 0"],
         )
         .await,
     );

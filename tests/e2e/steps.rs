@@ -52,7 +52,7 @@ impl Step {
     }
 
     /// An order placed through the intake's own code (the door, the authorization at
-    /// stripe-sim, the commit with its outbox rows), as a `202` leaves it.
+    /// stripe-sim, the commit with its outbox rows), as a `202` leaves it: `stock_reserved`, its commit having taken the units.
     async fn authorized_order(&self, user: &str) -> Uuid {
         let intake = Intake {
             pool: &self.db.pool,
@@ -141,7 +141,8 @@ async fn what_the_stock_step_cannot_use_is_a_permanent_failure_of_the_message() 
             (Kind::Permanent, Source::Message, code)
         );
     }
-    assert_eq!(step.status(order).await, "authorized");
+    // As the intake left it: its commit took the units (nothing was cut).
+    assert_eq!(step.status(order).await, "stock_reserved");
     step.db.drop().await.unwrap();
 }
 
@@ -192,6 +193,6 @@ async fn with_the_database_unreachable_advancing_is_an_outage_of_the_database() 
 
     // Assert
     assert_eq!((cut.kind, cut.source), (Kind::Outage, Source::Database), "{cut}");
-    assert_eq!(step.status(order).await, "authorized");
+    assert_eq!(step.status(order).await, "stock_reserved");
     step.db.drop().await.unwrap();
 }

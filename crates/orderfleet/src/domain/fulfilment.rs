@@ -11,6 +11,11 @@
 //! | `rejected_out_of_stock`, `capture_failed` | cancel the authorization once (Stripe key per order), and record that it is released |
 //! | `paid`, `payment_declined`, released | nothing |
 //!
+//! Most orders come already `stock_reserved`: the commit that authorized them took their units
+//! when nothing was cut (`order::Transition::apply`), and their stock check says what to
+//! capture, so the worker captures first and reads the order only if that does not go cleanly
+//! ([`Fulfilment::capture_reserved`]).
+//!
 //! The cancel comes after the commit that decides it, so no worker cancels an authorization
 //! another is about to capture. Statements lock the order row before the product row,
 //! always, so two of them never wait on each other in a circle.
@@ -24,8 +29,8 @@ use uuid::Uuid;
 use crate::domain::OrderId;
 
 use crate::domain::order::{self, Order, OrderNotification, OrderStatus, StatusSet, Transition};
-use crate::domain::outbox::EventType;
-use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
+use crate::domain::outbox::{EventType, ReservedAtCommit};
+use crate::domain::payments::{Intent, IntentStatus, OrderIntent, PaymentError, Payments};
 use crate::runtime::failure::{Failure, Outcome, Source};
 
 /// Whether an order of `quantity` finds its units when `stock` units are not yet taken and
@@ -135,6 +140,47 @@ impl Fulfilment {
     /// soon.
     pub async fn advance(&self, order_id: OrderId) -> Outcome {
         self.try_advance(order_id).await.unwrap_or_else(|e| Err(crate::runtime::db::failure(&e)))
+    }
+
+    /// A stock check whose authorization's commit took the order's units (nothing was cut):
+    /// the capture at once, under the attempt the message names, then ONE statement records
+    /// `paid` with `order.paid`. The order is not read first: a `stock_reserved` order moves
+    /// on only by its capture, so whatever it has become since, the capture's key is the one
+    /// its reservation was made under, and a second delivery gets Stripe's saved answer and
+    /// then finds the order moved. Anything but a clean capture and record — Stripe
+    /// unavailable, a saved 5xx, a refusal, the order found elsewhere — goes the way of any
+    /// stock check ([`Fulfilment::advance`]): the order read, and advanced from its status
+    /// under its attempt as it is now. (A saved 5xx moves the order to its next attempt; a
+    /// message that kept capturing under its own would never get past it:
+    /// `crates/order-model`, `MessageRule::OnToTheOrdersAttempt`.)
+    pub async fn capture_reserved(&self, reserved: &ReservedAtCommit) -> Outcome {
+        let order = &reserved.order;
+        let intent = OrderIntent {
+            order_id: order.order_id,
+            attempt: reserved.attempt,
+            id: &reserved.payment_intent_id,
+        };
+        if self.payments.capture(intent).await.is_err() {
+            return self.advance(order.order_id).await;
+        }
+        crate::runtime::failpoint::hit("after_capture");
+        let paid = OrderNotification { status: OrderStatus::Paid, reason: None, ..order.clone() };
+        let record = Transition::new(order.order_id, OrderStatus::StockReserved, OrderStatus::Paid)
+            .with_message(EventType::OrderPaid, paid)
+            .apply(&self.pool);
+        let recorded = crate::runtime::db::bounded("failed to record the capture", async {
+            record.await.map_err(anyhow::Error::from)
+        })
+        .await;
+        match recorded {
+            Ok(true) => {
+                crate::runtime::failpoint::hit("after_paid");
+                Ok(())
+            }
+            // Another delivery moved it: what is left, if anything, is read from the order.
+            Ok(false) => self.advance(order.order_id).await,
+            Err(e) => Err(crate::runtime::db::failure(&e)),
+        }
     }
 
     /// The steps; `Err` is a database error, classified by [`Fulfilment::advance`].

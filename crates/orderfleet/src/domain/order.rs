@@ -399,6 +399,16 @@ impl<'a> Transition<'a> {
     /// and gives its units back when the move ends it (the order row is locked before the
     /// product row, as everywhere). Returns whether this call made the move; if not, nothing
     /// was written. The intake's lease is cleared, and the hold recorded when given.
+    ///
+    /// **A move to `authorized` also takes the order's units** when nothing was cut — the
+    /// condition of the stock worker's own reservation ([`crate::domain::fulfilment`]'s
+    /// `arrive`): no more units promised than the total, and the units in stock — and then
+    /// the order goes on to `stock_reserved` in the same statement (SPEC §5's two moves,
+    /// committed as one). Its stock-check message then says so (`reserved`: the attempt and
+    /// the PaymentIntent to capture), and the stock worker captures without reading the order
+    /// first. After a cut the order stays `authorized`, and the worker reserves it in line.
+    /// `crates/order-model` checks this merge (`CommitRule::ReserveWhenNothingCut`), and finds
+    /// the defect of one that looks at the stock alone.
     pub(crate) async fn apply<'e>(self, executor: impl PgExecutor<'e>) -> sqlx::Result<bool> {
         let messages = &self.messages;
         let ids: Vec<Uuid> = messages.iter().map(|_| Uuid::now_v7()).collect();
@@ -406,8 +416,18 @@ impl<'a> Transition<'a> {
         let destinations: Vec<Destination> = messages.iter().map(|m| m.event_type.destination()).collect();
         let payloads: Vec<&serde_json::Value> = messages.iter().map(|m| &m.payload).collect();
         let moved = sqlx::query_scalar!(
-            r#"WITH moved AS (
-                 UPDATE orders SET status = $3, failure_reason = COALESCE($4, failure_reason),
+            r#"WITH claim AS (
+                 SELECT id, product_id, quantity FROM orders WHERE id = $1 AND status = $2 FOR UPDATE
+             ), taken AS (
+                 UPDATE products p SET stock = p.stock - c.quantity, updated_at = now()
+                   FROM claim c
+                  WHERE $3::order_status = $17::order_status AND p.id = c.product_id
+                    AND p.units_promised <= p.units_total AND p.stock >= c.quantity
+              RETURNING p.id
+             ), moved AS (
+                 UPDATE orders SET status = CASE WHEN EXISTS (SELECT 1 FROM taken) THEN $18::order_status
+                                                 ELSE $3::order_status END,
+                                   failure_reason = COALESCE($4, failure_reason),
                                    payment_intent_id = COALESCE($5, payment_intent_id),
                                    authorization_expires_at = COALESCE($10, authorization_expires_at),
                                    client_secret = COALESCE($11, client_secret),
@@ -417,14 +437,19 @@ impl<'a> Transition<'a> {
                                    authorization_released_at = CASE WHEN $16 THEN now()
                                                                     ELSE authorization_released_at END,
                                    intake_lease_until = NULL, updated_at = now()
-                  WHERE id = $1 AND status = $2
-              RETURNING id, traceparent, product_id, quantity
+                  WHERE id IN (SELECT id FROM claim)
+              RETURNING id, traceparent, product_id, quantity, payment_attempt, payment_intent_id
              ), given_back AS (
                  UPDATE products p SET units_promised = p.units_promised - moved.quantity
                    FROM moved WHERE $14 AND p.id = moved.product_id
              ), enqueued AS (
                  INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
-                 SELECT m.message_id, 'order', moved.id, m.event_type, m.destination, m.payload, moved.traceparent
+                 SELECT m.message_id, 'order', moved.id, m.event_type, m.destination,
+                        CASE WHEN m.event_type = $19 AND EXISTS (SELECT 1 FROM taken)
+                             THEN m.payload || jsonb_build_object('reserved', jsonb_build_object(
+                                      'attempt', moved.payment_attempt, 'payment_intent_id', moved.payment_intent_id))
+                             ELSE m.payload END,
+                        moved.traceparent
                    FROM moved, UNNEST($6::uuid[], $7::outbox_event_type[], $8::outbox_destination[], $9::jsonb[])
                         AS m(message_id, event_type, destination, payload)
                  ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING
@@ -446,6 +471,9 @@ impl<'a> Transition<'a> {
             self.gives_units_back,
             self.detail,
             self.hold_released,
+            OrderStatus::Authorized as _,
+            OrderStatus::StockReserved as _,
+            EventType::StockCheckRequested as _,
         )
         .fetch_one(executor)
         .await?;

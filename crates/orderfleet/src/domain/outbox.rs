@@ -128,11 +128,46 @@ pub struct Envelope<P = Payload> {
 /// An envelope's payload, typed by its event type.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Payload {
-    /// `order.stock_check_requested`: the stock worker reads the order itself, so nothing of the
-    /// payload is taken.
-    StockCheck,
+    /// `order.stock_check_requested`: `Some` when the commit that authorized the order took its
+    /// units too (nothing was cut): what its capture needs, so the stock worker captures
+    /// without reading the order first. `None` (the order was left `authorized`, or a message
+    /// written before this was) : the stock worker reads the order and reserves it in line.
+    StockCheck(Option<Box<ReservedAtCommit>>),
     /// `order.accepted`, `order.paid`, `order.rejected`: what the buyer is told.
     Notification(OrderNotification),
+}
+
+/// A stock check's payload when the authorization's commit took the order's units
+/// ([`crate::domain::order::Transition::apply`]): the order as the buyer's notifications tell
+/// it, and the attempt and PaymentIntent to capture under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReservedAtCommit {
+    /// The order (its status the one the commit's `order.accepted` told: `authorized`).
+    pub order: OrderNotification,
+    /// The order's payment attempt at the commit: its capture's idempotency key.
+    pub attempt: i32,
+    /// The PaymentIntent holding the buyer's funds.
+    pub payment_intent_id: String,
+}
+
+impl ReservedAtCommit {
+    /// Reads a stock check's payload; `None` unless it says the commit reserved the units.
+    fn of(payload: serde_json::Value) -> Option<Box<Self>> {
+        #[derive(Deserialize)]
+        struct Wire {
+            #[serde(flatten)]
+            order: OrderNotification,
+            reserved: Option<Reserved>,
+        }
+        #[derive(Deserialize)]
+        struct Reserved {
+            attempt: i32,
+            payment_intent_id: String,
+        }
+        let Wire { order, reserved } = serde_json::from_value(payload).ok()?;
+        let Reserved { attempt, payment_intent_id } = reserved?;
+        Some(Box::new(Self { order, attempt, payment_intent_id }))
+    }
 }
 
 /// What a user-facing notification says about an order (the `payload` of its envelope).
@@ -206,7 +241,7 @@ impl Envelope {
             });
         }
         let payload = match queue {
-            Destination::StockCheck => Payload::StockCheck,
+            Destination::StockCheck => Payload::StockCheck(ReservedAtCommit::of(wire.payload)),
             Destination::Notification => {
                 Payload::Notification(serde_json::from_value(wire.payload).map_err(|e| Unreadable {
                     code: "not_a_notification",
@@ -262,10 +297,33 @@ mod tests {
     }
 
     #[test]
+    fn a_stock_check_whose_commit_reserved_the_units_says_what_to_capture_and_any_other_says_nothing() {
+        let reserved = r#""payload":{"user_id":"ola","order_id":"018f0000-0000-7000-8000-000000000001",
+            "status":"authorized","product_id":"sku-1","quantity":1,"amount":1500,"currency":"usd",
+            "reserved":{"attempt":2,"payment_intent_id":"pi_1"}}"#;
+        let read = Envelope::parse(
+            &body("order.stock_check_requested", "").replace(r#""payload":{}"#, reserved),
+            Destination::StockCheck,
+        )
+        .unwrap();
+        let Payload::StockCheck(Some(reserved)) = read.payload else { panic!("{:?}", read.payload) };
+        assert_eq!((reserved.attempt, reserved.payment_intent_id.as_str()), (2, "pi_1"));
+        assert_eq!(reserved.order.order_id, read.order_id);
+        let left = r#""payload":{"user_id":"ola","order_id":"018f0000-0000-7000-8000-000000000001",
+            "status":"authorized","product_id":"sku-1","quantity":1,"amount":1500,"currency":"usd"}"#;
+        let read = Envelope::parse(
+            &body("order.stock_check_requested", "").replace(r#""payload":{}"#, left),
+            Destination::StockCheck,
+        )
+        .unwrap();
+        assert_eq!(read.payload, Payload::StockCheck(None));
+    }
+
+    #[test]
     fn an_envelope_reads_back_what_was_written_with_its_payload_typed_by_its_event_type() {
         let stock_check =
             Envelope::parse(&body("order.stock_check_requested", ""), Destination::StockCheck).unwrap();
-        assert_eq!(stock_check.payload, Payload::StockCheck);
+        assert_eq!(stock_check.payload, Payload::StockCheck(None));
         let notification = OrderNotification {
             user_id: crate::domain::UserId::parse("ola").unwrap(),
             order_id: stock_check.order_id,
