@@ -92,7 +92,8 @@ async fn declined_cards_give_their_units_back_to_later_buyers() {
     assert_eq!(dee.status, 409, "{dee:?}");
     assert_eq!(dee.body["error"]["code"], "sold_out");
     assert_eq!(dee.retry_after.as_deref(), Some("5"), "units may still come back");
-    assert_eq!(units(&fleet, "sku-1").await, (2, 2, 2));
+    // The two accepted orders' commits took their units (nothing was cut): stock 0.
+    assert_eq!(units(&fleet, "sku-1").await, (2, 0, 2));
     let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders").fetch_one(&fleet.pool).await.unwrap();
     assert_eq!(orders, 4, "the sold-out answer wrote an order");
 
@@ -111,20 +112,22 @@ async fn declined_cards_give_their_units_back_to_later_buyers() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stock_cut_below_what_was_promised_rejects_exactly_the_last_in_line_whatever_the_arrival_order() {
-    // Arrange: ten buyers in line for ten units while no stock worker runs.
-    let mut fleet = without_stock_workers("cut-below-promised", &[]).await;
+    // Arrange: ten buyers in line for ten units while no stock worker runs, each on a card
+    // that needs 3-D Secure, so that every order is still pending (`requires_action`, holding
+    // its unit and its place) when the operator cuts; a commit that authorizes an order with
+    // nothing cut takes its units at once (issue 34), and a cut below them is refused.
+    let mut fleet =
+        without_stock_workers("cut-below-promised", &[("PAYMENT_ACTION_TIMEOUT_SECONDS", "300")]).await;
     fleet.product("sku-1", 1000, 10).await.unwrap();
     let mut order_at = std::collections::HashMap::new();
     for i in 1..=10 {
-        let answer = order(&fleet, &format!("buyer-{i}"), "sku-1", "pm_card_visa").await;
-        assert_eq!(answer.body["position"], i, "{answer:?}");
+        let answer = order(&fleet, &format!("buyer-{i}"), "sku-1", "pm_card_threeDSecure2Required").await;
+        assert_eq!(
+            (answer.body["position"].as_i64(), answer.body["status"].as_str()),
+            (Some(i), Some("requires_action")),
+            "{answer:?}"
+        );
         order_at.insert(answer.body["order_id"].as_str().unwrap().to_owned(), i);
-    }
-    // The relay sent the ten stock checks in line order; they are put back last first, so the
-    // worker meets the last in line first.
-    let checks = fleet.take_messages(&fleet.stock.url.clone(), 10).await.unwrap();
-    for body in checks.iter().rev() {
-        fleet.sqs.send_message().queue_url(&fleet.stock.url).message_body(body).send().await.unwrap();
     }
 
     // Act: the operator cuts the stock to six.
@@ -151,6 +154,31 @@ async fn a_stock_cut_below_what_was_promised_rejects_exactly_the_last_in_line_wh
     assert!(said.contains("4 units are promised beyond the new total"), "{said}");
     let late = order(&fleet, "late", "sku-1", "pm_card_visa").await;
     assert_eq!(late.status, 409, "the door opened after a cut: {late:?}");
+    // Every buyer authenticates, in line order; each commit finds the cut and leaves its order
+    // `authorized` for the stock worker to reserve in line.
+    let intents: Vec<String> = sqlx::query_scalar("SELECT payment_intent_id FROM orders ORDER BY position")
+        .fetch_all(&fleet.pool)
+        .await
+        .unwrap();
+    for intent in &intents {
+        fleet.authenticate(intent, true).await.unwrap();
+    }
+    fleet_harness::eventually("every order authorized", Duration::from_secs(30), || async {
+        let authorized: Option<i64> =
+            sqlx::query_scalar("SELECT count(*) FROM orders WHERE status = 'authorized'")
+                .fetch_one(&fleet.pool)
+                .await
+                .ok();
+        (authorized == Some(10)).then_some(())
+    })
+    .await
+    .unwrap();
+    // The relay sent the ten stock checks in line order; they are put back last first, so the
+    // worker meets the last in line first.
+    let checks = fleet.take_messages(&fleet.stock.url.clone(), 10).await.unwrap();
+    for body in checks.iter().rev() {
+        fleet.sqs.send_message().queue_url(&fleet.stock.url).message_body(body).send().await.unwrap();
+    }
     // One message at a time, in the order they arrive.
     fleet.spawn("stock-worker", "stock-worker", &[("STOCK_WORKER_CONCURRENCY", "1")]).unwrap();
     fleet.wait_settled(Duration::from_secs(120)).await.unwrap();
