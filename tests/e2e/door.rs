@@ -218,6 +218,52 @@ async fn line_up(fleet: &Fleet, product: &str, quantities: &[i64]) -> Vec<String
     ids
 }
 
+/// Orders of `quantities` in line, each on a card that needs 3-D Secure: every one still
+/// pending (`requires_action`), holding its units and its place, until
+/// [`authenticate_in_line`]. A line for a cut: an order whose commit found nothing cut has
+/// taken its units already (issue 34), and a cut below them is refused.
+async fn line_up_pending(fleet: &Fleet, product: &str, quantities: &[i64]) -> Vec<String> {
+    let mut ids = Vec::new();
+    for (i, quantity) in quantities.iter().enumerate() {
+        let card = "pm_card_threeDSecure2Required";
+        let answer =
+            fleet.post_order(&format!("buyer-{i}"), "key-1", product, *quantity, card).await.unwrap();
+        assert_eq!(
+            (answer.status, answer.body["position"].as_u64(), answer.body["status"].as_str()),
+            (202, Some(i as u64 + 1), Some("requires_action")),
+            "{answer:?}"
+        );
+        ids.push(answer.body["order_id"].as_str().unwrap().to_owned());
+    }
+    ids
+}
+
+/// Every buyer of `ids` authenticates, in line order; returns once each order is `authorized`
+/// (its commit, after a cut, left it for the stock worker to reserve in line).
+async fn authenticate_in_line(fleet: &Fleet, ids: &[String]) {
+    for id in ids {
+        let intent: String = sqlx::query_scalar("SELECT payment_intent_id FROM orders WHERE id = $1::uuid")
+            .bind(id)
+            .fetch_one(&fleet.pool)
+            .await
+            .unwrap();
+        fleet.authenticate(&intent, true).await.unwrap();
+    }
+    let want = ids.len() as i64;
+    fleet_harness::eventually("every order authorized", Duration::from_secs(30), || async {
+        let authorized: Option<i64> = sqlx::query_scalar(
+            "SELECT count(*) FROM orders WHERE id::text = ANY($1) AND status = 'authorized'",
+        )
+        .bind(ids)
+        .fetch_one(&fleet.pool)
+        .await
+        .ok();
+        (authorized == Some(want)).then_some(())
+    })
+    .await
+    .unwrap();
+}
+
 async fn statuses_in_line(fleet: &Fleet, ids: &[String]) -> Vec<String> {
     let mut statuses = Vec::new();
     for id in ids {
@@ -253,13 +299,15 @@ async fn a_full_line_handled_all_at_once_by_two_workers_rejects_no_one() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn after_a_cut_an_order_too_large_for_what_is_left_does_not_hold_back_a_smaller_one_behind_it() {
-    // Arrange: quantities 2, 3, 1, 1 in line for 7 units, their stock checks waiting.
-    let mut fleet = without_stock_workers("cut-mixed-quantities", &[]).await;
+    // Arrange: quantities 2, 3, 1, 1 in line for 7 units, waiting for 3-D Secure.
+    let mut fleet =
+        without_stock_workers("cut-mixed-quantities", &[("PAYMENT_ACTION_TIMEOUT_SECONDS", "300")]).await;
     fleet.product("sku-1", 1000, 7).await.unwrap();
-    let ids = line_up(&fleet, "sku-1", &[2, 3, 1, 1]).await;
+    let ids = line_up_pending(&fleet, "sku-1", &[2, 3, 1, 1]).await;
 
-    // Act: cut to 3, and let two workers at the line.
+    // Act: cut to 3; every buyer authenticates; then two workers at the line.
     fleet.product("sku-1", 1000, 3).await.unwrap();
+    authenticate_in_line(&fleet, &ids).await;
     fleet.spawn("stock-worker-0", "stock-worker", &[]).unwrap();
     fleet.spawn("stock-worker-1", "stock-worker", &[]).unwrap();
     fleet.wait_settled(Duration::from_secs(120)).await.unwrap();
@@ -560,17 +608,22 @@ async fn after_a_cut_an_order_whose_turn_depends_on_a_pending_order_ahead_waits_
     // Arrange: A (first in line, a card that will be declined) stays pending: its
     // authorization meets a 500, which Stripe saves under its key. B (second) is authorized;
     // no stock worker runs yet.
-    let mut fleet = without_stock_workers("cut-behind-a-pending-order", &[]).await;
+    let mut fleet =
+        without_stock_workers("cut-behind-a-pending-order", &[("PAYMENT_ACTION_TIMEOUT_SECONDS", "300")])
+            .await;
     fleet.product("sku-1", 1000, 2).await.unwrap();
     fleet.fault("create", "error_500", 1).await.unwrap();
     let a = fleet.post_order("ann", "key-a", "sku-1", 1, "pm_card_chargeDeclined").await.unwrap();
     assert_eq!(a.status, 503, "{a:?}");
-    let b = order(&fleet, "bob", "sku-1", "pm_card_visa").await;
+    // B waits for 3-D Secure through the cut (a commit with nothing cut takes the units at
+    // once, and the cut below them would be refused), then is authorized after it.
+    let b = order(&fleet, "bob", "sku-1", "pm_card_threeDSecure2Required").await;
     assert_eq!((b.status, b.body["position"].as_i64()), (202, Some(2)), "{b:?}");
 
     // Act: cut to one unit. B's turn now depends on A: if A is authorized, A has the unit;
     // if A is declined, B has it. The worker must wait for A, not reject B at once.
     upsert_stock(&fleet, "sku-1", "1").await.unwrap();
+    authenticate_in_line(&fleet, &[b.body["order_id"].as_str().unwrap().to_owned()]).await;
     fleet.spawn("stock-worker", "stock-worker", &[]).unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let b_now: String = sqlx::query_scalar("SELECT status::text FROM orders WHERE user_id = 'bob'")
