@@ -91,13 +91,19 @@ pub struct Link {
     idle_since: Instant,
 }
 
+impl Link {
+    /// A connection just opened: finished, and idle from now.
+    fn opened(raw: PgConnection) -> Self {
+        Self { raw, unfinished: false, idle_since: Instant::now() }
+    }
+}
+
 impl bb8::ManageConnection for Connector {
     type Connection = Link;
     type Error = sqlx::Error;
 
     async fn connect(&self) -> Result<Link, sqlx::Error> {
-        let raw = open(&self.options).await?;
-        Ok(Link { raw, unfinished: false, idle_since: Instant::now() })
+        open(&self.options).await.map(Link::opened)
     }
 
     async fn is_valid(&self, link: &mut Link) -> Result<(), sqlx::Error> {
@@ -162,7 +168,7 @@ impl Pool {
     /// database cannot be reached.
     pub async fn connected(options: PgConnectOptions, limits: Limits) -> sqlx::Result<Self> {
         let pool = Self::lazy(options, limits);
-        let first = bb8::ManageConnection::connect(&Connector { options: pool.options.clone() }).await?;
+        let first = Link::opened(open(&pool.options).await?);
         // The pool has room for it: it has opened none yet, or fewer than its maximum.
         let _ = pool.inner.add(first);
         Ok(pool)
@@ -201,12 +207,6 @@ impl Pool {
             .max_connections(1)
             .acquire_timeout(CONNECT_DEADLINE)
             .connect_lazy_with((*self.options).clone())
-    }
-
-    /// How many connections are open, and how many of them idle.
-    pub fn state(&self) -> (u32, u32) {
-        let state = self.inner.state();
-        (state.connections, state.idle_connections)
     }
 }
 
