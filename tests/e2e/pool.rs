@@ -162,14 +162,24 @@ async fn buyers_who_hang_up_at_random_points_in_a_drop_leave_no_session_in_a_tra
     }
     let sold = answers.iter().filter(|a| a.status == 202).count();
     assert_eq!(sold, 30, "every unit is sold to a buyer who hears so");
-    let in_a_transaction: Vec<(String, Option<String>)> = sqlx::query_as(
-        "SELECT state, query FROM pg_stat_activity
-          WHERE application_name = 'order-intake' AND datname = current_database() AND xact_start IS NOT NULL",
+    // Read as the intake's own role: PostgreSQL shows a session's state only to its own role
+    // (or a superuser); to any other, `state` and `xact_start` are NULL.
+    let url = fleet_harness::as_role(&fleet.stack.database_url, "orderfleet_intake");
+    let mut as_intake = <sqlx::PgConnection as sqlx::Connection>::connect(&url).await.unwrap();
+    let sessions: Vec<(String, bool)> = sqlx::query_as(
+        "SELECT state, xact_start IS NOT NULL FROM pg_stat_activity
+          WHERE application_name = 'order-intake' AND datname = current_database()",
     )
-    .fetch_all(&fleet.pool)
+    .fetch_all(&mut as_intake)
     .await
     .unwrap();
-    assert_eq!(in_a_transaction, [], "sessions of the intake's inside a transaction");
+    assert!(!sessions.is_empty(), "no session of the intake's to look at");
+    let in_a_transaction: Vec<_> = sessions.iter().filter(|(_, open)| *open).collect();
+    assert_eq!(
+        in_a_transaction,
+        Vec::<&(String, bool)>::new(),
+        "sessions of the intake's inside a transaction"
+    );
     let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     let audit = orderfleet_tests::audit::Audit::without_notifications(&fleet, "sku-1").await.unwrap();
     audit.assert_guarantees();
@@ -186,17 +196,20 @@ async fn a_connection_the_server_terminated_fails_one_statement_and_is_not_hande
     let db = TestDatabase::migrated().await.unwrap();
     let pool = fleet_harness::fleet_pool(&db.url, 1).await.unwrap();
     let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&pool).await.unwrap();
+    let started = std::time::Instant::now();
 
     // Act: the server ends the session; the pool's user tries twice.
     let ended: bool =
         sqlx::query_scalar("SELECT pg_terminate_backend($1)").bind(pid).fetch_one(&db.pool).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let first = sqlx::query("SELECT 1").execute(&pool).await;
+    let idle = started.elapsed();
     let second = sqlx::query("SELECT 1").execute(&pool).await;
 
-    // Assert
+    // Assert: the first fails (unless the session sat idle for a second, on a busy machine:
+    // then the pool's own check found it dead first); the second never meets it.
     assert!(ended);
-    assert!(first.is_err(), "the ended session answered: {first:?}");
+    assert!(first.is_err() || idle >= Duration::from_millis(900), "the ended session answered: {first:?}");
     assert!(second.is_ok(), "the ended session was handed out again: {second:?}");
     db.drop().await.unwrap();
 }

@@ -127,6 +127,11 @@ pub struct AppState {
     pub caller_trace: CallerTrace,
     /// The webhook endpoint's signing secrets.
     pub webhook_secrets: webhook::WebhookSecrets,
+    /// Placements running as tasks of their own ([`routes`]), at most `INTAKE_MAX_IN_FLIGHT`:
+    /// a buyer who hangs up leaves the request's bound, not the placement's.
+    pub placements: Arc<tokio::sync::Semaphore>,
+    /// The same tasks, so a stop waits for them ([`server::run`]).
+    pub placing: tokio_util::task::TaskTracker,
 }
 
 impl AppState {
@@ -151,6 +156,8 @@ impl AppState {
             limits: Arc::new(Limits::new(config.limits)),
             caller_trace: config.caller_trace,
             webhook_secrets: config.webhook_secrets.clone(),
+            placements: Arc::new(tokio::sync::Semaphore::new(config.limits.max_in_flight)),
+            placing: tokio_util::task::TaskTracker::new(),
         })
     }
 }

@@ -129,9 +129,16 @@ async fn place_order(
     // off mid-step is closed, and its transaction rolls back: `runtime::pool`), but the order
     // would wait for its lease to lapse, and the buyer's retry with the same key for it. Run
     // to its end, the placement leaves the order answered for that retry, and its connections
-    // in the pool.
+    // in the pool. The task has the request's own bounds: at most `INTAKE_MAX_IN_FLIGHT` run
+    // at once (a flood of hang-ups is shed, not left running), each within the request
+    // timeout (past it the placement is dropped: its connection is closed, its order waits
+    // for its lease), and a stop waits for them.
+    let Ok(permit) = state.placements.clone().try_acquire_owned() else {
+        return Err(crate::limits::rate_limited(Duration::from_secs(1)));
+    };
     let (state, user, traceparent) = (state.clone(), user.clone(), traceparent.to_owned());
     let placing = async move {
+        let _permit = permit;
         let intake = Intake {
             pool: &state.pool,
             payments: &state.payments,
@@ -139,11 +146,17 @@ async fn place_order(
             declines_per_hour: state.limits.config.declines_per_hour,
             traceparent: &traceparent,
         };
-        intake.place(&user, &key, &request).await
+        let deadline = state.limits.config.request_timeout;
+        tokio::time::timeout(deadline, intake.place(&user, &key, &request)).await.unwrap_or_else(|_| {
+            Err(ApiError::Unavailable(anyhow::anyhow!("the placement did not finish within {deadline:?}")))
+        })
     };
-    tokio::spawn(placing.in_current_span()).await.unwrap_or_else(|panicked| {
-        Err(ApiError::Unexpected(anyhow::anyhow!("the placement panicked: {panicked}")))
-    })
+    let tracker = state.placing.clone();
+    match tracker.spawn(placing.in_current_span()).await {
+        Ok(placed) => placed,
+        Err(e) if e.is_panic() => Err(ApiError::Unexpected(anyhow::anyhow!("the placement panicked: {e}"))),
+        Err(e) => Err(ApiError::Unavailable(anyhow::anyhow!("the placement was stopped: {e}"))),
+    }
 }
 
 async fn get_order(

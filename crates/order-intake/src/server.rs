@@ -25,6 +25,7 @@ pub async fn run(
     // hyper's one timer runs from when it starts waiting for a request: the idle timeout.
     http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(state.limits.config.idle_timeout);
     let header_timeout = state.limits.config.header_timeout;
+    let placing = state.placing.clone();
     let app = router(state);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
@@ -68,5 +69,8 @@ pub async fn run(
     // No new connections; idle ones close, requests in flight finish.
     drop(listener);
     graceful.shutdown().await;
+    // And the placements whose buyers hung up, which no connection waits for.
+    placing.close();
+    placing.wait().await;
     Ok(())
 }

@@ -133,11 +133,7 @@ pub(crate) async fn receive(State(state): State<AppState>, headers: HeaderMap, b
     };
     match accept(&state, &headers, &body).await {
         Ok(applied) => {
-            let effect = match applied {
-                Applied::Applied(effect) => effect,
-                Applied::AlreadyApplied => "already_applied",
-                Applied::Ignored => "ignored",
-            };
+            let effect = applied.effect();
             tracing::info!(effect, "webhook applied");
             (StatusCode::OK, axum::Json(serde_json::json!({ "received": true, "effect": effect })))
                 .into_response()
@@ -160,12 +156,7 @@ async fn accept(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Ap
     let applied = webhook::apply(&state.pool, &state.payments, &event, state.lease).instrument(span).await;
     // Every signed event, by type and what it did (`unavailable`: answered 503, Stripe sends it
     // again): what Stripe's webhooks cost the intake, per order, in `make bench`.
-    let effect: &'static str = match &applied {
-        Ok(Applied::Applied(effect)) => effect,
-        Ok(Applied::AlreadyApplied) => "already_applied",
-        Ok(Applied::Ignored) => "ignored",
-        Err(_) => "unavailable",
-    };
+    let effect = applied.as_ref().map_or("unavailable", Applied::effect);
     metrics::counter!("webhook_events_total", "type" => event.kind.clone(), "effect" => effect).increment(1);
     applied.map_err(|e| match e {
         WebhookError::Unavailable(reason) => ApiError::WebhookUnavailable(reason),

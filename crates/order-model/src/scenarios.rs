@@ -54,15 +54,14 @@ pub fn messages_without_the_sweeper() -> Scenario {
 /// forgetting its saved answers, a process outliving its lease (two at work on one
 /// authorization); with Stripe failing once and a process dying once.
 pub fn time_passing() -> Scenario {
-    Scenario::new("holds, keys and leases expiring", vec![(1, Card::Good)], 1).with_budget(Budget {
-        faults: 1,
-        crashes: 1,
-        retries: 1,
-        stalls: 1,
-        expiries: 1,
-        key_expiries: 1,
-        ..Budget::default()
-    })
+    Scenario::new("holds, keys and leases expiring", vec![(1, Card::Good)], 1).with_budget(times_work())
+}
+
+/// One of each thing time does to an order (a deadline, a key and a lease expiring), with
+/// Stripe failing once, a retry and a process dying once: [`time_passing`]'s budget, and
+/// [`three_d_secure`]'s with an event lost besides.
+fn times_work() -> Budget {
+    Budget { faults: 1, crashes: 1, retries: 1, stalls: 1, expiries: 1, key_expiries: 1, ..Budget::default() }
 }
 
 /// Orders of different sizes after a cut: an order too large for what is left is passed
@@ -81,16 +80,7 @@ pub fn sizes_after_a_cut() -> Scenario {
 pub fn three_d_secure() -> Scenario {
     Scenario::new("3-D Secure: the webhook racing the sweeper", vec![(1, Card::ThreeDSecure)], 1)
         .with_webhooks()
-        .with_budget(Budget {
-            faults: 1,
-            crashes: 1,
-            retries: 1,
-            stalls: 1,
-            expiries: 1,
-            key_expiries: 1,
-            lost_events: 1,
-            ..Budget::default()
-        })
+        .with_budget(Budget { lost_events: 1, ..times_work() })
 }
 
 /// 3-D Secure beside a good card: the line holds the 3-D Secure order's units and position

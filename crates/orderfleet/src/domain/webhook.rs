@@ -118,6 +118,18 @@ pub enum Applied {
     Ignored,
 }
 
+impl Applied {
+    /// What the event did, in a word: its effect, `already_applied` or `ignored` (the answer's
+    /// `effect`, and the label of `webhook_events_total`).
+    pub fn effect(&self) -> &'static str {
+        match self {
+            Applied::Applied(effect) => effect,
+            Applied::AlreadyApplied => "already_applied",
+            Applied::Ignored => "ignored",
+        }
+    }
+}
+
 /// Why an event could not be applied now; Stripe is answered `503` and delivers it again.
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {

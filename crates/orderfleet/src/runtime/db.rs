@@ -86,7 +86,7 @@ pub async fn connect(config: &DatabaseConfig, size: PoolSize) -> anyhow::Result<
 /// What every connection of the fleet's is opened with. The settings travel in the startup
 /// message, so they cost no round trip, once per connection:
 /// - `statement_timeout` ([`STATEMENT_TIMEOUT`]): a statement the server is still running past it
-///   is cancelled (SQLSTATE 57014, transient), so a slow statement on a live server ends as
+///   is cancelled (SQLSTATE 57014, an outage), so a slow statement on a live server ends as
 ///   the server's error before the client's own deadline ([`STEP_DEADLINE`]), which is left for
 ///   a server that does not answer at all;
 /// - `idle_in_transaction_session_timeout` ([`IDLE_IN_TRANSACTION`]): the server ends a
@@ -184,10 +184,11 @@ pub async fn migrate(pool: &Pool) -> anyhow::Result<()> {
 /// from SSLRequest"), a cut inside TLS a `Tls` one, a server gone quiet [`Unanswered`] or a
 /// pool timeout. So the kinds are decided by what the error is *not*:
 /// - an answer from the server with a SQLSTATE is classified by its class: unreachable,
-///   refusing connections, out of resources or shutting down (08, 28, 3D, 53, 57 but a
-///   cancelled statement) is an **outage**; an integrity constraint, a data exception, or an
-///   error raised on purpose by a trigger (23, 22, P0) is **permanent**; anything else (a
-///   deadlock, a serialization failure, a cancelled statement) is **transient**;
+///   refusing connections, out of resources, shutting down, or cancelling a statement at its
+///   `statement_timeout` (08, 28, 3D, 53, 57) is an **outage**: a statement that ran that long
+///   waited on a lock held by a client gone quiet, or on a server too busy; an integrity
+///   constraint, a data exception, or an error raised on purpose by a trigger (23, 22, P0) is
+///   **permanent**; anything else (a deadlock, a serialization failure) is **transient**;
 /// - an error about the rows we asked for (a row missing, a value that does not decode) is
 ///   **transient**: a bug or a race, retried a bounded number of times;
 /// - every other error, and any error raised while getting or opening a connection whatever
@@ -206,7 +207,7 @@ pub fn failure(error: &anyhow::Error) -> Failure {
         sqlx::Error::Database(e) => {
             let code = e.code().unwrap_or_default().into_owned();
             let kind = match &code[..code.len().min(2)] {
-                "08" | "28" | "3D" | "53" | "57" if code != "57014" => Kind::Outage,
+                "08" | "28" | "3D" | "53" | "57" => Kind::Outage,
                 "23" | "22" | "P0" => Kind::Permanent,
                 _ => Kind::Transient,
             };
@@ -281,6 +282,44 @@ mod tests {
         assert_eq!((failure(&frozen).kind, failure(&frozen).code.as_str()), (Kind::Outage, "unanswered"));
         // A row that is not there is the work's, not the connection's.
         assert_eq!(failure(&anyhow::Error::new(sqlx::Error::RowNotFound)).kind, Kind::Transient);
+    }
+
+    /// A statement the server cancelled at `statement_timeout` waited on a lock held by a
+    /// client gone quiet, or on a server too busy: the database's state, not the message's. As
+    /// an outage the message is held, with no receive spent (SPEC §8.10); as a transient
+    /// failure it went back to SQS with one spent on every try.
+    #[test]
+    fn a_statement_the_server_cancelled_at_its_timeout_is_an_outage() {
+        #[derive(Debug)]
+        struct Cancelled;
+        impl std::fmt::Display for Cancelled {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("canceling statement due to statement timeout")
+            }
+        }
+        impl std::error::Error for Cancelled {}
+        impl sqlx::error::DatabaseError for Cancelled {
+            fn message(&self) -> &str {
+                "canceling statement due to statement timeout"
+            }
+            fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
+                Some("57014".into())
+            }
+            fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+                self
+            }
+            fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+                self
+            }
+            fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+                self
+            }
+            fn kind(&self) -> sqlx::error::ErrorKind {
+                sqlx::error::ErrorKind::Other
+            }
+        }
+        let cancelled = anyhow::Error::new(sqlx::Error::Database(Box::new(Cancelled)));
+        assert_eq!((failure(&cancelled).kind, failure(&cancelled).code.as_str()), (Kind::Outage, "57014"));
     }
 
     #[tokio::test(start_paused = true)]

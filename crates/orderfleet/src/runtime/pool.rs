@@ -38,8 +38,24 @@ const PING_DEADLINE: Duration = Duration::from_secs(2);
 /// and a failover's new primary gets the fleet's connections within this long.
 pub const MAX_LIFETIME: Duration = Duration::from_secs(30 * 60);
 
-/// How long a connection above the pool's minimum may sit idle before it is closed.
+/// How long a connection may sit idle before it is closed (bb8's reaper, every 30 s, closes
+/// any such one and opens new ones up to the pool's minimum).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
+/// How long opening a connection may take: bb8 bounds none, and a host that drops packets
+/// would hold each attempt for the kernel's SYN timeout, about two minutes.
+const CONNECT_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Opens a connection within [`CONNECT_DEADLINE`].
+async fn open(options: &PgConnectOptions) -> sqlx::Result<PgConnection> {
+    match tokio::time::timeout(CONNECT_DEADLINE, PgConnection::connect_with(options)).await {
+        Ok(opened) => opened,
+        Err(_) => Err(sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no connection to PostgreSQL within {CONNECT_DEADLINE:?}"),
+        ))),
+    }
+}
 
 /// The pool. Cloning it is cheap: the clones share one set of connections.
 #[derive(Clone)]
@@ -75,13 +91,19 @@ pub struct Link {
     idle_since: Instant,
 }
 
+impl Link {
+    /// A connection just opened: finished, and idle from now.
+    fn opened(raw: PgConnection) -> Self {
+        Self { raw, unfinished: false, idle_since: Instant::now() }
+    }
+}
+
 impl bb8::ManageConnection for Connector {
     type Connection = Link;
     type Error = sqlx::Error;
 
     async fn connect(&self) -> Result<Link, sqlx::Error> {
-        let raw = PgConnection::connect_with(&self.options).await?;
-        Ok(Link { raw, unfinished: false, idle_since: Instant::now() })
+        open(&self.options).await.map(Link::opened)
     }
 
     async fn is_valid(&self, link: &mut Link) -> Result<(), sqlx::Error> {
@@ -120,8 +142,9 @@ pub struct Limits {
 }
 
 impl Pool {
-    /// A pool that opens its connections when they are first needed, and keeps
-    /// `min_connections` open from then on.
+    /// A pool that starts opening `min_connections` in the background and returns at once, so
+    /// a process starts while the database is still coming up; it opens more as steps need
+    /// them.
     pub fn lazy(options: PgConnectOptions, limits: Limits) -> Self {
         let options = Arc::new(options);
         let inner = bb8::Pool::builder()
@@ -131,6 +154,11 @@ impl Pool {
             .max_lifetime(Some(MAX_LIFETIME))
             .idle_timeout(Some(IDLE_TIMEOUT))
             .test_on_check_out(true)
+            // The connection given back last is handed out first: a steady trickle of steps
+            // keeps reusing a few warm ones (no ping: they were idle under a second), and the
+            // rest age out at the idle limit. (bb8's default, the oldest first, would make
+            // every checkout in a quiet spell a ping.) pgxpool keeps its idle ones as a stack too.
+            .queue_strategy(bb8::QueueStrategy::Lifo)
             .error_sink(Box::new(LogConnectErrors))
             .build_unchecked(Connector { options: options.clone() });
         Self { inner, options }
@@ -140,7 +168,7 @@ impl Pool {
     /// database cannot be reached.
     pub async fn connected(options: PgConnectOptions, limits: Limits) -> sqlx::Result<Self> {
         let pool = Self::lazy(options, limits);
-        let first = bb8::ManageConnection::connect(&Connector { options: pool.options.clone() }).await?;
+        let first = Link::opened(open(&pool.options).await?);
         // The pool has room for it: it has opened none yet, or fewer than its maximum.
         let _ = pool.inner.add(first);
         Ok(pool)
@@ -169,19 +197,16 @@ impl Pool {
     /// `LISTEN`, or for migrations (which may take longer than a statement's timeout: the caller
     /// lifts it).
     pub async fn dedicated(&self) -> sqlx::Result<PgConnection> {
-        PgConnection::connect_with(&self.options).await
+        open(&self.options).await
     }
 
     /// A sqlx pool of one connection, opened with the same options: sqlx's `PgListener` (the
     /// relay's `LISTEN`) takes its connection from one, and holds it for as long as it listens.
     pub fn for_listener(&self) -> sqlx::PgPool {
-        sqlx::postgres::PgPoolOptions::new().max_connections(1).connect_lazy_with((*self.options).clone())
-    }
-
-    /// How many connections are open, and how many of them idle.
-    pub fn state(&self) -> (u32, u32) {
-        let state = self.inner.state();
-        (state.connections, state.idle_connections)
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(CONNECT_DEADLINE)
+            .connect_lazy_with((*self.options).clone())
     }
 }
 
@@ -193,7 +218,7 @@ struct LogConnectErrors;
 
 impl bb8::ErrorSink<sqlx::Error> for LogConnectErrors {
     fn sink(&self, error: sqlx::Error) {
-        tracing::warn!(error = %error, "failed to open a connection to PostgreSQL");
+        tracing::warn!(error = %error, "a connection to PostgreSQL failed to open, or to answer its check");
     }
 
     fn boxed_clone(&self) -> Box<dyn bb8::ErrorSink<sqlx::Error>> {

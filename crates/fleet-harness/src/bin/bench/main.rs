@@ -554,6 +554,15 @@ impl Figures {
         self.accepted as f64 / self.total_seconds
     }
 
+    /// `label=count per order …`, each to `digits` decimals.
+    fn each_per_order(&self, counts: &BTreeMap<String, f64>, digits: usize) -> String {
+        counts
+            .iter()
+            .map(|(label, c)| format!("{label}={:.digits$}", self.per_order(*c)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
     fn total_requests(&self) -> f64 {
         self.requests.values().sum()
     }
@@ -610,20 +619,12 @@ impl Figures {
         let (accepted, spent, total) = (self.accepted, &self.spent, self.spent.total());
         println!(
             "SQS + SNS requests        {total_requests:.0} = {requests_per_order:.2} per order: {}",
-            self.requests
-                .iter()
-                .map(|(op, c)| format!("{op}={:.3}", self.per_order(*c)))
-                .collect::<Vec<_>>()
-                .join(" ")
+            self.each_per_order(&self.requests, 3)
         );
         println!(
             "Stripe webhooks           {:.2} events per order, their work counted in every figure below: {}",
             self.per_order(self.webhooks.values().sum()),
-            self.webhooks
-                .iter()
-                .map(|(e, c)| format!("{e}={:.2}", self.per_order(*c)))
-                .collect::<Vec<_>>()
-                .join(" ")
+            self.each_per_order(&self.webhooks, 2)
         );
         println!(
             "database transactions     {xacts_per_order:.1} per order (pg_stat_database: the bench's own polling included)"
