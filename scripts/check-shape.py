@@ -171,6 +171,14 @@ def main():
                     problems.append(f"{path}:{i + 1}: fn {match.group(6)} is {end - i + 1} lines (at most {LONGEST})")
             if fleet and STATUS_LITERAL.search(line.split("//")[0]):
                 problems.append(f"{path}:{i + 1}: a status spelled in SQL; use the named sets or bind OrderStatus")
+    # A statement kept in a file of its own (`sqlx::query_file!`) is the fleet's SQL too.
+    for path in sorted(glob.glob("crates/**/*.sql", root_dir=ROOT, recursive=True)):
+        if path.startswith(NOT_THE_FLEET):
+            continue
+        with open(os.path.join(ROOT, path)) as sql:
+            for i, line in enumerate(sql):
+                if STATUS_LITERAL.search(line.split("--")[0]):
+                    problems.append(f"{path}:{i + 1}: a status spelled in SQL; use the named sets or bind OrderStatus")
     problems.extend(import_loops())
     for problem in problems:
         print(problem, file=sys.stderr)

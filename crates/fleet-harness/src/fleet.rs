@@ -554,6 +554,16 @@ impl Fleet {
         self.sim_control(&route, &serde_json::json!({ "outcome": outcome })).await
     }
 
+    /// The buyer of `order_id` (awaiting 3-D Secure) completing it: its PaymentIntent read
+    /// from the order, then [`Fleet::authenticate`].
+    pub async fn authenticate_order(&self, order_id: &str) -> anyhow::Result<()> {
+        let intent: String = sqlx::query_scalar("SELECT payment_intent_id FROM orders WHERE id = $1::uuid")
+            .bind(order_id)
+            .fetch_one(&self.pool)
+            .await?;
+        self.authenticate(&intent, true).await
+    }
+
     /// Time passing for `payment_intent`'s hold: it lapses, as Stripe cancels it
     /// (`POST /_sim/payment_intents/{id}/expire`).
     pub async fn expire_hold(&self, payment_intent: &str) -> anyhow::Result<()> {

@@ -1148,8 +1148,9 @@ impl OrderProtocol {
         }
     }
 
-    /// `payment_intent.canceled` for an `authorized` order: its intent read fresh, and if it
-    /// is cancelled, `authorization_canceled` with the units back
+    /// `payment_intent.canceled` for an `authorized` or `stock_reserved` order (most orders
+    /// are `stock_reserved` from their commit): its intent read fresh, and if it is cancelled,
+    /// `authorization_canceled` with the units back, and the stock too if it was taken
     /// ([`orderfleet::domain::webhook`]'s `hold_canceled`, `lose_hold`).
     fn hook_step(&self, s: &mut State, order: Buyer, step: Hook, net: Net) -> Next<Hook> {
         match step {
@@ -1167,10 +1168,14 @@ impl OrderProtocol {
             Hook::LoseHold => {
                 let quantity = self.quantity(order);
                 let o = s.order_mut(order);
-                if o.status == Status::Authorized {
+                let reserved = o.status == Status::StockReserved;
+                if o.status == Status::Authorized || reserved {
                     o.status = Status::AuthorizationCanceled;
                     o.released = true;
                     s.product.promised -= quantity;
+                    if reserved {
+                        s.product.stock += quantity as i8;
+                    }
                 }
                 Next::End(Done::Settled)
             }
@@ -1179,7 +1184,7 @@ impl OrderProtocol {
 
     /// Stripe delivers an event ([`orderfleet::domain::webhook::apply`]): about the order's own
     /// intent, it settles a `requires_action` order (taking its lease: `None`, a 503 and a
-    /// redelivery, while another holds it) or looks at an `authorized` one's cancelled hold;
+    /// redelivery, while another holds it) or looks at an `authorized` or `stock_reserved` one's cancelled hold;
     /// anything else changes nothing (a stray intent's release is not modelled).
     fn deliver(s: &mut State, event: Event) -> Option<()> {
         let (intent, canceled) = event;
@@ -1189,7 +1194,7 @@ impl OrderProtocol {
             _ if o.intent != Some(intent) => None,
             Status::RequiresAction if o.lease.is_some() => return None,
             Status::RequiresAction => Some(Job::Settle(order, Settle::Read)),
-            Status::Authorized if canceled => Some(Job::Hook(order, Hook::Read)),
+            Status::Authorized | Status::StockReserved if canceled => Some(Job::Hook(order, Hook::Read)),
             _ => None,
         };
         let at = s.events.iter().position(|e| *e == event).expect("a pending event");

@@ -322,12 +322,12 @@ pub enum Settle {
     Authorize,
 }
 
-/// A webhook's `payment_intent.canceled` for an `authorized` order ([`orderfleet::domain::webhook`]).
+/// A webhook's `payment_intent.canceled` for an `authorized` or `stock_reserved` order ([`orderfleet::domain::webhook`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Hook {
     /// The order's intent read fresh.
     Read,
-    /// `authorization_canceled`, the units back.
+    /// `authorization_canceled`, the units back (and the stock, if the order had taken it).
     LoseHold,
 }
 

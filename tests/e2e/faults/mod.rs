@@ -27,6 +27,17 @@ async fn place(fleet: &Fleet, user: &str, key: &str, product: &str) -> fleet_har
     eventually("the intake answering", Duration::from_secs(20), answered).await.unwrap()
 }
 
+/// An order of one unit awaiting 3-D Secure, so that it is still pending when the test cuts
+/// the stock; returns its id. (An order authorized before any cut takes its unit in its
+/// commit, and a cut cannot take that back.)
+async fn place_awaiting_authentication(fleet: &Fleet, user: &str, key: &str, product: &str) -> String {
+    let card = "pm_card_threeDSecure2Required";
+    let answered = || async { fleet.post_order(user, key, product, 1, card).await.ok() };
+    let answer = eventually("the intake answering", Duration::from_secs(20), answered).await.unwrap();
+    assert_eq!((answer.status, answer.body["status"].as_str()), (202, Some("requires_action")), "{answer:?}");
+    answer.body["order_id"].as_str().unwrap().to_owned()
+}
+
 /// A queue's messages: (visible, in flight).
 pub(crate) async fn depth(fleet: &Fleet, queue_url: &str) -> (u64, u64) {
     fleet.queue_depth(queue_url).await.unwrap()

@@ -91,11 +91,11 @@ async fn the_sweeper_reaches_an_orphaned_order_behind_200_it_cannot_settle() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_data_error_for_one_order_sends_its_message_toward_the_dlq_without_pausing_the_worker() {
-    // Arrange: a trigger refuses one buyer's order its move to stock_reserved, as a constraint
-    // or a bad row would.
+    // Arrange: a trigger refuses one buyer's order its move to paid (the stock worker's step:
+    // the commit that authorized it took its unit), as a constraint or a bad row would.
     let fleet = Fleet::start("data-error", 1).await.unwrap();
     fleet.product("sku-1", 1000, 11).await.unwrap();
-    refuse_the_move_to(&fleet, "stock_reserved").await;
+    refuse_the_move_to(&fleet, "paid").await;
 
     // Act
     assert_eq!(place(&fleet, "refused", "key", "sku-1").await.status, 202);

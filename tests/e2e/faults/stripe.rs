@@ -27,16 +27,16 @@ async fn stripe_failing_on_authorize_capture_and_cancel_is_retried_with_the_same
         }
     }
     // A cancel happens only for an order that loses its unit after it was accepted: an
-    // operator cut the stock below what was promised while its stock check waited. So each
-    // cancel case places its order with no stock worker running, cuts, arms the fault, and
-    // only then starts a worker.
+    // operator cut the stock below what was promised while it waited for 3-D Secure. So each
+    // cancel case places its order with no stock worker running, cuts, has the buyer
+    // authenticate, arms the fault, and only then starts a worker.
     fleet.terminate("stock-worker-0").await.unwrap();
     for mode in modes {
         let product = format!("cut-{mode}");
         fleet.product(&product, 1000, 1).await.unwrap();
-        let answer = place(&fleet, "lee", &format!("cancel-{mode}"), &product).await;
-        assert_eq!(answer.status, 202, "cancel-{mode}: {:?}", answer.body);
+        let order = place_awaiting_authentication(&fleet, "lee", &format!("cancel-{mode}"), &product).await;
         fleet.product(&product, 1000, 0).await.unwrap();
+        fleet.authenticate_order(&order).await.unwrap();
         fleet.fault("cancel", mode, 1).await.unwrap();
         faults += 1;
         let worker = format!("stock-worker-{mode}");
@@ -98,11 +98,14 @@ async fn a_retry_a_day_after_an_intake_died_mid_authorization_finds_the_first_ho
     fleet.stop().await.unwrap();
 }
 
-/// Waits until every order is `authorized`; their ids and PaymentIntents, oldest first.
-async fn authorized_orders(fleet: &Fleet, n: usize) -> Vec<(uuid::Uuid, String)> {
-    eventually(&format!("{n} orders authorized"), Duration::from_secs(30), || async {
+/// Waits until every order is authorized and waits for its capture (`stock_reserved`: its
+/// commit took its units; `authorized` after a cut); their ids and PaymentIntents, oldest
+/// first.
+async fn accepted_orders(fleet: &Fleet, n: usize) -> Vec<(uuid::Uuid, String)> {
+    eventually(&format!("{n} orders accepted"), Duration::from_secs(30), || async {
         let rows: Vec<(uuid::Uuid, String)> = sqlx::query_as(
-            "SELECT id, payment_intent_id FROM orders WHERE status = 'authorized' ORDER BY position",
+            "SELECT id, payment_intent_id FROM orders WHERE status IN ('authorized', 'stock_reserved')
+              ORDER BY position",
         )
         .fetch_all(&fleet.pool)
         .await
@@ -126,7 +129,7 @@ async fn a_hold_past_its_deadline_is_not_captured_and_without_webhooks_its_order
     }
     fleet.product("sku-1", 1000, 1).await.unwrap();
     assert_eq!(place(&fleet, "ola", "k1", "sku-1").await.status, 202);
-    let (order_id, intent) = authorized_orders(&fleet, 1).await.remove(0);
+    let (order_id, intent) = accepted_orders(&fleet, 1).await.remove(0);
 
     // Act: the authorization outlives its window (about 7 days) before the worker gets to it;
     // Stripe then cancels the PaymentIntent by itself.
@@ -167,7 +170,7 @@ async fn a_hold_past_its_deadline_is_not_captured_and_without_webhooks_its_order
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_hold_deadline_stripe_gives_is_recorded_and_dlq_stats_warns_when_a_dead_lettered_one_nears_it() {
-    // Arrange: two orders authorized; no stock worker, so their stock checks wait.
+    // Arrange: two orders accepted; no stock worker, so their stock checks wait.
     let mut fleet = Fleet::prepare("hold-deadline").await.unwrap();
     for label in ["order-intake", "outbox-relay"] {
         fleet.spawn(label, label, &[]).unwrap();
@@ -176,7 +179,7 @@ async fn the_hold_deadline_stripe_gives_is_recorded_and_dlq_stats_warns_when_a_d
     for user in ["ola", "per"] {
         assert_eq!(place(&fleet, user, "k1", "sku-1").await.status, 202);
     }
-    let orders = authorized_orders(&fleet, 2).await;
+    let orders = accepted_orders(&fleet, 2).await;
 
     // The deadline is Stripe's (stripe-sim gives 7 days from the authorization, as Stripe does
     // for most cards), recorded with the authorization.
@@ -363,14 +366,15 @@ async fn a_500_stripe_saved_under_a_captures_key_is_followed_by_a_new_attempt() 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_500_stripe_saved_under_a_cancels_key_is_followed_by_a_new_attempt() {
-    // Arrange: an order accepted, then its stock cut with no worker running, so that its
-    // authorization must be cancelled; the first cancel answers 500, saved under its key.
+    // Arrange: an order awaiting 3-D Secure, its stock cut, then authenticated with no worker
+    // running, so that its authorization must be cancelled; the first cancel answers 500,
+    // saved under its key.
     let mut fleet = fleet_for_saved_500s("stripe-saved-500-cancel").await;
     fleet.terminate("stock-worker").await.unwrap();
     fleet.product("sku-cut", 1000, 1).await.unwrap();
-    let answer = place(&fleet, "cy", "k-1", "sku-cut").await;
-    assert_eq!(answer.status, 202, "{:?}", answer.body);
+    let order = place_awaiting_authentication(&fleet, "cy", "k-1", "sku-cut").await;
     fleet.product("sku-cut", 1000, 0).await.unwrap();
+    fleet.authenticate_order(&order).await.unwrap();
     fleet.fault("cancel", "error_500", 1).await.unwrap();
 
     // Act
@@ -380,7 +384,7 @@ async fn a_500_stripe_saved_under_a_cancels_key_is_followed_by_a_new_attempt() {
     // next attempt.
     let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     assert_eq!(statuses.get("rejected_out_of_stock"), Some(&1), "{statuses:?}");
-    assert_eq!(attempt_of(&fleet, answer.body["order_id"].as_str().unwrap()).await, 2);
+    assert_eq!(attempt_of(&fleet, &order).await, 2);
     audit_saved_500s(&fleet, "stripe-saved-500-cancel", "sku-cut", 1).await;
     fleet.stop().await.unwrap();
 }

@@ -160,6 +160,7 @@ impl Fulfilment {
             attempt: reserved.attempt,
             id: &reserved.payment_intent_id,
         };
+        crate::runtime::failpoint::hit("after_reserve");
         if self.payments.capture(intent).await.is_err() {
             return self.advance(order.order_id).await;
         }
@@ -445,10 +446,10 @@ impl Fulfilment {
         }
     }
 
-    /// A capture Stripe refused: ONE transaction moves the order to `ended` — `capture_failed`,
+    /// A capture Stripe refused: ONE statement moves the order to `ended` — `capture_failed`,
     /// or `authorization_canceled` when its hold is gone (no cancel then) — with its
     /// `order.rejected` message, keeps Stripe's `detail` where only operators look, and gives
-    /// its units back.
+    /// its units back to the stock and the door.
     async fn fail_capture(
         &self,
         order: &Order,
@@ -460,34 +461,18 @@ impl Fulfilment {
             _ => CAPTURE_FAILED,
         };
         let failed = OrderNotification::of(order, ended, Some(reason));
-        let mut tx = crate::runtime::db::begin(&self.pool).await?;
         let transition = Transition::new(order.id, OrderStatus::StockReserved, ended)
             .with_reason(reason)
-            .with_message(EventType::OrderRejected, failed);
+            .with_message(EventType::OrderRejected, failed)
+            .giving_units_back(detail);
         let transition = match ended {
             OrderStatus::AuthorizationCanceled => transition.with_hold_released(),
             _ => transition,
         };
-        let moved = transition.apply(&mut *tx).await?;
-        if !moved {
-            tx.rollback().await?;
-            return Ok(Captured::Lost);
-        }
-        // Its units go back both to the stock and to the door, for the next buyer; in the same
-        // statement, the provider's words go to the operators' column.
-        sqlx::query!(
-            "WITH detail AS (UPDATE orders SET decline_detail = $4 WHERE id = $3)
-             UPDATE products SET stock = stock + $2, units_promised = units_promised - $2, updated_at = now()
-                      WHERE id = $1",
-            &order.product_id as _,
-            order.quantity as _,
-            order.id as _,
-            detail,
-        )
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(Captured::Moved(ended))
+        Ok(match transition.apply(&self.pool).await? {
+            true => Captured::Moved(ended),
+            false => Captured::Lost,
+        })
     }
 
     /// After Stripe answered a capture or a cancel with a 5xx, which it saved under the

@@ -279,9 +279,8 @@ pub struct Transition<'a> {
     pub messages: Vec<crate::domain::outbox::NewMessage>,
     /// For a move to `requires_action`: what the buyer's page needs, and until when.
     pub action: Option<(&'a crate::domain::payments::Action, DateTime<Utc>)>,
-    /// The move ends the order without a sale: its promised units go back to the door. (Not
-    /// its stock: only the stock worker's role may change a product's stock, and a move from
-    /// `stock_reserved` gives it back in a statement of its own, in the same transaction.)
+    /// The move ends the order without a sale: its promised units go back to the door, and
+    /// from `stock_reserved`, its units to the stock too, in the same statement.
     pub gives_units_back: bool,
     /// What operators are told of the failure (`decline_detail`), beside the buyer's code.
     pub detail: Option<&'a str>,
@@ -393,8 +392,8 @@ impl<'a> Transition<'a> {
         self
     }
 
-    /// ONE statement (so one round trip and the shortest possible lock): moves the order from
-    /// `from` to `to` if, and only if, it is still in `from`, and in the same statement
+    /// ONE statement (`transition.sql`: one round trip and the shortest possible lock): moves
+    /// the order from `from` to `to` if, and only if, it is still in `from`, and in the same statement
     /// enqueues the outbox messages the move causes, each carrying the order's trace context,
     /// and gives its units back when the move ends it (the order row is locked before the
     /// product row, as everywhere). Returns whether this call made the move; if not, nothing
@@ -410,51 +409,9 @@ impl<'a> Transition<'a> {
     /// `crates/order-model` checks this merge (`CommitRule::ReserveWhenNothingCut`), and finds
     /// the defect of one that looks at the stock alone.
     pub(crate) async fn apply<'e>(self, executor: impl PgExecutor<'e>) -> sqlx::Result<bool> {
-        let messages = &self.messages;
-        let ids: Vec<Uuid> = messages.iter().map(|_| Uuid::now_v7()).collect();
-        let event_types: Vec<EventType> = messages.iter().map(|m| m.event_type).collect();
-        let destinations: Vec<Destination> = messages.iter().map(|m| m.event_type.destination()).collect();
-        let payloads: Vec<&serde_json::Value> = messages.iter().map(|m| &m.payload).collect();
-        let moved = sqlx::query_scalar!(
-            r#"WITH claim AS (
-                 SELECT id, product_id, quantity FROM orders WHERE id = $1 AND status = $2 FOR UPDATE
-             ), taken AS (
-                 UPDATE products p SET stock = p.stock - c.quantity, updated_at = now()
-                   FROM claim c
-                  WHERE $3::order_status = $17::order_status AND p.id = c.product_id
-                    AND p.units_promised <= p.units_total AND p.stock >= c.quantity
-              RETURNING p.id
-             ), moved AS (
-                 UPDATE orders SET status = CASE WHEN EXISTS (SELECT 1 FROM taken) THEN $18::order_status
-                                                 ELSE $3::order_status END,
-                                   failure_reason = COALESCE($4, failure_reason),
-                                   payment_intent_id = COALESCE($5, payment_intent_id),
-                                   authorization_expires_at = COALESCE($10, authorization_expires_at),
-                                   client_secret = COALESCE($11, client_secret),
-                                   next_action = COALESCE($12, next_action),
-                                   action_expires_at = COALESCE($13, action_expires_at),
-                                   decline_detail = COALESCE($15, decline_detail),
-                                   authorization_released_at = CASE WHEN $16 THEN now()
-                                                                    ELSE authorization_released_at END,
-                                   intake_lease_until = NULL, updated_at = now()
-                  WHERE id IN (SELECT id FROM claim)
-              RETURNING id, traceparent, product_id, quantity, payment_attempt, payment_intent_id
-             ), given_back AS (
-                 UPDATE products p SET units_promised = p.units_promised - moved.quantity
-                   FROM moved WHERE $14 AND p.id = moved.product_id
-             ), enqueued AS (
-                 INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
-                 SELECT m.message_id, 'order', moved.id, m.event_type, m.destination,
-                        CASE WHEN m.event_type = $19 AND EXISTS (SELECT 1 FROM taken)
-                             THEN m.payload || jsonb_build_object('reserved', jsonb_build_object(
-                                      'attempt', moved.payment_attempt, 'payment_intent_id', moved.payment_intent_id))
-                             ELSE m.payload END,
-                        moved.traceparent
-                   FROM moved, UNNEST($6::uuid[], $7::outbox_event_type[], $8::outbox_destination[], $9::jsonb[])
-                        AS m(message_id, event_type, destination, payload)
-                 ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING
-             )
-             SELECT count(*) AS "moved!" FROM moved"#,
+        let (ids, event_types, destinations, payloads) = columns(&self.messages);
+        let moved = sqlx::query_file_scalar!(
+            "src/domain/transition.sql",
             self.order_id as _,
             self.from as _,
             self.to as _,
@@ -479,6 +436,17 @@ impl<'a> Transition<'a> {
         .await?;
         Ok(moved == 1)
     }
+}
+
+/// The outbox messages of a move as the columns `Transition::apply` unnests: a new id for
+/// each, its event type, its destination, its payload.
+fn columns(
+    messages: &[crate::domain::outbox::NewMessage],
+) -> (Vec<Uuid>, Vec<EventType>, Vec<Destination>, Vec<&serde_json::Value>) {
+    let ids = messages.iter().map(|_| Uuid::now_v7()).collect();
+    let event_types = messages.iter().map(|m| m.event_type).collect();
+    let destinations = messages.iter().map(|m| m.event_type.destination()).collect();
+    (ids, event_types, destinations, messages.iter().map(|m| &m.payload).collect())
 }
 
 /// Records that the authorization hold of an order is gone (its PaymentIntent cancelled).

@@ -22,8 +22,7 @@
 //! | event | order | effect |
 //! |---|---|---|
 //! | `payment_intent.amount_capturable_updated`, `.payment_failed`, `.canceled` | `requires_action` | settled ([`crate::domain::action`]) |
-//! | `payment_intent.canceled` | `authorized` | `authorization_canceled` if the intent is cancelled: units back, `order.rejected` |
-//! | `payment_intent.canceled` | `stock_reserved` | nothing here: the stock worker, capturing it, finds the hold gone and ends it `authorization_canceled` with its stock back (only its role changes stock) |
+//! | `payment_intent.canceled` | `authorized`, `stock_reserved` | `authorization_canceled` if the intent is cancelled: units (and stock, if taken) back, `order.rejected` |
 //! | `charge.refunded` | `paid` | `refunded` when refunded in full (`order.refunded`), else the amount recorded; a charge never captured is a released hold, not a refund |
 //! | `charge.refunded`, `charge.dispute.created` | `authorized`, `stock_reserved`, its charge captured | `503`: the capture's `paid` is not committed yet; Stripe delivers it again |
 //! | `charge.dispute.created` | any other | recorded on the order, counted (`stripe_disputes_total`); no status changes |
@@ -186,11 +185,8 @@ async fn on_the_orders_intent(
         {
             settle_action(pool, payments, event, order, lease).await
         }
-        OrderStatus::Authorized if kind == CANCELED => hold_canceled(pool, payments, event, order).await,
-        // Being captured by the stock worker, which finds the hold gone and ends the order
-        // `authorization_canceled` with its stock back (only its role may change stock).
-        OrderStatus::StockReserved if kind == CANCELED => {
-            record(pool, event, Some(order.id), "left_to_the_stock_worker").await
+        OrderStatus::Authorized | OrderStatus::StockReserved if kind == CANCELED => {
+            hold_canceled(pool, payments, event, order).await
         }
         OrderStatus::Paid if kind == REFUNDED => refunded(pool, payments, event, order).await,
         // Captured at Stripe, `paid` not yet committed (the stock worker is at it, or will be
@@ -239,8 +235,9 @@ async fn settle_action(
     }
 }
 
-/// `payment_intent.canceled` for an authorized order: if the intent is cancelled indeed
-/// (the hold expired, or was cancelled in the Dashboard), the order fails, its units go back.
+/// `payment_intent.canceled` for an `authorized` or `stock_reserved` order: if the intent is
+/// cancelled indeed (the hold expired, or was cancelled in the Dashboard), the order fails, its
+/// units go back (and its stock, if it had taken it).
 async fn hold_canceled(
     pool: &Pool,
     payments: &Payments,
@@ -258,12 +255,14 @@ async fn hold_canceled(
     }
 }
 
-/// ONE transaction: an `authorized` order whose hold is gone ends `authorization_canceled`,
-/// its units back to the line, `order.rejected`, with the event that said so.
+/// ONE transaction: an `authorized` or `stock_reserved` order whose hold is gone ends
+/// `authorization_canceled`, its units back to the line (and to the stock, if it had taken
+/// them), `order.rejected`, with the event that said so. A compare-and-set on the status the
+/// order was read in: moved since (a stock worker capturing it), it is left to that worker.
 async fn lose_hold(pool: &Pool, order: &Order, event: Option<StripeEvent<'_>>) -> sqlx::Result<bool> {
     let rejected =
         OrderNotification::of(order, OrderStatus::AuthorizationCanceled, Some(AUTHORIZATION_CANCELED));
-    let moved = Transition::new(order.id, OrderStatus::Authorized, OrderStatus::AuthorizationCanceled)
+    let moved = Transition::new(order.id, order.status, OrderStatus::AuthorizationCanceled)
         .with_reason(AUTHORIZATION_CANCELED)
         .with_message(EventType::OrderRejected, &rejected)
         .giving_units_back("the hold expired or was cancelled outside the fleet before capture")
