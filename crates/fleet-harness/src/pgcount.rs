@@ -29,6 +29,11 @@ pub struct Counts {
     /// sqlx's lookup of the database's own types on a new connection (a `Query` beginning
     /// [`TYPE_LOOKUP`]) is not one.
     pub statements: AtomicU64,
+    /// Transactions ended, read from the server's side: a `ReadyForQuery` that reports the
+    /// connection idle (`I`) after at least one statement completed or failed since the last
+    /// one. A statement outside `BEGIN` is a transaction of its own, as `pg_stat_database`
+    /// counts it; a ping (`Sync` alone) is none.
+    pub transactions: AtomicU64,
 }
 
 impl Counts {
@@ -44,6 +49,11 @@ impl Counts {
     /// Statements run so far.
     pub fn statements(&self) -> u64 {
         self.statements.load(Ordering::Relaxed)
+    }
+
+    /// Transactions ended so far.
+    pub fn transactions(&self) -> u64 {
+        self.transactions.load(Ordering::Relaxed)
     }
 }
 
@@ -136,11 +146,13 @@ async fn forward(inbound: TcpStream, target: SocketAddr, counts: Arc<Counts>, he
         let _ = out_write.shutdown().await;
     };
     let downstream = async {
+        let mut replies = Replies::default();
         let mut buf = vec![0u8; 64 * 1024];
         while let Ok(n) = out_read.read(&mut buf).await {
             if n == 0 {
                 break;
             }
+            replies.feed(&buf[..n], &counts);
             let hold = held.load(Ordering::Relaxed);
             if hold > 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(hold)).await;
@@ -235,6 +247,51 @@ impl Frames {
     }
 }
 
+/// The server's messages, read from the bytes as they come (every one typed, from the first:
+/// the client asks for no TLS).
+#[derive(Default)]
+struct Replies {
+    /// The header read so far: the type byte and the length.
+    header: Vec<u8>,
+    /// The current message's type, and its body's bytes still to skip.
+    kind: u8,
+    remaining: usize,
+    /// Whether a statement completed or failed since the last `ReadyForQuery`.
+    worked: bool,
+}
+
+impl Replies {
+    fn feed(&mut self, mut bytes: &[u8], counts: &Counts) {
+        while !bytes.is_empty() {
+            if self.remaining > 0 {
+                if self.kind == b'Z' && bytes[0] == b'I' && std::mem::take(&mut self.worked) {
+                    counts.transactions.fetch_add(1, Ordering::Relaxed);
+                }
+                if self.kind == b'Z' {
+                    self.worked = false;
+                }
+                let skip = self.remaining.min(bytes.len());
+                self.remaining -= skip;
+                self.kind = if self.remaining > 0 { 0 } else { self.kind };
+                bytes = &bytes[skip..];
+                continue;
+            }
+            let take = (5 - self.header.len()).min(bytes.len());
+            self.header.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+            if self.header.len() < 5 {
+                return;
+            }
+            self.kind = self.header[0];
+            // CommandComplete, ErrorResponse: a statement ended, in or out of a transaction.
+            self.worked |= matches!(self.kind, b'C' | b'E');
+            let length = u32::from_be_bytes(self.header[1..].try_into().expect("4 bytes")) as usize;
+            self.remaining = length.saturating_sub(4);
+            self.header.clear();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,6 +322,34 @@ mod tests {
             }
             assert_eq!(counts.read(), (0, 4, 1), "in chunks of {chunk}");
             assert_eq!(counts.statements(), 2, "in chunks of {chunk}");
+        }
+    }
+
+    #[test]
+    fn a_statement_alone_and_a_begin_to_commit_block_are_two_transactions_and_a_ping_is_none() {
+        let mut stream = Vec::new();
+        stream.extend(message(b'R', &[0, 0, 0, 0])); // AuthenticationOk
+        stream.extend(message(b'Z', b"I")); // ready after startup: nothing ran
+        stream.extend(message(b'1', b"")); // a statement alone: parsed, bound, a row, done
+        stream.extend(message(b'2', b""));
+        stream.extend(message(b'D', b"\0\x01\0\0\0\x01I"));
+        stream.extend(message(b'C', b"SELECT 1\0"));
+        stream.extend(message(b'Z', b"I"));
+        stream.extend(message(b'Z', b"I")); // a ping
+        stream.extend(message(b'C', b"BEGIN\0"));
+        stream.extend(message(b'Z', b"T"));
+        stream.extend(message(b'C', b"UPDATE 1\0"));
+        stream.extend(message(b'Z', b"T"));
+        stream.extend(message(b'C', b"COMMIT\0"));
+        stream.extend(message(b'Z', b"I"));
+        stream.extend(message(b'E', b"SERROR\0\0")); // a statement that failed: rolled back
+        stream.extend(message(b'Z', b"I"));
+        for chunk in [1, 2, 3, 7, stream.len()] {
+            let (counts, mut replies) = (Counts::default(), Replies::default());
+            for piece in stream.chunks(chunk) {
+                replies.feed(piece, &counts);
+            }
+            assert_eq!(counts.transactions(), 3, "in chunks of {chunk}");
         }
     }
 }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use orderfleet::domain::fulfilment::{Fulfilment, WAITING_FOR_THE_LINE};
-use orderfleet::domain::outbox::{Destination, Envelope, Payload};
+use orderfleet::domain::outbox::{Destination, Envelope};
 use orderfleet::runtime::consumer::{Handler, Outcome, Received};
 use orderfleet::runtime::failure::{Failure, Source};
 use tracing::Instrument;
@@ -78,12 +78,10 @@ impl StockCheck {
     pub async fn handle_one(&self, body: &str) -> Outcome {
         let envelope = Envelope::parse(body, Destination::StockCheck)
             .map_err(|refused| Failure::permanent(Source::Message, refused.code, refused.reason))?;
-        match envelope.payload {
+        match envelope.captures_from_its_payload(chrono::Utc::now()) {
             // The commit took the order's units: capture it from what the message says.
-            Payload::StockCheck(Some(reserved)) if reserved.order.order_id == envelope.order_id => {
-                self.fulfilment.capture_reserved(&reserved).await
-            }
-            _ => self.fulfilment.advance(envelope.order_id).await,
+            Some(reserved) => self.fulfilment.capture_reserved(reserved).await,
+            None => self.fulfilment.advance(envelope.order_id).await,
         }
     }
 }

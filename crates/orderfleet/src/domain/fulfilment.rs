@@ -144,15 +144,19 @@ impl Fulfilment {
 
     /// A stock check whose authorization's commit took the order's units (nothing was cut):
     /// the capture at once, under the attempt the message names, then ONE statement records
-    /// `paid` with `order.paid`. The order is not read first: a `stock_reserved` order moves
-    /// on only by its capture, so whatever it has become since, the capture's key is the one
-    /// its reservation was made under, and a second delivery gets Stripe's saved answer and
-    /// then finds the order moved. Anything but a clean capture and record — Stripe
-    /// unavailable, a saved 5xx, a refusal, the order found elsewhere — goes the way of any
-    /// stock check ([`Fulfilment::advance`]): the order read, and advanced from its status
+    /// `paid` with `order.paid`. The order is not read first: the capture's key is the one its
+    /// reservation was made under, so a second delivery gets Stripe's saved answer and then
+    /// finds the order moved, and whatever else moved it (a lapsed hold's webhook) left a
+    /// hold that cannot be captured. The message is taken this way only while Stripe keeps
+    /// that key (`Envelope::captures_from_its_payload`).
+    ///
+    /// Stripe unavailable holds the message, as any capture does. Anything else but a clean
+    /// capture and record — a saved 5xx, a refusal, the order found elsewhere — goes the way of
+    /// any stock check ([`Fulfilment::advance`]): the order read, and advanced from its status
     /// under its attempt as it is now. (A saved 5xx moves the order to its next attempt; a
     /// message that kept capturing under its own would never get past it:
-    /// `crates/order-model`, `MessageRule::OnToTheOrdersAttempt`.)
+    /// `crates/order-model`, `MessageRule::OnToTheOrdersAttempt`.) A captured intent that
+    /// is not the order's (a message that lies) records nothing and is left to a person.
     pub async fn capture_reserved(&self, reserved: &ReservedAtCommit) -> Outcome {
         let order = &reserved.order;
         let intent = OrderIntent {
@@ -161,8 +165,17 @@ impl Fulfilment {
             id: &reserved.payment_intent_id,
         };
         crate::runtime::failpoint::hit("after_reserve");
-        if self.payments.capture(intent).await.is_err() {
-            return self.advance(order.order_id).await;
+        match self.payments.capture(intent).await {
+            Ok(captured) if captured.order_id.as_deref().is_some_and(|o| o != order.order_id.to_string()) => {
+                let reason = format!("the message's PaymentIntent {} is not this order's", captured.id);
+                tracing::error!(reason, "a stock check names another order's PaymentIntent");
+                return Err(Failure::permanent(Source::Message, "not_the_orders_intent", reason));
+            }
+            Ok(_) => {}
+            Err(PaymentError::Unavailable(why)) => {
+                return Err(Failure::outage(Source::Stripe, "unavailable", why));
+            }
+            Err(_) => return self.advance(order.order_id).await,
         }
         crate::runtime::failpoint::hit("after_capture");
         let paid = OrderNotification { status: OrderStatus::Paid, reason: None, ..order.clone() };

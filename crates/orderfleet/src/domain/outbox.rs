@@ -137,6 +137,18 @@ pub enum Payload {
     Notification(OrderNotification),
 }
 
+impl Envelope {
+    /// The reservation a stock check carries, to capture from it without reading the order:
+    /// only while Stripe keeps the capture's idempotency key (24 hours; 23 here, for clocks).
+    /// An older message — a redrive, a day in the DLQ — is taken as any stock check is, from
+    /// the order's status.
+    pub fn captures_from_its_payload(&self, now: DateTime<Utc>) -> Option<&ReservedAtCommit> {
+        let Payload::StockCheck(Some(reserved)) = &self.payload else { return None };
+        let fresh = now - self.occurred_at < chrono::Duration::hours(23);
+        (fresh && reserved.order.order_id == self.order_id).then_some(reserved.as_ref())
+    }
+}
+
 /// A stock check's payload when the authorization's commit took the order's units
 /// ([`crate::domain::order::Transition::apply`]): the order as the buyer's notifications tell
 /// it, and the attempt and PaymentIntent to capture under.
@@ -306,6 +318,12 @@ mod tests {
             Destination::StockCheck,
         )
         .unwrap();
+        let at = read.occurred_at;
+        assert!(read.captures_from_its_payload(at + chrono::Duration::hours(22)).is_some());
+        assert!(
+            read.captures_from_its_payload(at + chrono::Duration::hours(24)).is_none(),
+            "a day old: Stripe may have forgotten the capture's key, so the order is read first"
+        );
         let Payload::StockCheck(Some(reserved)) = read.payload else { panic!("{:?}", read.payload) };
         assert_eq!((reserved.attempt, reserved.payment_intent_id.as_str()), (2, "pi_1"));
         assert_eq!(reserved.order.order_id, read.order_id);

@@ -15,9 +15,11 @@
 //! |---|---|---|
 //! | admitted at the door (a new `pending_authorization`) | `units_promised` += q, `last_position` += 1 | `door::door` |
 //! | `pending_authorization` → `payment_declined` | `units_promised` −= q | `authorization::decline` |
-//! | `authorized` → `stock_reserved` | `stock` −= q | `fulfilment::Fulfilment::reserve` (and `reserve_in_line` after a cut) |
+//! | → `authorized`, and on to `stock_reserved` when nothing was cut (the commit of an authorization) | `stock` −= q if it went on | `order::Transition::apply` (`transition.sql`) |
+//! | `authorized` → `stock_reserved` (after a cut) | `stock` −= q | `fulfilment::Fulfilment::reserve` (and `reserve_in_line`) |
 //! | `authorized` → `rejected_out_of_stock` | `units_promised` −= q | `reserve_in_line` |
-//! | `stock_reserved` → `capture_failed` | `stock` += q, `units_promised` −= q | `fulfilment::Fulfilment::fail_capture` |
+//! | `stock_reserved` → `capture_failed` or `authorization_canceled` | `stock` += q, `units_promised` −= q | `order::Transition::apply` (from `fulfilment::Fulfilment::fail_capture`, or the webhook's `lose_hold`) |
+//! | `authorized` → `authorization_canceled` (the webhook's `lose_hold`) | `units_promised` −= q | `order::Transition::apply` |
 //! | the total changed (`fleetctl product upsert`) | `units_total` and `stock` by the change | [`upsert`] |
 //!
 //! The door lives in the intake because it is one statement with the order's insert and the

@@ -258,11 +258,26 @@ async fn hold_canceled(
 /// ONE transaction: an `authorized` or `stock_reserved` order whose hold is gone ends
 /// `authorization_canceled`, its units back to the line (and to the stock, if it had taken
 /// them), `order.rejected`, with the event that said so. A compare-and-set on the status the
-/// order was read in: moved since (a stock worker capturing it), it is left to that worker.
+/// order was read in, and once more on `stock_reserved` if a stock worker reserved it
+/// meanwhile; moved further (being captured, or ended), it is left to that worker, whose
+/// capture meets the hold gone.
 async fn lose_hold(pool: &Pool, order: &Order, event: Option<StripeEvent<'_>>) -> sqlx::Result<bool> {
+    let moved = lose_hold_from(pool, order, order.status, event).await?;
+    if moved || order.status != OrderStatus::Authorized {
+        return Ok(moved);
+    }
+    lose_hold_from(pool, order, OrderStatus::StockReserved, event).await
+}
+
+async fn lose_hold_from(
+    pool: &Pool,
+    order: &Order,
+    from: OrderStatus,
+    event: Option<StripeEvent<'_>>,
+) -> sqlx::Result<bool> {
     let rejected =
         OrderNotification::of(order, OrderStatus::AuthorizationCanceled, Some(AUTHORIZATION_CANCELED));
-    let moved = Transition::new(order.id, order.status, OrderStatus::AuthorizationCanceled)
+    let moved = Transition::new(order.id, from, OrderStatus::AuthorizationCanceled)
         .with_reason(AUTHORIZATION_CANCELED)
         .with_message(EventType::OrderRejected, &rejected)
         .giving_units_back("the hold expired or was cancelled outside the fleet before capture")

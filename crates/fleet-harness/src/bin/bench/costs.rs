@@ -1,6 +1,6 @@
 //! What a run costs, counted where it is spent, in figures that do not depend on the machine's
-//! speed: each fleet process's PostgreSQL round trips (through a counting proxy of its own,
-//! [`fleet_harness::pgcount`]) and CPU seconds (`/proc/<pid>/stat`), and PostgreSQL's own CPU
+//! speed: each fleet process's PostgreSQL round trips and transactions (through a counting
+//! proxy of its own, [`fleet_harness::pgcount`]) and CPU seconds (`/proc/<pid>/stat`), and PostgreSQL's own CPU
 //! seconds (every `postgres` process of this machine: the bench's server is local and the run
 //! is alone on it).
 
@@ -26,6 +26,8 @@ pub struct Reading {
     pub round_trips: u64,
     /// Of those, pings.
     pub pings: u64,
+    /// Transactions ended (each statement outside `BEGIN` is one).
+    pub transactions: u64,
 }
 
 /// Every process's reading, and PostgreSQL's CPU seconds.
@@ -65,8 +67,9 @@ impl Meter {
             .iter()
             .map(|(label, counter)| {
                 let (connections, round_trips, pings) = counter.counts.read();
+                let transactions = counter.counts.transactions();
                 let cpu = fleet.pid(label).and_then(cpu_seconds).unwrap_or(f64::NAN);
-                (label.clone(), Reading { cpu, connections, round_trips, pings })
+                (label.clone(), Reading { cpu, connections, round_trips, pings, transactions })
             })
             .collect();
         Snapshot { processes, postgres_cpu: postgres_cpu_seconds() }
@@ -86,6 +89,7 @@ impl Snapshot {
                     connections: now.connections - then.connections,
                     round_trips: now.round_trips - then.round_trips,
                     pings: now.pings - then.pings,
+                    transactions: now.transactions - then.transactions,
                 };
                 (label.clone(), spent)
             })
@@ -100,6 +104,7 @@ impl Snapshot {
             connections: sum.connections + r.connections,
             round_trips: sum.round_trips + r.round_trips,
             pings: sum.pings + r.pings,
+            transactions: sum.transactions + r.transactions,
         })
     }
 

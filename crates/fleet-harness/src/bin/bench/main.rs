@@ -627,7 +627,11 @@ impl Figures {
             self.each_per_order(&self.webhooks, 2)
         );
         println!(
-            "database transactions     {xacts_per_order:.1} per order (pg_stat_database: the bench's own polling included)"
+            "database transactions     {xacts_per_order:.1} per order (pg_stat_database): the fleet's {:.1}: {}; \
+             the rest {:.1}: the bench's own reads and PostgreSQL's background work",
+            self.per_order(total.transactions as f64),
+            spent.each(accepted, |r| r.transactions as f64),
+            self.per_order(self.transactions as f64 - total.transactions as f64),
         );
         println!(
             "PostgreSQL round trips    {:.1} per order, of which {:.1} pings: {}; {} connections opened",
@@ -700,7 +704,7 @@ impl Figures {
         println!(
             "bench: orders={} orders_per_s={:.1} requests_per_order={:.2} \
              pg_round_trips_per_order={:.1} pg_pings_per_order={:.1} \
-             xacts_per_order={:.1} fleet_cpu_ms_per_order={:.2} pg_cpu_ms_per_order={:.2} \
+             xacts_per_order={:.1} fleet_xacts_per_order={:.1} fleet_cpu_ms_per_order={:.2} pg_cpu_ms_per_order={:.2} \
              stripe_connections_per_100_requests={:.1} \
              ceiling_msgs_per_s={:.0} ratio={:.3}",
             self.accepted,
@@ -709,6 +713,7 @@ impl Figures {
             self.per_order(total.round_trips as f64),
             self.per_order(total.pings as f64),
             self.per_order(self.transactions as f64),
+            self.per_order(total.transactions as f64),
             self.per_order(total.cpu * 1000.0),
             self.per_order(self.spent.postgres_cpu * 1000.0),
             self.stripe.connections_per_100(),
