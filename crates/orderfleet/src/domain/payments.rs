@@ -356,6 +356,51 @@ pub struct Payments {
     /// Shared by every clone: the budget is the process's.
     budget: std::sync::Arc<StripeBudget>,
     action_timeout: Duration,
+    /// Shared by every clone: the PaymentIntents this process created that held funds at once.
+    held_here: std::sync::Arc<HeldHere>,
+}
+
+/// The PaymentIntents a process's authorizations created holding funds at once (no 3-D
+/// Secure): the last [`HeldHere::KEPT`] of them, oldest forgotten first. Stripe's
+/// `payment_intent.amount_capturable_updated` for one of them can change nothing (its order
+/// goes, or went, to `authorized` by the commit of that authorization, or its retry, never to
+/// `requires_action`), so the webhook answers it without a statement
+/// ([`crate::domain::webhook::apply`]). A process that restarted has forgotten them, and its
+/// webhook reads the order, as for any other event.
+#[derive(Debug)]
+struct HeldHere {
+    capacity: usize,
+    kept: std::sync::Mutex<(std::collections::HashSet<String>, std::collections::VecDeque<String>)>,
+}
+
+impl Default for HeldHere {
+    fn default() -> Self {
+        Self::keeping(Self::KEPT)
+    }
+}
+
+impl HeldHere {
+    /// How many are kept: an hour of a busy intake's authorizations, a few megabytes.
+    const KEPT: usize = 100_000;
+
+    fn keeping(capacity: usize) -> Self {
+        Self { capacity, kept: std::sync::Mutex::default() }
+    }
+
+    fn remember(&self, payment_intent_id: &str) {
+        let mut kept = self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (set, order) = &mut *kept;
+        if set.insert(payment_intent_id.to_owned()) {
+            order.push_back(payment_intent_id.to_owned());
+        }
+        while order.len() > self.capacity {
+            order.pop_front().map(|oldest| set.remove(&oldest));
+        }
+    }
+
+    fn knows(&self, payment_intent_id: &str) -> bool {
+        self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner).0.contains(payment_intent_id)
+    }
 }
 
 impl std::fmt::Debug for Payments {
@@ -372,7 +417,13 @@ impl Payments {
             .map_err(|e| anyhow::anyhow!("failed to build the Stripe client: {e}"))?;
         let budget = StripeBudget::new(config.max_requests_per_second.0, retry.budget_wait);
         let action_timeout = config.action_timeout.0;
-        Ok(Self { client, retry, budget: std::sync::Arc::new(budget), action_timeout })
+        let held_here = std::sync::Arc::default();
+        Ok(Self { client, retry, budget: std::sync::Arc::new(budget), action_timeout, held_here })
+    }
+
+    /// Whether this process created `payment_intent_id` holding funds at once ([`HeldHere`]).
+    pub fn held_here(&self, payment_intent_id: &str) -> bool {
+        self.held_here.knows(payment_intent_id)
     }
 
     /// How long a buyer has to complete 3-D Secure (`PAYMENT_ACTION_TIMEOUT_SECONDS`).
@@ -420,6 +471,11 @@ impl Payments {
         })
         .await
         .map(|pi| Intent::from(&pi))
+        .inspect(|intent| {
+            if intent.status == IntentStatus::RequiresCapture {
+                self.held_here.remember(&intent.id);
+            }
+        })
     }
 
     /// Captures an authorized PaymentIntent. An intent that is already captured counts as
@@ -700,6 +756,23 @@ fn classify(error: StripeError) -> PaymentError {
             tracing::error!(error = e, "the Stripe client is misconfigured");
             PaymentError::Unavailable(format!("misconfigured: {e}"))
         }
+    }
+}
+
+#[cfg(test)]
+mod held_here_tests {
+    use super::HeldHere;
+
+    #[test]
+    fn the_holds_made_here_are_known_until_newer_ones_push_them_out() {
+        let held = HeldHere::keeping(2);
+        held.remember("pi_1");
+        held.remember("pi_2");
+        held.remember("pi_2");
+        assert!(held.knows("pi_1") && held.knows("pi_2") && !held.knows("pi_3"));
+        held.remember("pi_3");
+        assert!(!held.knows("pi_1"), "the oldest is forgotten first");
+        assert!(held.knows("pi_2") && held.knows("pi_3"));
     }
 }
 

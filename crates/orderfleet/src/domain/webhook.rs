@@ -13,7 +13,9 @@
 //!   of order, late or twice decide nothing wrong.
 //! - **Cheap**: Stripe is read only when the event could change the order's status (a
 //!   `payment_intent.amount_capturable_updated` for an order already `authorized` costs
-//!   nothing: every order draws several events).
+//!   nothing: every order draws several events). One about a hold this process's own
+//!   authorization made costs no statement either (`Payments::held_here`): the commit of that
+//!   authorization takes the order to `authorized`, and the event has nothing left to do.
 //! - **Only through the order's intent**: an event about an intent the order did not record
 //!   (a stray, left by an answer lost on the way) never moves the order; if that intent holds
 //!   funds it is cancelled. An order still `pending_authorization` is left to whoever holds its
@@ -150,6 +152,11 @@ pub async fn apply(
 ) -> Result<Applied, WebhookError> {
     if !HANDLED.contains(&event.kind.as_str()) {
         return Ok(Applied::Ignored);
+    }
+    // The hold of an authorization this process made itself: its commit takes (or took) the
+    // order to `authorized`, with nothing for this event to do. No statement.
+    if event.kind == AMOUNT_CAPTURABLE_UPDATED && event.intent_id().is_some_and(|i| payments.held_here(i)) {
+        return Ok(Applied::Applied(NO_CHANGE));
     }
     // The common case, an event about an order that has not been applied, costs one statement.
     let effect = match find_order_unless_applied(pool, event).await? {
