@@ -30,9 +30,10 @@ pub struct Counts {
     /// [`TYPE_LOOKUP`]) is not one.
     pub statements: AtomicU64,
     /// Transactions ended, read from the server's side: a `ReadyForQuery` that reports the
-    /// connection idle (`I`) after at least one statement completed or failed since the last
-    /// one. A statement outside `BEGIN` is a transaction of its own, as `pg_stat_database`
-    /// counts it; a ping (`Sync` alone) is none.
+    /// connection idle (`I`) after at least one statement was prepared, completed or failed
+    /// since the last one. A statement outside `BEGIN` is a transaction of its own, and so is
+    /// a statement's preparation (`Parse`, `Describe`, `Sync`), as `pg_stat_database` counts
+    /// them; a ping (`Sync` alone) is none.
     pub transactions: AtomicU64,
 }
 
@@ -283,8 +284,9 @@ impl Replies {
                 return;
             }
             self.kind = self.header[0];
-            // CommandComplete, ErrorResponse: a statement ended, in or out of a transaction.
-            self.worked |= matches!(self.kind, b'C' | b'E');
+            // CommandComplete, ErrorResponse: a statement ended, in or out of a transaction;
+            // ParseComplete: a statement prepared, which the server does in a transaction too.
+            self.worked |= matches!(self.kind, b'C' | b'E' | b'1');
             let length = u32::from_be_bytes(self.header[1..].try_into().expect("4 bytes")) as usize;
             self.remaining = length.saturating_sub(4);
             self.header.clear();
@@ -326,7 +328,7 @@ mod tests {
     }
 
     #[test]
-    fn a_statement_alone_and_a_begin_to_commit_block_are_two_transactions_and_a_ping_is_none() {
+    fn a_statement_a_block_a_failure_and_a_preparation_are_transactions_and_a_ping_is_none() {
         let mut stream = Vec::new();
         stream.extend(message(b'R', &[0, 0, 0, 0])); // AuthenticationOk
         stream.extend(message(b'Z', b"I")); // ready after startup: nothing ran
@@ -344,12 +346,16 @@ mod tests {
         stream.extend(message(b'Z', b"I"));
         stream.extend(message(b'E', b"SERROR\0\0")); // a statement that failed: rolled back
         stream.extend(message(b'Z', b"I"));
+        stream.extend(message(b'1', b"")); // a statement prepared: parsed, described
+        stream.extend(message(b't', b"\0\0"));
+        stream.extend(message(b'n', b""));
+        stream.extend(message(b'Z', b"I"));
         for chunk in [1, 2, 3, 7, stream.len()] {
             let (counts, mut replies) = (Counts::default(), Replies::default());
             for piece in stream.chunks(chunk) {
                 replies.feed(piece, &counts);
             }
-            assert_eq!(counts.transactions(), 3, "in chunks of {chunk}");
+            assert_eq!(counts.transactions(), 4, "in chunks of {chunk}");
         }
     }
 }

@@ -167,8 +167,12 @@ pub async fn record(
     let (intent_id, reason) = match result {
         // Holding funds (or, never with manual capture, already captured): accepted.
         Ok(intent) if matches!(intent.status, IntentStatus::RequiresCapture | IntentStatus::Succeeded) => {
-            let moved = commit_authorized(pool, order, &intent).await?;
-            return Ok(if moved { Recorded::Authorized } else { Recorded::MovedElsewhere });
+            let moved = commit_authorized(pool, order, &intent).await;
+            if !matches!(moved, Ok(true)) {
+                // Not recorded on its order: its webhook event must be read, not assumed.
+                payments.not_held_here(&intent.id);
+            }
+            return Ok(if moved? { Recorded::Authorized } else { Recorded::MovedElsewhere });
         }
         // The card needs 3-D Secure: the buyer completes it, and the order keeps its units
         // meanwhile. Not a decline.

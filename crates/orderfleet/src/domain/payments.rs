@@ -361,12 +361,14 @@ pub struct Payments {
 }
 
 /// The PaymentIntents a process's authorizations created holding funds at once (no 3-D
-/// Secure): the last [`HeldHere::KEPT`] of them, oldest forgotten first. Stripe's
-/// `payment_intent.amount_capturable_updated` for one of them can change nothing (its order
-/// goes, or went, to `authorized` by the commit of that authorization, or its retry, never to
-/// `requires_action`), so the webhook answers it without a statement
-/// ([`crate::domain::webhook::apply`]). A process that restarted has forgotten them, and its
-/// webhook reads the order, as for any other event.
+/// Secure): the last [`HeldHere::KEPT`] of them, oldest forgotten first, and none whose
+/// commit did not record it on its order (`authorization::record` forgets those: such an
+/// intent may be a stray, to be released). Stripe's `payment_intent.amount_capturable_updated`
+/// for one of them can change nothing (its order goes, or went, to `authorized` or on to
+/// `stock_reserved` by the commit of that authorization, never to `requires_action`), so the
+/// webhook answers it without a statement ([`crate::domain::webhook::apply`]). Another intake
+/// process, or this one after a restart, does not know them, and its webhook reads the order,
+/// as for any other event.
 #[derive(Debug)]
 struct HeldHere {
     capacity: usize,
@@ -398,6 +400,14 @@ impl HeldHere {
         }
     }
 
+    fn forget(&self, payment_intent_id: &str) {
+        let mut kept = self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (set, order) = &mut *kept;
+        if set.remove(payment_intent_id) {
+            order.retain(|id| id != payment_intent_id);
+        }
+    }
+
     fn knows(&self, payment_intent_id: &str) -> bool {
         self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner).0.contains(payment_intent_id)
     }
@@ -424,6 +434,13 @@ impl Payments {
     /// Whether this process created `payment_intent_id` holding funds at once ([`HeldHere`]).
     pub fn held_here(&self, payment_intent_id: &str) -> bool {
         self.held_here.knows(payment_intent_id)
+    }
+
+    /// Forgets a hold made here whose commit did not record it on its order (the order had
+    /// moved on, or the database failed): it may be a stray, whose event must reach the
+    /// webhook's release of strays.
+    pub fn not_held_here(&self, payment_intent_id: &str) {
+        self.held_here.forget(payment_intent_id);
     }
 
     /// How long a buyer has to complete 3-D Secure (`PAYMENT_ACTION_TIMEOUT_SECONDS`).
@@ -773,6 +790,10 @@ mod held_here_tests {
         held.remember("pi_3");
         assert!(!held.knows("pi_1"), "the oldest is forgotten first");
         assert!(held.knows("pi_2") && held.knows("pi_3"));
+        held.forget("pi_2");
+        assert!(!held.knows("pi_2") && held.knows("pi_3"), "a hold its commit did not record");
+        held.remember("pi_4");
+        assert!(held.knows("pi_3") && held.knows("pi_4"));
     }
 }
 

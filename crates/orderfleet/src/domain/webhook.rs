@@ -14,8 +14,9 @@
 //! - **Cheap**: Stripe is read only when the event could change the order's status (a
 //!   `payment_intent.amount_capturable_updated` for an order already `authorized` costs
 //!   nothing: every order draws several events). One about a hold this process's own
-//!   authorization made costs no statement either (`Payments::held_here`): the commit of that
-//!   authorization takes the order to `authorized`, and the event has nothing left to do.
+//!   authorization made, and its commit recorded, costs no statement either
+//!   (`Payments::held_here`): that commit takes the order to `authorized` (or on to
+//!   `stock_reserved`), and the event has nothing left to do.
 //! - **Only through the order's intent**: an event about an intent the order did not record
 //!   (a stray, left by an answer lost on the way) never moves the order; if that intent holds
 //!   funds it is cancelled. An order still `pending_authorization` is left to whoever holds its
