@@ -167,12 +167,8 @@ pub async fn record(
     let (intent_id, reason) = match result {
         // Holding funds (or, never with manual capture, already captured): accepted.
         Ok(intent) if matches!(intent.status, IntentStatus::RequiresCapture | IntentStatus::Succeeded) => {
-            let moved = commit_authorized(pool, order, &intent).await;
-            if !matches!(moved, Ok(true)) {
-                // Not recorded on its order: its webhook event must be read, not assumed.
-                payments.not_held_here(&intent.id);
-            }
-            return Ok(if moved? { Recorded::Authorized } else { Recorded::MovedElsewhere });
+            let moved = commit_authorized(pool, payments, order, &intent).await?;
+            return Ok(if moved { Recorded::Authorized } else { Recorded::MovedElsewhere });
         }
         // The card needs 3-D Secure: the buyer completes it, and the order keeps its units
         // meanwhile. Not a decline.
@@ -263,15 +259,26 @@ async fn decline(
 
 /// ONE statement: `pending_authorization` → `authorized` (compare-and-set) with the hold (its
 /// PaymentIntent and Stripe's deadline for it) and the outbox rows it causes. If the
-/// compare-and-set finds the order moved on, nothing is written.
-async fn commit_authorized(pool: &Pool, order: &Order, hold: &Intent) -> sqlx::Result<bool> {
+/// compare-and-set finds the order moved on, nothing is written, and a hold this process made
+/// is no longer taken as recorded (`Payments::held_here`): it may be a stray, whose webhook
+/// event must reach the release of strays.
+async fn commit_authorized(
+    pool: &Pool,
+    payments: &Payments,
+    order: &Order,
+    hold: &Intent,
+) -> sqlx::Result<bool> {
     let accepted = OrderNotification::of(order, OrderStatus::Authorized, None);
-    Transition::new(order.id, OrderStatus::PendingAuthorization, OrderStatus::Authorized)
+    let moved = Transition::new(order.id, OrderStatus::PendingAuthorization, OrderStatus::Authorized)
         .with_hold(hold)
         .with_message(EventType::StockCheckRequested, &accepted)
         .with_message(EventType::OrderAccepted, &accepted)
         .apply(pool)
-        .await
+        .await;
+    if !matches!(moved, Ok(true)) {
+        payments.not_held_here(&hold.id);
+    }
+    moved
 }
 
 /// ONE statement: `pending_authorization` → `requires_action` (compare-and-set), with the
