@@ -593,6 +593,14 @@ impl Fleet {
         Ok(answer["data"].as_array().cloned().unwrap_or_default())
     }
 
+    /// Makes stripe-sim hold each webhook event `delay_ms` before sending it once: as Stripe,
+    /// after the answer of the request that caused it.
+    pub async fn delay_webhooks(&self, delay_ms: u64) -> anyhow::Result<()> {
+        let mode =
+            serde_json::json!({ "duplicate": false, "min_delay_ms": delay_ms, "max_delay_ms": delay_ms });
+        self.sim_control("webhooks", &mode).await
+    }
+
     /// Makes stripe-sim send each webhook event twice, each copy held 0..`max_delay_ms`.
     pub async fn duplicate_webhooks(&self, max_delay_ms: u64) -> anyhow::Result<()> {
         self.sim_control("webhooks", &serde_json::json!({ "duplicate": true, "max_delay_ms": max_delay_ms }))

@@ -22,8 +22,8 @@
 //!   intent goes on as an approved one (`requires_capture` with its charge, for manual
 //!   capture), or back to `requires_payment_method` with `payment_intent_authentication_failure`.
 //!   Any other status is Stripe's `payment_intent_unexpected_state` (400).
-//! - `POST /_sim/webhooks` with `{"duplicate": bool, "max_delay_ms": N}` sets how events are
-//!   delivered from then on (each twice, each copy held a random 0..N ms); `GET` lists every
+//! - `POST /_sim/webhooks` with `{"duplicate": bool, "min_delay_ms": M, "max_delay_ms": N}` sets
+//!   how events are delivered from then on (each twice, each copy held a random M..=N ms); `GET` lists every
 //!   delivery attempt, `{"data": [{"event_id", "type", "status"}]}`, and the mode (see
 //!   [`crate::webhooks`]).
 //! - `POST /_sim/reset` forgets every intent, idempotency key, fault and webhook attempt and
@@ -111,7 +111,7 @@ async fn webhooks(State(sim): State<SimState>) -> Response {
     ok(&json!({ "data": sim.webhook_attempts(), "mode": sim.webhooks().mode() }))
 }
 
-/// `{"duplicate": bool, "max_delay_ms": N}` (either may be left out: false, 0).
+/// `{"duplicate": bool, "min_delay_ms": M, "max_delay_ms": N}` (any may be left out: false, 0).
 async fn set_webhooks(State(sim): State<SimState>, body: Bytes) -> Response {
     match serde_json::from_slice::<DeliveryMode>(&body) {
         Ok(mode) => {

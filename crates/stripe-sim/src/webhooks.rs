@@ -78,11 +78,14 @@ pub struct WebhookAttempt {
     pub status: u16,
 }
 
-/// How events are sent: once, or twice, and held a random 0..`max_delay_ms` ms first.
+/// How events are sent: once, or twice, and held a random `min_delay_ms`..=`max_delay_ms` ms
+/// first (Stripe sends them asynchronously, after the request that caused them has answered;
+/// a minimum holds each event until its request's answer has surely arrived).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct DeliveryMode {
     pub(crate) duplicate: bool,
+    pub(crate) min_delay_ms: u64,
     pub(crate) max_delay_ms: u64,
 }
 
@@ -92,9 +95,10 @@ impl DeliveryMode {
     }
 
     fn delay(self) -> Duration {
-        match self.max_delay_ms {
+        let (min, max) = (self.min_delay_ms, self.max_delay_ms.max(self.min_delay_ms));
+        match max {
             0 => Duration::ZERO,
-            max => Duration::from_millis(rand::rng().random_range(0..=max)),
+            max => Duration::from_millis(rand::rng().random_range(min..=max)),
         }
     }
 }
@@ -259,7 +263,7 @@ mod tests {
 
     #[test]
     fn a_duplicating_mode_sends_two_copies_each_held_at_most_the_delay() {
-        let mode = DeliveryMode { duplicate: true, max_delay_ms: 50 };
+        let mode = DeliveryMode { duplicate: true, min_delay_ms: 0, max_delay_ms: 50 };
         assert_eq!((DeliveryMode::default().copies(), mode.copies()), (1, 2));
         assert_eq!(DeliveryMode::default().delay(), Duration::ZERO);
         assert!((0..100).all(|_| mode.delay() <= Duration::from_millis(50)));
