@@ -97,6 +97,40 @@ async fn an_intake_killed_between_authorizing_and_committing_is_finished_by_the_
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn sigterm_stops_a_sweep_in_a_stripe_outage_after_the_order_in_hand() {
+    // Arrange: eight orders reserved long ago, their stock checks gone (only the sweeper will
+    // find them), and Stripe hanging on every capture: each order costs the sweep three
+    // attempts of 5 s (issue 35, point 5).
+    let mut fleet = Fleet::prepare("sweep-stop").await.unwrap();
+    for label in ["order-intake", "outbox-relay"] {
+        fleet.spawn(label, label, &[]).unwrap();
+    }
+    fleet.product("sku-1", 1000, 8).await.unwrap();
+    for i in 0..8 {
+        assert_eq!(place(&fleet, &format!("u{i}"), "k", "sku-1").await.status, 202);
+    }
+    fleet.take_messages(&fleet.stock.url, 8).await.unwrap();
+    sqlx::query("UPDATE orders SET updated_at = now() - interval '1 hour'")
+        .execute(&fleet.pool)
+        .await
+        .unwrap();
+    fleet.fault("capture", "timeout", 1000).await.unwrap();
+    fleet.spawn("stock-worker", "stock-worker", &[("SWEEP_INTERVAL_SECONDS", "1")]).unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await; // the sweep is at its first order
+
+    // Act
+    fleet.sigterm("stock-worker").unwrap();
+
+    // Assert: the worker stops once the order in hand is done (three attempts, about 17 s),
+    // not after the whole sweep (eight orders, over two minutes), which a supervisor would end
+    // with SIGKILL. The orders stay for the next sweep.
+    let stopped = fleet.wait_exit("stock-worker", Duration::from_secs(40)).await;
+    assert!(stopped.as_ref().is_ok_and(|s| s.success()), "{stopped:?}");
+    assert_eq!(fleet.statuses().await.unwrap().get("stock_reserved"), Some(&8));
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn sigterm_to_every_worker_mid_burst_dead_letters_nothing_and_captures_once() {
     // Arrange
     let mut fleet = Fleet::start("sigterm-burst", 2).await.unwrap();

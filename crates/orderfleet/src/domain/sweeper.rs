@@ -93,14 +93,21 @@ pub struct Sweeper {
 impl Sweeper {
     /// One sweep: every stopped order it finds, resolved or reported.
     pub async fn sweep_once(&self) -> anyhow::Result<SweepReport> {
+        self.sweep_until(&CancellationToken::new()).await
+    }
+
+    /// One sweep, which ends early, after the order in hand, once `stop` fires: in a Stripe
+    /// outage an order can take a minute, and a sweep a hundred of them. The orders not
+    /// reached wait for the next sweep, here or in another worker.
+    pub async fn sweep_until(&self, stop: &CancellationToken) -> anyhow::Result<SweepReport> {
         let mut report = SweepReport::default();
-        self.sweep_pending(&mut report).await?;
-        self.sweep_actions(&mut report).await?;
-        self.sweep_fulfilment(&mut report).await?;
+        self.sweep_pending(&mut report, stop).await?;
+        self.sweep_actions(&mut report, stop).await?;
+        self.sweep_fulfilment(&mut report, stop).await?;
         Ok(report)
     }
 
-    async fn sweep_pending(&self, report: &mut SweepReport) -> anyhow::Result<()> {
+    async fn sweep_pending(&self, report: &mut SweepReport, stop: &CancellationToken) -> anyhow::Result<()> {
         let orders = sqlx::query!(
             r#"SELECT id AS "id: OrderId", traceparent FROM orders
               WHERE status = $3 AND updated_at < now() - $1 * interval '1 ms'
@@ -113,7 +120,7 @@ impl Sweeper {
         .fetch_all(&self.pool)
         .await
         .context("failed to find pending orders")?;
-        for order in orders {
+        for order in orders.into_iter().take_while(|_| !stop.is_cancelled()) {
             let (id, traceparent) = (order.id, order.traceparent);
             let span = crate::runtime::trace::order_span(id, traceparent.as_deref());
             let Some(order) = authorization::take_over(&self.pool, id, self.policy.lease).await? else {
@@ -140,7 +147,7 @@ impl Sweeper {
     /// Orders in `requires_action` past their deadline, or not looked at for `pending_after`
     /// (the buyer may have authenticated, and the webhook may never come): each settled from its
     /// intent, or stamped `swept_at` and looked at again a pass later.
-    async fn sweep_actions(&self, report: &mut SweepReport) -> anyhow::Result<()> {
+    async fn sweep_actions(&self, report: &mut SweepReport, stop: &CancellationToken) -> anyhow::Result<()> {
         let orders = sqlx::query!(
             r#"SELECT id AS "id: OrderId", traceparent FROM orders
               WHERE status = $1
@@ -155,7 +162,7 @@ impl Sweeper {
         .fetch_all(&self.pool)
         .await
         .context("failed to find orders awaiting 3-D Secure")?;
-        for order in orders {
+        for order in orders.into_iter().take_while(|_| !stop.is_cancelled()) {
             let (id, traceparent) = (order.id, order.traceparent);
             let span = crate::runtime::trace::order_span(id, traceparent.as_deref());
             let Some(order) = action::take(&self.pool, id, self.policy.lease).await? else {
@@ -180,7 +187,11 @@ impl Sweeper {
         Ok(())
     }
 
-    async fn sweep_fulfilment(&self, report: &mut SweepReport) -> anyhow::Result<()> {
+    async fn sweep_fulfilment(
+        &self,
+        report: &mut SweepReport,
+        stop: &CancellationToken,
+    ) -> anyhow::Result<()> {
         // A declined card ($3) never held funds: nothing to release.
         let orders = sqlx::query!(
             r#"SELECT id AS "id: OrderId", traceparent FROM orders
@@ -198,7 +209,7 @@ impl Sweeper {
         .into_iter()
         .map(|order| (order.id, order.traceparent));
         let fulfilment = Fulfilment { pool: self.pool.clone(), payments: self.payments.clone() };
-        for (id, traceparent) in orders {
+        for (id, traceparent) in orders.take_while(|_| !stop.is_cancelled()) {
             let span = crate::runtime::trace::order_span(id, traceparent.as_deref());
             match fulfilment.advance(id).instrument(span.clone()).await {
                 Ok(()) => {
@@ -230,7 +241,7 @@ impl Sweeper {
                 _ = tokio::time::sleep(jitter) => {}
             }
             crate::runtime::failpoint::panic_at("sweeper_panics");
-            match self.sweep_once().await {
+            match self.sweep_until(&cancel).await {
                 // Each stuck order was logged in its own span, with its trace.
                 Ok(report) if report != SweepReport::default() => tracing::info!(?report, "sweep"),
                 Ok(_) => {}
