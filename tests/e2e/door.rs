@@ -242,12 +242,7 @@ async fn line_up_pending(fleet: &Fleet, product: &str, quantities: &[i64]) -> Ve
 /// (its commit, after a cut, left it for the stock worker to reserve in line).
 async fn authenticate_in_line(fleet: &Fleet, ids: &[String]) {
     for id in ids {
-        let intent: String = sqlx::query_scalar("SELECT payment_intent_id FROM orders WHERE id = $1::uuid")
-            .bind(id)
-            .fetch_one(&fleet.pool)
-            .await
-            .unwrap();
-        fleet.authenticate(&intent, true).await.unwrap();
+        fleet.authenticate_order(id).await.unwrap();
     }
     let want = ids.len() as i64;
     fleet_harness::eventually("every order authorized", Duration::from_secs(30), || async {

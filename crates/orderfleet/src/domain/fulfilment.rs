@@ -177,16 +177,8 @@ impl Fulfilment {
             }
             Err(_) => return self.advance(order.order_id).await,
         }
-        crate::runtime::failpoint::hit("after_capture");
         let paid = OrderNotification { status: OrderStatus::Paid, reason: None, ..order.clone() };
-        let record = Transition::new(order.order_id, OrderStatus::StockReserved, OrderStatus::Paid)
-            .with_message(EventType::OrderPaid, paid)
-            .apply(&self.pool);
-        let recorded = crate::runtime::db::bounded("failed to record the capture", async {
-            record.await.map_err(anyhow::Error::from)
-        })
-        .await;
-        match recorded {
+        match self.record_paid(order.order_id, paid).await {
             Ok(true) => {
                 crate::runtime::failpoint::hit("after_paid");
                 Ok(())
@@ -420,14 +412,8 @@ impl Fulfilment {
         let captured = self.after_a_failed_attempt(order, intent, IntentStatus::Succeeded, captured).await?;
         match captured {
             Ok(_) => {
-                crate::runtime::failpoint::hit("after_capture");
-                let record = Transition::new(order.id, OrderStatus::StockReserved, OrderStatus::Paid)
-                    .with_message(EventType::OrderPaid, OrderNotification::of(order, OrderStatus::Paid, None))
-                    .apply(&self.pool);
-                let moved = crate::runtime::db::bounded("failed to record the capture", async {
-                    record.await.map_err(anyhow::Error::from)
-                })
-                .await?;
+                let moved =
+                    self.record_paid(order.id, OrderNotification::of(order, OrderStatus::Paid, None)).await?;
                 crate::runtime::failpoint::hit("after_paid");
                 Ok(if moved { Captured::Moved(OrderStatus::Paid) } else { Captured::Lost })
             }
@@ -457,6 +443,19 @@ impl Fulfilment {
                 .await
             }
         }
+    }
+
+    /// After a capture: ONE statement (bounded) moves the order `stock_reserved` → `paid` with
+    /// its `order.paid` message; whether this call made the move.
+    async fn record_paid(&self, order_id: OrderId, paid: OrderNotification) -> anyhow::Result<bool> {
+        crate::runtime::failpoint::hit("after_capture");
+        let record = Transition::new(order_id, OrderStatus::StockReserved, OrderStatus::Paid)
+            .with_message(EventType::OrderPaid, paid)
+            .apply(&self.pool);
+        crate::runtime::db::bounded("failed to record the capture", async {
+            record.await.map_err(anyhow::Error::from)
+        })
+        .await
     }
 
     /// A capture Stripe refused: ONE statement moves the order to `ended` — `capture_failed`,
