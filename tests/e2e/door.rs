@@ -641,6 +641,82 @@ async fn after_a_cut_an_order_whose_turn_depends_on_a_pending_order_ahead_waits_
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_order_waiting_for_the_line_holds_up_no_other_order_and_a_sigterm_spends_no_receive() {
+    // Arrange: after a cut to one unit, B (second in line) waits for A (first, pending after a
+    // saved 500). One stock worker, handling one message at a time, takes B's stock check
+    // (issue 35, point 1); its sweeper is off, so only the check's handling can move B.
+    let mut fleet =
+        without_stock_workers("wait-holds-up-nothing", &[("PAYMENT_ACTION_TIMEOUT_SECONDS", "300")]).await;
+    fleet.product("sku-1", 1000, 2).await.unwrap();
+    fleet.product("sku-2", 1000, 5).await.unwrap();
+    fleet.fault("create", "error_500", 1).await.unwrap();
+    let a = fleet.post_order("ann", "key-a", "sku-1", 1, "pm_card_chargeDeclined").await.unwrap();
+    assert_eq!(a.status, 503, "{a:?}");
+    let b = order(&fleet, "bob", "sku-1", "pm_card_threeDSecure2Required").await;
+    upsert_stock(&fleet, "sku-1", "1").await.unwrap();
+    authenticate_in_line(&fleet, &[b.body["order_id"].as_str().unwrap().to_owned()]).await;
+    let worker = [("STOCK_WORKER_CONCURRENCY", "1"), ("SWEEP_INTERVAL_SECONDS", "0")];
+    fleet.spawn("stock-worker", "stock-worker", &worker).unwrap();
+    fleet_harness::eventually("B's stock check taken", Duration::from_secs(30), || async {
+        let depth = fleet.queue_depth(&fleet.stock.url).await.ok()?;
+        (depth == (0, 1)).then_some(())
+    })
+    .await
+    .unwrap();
+
+    // Act: a buyer of another product, while B waits.
+    let c = order(&fleet, "cat", "sku-2", "pm_card_visa").await;
+    assert_eq!(c.status, 202, "{c:?}");
+
+    // Assert: C is paid in seconds; B's wait held no permit.
+    let paid = fleet_harness::eventually("C paid", Duration::from_secs(15), || async {
+        let status: String = sqlx::query_scalar("SELECT status::text FROM orders WHERE user_id = 'cat'")
+            .fetch_one(&fleet.pool)
+            .await
+            .ok()?;
+        (status == "paid").then_some(())
+    })
+    .await;
+    assert!(paid.is_ok(), "C waited behind B's wait: {:?}", fleet.statuses().await);
+    // A SIGTERM returns no message to the queue with a receive spent.
+    let stopped = fleet.terminate("stock-worker").await.unwrap();
+    assert!(stopped.success(), "{stopped:?}");
+    let back = fleet
+        .sqs
+        .receive_message()
+        .queue_url(&fleet.stock.url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(2)
+        .message_system_attribute_names(
+            aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount,
+        )
+        .send()
+        .await
+        .unwrap();
+    let spent: Vec<String> = back
+        .messages()
+        .iter()
+        .filter_map(|m| {
+            m.attributes()?.get(&aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount)
+        })
+        .filter(|count| count.as_str() != "1")
+        .cloned()
+        .collect();
+    assert!(spent.is_empty(), "the stop spent receives: {spent:?}");
+    assert_eq!(back.messages().len(), 0, "B's check is the sweeper's to finish, not the queue's");
+    // B is not lost: once A's buyer retries and is declined, the sweeper gives B the unit.
+    let (a_again, _) =
+        fleet.post_order("ann", "key-a", "sku-1", 1, "pm_card_chargeDeclined").retrying().await.unwrap();
+    assert_eq!(a_again.status, 402, "{a_again:?}");
+    fleet.fleetctl(&["sweep", "--fulfilment-after-seconds", "0"], &[]).await.unwrap();
+    let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(statuses.get("paid"), Some(&2), "{statuses:?}");
+    assert_eq!(statuses.get("payment_declined"), Some(&1), "{statuses:?}");
+    audit(&fleet, "sku-1", 3).await;
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_cut_that_would_reject_an_order_ahead_of_one_already_served_is_refused_naming_the_smallest_total() {
     // Arrange: three in line for three units; A, first, stays pending (a saved 500), while B
     // and C behind it are reserved and paid.

@@ -48,7 +48,7 @@ impl Step {
             .await
             .unwrap();
         let fulfilment = Fulfilment { pool: db.pool.clone(), payments: payments(&stripe_base) };
-        Self { db, stripe_base, step: StockCheck { fulfilment }, _stop: stop }
+        Self { db, stripe_base, step: StockCheck::new(fulfilment, 1), _stop: stop }
     }
 
     /// An order placed through the intake's own code (the door, the authorization at

@@ -1393,7 +1393,7 @@ impl Model for OrderProtocol {
         match action {
             Action::Send(b) => Self::send(&mut s, b),
             Action::Step(Proc::Request(b), net) => self.request_step(&mut s, b, net),
-            Action::Step(Proc::Worker(w), net) => self.worker_step(&mut s, w, net)?,
+            Action::Step(Proc::Worker(w), net) => self.worker_step(&mut s, w, net),
             Action::Step(Proc::Sweeper, net) => self.sweeper_step(&mut s, net),
             Action::Step(Proc::Webhook, net) => self.webhook_step(&mut s, net),
             Action::Crash(proc) => Self::crash(&mut s, proc),
@@ -1584,10 +1584,17 @@ impl OrderProtocol {
     }
 
     /// Worker `w`'s next step; a job that ends unsettled leaves its message to come back.
-    /// `None`: the step cannot be taken now.
-    fn worker_step(&self, s: &mut State, w: u8, net: Net) -> Option<()> {
+    /// A stock check whose order must wait for the line is done with: its message deleted,
+    /// the order waiting in the worker's line (`stock_worker::line`), which tries it again
+    /// as the sweeper does and leaves it to the sweeper at a stop; here the sweeper stands
+    /// for both.
+    fn worker_step(&self, s: &mut State, w: u8, net: Net) {
         let (receives, job) = s.workers[usize::from(w)].expect("a stepping worker holds a message");
-        match self.job_step(s, job, net)? {
+        let Some(next) = self.job_step(s, job, net) else {
+            s.workers[usize::from(w)] = None;
+            return;
+        };
+        match next {
             Next::Go(job) => s.workers[usize::from(w)] = Some((receives, job)),
             Next::End(done) => {
                 s.workers[usize::from(w)] = None;
@@ -1600,13 +1607,12 @@ impl OrderProtocol {
                 }
             }
         }
-        Some(())
     }
 
     fn sweeper_step(&self, s: &mut State, net: Net) {
         let job = s.sweeper.expect("a stepping sweeper has a job");
-        // A stock check waits in place for the line; the sweeper goes on to its next
-        // order (`waiting_for_the_line` is a transient failure to it).
+        // An order whose turn waits on the line is left for the next sweep
+        // (`waiting_for_the_line` is a transient failure to the sweeper).
         let Some(next) = self.job_step(s, job, net) else {
             s.sweeper = None;
             return;

@@ -6,21 +6,23 @@
 //! message's outcome as it is ([`orderfleet::runtime::failure`]): settled → delete; an outage (Stripe
 //! or the database down) → come back after a backoff, and the worker stops receiving until
 //! both answer again ([`Handler::ready`]); permanent (a stuck order, or a message that is not
-//! a stock check) → left for the DLQ, with the reason.
+//! a stock check) → left for the DLQ, with the reason. A stock check whose order must wait for
+//! an order ahead (after a stock cut) is done with, and the order waits in the [`line`].
 
 // Instrumenting the handler's future makes the compiler prove `Send` through async-stripe's
 // deeply nested types: more than the default recursion limit.
 #![recursion_limit = "256"]
 
+pub mod line;
 pub mod service;
 
-use std::sync::Arc;
-use std::time::Duration;
-
+use line::Line;
+use orderfleet::domain::OrderId;
 use orderfleet::domain::fulfilment::{Fulfilment, WAITING_FOR_THE_LINE};
 use orderfleet::domain::outbox::{Destination, Envelope};
 use orderfleet::runtime::consumer::{Handler, Outcome, Received};
 use orderfleet::runtime::failure::{Failure, Source};
+use std::sync::Arc;
 use tracing::Instrument;
 
 /// The worker's step.
@@ -28,14 +30,19 @@ use tracing::Instrument;
 pub struct StockCheck {
     /// Reserves, captures or cancels one order, from its status.
     pub fulfilment: Fulfilment,
+    /// Where an order whose turn depends on a pending order ahead waits ([`line`]).
+    pub line: Arc<Line>,
 }
 
 impl Handler for StockCheck {
+    /// Orders are independent: a capture that hangs on Stripe holds up no other message.
+    const EACH_ON_ITS_OWN: bool = true;
+
     async fn handle(&self, batch: Vec<Received>) -> Vec<Outcome> {
         // Each message on its own: the bound on concurrency is the consumer's semaphore.
         // Each in its message's span: its order's trace_id and order_id on every line.
         futures::future::join_all(
-            batch.iter().map(|m| self.handle_waiting_for_the_line(&m.body).instrument(m.span.clone())),
+            batch.iter().map(|m| self.handle_message(&m.body).instrument(m.span.clone())),
         )
         .await
     }
@@ -47,46 +54,57 @@ impl Handler for StockCheck {
     }
 }
 
-/// How often a stock check still waiting for an order ahead of it says so.
-const WAITING_LOGGED_EVERY: Duration = Duration::from_secs(60);
-
 impl StockCheck {
-    /// [`StockCheck::handle_one`], waiting in place (the heartbeat keeps the message
-    /// invisible) for as long as the order's turn depends on a pending order ahead: every
-    /// receive spent waiting would bring the message nearer the DLQ for no fault of its own.
-    /// The order ahead is settled by its buyer's retry or the sweeper; while Stripe is down that
-    /// can take the outage's length, and the wait is as long. It says so every minute.
-    pub(crate) async fn handle_waiting_for_the_line(&self, body: &str) -> Outcome {
-        let started = tokio::time::Instant::now();
-        let mut said = started;
-        loop {
-            match self.handle_one(body).await {
-                Err(failure) if failure.code == WAITING_FOR_THE_LINE => {
-                    if said.elapsed() >= WAITING_LOGGED_EVERY {
-                        let waited = started.elapsed();
-                        tracing::warn!(?waited, reason = failure.reason, "still waiting for the line");
-                        said = tokio::time::Instant::now();
-                    }
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+    /// The step over `fulfilment`, with an empty line that nothing tries again until
+    /// [`Line::run`] runs.
+    pub fn new(fulfilment: Fulfilment, concurrency: usize) -> Self {
+        let line = Arc::new(Line::new(fulfilment.clone(), concurrency));
+        Self { fulfilment, line }
+    }
+
+    /// [`StockCheck::handle_one`]; a stock check whose order must wait for the line is done
+    /// with, its order waiting in the [`Line`] (or, when that is full, for the sweeper), so that
+    /// it pins no permit and spends no receive.
+    pub(crate) async fn handle_message(&self, body: &str) -> Outcome {
+        let (order_id, outcome) = self.handle_one_of(body).await;
+        match (order_id, outcome) {
+            (Some(order_id), Err(failure)) if failure.code == WAITING_FOR_THE_LINE => {
+                let reason = failure.reason;
+                if self.line.wait(order_id) {
+                    tracing::info!(reason, "the order waits for the line here; its stock check is done with");
+                } else {
+                    tracing::warn!(reason, "the line is full; the order is left to the sweeper");
                 }
-                outcome => return outcome,
+                Ok(())
             }
+            (_, outcome) => outcome,
         }
     }
 
     /// Handles one message body. Public so tests can drive it without SQS.
     pub async fn handle_one(&self, body: &str) -> Outcome {
-        let envelope = Envelope::parse(body, Destination::StockCheck)
-            .map_err(|refused| Failure::permanent(Source::Message, refused.code, refused.reason))?;
-        match envelope.captures_from_its_payload(chrono::Utc::now()) {
+        self.handle_one_of(body).await.1
+    }
+
+    /// [`StockCheck::handle_one`], with the order's id when the body is a stock check.
+    async fn handle_one_of(&self, body: &str) -> (Option<OrderId>, Outcome) {
+        let envelope = match Envelope::parse(body, Destination::StockCheck) {
+            Ok(envelope) => envelope,
+            Err(refused) => {
+                return (None, Err(Failure::permanent(Source::Message, refused.code, refused.reason)));
+            }
+        };
+        let order_id = envelope.order_id;
+        let outcome = match envelope.captures_from_its_payload(chrono::Utc::now()) {
             // The commit took the order's units: capture it from what the message says.
             Some(reserved) => self.fulfilment.capture_reserved(reserved).await,
-            None => self.fulfilment.advance(envelope.order_id).await,
-        }
+            None => self.fulfilment.advance(order_id).await,
+        };
+        (Some(order_id), outcome)
     }
 }
 
-/// The handler, shared by the consumer's tasks.
-pub fn handler(fulfilment: Fulfilment) -> Arc<StockCheck> {
-    Arc::new(StockCheck { fulfilment })
+/// The handler, shared by the consumer's tasks, handling `concurrency` messages at once.
+pub fn handler(fulfilment: Fulfilment, concurrency: usize) -> Arc<StockCheck> {
+    Arc::new(StockCheck::new(fulfilment, concurrency))
 }

@@ -23,7 +23,7 @@ fn step() -> StockCheck {
     };
     let pool = orderfleet::runtime::db::connect_lazy(&DatabaseConfig::from_env(&env).unwrap(), size).unwrap();
     let payments = Payments::new(&StripeConfig::from_env(&env).unwrap(), RetryPolicy::default()).unwrap();
-    StockCheck { fulfilment: Fulfilment { pool, payments } }
+    StockCheck::new(Fulfilment { pool, payments }, 1)
 }
 
 /// Bodies near an envelope: its keys, ids that are and are not UUIDs, event types of all kinds.

@@ -535,3 +535,46 @@ async fn finding_what_an_attempt_did_costs_a_page_of_stripes_list_per_hundred_in
     fleet.wait_settled(Duration::from_secs(120)).await.unwrap();
     fleet.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_capture_that_hangs_holds_up_no_other_stock_check_of_its_batch() {
+    // Arrange: two stock checks waiting, which one receive brings together; Stripe hangs on
+    // the first capture it gets (the client's timeout, then a retry), answers the other at once
+    // (issue 35, point 1: a batch used to be settled, and its permits given back, only when
+    // its slowest message was done).
+    let mut fleet = Fleet::prepare("hanging-capture-batch").await.unwrap();
+    for label in ["order-intake", "outbox-relay"] {
+        fleet.spawn(label, label, &[]).unwrap();
+    }
+    fleet.product("sku-1", 1000, 2).await.unwrap();
+    for user in ["ann", "bob"] {
+        assert_eq!(place(&fleet, user, "k", "sku-1").await.status, 202);
+    }
+    fleet_harness::eventually("both checks queued", Duration::from_secs(30), || async {
+        (fleet.queue_depth(&fleet.stock.url).await.ok()? == (2, 0)).then_some(())
+    })
+    .await
+    .unwrap();
+    fleet.fault("capture", "timeout", 1).await.unwrap();
+
+    // Act
+    fleet.spawn("stock-worker", "stock-worker", &[("SWEEP_INTERVAL_SECONDS", "0")]).unwrap();
+
+    // Assert: once one order is paid, its stock check is deleted while the other's capture
+    // still hangs.
+    fleet_harness::eventually("one order paid", Duration::from_secs(30), || async {
+        (fleet.statuses().await.ok()?.get("paid") == Some(&1)).then_some(())
+    })
+    .await
+    .unwrap();
+    let settled_alone = fleet_harness::eventually("its check deleted", Duration::from_secs(2), || async {
+        (fleet.queue_depth(&fleet.stock.url).await.ok()? == (0, 1)).then_some(())
+    })
+    .await;
+    let statuses = fleet.statuses().await.unwrap();
+    assert!(settled_alone.is_ok(), "the paid order's check waited for its batch-mate: {statuses:?}");
+    assert_eq!(statuses.get("paid"), Some(&1), "the other capture was still hanging: {statuses:?}");
+    let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(statuses.get("paid"), Some(&2), "{statuses:?}");
+    fleet.stop().await.unwrap();
+}

@@ -236,9 +236,8 @@ impl Sweeper {
     pub async fn run(self, every: Duration, cancel: CancellationToken) {
         loop {
             let jitter = crate::runtime::backoff::Backoff::new(every, every).delay(0);
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(jitter) => {}
+            if !crate::runtime::tasks::sleep_or_stop(&cancel, jitter).await {
+                return;
             }
             crate::runtime::failpoint::panic_at("sweeper_panics");
             match self.sweep_until(&cancel).await {

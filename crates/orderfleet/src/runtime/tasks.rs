@@ -115,6 +115,14 @@ pub(crate) fn why_it_ended(error: JoinError) -> String {
     format!("panicked: {message}")
 }
 
+/// Sleeps for `delay`; false if the stop signal came first.
+pub async fn sleep_or_stop(cancel: &CancellationToken, delay: std::time::Duration) -> bool {
+    tokio::select! {
+        _ = cancel.cancelled() => false,
+        _ = tokio::time::sleep(delay) => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -64,10 +64,4 @@ impl Gate {
     }
 }
 
-/// Sleeps for `delay`; false if the stop signal came first.
-pub(super) async fn sleep_or_stop(cancel: &CancellationToken, delay: Duration) -> bool {
-    tokio::select! {
-        _ = cancel.cancelled() => false,
-        _ = tokio::time::sleep(delay) => true,
-    }
-}
+pub(super) use crate::runtime::tasks::sleep_or_stop;

@@ -14,7 +14,9 @@
 //!   calls a minute and never spins.
 //! - **Concurrency independent of batch size**: a semaphore bounds messages in flight across
 //!   all pollers; a poller asks for at most as many messages as it holds permits for, and
-//!   waits (briefly) for a full batch's worth of permits rather than asking for a few.
+//!   waits (briefly) for a full batch's worth of permits rather than asking for a few. A
+//!   handler whose messages are independent has each handled and settled on its own
+//!   ([`Handler::EACH_ON_ITS_OWN`]): a slow one holds up none of its batch-mates.
 //! - **Pollers follow the queue's depth** ([`Backlog`]): the first poller always polls; the
 //!   others poll only while receives come back full. A shallow queue is then read by one long
 //!   poll per worker, which waits a moment after a short batch so the next one is fuller:
@@ -110,7 +112,14 @@ pub use crate::runtime::failure::Outcome;
 
 /// The one step a worker does.
 pub trait Handler: Send + Sync + 'static {
-    /// Handles a batch (1–10 messages) and returns one outcome per message, in order.
+    /// Whether each message is handled and settled on its own, as soon as it is done, with its
+    /// permit back at once; otherwise a batch is handled together (one `PublishBatch` for the
+    /// lot, say) and settled when its last message is done. A handler whose messages are
+    /// independent says true: one slow message then holds up no other.
+    const EACH_ON_ITS_OWN: bool = false;
+
+    /// Handles a batch (1–10 messages; one when [`Handler::EACH_ON_ITS_OWN`]) and returns one
+    /// outcome per message, in order.
     fn handle(&self, batch: Vec<Received>) -> impl Future<Output = Vec<Outcome>> + Send;
 
     /// Whether the dependencies answer (a cheap probe), asked while the worker is paused

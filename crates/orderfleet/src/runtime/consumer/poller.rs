@@ -213,15 +213,28 @@ impl<H: Handler> Poller<H> {
         sleep_or_stop(&self.shared.cancel, delay).await.then_some(())
     }
 
-    /// Hands the batch to a task of its own ([`BatchTask`]): the handler runs under a
-    /// heartbeat, then every outcome is settled, but for the messages an outage stopped, which
-    /// the task holds until the dependency answers. The permits for messages that did not come
-    /// go back now; the rest when the batch is settled.
+    /// Hands the batch to a task of its own ([`BatchTask`]), or each message to one of its own
+    /// ([`Handler::EACH_ON_ITS_OWN`]): the handler runs under a heartbeat, then every outcome is
+    /// settled, but for the messages an outage stopped, which the task holds until the
+    /// dependency answers. The permits for messages that did not come go back now; the rest
+    /// when their task is settled.
     fn dispatch(&self, batch: Vec<Received>, mut permits: OwnedSemaphorePermit) {
         if batch.len() < permits.num_permits() {
             // Permits for messages the receive did not bring: back to the pool at once.
             drop(permits.split(permits.num_permits() - batch.len()));
         }
+        if H::EACH_ON_ITS_OWN && batch.len() > 1 {
+            for message in batch {
+                let permit = permits.split(1).expect("a permit for each message");
+                self.dispatch_task(vec![message], permit);
+            }
+            return;
+        }
+        self.dispatch_task(batch, permits);
+    }
+
+    /// Spawns the task of one batch, which gives `permits` back when it is settled.
+    fn dispatch_task(&self, batch: Vec<Received>, permits: OwnedSemaphorePermit) {
         let receipts: Vec<String> = batch.iter().map(|m| m.receipt_handle.clone()).collect();
         let in_flight = self.shared.in_flight.clone();
         let batch_id = in_flight.register(receipts);
