@@ -123,6 +123,62 @@ async fn a_data_error_for_one_order_sends_its_message_toward_the_dlq_without_pau
     fleet.stop().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_only_database_dead_letters_nothing_and_once_writable_the_worker_leaves_its_read_only_sessions()
+ {
+    // Arrange: a server of the test's own (changing a role on the shared one would reach every
+    // test beside this one). The stock worker's sessions turn read-only, as on a writer a
+    // failover demoted: its role is set read-only and its sessions ended, so it reconnects
+    // into read-only ones (issue 35, point 2). `SELECT 1` still answers on them.
+    let server = PostgresServer::start().unwrap();
+    let db = TestDatabase::migrated_on(&server).await.unwrap();
+    let fleet = Fleet::builder("read-only-database").database(db).start(1).await.unwrap();
+    fleet.product("sku-1", 1000, 6).await.unwrap();
+    assert_eq!(place(&fleet, "warm", "key", "sku-1").await.status, 202);
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    let role: String = sqlx::query_scalar(
+        "SELECT usename::text FROM pg_stat_activity WHERE application_name = 'stock-worker' LIMIT 1",
+    )
+    .fetch_one(&fleet.pool)
+    .await
+    .unwrap();
+    let set = format!("ALTER ROLE {role} SET default_transaction_read_only = on");
+    sqlx::query(sqlx::AssertSqlSafe(set)).execute(&fleet.pool).await.unwrap();
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'stock-worker'",
+    )
+    .execute(&fleet.pool)
+    .await
+    .unwrap();
+
+    // Act: two orders while the worker can only read; longer than their stock checks took to
+    // reach the DLQ before the fix (about 35 s).
+    for i in 0..2 {
+        assert_eq!(place(&fleet, &format!("during-{i}"), "key", "sku-1").await.status, 202);
+    }
+    tokio::time::sleep(Duration::from_secs(45)).await;
+
+    // Assert: nothing dead-lettered, nothing paid; then writable for new sessions, and the
+    // orders are paid: the worker left its read-only sessions.
+    assert!(
+        dlqs_are_empty(&fleet).await,
+        "a good message was dead-lettered while the database was read-only"
+    );
+    assert_eq!(fleet.statuses().await.unwrap().get("paid"), Some(&1));
+    let reset = format!("ALTER ROLE {role} RESET default_transaction_read_only");
+    sqlx::query(sqlx::AssertSqlSafe(reset)).execute(&fleet.pool).await.unwrap();
+    for i in 0..3 {
+        assert_eq!(place(&fleet, &format!("after-{i}"), "key", "sku-1").await.status, 202);
+    }
+    let paid = || async { (fleet.statuses().await.ok()?.get("paid") == Some(&6)).then_some(()) };
+    if let Err(e) = eventually("every order paid", Duration::from_secs(60), paid).await {
+        panic!("{e:#}: {:?}", fleet.statuses().await.unwrap());
+    }
+    audit(&fleet, "read-only-database", "sku-1", 1, 12).await;
+    assert!(dlqs_are_empty(&fleet).await);
+    fleet.stop().await.unwrap();
+}
+
 /// Waits until some session waits on a lock (a door statement behind the test's row lock).
 async fn wait_for_a_statement_waiting_on_a_lock(fleet: &Fleet) {
     eventually("a statement waiting on the product row", Duration::from_secs(30), || async {

@@ -148,13 +148,18 @@ pub async fn begin(pool: &Pool) -> anyhow::Result<Tx> {
 /// frees its locks: above [`STEP_DEADLINE`], so only a client that has given up meets it.
 pub(crate) const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(15);
 
-/// Whether the database answers: `SELECT 1` within the step deadline (a worker's probe while
-/// it is paused).
+/// Whether the database answers and takes writes, within the step deadline (a worker's probe
+/// while it is paused): `SELECT 1` answers on a standby or a read-only session too, where
+/// every write of the fleet's fails ([`Pool::writable`]).
 pub async fn probe(pool: &Pool) -> Result<(), String> {
-    let ping = async {
-        sqlx::query!("SELECT 1 AS one").fetch_one(pool).await.map(|_| ()).map_err(anyhow::Error::from)
-    };
-    bounded("failed to probe the database", ping).await.map_err(|e| format!("PostgreSQL: {e:#}"))
+    let writable = async { pool.writable().await.map_err(anyhow::Error::from) };
+    match bounded("failed to probe the database", writable).await {
+        Ok(true) => Ok(()),
+        Ok(false) => {
+            Err("PostgreSQL: the session is read-only (a standby, or read-only by a setting)".into())
+        }
+        Err(e) => Err(format!("PostgreSQL: {e:#}")),
+    }
 }
 
 fn warn_if_unverified(config: &DatabaseConfig) {
@@ -186,7 +191,10 @@ pub async fn migrate(pool: &Pool) -> anyhow::Result<()> {
 /// - an answer from the server with a SQLSTATE is classified by its class: unreachable,
 ///   refusing connections, out of resources, shutting down, or cancelling a statement at its
 ///   `statement_timeout` (08, 28, 3D, 53, 57) is an **outage**: a statement that ran that long
-///   waited on a lock held by a client gone quiet, or on a server too busy; an integrity
+///   waited on a lock held by a client gone quiet, or on a server too busy; so is a session
+///   that cannot do the work (`25006`, read-only: a standby or a demoted writer; 58, a system
+///   error; XX, an internal one: [`crate::runtime::pool::unfit_session`]), whose connection
+///   the pool closes; an integrity
 ///   constraint, a data exception, or an error raised on purpose by a trigger (23, 22, P0) is
 ///   **permanent**; anything else (a deadlock, a serialization failure) is **transient**;
 /// - an error about the rows we asked for (a row missing, a value that does not decode) is
@@ -207,6 +215,7 @@ pub fn failure(error: &anyhow::Error) -> Failure {
         sqlx::Error::Database(e) => {
             let code = e.code().unwrap_or_default().into_owned();
             let kind = match &code[..code.len().min(2)] {
+                _ if crate::runtime::pool::unfit_session(&code) => Kind::Outage,
                 "08" | "28" | "3D" | "53" | "57" => Kind::Outage,
                 "23" | "22" | "P0" => Kind::Permanent,
                 _ => Kind::Transient,
@@ -290,20 +299,40 @@ mod tests {
     /// failure it went back to SQS with one spent on every try.
     #[test]
     fn a_statement_the_server_cancelled_at_its_timeout_is_an_outage() {
+        let cancelled = server_error("57014");
+        assert_eq!((failure(&cancelled).kind, failure(&cancelled).code.as_str()), (Kind::Outage, "57014"));
+    }
+
+    /// A session that cannot do the work is the database's state, not the message's (issue
+    /// 35, point 2): read-only (a standby, a writer a failover demoted), a system error, an
+    /// internal one. As a transient failure a lone message reached the DLQ in about 35 s.
+    #[test]
+    fn a_read_only_session_a_system_error_and_an_internal_error_are_outages() {
+        for code in ["25006", "58030", "XX000"] {
+            assert_eq!(failure(&server_error(code)).kind, Kind::Outage, "{code}");
+            assert!(crate::runtime::pool::unfit_session(code), "{code}");
+        }
+        assert_eq!(failure(&server_error("40001")).kind, Kind::Transient);
+        assert_eq!(failure(&server_error("23505")).kind, Kind::Permanent);
+        assert!(!crate::runtime::pool::unfit_session("25P02"));
+    }
+
+    /// An error the server answered with SQLSTATE `code`.
+    fn server_error(code: &'static str) -> anyhow::Error {
         #[derive(Debug)]
-        struct Cancelled;
-        impl std::fmt::Display for Cancelled {
+        struct Coded(&'static str);
+        impl std::fmt::Display for Coded {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("canceling statement due to statement timeout")
+                write!(f, "an error with SQLSTATE {}", self.0)
             }
         }
-        impl std::error::Error for Cancelled {}
-        impl sqlx::error::DatabaseError for Cancelled {
+        impl std::error::Error for Coded {}
+        impl sqlx::error::DatabaseError for Coded {
             fn message(&self) -> &str {
-                "canceling statement due to statement timeout"
+                "an error the server answered"
             }
             fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
-                Some("57014".into())
+                Some(self.0.into())
             }
             fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
                 self
@@ -318,8 +347,7 @@ mod tests {
                 sqlx::error::ErrorKind::Other
             }
         }
-        let cancelled = anyhow::Error::new(sqlx::Error::Database(Box::new(Cancelled)));
-        assert_eq!((failure(&cancelled).kind, failure(&cancelled).code.as_str()), (Kind::Outage, "57014"));
+        anyhow::Error::new(sqlx::Error::Database(Box::new(Coded(code))))
     }
 
     #[tokio::test(start_paused = true)]

@@ -193,6 +193,21 @@ impl Pool {
         Ok(Tx { conn })
     }
 
+    /// Whether a session of the pool's takes writes (`transaction_read_only` off: not a standby,
+    /// nor read-only by a setting). A read-only one is closed, not kept: a session stays
+    /// read-only for its life, and the next one opened may reach a writable primary.
+    pub async fn writable(&self) -> sqlx::Result<bool> {
+        let mut conn = self.checkout().await?;
+        let read_only: String = sqlx::query_scalar("SELECT current_setting('transaction_read_only')")
+            .fetch_one(&mut conn.raw)
+            .await?;
+        let writable = read_only == "off";
+        if writable {
+            conn.finished();
+        }
+        Ok(writable)
+    }
+
     /// A connection outside the pool, with the options the pool's connections have: for a
     /// `LISTEN`, or for migrations (which may take longer than a statement's timeout: the caller
     /// lifts it).
@@ -208,6 +223,15 @@ impl Pool {
             .acquire_timeout(CONNECT_DEADLINE)
             .connect_lazy_with((*self.options).clone())
     }
+}
+
+/// Whether an error with SQLSTATE `code` says the session cannot do the fleet's work, so a new
+/// one should be opened: `25006` (`read_only_sql_transaction`: a standby, a writer a failover
+/// demoted, a role or database set read-only, each of which a session keeps for its life),
+/// class `58` (a system error: the server's disk or files) and class `XX` (an internal error).
+/// A new session after a failover reaches the new primary.
+pub fn unfit_session(code: &str) -> bool {
+    code == "25006" || code.starts_with("58") || code.starts_with("XX")
 }
 
 /// bb8 opens connections in the background (the pool's minimum, a replacement for one closed)
@@ -238,14 +262,15 @@ impl Conn {
     /// A single statement's outcome: finished if the server answered it, whether with rows or
     /// with an error the session survives (outside a transaction, a statement's `ERROR` leaves
     /// the session as it was). A `FATAL` or `PANIC` one ends the session (a restart's
-    /// `terminating connection due to administrator command`), and any other error (the
+    /// `terminating connection due to administrator command`), one that says the session
+    /// cannot do the work ([`unfit_session`]) makes it useless, and any other error (the
     /// connection, the protocol) leaves it unknown: the connection is closed.
     fn settle<T>(&mut self, outcome: &sqlx::Result<T>) {
         let survived = match outcome {
             Ok(_) => true,
-            Err(sqlx::Error::Database(e)) => e
-                .try_downcast_ref::<PgDatabaseError>()
-                .is_some_and(|e| !matches!(e.severity(), PgSeverity::Fatal | PgSeverity::Panic)),
+            Err(sqlx::Error::Database(e)) => e.try_downcast_ref::<PgDatabaseError>().is_some_and(|e| {
+                !matches!(e.severity(), PgSeverity::Fatal | PgSeverity::Panic) && !unfit_session(e.code())
+            }),
             Err(_) => false,
         };
         if survived {
