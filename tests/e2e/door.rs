@@ -717,6 +717,62 @@ async fn an_order_waiting_for_the_line_holds_up_no_other_order_and_a_sigterm_spe
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn after_a_cut_an_order_ahead_whose_hold_passed_its_deadline_takes_no_unit_and_the_order_behind_is_served()
+ {
+    // Arrange: A and B in line for two units, on 3-D Secure cards, cut to one unit, then both
+    // authenticated (each commit finds the cut, so both stay `authorized`). A's hold passes
+    // its deadline, which the fleet recorded from Stripe; Stripe cancels it. No webhooks: the
+    // fleet must know from the deadline alone (issue 35, point 8).
+    let mut fleet = Fleet::prepare("lapsed-hold-in-line").await.unwrap();
+    fleet.set_env("STRIPE_WEBHOOK_SECRET", "");
+    for label in ["order-intake", "outbox-relay", "notification-worker"] {
+        fleet.spawn(label, label, &[("PAYMENT_ACTION_TIMEOUT_SECONDS", "300")]).unwrap();
+    }
+    fleet.wait_intake().await.unwrap();
+    fleet.product("sku-1", 1000, 2).await.unwrap();
+    let ids = line_up_pending(&fleet, "sku-1", &[1, 1]).await;
+    upsert_stock(&fleet, "sku-1", "1").await.unwrap();
+    for id in &ids {
+        fleet.authenticate_order(id).await.unwrap();
+    }
+    // Without webhooks the sweeper reads each intent and records the authentication.
+    let sweep = ["sweep", "--pending-after-seconds", "0", "--fulfilment-after-seconds", "3600"];
+    fleet.fleetctl(&sweep, &[]).await.unwrap();
+    assert_eq!(statuses_in_line(&fleet, &ids).await, ["authorized", "authorized"]);
+    sqlx::query(
+        "UPDATE orders SET authorization_expires_at = now() - interval '1 minute' WHERE id = $1::uuid",
+    )
+    .bind(&ids[0])
+    .execute(&fleet.pool)
+    .await
+    .unwrap();
+    let a_intent: String = sqlx::query_scalar("SELECT payment_intent_id FROM orders WHERE id = $1::uuid")
+        .bind(&ids[0])
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap();
+    let expire = format!("{}/_sim/payment_intents/{a_intent}/expire_authorization", fleet.stripe_url);
+    assert!(fleet.http.post(expire).send().await.unwrap().status().is_success());
+    // B's stock check first, so the worker decides B while A is still `authorized` ahead.
+    let mut checks = fleet.take_messages(&fleet.stock.url.clone(), 2).await.unwrap();
+    checks.sort_by_key(|body| !body.contains(&ids[1]));
+    for body in &checks {
+        fleet.sqs.send_message().queue_url(&fleet.stock.url).message_body(body).send().await.unwrap();
+    }
+
+    // Act
+    fleet.spawn("stock-worker", "stock-worker", &[("STOCK_WORKER_CONCURRENCY", "1")]).unwrap();
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+
+    // Assert: A, whose hold is gone, takes no unit and ends `authorization_canceled`; B, behind
+    // it, gets the unit instead of being rejected for a unit then left unsold.
+    assert_eq!(statuses_in_line(&fleet, &ids).await, ["authorization_canceled", "paid"]);
+    assert_eq!(units(&fleet, "sku-1").await, (1, 0, 1));
+    audit(&fleet, "sku-1", 4).await;
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_cut_that_would_reject_an_order_ahead_of_one_already_served_is_refused_naming_the_smallest_total() {
     // Arrange: three in line for three units; A, first, stays pending (a saved 500), while B
     // and C behind it are reserved and paid.

@@ -99,6 +99,9 @@ enum Arrival {
     /// It is `authorized` and was claimed, but stock was cut below what was promised: its
     /// units need the line read ([`Fulfilment::reserve_in_line`]).
     Short,
+    /// It is `authorized` and was claimed, but its hold is past the deadline Stripe gave
+    /// (`authorization_expires_at`): it takes no units ([`Fulfilment::lapse`]).
+    Lapsed,
 }
 
 /// What a reservation step did.
@@ -109,6 +112,8 @@ enum Reserved {
     Lost,
     /// Whether its units are left depends on an order ahead still pending authorization.
     Waiting(String),
+    /// Its hold is past its deadline: it takes no units ([`Fulfilment::lapse`]).
+    Lapsed,
 }
 
 /// What a capture step did.
@@ -193,13 +198,8 @@ impl Fulfilment {
     async fn try_advance(&self, order_id: OrderId) -> anyhow::Result<Outcome> {
         let stuck = |code: &str, reason: String| Ok(Err(Failure::permanent(Source::Order, code, reason)));
         // Every database step is bounded ([`crate::runtime::db::bounded`]): a connection frozen
-        // mid-exchange is an outage, not a message held forever.
-        let load = || {
-            crate::runtime::db::bounded("failed to load the order", async {
-                order::load(&self.pool, order_id).await.map_err(anyhow::Error::from)
-            })
-        };
-        // The first step loads the order and, if `authorized`, reserves its units: one statement.
+        // mid-exchange is an outage, not a message held forever. The first step loads the
+        // order and, if `authorized`, reserves its units: one statement.
         let arrived = crate::runtime::db::bounded("failed to reserve stock", self.arrive(order_id)).await?;
         let Some((mut order, mut arrival)) = arrived else {
             let reason = format!("unknown order {order_id}");
@@ -210,9 +210,10 @@ impl Fulfilment {
         for _ in 0..6 {
             let moved = match order.status {
                 OrderStatus::Authorized => {
-                    // The first step claimed it but found stock cut: the units need the line read.
-                    let short = matches!(std::mem::replace(&mut arrival, Arrival::AsItWas), Arrival::Short);
-                    match self.reserve_step(&order, short).await? {
+                    // The first step may have found stock cut (the line must be read), or the
+                    // hold past its deadline.
+                    let arrival = std::mem::replace(&mut arrival, Arrival::AsItWas);
+                    match self.reserve_step(&order, arrival).await? {
                         Ok(moved) => moved,
                         Err(waiting) => return Ok(Err(waiting)),
                     }
@@ -227,7 +228,11 @@ impl Fulfilment {
                         return Ok(Err(Failure::outage(Source::Stripe, "unavailable", why)));
                     }
                 },
-                OrderStatus::RejectedOutOfStock | OrderStatus::CaptureFailed => {
+                // Ended holding funds, or on a hold past its deadline (Stripe cancelled it; a cancel
+                // under the order's key makes sure): released unless it is already.
+                OrderStatus::RejectedOutOfStock
+                | OrderStatus::CaptureFailed
+                | OrderStatus::AuthorizationCanceled => {
                     return self.release_authorization(&order).await;
                 }
                 // Ended, and holding nothing: a cancelled hold is gone already.
@@ -242,7 +247,7 @@ impl Fulfilment {
             };
             match moved {
                 Some(status) => order.status = status,
-                None => match load().await? {
+                None => match self.load(order_id).await? {
                     Some(now) => order = now,
                     None => return stuck("order_disappeared", format!("order {order_id} disappeared")),
                 },
@@ -251,19 +256,37 @@ impl Fulfilment {
         anyhow::bail!("order {order_id} did not settle")
     }
 
+    /// The order as it is now, read within the step deadline.
+    async fn load(&self, order_id: OrderId) -> anyhow::Result<Option<Order>> {
+        crate::runtime::db::bounded("failed to load the order", async {
+            order::load(&self.pool, order_id).await.map_err(anyhow::Error::from)
+        })
+        .await
+    }
+
     /// The `authorized` step: the reservation, with the line read when the first step found
-    /// stock `short`. `Some` of the status it moved the order to, `None` when another delivery
-    /// moved it first, `Err` when the order waits for an order ahead still pending.
+    /// stock short, or the end of an order whose hold the first step found past its deadline.
+    /// `Some` of the status it moved the order to, `None` when another delivery moved it
+    /// first, `Err` when the order waits for an order ahead still pending.
     async fn reserve_step(
         &self,
         order: &Order,
-        short: bool,
+        arrival: Arrival,
     ) -> anyhow::Result<Result<Option<OrderStatus>, Failure>> {
-        let reserved =
-            async { if short { self.reserve_in_line(order).await } else { self.reserve(order).await } };
+        let reserved = async {
+            match arrival {
+                Arrival::Short => self.reserve_in_line(order).await,
+                Arrival::Lapsed => Ok(Reserved::Lapsed),
+                Arrival::Reserved | Arrival::AsItWas => self.reserve(order).await,
+            }
+        };
         Ok(match crate::runtime::db::bounded("failed to reserve stock", reserved).await? {
             Reserved::Moved(status) => Ok(Some(status)),
             Reserved::Lost => Ok(None),
+            Reserved::Lapsed => {
+                let lapsed = crate::runtime::db::bounded("failed to end a lapsed hold", self.lapse(order));
+                Ok(lapsed.await?.then_some(OrderStatus::AuthorizationCanceled))
+            }
             Reserved::Waiting(reason) => {
                 let waiting = Failure::transient(Source::Order, WAITING_FOR_THE_LINE, reason);
                 Err(waiting.retry_in(Duration::from_secs(5)))
@@ -285,11 +308,13 @@ impl Fulfilment {
         // from `moved` here.)
         let row = sqlx::query!(
             r#"WITH claim AS (
-                 SELECT id, product_id, quantity FROM orders WHERE id = $1 AND status = $2 FOR UPDATE
+                 SELECT id, product_id, quantity, (authorization_expires_at < now()) IS TRUE AS lapsed
+                   FROM orders WHERE id = $1 AND status = $2 FOR UPDATE
              ), taken AS (
                  UPDATE products p SET stock = p.stock - c.quantity, updated_at = now()
                    FROM claim c
-                  WHERE p.id = c.product_id AND p.units_promised <= p.units_total AND p.stock >= c.quantity
+                  WHERE p.id = c.product_id AND NOT c.lapsed
+                    AND p.units_promised <= p.units_total AND p.stock >= c.quantity
               RETURNING p.id
              ), moved AS (
                  UPDATE orders SET status = $3, updated_at = now()
@@ -303,7 +328,8 @@ impl Fulfilment {
                     position, payment_intent_id, failure_reason, authorization_released_at, traceparent,
                     payment_attempt, payment_attempt_failed, payment_attempt_at, client_secret, next_action, action_expires_at,
                     created_at, COALESCE((SELECT updated_at FROM moved), updated_at) AS "updated_at!",
-                    EXISTS (SELECT 1 FROM claim) AS "claimed!"
+                    EXISTS (SELECT 1 FROM claim) AS "claimed!",
+                    EXISTS (SELECT 1 FROM claim WHERE lapsed) AS "lapsed!"
                FROM orders WHERE id = $1"#,
             order_id as _,
             OrderStatus::Authorized as _,
@@ -313,13 +339,14 @@ impl Fulfilment {
         .await
         .context("failed to reserve stock")?;
         let Some(row) = row else { return Ok(None) };
-        let claimed = row.claimed;
+        let (claimed, lapsed) = (row.claimed, row.lapsed);
         let order = order::order_from!(row);
         let arrival = match (claimed, order.status) {
             (true, OrderStatus::StockReserved) => {
                 crate::runtime::failpoint::hit("after_reserve");
                 Arrival::Reserved
             }
+            (true, _) if lapsed => Arrival::Lapsed,
             (true, _) => Arrival::Short,
             (false, _) => Arrival::AsItWas,
         };
@@ -340,6 +367,7 @@ impl Fulfilment {
         match self.arrive(order.id).await? {
             Some((_, Arrival::Reserved)) => Ok(Reserved::Moved(OrderStatus::StockReserved)),
             Some((_, Arrival::Short)) => self.reserve_in_line(order).await,
+            Some((_, Arrival::Lapsed)) => Ok(Reserved::Lapsed),
             Some((_, Arrival::AsItWas)) | None => Ok(Reserved::Lost),
         }
     }
@@ -368,17 +396,22 @@ impl Fulfilment {
     /// Returns the move made, or that another delivery had already moved the order.
     async fn reserve_in_line(&self, order: &Order) -> anyhow::Result<Reserved> {
         let mut tx = crate::runtime::db::begin(&self.pool).await.context("failed to begin a reservation")?;
-        let position = sqlx::query_scalar!(
-            "SELECT position FROM orders WHERE id = $1 AND status = $2 FOR UPDATE",
+        let locked = sqlx::query!(
+            r#"SELECT position, (authorization_expires_at < now()) IS TRUE AS "lapsed!"
+                 FROM orders WHERE id = $1 AND status = $2 FOR UPDATE"#,
             order.id as _,
             OrderStatus::Authorized as _,
         )
         .fetch_optional(&mut *tx)
         .await
         .context("failed to lock the order")?;
-        let Some(position) = position else {
-            tx.rollback().await.context("failed to end the reservation")?;
-            return Ok(Reserved::Lost); // another delivery moved it
+        let position = match locked {
+            Some(locked) if !locked.lapsed => locked.position,
+            moved_or_lapsed => {
+                tx.rollback().await.context("failed to end the reservation")?;
+                // Another delivery moved it, or its hold passed its deadline meanwhile.
+                return Ok(if moved_or_lapsed.is_some() { Reserved::Lapsed } else { Reserved::Lost });
+            }
         };
         let stock = sqlx::query_scalar!(
             "SELECT stock FROM products WHERE id = $1 FOR UPDATE",
@@ -539,6 +572,32 @@ impl Fulfilment {
     }
 
     /// Cancels the authorization of an order that will not be captured, once.
+    /// An `authorized` order whose hold is past the deadline Stripe gave for it
+    /// (`authorization_expires_at`): Stripe cancels such a hold by itself, so the order could
+    /// never be captured. ONE statement ends it `authorization_canceled`, as the webhook of the
+    /// cancelled hold would, with its `order.rejected` message and its promised units back to
+    /// the door, before it takes a unit an order behind it could have had. Its hold is then
+    /// released under the order's key ([`Fulfilment::release_authorization`]). Whether this
+    /// call made the move.
+    async fn lapse(&self, order: &Order) -> anyhow::Result<bool> {
+        let reason = crate::domain::webhook::AUTHORIZATION_CANCELED;
+        let ended = OrderNotification::of(order, OrderStatus::AuthorizationCanceled, Some(reason));
+        let moved = Transition::new(order.id, OrderStatus::Authorized, OrderStatus::AuthorizationCanceled)
+            .with_reason(reason)
+            .with_message(EventType::OrderRejected, ended)
+            .giving_units_back(
+                "the hold passed the deadline Stripe gave for it before the order's units were reserved",
+            )
+            .apply(&self.pool)
+            .await?;
+        if moved {
+            tracing::warn!(
+                "the order's hold is past its deadline; it takes no units, which go back to the line"
+            );
+        }
+        Ok(moved)
+    }
+
     async fn release_authorization(&self, order: &Order) -> anyhow::Result<Outcome> {
         if order.authorization_released_at.is_some() {
             return Ok(Ok(()));
@@ -581,10 +640,12 @@ async fn fits_after_the_line(
     stock: i32,
 ) -> anyhow::Result<Result<bool, Reserved>> {
     // The units promised to the orders ahead of it that have not taken theirs: pending ones,
-    // and authorized ones.
+    // and authorized ones, but for a hold past its deadline, which will never take its units.
     let units_ahead = sqlx::query_scalar!(
         r#"SELECT COALESCE(sum(quantity), 0)::int8 AS "units!" FROM orders
-            WHERE product_id = $1 AND position < $2 AND (awaiting_authorization(status) OR status = $3)"#,
+            WHERE product_id = $1 AND position < $2
+              AND (awaiting_authorization(status)
+                   OR (status = $3 AND (authorization_expires_at < now()) IS NOT TRUE))"#,
         &order.product_id as _,
         position,
         OrderStatus::Authorized as _,
@@ -599,7 +660,9 @@ async fn fits_after_the_line(
     // two agree the answer is known; when they do not, this order waits for it.
     let line: Vec<(i32, bool)> = sqlx::query!(
         r#"SELECT quantity, awaiting_authorization(status) AS "pending!" FROM orders
-            WHERE product_id = $1 AND position < $2 AND (awaiting_authorization(status) OR status = $3)
+            WHERE product_id = $1 AND position < $2
+              AND (awaiting_authorization(status)
+                   OR (status = $3 AND (authorization_expires_at < now()) IS NOT TRUE))
             ORDER BY position"#,
         &order.product_id as _,
         position,
