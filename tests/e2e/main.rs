@@ -9,6 +9,7 @@ mod faults;
 mod image;
 mod infrastructure;
 mod intake;
+mod leases;
 mod migrations;
 mod observability;
 mod outages;

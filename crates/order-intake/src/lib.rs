@@ -42,7 +42,7 @@ use std::time::Duration;
 use orderfleet::domain::payments::{Payments, RetryPolicy};
 use orderfleet::domain::tokens::TokenVerifier;
 use orderfleet::runtime::config::{
-    AuthConfig, ConfigError, DatabaseConfig, Env, RuntimeConfig, Seconds, StripeConfig,
+    AuthConfig, ConfigError, DatabaseConfig, Env, RuntimeConfig, StripeConfig,
 };
 use orderfleet::runtime::db::Pool;
 use orderfleet::runtime::db::{self, PoolSize};
@@ -65,7 +65,9 @@ pub struct IntakeConfig {
     pub stripe: StripeConfig,
     /// How bearer tokens are checked.
     pub auth: AuthConfig,
-    /// How long a request may hold an order's key before a retry or the sweeper may take over.
+    /// How long a request holds an order's lease (its key) before a retry or the sweeper may
+    /// take over: the request timeout, past which the placement is dropped, and the margin
+    /// ([`orderfleet::domain::order::lease_for`]).
     pub lease: Duration,
     /// The rate limits, slow-client timeouts and the card-testing gate.
     pub limits: LimitsConfig,
@@ -80,15 +82,19 @@ impl Service for IntakeConfig {
     const NAME: &'static str = "order-intake";
 
     async fn load(env: &Env) -> Result<Self, ConfigError> {
+        let limits = LimitsConfig::from_env(env)?;
         Ok(Self {
             listen_addr: env.or_default("INTAKE_LISTEN_ADDR", SocketAddr::from(([127, 0, 0, 1], 8080)))?,
             database: DatabaseConfig::from_env(env)?,
             stripe: StripeConfig::from_env(env)?,
             auth: AuthConfig::from_env(env)?,
-            // Longer than the bounded authorization attempts take (3 × up to 4 s for a budget
-            // slot and 5 s for the answer), so a live request never loses its key to a retry.
-            lease: env.or_default("INTAKE_LEASE_SECONDS", Seconds(Duration::from_secs(30)))?.0,
-            limits: LimitsConfig::from_env(env)?,
+            // A placement, the take of its lease included, is cut off at the request timeout
+            // (`routes`), so a live request never loses the order's key to a retry: 60 s + 5 s.
+            // The placement's own Stripe calls (27.6 s each at their longest) may need longer
+            // than the timeout only when it resumes an order: then it is cut off, and the order
+            // waits for its lease.
+            lease: orderfleet::domain::order::lease_for(limits.request_timeout),
+            limits,
             caller_trace: env.or_default("INTAKE_CALLER_TRACE", CallerTrace::Link)?,
             webhook_secrets: webhook::WebhookSecrets::from_env(env)?,
         })
@@ -119,7 +125,7 @@ pub struct AppState {
     pub payments: Payments,
     /// Checks each request's bearer token.
     pub verifier: Arc<TokenVerifier>,
-    /// How long a request may hold an order's key (`INTAKE_LEASE_SECONDS`).
+    /// How long a request holds an order's lease ([`IntakeConfig::lease`]).
     pub lease: Duration,
     /// The rate limits' state.
     pub limits: Arc<Limits>,
@@ -168,5 +174,36 @@ async fn forget_quiet_users_every_minute(limits: Arc<Limits>, stop: Cancellation
     let mut every = tokio::time::interval(Duration::from_secs(60));
     while tokio::select! { _ = every.tick() => true, () = stop.cancelled() => false } {
         limits.forget_quiet_users();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(extra: &[(&'a str, &'a str)]) -> Env {
+        let base = [
+            ("DATABASE_URL", "postgres://orderfleet:orderfleet@127.0.0.1:5432/orderfleet"),
+            ("STRIPE_SECRET_KEY", "sk_test_lease"),
+            ("AUTH_JWT_SECRET", "a-secret-of-thirty-two-bytes-or-more-for-hs256"),
+        ];
+        Env::from_pairs(base.into_iter().chain(extra.iter().copied()))
+    }
+
+    #[tokio::test]
+    async fn the_intake_s_lease_outlasts_a_placement_cut_off_at_the_request_timeout() {
+        for extra in [&[][..], &[("INTAKE_REQUEST_TIMEOUT_SECONDS", "120")][..]] {
+            // Arrange
+            let config = IntakeConfig::load(&env(extra)).await.unwrap();
+
+            // Assert: a placement runs until the request timeout at most (`routes`), and a
+            // statement it sent just before may run on for the server's statement timeout.
+            let longest = config.limits.request_timeout + orderfleet::runtime::db::STATEMENT_TIMEOUT;
+            assert!(
+                config.lease >= longest,
+                "a lease of {:?} for a placement of up to {longest:?}",
+                config.lease
+            );
+        }
     }
 }

@@ -61,8 +61,10 @@ impl LimitsConfig {
         declines_per_hour: 5,
         header_timeout: Duration::from_secs(5),
         body_timeout: Duration::from_secs(10),
-        // Above the longest an order can take: a body (10 s), then, for a retried order, a
-        // lookup at Stripe and an authorization, each with its bounded retries (about 45 s).
+        // Above what an order takes: a body (10 s), then, for a retried order, a lookup at
+        // Stripe and an authorization, each 27.6 s at its longest (`RetryPolicy::longest_call`).
+        // The placement, after the body, is cut off at it too; one that needs more (a cancel
+        // after those) waits for its lease, which outlasts it (`order::lease_for`).
         request_timeout: Duration::from_secs(60),
         idle_timeout: Duration::from_secs(75),
     };

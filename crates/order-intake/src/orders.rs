@@ -182,7 +182,7 @@ impl Intake<'_> {
             Err(AuthorizationError::Database(e)) => {
                 // Give the key back if the database lets us, so a retry need not wait out the
                 // lease; if it does not, the lease expires and a retry or the sweeper takes over.
-                let _ = authorization::release(self.pool, order.id).await;
+                let _ = authorization::release(self.pool, &order).await;
                 return Err(database_error(e));
             }
         };

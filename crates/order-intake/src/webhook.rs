@@ -153,7 +153,7 @@ async fn accept(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Ap
         .map_err(ApiError::InvalidSignature)?;
     let event = Event::parse(body).map_err(ApiError::MalformedJson)?;
     let span = tracing::info_span!("webhook", event = event.id, kind = event.kind);
-    let applied = webhook::apply(&state.pool, &state.payments, &event, state.lease).instrument(span).await;
+    let applied = webhook::apply(&state.pool, &state.payments, &event).instrument(span).await;
     // Every signed event, by type and what it did (`unavailable`: answered 503, Stripe sends it
     // again): what Stripe's webhooks cost the intake, per order, in `make bench`.
     let effect = applied.as_ref().map_or("unavailable", Applied::effect);

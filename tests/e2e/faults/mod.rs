@@ -101,11 +101,26 @@ fn localstack_addr() -> SocketAddr {
     host.replace("localhost", "127.0.0.1").parse().expect("AWS_ENDPOINT_URL is http://HOST:PORT")
 }
 
-/// An intake that aborts right after Stripe authorizes, before it commits; its lease is 1 s,
-/// so a retry or the sweeper may take the order over soon.
+/// An intake that aborts right after Stripe authorizes, before it commits. Its requests are cut
+/// off at 3 s, so its lease is 8 s (the request timeout and the 5 s margin), and a retry or the
+/// sweeper may take the order over soon ([`the_dead_intake_s_lease_lapsed`]).
 fn spawn_intake_that_dies_after_authorizing(fleet: &mut Fleet) {
-    let lease = ("INTAKE_LEASE_SECONDS", "1");
+    let timeout = ("INTAKE_REQUEST_TIMEOUT_SECONDS", "3");
     fleet
-        .spawn("doomed-intake", "order-intake", &[("ORDERFLEET_FAILPOINTS", "after_authorize"), lease])
+        .spawn("doomed-intake", "order-intake", &[("ORDERFLEET_FAILPOINTS", "after_authorize"), timeout])
         .unwrap();
+}
+
+/// Waits until no order holds a lease any more: the dead intake's lapses by the clock.
+async fn the_dead_intake_s_lease_lapsed(fleet: &Fleet) {
+    eventually("the dead intake's lease lapsed", Duration::from_secs(30), || async {
+        let held: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM orders WHERE intake_lease_until >= now())")
+                .fetch_one(&fleet.pool)
+                .await
+                .unwrap();
+        (!held).then_some(())
+    })
+    .await
+    .unwrap();
 }

@@ -53,7 +53,7 @@ async fn a_stock_worker_killed_after_its_commit_before_the_delete_is_resumed_to_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_intake_killed_between_authorizing_and_committing_is_finished_by_the_sweeper() {
-    // Arrange: the intake dies right after Stripe authorizes; its lease is 1 s.
+    // Arrange: the intake dies right after Stripe authorizes; its lease is 8 s.
     let mut fleet = Fleet::prepare("intake-killed").await.unwrap();
     fleet.product("sku-1", 1000, 5).await.unwrap();
     spawn_intake_that_dies_after_authorizing(&mut fleet);
@@ -68,8 +68,8 @@ async fn an_intake_killed_between_authorizing_and_committing_is_finished_by_the_
     assert!(!fleet.wait_exit("doomed-intake", Duration::from_secs(10)).await.unwrap().success());
     assert_eq!(fleet.intents().await.unwrap().len(), 1, "Stripe authorized before the crash");
 
-    // Act: the sweeper, once the lease has run out (a fixed wait: the lease ends by the clock).
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Act: the sweeper, once the lease has run out.
+    the_dead_intake_s_lease_lapsed(&fleet).await;
     let report = fleet
         .fleetctl(&["sweep", "--pending-after-seconds", "0", "--fulfilment-after-seconds", "3600"], &[])
         .await

@@ -84,7 +84,7 @@ async fn a_retry_a_day_after_an_intake_died_mid_authorization_finds_the_first_ho
     let expired =
         fleet.http.post(format!("{}/_sim/idempotency_keys/expire", fleet.stripe_url)).send().await.unwrap();
     assert!(expired.status().is_success());
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    the_dead_intake_s_lease_lapsed(&fleet).await;
 
     // Act: the client retries with its key.
     fleet.spawn("order-intake", "order-intake", &[]).unwrap();

@@ -57,9 +57,40 @@ pub async fn take(pool: &Pool, id: OrderId, lease: Duration) -> sqlx::Result<Opt
     crate::domain::order::take_lease(pool, id, OrderStatus::RequiresAction, lease, false).await
 }
 
-/// Gives the lease of a `requires_action` order back.
-pub async fn release(pool: &Pool, id: OrderId) -> sqlx::Result<()> {
-    crate::domain::order::release_lease(pool, id, OrderStatus::RequiresAction).await
+/// Gives the lease `order` was taken with back, if it is still this settler's.
+pub async fn release(pool: &Pool, order: &Order) -> sqlx::Result<()> {
+    crate::domain::order::release_lease(pool, order, OrderStatus::RequiresAction).await
+}
+
+/// The Stripe calls on the longest path through [`settle`]: the intent read, its cancel, and
+/// the read after it (of a cancel refused because the intent moved, or of one whose key
+/// answered a 5xx).
+pub const CALLS_TO_SETTLE: u32 = 3;
+
+/// How long [`settle`] may take, its Stripe calls each at their longest: 3 × 27.6 s = 82.8 s
+/// under the intake's policy (a webhook), 3 × 195.6 s = 586.8 s under the workers' (the
+/// sweeper); its database statements take milliseconds.
+pub fn settle_deadline(payments: &Payments) -> Duration {
+    payments.longest_call() * CALLS_TO_SETTLE
+}
+
+/// Takes the lease of a `requires_action` order (for [`settle_deadline`] and the margin,
+/// [`crate::domain::order::lease_for`]) and settles it, all within that deadline, so the work
+/// never outlives the lease; cut off at it, the order waits for its lease to lapse. `None`:
+/// someone else is settling it, or it moved on.
+pub async fn take_and_settle(
+    pool: &Pool,
+    payments: &Payments,
+    id: OrderId,
+    event: Option<StripeEvent<'_>>,
+) -> Result<Option<Settled>, AuthorizationError> {
+    let deadline = settle_deadline(payments);
+    let work = async {
+        let lease = crate::domain::order::lease_for(deadline);
+        let Some(order) = take(pool, id, lease).await? else { return Ok(None) };
+        settle(pool, payments, &order, event).await.map(Some)
+    };
+    crate::domain::authorization::within(deadline, work).await
 }
 
 /// Settles a `requires_action` order whose lease the caller holds, from its intent read fresh
@@ -72,7 +103,7 @@ pub async fn settle(
 ) -> Result<Settled, AuthorizationError> {
     let settled = settle_leased(pool, payments, order, event).await;
     if !matches!(settled, Ok(Settled::Authorized | Settled::Declined(_) | Settled::MovedElsewhere)) {
-        release(pool, order.id).await?;
+        release(pool, order).await?;
     }
     settled
 }
@@ -256,6 +287,7 @@ mod tests {
             client_secret: Some("pi_1_secret_x".into()),
             next_action: Some(serde_json::json!({"type": "use_stripe_sdk"})),
             action_expires_at: Some(now),
+            intake_lease_until: None,
             created_at: now,
             updated_at: now,
         }
@@ -274,6 +306,21 @@ mod tests {
             charge: None,
             capture_before: None,
         }
+    }
+
+    #[test]
+    fn a_webhook_s_settle_holds_its_lease_through_three_stripe_calls_at_their_longest() {
+        // Arrange: the intake's Stripe client, which settles 3-D Secure for a webhook.
+        let env = crate::runtime::config::Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_action")]);
+        let config = crate::runtime::config::StripeConfig::from_env(&env).unwrap();
+        let payments = Payments::new(&config, crate::domain::payments::RetryPolicy::default()).unwrap();
+
+        // Act
+        let lease = crate::domain::order::lease_for(settle_deadline(&payments));
+
+        // Assert: a read, a cancel and a read, 27.6 s each at their longest, and the margin.
+        assert_eq!(settle_deadline(&payments), payments.longest_call() * 3);
+        assert_eq!(lease, Duration::from_millis(3 * 27_600 + 5_000));
     }
 
     #[test]

@@ -41,6 +41,52 @@ pub async fn take_over(pool: &Pool, id: OrderId, lease: Duration) -> sqlx::Resul
     crate::domain::order::take_lease(pool, id, OrderStatus::PendingAuthorization, lease, true).await
 }
 
+/// The Stripe calls on the longest path through [`resume`]: the lookup (one page), the
+/// authorization (after a lookup that found nothing, or under the next attempt's key), and,
+/// for an intent found or made neither holding funds nor declined, its cancel and the read that
+/// follows a refused cancel ([`record`]).
+pub const CALLS_TO_RESUME: u32 = 4;
+
+/// How long [`resume`] may take, its Stripe calls each at their longest: under the workers'
+/// policy 4 × 195.6 s = 782.4 s (13 min 2.4 s); its database statements take milliseconds.
+/// A lookup of more than one page (an order pending for days on a busy account) may need
+/// longer, and is cut off at it ([`take_over_and_resume`]).
+pub fn resume_deadline(payments: &Payments) -> Duration {
+    payments.longest_call() * CALLS_TO_RESUME
+}
+
+/// The sweeper's [`resume`] of a pending order: takes its lease (for [`resume_deadline`] and the
+/// margin, [`crate::domain::order::lease_for`]) and resumes it, all within that deadline, so the
+/// work never outlives the lease; cut off at it, the order stays pending under the lease until
+/// the lease lapses. `None`: someone else holds the lease, or the order moved on.
+pub async fn take_over_and_resume(
+    pool: &Pool,
+    payments: &Payments,
+    id: OrderId,
+) -> Result<Option<Recorded>, AuthorizationError> {
+    let deadline = resume_deadline(payments);
+    let work = async {
+        let lease = crate::domain::order::lease_for(deadline);
+        let Some(order) = take_over(pool, id, lease).await? else { return Ok(None) };
+        resume(pool, payments, &order).await.map(Some)
+    };
+    within(deadline, work).await
+}
+
+/// Runs a leased order's `work` within `deadline`; past it the work is dropped (a Stripe call in
+/// flight is abandoned as a timeout is, a statement's connection is closed) and the order keeps
+/// its lease until the lease lapses: Stripe answered too slowly to finish now.
+pub(crate) async fn within<T>(
+    deadline: Duration,
+    work: impl Future<Output = Result<T, AuthorizationError>>,
+) -> Result<T, AuthorizationError> {
+    tokio::time::timeout(deadline, work).await.unwrap_or_else(|_| {
+        Err(AuthorizationError::ProviderUnavailable(format!(
+            "the work on the order did not finish within {deadline:?}; its lease lapses"
+        )))
+    })
+}
+
 /// What authorizing did to the order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recorded {
@@ -134,7 +180,7 @@ pub async fn resume(pool: &Pool, payments: &Payments, order: &Order) -> Result<R
                     authorize(pool, payments, &next).await
                 }
                 Some(_) => {
-                    release(pool, order.id).await?;
+                    release(pool, order).await?;
                     Err(AuthorizationError::ProviderUnavailable(
                         "the attempt's key answered a 5xx after this lookup began; look again".to_owned(),
                     ))
@@ -146,11 +192,11 @@ pub async fn resume(pool: &Pool, payments: &Payments, order: &Order) -> Result<R
             record(pool, payments, order, again).await
         }
         Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
-            release(pool, order.id).await?;
+            release(pool, order).await?;
             Err(AuthorizationError::ProviderUnavailable(reason))
         }
         Err(refused) => {
-            release(pool, order.id).await?;
+            release(pool, order).await?;
             metrics::counter!("authorization_lookups_refused_total").increment(1);
             Err(AuthorizationError::LookupRefused(refused.to_string()))
         }
@@ -202,7 +248,7 @@ pub async fn record(
         // Unanswered: the order stays pending, its lease released; a retry or the sweeper
         // looks it up and goes on (see `resume`).
         Err(PaymentError::Unavailable(reason)) => {
-            release(pool, order.id).await?;
+            release(pool, order).await?;
             return Err(AuthorizationError::ProviderUnavailable(reason));
         }
         // A 5xx Stripe saved under the attempt's key: the same, and the attempt is marked, so
@@ -301,12 +347,13 @@ async fn commit_requires_action(
         .await
 }
 
-/// Gives the lease back, and marks the attempt as one whose key answered a 5xx, dated now:
-/// whatever the key made, it made before this 5xx came back, so a list begun after this
-/// sees it ([`resume`]).
+/// Gives the lease back if it is still this holder's ([`release`]), and marks the attempt as
+/// one whose key answered a 5xx, dated now, whoever holds the lease: whatever the key made, it
+/// made before this 5xx came back, so a list begun after this sees it ([`resume`]).
 async fn release_after_a_5xx(pool: &Pool, order: &Order) -> sqlx::Result<()> {
     sqlx::query!(
-        "UPDATE orders SET intake_lease_until = NULL,
+        "UPDATE orders SET intake_lease_until = CASE WHEN intake_lease_until = $4 THEN NULL
+                                                     ELSE intake_lease_until END,
                            payment_attempt_failed = payment_attempt_failed OR payment_attempt = $2,
                            payment_attempt_at = CASE WHEN payment_attempt = $2 THEN now()
                                                      ELSE payment_attempt_at END
@@ -314,13 +361,15 @@ async fn release_after_a_5xx(pool: &Pool, order: &Order) -> sqlx::Result<()> {
         order.id as _,
         order.payment_attempt,
         OrderStatus::PendingAuthorization as _,
+        order.intake_lease_until,
     )
     .execute(pool)
     .await?;
     Ok(())
 }
 
-/// Gives the lease back so a retry with the same key (or the sweeper) may finish the order.
-pub async fn release(pool: &Pool, id: OrderId) -> sqlx::Result<()> {
-    crate::domain::order::release_lease(pool, id, OrderStatus::PendingAuthorization).await
+/// Gives the lease `order` was taken with back, if it is still this holder's, so a retry with
+/// the same key (or the sweeper) may finish the order.
+pub async fn release(pool: &Pool, order: &Order) -> sqlx::Result<()> {
+    crate::domain::order::release_lease(pool, order, OrderStatus::PendingAuthorization).await
 }

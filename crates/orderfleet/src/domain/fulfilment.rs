@@ -327,7 +327,7 @@ impl Fulfilment {
                     CASE WHEN EXISTS (SELECT 1 FROM moved) THEN $3 ELSE status END AS "status!: OrderStatus",
                     position, payment_intent_id, failure_reason, authorization_released_at, traceparent,
                     payment_attempt, payment_attempt_failed, payment_attempt_at, client_secret, next_action, action_expires_at,
-                    created_at, COALESCE((SELECT updated_at FROM moved), updated_at) AS "updated_at!",
+                    intake_lease_until, created_at, COALESCE((SELECT updated_at FROM moved), updated_at) AS "updated_at!",
                     EXISTS (SELECT 1 FROM claim) AS "claimed!",
                     EXISTS (SELECT 1 FROM claim WHERE lapsed) AS "lapsed!"
                FROM orders WHERE id = $1"#,

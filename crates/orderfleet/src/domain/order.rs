@@ -63,6 +63,12 @@ pub struct Order {
     pub next_action: Option<serde_json::Value>,
     /// Until when the buyer may authenticate (`PAYMENT_ACTION_TIMEOUT_SECONDS` after the answer).
     pub action_expires_at: Option<DateTime<Utc>>,
+    /// Until when whoever works on it (a request, the sweeper, a webhook) holds its lease, as
+    /// this copy read it. In the copy its holder took ([`take_lease`], the door), it is the
+    /// holder's token: the lease is given back only while it is still this value
+    /// ([`release_lease`]), so a holder whose lease lapsed and was taken by another gives back
+    /// nothing of the other's.
+    pub intake_lease_until: Option<DateTime<Utc>>,
     /// When the door admitted it.
     pub created_at: DateTime<Utc>,
     /// When it last changed.
@@ -133,6 +139,7 @@ pub(crate) struct OrderRow {
     pub(crate) client_secret: Option<String>,
     pub(crate) next_action: Option<serde_json::Value>,
     pub(crate) action_expires_at: Option<DateTime<Utc>>,
+    pub(crate) intake_lease_until: Option<DateTime<Utc>>,
     pub(crate) created_at: DateTime<Utc>,
     pub(crate) updated_at: DateTime<Utc>,
 }
@@ -162,6 +169,7 @@ macro_rules! order_from {
             client_secret: $row.client_secret,
             next_action: $row.next_action,
             action_expires_at: $row.action_expires_at,
+            intake_lease_until: $row.intake_lease_until,
             created_at: $row.created_at $($some)?,
             updated_at: $row.updated_at $($some)?,
         }
@@ -187,18 +195,33 @@ macro_rules! query_order {
                 currency AS "currency: crate::domain::Currency", payment_method,
                 status AS "status: crate::domain::status::OrderStatus", position, payment_intent_id,
                 failure_reason, authorization_released_at, traceparent, payment_attempt,
-                payment_attempt_failed, payment_attempt_at, client_secret, next_action, action_expires_at, created_at,
-                updated_at "# + $tail
+                payment_attempt_failed, payment_attempt_at, client_secret, next_action, action_expires_at,
+                intake_lease_until, created_at, updated_at "# + $tail
             $($args)*
         )
     };
 }
 pub(crate) use query_order;
 
+/// How much longer a lease lasts than the deadline its holder's work is cut off at: a statement
+/// the holder sent just before may still run on the server, for up to its statement timeout.
+pub const LEASE_MARGIN: std::time::Duration = crate::runtime::db::STATEMENT_TIMEOUT;
+
+/// The lease for a holder whose work on the order (the take included) is cut off at `deadline`:
+/// the deadline and [`LEASE_MARGIN`]. The deadlines: a placement's is the request timeout
+/// (60 s: a lease of 65 s); settling 3-D Secure makes three Stripe calls at most
+/// ([`crate::domain::action::settle_deadline`]), resuming a pending order four
+/// ([`crate::domain::authorization::resume_deadline`]), each at most
+/// [`crate::domain::payments::RetryPolicy::longest_call`].
+pub const fn lease_for(deadline: std::time::Duration) -> std::time::Duration {
+    deadline.saturating_add(LEASE_MARGIN)
+}
+
 /// ONE statement: takes the lease (`intake_lease_until`) of an order still in `status` that
 /// nobody works on (no lease, or an expired one), for `lease`; `None` when it is not to be had.
-/// With `touch`, the take counts as the order's last change (`updated_at`), so a sweep by age
-/// looks at it again only later.
+/// The order returned carries the lease's end as the take set it: the holder's token
+/// ([`release_lease`]). With `touch`, the take counts as the order's last change (`updated_at`),
+/// so a sweep by age looks at it again only later.
 pub(crate) async fn take_lease(
     pool: &crate::runtime::db::Pool,
     id: OrderId,
@@ -223,17 +246,21 @@ pub(crate) async fn take_lease(
     Ok(row.map(Order::from))
 }
 
-/// Gives the lease of an order still in `status` back, so another request or the sweeper may
-/// take it at once.
+/// Gives back the lease `order` was taken with, so another request or the sweeper may take it
+/// at once: only while the order is still in `status` and its lease is still the one this
+/// holder took (`order.intake_lease_until`, the token). A holder whose lease lapsed, and was
+/// taken by another, so leaves the other's alone.
 pub(crate) async fn release_lease(
     pool: &crate::runtime::db::Pool,
-    id: OrderId,
+    order: &Order,
     status: OrderStatus,
 ) -> sqlx::Result<()> {
     sqlx::query!(
-        "UPDATE orders SET intake_lease_until = NULL WHERE id = $1 AND status = $2",
-        id as _,
+        "UPDATE orders SET intake_lease_until = NULL
+          WHERE id = $1 AND status = $2 AND intake_lease_until = $3",
+        order.id as _,
         status as _,
+        order.intake_lease_until,
     )
     .execute(pool)
     .await?;

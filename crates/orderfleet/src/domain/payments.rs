@@ -325,8 +325,8 @@ pub struct RetryPolicy {
 }
 
 impl Default for RetryPolicy {
-    /// The intake's: a buyer is waiting, so a request waits at most 4 s for a budget slot, and
-    /// three attempts (slot, request, backoff) stay within the intake's 30 s lease.
+    /// The intake's: a buyer is waiting, so a request waits at most 4 s for a budget slot; a
+    /// call takes 27.6 s at the longest ([`RetryPolicy::longest_call`]).
     fn default() -> Self {
         Self {
             attempts: 3,
@@ -344,6 +344,18 @@ impl RetryPolicy {
     /// their visibility heartbeat keeps the message theirs meanwhile.
     pub fn background() -> Self {
         Self { budget_wait: Duration::from_secs(60), ..Self::default() }
+    }
+
+    /// The longest one Stripe call can take under this policy, its retries included: every
+    /// attempt waits its whole `budget_wait` for a slot (a slot granted at the bound's last
+    /// moment) and its whole `timeout` for the answer, and every pause between two attempts is
+    /// its backoff's ceiling. The intake's: 3 × (4 s + 5 s) + 0.2 s + 0.4 s = 27.6 s; the
+    /// workers': 3 × (60 s + 5 s) + 0.2 s + 0.4 s = 195.6 s. What holds an order's lease
+    /// through Stripe calls counts its calls in these ([`crate::domain::order::lease_for`]).
+    pub fn longest_call(&self) -> Duration {
+        let attempts = self.attempts.max(1);
+        let pauses: Duration = (0..attempts - 1).map(|n| self.backoff.ceiling(n)).sum();
+        (self.budget_wait + self.timeout) * attempts + pauses
     }
 }
 
@@ -441,6 +453,11 @@ impl Payments {
     /// webhook's release of strays.
     pub fn not_held_here(&self, payment_intent_id: &str) {
         self.held_here.forget(payment_intent_id);
+    }
+
+    /// The longest one call of this client can take ([`RetryPolicy::longest_call`]).
+    pub fn longest_call(&self) -> Duration {
+        self.retry.longest_call()
     }
 
     /// How long a buyer has to complete 3-D Secure (`PAYMENT_ACTION_TIMEOUT_SECONDS`).
@@ -813,6 +830,14 @@ mod tests {
             "orderfleet-00000000-0000-0000-0000-000000000000-capture-attempt-2"
         );
         assert_ne!(Operation::Capture.idempotency_key(order, 1), Operation::Cancel.idempotency_key(order, 1));
+    }
+
+    #[test]
+    fn the_longest_call_waits_every_slot_and_answer_in_full_with_the_longest_pauses() {
+        assert_eq!(RetryPolicy::default().longest_call(), Duration::from_millis(27_600));
+        assert_eq!(RetryPolicy::background().longest_call(), Duration::from_millis(195_600));
+        let once = RetryPolicy { attempts: 1, ..RetryPolicy::default() };
+        assert_eq!(once.longest_call(), Duration::from_secs(9), "no pause after the last attempt");
     }
 
     #[test]

@@ -19,6 +19,13 @@
 //!   orders blocked for good (a Stripe incident) or stuck for a person cannot starve a newer
 //!   order whose message is gone.
 //!
+//! The lease the sweeper takes on a pending or 3-D Secure order outlasts its work on it: the
+//! work is cut off at a deadline counted from its Stripe calls, each at its longest under the
+//! sweeper's retries and budget wait (13 min for a pending order, 9 min 47 s to settle 3-D
+//! Secure: [`authorization::resume_deadline`], [`action::settle_deadline`]), and the lease lasts
+//! that and a margin. A lease that ran out under its holder would let a second sweeper, or the
+//! buyer's retry, work on the order beside it (issue 35, point 7).
+//!
 //! `fleetctl sweep` runs it once; `stock-worker` runs it every minute.
 
 use std::time::Duration;
@@ -44,8 +51,6 @@ pub struct SweepPolicy {
     pub pending_after: Duration,
     /// An order this long in a fulfilment status is advanced by the sweeper.
     pub fulfilment_after: Duration,
-    /// The lease the sweeper takes on a pending order.
-    pub lease: Duration,
     /// Orders per kind per sweep.
     pub batch: i64,
 }
@@ -55,7 +60,6 @@ impl Default for SweepPolicy {
         Self {
             pending_after: Duration::from_secs(90),
             fulfilment_after: Duration::from_secs(300),
-            lease: Duration::from_secs(60),
             batch: 200,
         }
     }
@@ -123,13 +127,12 @@ impl Sweeper {
         for order in orders.into_iter().take_while(|_| !stop.is_cancelled()) {
             let (id, traceparent) = (order.id, order.traceparent);
             let span = crate::runtime::trace::order_span(id, traceparent.as_deref());
-            let Some(order) = authorization::take_over(&self.pool, id, self.policy.lease).await? else {
-                continue; // someone else took it meanwhile
-            };
-            let result =
-                authorization::resume(&self.pool, &self.payments, &order).instrument(span.clone()).await;
+            let result = authorization::take_over_and_resume(&self.pool, &self.payments, id)
+                .instrument(span.clone())
+                .await;
             match result {
-                Ok(_) => report.authorizations_resolved += 1,
+                Ok(None) => continue, // someone else took it meanwhile
+                Ok(Some(_)) => report.authorizations_resolved += 1,
                 Err(AuthorizationError::ProviderUnavailable(_)) => report.authorizations_unavailable += 1,
                 Err(AuthorizationError::LookupRefused(reason)) => {
                     let reason = format!("cannot look the order up at Stripe: {reason}");
@@ -137,7 +140,7 @@ impl Sweeper {
                     report.stuck.push((id, reason))
                 }
                 Err(AuthorizationError::Database(e)) => {
-                    return Err(e).context("failed to record an authorization");
+                    return Err(e).context("failed to resume a pending order");
                 }
             }
         }
@@ -165,18 +168,18 @@ impl Sweeper {
         for order in orders.into_iter().take_while(|_| !stop.is_cancelled()) {
             let (id, traceparent) = (order.id, order.traceparent);
             let span = crate::runtime::trace::order_span(id, traceparent.as_deref());
-            let Some(order) = action::take(&self.pool, id, self.policy.lease).await? else {
-                continue; // a webhook is settling it
-            };
-            match action::settle(&self.pool, &self.payments, &order, None).instrument(span.clone()).await {
-                Ok(Settled::Waiting) | Err(AuthorizationError::ProviderUnavailable(_)) => {
+            let settled =
+                action::take_and_settle(&self.pool, &self.payments, id, None).instrument(span.clone()).await;
+            match settled {
+                Ok(None) => continue, // a webhook is settling it
+                Ok(Some(Settled::Waiting)) | Err(AuthorizationError::ProviderUnavailable(_)) => {
                     report.actions_waiting += 1;
                     sqlx::query!("UPDATE orders SET swept_at = now() WHERE id = $1", id as _)
                         .execute(&self.pool)
                         .await
                         .context("failed to stamp a swept order")?;
                 }
-                Ok(_) => report.actions_settled += 1,
+                Ok(Some(_)) => report.actions_settled += 1,
                 Err(AuthorizationError::LookupRefused(reason)) => {
                     span.in_scope(|| tracing::error!(reason, "order cannot advance; it needs a person"));
                     report.stuck.push((id, reason))
@@ -247,5 +250,36 @@ impl Sweeper {
                 Err(e) => tracing::warn!(error = format!("{e:#}"), "sweep failed; trying again next time"),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::order::lease_for;
+    use crate::domain::payments::RetryPolicy;
+    use crate::runtime::config::{Env, StripeConfig};
+
+    #[test]
+    fn the_sweeper_s_lease_outlasts_its_longest_work_on_an_order() {
+        // Arrange: the sweeper's Stripe client, and one call at its longest under its policy,
+        // worked out here from the policy's parts: every attempt waits its whole budget wait
+        // and its whole timeout, every pause its backoff's ceiling.
+        let retry = RetryPolicy::background();
+        let env = Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_sweeper")]);
+        let payments = Payments::new(&StripeConfig::from_env(&env).unwrap(), retry).unwrap();
+        let pauses: Duration = (0..retry.attempts - 1).map(|n| retry.backoff.ceiling(n)).sum();
+        let call = (retry.budget_wait + retry.timeout) * retry.attempts + pauses;
+
+        // Act
+        let resume = lease_for(authorization::resume_deadline(&payments));
+        let settle = lease_for(action::settle_deadline(&payments));
+
+        // Assert: resuming a pending order makes four calls at most (the lookup, the
+        // authorization, a cancel and the read after a refused cancel); settling 3-D Secure
+        // three (the read, the cancel, the read after it).
+        assert!(resume >= call * 4, "a lease of {resume:?} for work of up to {:?}", call * 4);
+        assert!(settle >= call * 3, "a lease of {settle:?} for work of up to {:?}", call * 3);
+        assert_eq!((resume, settle), (Duration::from_millis(787_400), Duration::from_millis(591_800)));
     }
 }

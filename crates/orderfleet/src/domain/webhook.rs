@@ -31,8 +31,6 @@
 //! | `charge.dispute.created` | any other | recorded on the order, counted (`stripe_disputes_total`); no status changes |
 //! | anything else | | nothing, no Stripe request |
 
-use std::time::Duration;
-
 use crate::runtime::db::Pool;
 use serde::Deserialize;
 
@@ -143,14 +141,8 @@ pub enum WebhookError {
     Database(#[from] sqlx::Error),
 }
 
-/// Applies a signed event (see the module's table). `lease`: how long settling an order may
-/// hold it.
-pub async fn apply(
-    pool: &Pool,
-    payments: &Payments,
-    event: &Event,
-    lease: Duration,
-) -> Result<Applied, WebhookError> {
+/// Applies a signed event (see the module's table).
+pub async fn apply(pool: &Pool, payments: &Payments, event: &Event) -> Result<Applied, WebhookError> {
     if !HANDLED.contains(&event.kind.as_str()) {
         return Ok(Applied::Ignored);
     }
@@ -165,7 +157,7 @@ pub async fn apply(
         None => record(pool, event, None, "no_order").await?,
         Some(order) => match (order.payment_intent_id.as_deref(), event.intent_id()) {
             (Some(recorded), Some(intent)) if recorded == intent => {
-                on_the_orders_intent(pool, payments, event, &order, lease).await?
+                on_the_orders_intent(pool, payments, event, &order).await?
             }
             // Its authorization is being recorded by whoever holds its lease.
             _ if order.status == OrderStatus::PendingAuthorization => {
@@ -184,14 +176,13 @@ async fn on_the_orders_intent(
     payments: &Payments,
     event: &Event,
     order: &Order,
-    lease: Duration,
 ) -> Result<&'static str, WebhookError> {
     let kind = event.kind.as_str();
     match order.status {
         OrderStatus::RequiresAction
             if [AMOUNT_CAPTURABLE_UPDATED, PAYMENT_FAILED, CANCELED].contains(&kind) =>
         {
-            settle_action(pool, payments, event, order, lease).await
+            settle_action(pool, payments, event, order).await
         }
         OrderStatus::Authorized | OrderStatus::StockReserved if kind == CANCELED => {
             hold_canceled(pool, payments, event, order).await
@@ -214,20 +205,18 @@ async fn on_the_orders_intent(
     }
 }
 
+/// Settles the order under its lease, within the lease's deadline ([`action::take_and_settle`]).
 async fn settle_action(
     pool: &Pool,
     payments: &Payments,
     event: &Event,
     order: &Order,
-    lease: Duration,
 ) -> Result<&'static str, WebhookError> {
-    let Some(order) = action::take(pool, order.id, lease).await? else {
-        return Err(WebhookError::Unavailable("the order is being settled by the sweeper".into()));
-    };
-    match action::settle(pool, payments, &order, Some(event.reference())).await {
-        Ok(Settled::Authorized) => Ok("authorized"),
-        Ok(Settled::Declined(reason)) => Ok(reason),
-        Ok(Settled::Waiting | Settled::MovedElsewhere) => {
+    match action::take_and_settle(pool, payments, order.id, Some(event.reference())).await {
+        Ok(None) => Err(WebhookError::Unavailable("the order is being settled by the sweeper".into())),
+        Ok(Some(Settled::Authorized)) => Ok("authorized"),
+        Ok(Some(Settled::Declined(reason))) => Ok(reason),
+        Ok(Some(Settled::Waiting | Settled::MovedElsewhere)) => {
             record(pool, event, Some(order.id), NO_CHANGE).await
         }
         Err(AuthorizationError::ProviderUnavailable(reason)) => Err(WebhookError::Unavailable(reason)),
