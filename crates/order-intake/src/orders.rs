@@ -180,9 +180,7 @@ impl Intake<'_> {
                 return Err(ApiError::PaymentUnavailable);
             }
             Err(AuthorizationError::Database(e)) => {
-                // Give the key back if the database lets us, so a retry need not wait out the
-                // lease; if it does not, the lease expires and a retry or the sweeper takes over.
-                let _ = authorization::release(self.pool, &order).await;
+                give_back_when_able(self.pool.clone(), order);
                 return Err(database_error(e));
             }
         };
@@ -197,6 +195,25 @@ impl Intake<'_> {
             .map_err(database_error)?
             .ok_or_else(|| ApiError::Unexpected(anyhow::anyhow!("order {id} is gone")))
     }
+}
+
+/// Gives the order's key back as soon as the database lets us, so a retry need not wait out
+/// the lease (the request timeout and 5 s): tried at once, then every second, in the
+/// background, until it is given back or the lease has run out. A database failing under the
+/// record (a restart, a failover) fails the release too at first. A late release takes
+/// nothing from a later holder: it clears only this request's own lease (`release_lease`).
+fn give_back_when_able(pool: Pool, order: Order) {
+    tokio::spawn(async move {
+        loop {
+            if authorization::release(&pool, &order).await.is_ok() {
+                return;
+            }
+            if order.intake_lease_until.is_none_or(|until| until <= chrono::Utc::now()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
 }
 
 /// The answer to a request the door refused.
