@@ -10,6 +10,8 @@
 //! did, so the batch is published again). Every copy carries the same `notification_id`, so a
 //! subscriber drops a repeat by it (docs/operations.md); on a FIFO topic it is the
 //! deduplication id and SNS drops the repeat itself.
+//! A database failure between a publish and its record is neither: the worker remembers what
+//! SNS took, holds the messages through the outage, and then retries only the record.
 //!
 //! **A Publish outage dead-letters nothing.** When a whole `PublishBatch` call fails — SNS
 //! throttling Publish, a KMS fault on the topic, connections dropped — while the topic itself
@@ -21,9 +23,11 @@
 //! is given up at once (its messages go to the DLQ with the reason). On a stop the worker lets
 //! the batch go, releasing its claims when SNS's answer said nothing was published.
 //!
-//! **Another worker's claim is waited out, not retried.** A message whose inbox claim another
-//! worker holds (a duplicate delivery, or the copy a stopped or crashed worker left) comes
-//! back when the claim ends, so it spends one receive on the wait, not one per backoff.
+//! **Another worker's claim is waited out in hand.** A message whose inbox claim another
+//! worker holds (a duplicate delivery, or the copy a stopped or crashed worker left) is kept
+//! by the consumer, invisible, and looked at again every few seconds until the holder has
+//! published it (then it is done) or its claim has lapsed (then this copy claims it): it spends
+//! no receive on the wait, however long a Publish outage keeps the holder's claim.
 
 pub mod service;
 
@@ -56,6 +60,10 @@ pub(crate) const CONSUMER: &str = "notification-worker";
 /// How long a claim keeps other workers off a message id: longer than a publish takes.
 pub(crate) const CLAIM_SECONDS: i64 = 30;
 
+/// How often a copy of a message kept in hand while another worker holds its claim looks at
+/// the claim again.
+const CLAIM_LOOKED_AT_EVERY: Duration = Duration::from_secs(5);
+
 /// Between attempts of a batch whose `PublishBatch` failed as a whole: 1 s, doubling, at most 30 s.
 const PUBLISH_BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
 
@@ -70,6 +78,41 @@ pub struct Notifier {
     pub topic_arn: String,
     /// Fires at the stop signal: a batch waiting out a Publish outage lets go.
     pub stop: CancellationToken,
+    /// What SNS took whose inbox record failed, remembered for the record's retry.
+    unrecorded: Arc<Unrecorded>,
+}
+
+/// The notifications this worker published whose inbox record failed (the database down
+/// between the publish and its record). The message is held through the outage and handled
+/// again; the notification is then not published again, only recorded: SPEC §1.4 allows a
+/// repeat only after a crash or a lost answer. Forgotten once recorded, or after
+/// [`Unrecorded::KEPT`] (by then the message has come back to some worker, which publishes
+/// it as after a crash).
+#[derive(Debug, Default)]
+struct Unrecorded(std::sync::Mutex<HashMap<Uuid, std::time::Instant>>);
+
+impl Unrecorded {
+    const KEPT: Duration = Duration::from_secs(12 * 3600);
+
+    fn remember(&self, ids: &[Uuid]) {
+        let mut unrecorded = self.0.lock().expect("not poisoned");
+        unrecorded.retain(|_, at| at.elapsed() < Self::KEPT);
+        let now = std::time::Instant::now();
+        unrecorded.extend(ids.iter().map(|id| (*id, now)));
+    }
+
+    fn forget(&self, ids: &[Uuid]) {
+        let mut unrecorded = self.0.lock().expect("not poisoned");
+        for id in ids {
+            unrecorded.remove(id);
+        }
+    }
+
+    /// Splits `ready` into the notifications published here and not yet recorded, and the rest.
+    fn split(&self, ready: Vec<Ready>) -> (Vec<Ready>, Vec<Ready>) {
+        let unrecorded = self.0.lock().expect("not poisoned");
+        ready.into_iter().partition(|r| unrecorded.contains_key(&r.message_id))
+    }
 }
 
 /// A whole `PublishBatch` call's failure, classified next to the call: a request SNS refuses
@@ -275,7 +318,14 @@ impl Notifier {
     /// ones another worker holds, publish the rest in one call, record what went out.
     /// `Err` is a database failure of the inbox statements.
     async fn publish_new(&self, ready: Vec<Ready>, outcomes: &mut Outcomes) -> anyhow::Result<()> {
-        let unique = once_each(ready, outcomes);
+        let (published, unique) = self.unrecorded.split(once_each(ready, outcomes));
+        if !published.is_empty() {
+            // SNS took them; only their record failed, so only the record is tried again.
+            let ids: Vec<Uuid> = published.iter().map(|r| r.message_id).collect();
+            self.mark_processed(&ids).await?;
+            self.unrecorded.forget(&ids);
+            outcomes.set_all(&published, &Ok(()));
+        }
         if unique.is_empty() {
             return Ok(());
         }
@@ -341,7 +391,11 @@ impl Notifier {
             self.release_claims(&refused.iter().map(|(r, _)| r.message_id).collect::<Vec<_>>()).await;
         }
         if !published.is_empty() {
-            self.mark_processed(&published.iter().map(|r| r.message_id).collect::<Vec<_>>()).await?;
+            let ids: Vec<Uuid> = published.iter().map(|r| r.message_id).collect();
+            if let Err(e) = self.mark_processed(&ids).await {
+                self.unrecorded.remember(&ids);
+                return Err(e);
+            }
             outcomes.set_all(published, &Ok(()));
         }
         Ok(())
@@ -406,10 +460,13 @@ impl Notifier {
         for r in unclaimed {
             let outcome = match state.get(&r.message_id) {
                 Some((true, _)) => Ok(()),
+                // Kept in hand, and looked at again every few seconds, until the holder has
+                // published it or let its claim lapse: handed back, a copy would spend a receive
+                // per claim, and a Publish outage of minutes would dead-letter it.
                 Some((false, left)) => {
                     let reason = "another worker holds this message's claim";
-                    Err(Failure::transient(Source::Inbox, "claimed", reason)
-                        .retry_in(Duration::from_secs_f64(left + 1.0)))
+                    let again = Duration::from_secs_f64(left + 1.0).min(CLAIM_LOOKED_AT_EVERY);
+                    Err(Failure::transient(Source::Inbox, "claimed", reason).retry_in(again).kept_in_hand())
                 }
                 // Claimed a moment ago and gone since: try again soon.
                 None => Err(Failure::transient(
@@ -569,7 +626,7 @@ enum InboxMove {
 
 /// The handler, shared by the consumer's tasks; `stop` is the worker's stop signal.
 pub fn handler(pool: Pool, sns: Client, topic_arn: String, stop: CancellationToken) -> Arc<Notifier> {
-    Arc::new(Notifier { pool, sns, topic_arn, stop })
+    Arc::new(Notifier { pool, sns, topic_arn, stop, unrecorded: Arc::default() })
 }
 
 #[cfg(test)]

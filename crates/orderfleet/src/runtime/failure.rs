@@ -108,12 +108,15 @@ pub struct Failure {
     /// How long until trying again can succeed, when the failure says (another worker's claim
     /// ends then); otherwise the loop's own backoff decides.
     pub retry_in: Option<Duration>,
+    /// The message waits on someone else's work, not on a failure of its own: kept in hand
+    /// ([`Failure::kept_in_hand`]) rather than handed back.
+    pub in_hand: bool,
 }
 
 impl Failure {
     /// A failure of `kind` from `source`.
     pub fn new(kind: Kind, source: Source, code: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self { kind, source, code: code.into(), reason: reason.into(), retry_in: None }
+        Self { kind, source, code: code.into(), reason: reason.into(), retry_in: None, in_hand: false }
     }
 
     /// A passing failure of this piece of work ([`Kind::Transient`]).
@@ -134,6 +137,16 @@ impl Failure {
     /// The same failure, to be tried again after `delay`.
     pub fn retry_in(mut self, delay: Duration) -> Self {
         self.retry_in = Some(delay);
+        self
+    }
+
+    /// The message waits on someone else's work (another worker's claim on it), not on a
+    /// failure of its own: the consumer keeps it in hand, invisible under the heartbeat, and
+    /// handles it again after [`Failure::retry_in`], while the worker goes on receiving. Handed
+    /// back, it would spend a receive per wait and reach the DLQ through no fault of its own
+    /// (SPEC §8.10). Only a stop hands it back.
+    pub fn kept_in_hand(mut self) -> Self {
+        self.in_hand = true;
         self
     }
 }

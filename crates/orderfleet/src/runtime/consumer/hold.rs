@@ -24,6 +24,11 @@
 //! failure (it comes back, and after its third receive goes to the DLQ). At the stop signal
 //! the held messages are settled as they are: they come back after a backoff, to another
 //! worker.
+//!
+//! A message **kept in hand** ([`Failure::kept_in_hand`]) waits on someone else's work, not on
+//! a dependency: another worker's claim on it, say. It is held the same way, but the worker
+//! keeps receiving: it is handled again once its `retry_in` has passed, for as long as it says
+//! so, and only a stop hands it back.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -112,7 +117,9 @@ impl<H: Handler> BatchTask<H> {
             if held.is_empty() {
                 return;
             }
-            if self.gate.pause() {
+            // Messages kept in hand wait on another's work; only an outage pauses the worker.
+            let outage = held.iter().any(|(_, failure)| !failure.in_hand);
+            if outage && self.gate.pause() {
                 let failure = &held[0].1;
                 tracing::warn!(
                     queue = self.queue,
@@ -123,8 +130,10 @@ impl<H: Handler> BatchTask<H> {
                     "a dependency is down; holding the messages it stopped and receiving nothing until it answers"
                 );
             }
-            metrics::counter!("messages_held_total", "queue" => self.queue.clone())
-                .increment(held.len() as u64);
+            if outage {
+                metrics::counter!("messages_held_total", "queue" => self.queue.clone())
+                    .increment(held.len() as u64);
+            }
             let receipts: Vec<String> = held.iter().map(|(m, _)| m.receipt_handle.clone()).collect();
             // Extended now, then every third of the timeout while waiting: no gap between the
             // sorting's heartbeat and the wait's first beat lets a held message go visible.
@@ -132,7 +141,10 @@ impl<H: Handler> BatchTask<H> {
             for receipt in &receipts {
                 let _ = self.settle.acks().send(Ack::Visibility(receipt.clone(), visibility)).await;
             }
-            let again = self.heartbeat(self.wait_to_try_again(holds), &receipts).await;
+            let again = match outage {
+                true => self.heartbeat(self.wait_to_try_again(holds), &receipts).await,
+                false => self.heartbeat(self.wait_in_hand(&held), &receipts).await,
+            };
             if !again {
                 // Stopping: the held messages come back after a backoff, to another worker.
                 let settled =
@@ -140,7 +152,7 @@ impl<H: Handler> BatchTask<H> {
                 self.settle.batch(settled).await;
                 return;
             }
-            holds += 1;
+            holds += u32::from(outage);
             pending = held.into_iter().map(|(m, _)| m).collect();
         }
     }
@@ -187,6 +199,7 @@ impl<H: Handler> BatchTask<H> {
         let (mut held, mut settled) = (Vec::new(), Vec::new());
         for (message, outcome) in batch.into_iter().zip(outcomes) {
             match outcome {
+                Err(failure) if failure.in_hand => held.push((message, failure)),
                 Err(failure)
                     if failure.kind == Kind::Outage
                         || (may_hold_inferred && outage_seen && is_dependencys(&failure)) =>
@@ -197,6 +210,12 @@ impl<H: Handler> BatchTask<H> {
             }
         }
         (held, settled)
+    }
+
+    /// Waits until the soonest of the messages kept in hand may go on; false at the stop signal.
+    async fn wait_in_hand(&self, kept: &[(Received, Failure)]) -> bool {
+        let soonest = kept.iter().filter_map(|(_, f)| f.retry_in).min().unwrap_or(Duration::from_secs(1));
+        sleep_or_stop(&self.cancel, soonest).await
     }
 
     /// Waits a backoff, then until the probe passes; false at the stop signal.
