@@ -107,6 +107,9 @@ fn summary(model: &OrderProtocol, s: &State) -> String {
         if o.stuck {
             line.push_str(" stuck");
         }
+        if o.lapsed {
+            line.push_str(" lapsed");
+        }
     }
     for (i, intent) in s.stripe.intents.iter().enumerate() {
         let _ = write!(line, " | pi{i} {}: {:?}", NAMES[usize::from(intent.order)], intent.status);

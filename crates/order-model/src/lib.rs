@@ -13,7 +13,9 @@
 //! Secure with their buyers authenticating at any moment and their deadlines passing, Stripe's
 //! webhooks racing the sweeper to settle them, and holds cancelled outside the fleet. Since
 //! issue 34: the commit of an authorization taking the order's units when nothing was cut, and
-//! the stock worker capturing such an order from its message. [Stateright](https://docs.rs/stateright) visits every
+//! the stock worker capturing such an order from its message. Since issue 35 (point 8): holds
+//! passing the deadline the fleet recorded for them, and the stock worker ending an `authorized`
+//! order past it rather than reserving it. [Stateright](https://docs.rs/stateright) visits every
 //! interleaving of those steps within a scenario's bounds ([`scenarios`]) and checks each
 //! property ([`properties`]) in every state it reaches.
 //!
@@ -26,8 +28,9 @@
 //!
 //! The stock worker's decision after a cut is not copied: the model calls the code's own
 //! [`orderfleet::domain::fulfilment::fits_whatever_the_pending_do`]. [`model::Rules`] also keeps the
-//! rules as they were before earlier defects were fixed (and before issue 34's merged commit,
-//! [`model::Rules::BEFORE_ISSUE_34`]), and defects planted on purpose (a 3-D Secure settle that
+//! rules as they were before earlier defects were fixed (before issue 34's merged commit,
+//! [`model::Rules::BEFORE_ISSUE_34`]; before issue 35's point 8,
+//! [`model::Rules::BEFORE_ISSUE_35_POINT_8`]), and defects planted on purpose (a 3-D Secure settle that
 //! does not cancel first, a merged commit blind to a cut), and the tests show the checker finds
 //! each.
 

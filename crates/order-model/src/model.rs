@@ -26,12 +26,20 @@ pub struct Rules {
     pub commit: CommitRule,
     /// Which key a capture from a message that names its attempt goes on with.
     pub message: MessageRule,
+    /// Whether fulfilment reads the deadline of an `authorized` order's hold.
+    pub lapse: LapseRule,
 }
 
 impl Rules {
-    /// The code's rules: since issue 34, the commit of an authorization takes the order's units
-    /// when nothing was cut ([`CommitRule::ReserveWhenNothingCut`]).
-    pub const NOW: Rules = Rules {
+    /// The code's rules: since issue 35 (point 8), an `authorized` order whose hold is past the
+    /// deadline the fleet recorded takes no units and counts for nothing in the line
+    /// ([`LapseRule::KnownDeadline`]).
+    pub const NOW: Rules = Rules { lapse: LapseRule::KnownDeadline, ..Rules::BEFORE_ISSUE_35_POINT_8 };
+
+    /// The code after issue 34 and before issue 35 (point 8): the commit of an authorization
+    /// takes the order's units when nothing was cut ([`CommitRule::ReserveWhenNothingCut`]),
+    /// and fulfilment never reads the deadline of a hold.
+    pub const BEFORE_ISSUE_35_POINT_8: Rules = Rules {
         commit: CommitRule::ReserveWhenNothingCut,
         message: MessageRule::OnToTheOrdersAttempt,
         ..Rules::BEFORE_ISSUE_34
@@ -47,6 +55,7 @@ impl Rules {
         idempotency_error: IdempotencyRule::LikeASaved5xx,
         commit: CommitRule::Authorize,
         message: MessageRule::TheMessagesAttempt,
+        lapse: LapseRule::TakesItsUnits,
     };
 }
 
@@ -90,6 +99,22 @@ pub enum MessageRule {
     /// The fix the model asks of issue 34: the capture goes on from the order as read, under
     /// the attempt the order is on.
     OnToTheOrdersAttempt,
+}
+
+/// What fulfilment makes of an `authorized` order whose hold is past the deadline Stripe gave
+/// for it (`capture_before`), which the fleet recorded (`authorization_expires_at`): Stripe
+/// has cancelled that hold, so the order can never be captured (issue 35, point 8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LapseRule {
+    /// Before issue 35 (point 8): the deadline is never read in fulfilment. The order takes its
+    /// units like any other, its capture is refused and the units come back; reading the line
+    /// after a cut, it counts as taking its units.
+    TakesItsUnits,
+    /// Now (`Fulfilment::arrive`, `Fulfilment::reserve_in_line`, `Fulfilment::lapse`): the
+    /// reservation takes none of its units and ends it `authorization_canceled`, its promised
+    /// units back, then releases its hold under the order's key; reading the line, an order
+    /// ahead past its deadline counts for nothing (`fits_after_the_line`).
+    KnownDeadline,
 }
 
 impl CommitRule {
@@ -318,8 +343,12 @@ pub enum Action {
     Upsert(u8),
     /// An order's lease expires (its holder died, or stalled past it).
     LeaseExpires(Buyer),
-    /// Stripe cancels a hold: it lapsed, or someone cancelled it in the Dashboard.
+    /// Stripe cancels a hold, and the fleet's row does not say so: someone cancelled it in the
+    /// Dashboard (or it lapsed past a deadline the fleet did not record).
     HoldCanceledOutside(IntentId),
+    /// A hold passes the deadline Stripe gave for it, which the fleet recorded: Stripe cancels
+    /// it, and the order's row says its hold is past its deadline.
+    HoldLapses(IntentId),
     /// Stripe forgets its saved answers.
     KeysExpire,
 }
@@ -363,13 +392,15 @@ pub enum Transition {
     Authenticate,
     DeadlinePasses,
     HoldCanceledOutside,
+    HoldLapses,
+    Lapse,
     EventLost,
     KeysExpire,
 }
 
 impl Transition {
     /// Every kind, for the map's test.
-    pub const ALL: [Transition; 36] = [
+    pub const ALL: [Transition; 38] = [
         Transition::Send,
         Transition::Door,
         Transition::Resume,
@@ -404,6 +435,8 @@ impl Transition {
         Transition::Authenticate,
         Transition::DeadlinePasses,
         Transition::HoldCanceledOutside,
+        Transition::HoldLapses,
+        Transition::Lapse,
         Transition::EventLost,
         Transition::KeysExpire,
     ];
@@ -519,13 +552,20 @@ impl OrderProtocol {
             Action::Upsert(_) => Transition::Upsert,
             Action::LeaseExpires(_) => Transition::LeaseExpires,
             Action::HoldCanceledOutside(_) => Transition::HoldCanceledOutside,
+            Action::HoldLapses(_) => Transition::HoldLapses,
             Action::KeysExpire => Transition::KeysExpire,
         }
     }
 
     /// The kind of a job's next step in a state: a commit that accepts the order and takes its
-    /// units in the same statement is [`Transition::ReserveAtCommit`].
+    /// units in the same statement is [`Transition::ReserveAtCommit`]; a reservation that ends
+    /// an order on a hold past its deadline is [`Transition::Lapse`].
     fn transition_of_step(&self, state: &State, job: Job) -> Transition {
+        if let Job::Advance(order, Advance::Reserve) = job
+            && self.lapses(state.order(order))
+        {
+            return Transition::Lapse;
+        }
         let commits_from = match job {
             Job::Authorize(order, Auth::Record(Found::Holding(_))) => {
                 Some((order, Status::PendingAuthorization))
@@ -830,14 +870,23 @@ impl OrderProtocol {
 
     // ---- fulfilling (the stock worker, the sweeper) -------------------------------------
 
-    /// Whether an order fits after a cut, by the rule in force; `None`: wait.
+    /// Whether the fleet ends this order for its hold past its deadline rather than reserving
+    /// it: an `authorized` order whose row says so, under [`LapseRule::KnownDeadline`].
+    fn lapses(&self, o: &Order) -> bool {
+        self.rules.lapse == LapseRule::KnownDeadline && o.status == Status::Authorized && o.lapsed
+    }
+
+    /// Whether an order fits after a cut, by the rule in force; `None`: wait. The orders ahead
+    /// that have not taken their units count: pending ones, and `authorized` ones but for those
+    /// the fleet ends for a hold past its deadline.
     fn fits(&self, s: &State, order: Buyer) -> Option<bool> {
         let me = s.order(order);
         let mut ahead: Vec<(u8, i32, bool)> = s
             .existing()
             .filter(|(_, o)| {
                 o.position < me.position
-                    && (o.status.awaits_authorization() || o.status == Status::Authorized)
+                    && (o.status.awaits_authorization()
+                        || (o.status == Status::Authorized && !self.lapses(o)))
             })
             .map(|(id, o)| (o.position, i32::from(self.quantity(id)), o.status.awaits_authorization()))
             .collect();
@@ -879,7 +928,7 @@ impl OrderProtocol {
     fn advance_step(&self, s: &mut State, order: Buyer, step: Advance, net: Net) -> Option<Next<Advance>> {
         let quantity = self.quantity(order);
         Some(match step {
-            Advance::Load => Self::load(s, order),
+            Advance::Load => self.load(s, order),
             Advance::Reserve => self.reserve(s, order)?,
             Advance::Capture { attempt, intent } => {
                 let reply = Self::capture(s, order, attempt, intent, net);
@@ -935,23 +984,34 @@ impl OrderProtocol {
         })
     }
 
-    /// The stock check's first read: where the order's row says to go on from.
-    fn load(s: &State, order: Buyer) -> Next<Advance> {
+    /// The stock check's first read: where the order's row says to go on from. A failed order
+    /// whose hold is not released yet is released: one rejected, one whose capture failed, and
+    /// (since issue 35, point 8) one `authorization_canceled` for a hold past its deadline. The
+    /// other moves to `authorization_canceled` record the hold released with them; before, the
+    /// code released none of them (no such order was unreleased then).
+    fn load(&self, s: &State, order: Buyer) -> Next<Advance> {
         let o = s.order(order);
+        let left_alone =
+            o.status == Status::AuthorizationCanceled && self.rules.lapse == LapseRule::TakesItsUnits;
+        let released = o.released || left_alone;
         match (o.status, o.intent) {
             (Status::Authorized, _) => Next::Go(Advance::Reserve),
             (Status::StockReserved, Some(intent)) => {
                 Next::Go(Advance::Capture { attempt: o.attempt, intent })
             }
-            (Status::RejectedOutOfStock | Status::CaptureFailed, _) if o.released => Next::End(Done::Settled),
-            (Status::RejectedOutOfStock | Status::CaptureFailed, Some(intent)) => {
-                Next::Go(Advance::Cancel { attempt: o.attempt, intent })
+            (Status::RejectedOutOfStock | Status::CaptureFailed | Status::AuthorizationCanceled, _)
+                if released =>
+            {
+                Next::End(Done::Settled)
             }
-            (Status::RejectedOutOfStock | Status::CaptureFailed, None) => Next::Go(Advance::MarkReleased),
             (
-                Status::Paid | Status::Refunded | Status::PaymentDeclined | Status::AuthorizationCanceled,
-                _,
-            ) => Next::End(Done::Settled),
+                Status::RejectedOutOfStock | Status::CaptureFailed | Status::AuthorizationCanceled,
+                Some(intent),
+            ) => Next::Go(Advance::Cancel { attempt: o.attempt, intent }),
+            (Status::RejectedOutOfStock | Status::CaptureFailed | Status::AuthorizationCanceled, None) => {
+                Next::Go(Advance::MarkReleased)
+            }
+            (Status::Paid | Status::Refunded | Status::PaymentDeclined, _) => Next::End(Done::Settled),
             (Status::PendingAuthorization | Status::RequiresAction | Status::StockReserved, _) => {
                 Next::End(Done::Stuck)
             }
@@ -959,7 +1019,8 @@ impl OrderProtocol {
     }
 
     /// Takes the order's units, or rejects it when they went to orders ahead; `None`: wait
-    /// for the line.
+    /// for the line. Under [`LapseRule::KnownDeadline`], an order on a hold past its deadline
+    /// takes none and ends instead ([`OrderProtocol::lapse`]).
     fn reserve(&self, s: &mut State, order: Buyer) -> Option<Next<Advance>> {
         let quantity = self.quantity(order);
         let o = s.order(order);
@@ -967,6 +1028,9 @@ impl OrderProtocol {
             return Some(Next::Go(Advance::Load)); // lost to another delivery
         }
         let (attempt, intent) = (o.attempt, o.intent.expect("an authorized order has its intent"));
+        if self.lapses(o) {
+            return Some(self.lapse(s, order, attempt, intent));
+        }
         let p = &s.product;
         let fits =
             if p.promised <= p.total && p.stock >= quantity as i8 { true } else { self.fits(s, order)? };
@@ -977,18 +1041,45 @@ impl OrderProtocol {
             o.took = true;
             return Some(Next::Go(Advance::Capture { attempt, intent }));
         }
-        let me = s.order(order).position;
-        let ahead_given_back = s
-            .existing()
-            .filter(|(_, o)| o.position < me && o.took && o.status.has_failed())
-            .map(|(id, _)| self.quantity(id))
-            .sum();
-        let total = s.product.total;
+        let rejection = self.rejection(s, order);
         s.product.promised -= quantity;
         let o = s.order_mut(order);
         o.status = Status::RejectedOutOfStock;
-        o.rejection = Some(Rejection { total, ahead_given_back });
+        o.rejection = Some(rejection);
         Some(Next::Go(Advance::Cancel { attempt, intent }))
+    }
+
+    /// What the line looked like as an order is rejected, for §8.7 to judge at the end.
+    fn rejection(&self, s: &State, order: Buyer) -> Rejection {
+        let me = s.order(order).position;
+        let ahead = || s.existing().filter(move |(_, o)| o.position < me);
+        let ahead_given_back =
+            ahead().filter(|(_, o)| o.took && o.status.has_failed()).map(|(id, _)| self.quantity(id)).sum();
+        let authorized = |lapsed: bool| {
+            ahead()
+                .filter(|(_, o)| o.status == Status::Authorized && o.lapsed == lapsed)
+                .fold(0u8, |mask, (id, _)| mask | 1 << id)
+        };
+        // Which orders ahead were within their deadline matters only if a hold may still lapse:
+        // otherwise it would split states that differ in nothing else.
+        let may_lapse = s.budget.lapses > 0;
+        let ahead_within_deadline = if may_lapse { authorized(false) } else { 0 };
+        let ahead_lapsed = authorized(true);
+        Rejection { total: s.product.total, ahead_given_back, ahead_lapsed, ahead_within_deadline }
+    }
+
+    /// An `authorized` order whose hold is past its deadline (`Fulfilment::lapse`, after the
+    /// reservation's first statement, or `reserve_in_line`, found it so and took nothing):
+    /// ONE statement ends it `authorization_canceled` with its promised units back (it took
+    /// no stock), then its hold is released under the order's key, as a rejected order's is
+    /// (Stripe cancelled it already: the cancel's refusal is read as done). The code's read
+    /// and its compare-and-set are one step here: the deadline, once passed, stays passed, so
+    /// the read decides the same at the compare-and-set, and a move by another in between
+    /// (the webhook's) is the move before this step, which then reads the order again.
+    fn lapse(&self, s: &mut State, order: Buyer, attempt: u8, intent: IntentId) -> Next<Advance> {
+        s.product.promised -= self.quantity(order);
+        s.order_mut(order).status = Status::AuthorizationCanceled;
+        Next::Go(Advance::Cancel { attempt, intent })
     }
 
     /// A look at the intent after a capture's or a cancel's reply that did not say it took
@@ -1297,6 +1388,7 @@ impl OrderProtocol {
             attempt_failed: false,
             action: false,
             past_deadline: false,
+            lapsed: false,
             stuck: false,
             outbox: OutboxRow::None,
             reserved_at_commit: None,
@@ -1487,8 +1579,13 @@ impl OrderProtocol {
             if o.status == Status::RequiresAction && o.lease.is_none() {
                 actions.push(Action::SweepAction(id));
             }
-            let unreleased =
-                matches!(o.status, Status::RejectedOutOfStock | Status::CaptureFailed) && !o.released;
+            // Failed holding a hold not yet released (`authorization_canceled` only for a hold
+            // past its deadline: every other way there records it released).
+            let unreleased = !o.released
+                && matches!(
+                    o.status,
+                    Status::RejectedOutOfStock | Status::CaptureFailed | Status::AuthorizationCanceled
+                );
             let unsettled = matches!(o.status, Status::Authorized | Status::StockReserved) || unreleased;
             if unsettled && self.scenario.sweeper == Sweeps::Everything {
                 actions.push(Action::SweepFulfilment(id));
@@ -1545,6 +1642,9 @@ impl OrderProtocol {
             let cancellable = intent.status == IntentStatus::RequiresCapture && !o.status.has_failed();
             if cancellable && s.budget.expiries > 0 {
                 actions.push(Action::HoldCanceledOutside(i));
+            }
+            if cancellable && s.budget.lapses > 0 {
+                actions.push(Action::HoldLapses(i));
             }
             if intent.status == IntentStatus::RequiresAction && o.action && o.intent == Some(i) {
                 actions.extend([true, false].map(|ok| Action::Authenticate { intent: i, ok }));
@@ -1701,6 +1801,16 @@ impl OrderProtocol {
             Action::HoldCanceledOutside(intent) => {
                 s.budget.expiries -= 1;
                 s.stripe.intents[usize::from(intent)].status = IntentStatus::Canceled;
+                s.emit(self.scenario.webhooks, intent, true);
+            }
+            Action::HoldLapses(intent) => {
+                s.budget.lapses -= 1;
+                let i = &mut s.stripe.intents[usize::from(intent)];
+                i.status = IntentStatus::Canceled;
+                let order = i.order;
+                // The deadline is the one Stripe gave with the hold, which the order records with
+                // it (`authorization_expires_at`): its row says the hold is past it.
+                s.order_mut(order).lapsed = true;
                 s.emit(self.scenario.webhooks, intent, true);
             }
             Action::KeysExpire => {

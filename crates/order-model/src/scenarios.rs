@@ -97,6 +97,17 @@ pub fn holds_cancelled_outside() -> Scenario {
     .with_budget(Budget { crashes: 1, expiries: 1, lost_events: 1, ..Budget::default() })
 }
 
+/// A hold lapsing after a cut (issue 35, point 8): two buyers of one unit each, two units, a
+/// cut to one, so that both orders commit `authorized` and wait for the line; one hold passes
+/// the deadline the fleet recorded for it, and Stripe cancels it. No webhooks: the fleet must
+/// know from the deadline alone, and the order behind a lapsed one must not be rejected for
+/// a unit that then goes to nobody.
+pub fn hold_lapsing_after_a_cut() -> Scenario {
+    Scenario::new("a hold lapsing after a cut", vec![(1, Card::Good), (1, Card::Good)], 2)
+        .with_upserts(vec![1])
+        .with_budget(Budget { lapses: 1, ..Budget::default() })
+}
+
 /// Every scenario, as checked by `make test`.
 pub fn all() -> Vec<Scenario> {
     vec![
@@ -109,6 +120,7 @@ pub fn all() -> Vec<Scenario> {
         sizes_after_a_cut(),
         three_d_secure(),
         holds_cancelled_outside(),
+        hold_lapsing_after_a_cut(),
     ]
 }
 

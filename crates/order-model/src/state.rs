@@ -91,6 +91,14 @@ pub struct Rejection {
     pub total: u8,
     /// Units that orders ahead of it had taken and already given back (a failed capture).
     pub ahead_given_back: u8,
+    /// The orders ahead of it (one bit each) that were `authorized` on a hold past the deadline
+    /// the fleet recorded for it ([`Order::lapsed`]): they could never be captured, so a unit
+    /// one of them took after is not one that went to an order ahead.
+    pub ahead_lapsed: u8,
+    /// The orders ahead of it (one bit each) that were `authorized` on a hold still within its
+    /// deadline: each counts as taking its units even if its hold lapses after, before it is
+    /// reserved (time's work, as a capture refused after the rejection is).
+    pub ahead_within_deadline: u8,
 }
 
 /// An order row, with what the properties need to remember about its past.
@@ -115,6 +123,9 @@ pub struct Order {
     pub action: bool,
     /// Its `action_expires_at` has passed.
     pub past_deadline: bool,
+    /// Its `authorization_expires_at` has passed: its hold is past the deadline Stripe gave
+    /// (`capture_before`), which the fleet recorded with it, and Stripe cancelled it.
+    pub lapsed: bool,
     /// A permanent failure was recorded for a person (the DLQ's reason, `fleetctl sweep`).
     pub stuck: bool,
     pub outbox: OutboxRow,
@@ -412,8 +423,12 @@ pub struct Budget {
     pub redrives: u8,
     /// A live process outliving its lease (a pause longer than the lease).
     pub stalls: u8,
-    /// Stripe cancelling a hold: past its deadline (about 7 days), or in the Dashboard.
+    /// Stripe cancelling a hold where the fleet's row does not say so: in the Dashboard, or
+    /// past a deadline the fleet did not record.
     pub expiries: u8,
+    /// Stripe cancelling a hold past the deadline it gave (about 7 days), which the fleet
+    /// recorded (`authorization_expires_at`), so its own row says so ([`Order::lapsed`]).
+    pub lapses: u8,
     /// Stripe forgetting its saved answers (24 hours).
     pub key_expiries: u8,
     /// Stripe giving up delivering an event (or the webhook's secret unset).
