@@ -299,6 +299,8 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
                 ("orders", "S,U"),
                 ("outbox", OUTBOX_INSERT),
                 ("products", "S,U(stock,units_promised,updated_at)"),
+                // The reconciliation of stray PaymentIntents: where it has read up to (issue 35).
+                ("stripe_reconciliation", "S,U"),
             ]),
         ),
         ("notification-worker", expected(&[("inbox", "S,I,U"), ("message_failures", "S,I,U")])),
@@ -309,6 +311,7 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
                 ("orders", "S,U"),
                 ("outbox", "S,I,U"),
                 ("products", "S,I,U"),
+                ("stripe_reconciliation", "S,U"),
                 ("webhook_events", "S"),
             ]),
         ),
@@ -331,6 +334,7 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
             "outbox",
             "outbox_archive",
             "products",
+            "stripe_reconciliation",
             "webhook_events"
         ],
         "a new table: decide here which service may use it, and grant that in its migration"

@@ -196,3 +196,56 @@ async fn with_the_database_unreachable_advancing_is_an_outage_of_the_database() 
     assert_eq!(step.status(order).await, "stock_reserved");
     step.db.drop().await.unwrap();
 }
+
+/// A PaymentIntent holding funds, made at stripe-sim for `order` outside the fleet's keys: the
+/// intent a second holder of the order's authorization (or a stray) would have made.
+async fn hold_made_elsewhere(stripe_base: &str, order: Uuid) -> String {
+    let order = order.to_string();
+    let form = [
+        ("amount", "1000"),
+        ("currency", "usd"),
+        ("capture_method", "manual"),
+        ("confirm", "true"),
+        ("payment_method", "pm_card_visa"),
+        ("automatic_payment_methods[enabled]", "true"),
+        ("automatic_payment_methods[allow_redirects]", "never"),
+        ("metadata[order_id]", order.as_str()),
+    ];
+    let made: serde_json::Value = reqwest::Client::new()
+        .post(format!("{stripe_base}/v1/payment_intents"))
+        .bearer_auth("sk_test_steps")
+        .form(&form)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(made["status"], "requires_capture", "{made}");
+    made["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hold_whose_commit_finds_the_order_moved_on_to_another_intent_is_cancelled() {
+    // Arrange: an order accepted on its PaymentIntent; a second holder of its authorization
+    // (its lease lapsed under it) made another for it, and records it with the order as it
+    // last read it, pending (issue 35, point 6).
+    use orderfleet::domain::authorization::{self, Recorded};
+    use orderfleet::domain::payments::IntentStatus;
+    let step = Step::new().await;
+    let id = step.authorized_order("ola").await;
+    let payments = &step.step.fulfilment.payments;
+    let mut stale =
+        orderfleet::domain::order::load(&step.db.pool, OrderId::from_uuid(id)).await.unwrap().unwrap();
+    let own = stale.payment_intent_id.clone().unwrap();
+    stale.status = orderfleet::domain::order::OrderStatus::PendingAuthorization;
+    let other = payments.retrieve(&hold_made_elsewhere(&step.stripe_base, id).await).await.unwrap();
+
+    // Act
+    let recorded = authorization::record(&step.db.pool, payments, &stale, Ok(other.clone())).await.unwrap();
+
+    // Assert: nothing recorded, and the hold that is not the order's released; the order's kept.
+    assert!(matches!(recorded, Recorded::MovedElsewhere), "{recorded:?}");
+    assert_eq!(payments.retrieve(&other.id).await.unwrap().status, IntentStatus::Canceled);
+    assert_eq!(payments.retrieve(&own).await.unwrap().status, IntentStatus::RequiresCapture);
+}

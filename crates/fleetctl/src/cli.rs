@@ -79,6 +79,9 @@ pub(crate) struct SweepArgs {
     /// Advance orders whose fulfilment has not moved for at least this long.
     #[arg(long, default_value_t = 300)]
     pub(crate) fulfilment_after_seconds: u64,
+    /// Release stray PaymentIntents (live, and not their order's) made at least this long ago.
+    #[arg(long, default_value_t = 600)]
+    pub(crate) strays_after_seconds: u64,
 }
 
 #[derive(Debug, Subcommand)]

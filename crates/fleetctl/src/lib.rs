@@ -99,6 +99,7 @@ async fn sweep(args: SweepArgs, env: &Env) -> anyhow::Result<()> {
     let policy = SweepPolicy {
         pending_after: Duration::from_secs(args.pending_after_seconds),
         fulfilment_after: Duration::from_secs(args.fulfilment_after_seconds),
+        strays_after: Duration::from_secs(args.strays_after_seconds),
         ..SweepPolicy::default()
     };
     let report = Sweeper { pool, payments, policy }.sweep_once().await?;

@@ -76,13 +76,14 @@ pub(crate) fn retried(id: Option<uuid::Uuid>, retried: u64) -> anyhow::Result<St
 pub(crate) fn swept(report: &SweepReport) -> String {
     let mut lines = vec![format!(
         "authorizations resolved {}, provider unavailable {}; 3-D Secure settled {}, waiting {}; \
-         fulfilments settled {}, blocked {}; stuck {}",
+         fulfilments settled {}, blocked {}; strays released {}; stuck {}",
         report.authorizations_resolved,
         report.authorizations_unavailable,
         report.actions_settled,
         report.actions_waiting,
         report.fulfilments_settled,
         report.fulfilments_blocked,
+        report.strays_released,
         report.stuck.len()
     )];
     lines.extend(report.stuck.iter().map(|(order_id, reason)| format!("stuck {order_id}: {reason}")));
@@ -263,12 +264,13 @@ mod tests {
             fulfilments_settled: 2,
             fulfilments_blocked: 0,
             stuck: vec![(order, "captured at Stripe but the stock is gone".into())],
+            strays_released: 6,
         };
         assert_eq!(
             swept(&report),
             format!(
                 "authorizations resolved 3, provider unavailable 1; 3-D Secure settled 4, waiting 5; \
-                 fulfilments settled 2, blocked 0; stuck 1\n\
+                 fulfilments settled 2, blocked 0; strays released 6; stuck 1\n\
                  stuck {order}: captured at Stripe but the stock is gone"
             )
         );

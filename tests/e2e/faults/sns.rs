@@ -39,7 +39,11 @@ async fn an_sns_publish_outage_with_the_topic_still_answering_dead_letters_nothi
         async move { place(fleet, &format!("buyer-{i}"), "key", "sku-1").await }
     }))
     .await;
-    assert!(answers.iter().all(|a| a.status == 202), "{:?}", answers.iter().map(|a| (a.status, a.body.to_string())).collect::<Vec<_>>());
+    assert!(
+        answers.iter().all(|a| a.status == 202),
+        "{:?}",
+        answers.iter().map(|a| (a.status, a.body.to_string())).collect::<Vec<_>>()
+    );
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     tokio::time::sleep(Duration::from_secs(60).saturating_sub(outage.elapsed())).await;
     let dropped = proxy.dropped();

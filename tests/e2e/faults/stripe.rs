@@ -578,3 +578,58 @@ async fn a_capture_that_hangs_holds_up_no_other_stock_check_of_its_batch() {
     assert_eq!(statuses.get("paid"), Some(&2), "{statuses:?}");
     fleet.stop().await.unwrap();
 }
+
+/// A PaymentIntent holding funds, made at stripe-sim for `order_id` outside the fleet's keys.
+async fn hold_made_elsewhere(fleet: &Fleet, order_id: &str) -> String {
+    let form = [
+        ("amount", "1000"),
+        ("currency", "usd"),
+        ("capture_method", "manual"),
+        ("confirm", "true"),
+        ("payment_method", "pm_card_visa"),
+        ("automatic_payment_methods[enabled]", "true"),
+        ("automatic_payment_methods[allow_redirects]", "never"),
+        ("metadata[order_id]", order_id),
+    ];
+    let made: serde_json::Value = fleet.create_at_stripe(None, &form).await.unwrap().json().await.unwrap();
+    assert_eq!(made["status"], "requires_capture", "{made}");
+    made["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_reconciliation_releases_a_stray_intent_planted_for_an_order_and_nothing_else() {
+    // Arrange: an order paid; then a second PaymentIntent holding funds, made for it outside
+    // the fleet (a stray no commit and no webhook saw: webhooks off), and one for an order this
+    // fleet does not know (another fleet on the same Stripe account) (issue 35, point 6).
+    let mut fleet = Fleet::prepare("stray-reconciled").await.unwrap();
+    fleet.set_env("STRIPE_WEBHOOK_SECRET", "");
+    for label in ["order-intake", "outbox-relay", "notification-worker"] {
+        fleet.spawn(label, label, &[]).unwrap();
+    }
+    fleet.spawn("stock-worker", "stock-worker", &[("SWEEP_INTERVAL_SECONDS", "0")]).unwrap();
+    fleet.product("sku-1", 1000, 1).await.unwrap();
+    assert_eq!(place(&fleet, "ola", "k1", "sku-1").await.status, 202);
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    let (order_id, own): (uuid::Uuid, String) =
+        sqlx::query_as("SELECT id, payment_intent_id FROM orders").fetch_one(&fleet.pool).await.unwrap();
+    let stray = hold_made_elsewhere(&fleet, &order_id.to_string()).await;
+    let foreign = hold_made_elsewhere(&fleet, &uuid::Uuid::now_v7().to_string()).await;
+
+    // Act: a sweep that reconciles what was made up to now.
+    let said = fleet.fleetctl(&["sweep", "--strays-after-seconds", "0"], &[]).await.unwrap();
+
+    // Assert: the stray released; the order's own intent captured, the other fleet's untouched;
+    // a second sweep reads nothing again.
+    assert!(said.contains("strays released 1"), "{said}");
+    let intents = fleet.intents().await.unwrap();
+    let counts = |id: &str| {
+        let intent = intents.iter().find(|i| i["id"] == id).expect("the intent");
+        (intent["status"].as_str().unwrap().to_owned(), intent["cancel_count"].as_i64().unwrap())
+    };
+    assert_eq!(counts(&stray), ("canceled".to_owned(), 1));
+    assert_eq!(counts(&own), ("succeeded".to_owned(), 0));
+    assert_eq!(counts(&foreign), ("requires_capture".to_owned(), 0));
+    let again = fleet.fleetctl(&["sweep", "--strays-after-seconds", "0"], &[]).await.unwrap();
+    assert!(again.contains("strays released 0"), "{again}");
+    fleet.stop().await.unwrap();
+}

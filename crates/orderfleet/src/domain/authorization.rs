@@ -214,13 +214,13 @@ pub async fn record(
         // Holding funds (or, never with manual capture, already captured): accepted.
         Ok(intent) if matches!(intent.status, IntentStatus::RequiresCapture | IntentStatus::Succeeded) => {
             let moved = commit_authorized(pool, payments, order, &intent).await?;
-            return Ok(if moved { Recorded::Authorized } else { Recorded::MovedElsewhere });
+            return moved_or_stray(pool, payments, order, &intent, moved, Recorded::Authorized).await;
         }
         // The card needs 3-D Secure: the buyer completes it, and the order keeps its units
         // meanwhile. Not a decline.
         Ok(intent) if intent.status == IntentStatus::RequiresAction && intent.action.is_some() => {
             let moved = commit_requires_action(pool, payments, order, &intent).await?;
-            return Ok(if moved { Recorded::RequiresAction } else { Recorded::MovedElsewhere });
+            return moved_or_stray(pool, payments, order, &intent, moved, Recorded::RequiresAction).await;
         }
         // Found by the sweeper: the card was declined, or the intent cancelled; no hold.
         Ok(intent) if intent.status == IntentStatus::RequiresPaymentMethod => {
@@ -260,6 +260,41 @@ pub async fn record(
     };
     let moved = decline(pool, order.id, &reason, intent_id.as_deref()).await?;
     Ok(if moved { Recorded::Declined(reason) } else { Recorded::MovedElsewhere })
+}
+
+/// `recorded` if this call's commit moved the order. If it found the order moved already (a
+/// racing holder, the sweeper), the intent this call made may not be the order's: a second
+/// holder's, made under another attempt's key while the first still held the lease. Such a
+/// stray holds funds (or can, once its buyer authenticates) that nothing will capture, so it is
+/// cancelled now, under a key of its own (`Payments::cancel_stray`). If the cancel cannot be
+/// made now, the reconciliation of strays (`crate::domain::strays`) finds it later.
+async fn moved_or_stray(
+    pool: &Pool,
+    payments: &Payments,
+    order: &Order,
+    intent: &Intent,
+    moved: bool,
+    recorded: Recorded,
+) -> Result<Recorded, AuthorizationError> {
+    if moved {
+        return Ok(recorded);
+    }
+    let now = crate::domain::order::load(pool, order.id).await?;
+    if now.is_some_and(|now| now.payment_intent_id.as_deref() != Some(intent.id.as_str())) {
+        match payments.cancel_stray(order.id, &intent.id).await {
+            Ok(_) => {
+                metrics::counter!("stray_intents_canceled_total", "found" => "at_commit").increment(1);
+                tracing::warn!(
+                    payment_intent = intent.id,
+                    "the order had moved on to another intent; this one was released"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(payment_intent = intent.id, error = %e, "a stray intent could not be released now; the reconciliation will")
+            }
+        }
+    }
+    Ok(Recorded::MovedElsewhere)
 }
 
 /// What a buyer (and `GET /v1/orders/{id}`) is told of any decline: no more, so the intake

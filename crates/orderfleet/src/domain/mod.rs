@@ -32,6 +32,7 @@ pub mod outbox;
 pub mod payments;
 pub mod product;
 pub mod status;
+pub mod strays;
 pub mod sweeper;
 pub mod tokens;
 pub mod webhook;

@@ -645,15 +645,37 @@ impl Payments {
     async fn list_within(
         &self,
         order_id: OrderId,
+        window: (chrono::DateTime<chrono::Utc>, Option<chrono::DateTime<chrono::Utc>>),
+    ) -> Result<Vec<Intent>, PaymentError> {
+        let order = order_id.to_string();
+        self.list_pages(window, |pi| pi.metadata.get("order_id") == Some(&order)).await
+    }
+
+    /// Every PaymentIntent Stripe's list shows created from `since` to `until` (this machine's
+    /// clock, placed on Stripe's, and opened [`WINDOW_MARGIN`] early): every page. For the
+    /// reconciliation of strays (`crate::domain::strays`).
+    pub(crate) async fn list_created(
+        &self,
+        since: chrono::DateTime<chrono::Utc>,
+        until: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<Intent>, PaymentError> {
+        let on_stripe = |ours| self.client.stripe_time(ours).unwrap_or(ours);
+        self.list_pages((on_stripe(since) - WINDOW_MARGIN, Some(on_stripe(until))), |_| true).await
+    }
+
+    /// The intents that `keep` keeps among those created within `(from, until)` (Stripe's
+    /// clock; no end when `until` is `None`), page by page, 100 a page, newest first.
+    async fn list_pages(
+        &self,
         (from, until): (chrono::DateTime<chrono::Utc>, Option<chrono::DateTime<chrono::Utc>>),
+        keep: impl Fn(&PaymentIntent) -> bool,
     ) -> Result<Vec<Intent>, PaymentError> {
         let created = RangeQueryTs::Bounds(RangeBoundsTs {
             gte: Some(from.timestamp()),
             lte: until.map(|until| until.timestamp()),
             ..RangeBoundsTs::default()
         });
-        let order = order_id.to_string();
-        let mut theirs = Vec::new();
+        let mut kept = Vec::new();
         let mut after: Option<String> = None;
         loop {
             let mut request =
@@ -666,11 +688,10 @@ impl Payments {
                     request.customize().timeout(self.retry.timeout).send(&self.client)
                 })
                 .await?;
-            let mine = page.data.iter().filter(|pi| pi.metadata.get("order_id") == Some(&order));
-            theirs.extend(mine.map(Intent::from));
+            kept.extend(page.data.iter().filter(|pi| keep(pi)).map(Intent::from));
             match page.data.last() {
                 Some(last) if page.has_more => after = Some(last.id.as_str().to_owned()),
-                _ => return Ok(theirs),
+                _ => return Ok(kept),
             }
         }
     }

@@ -53,6 +53,10 @@ pub struct SweepPolicy {
     pub fulfilment_after: Duration,
     /// Orders per kind per sweep.
     pub batch: i64,
+    /// PaymentIntents made this long ago, whose orders' requests and webhooks have had time to
+    /// settle them, are reconciled: a live one its order did not record is released
+    /// ([`crate::domain::strays`]).
+    pub strays_after: Duration,
 }
 
 impl Default for SweepPolicy {
@@ -61,6 +65,7 @@ impl Default for SweepPolicy {
             pending_after: Duration::from_secs(90),
             fulfilment_after: Duration::from_secs(300),
             batch: 200,
+            strays_after: Duration::from_secs(600),
         }
     }
 }
@@ -82,6 +87,8 @@ pub struct SweepReport {
     pub fulfilments_blocked: u64,
     /// Orders that cannot advance at all, with why: for a person.
     pub stuck: Vec<(OrderId, String)>,
+    /// Stray PaymentIntents released ([`crate::domain::strays`]).
+    pub strays_released: u64,
 }
 
 /// Finishes orders that stopped moving.
@@ -108,6 +115,12 @@ impl Sweeper {
         self.sweep_pending(&mut report, stop).await?;
         self.sweep_actions(&mut report, stop).await?;
         self.sweep_fulfilment(&mut report, stop).await?;
+        if !stop.is_cancelled()
+            && let Some(reconciled) =
+                crate::domain::strays::reconcile(&self.pool, &self.payments, self.policy.strays_after).await?
+        {
+            report.strays_released = reconciled.released;
+        }
         Ok(report)
     }
 
