@@ -2,7 +2,9 @@
 //! command runs, so a handler only ever sees values already parsed into their domain types.
 
 use clap::{Args, Parser, Subcommand};
+use orderfleet::domain::OrderId;
 use orderfleet::domain::product::{self, Currency, Sku};
+use orderfleet::domain::resolution::{Evidence, PaymentIntentId};
 use orderfleet::domain::tokens::UserId;
 
 use crate::dlq;
@@ -33,6 +35,42 @@ pub(crate) enum Command {
     /// Resolve stuck orders once: pending authorizations (looked up at Stripe), and orders
     /// whose fulfilment stalled. Reads DATABASE_URL, STRIPE_SECRET_KEY, STRIPE_API_BASE.
     Sweep(SweepArgs),
+    /// One order, by hand. Reads DATABASE_URL, STRIPE_SECRET_KEY, STRIPE_API_BASE.
+    #[command(subcommand)]
+    Order(OrderCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum OrderCommand {
+    /// Settle a pending_authorization order the sweeper reports stuck (Stripe refuses to list
+    /// its PaymentIntents), from what Stripe's Dashboard shows for its order_id metadata: the
+    /// intent named is read from Stripe and recorded as the sweeper would (authorized,
+    /// requires_action or payment_declined); with --none the order is declined and its units
+    /// go back. The order's lease is taken first; bad input changes nothing.
+    Resolve(ResolveArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ResolveArgs {
+    /// The order's id (a UUID, as `fleetctl sweep` prints it).
+    #[arg(long)]
+    pub(crate) id: OrderId,
+    /// The order's PaymentIntent (pi_…), as Stripe's Dashboard shows it.
+    #[arg(long, value_parser = PaymentIntentId::parse, conflicts_with = "none", required_unless_present = "none")]
+    pub(crate) payment_intent: Option<PaymentIntentId>,
+    /// Stripe's Dashboard shows no PaymentIntent for the order: decline it, its units back.
+    #[arg(long)]
+    pub(crate) none: bool,
+}
+
+impl ResolveArgs {
+    /// What the operator found, as clap guarantees it: an intent, or none.
+    pub(crate) fn evidence(&self) -> Evidence {
+        match &self.payment_intent {
+            Some(intent) => Evidence::Intent(intent.clone()),
+            None => Evidence::NoIntent,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -267,6 +305,44 @@ mod tests {
             panic!("not sweep")
         };
         assert_eq!((args.pending_after_seconds, args.fulfilment_after_seconds), (5, 6));
+    }
+
+    #[test]
+    fn an_order_resolve_names_the_order_and_either_its_payment_intent_or_none() {
+        let id = "0191e5b2-7c1a-7000-8000-000000000001";
+        let Command::Order(OrderCommand::Resolve(args)) =
+            parse(&format!("order resolve --id {id} --payment-intent pi_3MtwBwLkdIwHu7ix28a3tqPa")).unwrap()
+        else {
+            panic!("not order resolve")
+        };
+        assert_eq!(args.id.to_string(), id);
+        assert_eq!(
+            args.evidence(),
+            Evidence::Intent(PaymentIntentId::parse("pi_3MtwBwLkdIwHu7ix28a3tqPa").unwrap())
+        );
+        let Command::Order(OrderCommand::Resolve(args)) =
+            parse(&format!("order resolve --id {id} --none")).unwrap()
+        else {
+            panic!("not order resolve --none")
+        };
+        assert_eq!(args.evidence(), Evidence::NoIntent);
+    }
+
+    #[test]
+    fn an_order_resolve_refuses_no_evidence_both_kinds_and_malformed_ids_with_exit_code_2() {
+        let id = "0191e5b2-7c1a-7000-8000-000000000001";
+        assert_eq!(refused(&format!("order resolve --id {id}")).0, ErrorKind::MissingRequiredArgument);
+        assert_eq!(refused("order resolve --none").0, ErrorKind::MissingRequiredArgument);
+        let both = refused(&format!("order resolve --id {id} --none --payment-intent pi_1"));
+        assert_eq!((both.0, both.1), (ErrorKind::ArgumentConflict, 2));
+        assert_eq!(refused("order resolve --id 42 --none").0, ErrorKind::ValueValidation);
+        // A charge, a client secret (which carries the intent's id), or nothing after the prefix.
+        for intent in ["ch_3MtwBwLkdIwHu7ix", "pi_3Mtw_secret_YrKJUKribcBjcG8HVhfZluoGH", "pi_"] {
+            let (kind, code, message) =
+                refused(&format!("order resolve --id {id} --payment-intent {intent}"));
+            assert_eq!((kind, code), (ErrorKind::ValueValidation, 2), "{intent}");
+            assert!(message.contains("a PaymentIntent id is pi_ and letters and digits"), "{message}");
+        }
     }
 
     #[test]

@@ -13,10 +13,16 @@ mod dlq;
 mod outbox;
 mod output;
 
+use anyhow::Context;
 use clap::Parser;
-use cli::{Cli, Command, DlqCommand, OutboxCommand, ProductCommand, SweepArgs, TokenArgs, UpsertArgs};
+use cli::{
+    Cli, Command, DlqCommand, OrderCommand, OutboxCommand, ProductCommand, ResolveArgs, SweepArgs, TokenArgs,
+    UpsertArgs,
+};
+use orderfleet::domain::order;
 use orderfleet::domain::payments::{Payments, RetryPolicy};
 use orderfleet::domain::product::{self, ProductUpsert};
+use orderfleet::domain::resolution;
 use orderfleet::domain::sweeper::{SweepPolicy, Sweeper};
 use orderfleet::domain::tokens;
 use orderfleet::runtime::aws::Aws;
@@ -73,6 +79,7 @@ async fn run(command: Command, env: &Env) -> anyhow::Result<()> {
             println!("{}", output::retried(id, retried)?);
         }
         Command::Sweep(args) => sweep(args, env).await?,
+        Command::Order(OrderCommand::Resolve(args)) => resolve_order(args, env).await?,
         Command::Token(args) => println!("{}", token(args, env)?),
     }
     Ok(())
@@ -104,6 +111,18 @@ async fn sweep(args: SweepArgs, env: &Env) -> anyhow::Result<()> {
     };
     let report = Sweeper { pool, payments, policy }.sweep_once().await?;
     println!("{}", output::swept(&report));
+    Ok(())
+}
+
+/// `order resolve`: the order settled from what the operator found, with the sweeper's Stripe
+/// client (the same retries and budget).
+async fn resolve_order(args: ResolveArgs, env: &Env) -> anyhow::Result<()> {
+    let pool = pool(env).await?;
+    let payments = Payments::new(&StripeConfig::from_env(env)?, RetryPolicy::background())?;
+    let evidence = args.evidence();
+    let recorded = resolution::resolve(&pool, &payments, args.id, &evidence).await?;
+    let order = order::load(&pool, args.id).await?.context("the order is gone")?;
+    println!("{}", output::resolved(&order, &evidence, &recorded)?);
     Ok(())
 }
 

@@ -3,7 +3,10 @@
 //! Each returns its lines joined by newlines, without a trailing one.
 
 use chrono::{DateTime, Utc};
+use orderfleet::domain::authorization;
+use orderfleet::domain::order::{Order, OrderStatus};
 use orderfleet::domain::product::{ProductUpsert, Units};
+use orderfleet::domain::resolution::Evidence;
 use orderfleet::domain::sweeper::SweepReport;
 use orderfleet::runtime::config::ConfigError;
 
@@ -88,6 +91,50 @@ pub(crate) fn swept(report: &SweepReport) -> String {
     )];
     lines.extend(report.stuck.iter().map(|(order_id, reason)| format!("stuck {order_id}: {reason}")));
     lines.join("\n")
+}
+
+/// `order resolve`: what the order is now, and what follows. An order that moved on under the
+/// resolution (a webhook, say) is an error: nothing was recorded by it.
+pub(crate) fn resolved(
+    order: &Order,
+    evidence: &Evidence,
+    recorded: &authorization::Recorded,
+) -> anyhow::Result<String> {
+    use authorization::Recorded;
+    let from = match evidence {
+        Evidence::Intent(intent) => format!("resolved from {}", intent.as_str()),
+        Evidence::NoIntent => "resolved with no PaymentIntent".to_owned(),
+    };
+    let next = match recorded {
+        Recorded::Authorized if order.status == OrderStatus::StockReserved => {
+            "authorized, its units taken from stock; a stock worker captures the hold".to_owned()
+        }
+        Recorded::Authorized => {
+            "authorized; a stock worker reserves its units and captures the hold".to_owned()
+        }
+        Recorded::RequiresAction => match order.action_expires_at {
+            Some(until) => format!(
+                "requires_action; the buyer completes 3-D Secure by {}, or the sweeper releases it",
+                until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+            None => "requires_action; the buyer completes 3-D Secure, or the sweeper releases it".to_owned(),
+        },
+        Recorded::Declined(detail) => {
+            let units = match order.quantity.get() {
+                1 => "1 unit".to_owned(),
+                n => format!("{n} units"),
+            };
+            let why = match evidence {
+                Evidence::Intent(_) => format!(" ({detail})"),
+                Evidence::NoIntent => String::new(),
+            };
+            format!("payment_declined; {units} of {} back for the next buyer{why}", order.product_id)
+        }
+        Recorded::MovedElsewhere => {
+            anyhow::bail!("order {} moved on to {} meanwhile; nothing was recorded", order.id, order.status)
+        }
+    };
+    Ok(format!("order {} {from}: {next}", order.id))
 }
 
 /// `dlq stats`, one queue: its depth and the age of the oldest of `sample`, at `now_ms`.

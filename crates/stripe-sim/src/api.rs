@@ -124,11 +124,30 @@ async fn retrieve(State(sim): State<SimState>, Path(id): Path<String>, Read(para
 }
 
 /// `GET /v1/payment_intents`: Stripe's list (`created[…]`, `limit`, `starting_after`), newest
-/// first; the caller matches metadata itself.
+/// first; the caller matches metadata itself. The one read a fault strikes (`list`): it is how
+/// the fleet finds an order's intents, and its failing is what a test of that path needs.
 async fn list(State(sim): State<SimState>, Read(params): Read) -> Response {
+    if let Some(fault) = sim.take_fault(Operation::List) {
+        return faulted_read(&sim, fault).await;
+    }
     match ListRequest::parse(&params) {
         Ok(request) => reply_response(sim.list(&request)),
         Err(error) => error_response(&error),
+    }
+}
+
+/// A read struck by a fault: a read has no key and changes nothing, so a mode that lets the
+/// operation run answers as its plain failure (a 500, a dropped connection).
+async fn faulted_read(sim: &SimState, fault: Mode) -> Response {
+    match fault {
+        Mode::Error500 | Mode::Error500AfterSuccess => retryable(error_response(&StripeError::internal())),
+        Mode::Error429 => retryable(error_response(&StripeError::injected_rate_limit())),
+        Mode::Error400 => error_response(&StripeError::injected_invalid_request()),
+        Mode::Timeout => {
+            sim.hang().await;
+            dropped_connection()
+        }
+        Mode::DropAfterSuccess => dropped_connection(),
     }
 }
 
@@ -242,6 +261,8 @@ async fn mutate(
         Some(Mode::Error500) if key.is_none() => return retryable(error_response(&StripeError::internal())),
         Some(Mode::Error500) => {}
         Some(Mode::Error429) => return retryable(error_response(&StripeError::injected_rate_limit())),
+        // Refused before it runs, as a request that fails validation is: nothing saved.
+        Some(Mode::Error400) => return error_response(&StripeError::injected_invalid_request()),
         Some(Mode::Timeout) => {
             sim.hang().await;
             return dropped_connection();

@@ -163,6 +163,16 @@ impl StripeError {
         )
     }
 
+    /// What an `error_400` fault answers: Stripe's 400 `invalid_request_error` for a request
+    /// it refuses as invalid, saying it was injected (see [`crate::faults`]).
+    pub(crate) fn injected_invalid_request() -> Self {
+        Self::bad_request(
+            "Invalid request (stripe-sim injected fault): Stripe refused this request's parameters. \
+             Retrying the same request cannot succeed.",
+        )
+        .with_code("parameter_unknown")
+    }
+
     /// Stripe's 429: an `invalid_request_error` with code `rate_limit`, which Stripe's client
     /// libraries (any 429, in fact) turn into their rate-limit error.
     fn too_many_requests(message: &'static str) -> Self {

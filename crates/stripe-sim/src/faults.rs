@@ -1,9 +1,11 @@
 //! Injected faults, so tests and demos can show the fleet surviving Stripe outages.
 //!
-//! A fault is armed per operation (`create`, `capture`, `cancel`, or `any` of them) with a
-//! mode and a count; each matching request consumes one, the operation's own fault before
-//! `any`. Arming an operation again replaces its fault; a count of 0 disarms it. Retrieval
-//! and the `/_sim` routes are never faulted: they are how a test looks at the outcome.
+//! A fault is armed per operation (`create`, `capture`, `cancel`, or `any` of them, and
+//! `list`) with a mode and a count; each matching request consumes one, the operation's own
+//! fault before `any`. Arming an operation again replaces its fault; a count of 0 disarms it.
+//! `any` is the fleet's writes only: a list is faulted only when armed by name, so a test that
+//! fails every write still lets the fleet look an order up. Retrieval and the `/_sim` routes
+//! are never faulted: they are how a test, or an operator, looks at the outcome.
 
 use std::collections::BTreeMap;
 
@@ -16,10 +18,13 @@ pub(crate) enum Operation {
     Cancel,
     /// Matches create, capture and cancel.
     Any,
+    /// `GET /v1/payment_intents`, Stripe's list: how the fleet finds an order's intents.
+    List,
 }
 
 impl Operation {
-    const ALL: [Operation; 4] = [Operation::Create, Operation::Capture, Operation::Cancel, Operation::Any];
+    const ALL: [Operation; 5] =
+        [Operation::Create, Operation::Capture, Operation::Cancel, Operation::Any, Operation::List];
 
     pub(crate) fn as_str(self) -> &'static str {
         match self {
@@ -27,12 +32,13 @@ impl Operation {
             Operation::Capture => "capture",
             Operation::Cancel => "cancel",
             Operation::Any => "any",
+            Operation::List => "list",
         }
     }
 
     pub(crate) fn parse(raw: &str) -> Result<Self, String> {
         Self::ALL.into_iter().find(|op| op.as_str() == raw).ok_or_else(|| {
-            format!("unknown operation {raw:?}: expected one of \"create\", \"capture\", \"cancel\", \"any\"")
+            format!("unknown operation {raw:?}: expected one of \"create\", \"capture\", \"cancel\", \"any\", \"list\"")
         })
     }
 }
@@ -51,11 +57,24 @@ pub(crate) enum Mode {
     /// calls a 500's result indeterminate (docs.stripe.com/error-low-level, server errors),
     /// so the request may have taken effect, and its key replays the 500.
     Error500AfterSuccess,
+    /// Answer 400 `invalid_request_error`; the operation does not run, and nothing is saved
+    /// under its key. It stands for Stripe refusing a request as invalid, which no retry
+    /// mends (docs.stripe.com/api/errors: "Invalid request errors arise when your request has
+    /// invalid parameters"), e.g. a list with a parameter the account's API version no longer
+    /// takes (`parameter_unknown`). Stripe saves no answer for a request that failed
+    /// validation (docs.stripe.com/api/idempotent_requests).
+    Error400,
 }
 
 impl Mode {
-    const ALL: [Mode; 5] =
-        [Mode::Error500, Mode::Error429, Mode::Timeout, Mode::DropAfterSuccess, Mode::Error500AfterSuccess];
+    const ALL: [Mode; 6] = [
+        Mode::Error500,
+        Mode::Error429,
+        Mode::Timeout,
+        Mode::DropAfterSuccess,
+        Mode::Error500AfterSuccess,
+        Mode::Error400,
+    ];
 
     pub(crate) fn as_str(self) -> &'static str {
         match self {
@@ -64,6 +83,7 @@ impl Mode {
             Mode::Timeout => "timeout",
             Mode::DropAfterSuccess => "drop_after_success",
             Mode::Error500AfterSuccess => "error_500_after_success",
+            Mode::Error400 => "error_400",
         }
     }
 
@@ -71,7 +91,7 @@ impl Mode {
         Self::ALL.into_iter().find(|mode| mode.as_str() == raw).ok_or_else(|| {
             format!(
                 "unknown mode {raw:?}: expected one of \"error_500\", \"error_429\", \"timeout\", \
-                 \"drop_after_success\", \"error_500_after_success\""
+                 \"drop_after_success\", \"error_500_after_success\", \"error_400\""
             )
         })
     }
@@ -103,7 +123,8 @@ impl Faults {
 
     /// The fault a request for `operation` meets, consuming one of its count.
     pub(crate) fn take(&mut self, operation: Operation) -> Option<Mode> {
-        let matched = [operation, Operation::Any].into_iter().find(|op| self.armed.contains_key(op))?;
+        let any = (operation != Operation::List).then_some(Operation::Any);
+        let matched = [Some(operation), any].into_iter().flatten().find(|op| self.armed.contains_key(op))?;
         let armed = self.armed.get_mut(&matched)?;
         let mode = armed.mode;
         armed.remaining -= 1;
@@ -153,6 +174,18 @@ mod tests {
         faults.arm(Operation::Cancel, Mode::Timeout, 1);
         let met = met_by(&mut faults, &[Operation::Cancel, Operation::Cancel, Operation::Create]);
         assert_eq!(met, [Some(Mode::Timeout), Some(Mode::Error429), None]);
+    }
+
+    #[test]
+    fn a_list_is_faulted_only_by_its_own_fault_never_by_any() {
+        let mut faults = Faults::default();
+        faults.arm(Operation::Any, Mode::Error500, 2);
+        assert_eq!(met_by(&mut faults, &[Operation::List]), [None]);
+        faults.arm(Operation::List, Mode::Error400, 1);
+        let met = met_by(&mut faults, &[Operation::List, Operation::List, Operation::Create]);
+        assert_eq!(met, [Some(Mode::Error400), None, Some(Mode::Error500)]);
+        assert_eq!(Operation::parse("list"), Ok(Operation::List));
+        assert_eq!(Mode::parse("error_400"), Ok(Mode::Error400));
     }
 
     #[test]

@@ -226,3 +226,47 @@ async fn stopping_the_server_lets_a_held_request_go() {
     let answer = held.await.unwrap();
     assert!(answer.is_err(), "a held request gets no answer: {answer:?}");
 }
+
+#[tokio::test]
+async fn a_list_fault_refuses_the_list_as_invalid_while_a_retrieve_of_the_same_intent_still_answers() {
+    // Arrange: an intent, and the next two lists refused as Stripe refuses an invalid request.
+    let sim = TestSim::start().await;
+    let id = sim.authorized().await;
+    sim.arm("list", "error_400", 2).await;
+
+    // Act
+    let refused = sim.get("/v1/payment_intents?limit=100").await;
+    let retrieved = sim.get(&format!("/v1/payment_intents/{id}")).await;
+    let created = sim.create(AUTHORIZE).await;
+    let refused_again = sim.get("/v1/payment_intents?limit=100").await;
+    let listed = sim.get("/v1/payment_intents?limit=100").await;
+
+    // Assert: a 400 `invalid_request_error`, which no retry mends; a retrieve and a create
+    // are not lists, and the third list answers.
+    for faulted in [&refused, &refused_again] {
+        assert_eq!(faulted.status, StatusCode::BAD_REQUEST, "{}", faulted.raw);
+        assert_eq!(faulted.error_type(), "invalid_request_error");
+    }
+    assert_eq!(retrieved.status, StatusCode::OK, "{}", retrieved.raw);
+    assert_eq!(created.status, StatusCode::OK, "{}", created.raw);
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.raw);
+    assert_eq!(listed.body["data"].as_array().map(Vec::len), Some(2), "{}", listed.raw);
+}
+
+#[tokio::test]
+async fn an_error_400_fault_on_a_create_is_not_saved_under_its_key() {
+    // Arrange: Stripe saves no answer for a request that failed validation
+    // (docs.stripe.com/api/idempotent_requests), so the key's retry runs.
+    let sim = TestSim::with_fault("create", "error_400", 1).await;
+
+    // Act
+    let refused = sim.post("/v1/payment_intents", AUTHORIZE, Some("k-400")).await;
+    let retried = sim.post("/v1/payment_intents", AUTHORIZE, Some("k-400")).await;
+
+    // Assert
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.raw);
+    assert_eq!(refused.error_type(), "invalid_request_error");
+    assert_eq!(retried.status, StatusCode::OK, "{}", retried.raw);
+    assert_eq!(retried.header("idempotent-replayed"), None);
+    assert_eq!(sim.intents().await.len(), 1);
+}

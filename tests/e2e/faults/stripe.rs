@@ -633,3 +633,148 @@ async fn the_reconciliation_releases_a_stray_intent_planted_for_an_order_and_not
     assert!(again.contains("strays released 0"), "{again}");
     fleet.stop().await.unwrap();
 }
+/// Issue 35, point 9: an order whose intents Stripe refuses to list (for good: a `400`, which
+/// no retry mends) stays `pending_authorization` with its units, since authorizing it again
+/// could place a second hold. The sweeper reports it stuck on every pass; the relay's gauge
+/// (and its alarm) counts it; an operator who looked at Stripe's Dashboard resolves it with
+/// `fleetctl order resolve`, which reads the intent named by id (a retrieve, not a list).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_order_stripe_will_not_list_keeps_its_units_until_an_operator_resolves_it_from_the_dashboard() {
+    // Arrange: A's create took effect and answered a saved 500 (a hold the fleet does not
+    // know of), B's answered 500 and did nothing, C was accepted; then Stripe refuses lists.
+    let mut fleet = Fleet::prepare("stripe-list-refused").await.unwrap();
+    fleet.spawn("order-intake", "order-intake", &[]).unwrap();
+    fleet.spawn("outbox-relay", "outbox-relay", &[("OUTBOX_METRICS_INTERVAL_SECONDS", "1")]).unwrap();
+    fleet.spawn("notification-worker", "notification-worker", &[]).unwrap();
+    fleet.wait_intake().await.unwrap();
+    fleet.product("sku-1", 1000, 3).await.unwrap();
+    let [a, b, c] = pending_a_and_b_and_accepted_c(&fleet).await;
+    fleet.fault("list", "error_400", 1000).await.unwrap();
+
+    // Act: the sweeper meets A and B.
+    let sweep = ["sweep", "--pending-after-seconds", "0", "--fulfilment-after-seconds", "3600"];
+    let swept = fleet.fleetctl(&sweep, &[]).await.unwrap();
+
+    // Assert: both stuck, pending, their units kept (3 promised, none back; C's taken from
+    // stock by its commit), and counted by
+    // the gauge the stuck-orders alarm reads once they are older than a minute.
+    for order in [a, b] {
+        assert!(swept.contains(&format!("stuck {order}: cannot look the order up at Stripe")), "{swept}");
+    }
+    assert_eq!(status_of(&fleet, a).await, "pending_authorization");
+    assert_eq!(status_of(&fleet, b).await, "pending_authorization");
+    assert_eq!(units_of(&fleet, "sku-1").await, (3, 2, 3));
+    sqlx::query("UPDATE orders SET created_at = created_at - interval '2 minutes' WHERE id = ANY($1)")
+        .bind(vec![a, b])
+        .execute(&fleet.pool)
+        .await
+        .unwrap();
+    let relay = fleet.metrics_url("outbox-relay").unwrap().to_owned();
+    let counted = || async { (stuck_gauge(&fleet, &relay).await == Some(2.0)).then_some(()) };
+    eventually("the gauge counting A and B", Duration::from_secs(20), counted).await.unwrap();
+
+    // Act: wrong input first, which must change nothing; then the operator's path.
+    let a_intent = intent_of(&fleet, a).await;
+    let c_intent = intent_of(&fleet, c).await;
+    let (a_id, b_id, c_id) = (a.to_string(), b.to_string(), c.to_string());
+    let resolve = |id: &str, evidence: &[&str]| {
+        let mut args = vec!["order", "resolve", "--id"];
+        args.push(id);
+        args.extend_from_slice(evidence);
+        args.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let run = async |args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        fleet.fleetctl(&args, &[]).await
+    };
+    let others = run(resolve(&a_id, &["--payment-intent", &c_intent])).await.unwrap_err().to_string();
+    let unknown =
+        run(resolve(&a_id, &["--payment-intent", "pi_NoSuchIntent"])).await.unwrap_err().to_string();
+    let accepted = run(resolve(&c_id, &["--none"])).await.unwrap_err().to_string();
+    assert!(others.contains(&format!("was made for order {c}, not {a}")), "{others}");
+    assert!(unknown.contains("resource_missing"), "{unknown}");
+    assert!(accepted.contains("is stock_reserved, not pending_authorization"), "{accepted}");
+    assert_eq!(
+        (status_of(&fleet, a).await, units_of(&fleet, "sku-1").await),
+        ("pending_authorization".into(), (3, 2, 3))
+    );
+    let resolved_a = run(resolve(&a_id, &["--payment-intent", &a_intent])).await.unwrap();
+    let resolved_b = run(resolve(&b_id, &["--none"])).await.unwrap();
+    let again = run(resolve(&b_id, &["--none"])).await.unwrap_err().to_string();
+    println!(
+        "stripe-list-refused: {swept}\n{resolved_a}{resolved_b}{others}\n{unknown}\n{accepted}\n{again}"
+    );
+
+    // Assert: A authorized from its hold, and paid once a stock worker runs; B declined, its
+    // unit back; nothing resolved twice; every guarantee.
+    assert!(resolved_a.contains(&format!("order {a} resolved from {a_intent}: authorized")), "{resolved_a}");
+    assert!(
+        resolved_b.contains(&format!("order {b} resolved with no PaymentIntent: payment_declined")),
+        "{resolved_b}"
+    );
+    assert!(again.contains("is payment_declined, not pending_authorization"), "{again}");
+    assert_eq!(units_of(&fleet, "sku-1").await.2, 2, "B's unit went back");
+    fleet.fault("list", "error_400", 0).await.unwrap();
+    fleet.spawn("stock-worker", "stock-worker", &[]).unwrap();
+    let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(
+        (statuses.get("paid"), statuses.get("payment_declined")),
+        (Some(&2), Some(&1)),
+        "{statuses:?}"
+    );
+    assert_eq!(units_of(&fleet, "sku-1").await, (3, 1, 2));
+    audit(&fleet, "stripe-list-refused", "sku-1", 2, 4).await;
+    fleet.stop().await.unwrap();
+}
+
+/// A (a saved 500 after its create took effect) and B (a saved 500, nothing made), both left
+/// pending with a `503`, and C, accepted: their ids.
+async fn pending_a_and_b_and_accepted_c(fleet: &Fleet) -> [uuid::Uuid; 3] {
+    for (user, fault) in [("ann", "error_500_after_success"), ("bob", "error_500")] {
+        fleet.fault("create", fault, 1).await.unwrap();
+        let answer = fleet.post_order(user, "k-1", "sku-1", 1, "pm_card_visa").await.unwrap();
+        assert_eq!(answer.status, 503, "{user}: {:?}", answer.body);
+    }
+    assert_eq!(place(fleet, "cy", "k-1", "sku-1").await.status, 202);
+    let mut ids = [uuid::Uuid::nil(); 3];
+    for (id, user) in ids.iter_mut().zip(["ann", "bob", "cy"]) {
+        *id = sqlx::query_scalar("SELECT id FROM orders WHERE user_id = $1")
+            .bind(user)
+            .fetch_one(&fleet.pool)
+            .await
+            .unwrap();
+    }
+    ids
+}
+
+async fn status_of(fleet: &Fleet, order: uuid::Uuid) -> String {
+    sqlx::query_scalar("SELECT status::text FROM orders WHERE id = $1")
+        .bind(order)
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap()
+}
+
+/// The product's units for sale in all, in stock, and promised.
+async fn units_of(fleet: &Fleet, product: &str) -> (i32, i32, i32) {
+    sqlx::query_as("SELECT units_total, stock, units_promised FROM products WHERE id = $1")
+        .bind(product)
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap()
+}
+
+/// The PaymentIntent stripe-sim holds for the order, as an operator finds it in the Dashboard
+/// by its `order_id` metadata.
+async fn intent_of(fleet: &Fleet, order: uuid::Uuid) -> String {
+    let intents = fleet.intents().await.unwrap();
+    let theirs = intents.iter().find(|i| i["metadata"]["order_id"] == order.to_string());
+    theirs.and_then(|i| i["id"].as_str()).unwrap_or_else(|| panic!("no intent for {order}")).to_owned()
+}
+
+/// `orders_pending_authorization_stuck` as the relay serves it on `/metrics`.
+async fn stuck_gauge(fleet: &Fleet, metrics_url: &str) -> Option<f64> {
+    let text = fleet.http.get(metrics_url).send().await.ok()?.text().await.ok()?;
+    let line = text.lines().find(|l| l.starts_with("orders_pending_authorization_stuck "))?;
+    line.rsplit(' ').next()?.parse().ok()
+}

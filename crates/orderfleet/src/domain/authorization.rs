@@ -305,8 +305,8 @@ pub const DECLINED: &str = "payment_declined";
 /// ONE statement: `pending_authorization` → `payment_declined` (compare-and-set), and the
 /// units the door promised the order go back to the product for the next buyer. The order row
 /// is locked before the product row, as everywhere. `detail` (the issuer's reason) is kept
-/// for operators only.
-async fn decline(
+/// for operators only. `fleetctl order resolve --none` declines through it too.
+pub(crate) async fn decline(
     pool: &Pool,
     id: OrderId,
     detail: &str,

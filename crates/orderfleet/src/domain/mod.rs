@@ -13,6 +13,8 @@
 //!   an outage without a second hold. (Not to be confused with [`tokens`]: who the buyer is.)
 //! - [`fulfilment`]: reserve in line, capture or cancel; resumed from the order's status.
 //! - [`sweeper`]: finishes orders that stopped moving, without their buyer.
+//! - [`resolution`]: an operator settles a pending order the sweeper cannot, from what
+//!   Stripe's Dashboard shows (`fleetctl order resolve`).
 //! - [`payments`]: Stripe's PaymentIntents through async-stripe — the keys per attempt, the
 //!   retries, what a saved 5xx means — within the process's Stripe request budget
 //!   ([`crate::runtime::budget`]).
@@ -31,6 +33,7 @@ pub mod order;
 pub mod outbox;
 pub mod payments;
 pub mod product;
+pub mod resolution;
 pub mod status;
 pub mod strays;
 pub mod sweeper;

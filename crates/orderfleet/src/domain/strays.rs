@@ -42,7 +42,7 @@ pub struct Reconciled {
     pub live: u64,
     /// Strays cancelled.
     pub released: u64,
-    /// Whether Stripe failed the pass (its window is read again next time).
+    /// Whether Stripe failed or refused the pass (its window is read again next time).
     pub blocked: bool,
 }
 
@@ -77,7 +77,16 @@ pub async fn reconcile(
             );
             Ok(Some(Reconciled { blocked: true, ..report }))
         }
-        Err(refused) => Err(anyhow::anyhow!("Stripe refused the reconciliation of strays: {refused}")),
+        // The rest of the sweep goes on: a list Stripe refuses must not keep the sweeper from
+        // the orders it can settle.
+        Err(refused) => {
+            let why = refused.to_string();
+            tracing::error!(
+                why,
+                "Stripe refused the reconciliation of strays' list; it tries again next time"
+            );
+            Ok(Some(Reconciled { blocked: true, ..report }))
+        }
     }
 }
 

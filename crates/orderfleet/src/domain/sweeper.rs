@@ -148,7 +148,10 @@ impl Sweeper {
                 Ok(Some(_)) => report.authorizations_resolved += 1,
                 Err(AuthorizationError::ProviderUnavailable(_)) => report.authorizations_unavailable += 1,
                 Err(AuthorizationError::LookupRefused(reason)) => {
-                    let reason = format!("cannot look the order up at Stripe: {reason}");
+                    let reason = format!(
+                        "cannot look the order up at Stripe: {reason} (its units are kept; find its \
+                         PaymentIntent in Stripe's Dashboard, then fleetctl order resolve)"
+                    );
                     span.in_scope(|| tracing::error!(reason, "order cannot advance; it needs a person"));
                     report.stuck.push((id, reason))
                 }
