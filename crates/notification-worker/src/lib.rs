@@ -11,7 +11,11 @@
 //! subscriber drops a repeat by it (docs/operations.md); on a FIFO topic it is the
 //! deduplication id and SNS drops the repeat itself.
 //! A database failure between a publish and its record is neither: the worker remembers what
-//! SNS took, holds the messages through the outage, and then retries only the record.
+//! SNS took, keeps the messages in hand whatever the failure, and retries only the record,
+//! every second. One window is left: a second copy of the message at another worker, which
+//! claims it once this worker's claim (30 s) has lapsed during a longer database outage, and
+//! before this worker's record goes through, publishes it again; so does a stop during the
+//! outage. Both need the database down for longer than the claim.
 //!
 //! **A Publish outage dead-letters nothing.** When a whole `PublishBatch` call fails — SNS
 //! throttling Publish, a KMS fault on the topic, connections dropped — while the topic itself
@@ -322,9 +326,13 @@ impl Notifier {
         if !published.is_empty() {
             // SNS took them; only their record failed, so only the record is tried again.
             let ids: Vec<Uuid> = published.iter().map(|r| r.message_id).collect();
-            self.mark_processed(&ids).await?;
-            self.unrecorded.forget(&ids);
-            outcomes.set_all(&published, &Ok(()));
+            match self.mark_processed(&ids).await {
+                Ok(()) => {
+                    self.unrecorded.forget(&ids);
+                    outcomes.set_all(&published, &Ok(()));
+                }
+                Err(e) => outcomes.set_all(&published, &Err(unrecorded(&e))),
+            }
         }
         if unique.is_empty() {
             return Ok(());
@@ -392,11 +400,13 @@ impl Notifier {
         }
         if !published.is_empty() {
             let ids: Vec<Uuid> = published.iter().map(|r| r.message_id).collect();
-            if let Err(e) = self.mark_processed(&ids).await {
-                self.unrecorded.remember(&ids);
-                return Err(e);
+            match self.mark_processed(&ids).await {
+                Ok(()) => outcomes.set_all(published, &Ok(())),
+                Err(e) => {
+                    self.unrecorded.remember(&ids);
+                    outcomes.set_all(published, &Err(unrecorded(&e)));
+                }
             }
-            outcomes.set_all(published, &Ok(()));
         }
         Ok(())
     }
@@ -424,6 +434,13 @@ impl Notifier {
             }
         }
     }
+}
+
+/// The failure of a notification SNS took whose record failed: kept in hand, whatever the
+/// database's failure, and its record tried again every second, so that it goes to no other
+/// worker, which would publish it again. (A stop hands it back; so does a crash.)
+fn unrecorded(e: &anyhow::Error) -> Failure {
+    db::failure(e).retry_in(Duration::from_secs(1)).kept_in_hand()
 }
 
 /// A message delivered twice within one batch is handled once: the later copies are done.

@@ -35,8 +35,9 @@ pub(crate) struct GaugeConfig {
     pub every: Duration,
 }
 
-/// How long an order may sit in `pending_authorization` with no live lease before it counts
-/// as stuck: two of the intake's leases (30 s), so a buyer's prompt retry never counts. Its
+/// How long an order may sit in `pending_authorization` with no live lease (the query asks
+/// that its lease, 65 s for a request, has lapsed) before it counts as stuck: a minute, so a
+/// buyer's prompt retry never counts. Its
 /// age is from its creation: a sweep or a retry that takes its lease and gives it back
 /// refreshes `updated_at`, and must not hide an order stuck for good.
 pub(crate) const STUCK_AFTER: Duration = Duration::from_secs(60);

@@ -62,6 +62,13 @@ impl StockCheck {
         Self { fulfilment, line }
     }
 
+    /// The step over `fulfilment`, whose line keeps its orders until the worker stops: for a
+    /// worker whose sweeper is off.
+    pub fn without_a_sweeper(fulfilment: Fulfilment, concurrency: usize) -> Self {
+        let line = Arc::new(Line::new(fulfilment.clone(), concurrency).waiting_until_stopped());
+        Self { fulfilment, line }
+    }
+
     /// [`StockCheck::handle_one`]; a stock check whose order must wait for the line is done
     /// with, its order waiting in the [`Line`] (or, when that is full, for the sweeper), so that
     /// it pins no permit and spends no receive.
@@ -104,7 +111,11 @@ impl StockCheck {
     }
 }
 
-/// The handler, shared by the consumer's tasks, handling `concurrency` messages at once.
-pub fn handler(fulfilment: Fulfilment, concurrency: usize) -> Arc<StockCheck> {
-    Arc::new(StockCheck::new(fulfilment, concurrency))
+/// The handler, shared by the consumer's tasks, handling `concurrency` messages at once;
+/// `sweeping` says whether this worker's sweeper runs.
+pub fn handler(fulfilment: Fulfilment, concurrency: usize, sweeping: bool) -> Arc<StockCheck> {
+    Arc::new(match sweeping {
+        true => StockCheck::new(fulfilment, concurrency),
+        false => StockCheck::without_a_sweeper(fulfilment, concurrency),
+    })
 }

@@ -9,7 +9,9 @@
 //! order is not kept here for ever, nor past a stop: the sweeper advances every `authorized`
 //! order that has not moved for five minutes (`SweepPolicy::fulfilment_after`), so an order
 //! this worker lets go of, at [`Line::PATIENCE`], at its stop or when the line is full, is
-//! finished there. Waiting here only makes it sooner.
+//! finished there. Waiting here only makes it sooner. A worker whose sweeper is off
+//! (`SWEEP_INTERVAL_SECONDS=0`) keeps its waiting orders until it stops; at least one stock
+//! worker must sweep, or an order let go of at a stop waits for `fleetctl sweep`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -29,6 +31,10 @@ pub struct Line {
     /// Orders tried at once: the worker's concurrency, so waiting here takes no more of the
     /// database or of Stripe than handling their messages would.
     at_once: usize,
+    /// How long an order waits here: [`Line::PATIENCE`] while this worker sweeps; until its
+    /// stop when its sweeper is off (`SWEEP_INTERVAL_SECONDS=0`), since nothing here would
+    /// finish an order let go of sooner.
+    patience: Duration,
 }
 
 /// One order waiting.
@@ -49,7 +55,12 @@ impl Line {
 
     /// An empty line, whose orders are tried `at_once` at a time.
     pub fn new(fulfilment: Fulfilment, at_once: usize) -> Self {
-        Self { fulfilment, waiting: Mutex::default(), at_once: at_once.max(1) }
+        Self { fulfilment, waiting: Mutex::default(), at_once: at_once.max(1), patience: Self::PATIENCE }
+    }
+
+    /// This line, its orders waiting until the worker stops: for a worker whose sweeper is off.
+    pub fn waiting_until_stopped(self) -> Self {
+        Self { patience: Duration::MAX, ..self }
     }
 
     /// Takes an order in, in the current span; false when the line is full, and the order is
@@ -98,7 +109,7 @@ impl Line {
         let span = waiting.span;
         match self.fulfilment.advance(order_id).instrument(span.clone()).await {
             Err(failure) if failure.code == WAITING_FOR_THE_LINE => {
-                if waiting.since.elapsed() < Self::PATIENCE {
+                if waiting.since.elapsed() < self.patience {
                     return;
                 }
                 let reason = failure.reason;

@@ -69,7 +69,8 @@ impl Service for StockWorker {
                 Sweeper { pool: pool.clone(), payments: payments.clone(), policy: SweepPolicy::default() };
             tasks.spawn_loop("sweeper", sweeper.run(config.sweep_every.0, tasks.stop_signal()));
         }
-        let handler = crate::handler(Fulfilment { pool, payments }, config.max_in_flight as usize);
+        let sweeping = !config.sweep_every.0.is_zero();
+        let handler = crate::handler(Fulfilment { pool, payments }, config.max_in_flight as usize, sweeping);
         tasks.spawn_loop("line", handler.line.clone().run(tasks.stop_signal()));
         tasks.spawn("consumer", consumer::run(aws.sqs(), consumer, handler, tasks.stop_signal()));
         Ok(())

@@ -615,7 +615,12 @@ async fn the_reconciliation_releases_a_stray_intent_planted_for_an_order_and_not
     let stray = hold_made_elsewhere(&fleet, &order_id.to_string()).await;
     let foreign = hold_made_elsewhere(&fleet, &uuid::Uuid::now_v7().to_string()).await;
 
-    // Act: a sweep that reconciles what was made up to now.
+    // Act: a sweep that reconciles what was made up to now. Stripe's `created` counts whole
+    // seconds, and the pass places its window on Stripe's clock as its `Date` answers show it
+    // (whole seconds too): an intent made in the second the pass starts may fall just past the
+    // window's end, to be read by the next pass, whose window opens 10 s before it. So the
+    // sweep comes two seconds after the plant.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let said = fleet.fleetctl(&["sweep", "--strays-after-seconds", "0"], &[]).await.unwrap();
 
     // Assert: the stray released; the order's own intent captured, the other fleet's untouched;

@@ -305,6 +305,7 @@ mod tests {
             last_error: None,
             charge: None,
             capture_before: None,
+            created: None,
         }
     }
 

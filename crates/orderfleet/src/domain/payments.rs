@@ -181,6 +181,8 @@ pub struct Intent {
     /// capture is refused. Known when the answer carried the charge (every request here asks
     /// for it with `expand`); `None` for a capture or a cancel, or when Stripe gave none.
     pub capture_before: Option<chrono::DateTime<chrono::Utc>>,
+    /// When Stripe made it (its clock).
+    pub created: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// How much earlier than the order's creation, on Stripe's clock, a lookup's window opens: the
@@ -270,6 +272,7 @@ impl From<&PaymentIntent> for Intent {
             currency: pi.currency.to_string(),
             manual_capture: matches!(pi.capture_method, PaymentIntentCaptureMethod::Manual),
             order_id: pi.metadata.get("order_id").cloned(),
+            created: chrono::DateTime::from_timestamp(pi.created, 0),
             action,
             last_error: pi
                 .last_payment_error

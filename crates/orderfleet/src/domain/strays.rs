@@ -15,9 +15,13 @@
 //! to settle it. An intent that is live (holding funds, or waiting for its buyer's 3-D Secure)
 //! and names an order that has moved past `pending_authorization` to another intent, or to
 //! none, is cancelled under a key of its own (`Payments::cancel_stray`) and counted in
-//! `stray_intents_canceled_total{found="reconciliation"}`. An order still pending is left to
-//! whoever holds its lease. One sweeper reads a window at a time (`claimed_until`); a window
-//! whose cancels Stripe did not all answer is read again next time.
+//! `stray_intents_canceled_total{found="reconciliation"}`; one Stripe refuses to cancel is
+//! logged and counted (`stray_intents_cancel_refused_total`) and holds up no other. An
+//! order still pending is left to whoever holds its lease, and the window is read again from
+//! its intent's creation until the order has moved (for half an hour at most). One sweeper reads a
+//! window at a time (`claimed_until`), an hour of creation times at a time, its progress
+//! recorded after each hour; a window whose cancels Stripe did not answer, or that a stop cut
+//! short, is read again next time.
 //!
 //! [`SweepPolicy::strays_after`]: crate::domain::sweeper::SweepPolicy::strays_after
 
@@ -25,6 +29,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context;
+use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::domain::OrderId;
@@ -35,6 +41,16 @@ use crate::runtime::db::Pool;
 /// How long one sweeper holds the reconciliation: longer than a window's pages and cancels.
 const CLAIM: Duration = Duration::from_secs(600);
 
+/// The most of Stripe's list read at once, its progress recorded after each: a deploy's first
+/// pass, a day back, is read an hour at a time, and a stop is heard between them.
+const MOST_PER_PASS: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+
+/// How long an intent of an order still pending holds the window back (read again each pass,
+/// so that it is judged once the order has moved). The sweeper settles a pending order within
+/// minutes; one pending longer needs a person (`fleetctl order resolve`), and the window goes
+/// on without it, so as not to read the same half hour again every pass.
+const PENDING_HELD_FOR: chrono::TimeDelta = chrono::TimeDelta::minutes(30);
+
 /// What a pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Reconciled {
@@ -42,52 +58,75 @@ pub struct Reconciled {
     pub live: u64,
     /// Strays cancelled.
     pub released: u64,
-    /// Whether Stripe failed or refused the pass (its window is read again next time).
+    /// Strays whose cancel Stripe refused (logged, counted, and left).
+    pub refused: u64,
+    /// Whether Stripe failed or refused the pass, or a stop cut it short (its window is read
+    /// again next time).
     pub blocked: bool,
 }
 
-/// One pass over the intents created since the last, up to `settled_after` ago; `None` when
-/// another sweeper holds the reconciliation, or nothing new has settled yet.
+/// One pass over the intents created since the last, up to `settled_after` ago, an hour of
+/// creation times at a time, each hour's progress recorded as it is settled; `None` when
+/// another sweeper holds the reconciliation, or nothing new has settled yet. It ends early at
+/// `stop`, what is left to be read next time.
 pub async fn reconcile(
     pool: &Pool,
     payments: &Payments,
     settled_after: Duration,
+    stop: &CancellationToken,
 ) -> anyhow::Result<Option<Reconciled>> {
-    let Some((from, to)) = claim(pool, settled_after).await? else { return Ok(None) };
+    let Some((mut from, to)) = claim(pool, settled_after).await? else { return Ok(None) };
     let mut report = Reconciled::default();
-    let outcome = release_strays(pool, payments, from, to, &mut report).await;
-    // Advanced only past a window read and settled in full; released either way.
-    let reached = match &outcome {
-        Ok(()) => to,
-        Err(_) => from,
+    let outcome = loop {
+        let end = to.min(from + MOST_PER_PASS);
+        let reached = match release_strays(pool, payments, (from, end), stop, &mut report).await {
+            Ok(reached) => reached,
+            Err(e) => break Err(e),
+        };
+        record_progress(pool, reached, reached < to && reached == end).await?;
+        // Held back (an order still pending, or a stop), or done.
+        if reached < end || reached >= to || stop.is_cancelled() {
+            break Ok(reached);
+        }
+        from = reached;
     };
+    // The rest of the sweep goes on whatever happened here: a list Stripe refuses must not
+    // keep the sweeper from the orders it can settle.
+    match outcome {
+        Ok(reached) => Ok(Some(Reconciled { blocked: reached < to, ..report })),
+        Err(failure) => {
+            record_progress(pool, from, false).await?;
+            let why = failure.to_string();
+            match failure {
+                PaymentError::Unavailable(_) | PaymentError::AttemptFailed(_) => {
+                    tracing::warn!(
+                        why,
+                        "Stripe did not answer the reconciliation of strays; it tries again next time"
+                    )
+                }
+                _ => tracing::error!(
+                    why,
+                    "Stripe refused the reconciliation of strays' list; it tries again next time"
+                ),
+            }
+            Ok(Some(Reconciled { blocked: true, ..report }))
+        }
+    }
+}
+
+/// Records how far the reconciliation has settled; the claim is kept while `more` is to be
+/// read in this pass, else given up.
+async fn record_progress(pool: &Pool, reached: DateTime<Utc>, more: bool) -> anyhow::Result<()> {
     sqlx::query!(
-        "UPDATE stripe_reconciliation SET reconciled_until = $1, claimed_until = '-infinity'",
-        reached
+        "UPDATE stripe_reconciliation
+            SET reconciled_until = $1, claimed_until = CASE WHEN $2 THEN claimed_until ELSE '-infinity' END",
+        reached,
+        more,
     )
     .execute(pool)
     .await
     .context("failed to record the reconciliation")?;
-    match outcome {
-        Ok(()) => Ok(Some(report)),
-        Err(PaymentError::Unavailable(why) | PaymentError::AttemptFailed(why)) => {
-            tracing::warn!(
-                why,
-                "Stripe did not answer the reconciliation of strays; it tries again next time"
-            );
-            Ok(Some(Reconciled { blocked: true, ..report }))
-        }
-        // The rest of the sweep goes on: a list Stripe refuses must not keep the sweeper from
-        // the orders it can settle.
-        Err(refused) => {
-            let why = refused.to_string();
-            tracing::error!(
-                why,
-                "Stripe refused the reconciliation of strays' list; it tries again next time"
-            );
-            Ok(Some(Reconciled { blocked: true, ..report }))
-        }
-    }
+    Ok(())
 }
 
 /// Claims the reconciliation for this sweeper: the window to read, from where the last pass
@@ -95,7 +134,7 @@ pub async fn reconcile(
 async fn claim(
     pool: &Pool,
     settled_after: Duration,
-) -> anyhow::Result<Option<(chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)>> {
+) -> anyhow::Result<Option<(DateTime<Utc>, DateTime<Utc>)>> {
     let window = sqlx::query!(
         r#"UPDATE stripe_reconciliation SET claimed_until = now() + $1 * interval '1 ms'
             WHERE claimed_until < now() AND reconciled_until < now() - $2 * interval '1 ms'
@@ -109,14 +148,16 @@ async fn claim(
     Ok(window.map(|w| (w.reconciled_until, w.to)))
 }
 
-/// Reads the window's intents and cancels the live ones that are strays.
+/// Reads the window's intents and cancels the live ones that are strays; how far the window
+/// is settled: its end, or the oldest intent of an order still pending, or its start after a
+/// stop.
 async fn release_strays(
     pool: &Pool,
     payments: &Payments,
-    from: chrono::DateTime<chrono::Utc>,
-    to: chrono::DateTime<chrono::Utc>,
+    (from, to): (DateTime<Utc>, DateTime<Utc>),
+    stop: &CancellationToken,
     report: &mut Reconciled,
-) -> Result<(), PaymentError> {
+) -> Result<DateTime<Utc>, PaymentError> {
     let live: Vec<(OrderId, Intent)> = payments
         .list_created(from, to)
         .await?
@@ -125,22 +166,56 @@ async fn release_strays(
         .filter_map(|i| Some((OrderId::from_uuid(i.order_id.as_deref()?.parse::<Uuid>().ok()?), i)))
         .collect();
     report.live = live.len() as u64;
-    let recorded = match recorded_intents(pool, &live).await {
-        Ok(recorded) => recorded,
-        Err(e) => return Err(PaymentError::Unavailable(format!("the database: {e:#}"))),
-    };
+    let recorded = recorded_intents(pool, &live)
+        .await
+        .map_err(|e| PaymentError::Unavailable(format!("the database: {e:#}")))?;
+    let mut reached = to;
     for (order, intent) in &live {
-        // Another fleet's order (a shared Stripe account), or still pending: not ours to judge.
-        let Some(Some(recorded)) = recorded.get(order) else { continue };
-        if recorded.as_deref() == Some(intent.id.as_str()) {
-            continue;
+        match recorded.get(order) {
+            // Another fleet's order (a shared Stripe account): not ours to judge.
+            None => continue,
+            // Still pending: judged once it has moved, so the window is read again from here.
+            Some(None) => {
+                if let Some(created) = intent.created.filter(|c| *c > Utc::now() - PENDING_HELD_FOR) {
+                    reached = reached.min(created).max(from);
+                }
+                continue;
+            }
+            Some(Some(own)) if own.as_deref() == Some(intent.id.as_str()) => continue,
+            Some(Some(_)) => {}
         }
-        payments.cancel_stray(*order, &intent.id).await?;
-        report.released += 1;
-        metrics::counter!("stray_intents_canceled_total", "found" => "reconciliation").increment(1);
-        tracing::warn!(order_id = %order, payment_intent = intent.id, "released a stray PaymentIntent");
+        if stop.is_cancelled() {
+            return Ok(from);
+        }
+        release(payments, *order, intent, report).await?;
     }
-    Ok(())
+    Ok(reached)
+}
+
+/// Cancels one stray. Stripe refusing it (a key without the right, an intent in a state that
+/// cannot be cancelled) is that intent's: logged, counted, and left, so it holds up no other.
+async fn release(
+    payments: &Payments,
+    order: OrderId,
+    intent: &Intent,
+    report: &mut Reconciled,
+) -> Result<(), PaymentError> {
+    match payments.cancel_stray(order, &intent.id).await {
+        Ok(_) => {
+            report.released += 1;
+            metrics::counter!("stray_intents_canceled_total", "found" => "reconciliation").increment(1);
+            tracing::warn!(order_id = %order, payment_intent = intent.id, "released a stray PaymentIntent");
+            Ok(())
+        }
+        Err(e @ (PaymentError::Unavailable(_) | PaymentError::AttemptFailed(_))) => Err(e),
+        Err(refused) => {
+            report.refused += 1;
+            metrics::counter!("stray_intents_cancel_refused_total").increment(1);
+            let why = refused.to_string();
+            tracing::error!(order_id = %order, payment_intent = intent.id, why, "Stripe refused to cancel a stray PaymentIntent; cancel it in the Dashboard");
+            Ok(())
+        }
+    }
 }
 
 /// For each order of `live` that exists here: `None` while it is still pending, else the

@@ -117,7 +117,8 @@ impl Sweeper {
         self.sweep_fulfilment(&mut report, stop).await?;
         if !stop.is_cancelled()
             && let Some(reconciled) =
-                crate::domain::strays::reconcile(&self.pool, &self.payments, self.policy.strays_after).await?
+                crate::domain::strays::reconcile(&self.pool, &self.payments, self.policy.strays_after, stop)
+                    .await?
         {
             report.strays_released = reconciled.released;
         }

@@ -191,10 +191,12 @@ pub async fn migrate(pool: &Pool) -> anyhow::Result<()> {
 /// - an answer from the server with a SQLSTATE is classified by its class: unreachable,
 ///   refusing connections, out of resources, shutting down, or cancelling a statement at its
 ///   `statement_timeout` (08, 28, 3D, 53, 57) is an **outage**: a statement that ran that long
-///   waited on a lock held by a client gone quiet, or on a server too busy; so is a session
-///   that cannot do the work (`25006`, read-only: a standby or a demoted writer; 58, a system
-///   error; XX, an internal one: [`crate::runtime::pool::unfit_session`]), whose connection
-///   the pool closes; an integrity
+///   waited on a lock held by a client gone quiet, or on a server too busy; so is a read-only
+///   session (`25006`: a standby, or a writer a failover demoted), whose connection the pool
+///   closes ([`crate::runtime::pool::unfit_session`]). A system error (58) or an internal one
+///   (XX) closes its connection too, but stays **transient**: it may be one row's (a corrupt
+///   index entry), and the loop still sees an outage in it when the probe fails after it or
+///   three messages meet it at once, while a lone poison message reaches the DLQ; an integrity
 ///   constraint, a data exception, or an error raised on purpose by a trigger (23, 22, P0) is
 ///   **permanent**; anything else (a deadlock, a serialization failure) is **transient**;
 /// - an error about the rows we asked for (a row missing, a value that does not decode) is
@@ -215,7 +217,8 @@ pub fn failure(error: &anyhow::Error) -> Failure {
         sqlx::Error::Database(e) => {
             let code = e.code().unwrap_or_default().into_owned();
             let kind = match &code[..code.len().min(2)] {
-                _ if crate::runtime::pool::unfit_session(&code) => Kind::Outage,
+                // A read-only session: the database's state, whatever the message.
+                _ if code == crate::runtime::pool::READ_ONLY => Kind::Outage,
                 "08" | "28" | "3D" | "53" | "57" => Kind::Outage,
                 "23" | "22" | "P0" => Kind::Permanent,
                 _ => Kind::Transient,
@@ -303,13 +306,18 @@ mod tests {
         assert_eq!((failure(&cancelled).kind, failure(&cancelled).code.as_str()), (Kind::Outage, "57014"));
     }
 
-    /// A session that cannot do the work is the database's state, not the message's (issue
-    /// 35, point 2): read-only (a standby, a writer a failover demoted), a system error, an
-    /// internal one. As a transient failure a lone message reached the DLQ in about 35 s.
+    /// A read-only session is the database's state, not the message's (issue 35, point 2): as
+    /// a transient failure a lone message reached the DLQ in about 35 s. A session that met a
+    /// system or internal error is closed, but the error may be one row's.
     #[test]
-    fn a_read_only_session_a_system_error_and_an_internal_error_are_outages() {
+    fn a_read_only_session_is_an_outage_and_every_unfit_session_is_closed() {
+        assert_eq!(failure(&server_error("25006")).kind, Kind::Outage);
+        // One row's, maybe (a corrupt index entry): transient, so a lone poison message still
+        // reaches the DLQ; the loop sees an outage when many fail at once.
+        for code in ["58030", "XX000"] {
+            assert_eq!(failure(&server_error(code)).kind, Kind::Transient, "{code}");
+        }
         for code in ["25006", "58030", "XX000"] {
-            assert_eq!(failure(&server_error(code)).kind, Kind::Outage, "{code}");
             assert!(crate::runtime::pool::unfit_session(code), "{code}");
         }
         assert_eq!(failure(&server_error("40001")).kind, Kind::Transient);

@@ -231,8 +231,11 @@ impl Pool {
 /// class `58` (a system error: the server's disk or files) and class `XX` (an internal error).
 /// A new session after a failover reaches the new primary.
 pub fn unfit_session(code: &str) -> bool {
-    code == "25006" || code.starts_with("58") || code.starts_with("XX")
+    code == READ_ONLY || code.starts_with("58") || code.starts_with("XX")
 }
+
+/// SQLSTATE `read_only_sql_transaction`.
+pub const READ_ONLY: &str = "25006";
 
 /// bb8 opens connections in the background (the pool's minimum, a replacement for one closed)
 /// and reports their failures here; a step waiting for a connection then fails with

@@ -103,8 +103,9 @@ pub(super) struct BatchTask<H> {
 }
 
 impl<H: Handler> BatchTask<H> {
-    /// Handles the batch until every message is settled.
-    pub(super) async fn run(self, batch: Vec<Received>) {
+    /// Handles the batch until every message is settled, giving back a permit for each
+    /// message as it is settled: a message held or kept in hand keeps only its own.
+    pub(super) async fn run(self, batch: Vec<Received>, mut permits: tokio::sync::OwnedSemaphorePermit) {
         let mut pending = batch;
         let mut holds = 0;
         loop {
@@ -113,9 +114,13 @@ impl<H: Handler> BatchTask<H> {
             let receipts: Vec<String> = pending.iter().map(|m| m.receipt_handle.clone()).collect();
             let sorted = self.sort(pending, outcomes, holds < MAX_HOLDS);
             let (held, settled) = self.heartbeat(sorted, &receipts).await;
+            let settled_now = settled.len();
             self.settle.batch(settled).await;
             if held.is_empty() {
                 return;
+            }
+            if settled_now > 0 {
+                drop(permits.split(settled_now.min(permits.num_permits())));
             }
             // Messages kept in hand wait on another's work; only an outage pauses the worker.
             let outage = held.iter().any(|(_, failure)| !failure.in_hand);

@@ -233,7 +233,7 @@ impl<H: Handler> Poller<H> {
         self.dispatch_task(batch, permits);
     }
 
-    /// Spawns the task of one batch, which gives `permits` back when it is settled.
+    /// Spawns the task of one batch, which gives `permits` back as its messages are settled.
     fn dispatch_task(&self, batch: Vec<Received>, permits: OwnedSemaphorePermit) {
         let receipts: Vec<String> = batch.iter().map(|m| m.receipt_handle.clone()).collect();
         let in_flight = self.shared.in_flight.clone();
@@ -254,10 +254,10 @@ impl<H: Handler> Poller<H> {
             stop_heartbeats: in_flight.stop_heartbeats.clone(),
         };
         self.shared.in_flight.tracker.spawn(async move {
-            task.run(batch).await;
+            // The permits go back as their messages are settled, after their acknowledgements
+            // are queued.
+            task.run(batch, permits).await;
             in_flight.forget(batch_id);
-            // The permits go back only now, after the acknowledgements are queued.
-            drop(permits);
         });
     }
 }
