@@ -19,9 +19,9 @@
 //! logged and counted (`stray_intents_cancel_refused_total`) and holds up no other. An
 //! order still pending is left to whoever holds its lease, and the window is read again from
 //! its intent's creation until the order has moved (for half an hour at most). One sweeper reads a
-//! window at a time (`claimed_until`), an hour of creation times at a time, its progress
-//! recorded after each hour; a window whose cancels Stripe did not answer, or that a stop cut
-//! short, is read again next time.
+//! window at a time (`claimed_until`), at least a minute and at most a day of creation times at
+//! a time, its progress recorded after each; a window whose cancels Stripe did not answer, or
+//! that a stop cut short, is read again next time.
 //!
 //! [`SweepPolicy::strays_after`]: crate::domain::sweeper::SweepPolicy::strays_after
 
@@ -41,9 +41,13 @@ use crate::runtime::db::Pool;
 /// How long one sweeper holds the reconciliation: longer than a window's pages and cancels.
 const CLAIM: Duration = Duration::from_secs(600);
 
-/// The most of Stripe's list read at once, its progress recorded after each: a deploy's first
-/// pass, a day back, is read an hour at a time, and a stop is heard between them.
-const MOST_PER_PASS: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+/// The most of Stripe's list read at once (every page of it), its progress recorded after
+/// each, a stop heard between them: a deploy's first pass reads its day back in one.
+const MOST_PER_PASS: chrono::TimeDelta = chrono::TimeDelta::days(1);
+
+/// The least of Stripe's list a pass reads: however often the sweeper runs (every 2 s in
+/// `make demo`), the reconciliation lists at most once a minute.
+const LEAST_PER_PASS: Duration = Duration::from_secs(60);
 
 /// How long an intent of an order still pending holds the window back (read again each pass,
 /// so that it is judged once the order has moved). The sweeper settles a pending order within
@@ -65,8 +69,8 @@ pub struct Reconciled {
     pub blocked: bool,
 }
 
-/// One pass over the intents created since the last, up to `settled_after` ago, an hour of
-/// creation times at a time, each hour's progress recorded as it is settled; `None` when
+/// One pass over the intents created since the last, up to `settled_after` ago, a day of
+/// creation times at a time, each day's progress recorded as it is settled; `None` when
 /// another sweeper holds the reconciliation, or nothing new has settled yet. It ends early at
 /// `stop`, what is left to be read next time.
 pub async fn reconcile(
@@ -137,10 +141,11 @@ async fn claim(
 ) -> anyhow::Result<Option<(DateTime<Utc>, DateTime<Utc>)>> {
     let window = sqlx::query!(
         r#"UPDATE stripe_reconciliation SET claimed_until = now() + $1 * interval '1 ms'
-            WHERE claimed_until < now() AND reconciled_until < now() - $2 * interval '1 ms'
+            WHERE claimed_until < now() AND reconciled_until < now() - $2 * interval '1 ms' - $3 * interval '1 ms'
         RETURNING reconciled_until, now() - $2 * interval '1 ms' AS "to!""#,
         CLAIM.as_millis() as i64,
         settled_after.as_millis() as i64,
+        LEAST_PER_PASS.as_millis() as i64,
     )
     .fetch_optional(pool)
     .await
