@@ -29,14 +29,6 @@ fn count(intents: &[Value], field: &str) -> i64 {
     intents.iter().map(|i| i[field].as_i64().unwrap_or(0)).sum()
 }
 
-async fn units(fleet: &Fleet, product: &str) -> (i32, i32, i32) {
-    sqlx::query_as("SELECT units_total, stock, units_promised FROM products WHERE id = $1")
-        .bind(product)
-        .fetch_one(&fleet.pool)
-        .await
-        .unwrap()
-}
-
 async fn audit(fleet: &Fleet, product: &str, notifications: usize) -> Audit {
     let notes = fleet.notifications(notifications, Duration::from_secs(60)).await.unwrap();
     let audit = Audit::of(fleet, product, &notes).await.unwrap();
@@ -93,7 +85,7 @@ async fn declined_cards_give_their_units_back_to_later_buyers() {
     assert_eq!(dee.body["error"]["code"], "sold_out");
     assert_eq!(dee.retry_after.as_deref(), Some("5"), "units may still come back");
     // The two accepted orders' commits took their units (nothing was cut): stock 0.
-    assert_eq!(units(&fleet, "sku-1").await, (2, 0, 2));
+    assert_eq!(fleet.units("sku-1").await.unwrap(), (2, 0, 2));
     let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders").fetch_one(&fleet.pool).await.unwrap();
     assert_eq!(orders, 4, "the sold-out answer wrote an order");
 
@@ -194,7 +186,7 @@ async fn a_stock_cut_below_what_was_promised_rejects_exactly_the_last_in_line_wh
     assert_eq!(by_position, expected);
     let intents = fleet.intents().await.unwrap();
     assert_eq!((count(&intents, "capture_count"), count(&intents, "cancel_count")), (6, 4));
-    assert_eq!(units(&fleet, "sku-1").await, (6, 0, 6));
+    assert_eq!(fleet.units("sku-1").await.unwrap(), (6, 0, 6));
     audit(&fleet, "sku-1", 20).await;
     fleet.stop().await.unwrap();
 }
@@ -287,7 +279,7 @@ async fn a_full_line_handled_all_at_once_by_two_workers_rejects_no_one() {
     // Assert: nothing was cut, so everyone in line is served.
     assert_eq!(statuses_in_line(&fleet, &ids).await, vec!["paid"; 10]);
     assert_eq!(count(&fleet.intents().await.unwrap(), "cancel_count"), 0);
-    assert_eq!(units(&fleet, "sku-1").await, (20, 0, 20));
+    assert_eq!(fleet.units("sku-1").await.unwrap(), (20, 0, 20));
     audit(&fleet, "sku-1", 20).await;
     fleet.stop().await.unwrap();
 }
@@ -313,7 +305,7 @@ async fn after_a_cut_an_order_too_large_for_what_is_left_does_not_hold_back_a_sm
         statuses_in_line(&fleet, &ids).await,
         ["paid", "rejected_out_of_stock", "paid", "rejected_out_of_stock"]
     );
-    assert_eq!(units(&fleet, "sku-1").await, (3, 0, 3));
+    assert_eq!(fleet.units("sku-1").await.unwrap(), (3, 0, 3));
     audit(&fleet, "sku-1", 8).await;
     fleet.stop().await.unwrap();
 }
@@ -371,7 +363,7 @@ async fn a_repeated_upsert_sells_nothing_twice_and_a_total_below_the_units_sold_
 
     // Assert: five in all, three of them sold: two left, not five.
     assert!(said.contains("5 units for sale in all, 3 sold or reserved"), "{said}");
-    assert_eq!(units(&fleet, "sku-1").await, (5, 2, 3));
+    assert_eq!(fleet.units("sku-1").await.unwrap(), (5, 2, 3));
     let answers: Vec<u16> = futures::future::join_all(
         (0..3).map(|i| fleet.post_order(&format!("late-{i}"), "key-1", "sku-1", 1, "pm_card_visa")),
     )
@@ -392,7 +384,7 @@ async fn a_repeated_upsert_sells_nothing_twice_and_a_total_below_the_units_sold_
         let error = upsert(bad).await.unwrap_err().to_string();
         assert!(error.contains("--stock"), "{bad}: {error}");
     }
-    assert_eq!(units(&fleet, "sku-1").await, (5, 0, 5));
+    assert_eq!(fleet.units("sku-1").await.unwrap(), (5, 0, 5));
     audit(&fleet, "sku-1", 10).await;
     fleet.stop().await.unwrap();
 }
@@ -466,7 +458,7 @@ async fn a_request_that_gets_no_stripe_slot_answers_503_keeps_its_units_and_comp
         assert!(first[i].retry_after.is_some());
     }
     assert_eq!(fleet.statuses().await.unwrap().get("pending_authorization"), Some(&(refused.len() as i64)));
-    assert_eq!(units(&fleet, "sku-1").await.2, 8, "a refused order lost its units");
+    assert_eq!(fleet.units("sku-1").await.unwrap().2, 8, "a refused order lost its units");
     for &i in &refused {
         let (answer, _) =
             fleet.post_order(&format!("u{i}"), "k", "sku-1", 1, "pm_card_visa").retrying().await.unwrap();
@@ -549,7 +541,7 @@ async fn a_bot_firing_at_once_gets_only_its_limit_per_customer_and_a_declined_or
     assert_eq!(orders, 5, "a refused order was written");
     let intents = fleet.intents().await.unwrap();
     assert_eq!(intents.len(), 5, "a refused order reached Stripe");
-    assert_eq!(units(&fleet, "drop").await.2, 4, "promised: 2 for the bot and 2 for ola");
+    assert_eq!(fleet.units("drop").await.unwrap().2, 4, "promised: 2 for the bot and 2 for ola");
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     fleet.stop().await.unwrap();
 }
@@ -767,7 +759,7 @@ async fn after_a_cut_an_order_ahead_whose_hold_passed_its_deadline_takes_no_unit
     // Assert: A, whose hold is gone, takes no unit and ends `authorization_canceled`; B, behind
     // it, gets the unit instead of being rejected for a unit then left unsold.
     assert_eq!(statuses_in_line(&fleet, &ids).await, ["authorization_canceled", "paid"]);
-    assert_eq!(units(&fleet, "sku-1").await, (1, 0, 1));
+    assert_eq!(fleet.units("sku-1").await.unwrap(), (1, 0, 1));
     audit(&fleet, "sku-1", 4).await;
     fleet.stop().await.unwrap();
 }
@@ -798,7 +790,7 @@ async fn a_cut_that_would_reject_an_order_ahead_of_one_already_served_is_refused
     assert!(refused.contains("the smallest total it accepts is 3"), "{refused}");
     assert!(refused.contains("nothing was changed"), "{refused}");
     accepted.unwrap();
-    assert_eq!(units(&fleet, "sku-1").await, (3, 1, 3));
+    assert_eq!(fleet.units("sku-1").await.unwrap(), (3, 1, 3));
     let (a_again, _) = fleet.post_order("ann", "key-a", "sku-1", 1, "pm_card_visa").retrying().await.unwrap();
     assert_eq!(a_again.status, 202, "{a_again:?}");
     let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();

@@ -200,27 +200,7 @@ async fn with_the_database_unreachable_advancing_is_an_outage_of_the_database() 
 /// A PaymentIntent holding funds, made at stripe-sim for `order` outside the fleet's keys: the
 /// intent a second holder of the order's authorization (or a stray) would have made.
 async fn hold_made_elsewhere(stripe_base: &str, order: Uuid) -> String {
-    let order = order.to_string();
-    let form = [
-        ("amount", "1000"),
-        ("currency", "usd"),
-        ("capture_method", "manual"),
-        ("confirm", "true"),
-        ("payment_method", "pm_card_visa"),
-        ("automatic_payment_methods[enabled]", "true"),
-        ("automatic_payment_methods[allow_redirects]", "never"),
-        ("metadata[order_id]", order.as_str()),
-    ];
-    let made: serde_json::Value = reqwest::Client::new()
-        .post(format!("{stripe_base}/v1/payment_intents"))
-        .bearer_auth("sk_test_steps")
-        .form(&form)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let made = fleet_harness::hold_at_stripe(&reqwest::Client::new(), stripe_base, order).await.unwrap();
     assert_eq!(made["status"], "requires_capture", "{made}");
     made["id"].as_str().unwrap().to_owned()
 }

@@ -501,39 +501,27 @@ impl Fleet {
     }
 
     /// Authorizes 10.00 usd for `order_id` at stripe-sim directly, as the intake would have:
-    /// the PaymentIntent, holding funds.
+    /// the PaymentIntent, holding funds ([`hold_at_stripe`]).
     pub async fn hold_at_stripe(&self, order_id: uuid::Uuid) -> anyhow::Result<Value> {
-        let order_id = order_id.to_string();
-        let form = [
-            ("amount", "1000"),
-            ("currency", "usd"),
-            ("capture_method", "manual"),
-            ("confirm", "true"),
-            ("payment_method", "pm_card_visa"),
-            ("automatic_payment_methods[enabled]", "true"),
-            ("automatic_payment_methods[allow_redirects]", "never"),
-            ("use_stripe_sdk", "true"),
-            ("metadata[order_id]", order_id.as_str()),
-        ];
-        Ok(self.create_at_stripe(None, &form).await?.json().await?)
+        hold_at_stripe(&self.http, &self.stripe_url, order_id).await
     }
 
-    /// `POST /v1/payment_intents` at stripe-sim with `form`, under `idempotency_key` if given:
-    /// a create as some client (the intake, or a release of it) sent it.
+    /// `POST /v1/payment_intents` at stripe-sim with `form`, under `idempotency_key` if given
+    /// ([`create_at_stripe`]).
     pub async fn create_at_stripe(
         &self,
         idempotency_key: Option<&str>,
         form: &[(&str, &str)],
     ) -> anyhow::Result<reqwest::Response> {
-        let mut request = self
-            .http
-            .post(format!("{}/v1/payment_intents", self.stripe_url))
-            .bearer_auth("sk_test_stripe_sim_placeholder")
-            .form(form);
-        if let Some(key) = idempotency_key {
-            request = request.header("Idempotency-Key", key);
-        }
-        Ok(request.send().await?)
+        create_at_stripe(&self.http, &self.stripe_url, idempotency_key, form).await
+    }
+
+    /// The product's units for sale in all, in stock, and promised.
+    pub async fn units(&self, product: &str) -> anyhow::Result<(i32, i32, i32)> {
+        Ok(sqlx::query_as("SELECT units_total, stock, units_promised FROM products WHERE id = $1")
+            .bind(product)
+            .fetch_one(&self.pool)
+            .await?)
     }
 
     /// `GET /v1/orders/{order_id}` as `user`.
@@ -1033,4 +1021,45 @@ fn leaf_descendants(pid: u32) -> Vec<u32> {
         stack.extend(children);
     }
     leaves
+}
+
+/// Authorizes 10.00 usd for `order_id` at the stripe-sim at `stripe_url` directly, outside any
+/// fleet key, as the intake would have: the PaymentIntent, holding funds. For a test with no
+/// [`Fleet`] too (an in-process stripe-sim).
+pub async fn hold_at_stripe(
+    http: &reqwest::Client,
+    stripe_url: &str,
+    order_id: uuid::Uuid,
+) -> anyhow::Result<Value> {
+    let order_id = order_id.to_string();
+    let form = [
+        ("amount", "1000"),
+        ("currency", "usd"),
+        ("capture_method", "manual"),
+        ("confirm", "true"),
+        ("payment_method", "pm_card_visa"),
+        ("automatic_payment_methods[enabled]", "true"),
+        ("automatic_payment_methods[allow_redirects]", "never"),
+        ("use_stripe_sdk", "true"),
+        ("metadata[order_id]", order_id.as_str()),
+    ];
+    Ok(create_at_stripe(http, stripe_url, None, &form).await?.json().await?)
+}
+
+/// `POST /v1/payment_intents` at the stripe-sim at `stripe_url` with `form`, under
+/// `idempotency_key` if given: a create as some client (the intake, or a release of it) sent it.
+pub async fn create_at_stripe(
+    http: &reqwest::Client,
+    stripe_url: &str,
+    idempotency_key: Option<&str>,
+    form: &[(&str, &str)],
+) -> anyhow::Result<reqwest::Response> {
+    let mut request = http
+        .post(format!("{stripe_url}/v1/payment_intents"))
+        .bearer_auth("sk_test_stripe_sim_placeholder")
+        .form(form);
+    if let Some(key) = idempotency_key {
+        request = request.header("Idempotency-Key", key);
+    }
+    Ok(request.send().await?)
 }

@@ -16,7 +16,7 @@ pub mod proxy;
 
 use std::path::PathBuf;
 
-pub use fleet::{Answer, Fleet, Stack, free_port};
+pub use fleet::{Answer, Fleet, Stack, create_at_stripe, free_port, hold_at_stripe};
 
 /// How often [`eventually`] looks again.
 pub const EVERY: std::time::Duration = std::time::Duration::from_millis(100);

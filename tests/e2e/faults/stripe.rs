@@ -580,18 +580,8 @@ async fn a_capture_that_hangs_holds_up_no_other_stock_check_of_its_batch() {
 }
 
 /// A PaymentIntent holding funds, made at stripe-sim for `order_id` outside the fleet's keys.
-async fn hold_made_elsewhere(fleet: &Fleet, order_id: &str) -> String {
-    let form = [
-        ("amount", "1000"),
-        ("currency", "usd"),
-        ("capture_method", "manual"),
-        ("confirm", "true"),
-        ("payment_method", "pm_card_visa"),
-        ("automatic_payment_methods[enabled]", "true"),
-        ("automatic_payment_methods[allow_redirects]", "never"),
-        ("metadata[order_id]", order_id),
-    ];
-    let made: serde_json::Value = fleet.create_at_stripe(None, &form).await.unwrap().json().await.unwrap();
+async fn hold_made_elsewhere(fleet: &Fleet, order_id: uuid::Uuid) -> String {
+    let made = fleet.hold_at_stripe(order_id).await.unwrap();
     assert_eq!(made["status"], "requires_capture", "{made}");
     made["id"].as_str().unwrap().to_owned()
 }
@@ -612,8 +602,8 @@ async fn the_reconciliation_releases_a_stray_intent_planted_for_an_order_and_not
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     let (order_id, own): (uuid::Uuid, String) =
         sqlx::query_as("SELECT id, payment_intent_id FROM orders").fetch_one(&fleet.pool).await.unwrap();
-    let stray = hold_made_elsewhere(&fleet, &order_id.to_string()).await;
-    let foreign = hold_made_elsewhere(&fleet, &uuid::Uuid::now_v7().to_string()).await;
+    let stray = hold_made_elsewhere(&fleet, order_id).await;
+    let foreign = hold_made_elsewhere(&fleet, uuid::Uuid::now_v7()).await;
 
     // Act: a sweep that reconciles what was made up to now. Stripe's `created` counts whole
     // seconds, and the pass places its window on Stripe's clock as its `Date` answers show it
@@ -668,7 +658,7 @@ async fn an_order_stripe_will_not_list_keeps_its_units_until_an_operator_resolve
     }
     assert_eq!(status_of(&fleet, a).await, "pending_authorization");
     assert_eq!(status_of(&fleet, b).await, "pending_authorization");
-    assert_eq!(units_of(&fleet, "sku-1").await, (3, 2, 3));
+    assert_eq!(fleet.units("sku-1").await.unwrap(), (3, 2, 3));
     sqlx::query("UPDATE orders SET created_at = created_at - interval '2 minutes' WHERE id = ANY($1)")
         .bind(vec![a, b])
         .execute(&fleet.pool)
@@ -700,7 +690,7 @@ async fn an_order_stripe_will_not_list_keeps_its_units_until_an_operator_resolve
     assert!(unknown.contains("resource_missing"), "{unknown}");
     assert!(accepted.contains("is stock_reserved, not pending_authorization"), "{accepted}");
     assert_eq!(
-        (status_of(&fleet, a).await, units_of(&fleet, "sku-1").await),
+        (status_of(&fleet, a).await, fleet.units("sku-1").await.unwrap()),
         ("pending_authorization".into(), (3, 2, 3))
     );
     let resolved_a = run(resolve(&a_id, &["--payment-intent", &a_intent])).await.unwrap();
@@ -718,7 +708,7 @@ async fn an_order_stripe_will_not_list_keeps_its_units_until_an_operator_resolve
         "{resolved_b}"
     );
     assert!(again.contains("is payment_declined, not pending_authorization"), "{again}");
-    assert_eq!(units_of(&fleet, "sku-1").await.2, 2, "B's unit went back");
+    assert_eq!(fleet.units("sku-1").await.unwrap().2, 2, "B's unit went back");
     fleet.fault("list", "error_400", 0).await.unwrap();
     fleet.spawn("stock-worker", "stock-worker", &[]).unwrap();
     let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
@@ -727,7 +717,7 @@ async fn an_order_stripe_will_not_list_keeps_its_units_until_an_operator_resolve
         (Some(&2), Some(&1)),
         "{statuses:?}"
     );
-    assert_eq!(units_of(&fleet, "sku-1").await, (3, 1, 2));
+    assert_eq!(fleet.units("sku-1").await.unwrap(), (3, 1, 2));
     audit(&fleet, "stripe-list-refused", "sku-1", 2, 4).await;
     fleet.stop().await.unwrap();
 }
@@ -755,15 +745,6 @@ async fn pending_a_and_b_and_accepted_c(fleet: &Fleet) -> [uuid::Uuid; 3] {
 async fn status_of(fleet: &Fleet, order: uuid::Uuid) -> String {
     sqlx::query_scalar("SELECT status::text FROM orders WHERE id = $1")
         .bind(order)
-        .fetch_one(&fleet.pool)
-        .await
-        .unwrap()
-}
-
-/// The product's units for sale in all, in stock, and promised.
-async fn units_of(fleet: &Fleet, product: &str) -> (i32, i32, i32) {
-    sqlx::query_as("SELECT units_total, stock, units_promised FROM products WHERE id = $1")
-        .bind(product)
         .fetch_one(&fleet.pool)
         .await
         .unwrap()

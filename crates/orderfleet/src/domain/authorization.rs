@@ -281,17 +281,11 @@ async fn moved_or_stray(
     }
     let now = crate::domain::order::load(pool, order.id).await?;
     if now.is_some_and(|now| now.payment_intent_id.as_deref() != Some(intent.id.as_str())) {
-        match payments.cancel_stray(order.id, &intent.id).await {
-            Ok(_) => {
-                metrics::counter!("stray_intents_canceled_total", "found" => "at_commit").increment(1);
-                tracing::warn!(
-                    payment_intent = intent.id,
-                    "the order had moved on to another intent; this one was released"
-                );
-            }
-            Err(e) => {
-                tracing::warn!(payment_intent = intent.id, error = %e, "a stray intent could not be released now; the reconciliation will")
-            }
+        // The order had moved on to another intent (or none): this one is a stray.
+        if let Err(e @ (PaymentError::Unavailable(_) | PaymentError::AttemptFailed(_))) =
+            crate::domain::strays::release(payments, order.id, &intent.id, "at_commit").await
+        {
+            tracing::warn!(payment_intent = intent.id, error = %e, "a stray intent could not be released now; the reconciliation will");
         }
     }
     Ok(Recorded::MovedElsewhere)

@@ -192,33 +192,39 @@ async fn release_strays(
         if stop.is_cancelled() {
             return Ok(from);
         }
-        release(payments, *order, intent, report).await?;
+        // A refusal is that intent's (logged and counted by `release`): it holds up no other.
+        match release(payments, *order, &intent.id, "reconciliation").await {
+            Ok(()) => report.released += 1,
+            Err(e @ (PaymentError::Unavailable(_) | PaymentError::AttemptFailed(_))) => return Err(e),
+            Err(_) => report.refused += 1,
+        }
     }
     Ok(reached)
 }
 
-/// Cancels one stray. Stripe refusing it (a key without the right, an intent in a state that
-/// cannot be cancelled) is that intent's: logged, counted, and left, so it holds up no other.
-async fn release(
+/// Cancels the stray `payment_intent` of `order` under a key of its own
+/// (`Payments::cancel_stray`), counted in `stray_intents_canceled_total{found}`. Stripe
+/// refusing it (a key without the right, an intent in a state that cannot be cancelled) is
+/// logged for a person and counted in `stray_intents_cancel_refused_total`; the error goes back
+/// to the caller either way.
+pub(crate) async fn release(
     payments: &Payments,
     order: OrderId,
-    intent: &Intent,
-    report: &mut Reconciled,
+    payment_intent: &str,
+    found: &'static str,
 ) -> Result<(), PaymentError> {
-    match payments.cancel_stray(order, &intent.id).await {
+    match payments.cancel_stray(order, payment_intent).await {
         Ok(_) => {
-            report.released += 1;
-            metrics::counter!("stray_intents_canceled_total", "found" => "reconciliation").increment(1);
-            tracing::warn!(order_id = %order, payment_intent = intent.id, "released a stray PaymentIntent");
+            metrics::counter!("stray_intents_canceled_total", "found" => found).increment(1);
+            tracing::warn!(order_id = %order, payment_intent, found, "released a stray PaymentIntent");
             Ok(())
         }
         Err(e @ (PaymentError::Unavailable(_) | PaymentError::AttemptFailed(_))) => Err(e),
         Err(refused) => {
-            report.refused += 1;
             metrics::counter!("stray_intents_cancel_refused_total").increment(1);
             let why = refused.to_string();
-            tracing::error!(order_id = %order, payment_intent = intent.id, why, "Stripe refused to cancel a stray PaymentIntent; cancel it in the Dashboard");
-            Ok(())
+            tracing::error!(order_id = %order, payment_intent, why, "Stripe refused to cancel a stray PaymentIntent; cancel it in the Dashboard");
+            Err(refused)
         }
     }
 }
