@@ -7,8 +7,11 @@
 #   scripts/sqlx-data.sh write   writes it anew, after a statement or a migration changed
 #
 # Both describe every statement against the database of `make up` (migrated): the crates with
-# query macros are checked again, online, in a target directory of their own (so the build's
-# artifacts stay as they are), and the macros write what they saw to a scratch directory.
+# query macros are checked again, online, and the macros write what they saw to a scratch
+# directory. The check runs in the build's own target directory, so it compiles no dependency
+# a second time (`cargo clippy` checks the same ones right after): only the four crates are
+# checked again. Cargo cannot know the database changed, so their roots are touched first and
+# given their times back after, which leaves the build's artifacts of them fresh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -23,13 +26,20 @@ packages=()
 for crate in "${crates[@]}"; do packages+=(-p "$crate"); done
 
 seen=$(mktemp -d)
-trap 'rm -rf "$seen"' EXIT
-target="${CARGO_TARGET_DIR:-$root/target}/sqlx-data"
+roots=()
+for crate in "${crates[@]}"; do roots+=("crates/$crate/src/lib.rs"); done
+stamps="$seen.stamps"
 cd "$root"
-# Cleaned first, so that their macros run again: cargo cannot know the database changed.
-CARGO_TARGET_DIR="$target" cargo clean --quiet "${packages[@]}"
+# Each root's time, given back on the way out whatever happens.
+for file in "${roots[@]}"; do printf '%s %s\n' "$(stat -c %.9Y "$file")" "$file"; done >"$stamps"
+restore() {
+    while read -r stamp file; do touch -d "@$stamp" "$file"; done <"$stamps"
+    rm -rf "$seen" "$stamps"
+}
+trap restore EXIT
+touch "${roots[@]}"
 SQLX_OFFLINE=false SQLX_OFFLINE_DIR="$seen" DATABASE_URL="$database_url" \
-    CARGO_TARGET_DIR="$target" cargo check --quiet --lib "${packages[@]}"
+    cargo check --quiet --lib "${packages[@]}"
 
 if [[ $mode == write ]]; then
     rm -rf .sqlx

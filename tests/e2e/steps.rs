@@ -229,3 +229,234 @@ async fn a_hold_whose_commit_finds_the_order_moved_on_to_another_intent_is_cance
     assert_eq!(payments.retrieve(&other.id).await.unwrap().status, IntentStatus::Canceled);
     assert_eq!(payments.retrieve(&own).await.unwrap().status, IntentStatus::RequiresCapture);
 }
+
+/// Arms a fault at the step's stripe-sim (`POST /_sim/faults`).
+async fn arm(stripe_base: &str, operation: &str, mode: &str, count: u32) {
+    let armed = reqwest::Client::new()
+        .post(format!("{stripe_base}/_sim/faults"))
+        .json(&serde_json::json!({ "operation": operation, "mode": mode, "count": count }))
+        .send()
+        .await
+        .unwrap();
+    assert!(armed.status().is_success(), "{}", armed.text().await.unwrap());
+}
+
+impl Step {
+    /// The intake's own code, for `user` under `key`, paying with `payment_method`.
+    async fn place(&self, user: &str, key: &str) -> Result<Placed, order_intake::error::ApiError> {
+        let intake = Intake {
+            pool: &self.db.pool,
+            payments: &self.step.fulfilment.payments,
+            lease: Duration::from_secs(30),
+            declines_per_hour: 0,
+            traceparent: &Trace::random().traceparent(),
+        };
+        let request = OrderRequest::parse(
+            br#"{"product_id": "sku-1", "quantity": 1, "payment_method": "pm_card_visa"}"#,
+        )
+        .unwrap();
+        intake.place(&UserId::parse(user).unwrap(), &IdempotencyKey::parse(key).unwrap(), &request).await
+    }
+
+    /// Every intent at stripe-sim: (id, status, `metadata[order_id]`).
+    async fn intents(&self) -> Vec<(String, String, String)> {
+        let ledger: serde_json::Value = reqwest::get(format!("{}/_sim/payment_intents", self.stripe_base))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        ledger["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                let field = |name: &str| i[name].as_str().unwrap_or_default().to_owned();
+                (
+                    field("id"),
+                    field("status"),
+                    i["metadata"]["order_id"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    async fn order_id_of(&self, user: &str) -> Uuid {
+        sqlx::query_scalar("SELECT id FROM orders WHERE user_id = $1")
+            .bind(user)
+            .fetch_one(&self.db.pool)
+            .await
+            .unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_intent_found_mid_confirm_leaves_its_order_pending_not_declined_and_it_is_authorized_once_it_holds()
+ {
+    // Arrange: Stripe is slow: the create runs, but for a few seconds its intent reads
+    // `requires_payment_method` with no error (its confirm not ended), and neither of the
+    // intake's tries is answered.
+    let step = Step::new().await;
+    arm(&step.stripe_base, "create", "slow_confirm", 2).await;
+    let first = step.place("ola", "key-1").await;
+    assert!(first.is_err(), "the tries were not answered: {first:?}");
+    let order = step.order_id_of("ola").await;
+
+    // Act: the buyer retries at once; the lookup finds the intent mid-confirm.
+    let retried = step.place("ola", "key-1").await;
+    let meanwhile = step.status(order).await;
+
+    // Assert: not declined (before the fix: `402`, `payment_declined`, and the hold that the
+    // confirm then placed was left on the card of a buyer told no).
+    assert!(retried.is_err(), "the order is not settled yet: {retried:?}");
+    assert_eq!(meanwhile, "pending_authorization");
+
+    // And once the intent holds funds, a retry records it: one intent, the order's, accepted.
+    let settled = fleet_harness::eventually(
+        "the order to be authorized on its one intent",
+        Duration::from_secs(60),
+        || async { matches!(step.place("ola", "key-1").await, Ok(Placed::Accepted { .. })).then_some(()) },
+    )
+    .await;
+    settled.unwrap();
+    let intents = step.intents().await;
+    assert_eq!(intents.len(), 1, "{intents:?}");
+    assert_eq!(intents[0].1, "requires_capture");
+    step.db.drop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_5xx_that_is_no_replay_of_the_key_s_saved_answer_is_tried_again_under_the_same_key() {
+    // Arrange: a 500 from in front of Stripe's idempotency layer: nothing ran, nothing saved.
+    let step = Step::new().await;
+    arm(&step.stripe_base, "create", "error_500_unsaved", 1).await;
+
+    // Act
+    let placed = step.place("ola", "key-1").await;
+
+    // Assert: the same key again ran the create (before the fix: the 500 was taken as the key's
+    // saved answer, the attempt closed, and a new key would follow while an earlier try might
+    // still be executing).
+    assert!(matches!(placed, Ok(Placed::Accepted { replayed: false, .. })), "{placed:?}");
+    let intents = step.intents().await;
+    assert_eq!(intents.len(), 1, "{intents:?}");
+    step.db.drop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stray_cancel_whose_key_holds_a_saved_500_goes_on_under_a_fresh_key() {
+    // Arrange: an order on its intent, and a stray for it; the cancel's key answers 500 once,
+    // which Stripe saves and replays to the key for 24 hours.
+    let step = Step::new().await;
+    let id = step.authorized_order("ola").await;
+    let payments = &step.step.fulfilment.payments;
+    let stray = hold_made_elsewhere(&step.stripe_base, id).await;
+    arm(&step.stripe_base, "cancel", "error_500", 1).await;
+
+    // Act
+    let released = payments.cancel_stray(OrderId::from_uuid(id), &stray).await;
+
+    // Assert: released now (before the fix: the saved 500, again at every later try).
+    assert!(released.is_ok(), "{released:?}");
+    assert_eq!(
+        payments.retrieve(&stray).await.unwrap().status,
+        orderfleet::domain::payments::IntentStatus::Canceled
+    );
+    step.db.drop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_reconciliation_passes_over_a_stray_stripe_does_not_answer_for_and_releases_it_next_pass() {
+    // Arrange: two orders on their intents. A's order has failed while its own intent holds
+    // funds (the safety net's case); B has a stray. Stripe answers no cancel for now.
+    use orderfleet::domain::strays;
+    let step = Step::new().await;
+    let a = step.authorized_order("ann").await;
+    let b = step.authorized_order("bob").await;
+    sqlx::query("UPDATE orders SET status = 'payment_declined' WHERE id = $1")
+        .bind(a)
+        .execute(&step.db.pool)
+        .await
+        .unwrap();
+    let stray = hold_made_elsewhere(&step.stripe_base, b).await;
+    let payments = payments(&step.stripe_base);
+    let stop = tokio_util::sync::CancellationToken::new();
+    arm(&step.stripe_base, "cancel", "timeout", 100).await;
+
+    // Act: a pass while Stripe does not answer the cancels, then one after it does.
+    let first = strays::reconcile(&step.db.pool, &payments, Duration::ZERO, &stop).await.unwrap().unwrap();
+    let owed: i64 = sqlx::query_scalar("SELECT count(*) FROM intent_releases_owed")
+        .fetch_one(&step.db.pool)
+        .await
+        .unwrap();
+    arm(&step.stripe_base, "cancel", "timeout", 0).await;
+    sqlx::query(
+        "UPDATE stripe_reconciliation SET reconciled_until = reconciled_until - interval '5 minutes'",
+    )
+    .execute(&step.db.pool)
+    .await
+    .unwrap();
+    let second = strays::reconcile(&step.db.pool, &payments, Duration::ZERO, &stop).await.unwrap().unwrap();
+
+    // Assert: the first pass moved on (before the fix: blocked, its window read again and again),
+    // owing both releases; the second released both, the failed order's intent among them.
+    assert!(!first.blocked, "{first:?}");
+    assert_eq!((first.deferred, owed), (2, 2), "{first:?}");
+    assert!(second.released >= 2, "{second:?}");
+    let a_own = orderfleet::domain::order::load(&step.db.pool, OrderId::from_uuid(a)).await.unwrap().unwrap();
+    for intent in [a_own.payment_intent_id.unwrap(), stray] {
+        assert_eq!(
+            payments.retrieve(&intent).await.unwrap().status,
+            orderfleet::domain::payments::IntentStatus::Canceled,
+            "{intent}"
+        );
+    }
+    let owed: i64 = sqlx::query_scalar("SELECT count(*) FROM intent_releases_owed")
+        .fetch_one(&step.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(owed, 0);
+    step.db.drop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_webhook_about_the_live_intent_of_a_failed_order_cancels_it() {
+    // Arrange: an order whose own intent holds funds, though the order has failed.
+    use orderfleet::domain::webhook;
+    let step = Step::new().await;
+    let id = step.authorized_order("ola").await;
+    sqlx::query("UPDATE orders SET status = 'payment_declined' WHERE id = $1")
+        .bind(id)
+        .execute(&step.db.pool)
+        .await
+        .unwrap();
+    let own = orderfleet::domain::order::load(&step.db.pool, OrderId::from_uuid(id))
+        .await
+        .unwrap()
+        .unwrap()
+        .payment_intent_id
+        .unwrap();
+    let event = webhook::Event::parse(
+        serde_json::json!({
+            "id": "evt_failed_order_hold",
+            "type": "payment_intent.amount_capturable_updated",
+            "data": { "object": { "id": own, "object": "payment_intent", "metadata": { "order_id": id.to_string() } } }
+        })
+        .to_string()
+        .as_bytes(),
+    )
+    .unwrap();
+    // Another process's client: the hold was not made by it.
+    let payments = payments(&step.stripe_base);
+
+    // Act
+    let applied = webhook::apply(&step.db.pool, &payments, &event).await;
+
+    // Assert: the hold released (before the fix: no change, the hold left on the card).
+    assert!(applied.is_ok(), "{applied:?}");
+    assert_eq!(
+        payments.retrieve(&own).await.unwrap().status,
+        orderfleet::domain::payments::IntentStatus::Canceled
+    );
+    step.db.drop().await.unwrap();
+}

@@ -140,10 +140,12 @@ async fn list(State(sim): State<SimState>, Read(params): Read) -> Response {
 /// operation run answers as its plain failure (a 500, a dropped connection).
 async fn faulted_read(sim: &SimState, fault: Mode) -> Response {
     match fault {
-        Mode::Error500 | Mode::Error500AfterSuccess => retryable(error_response(&StripeError::internal())),
+        Mode::Error500 | Mode::Error500AfterSuccess | Mode::Error500Unsaved => {
+            retryable(error_response(&StripeError::internal()))
+        }
         Mode::Error429 => retryable(error_response(&StripeError::injected_rate_limit())),
         Mode::Error400 => error_response(&StripeError::injected_invalid_request()),
-        Mode::Timeout => {
+        Mode::Timeout | Mode::SlowConfirm => {
             sim.hang().await;
             dropped_connection()
         }
@@ -259,6 +261,7 @@ async fn mutate(
         // its key, and replays it to every retry with that key for 24 hours: below, as the
         // operation's answer. A request without a key just gets it.
         Some(Mode::Error500) if key.is_none() => return retryable(error_response(&StripeError::internal())),
+        Some(Mode::Error500Unsaved) => return retryable(error_response(&StripeError::internal())),
         Some(Mode::Error500) => {}
         Some(Mode::Error429) => return retryable(error_response(&StripeError::injected_rate_limit())),
         // Refused before it runs, as a request that fails validation is: nothing saved.
@@ -267,7 +270,7 @@ async fn mutate(
             sim.hang().await;
             return dropped_connection();
         }
-        Some(Mode::DropAfterSuccess | Mode::Error500AfterSuccess) | None => {}
+        Some(Mode::DropAfterSuccess | Mode::Error500AfterSuccess | Mode::SlowConfirm) | None => {}
     }
 
     let params = Params::parse(&body);
@@ -287,7 +290,24 @@ async fn mutate(
     if fault == Some(Mode::DropAfterSuccess) {
         return dropped_connection();
     }
+    if fault == Some(Mode::SlowConfirm) {
+        return slow_confirm(&sim, &executed).await;
+    }
     executed_response(executed, key.as_deref())
+}
+
+/// A create struck by `slow_confirm`: its intent reads as mid-request for a while, and its
+/// answer never comes.
+async fn slow_confirm(sim: &SimState, executed: &Executed) -> Response {
+    if let Executed::Ran(reply) = executed
+        && let Some(id) = serde_json::from_str::<serde_json::Value>(&reply.body)
+            .ok()
+            .and_then(|made| made["id"].as_str().map(str::to_owned))
+    {
+        sim.slow_confirm(&id);
+    }
+    sim.hang().await;
+    dropped_connection()
 }
 
 /// The answer to a request that reached the ledger: a replay says so and names the request

@@ -64,16 +64,33 @@ pub(crate) enum Mode {
     /// takes (`parameter_unknown`). Stripe saves no answer for a request that failed
     /// validation (docs.stripe.com/api/idempotent_requests).
     Error400,
+    /// Run the create, but let its intent read as mid-request, `requires_payment_method` with
+    /// no error, for [`SLOW_CONFIRM`] (what a list may show while a create-and-confirm is
+    /// still executing), and answer nothing until long after any client has given up. A retry
+    /// with the same key is struck the same way while the count lasts (its saved answer
+    /// replayed into a hang).
+    SlowConfirm,
+    /// Answer 500 `api_error` from in front of the idempotency layer: the operation does not
+    /// run and nothing is saved under its key, so a retry with the key runs it ("rate limiters
+    /// run before the API's idempotency layer", docs.stripe.com/error-low-level; "We save
+    /// results only after the execution of an endpoint begins",
+    /// docs.stripe.com/api/idempotent_requests).
+    Error500Unsaved,
 }
 
+/// How long a `slow_confirm` create's intent reads as mid-request.
+pub(crate) const SLOW_CONFIRM: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Mode {
-    const ALL: [Mode; 6] = [
+    const ALL: [Mode; 8] = [
         Mode::Error500,
         Mode::Error429,
         Mode::Timeout,
         Mode::DropAfterSuccess,
         Mode::Error500AfterSuccess,
         Mode::Error400,
+        Mode::SlowConfirm,
+        Mode::Error500Unsaved,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -84,6 +101,8 @@ impl Mode {
             Mode::DropAfterSuccess => "drop_after_success",
             Mode::Error500AfterSuccess => "error_500_after_success",
             Mode::Error400 => "error_400",
+            Mode::SlowConfirm => "slow_confirm",
+            Mode::Error500Unsaved => "error_500_unsaved",
         }
     }
 
@@ -91,7 +110,7 @@ impl Mode {
         Self::ALL.into_iter().find(|mode| mode.as_str() == raw).ok_or_else(|| {
             format!(
                 "unknown mode {raw:?}: expected one of \"error_500\", \"error_429\", \"timeout\", \
-                 \"drop_after_success\", \"error_500_after_success\", \"error_400\""
+                 \"drop_after_success\", \"error_500_after_success\", \"error_400\", \"slow_confirm\", \"error_500_unsaved\""
             )
         })
     }

@@ -111,6 +111,8 @@ pub(crate) struct PaymentIntent {
     pub(crate) details: Details,
     use_stripe_sdk: bool,
     return_url: Option<String>,
+    /// Until when it reads as a create still executing (the `slow_confirm` fault).
+    pub(crate) confirming_until: Option<std::time::Instant>,
 }
 
 impl PaymentIntent {
@@ -147,6 +149,7 @@ impl PaymentIntent {
             details: request.details,
             use_stripe_sdk: request.use_stripe_sdk,
             return_url: request.return_url,
+            confirming_until: None,
         }
     }
 
@@ -408,6 +411,21 @@ impl PaymentIntent {
         self.latest_charge.as_ref()?.dispute_json(&self.owner())
     }
 
+    /// While a `slow_confirm` create is executing: the intent as a read sees it then, made and
+    /// its confirm not ended (no charge, no error, nothing capturable yet).
+    fn mid_request(&self) -> Option<PaymentIntent> {
+        self.confirming_until.filter(|until| std::time::Instant::now() < *until)?;
+        Some(PaymentIntent {
+            status: Status::RequiresPaymentMethod,
+            amount_capturable: 0,
+            latest_charge: None,
+            last_payment_error: None,
+            next_action: None,
+            confirming_until: None,
+            ..self.clone()
+        })
+    }
+
     /// The object as Stripe's API returns it, `latest_charge` as an id.
     pub(crate) fn to_json(&self) -> Value {
         self.to_json_expanded(Expand::default())
@@ -416,6 +434,9 @@ impl PaymentIntent {
     /// The object as Stripe's API returns it. Every field async-stripe's PaymentIntent
     /// declares is present; those this simulator has no notion of are `null`.
     pub(crate) fn to_json_expanded(&self, expand: Expand) -> Value {
+        if let Some(seen) = self.mid_request() {
+            return seen.to_json_expanded(expand);
+        }
         let object = PaymentIntentObject {
             id: &self.id,
             object: "payment_intent",

@@ -110,6 +110,13 @@ impl Ledger {
         reply
     }
 
+    /// Lets intent `id` read as mid-request (its confirm not ended) until `until`.
+    pub(crate) fn confirming(&mut self, id: &str, until: std::time::Instant) {
+        if let Some(&at) = self.by_id.get(id) {
+            self.entries[at].intent.confirming_until = Some(until);
+        }
+    }
+
     pub(crate) fn retrieve(&self, id: &str, expand: Expand) -> Reply {
         Reply::from_result(self.entry(id).map(|entry| entry.intent.to_json_expanded(expand)))
     }

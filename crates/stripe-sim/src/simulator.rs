@@ -188,6 +188,13 @@ impl Simulator {
         mode
     }
 
+    /// Lets intent `id` read as mid-request for [`crate::faults::SLOW_CONFIRM`] (the
+    /// `slow_confirm` fault).
+    pub(crate) fn slow_confirm(&self, id: &str) {
+        let until = std::time::Instant::now() + crate::faults::SLOW_CONFIRM;
+        self.lock().ledger.confirming(id, until);
+    }
+
     /// Holds a request for the `timeout` fault: until the hang is over or the server stops.
     pub(crate) async fn hang(&self) {
         tokio::select! {

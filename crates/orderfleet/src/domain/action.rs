@@ -62,13 +62,13 @@ pub async fn release(pool: &Pool, order: &Order) -> sqlx::Result<()> {
     crate::domain::order::release_lease(pool, order, OrderStatus::RequiresAction).await
 }
 
-/// The Stripe calls on the longest path through [`settle`]: the intent read, its cancel, and
-/// the read after it (of a cancel refused because the intent moved, or of one whose key
-/// answered a 5xx).
-pub const CALLS_TO_SETTLE: u32 = 3;
+/// The Stripe calls on the longest path through [`settle`]: the intent read, its cancel, the
+/// read after a failed cancel (one refused because the intent moved, or one whose key answered
+/// a 5xx), the cancel under a fresh key, and the read after that (`Payments::cancel`).
+pub const CALLS_TO_SETTLE: u32 = 5;
 
-/// How long [`settle`] may take, its Stripe calls each at their longest: 3 × 27.6 s = 82.8 s
-/// under the intake's policy (a webhook), 3 × 195.6 s = 586.8 s under the workers' (the
+/// How long [`settle`] may take, its Stripe calls each at their longest: 5 × 27.6 s = 138 s
+/// under the intake's policy (a webhook), 5 × 195.6 s = 978 s under the workers' (the
 /// sweeper); its database statements take milliseconds.
 pub fn settle_deadline(payments: &Payments) -> Duration {
     payments.longest_call() * CALLS_TO_SETTLE
@@ -128,48 +128,31 @@ async fn settle_leased(
             // intent cancelled. Past the deadline, a buyer who finished before the intent was
             // read is authorized; one who finishes after is released by the cancel, and
             // nothing is charged: never both.
-            release_intent(pool, payments, order, intent_id).await?;
+            release_intent(payments, order, intent_id).await?;
             decline(pool, order, reason, event).await
         }
     }
 }
 
-/// Cancels the order's intent under its attempt's cancel key. A 5xx Stripe saved under that
-/// key would be replayed to every later settle for 24 hours (the order stuck `requires_action`,
-/// holding its units: found by the model checker, crates/order-model), so after one the
-/// intent itself is read: cancelled, the cancel is done; otherwise the order moves to its next
-/// attempt, whose new keys the next settle uses.
+/// Cancels the order's intent and reads the cancel's result: only an intent Stripe shows
+/// `canceled` is released. One that needs a payment method can still be confirmed by the
+/// buyer's page (its client secret), with another card, so it is cancelled too; a cancel whose
+/// key holds a saved failure goes on under a fresh key (`Payments::cancel`). A cancel that did
+/// not take effect leaves the order `requires_action`, its lease given back, for the next
+/// settle.
 async fn release_intent(
-    pool: &Pool,
     payments: &Payments,
     order: &Order,
     intent_id: &str,
 ) -> Result<(), AuthorizationError> {
-    let why = match payments.cancel(order.intent(intent_id)).await {
-        Ok(_) => return Ok(()),
-        Err(PaymentError::AttemptFailed(why)) => why,
-        Err(other) => return Err(unavailable(other)),
-    };
-    // Only a cancelled intent is released: one that needs a payment method can still be
-    // confirmed by the buyer's page (its client secret), with another card.
-    let now = payments.retrieve(intent_id).await.map_err(unavailable)?;
-    if now.status == IntentStatus::Canceled {
-        return Ok(());
+    match payments.cancel(order.intent(intent_id)).await {
+        Ok(intent) if intent.status == IntentStatus::Canceled => Ok(()),
+        Ok(intent) => Err(AuthorizationError::ProviderUnavailable(format!(
+            "the cancel of {intent_id} left it {:?}; cancelled again later",
+            intent.status
+        ))),
+        Err(error) => Err(unavailable(error)),
     }
-    let next = crate::domain::order::next_payment_attempt(
-        pool,
-        order.id,
-        OrderStatus::RequiresAction,
-        order.payment_attempt,
-        Duration::ZERO,
-    )
-    .await?;
-    tracing::warn!(
-        attempt = next,
-        why,
-        "Stripe saved a failure under the cancel's key and did nothing; the next attempt has new keys"
-    );
-    Err(AuthorizationError::ProviderUnavailable(why))
 }
 
 /// What an order in `requires_action` becomes, from its intent as Stripe has it now.
@@ -310,7 +293,7 @@ mod tests {
     }
 
     #[test]
-    fn a_webhook_s_settle_holds_its_lease_through_three_stripe_calls_at_their_longest() {
+    fn a_webhook_s_settle_holds_its_lease_through_five_stripe_calls_at_their_longest() {
         // Arrange: the intake's Stripe client, which settles 3-D Secure for a webhook.
         let env = crate::runtime::config::Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_action")]);
         let config = crate::runtime::config::StripeConfig::from_env(&env).unwrap();
@@ -319,9 +302,10 @@ mod tests {
         // Act
         let lease = crate::domain::order::lease_for(settle_deadline(&payments));
 
-        // Assert: a read, a cancel and a read, 27.6 s each at their longest, and the margin.
-        assert_eq!(settle_deadline(&payments), payments.longest_call() * 3);
-        assert_eq!(lease, Duration::from_millis(3 * 27_600 + 5_000));
+        // Assert: a read, a cancel, a read, a cancel and a read, 27.6 s each at their longest,
+        // and the margin.
+        assert_eq!(settle_deadline(&payments), payments.longest_call() * 5);
+        assert_eq!(lease, Duration::from_millis(5 * 27_600 + 5_000));
     }
 
     #[test]

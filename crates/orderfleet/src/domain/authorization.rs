@@ -43,12 +43,13 @@ pub async fn take_over(pool: &Pool, id: OrderId, lease: Duration) -> sqlx::Resul
 
 /// The Stripe calls on the longest path through [`resume`]: the lookup (one page), the
 /// authorization (after a lookup that found nothing, or under the next attempt's key), and,
-/// for an intent found or made neither holding funds nor declined, its cancel and the read that
-/// follows a refused cancel ([`record`]).
-pub const CALLS_TO_RESUME: u32 = 4;
+/// for an intent whose commit finds the order moved on (a stray, [`record`]), its cancel, the
+/// read after a failed cancel, the cancel under a fresh key and the read after it
+/// (`Payments::cancel_stray`).
+pub const CALLS_TO_RESUME: u32 = 6;
 
 /// How long [`resume`] may take, its Stripe calls each at their longest: under the workers'
-/// policy 4 × 195.6 s = 782.4 s (13 min 2.4 s); its database statements take milliseconds.
+/// policy 6 × 195.6 s = 1,173.6 s (19 min 33.6 s); its database statements take milliseconds.
 /// A lookup of more than one page (an order pending for days on a busy account) may need
 /// longer, and is cut off at it ([`take_over_and_resume`]).
 pub fn resume_deadline(payments: &Payments) -> Duration {
@@ -222,23 +223,20 @@ pub async fn record(
             let moved = commit_requires_action(pool, payments, order, &intent).await?;
             return moved_or_stray(pool, payments, order, &intent, moved, Recorded::RequiresAction).await;
         }
-        // Found by the sweeper: the card was declined, or the intent cancelled; no hold.
-        Ok(intent) if intent.status == IntentStatus::RequiresPaymentMethod => {
+        // Found by a lookup: the card was declined (Stripe names the decline), or the intent
+        // cancelled; no hold. Nobody can confirm it again: its client secret was never handed
+        // out, which happens only when the order moves to `requires_action`.
+        Ok(intent) if intent.status == IntentStatus::RequiresPaymentMethod && intent.last_error.is_some() => {
             (Some(intent.id), "card_declined: the authorization did not succeed".to_owned())
         }
         Ok(intent) if intent.status == IntentStatus::Canceled => {
             (Some(intent.id), "authorization_canceled".to_owned())
         }
-        Ok(intent) => {
-            // Confirmed but not holding funds (3-D Secure, say): this fleet takes only cards
-            // that authorize at once, so release whatever exists and decline.
-            let _ = payments.cancel(order.intent(&intent.id)).await;
-            let reason = format!(
-                "authorization_incomplete: the payment method needs another step ({:?})",
-                intent.status
-            );
-            (Some(intent.id), reason)
-        }
+        // Found by a lookup in a state that is not final: made, its confirm not ended
+        // (`requires_payment_method` with no error, `requires_confirmation`, `processing`).
+        // It may hold funds a moment later, so the order is never declined on it: it stays
+        // pending, its lease given back, and a retry or the sweeper looks again.
+        Ok(intent) => return left_pending(pool, order, &intent).await,
         Err(PaymentError::Declined { code, message, payment_intent_id }) => {
             (payment_intent_id, format!("{code}: {message}"))
         }
@@ -260,6 +258,18 @@ pub async fn record(
     };
     let moved = decline(pool, order.id, &reason, intent_id.as_deref()).await?;
     Ok(if moved { Recorded::Declined(reason) } else { Recorded::MovedElsewhere })
+}
+
+/// An order whose intent a lookup found in a state that is not final stays pending, its lease
+/// given back: a retry or the sweeper looks again.
+async fn left_pending(pool: &Pool, order: &Order, intent: &Intent) -> Result<Recorded, AuthorizationError> {
+    metrics::counter!("authorization_intents_unsettled_total").increment(1);
+    tracing::info!(payment_intent = intent.id, status = ?intent.status, "the order's PaymentIntent is not settled at Stripe yet; the order stays pending");
+    release(pool, order).await?;
+    Err(AuthorizationError::ProviderUnavailable(format!(
+        "the order's PaymentIntent {} is {:?} at Stripe, its confirm not ended; looked at again later",
+        intent.id, intent.status
+    )))
 }
 
 /// `recorded` if this call's commit moved the order. If it found the order moved already (a

@@ -209,8 +209,8 @@ pub const LEASE_MARGIN: std::time::Duration = crate::runtime::db::STATEMENT_TIME
 
 /// The lease for a holder whose work on the order (the take included) is cut off at `deadline`:
 /// the deadline and [`LEASE_MARGIN`]. The deadlines: a placement's is the request timeout
-/// (60 s: a lease of 65 s); settling 3-D Secure makes three Stripe calls at most
-/// ([`crate::domain::action::settle_deadline`]), resuming a pending order four
+/// (60 s: a lease of 65 s); settling 3-D Secure makes five Stripe calls at most
+/// ([`crate::domain::action::settle_deadline`]), resuming a pending order six
 /// ([`crate::domain::authorization::resume_deadline`]), each at most
 /// [`crate::domain::payments::RetryPolicy::longest_call`].
 pub const fn lease_for(deadline: std::time::Duration) -> std::time::Duration {

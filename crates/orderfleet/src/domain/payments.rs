@@ -543,7 +543,9 @@ impl Payments {
     }
 
     /// Sends a capture or a cancel under `key`, with retries; a refusal because the intent is
-    /// already where the operation wants it counts as done.
+    /// already where the operation wants it counts as done. A cancel whose key holds a saved
+    /// failure (a 5xx, or a refusal while the intent was changing) goes on under a fresh key
+    /// ([`Self::cancel_again`]).
     async fn settle<R>(
         &self,
         operation: Operation,
@@ -554,22 +556,79 @@ impl Payments {
     where
         R: StripeRequest<Output = PaymentIntent>,
     {
-        let wanted = match operation {
-            Operation::Cancel => IntentStatus::Canceled,
-            _ => IntentStatus::Succeeded,
-        };
-        let result = self
-            .with_retries(operation, || {
-                request
-                    .customize()
-                    .request_strategy(RequestStrategy::Idempotent(idempotency_key(key)))
-                    .timeout(self.retry.timeout)
-                    .send(&self.client)
-            })
-            .await;
-        match result {
-            Ok(pi) => Ok(Intent::from(&pi)),
-            Err(e) => self.settled_already(payment_intent_id, wanted, e).await,
+        match self.send_settle(operation, key, &request).await {
+            Ok(intent) => Ok(intent),
+            Err(error) if operation == Operation::Cancel => {
+                self.cancel_again(key, payment_intent_id, &request, error).await
+            }
+            Err(error) => self.settled_already(payment_intent_id, IntentStatus::Succeeded, error).await,
+        }
+    }
+
+    async fn send_settle<R>(
+        &self,
+        operation: Operation,
+        key: &str,
+        request: &R,
+    ) -> Result<Intent, PaymentError>
+    where
+        R: StripeRequest<Output = PaymentIntent>,
+    {
+        self.with_retries(operation, || {
+            request
+                .customize()
+                .request_strategy(RequestStrategy::Idempotent(idempotency_key(key)))
+                .timeout(self.retry.timeout)
+                .send(&self.client)
+        })
+        .await
+        .map(|pi| Intent::from(&pi))
+    }
+
+    /// After a cancel under `key` failed: only an intent Stripe shows `canceled` is released.
+    /// Stripe saves a 5xx, and a refusal made while the intent was changing (a buyer's confirm
+    /// in flight), under the key, and replays it for 24 hours; so while the intent can still
+    /// be cancelled (`requires_payment_method` included: the buyer's page holds its client
+    /// secret and can confirm it with another card), the cancel is sent once more under a key
+    /// of this try's own. A cancel is idempotent in effect (a second one is refused, and the
+    /// intent read shows it `canceled`), so a fresh key cannot release anything twice.
+    async fn cancel_again<R>(
+        &self,
+        key: &str,
+        payment_intent_id: &str,
+        request: &R,
+        error: PaymentError,
+    ) -> Result<Intent, PaymentError>
+    where
+        R: StripeRequest<Output = PaymentIntent>,
+    {
+        if !is_saved_failure(&error) {
+            return Err(error);
+        }
+        let now = self.retrieve(payment_intent_id).await?;
+        match now.status {
+            IntentStatus::Canceled => return Ok(now),
+            // Captured: nothing to release; the caller's error says why.
+            IntentStatus::Succeeded => return Err(error),
+            _ => {}
+        }
+        let fresh = format!("{key}-{}", chrono::Utc::now().timestamp_millis());
+        metrics::counter!("stripe_cancels_resent_total").increment(1);
+        tracing::warn!(payment_intent = payment_intent_id, %error, "the cancel's key holds a failure and the intent is live; cancelling under a fresh key");
+        match self.send_settle(Operation::Cancel, &fresh, request).await {
+            Ok(intent) => Ok(intent),
+            Err(again) if is_saved_failure(&again) => {
+                let now = self.retrieve(payment_intent_id).await?;
+                if now.status == IntentStatus::Canceled {
+                    Ok(now)
+                } else {
+                    Err(PaymentError::Unavailable(format!(
+                        "the intent is {:?} and its cancel did not take effect ({again}); cancelled again later",
+                        now.status
+                    )))
+                }
+            }
+            Err(again) => Err(again),
         }
     }
 
@@ -712,8 +771,7 @@ impl Payments {
             return Err(error);
         }
         let now = self.retrieve(payment_intent_id).await?;
-        let released = wanted == IntentStatus::Canceled && now.status == IntentStatus::RequiresPaymentMethod;
-        if now.status == wanted || released { Ok(now) } else { Err(error) }
+        if now.status == wanted { Ok(now) } else { Err(error) }
     }
 
     async fn with_retries<T, F, Fut>(&self, operation: Operation, mut call: F) -> Result<T, PaymentError>
@@ -764,6 +822,16 @@ fn idempotency_key(key: &str) -> IdempotencyKey {
     IdempotencyKey::new(key).expect("our keys are 1..=255 characters")
 }
 
+/// Whether a cancel's failure may be one Stripe saved under its key, and replays: a 5xx, or a
+/// refusal because of the intent's state at that moment.
+fn is_saved_failure(error: &PaymentError) -> bool {
+    match error {
+        PaymentError::AttemptFailed(_) => true,
+        PaymentError::Refused { code, .. } => code == "payment_intent_unexpected_state",
+        _ => false,
+    }
+}
+
 fn refused(code: &str, message: String, status: u16) -> PaymentError {
     PaymentError::Refused { code: code.to_owned(), message, status }
 }
@@ -806,6 +874,9 @@ fn classify(error: StripeError) -> PaymentError {
             }
         }
         StripeError::Timeout => PaymentError::Unavailable("timed out".into()),
+        StripeError::ClientError(e) if e.starts_with(crate::runtime::stripe_http::UNSAVED_5XX) => {
+            PaymentError::Unavailable(e)
+        }
         StripeError::ClientError(e) => PaymentError::Unavailable(format!("connection failed: {e}")),
         // A body we cannot read: a proxy's error page, a cut-off answer. Retrying with the same
         // key is safe, and is what finds out what happened.

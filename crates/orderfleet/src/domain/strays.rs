@@ -1,4 +1,4 @@
-//! The reconciliation of stray PaymentIntents (issue 35, point 6): a safety net.
+//! The reconciliation of stray PaymentIntents: a safety net.
 //!
 //! A stray is a PaymentIntent made for an order that the order did not record: a second
 //! holder's, made under another attempt's key while the first still worked, or one whose
@@ -12,15 +12,21 @@
 //! Stripe's list is read by creation time, a window at a time, from where the last pass
 //! stopped (`stripe_reconciliation.reconciled_until`) to [`SweepPolicy::strays_after`] ago, so
 //! that every intent is read once, after the requests and webhooks of its order have had time
-//! to settle it. An intent that is live (holding funds, or waiting for its buyer's 3-D Secure)
-//! and names an order that has moved past `pending_authorization` to another intent, or to
-//! none, is cancelled under a key of its own (`Payments::cancel_stray`) and counted in
-//! `stray_intents_canceled_total{found="reconciliation"}`; one Stripe refuses to cancel is
-//! logged and counted (`stray_intents_cancel_refused_total`) and holds up no other. An
-//! order still pending is left to whoever holds its lease, and the window is read again from
-//! its intent's creation until the order has moved (for half an hour at most). One sweeper reads a
+//! to settle it. An intent that is live (holding funds, waiting for its buyer's 3-D Secure, or
+//! its confirm not ended) is cancelled under a key of its own (`Payments::cancel_stray`) when
+//! it names an order that has moved past `pending_authorization` to another intent, or to none
+//! (`stray_intents_canceled_total{found="reconciliation"}`), or when it is the own intent of an
+//! order that has failed (`{found="failed_order"}`, and `failed_order_holds_released_total`):
+//! nothing else would ever release that one. One Stripe refuses to cancel is logged and counted
+//! (`stray_intents_cancel_refused_total`) and holds up no other. One whose cancel Stripe did
+//! not answer (an outage, the budget spent) is written down as a release owed
+//! (`intent_releases_owed`, `stray_intents_release_deferred_total`) and passed over, so the
+//! window moves on; every pass tries the releases owed first. A cancel's key never stalls a
+//! pass: one that holds a saved 5xx goes on under a fresh key (`Payments::cancel`). An order
+//! still pending is left to whoever holds its lease, and the window is read again from its
+//! intent's creation until the order has moved (for half an hour at most). One sweeper reads a
 //! window at a time (`claimed_until`), at least a minute and at most a day of creation times at
-//! a time, its progress recorded after each; a window whose cancels Stripe did not answer, or
+//! a time, its progress recorded after each; a window whose list Stripe did not answer, or
 //! that a stop cut short, is read again next time.
 //!
 //! [`SweepPolicy::strays_after`]: crate::domain::sweeper::SweepPolicy::strays_after
@@ -36,6 +42,7 @@ use uuid::Uuid;
 use crate::domain::OrderId;
 use crate::domain::order::OrderStatus;
 use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
+use crate::domain::status::StatusSet;
 use crate::runtime::db::Pool;
 
 /// How long one sweeper holds the reconciliation: longer than a window's pages and cancels.
@@ -64,6 +71,8 @@ pub struct Reconciled {
     pub released: u64,
     /// Strays whose cancel Stripe refused (logged, counted, and left).
     pub refused: u64,
+    /// Releases Stripe did not answer, owed for the next pass.
+    pub deferred: u64,
     /// Whether Stripe failed or refused the pass, or a stop cut it short (its window is read
     /// again next time).
     pub blocked: bool,
@@ -81,6 +90,7 @@ pub async fn reconcile(
 ) -> anyhow::Result<Option<Reconciled>> {
     let Some((mut from, to)) = claim(pool, settled_after).await? else { return Ok(None) };
     let mut report = Reconciled::default();
+    release_owed(pool, payments, stop, &mut report).await?;
     let outcome = loop {
         let end = to.min(from + MOST_PER_PASS);
         let reached = match release_strays(pool, payments, (from, end), stop, &mut report).await {
@@ -153,9 +163,10 @@ async fn claim(
     Ok(window.map(|w| (w.reconciled_until, w.to)))
 }
 
-/// Reads the window's intents and cancels the live ones that are strays; how far the window
-/// is settled: its end, or the oldest intent of an order still pending, or its start after a
-/// stop.
+/// Reads the window's intents and cancels the live ones that are strays, or the own intents
+/// of failed orders; how far the window is settled: its end, or the oldest intent of an order
+/// still pending, or its start after a stop. A cancel Stripe did not answer is owed, not
+/// waited for.
 async fn release_strays(
     pool: &Pool,
     payments: &Payments,
@@ -167,39 +178,136 @@ async fn release_strays(
         .list_created(from, to)
         .await?
         .into_iter()
-        .filter(|i| matches!(i.status, IntentStatus::RequiresCapture | IntentStatus::RequiresAction))
+        .filter(|i| {
+            matches!(
+                i.status,
+                IntentStatus::RequiresCapture | IntentStatus::RequiresAction | IntentStatus::Other
+            )
+        })
         .filter_map(|i| Some((OrderId::from_uuid(i.order_id.as_deref()?.parse::<Uuid>().ok()?), i)))
         .collect();
     report.live = live.len() as u64;
-    let recorded = recorded_intents(pool, &live)
-        .await
-        .map_err(|e| PaymentError::Unavailable(format!("the database: {e:#}")))?;
+    let database = |e: anyhow::Error| PaymentError::Unavailable(format!("the database: {e:#}"));
+    let recorded = recorded_intents(pool, &live).await.map_err(|e| database(e.into()))?;
     let mut reached = to;
     for (order, intent) in &live {
-        match recorded.get(order) {
+        let found = match recorded.get(order) {
             // Another fleet's order (a shared Stripe account): not ours to judge.
             None => continue,
             // Still pending: judged once it has moved, so the window is read again from here.
-            Some(None) => {
+            Some((OrderStatus::PendingAuthorization, _)) => {
                 if let Some(created) = intent.created.filter(|c| *c > Utc::now() - PENDING_HELD_FOR) {
                     reached = reached.min(created).max(from);
                 }
                 continue;
             }
-            Some(Some(own)) if own.as_deref() == Some(intent.id.as_str()) => continue,
-            Some(Some(_)) => {}
-        }
+            // The order's own: released only once the order has failed.
+            Some((status, own)) if own.as_deref() == Some(intent.id.as_str()) => {
+                if status.set() != StatusSet::Failed {
+                    continue;
+                }
+                FAILED_ORDER
+            }
+            Some(_) => "reconciliation",
+        };
         if stop.is_cancelled() {
             return Ok(from);
         }
         // A refusal is that intent's (logged and counted by `release`): it holds up no other.
-        match release(payments, *order, &intent.id, "reconciliation").await {
+        match release(payments, *order, &intent.id, found).await {
             Ok(()) => report.released += 1,
-            Err(e @ (PaymentError::Unavailable(_) | PaymentError::AttemptFailed(_))) => return Err(e),
+            Err(e) if e.is_transient() => {
+                owe(pool, *order, &intent.id, found, &e).await.map_err(database)?;
+                report.deferred += 1;
+            }
             Err(_) => report.refused += 1,
         }
     }
     Ok(reached)
+}
+
+/// How a failed order's own live intent is labelled where it is released.
+const FAILED_ORDER: &str = "failed_order";
+
+/// The releases owed since earlier passes, tried again before the window is read, the longest
+/// untried first: a row goes once Stripe cancels the intent (or finds it cancelled), or refuses
+/// for good (logged for a person by `release`); one Stripe still does not answer waits for the
+/// next pass.
+async fn release_owed(
+    pool: &Pool,
+    payments: &Payments,
+    stop: &CancellationToken,
+    report: &mut Reconciled,
+) -> anyhow::Result<()> {
+    let owed = sqlx::query!(
+        r#"SELECT payment_intent_id, order_id AS "order_id: OrderId", found
+             FROM intent_releases_owed ORDER BY last_tried_at LIMIT $1"#,
+        OWED_PER_PASS,
+    )
+    .fetch_all(pool)
+    .await
+    .context("failed to read the releases owed")?;
+    for row in owed {
+        if stop.is_cancelled() {
+            break;
+        }
+        match release(payments, row.order_id, &row.payment_intent_id, "owed").await {
+            Err(e) if e.is_transient() => {
+                owe(pool, row.order_id, &row.payment_intent_id, &row.found, &e).await?;
+                report.deferred += 1;
+            }
+            settled => {
+                if settled.is_ok() {
+                    report.released += 1;
+                    if row.found == FAILED_ORDER {
+                        metrics::counter!("failed_order_holds_released_total", "found" => "reconciliation")
+                            .increment(1);
+                    }
+                } else {
+                    report.refused += 1;
+                }
+                sqlx::query!(
+                    "DELETE FROM intent_releases_owed WHERE payment_intent_id = $1",
+                    row.payment_intent_id
+                )
+                .execute(pool)
+                .await
+                .context("failed to record a release owed as done")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The most releases owed one pass tries: each is a cancel or two, and the window waits.
+const OWED_PER_PASS: i64 = 100;
+
+/// Writes down (or, if it was owed already, counts another try of) a release Stripe did not
+/// answer, so that the window moves on and the next pass tries it again.
+async fn owe(
+    pool: &Pool,
+    order: OrderId,
+    payment_intent: &str,
+    found: &str,
+    why: &PaymentError,
+) -> anyhow::Result<()> {
+    metrics::counter!("stray_intents_release_deferred_total").increment(1);
+    let why = why.to_string();
+    tracing::warn!(order_id = %order, payment_intent, why, "a PaymentIntent to release could not be cancelled now; the next pass tries again");
+    sqlx::query!(
+        "INSERT INTO intent_releases_owed (payment_intent_id, order_id, found, last_error)
+         VALUES ($1, $2, $3, $4)
+         ON CONFLICT (payment_intent_id) DO UPDATE
+            SET tries = intent_releases_owed.tries + 1, last_tried_at = now(), last_error = EXCLUDED.last_error",
+        payment_intent,
+        order as _,
+        found,
+        why,
+    )
+    .execute(pool)
+    .await
+    .context("failed to record a release owed")?;
+    Ok(())
 }
 
 /// Cancels the stray `payment_intent` of `order` under a key of its own
@@ -216,6 +324,10 @@ pub(crate) async fn release(
     match payments.cancel_stray(order, payment_intent).await {
         Ok(_) => {
             metrics::counter!("stray_intents_canceled_total", "found" => found).increment(1);
+            if found == FAILED_ORDER {
+                metrics::counter!("failed_order_holds_released_total", "found" => "reconciliation")
+                    .increment(1);
+            }
             tracing::warn!(order_id = %order, payment_intent, found, "released a stray PaymentIntent");
             Ok(())
         }
@@ -229,12 +341,11 @@ pub(crate) async fn release(
     }
 }
 
-/// For each order of `live` that exists here: `None` while it is still pending, else the
-/// intent it recorded (if any).
+/// For each order of `live` that exists here: its status and the intent it recorded (if any).
 async fn recorded_intents(
     pool: &Pool,
     live: &[(OrderId, Intent)],
-) -> sqlx::Result<HashMap<OrderId, Option<Option<String>>>> {
+) -> sqlx::Result<HashMap<OrderId, (OrderStatus, Option<String>)>> {
     let ids: Vec<Uuid> = live.iter().map(|(order, _)| order.as_uuid()).collect();
     let rows = sqlx::query!(
         r#"SELECT id AS "id: OrderId", status AS "status: OrderStatus", payment_intent_id
@@ -243,11 +354,5 @@ async fn recorded_intents(
     )
     .fetch_all(pool)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|row| {
-            let moved = row.status != OrderStatus::PendingAuthorization;
-            (row.id, moved.then_some(row.payment_intent_id))
-        })
-        .collect())
+    Ok(rows.into_iter().map(|row| (row.id, (row.status, row.payment_intent_id))).collect())
 }

@@ -29,6 +29,7 @@
 //! | `charge.refunded` | `paid` | `refunded` when refunded in full (`order.refunded`), else the amount recorded; a charge never captured is a released hold, not a refund |
 //! | `charge.refunded`, `charge.dispute.created` | `authorized`, `stock_reserved`, its charge captured | `503`: the capture's `paid` is not committed yet; Stripe delivers it again |
 //! | `charge.dispute.created` | any other | recorded on the order, counted (`stripe_disputes_total`); no status changes |
+//! | `payment_intent.amount_capturable_updated` | failed (`payment_declined`, …) | a safety net: if the order's own intent is live (it holds funds after the order was failed), it is cancelled, counted in `failed_order_holds_released_total{found="webhook"}` |
 //! | anything else | | nothing, no Stripe request |
 
 use crate::runtime::db::Pool;
@@ -42,6 +43,8 @@ use crate::domain::order::{
 };
 use crate::domain::outbox::EventType;
 use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
+use crate::domain::status::StatusSet;
+use crate::domain::strays;
 
 /// The event types the fleet applies (SPEC §4); any other is answered `200` and ignored.
 pub const HANDLED: [&str; 5] = [AMOUNT_CAPTURABLE_UPDATED, PAYMENT_FAILED, CANCELED, REFUNDED, DISPUTED];
@@ -200,6 +203,9 @@ async fn on_the_orders_intent(
         }
         // A dispute changes no status: recorded on whatever order it is about.
         _ if kind == DISPUTED => disputed(pool, payments, event, order).await,
+        status if status.set() == StatusSet::Failed && kind == AMOUNT_CAPTURABLE_UPDATED => {
+            release_failed_order_hold(pool, payments, event, order).await
+        }
         // Nothing this event says can move the order from where it is: no Stripe request.
         _ => record(pool, event, Some(order.id), NO_CHANGE).await,
     }
@@ -375,6 +381,34 @@ async fn release_stray(
         "a second PaymentIntent held funds for the order; it was cancelled"
     );
     record(pool, event, Some(order.id), "stray_released").await
+}
+
+/// A safety net: the own intent of an order that has failed holds funds (it became live after
+/// the order was failed, which nothing should let happen). Nothing will capture it, so it is
+/// cancelled; Stripe not answering is a `503`, and Stripe delivers the event again.
+async fn release_failed_order_hold(
+    pool: &Pool,
+    payments: &Payments,
+    event: &Event,
+    order: &Order,
+) -> Result<&'static str, WebhookError> {
+    let now = fresh(payments, order).await?;
+    if !matches!(
+        now.status,
+        IntentStatus::RequiresCapture | IntentStatus::RequiresAction | IntentStatus::Other
+    ) {
+        return record(pool, event, Some(order.id), NO_CHANGE).await;
+    }
+    match strays::release(payments, order.id, &now.id, "failed_order_webhook").await {
+        Ok(()) => {
+            metrics::counter!("failed_order_holds_released_total", "found" => "webhook").increment(1);
+            tracing::error!(payment_intent = now.id, status = %order.status, "the own PaymentIntent of a failed order held funds; it was cancelled");
+            record(pool, event, Some(order.id), "failed_order_hold_released").await
+        }
+        Err(e) if e.is_transient() => Err(unavailable(e)),
+        // Refused for good: logged for a person by `release`.
+        Err(_) => record(pool, event, Some(order.id), "unresolved").await,
+    }
 }
 
 /// The order's intent, read now.

@@ -32,6 +32,12 @@ const IDLE_FOR: Duration = Duration::from_secs(50);
 
 const STRIPE_VERSION: HeaderName = HeaderName::from_static("stripe-version");
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+/// How a 5xx to a request with a key begins when it is not a replay of the key's saved answer
+/// ([`PooledStripe`]'s `execute`): the payments code takes it as a timeout, not as a saved
+/// answer (`crate::domain::payments`).
+pub const UNSAVED_5XX: &str = "unsaved 5xx";
 
 /// A Stripe client that keeps its connections.
 #[derive(Clone, Debug)]
@@ -121,14 +127,15 @@ impl PooledStripe {
     async fn send(
         &self,
         request: hyper::Request<Full<Bytes>>,
-    ) -> Result<(hyper::StatusCode, Bytes), StripeError> {
+    ) -> Result<(hyper::StatusCode, bool, Bytes), StripeError> {
         let response =
             self.http.request(request).await.map_err(|e| StripeError::ClientError(e.to_string()))?;
         let status = response.status();
         self.clock.observe(response.headers().get(hyper::header::DATE));
+        let replayed = response.headers().get(IDEMPOTENT_REPLAYED).is_some_and(|v| v.as_bytes() == b"true");
         let body =
             response.into_body().collect().await.map_err(|e| StripeError::ClientError(e.to_string()))?;
-        Ok((status, body.to_bytes()))
+        Ok((status, replayed, body.to_bytes()))
     }
 }
 
@@ -171,18 +178,41 @@ impl StripeClient for PooledStripe {
         let body = Full::new(request.body.map(Bytes::from).unwrap_or_default());
         let http_request = builder.body(body).map_err(|e| StripeError::ClientError(e.to_string()))?;
         let sent = self.send(http_request);
-        let (status, bytes) = match config.timeout {
+        let (status, replayed, bytes) = match config.timeout {
             Some(limit) => tokio::time::timeout(limit, sent).await.map_err(|_| StripeError::Timeout)??,
             None => sent.await?,
         };
-        if status.is_success() {
-            return Ok(bytes);
-        }
-        // Stripe's error body, as async-stripe's own client reads it.
-        let text = std::str::from_utf8(&bytes)
-            .map_err(|_| StripeError::JSONDeserialize("the error answer is not UTF-8".into()))?;
-        Err(miniserde::json::from_str::<stripe_shared::Error>(text)
-            .map(|e| StripeError::Stripe(e.error, status.as_u16()))
-            .unwrap_or_else(|_| StripeError::JSONDeserialize("error deserializing Stripe error".into())))
+        answer(status, replayed, key.is_some(), bytes)
     }
+}
+
+/// What an answer means: its body on success, else the error. `replayed`: Stripe said it
+/// replays the key's saved answer (`Idempotent-Replayed: true`); `keyed`: the request had a key.
+fn answer(
+    status: hyper::StatusCode,
+    replayed: bool,
+    keyed: bool,
+    bytes: Bytes,
+) -> Result<Bytes, StripeError> {
+    if status.is_success() {
+        return Ok(bytes);
+    }
+    // A 5xx is the key's saved answer only when Stripe says it replays one: that proves the
+    // key's one execution has ended. Any other 5xx may come from a layer in front of the
+    // idempotency store ("rate limiters run before the API's idempotency layer",
+    // docs.stripe.com/error-low-level) while an earlier try under the key is still executing,
+    // so it is taken as a timeout is: the same key again, whose replay (or result) tells what
+    // the key did.
+    if status.is_server_error() && keyed && !replayed {
+        return Err(StripeError::ClientError(format!(
+            "{UNSAVED_5XX}: HTTP {} not replayed from the key's saved answer",
+            status.as_u16()
+        )));
+    }
+    // Stripe's error body, as async-stripe's own client reads it.
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|_| StripeError::JSONDeserialize("the error answer is not UTF-8".into()))?;
+    Err(miniserde::json::from_str::<stripe_shared::Error>(text)
+        .map(|e| StripeError::Stripe(e.error, status.as_u16()))
+        .unwrap_or_else(|_| StripeError::JSONDeserialize("error deserializing Stripe error".into())))
 }
