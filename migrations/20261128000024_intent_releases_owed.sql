@@ -13,5 +13,7 @@ CREATE TABLE intent_releases_owed (
     last_error text NOT NULL
 );
 
--- The stock worker's sweeper and `fleetctl sweep` run the reconciliation.
+-- The stock worker's sweeper and `fleetctl sweep` run the reconciliation; the intake owes a
+-- release when the database refuses an order's commit and Stripe does not answer its cancel.
 GRANT SELECT, INSERT, UPDATE, DELETE ON intent_releases_owed TO orderfleet_stock_worker, orderfleet_operator;
+GRANT SELECT, INSERT, UPDATE ON intent_releases_owed TO orderfleet_intake;

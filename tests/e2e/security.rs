@@ -273,6 +273,8 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
         (
             "order-intake",
             expected(&[
+                // A release owed when the database refuses an order's commit (issue 43).
+                ("intent_releases_owed", "S,I,U"),
                 ("orders", "S,I,U"),
                 ("outbox", OUTBOX_INSERT),
                 ("products", "S,U(last_position,stock,units_promised,updated_at)"),
@@ -295,6 +297,8 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
         (
             "stock-worker",
             expected(&[
+                // The reconciliation's releases owed (issue 43).
+                ("intent_releases_owed", "S,I,U,D"),
                 ("message_failures", "S,I,U"),
                 ("orders", "S,U"),
                 ("outbox", OUTBOX_INSERT),
@@ -307,6 +311,7 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
         (
             "fleetctl",
             expected(&[
+                ("intent_releases_owed", "S,I,U,D"),
                 ("message_failures", "S"),
                 ("orders", "S,U"),
                 ("outbox", "S,I,U"),
@@ -329,6 +334,7 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
         [
             "_sqlx_migrations",
             "inbox",
+            "intent_releases_owed",
             "message_failures",
             "orders",
             "outbox",

@@ -460,3 +460,77 @@ async fn a_webhook_about_the_live_intent_of_a_failed_order_cancels_it() {
     );
     step.db.drop().await.unwrap();
 }
+
+/// A trigger that refuses, for good, every change of `user`'s orders for which `refused` (SQL
+/// over `NEW`) holds: an operator's rule, a constraint, a corrupt row.
+async fn refuse_for(step: &Step, user: &str, refused: &str) {
+    let function = format!(
+        "CREATE FUNCTION refuse_{user}() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF NEW.user_id = '{user}' AND {refused} THEN
+             RAISE EXCEPTION 'orders of {user} are refused here';
+           END IF;
+           RETURN NEW;
+         END $$"
+    );
+    // The test's own text, not a user's: nothing to inject.
+    sqlx::query(sqlx::AssertSqlSafe(function)).execute(&step.db.pool).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE TRIGGER refuse_{user} BEFORE UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION refuse_{user}()"
+    )))
+    .execute(&step.db.pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_order_whose_commit_the_database_refuses_for_good_leaves_no_hold_and_ends_failed_with_the_reason()
+{
+    // Arrange: the database refuses one buyer's order the move that records its authorization.
+    let step = Step::new().await;
+    refuse_for(&step, "ann", "NEW.status IN ('authorized', 'stock_reserved')").await;
+
+    // Act
+    let ann = step.place("ann", "key-ann").await;
+    let bob = step.place("bob", "key-bob").await;
+
+    // Assert: Ann's hold released and her order failed with the database's reason (before the
+    // fix: a 500, the order pending with its unit promised, and the hold live at Stripe); Bob,
+    // behind her, is served.
+    assert!(matches!(ann, Ok(Placed::Declined { .. })), "{ann:?}");
+    assert!(matches!(bob, Ok(Placed::Accepted { .. })), "{bob:?}");
+    let order = step.order_id_of("ann").await;
+    let (status, reason, detail): (String, String, String) =
+        sqlx::query_as("SELECT status::text, failure_reason, decline_detail FROM orders WHERE id = $1")
+            .bind(order)
+            .fetch_one(&step.db.pool)
+            .await
+            .unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("payment_declined", "order_refused"));
+    assert!(detail.contains("orders of ann are refused here"), "{detail}");
+    let intents = step.intents().await;
+    let own: Vec<_> = intents.iter().filter(|(_, _, o)| *o == order.to_string()).collect();
+    assert_eq!(own.len(), 1, "{intents:?}");
+    assert_eq!(own[0].1, "canceled", "{intents:?}");
+    step.db.drop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_order_the_database_refuses_to_end_too_keeps_no_hold_and_is_left_for_a_person() {
+    // Arrange: the database refuses every change of one buyer's order.
+    let step = Step::new().await;
+    refuse_for(&step, "ann", "true").await;
+
+    // Act
+    let ann = step.place("ann", "key-ann").await;
+
+    // Assert: an error for the buyer, the order still pending (the sweeper lists it as stuck,
+    // with the database's reason), and its hold released all the same.
+    assert!(ann.is_err(), "{ann:?}");
+    let order = step.order_id_of("ann").await;
+    assert_eq!(step.status(order).await, "pending_authorization");
+    let intents = step.intents().await;
+    assert_eq!(intents.len(), 1, "{intents:?}");
+    assert_eq!(intents[0].1, "canceled", "{intents:?}");
+    step.db.drop().await.unwrap();
+}

@@ -12,10 +12,12 @@
 //! deduplication id and SNS drops the repeat itself.
 //! A database failure between a publish and its record is neither: the worker remembers what
 //! SNS took, keeps the messages in hand whatever the failure, and retries only the record,
-//! every second. One window is left: a second copy of the message at another worker, which
-//! claims it once this worker's claim (30 s) has lapsed during a longer database outage, and
-//! before this worker's record goes through, publishes it again; so does a stop during the
-//! outage. Both need the database down for longer than the claim.
+//! every second, through a stop too, for the grace period (`SHUTDOWN_GRACE_SECONDS`), before
+//! it gives them back. Two windows are left, both needing the database down longer than a
+//! bound: a second copy of the message at another worker, which claims it once this worker's
+//! claim (30 s) has lapsed during a longer database outage, and before this worker's record
+//! goes through, publishes it again; and a stop during an outage that outlasts the grace
+//! period hands the messages back, to be published again once the claim has lapsed.
 //!
 //! **A Publish outage dead-letters nothing.** When a whole `PublishBatch` call fails — SNS
 //! throttling Publish, a KMS fault on the topic, connections dropped — while the topic itself
@@ -438,9 +440,10 @@ impl Notifier {
 
 /// The failure of a notification SNS took whose record failed: kept in hand, whatever the
 /// database's failure, and its record tried again every second, so that it goes to no other
-/// worker, which would publish it again. (A stop hands it back; so does a crash.)
+/// worker, which would publish it again; through a stop too, for the grace period, before it is
+/// handed back. (A crash hands it back.)
 fn unrecorded(e: &anyhow::Error) -> Failure {
-    db::failure(e).retry_in(Duration::from_secs(1)).kept_in_hand()
+    db::failure(e).retry_in(Duration::from_secs(1)).kept_through_stop()
 }
 
 /// A message delivered twice within one batch is handled once: the later copies are done.

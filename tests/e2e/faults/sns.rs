@@ -179,6 +179,52 @@ async fn a_database_failure_between_a_publish_and_its_record_publishes_nothing_a
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_worker_stopped_while_its_records_fail_keeps_recording_within_its_grace_and_nothing_is_published_again()
+ {
+    // Arrange: SNS answers, but the inbox's record of a publish fails as a database outage
+    // would (a trigger raises SQLSTATE 57P03); one order's two notifications go out and are
+    // kept in hand, their records failing. The worker's grace is 30 s: longer than its polls
+    // (20 s), so that the outage can outlast every poll still open at the stop (one could take
+    // a message handed back and record it once the database is back) and still end in time.
+    let mut fleet = Fleet::prepare("stop-while-records-fail").await.unwrap();
+    for label in ["order-intake", "outbox-relay", "stock-worker"] {
+        fleet.spawn(label, label, &[]).unwrap();
+    }
+    fleet.spawn("notification-worker", "notification-worker", &[("SHUTDOWN_GRACE_SECONDS", "30")]).unwrap();
+    fleet.wait_intake().await.unwrap();
+    fleet.product("sku-1", 1000, 1).await.unwrap();
+    for statement in [
+        "CREATE FUNCTION refuse_the_record() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN RAISE EXCEPTION 'the database is going away' USING ERRCODE = '57P03'; END $$",
+        "CREATE TRIGGER refuse_the_record BEFORE UPDATE ON inbox FOR EACH ROW
+           WHEN (NEW.processed_at IS NOT NULL) EXECUTE FUNCTION refuse_the_record()",
+    ] {
+        sqlx::query(statement).execute(&fleet.pool).await.unwrap();
+    }
+    assert_eq!(place(&fleet, "buyer", "key", "sku-1").await.status, 202);
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    let published = fleet.notification_messages(2, Duration::from_secs(60)).await.unwrap();
+
+    // Act: a graceful stop during the outage, which ends 24 s later: after every poll open at
+    // the stop, within the grace. Then another worker, which takes up whatever was handed back.
+    fleet.sigterm("notification-worker").unwrap();
+    tokio::time::sleep(Duration::from_secs(24)).await;
+    sqlx::query("DROP TRIGGER refuse_the_record ON inbox").execute(&fleet.pool).await.unwrap();
+    let stopped = fleet.wait_exit("notification-worker", Duration::from_secs(60)).await.unwrap();
+    fleet.spawn("notification-worker-2", "notification-worker", &[]).unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let again = fleet.notification_messages(0, Duration::from_secs(5)).await.unwrap();
+
+    // Assert: the stopping worker recorded both before it exited (before the fix it handed them
+    // back, and the next worker, their claims lapsed, published both again).
+    assert!(stopped.success(), "{stopped:?}");
+    assert_eq!(published.len(), 2, "{published:?}");
+    assert!(again.is_empty(), "published again: {again:?}");
+    assert!(dlqs_are_empty(&fleet).await);
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_second_copy_of_a_notification_held_in_a_publish_outage_is_kept_in_hand_not_handed_back() {
     // Arrange: two orders' four notifications, each in the queue twice (SQS delivers at least
     // once; the relay may send a row again), and Publish taken away while the topic answers.

@@ -365,7 +365,7 @@ async fn a_500_stripe_saved_under_a_captures_key_is_followed_by_a_new_attempt() 
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_500_stripe_saved_under_a_cancels_key_is_followed_by_a_new_attempt() {
+async fn a_500_stripe_saved_under_a_cancels_key_is_followed_by_a_cancel_under_a_fresh_key() {
     // Arrange: an order awaiting 3-D Secure, its stock cut, then authenticated with no worker
     // running, so that its authorization must be cancelled; the first cancel answers 500,
     // saved under its key.
@@ -380,11 +380,12 @@ async fn a_500_stripe_saved_under_a_cancels_key_is_followed_by_a_new_attempt() {
     // Act
     fleet.spawn("stock-worker-2", "stock-worker", &[]).unwrap();
 
-    // Assert: the worker asked Stripe, found the hold still there, and cancelled it in the
-    // next attempt.
+    // Assert: the worker asked Stripe, found the hold still there, and cancelled it under a
+    // fresh key (a cancel is idempotent in effect), within the same attempt (issue 43: before,
+    // the order moved to its next attempt for a new cancel key).
     let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     assert_eq!(statuses.get("rejected_out_of_stock"), Some(&1), "{statuses:?}");
-    assert_eq!(attempt_of(&fleet, &order).await, 2);
+    assert_eq!(attempt_of(&fleet, &order).await, 1);
     audit_saved_500s(&fleet, "stripe-saved-500-cancel", "sku-cut", 1).await;
     fleet.stop().await.unwrap();
 }

@@ -214,14 +214,14 @@ pub async fn record(
     let (intent_id, reason) = match result {
         // Holding funds (or, never with manual capture, already captured): accepted.
         Ok(intent) if matches!(intent.status, IntentStatus::RequiresCapture | IntentStatus::Succeeded) => {
-            let moved = commit_authorized(pool, payments, order, &intent).await?;
-            return moved_or_stray(pool, payments, order, &intent, moved, Recorded::Authorized).await;
+            let moved = commit_authorized(pool, payments, order, &intent).await;
+            return committed(pool, payments, order, &intent, moved, Recorded::Authorized).await;
         }
         // The card needs 3-D Secure: the buyer completes it, and the order keeps its units
         // meanwhile. Not a decline.
         Ok(intent) if intent.status == IntentStatus::RequiresAction && intent.action.is_some() => {
-            let moved = commit_requires_action(pool, payments, order, &intent).await?;
-            return moved_or_stray(pool, payments, order, &intent, moved, Recorded::RequiresAction).await;
+            let moved = commit_requires_action(pool, payments, order, &intent).await;
+            return committed(pool, payments, order, &intent, moved, Recorded::RequiresAction).await;
         }
         // Found by a lookup: the card was declined (Stripe names the decline), or the intent
         // cancelled; no hold. Nobody can confirm it again: its client secret was never handed
@@ -258,6 +258,63 @@ pub async fn record(
     };
     let moved = decline(pool, order.id, &reason, intent_id.as_deref()).await?;
     Ok(if moved { Recorded::Declined(reason) } else { Recorded::MovedElsewhere })
+}
+
+/// What a commit of the order's `intent` came to: `recorded` if it moved the order, a stray's
+/// release if it found the order moved on ([`moved_or_stray`]), the order's failure if the
+/// database refused it for good ([`refused_by_database`]).
+async fn committed(
+    pool: &Pool,
+    payments: &Payments,
+    order: &Order,
+    intent: &Intent,
+    moved: sqlx::Result<bool>,
+    recorded: Recorded,
+) -> Result<Recorded, AuthorizationError> {
+    match moved {
+        Err(e) if crate::runtime::db::refused_for_good(&e) => {
+            refused_by_database(pool, payments, order, intent, &e).await
+        }
+        moved => moved_or_stray(pool, payments, order, intent, moved?, recorded).await,
+    }
+}
+
+/// The database refused the commit of the order's authorization for good (an integrity or
+/// check violation, a trigger's exception): a failure of this order, not of the fleet. Its hold
+/// is cancelled first (a cancel that does not take effect is owed to the reconciliation of
+/// strays, `intent_releases_owed`), then the order ends `payment_declined` with
+/// [`ORDER_REFUSED`] and the database's words. Where the database refuses that too, the order
+/// stays pending for a person (the sweeper lists it as stuck, with the reason), its hold
+/// released all the same. Other buyers go on.
+async fn refused_by_database(
+    pool: &Pool,
+    payments: &Payments,
+    order: &Order,
+    intent: &Intent,
+    refusal: &sqlx::Error,
+) -> Result<Recorded, AuthorizationError> {
+    let reason = format!("the database refused the order's commit: {refusal}");
+    metrics::counter!("orders_refused_by_database_total").increment(1);
+    tracing::error!(payment_intent = intent.id, reason, "the order cannot be recorded; its hold is released");
+    let released = match payments.cancel(order.intent(&intent.id)).await {
+        Ok(now) if now.status == IntentStatus::Canceled => Ok(()),
+        Ok(now) => Err(PaymentError::Unavailable(format!("the cancel left it {:?}", now.status))),
+        Err(e) => Err(e),
+    };
+    if let Err(why) = released
+        && let Err(e) = crate::domain::strays::owe(pool, order.id, &intent.id, "order_refused", &why).await
+    {
+        tracing::error!(payment_intent = intent.id, error = %e, "neither released nor owed: cancel it in Stripe's Dashboard");
+    }
+    payments.not_held_here(&intent.id);
+    match fail(pool, order.id, ORDER_REFUSED, &reason, Some(&intent.id)).await {
+        Ok(true) => Ok(Recorded::Declined(reason)),
+        Ok(false) => Ok(Recorded::MovedElsewhere),
+        Err(e) => {
+            tracing::error!(error = %e, reason, "the database refuses to end the order too; it needs a person");
+            Err(AuthorizationError::Database(e))
+        }
+    }
 }
 
 /// An order whose intent a lookup found in a state that is not final stays pending, its lease
@@ -306,6 +363,11 @@ async fn moved_or_stray(
 /// and the logs, for operators.
 pub const DECLINED: &str = "payment_declined";
 
+/// The `failure_reason` of an order whose commit the database refused for good (a constraint,
+/// a trigger): its hold released, it ends `payment_declined` with the database's words in
+/// `decline_detail`, for operators.
+pub const ORDER_REFUSED: &str = "order_refused";
+
 /// ONE statement: `pending_authorization` → `payment_declined` (compare-and-set), and the
 /// units the door promised the order go back to the product for the next buyer. The order row
 /// is locked before the product row, as everywhere. `detail` (the issuer's reason) is kept
@@ -313,6 +375,17 @@ pub const DECLINED: &str = "payment_declined";
 pub(crate) async fn decline(
     pool: &Pool,
     id: OrderId,
+    detail: &str,
+    payment_intent_id: Option<&str>,
+) -> sqlx::Result<bool> {
+    fail(pool, id, DECLINED, detail, payment_intent_id).await
+}
+
+/// [`decline`] with `failure_reason` as given: [`DECLINED`], or [`ORDER_REFUSED`].
+async fn fail(
+    pool: &Pool,
+    id: OrderId,
+    failure_reason: &str,
     detail: &str,
     payment_intent_id: Option<&str>,
 ) -> sqlx::Result<bool> {
@@ -333,7 +406,7 @@ pub(crate) async fn decline(
         id as _,
         detail,
         payment_intent_id,
-        DECLINED,
+        failure_reason,
         OrderStatus::PendingAuthorization as _,
         OrderStatus::PaymentDeclined as _,
     )

@@ -284,7 +284,7 @@ const OWED_PER_PASS: i64 = 100;
 
 /// Writes down (or, if it was owed already, counts another try of) a release Stripe did not
 /// answer, so that the window moves on and the next pass tries it again.
-async fn owe(
+pub(crate) async fn owe(
     pool: &Pool,
     order: OrderId,
     payment_intent: &str,

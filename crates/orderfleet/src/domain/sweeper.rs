@@ -156,6 +156,16 @@ impl Sweeper {
                     span.in_scope(|| tracing::error!(reason, "order cannot advance; it needs a person"));
                     report.stuck.push((id, reason))
                 }
+                // One order the database refuses to record (a constraint, a trigger) is that
+                // order's, for a person; it holds up no other.
+                Err(AuthorizationError::Database(e)) if crate::runtime::db::refused_for_good(&e) => {
+                    let reason = format!(
+                        "the database refuses to record the order: {e} (its hold is released; fix the \
+                         row or the rule, and the next sweep ends it)"
+                    );
+                    span.in_scope(|| tracing::error!(reason, "order cannot advance; it needs a person"));
+                    report.stuck.push((id, reason))
+                }
                 Err(AuthorizationError::Database(e)) => {
                     return Err(e).context("failed to resume a pending order");
                 }

@@ -182,6 +182,17 @@ pub async fn migrate(pool: &Pool) -> anyhow::Result<()> {
     conn.close().await.context("failed to close the migration's connection")
 }
 
+/// Whether the database refused the statement for good: an integrity constraint (23), a data
+/// exception (22), or an error raised on purpose by a trigger or a function (P0). Running it
+/// again refuses it again; what it was for has failed, not the database.
+pub fn refused_for_good(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(e) if is_refusal(&e.code().unwrap_or_default()))
+}
+
+fn is_refusal(code: &str) -> bool {
+    matches!(&code[..code.len().min(2)], "23" | "22" | "P0")
+}
+
 /// A database error as a [`Failure`], classified where it happens.
 ///
 /// What a cut connection looks like depends on where in the exchange it comes and on TLS: a
@@ -220,7 +231,7 @@ pub fn failure(error: &anyhow::Error) -> Failure {
                 // A read-only session: the database's state, whatever the message.
                 _ if code == crate::runtime::pool::READ_ONLY => Kind::Outage,
                 "08" | "28" | "3D" | "53" | "57" => Kind::Outage,
-                "23" | "22" | "P0" => Kind::Permanent,
+                _ if is_refusal(&code) => Kind::Permanent,
                 _ => Kind::Transient,
             };
             (kind, code)

@@ -111,12 +111,24 @@ pub struct Failure {
     /// The message waits on someone else's work, not on a failure of its own: kept in hand
     /// ([`Failure::kept_in_hand`]) rather than handed back.
     pub in_hand: bool,
+    /// The message's own work is done and only its record is left: at a stop, the consumer
+    /// keeps trying it within the grace period before handing it back
+    /// ([`Failure::kept_through_stop`]).
+    pub through_stop: bool,
 }
 
 impl Failure {
     /// A failure of `kind` from `source`.
     pub fn new(kind: Kind, source: Source, code: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self { kind, source, code: code.into(), reason: reason.into(), retry_in: None, in_hand: false }
+        Self {
+            kind,
+            source,
+            code: code.into(),
+            reason: reason.into(),
+            retry_in: None,
+            in_hand: false,
+            through_stop: false,
+        }
     }
 
     /// A passing failure of this piece of work ([`Kind::Transient`]).
@@ -147,6 +159,17 @@ impl Failure {
     /// (SPEC §8.10). Only a stop hands it back.
     pub fn kept_in_hand(mut self) -> Self {
         self.in_hand = true;
+        self
+    }
+
+    /// Kept in hand ([`Failure::kept_in_hand`]), and through a stop too: the message's effect
+    /// has happened (SNS took the notification) and only its record failed, so handed back it
+    /// would be done again by the next worker. At the stop signal the consumer goes on handling
+    /// it, every [`Failure::retry_in`], until it is settled or the grace period ends; only then
+    /// is it handed back.
+    pub fn kept_through_stop(mut self) -> Self {
+        self.in_hand = true;
+        self.through_stop = true;
         self
     }
 }

@@ -28,7 +28,9 @@
 //! A message **kept in hand** ([`Failure::kept_in_hand`]) waits on someone else's work, not on
 //! a dependency: another worker's claim on it, say. It is held the same way, but the worker
 //! keeps receiving: it is handled again once its `retry_in` has passed, for as long as it says
-//! so, and only a stop hands it back.
+//! so, and only a stop hands it back; one kept through the stop ([`Failure::kept_through_stop`]:
+//! its effect happened, only its record is left) is handled again until it is settled or the
+//! grace period ends ([`BatchTask::finish_through_stop`]), and only then handed back.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -151,14 +153,39 @@ impl<H: Handler> BatchTask<H> {
                 false => self.heartbeat(self.wait_in_hand(&held), &receipts).await,
             };
             if !again {
-                // Stopping: the held messages come back after a backoff, to another worker.
+                // Stopping: the held messages come back after a backoff, to another worker;
+                // those whose effect happened are first given the grace period to be recorded.
+                let (finish, give_back): (Vec<_>, Vec<_>) =
+                    held.into_iter().partition(|(_, f)| f.through_stop);
                 let settled =
-                    held.into_iter().map(|(m, failure)| (Delivered::of(&m), Err(failure))).collect();
+                    give_back.into_iter().map(|(m, failure)| (Delivered::of(&m), Err(failure))).collect();
                 self.settle.batch(settled).await;
+                self.finish_through_stop(finish).await;
                 return;
             }
             holds += u32::from(outage);
             pending = held.into_iter().map(|(m, _)| m).collect();
+        }
+    }
+
+    /// After the stop signal: handles the messages kept through the stop again, every
+    /// `retry_in`, settling each as it goes, until none is left. The consumer's grace period
+    /// bounds it: at its end the heartbeats stop and what is still here is handed back
+    /// (`finish_in_flight`).
+    async fn finish_through_stop(&self, mut kept: Vec<(Received, Failure)>) {
+        while !kept.is_empty() {
+            let pause = kept.iter().filter_map(|(_, f)| f.retry_in).min().unwrap_or(Duration::from_secs(1));
+            let receipts: Vec<String> = kept.iter().map(|(m, _)| m.receipt_handle.clone()).collect();
+            self.heartbeat(tokio::time::sleep(pause), &receipts).await;
+            let pending: Vec<Received> = kept.into_iter().map(|(m, _)| m).collect();
+            let outcomes = self.handle(&pending).await;
+            let (again, settled): (Vec<_>, Vec<_>) = pending
+                .into_iter()
+                .zip(outcomes)
+                .partition(|(_, outcome)| outcome.as_ref().is_err_and(|f| f.through_stop));
+            let settled = settled.into_iter().map(|(m, outcome)| (Delivered::of(&m), outcome)).collect();
+            self.settle.batch(settled).await;
+            kept = again.into_iter().filter_map(|(m, outcome)| Some((m, outcome.err()?))).collect();
         }
     }
 
