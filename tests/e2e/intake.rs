@@ -212,8 +212,16 @@ async fn the_same_key_while_the_first_request_is_in_flight_answers_409() {
 
     // Act
     let first = fleet.post_order("hana", "key-1", "sku-1", 1, "pm_card_visa");
+    // The twin goes once the first holds the key (its order is written), however long that
+    // takes on a loaded machine; the first then hangs for the client's timeout (5 s).
     let second = async {
-        tokio::time::sleep(Duration::from_millis(800)).await;
+        fleet_harness::eventually("the first request's order written", Duration::from_secs(30), || async {
+            let n: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM orders").fetch_one(&fleet.pool).await.ok()?;
+            (n == 1).then_some(())
+        })
+        .await
+        .unwrap();
         fleet.post_order("hana", "key-1", "sku-1", 1, "pm_card_visa").await
     };
     let (first, second) = tokio::join!(first, second);

@@ -38,10 +38,9 @@ async fn the_same_stock_check_delivered_5_times_captures_once_and_a_paid_orders_
     let mut fleet = Fleet::prepare("redelivery").await.unwrap();
     fleet.spawn("order-intake", "order-intake", &[]).unwrap();
     fleet.product("sku-1", 900, 3).await.unwrap();
-    // The intake may still be starting.
-    let answered = || async { fleet.post_order("gina", "key-1", "sku-1", 1, "pm_card_visa").await.ok() };
-    let answer =
-        fleet_harness::eventually("the intake answering", Duration::from_secs(10), answered).await.unwrap();
+    // The intake may still be starting: waited for as everywhere, not within a tighter bound.
+    fleet.wait_intake().await.unwrap();
+    let answer = fleet.post_order("gina", "key-1", "sku-1", 1, "pm_card_visa").await.unwrap();
     assert_eq!(answer.status, 202);
     let stock_check = envelope(&fleet, EventType::StockCheckRequested).await;
     let accepted = envelope(&fleet, EventType::OrderAccepted).await;

@@ -35,7 +35,14 @@ async fn one_user_firing_200_requests_a_second_gets_429s_while_another_users_ord
         "security: user-rate-limit requests=200 in {took:?} accepted={accepted} limited={}",
         limited.len()
     );
-    assert!(limited.len() >= 150, "only {} of 200 refused in {took:?}", limited.len());
+    // The bucket's own bound, whatever the machine's speed: a burst of 10, then 5 a second over
+    // the time the 200 took to arrive.
+    let most = 10 + 5 * took.as_secs_f64().ceil() as usize;
+    assert!(
+        accepted <= most,
+        "{accepted} of 200 accepted in {took:?}, more than the {most} the limit allows"
+    );
+    assert!(!limited.is_empty(), "none of 200 refused in {took:?}");
     assert_eq!(accepted + limited.len(), 200, "{:?}", bot.iter().map(|a| a.status).collect::<Vec<_>>());
     for answer in &limited {
         assert_eq!(answer.body["error"]["code"], "rate_limited");
@@ -113,9 +120,10 @@ async fn a_decline_tells_the_buyer_only_payment_declined_and_a_card_tester_is_st
 async fn five_hundred_idle_connections_neither_stop_a_real_order_nor_stay_open_past_the_header_timeout() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    // Arrange: a 2 s header timeout and a 2 s body timeout, so the test is short.
+    // Arrange: a 15 s header timeout (long enough for a loaded machine to open the 500 and
+    // answer the real order before any is cut) and a 2 s body timeout.
     let mut fleet = Fleet::prepare("slow-clients").await.unwrap();
-    fleet.set_env("INTAKE_HEADER_TIMEOUT_SECONDS", "2");
+    fleet.set_env("INTAKE_HEADER_TIMEOUT_SECONDS", "15");
     fleet.set_env("INTAKE_BODY_TIMEOUT_SECONDS", "2");
     fleet.spawn_all(1).await.unwrap();
     fleet.product("sku-1", 1000, 5).await.unwrap();
@@ -154,15 +162,15 @@ async fn five_hundred_idle_connections_neither_stop_a_real_order_nor_stay_open_p
         "security: slow-clients real_order_answered_in={answered_after:?} idle_still_open_then={still_open}"
     );
     assert!(
-        answered_after < Duration::from_secs(2) || still_open == 500,
+        answered_after < Duration::from_secs(15) || still_open == 500,
         "the order was not answered before the idle connections were cut"
     );
     // ... and the intake closes every idle one after its header timeout (the wait is generous:
     // this is whether, not how fast).
     for stream in &mut idle {
         let mut rest = Vec::new();
-        let closed = tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut rest)).await;
-        assert!(closed.is_ok(), "an idle connection is still open after 30 s");
+        let closed = tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut rest)).await;
+        assert!(closed.is_ok(), "an idle connection is still open after 60 s");
     }
     // The slow body is answered 408 request_timeout.
     let mut answer = Vec::new();

@@ -202,13 +202,19 @@ async fn a_refund_in_the_dashboard_is_recorded_and_notified_and_a_dispute_is_cou
     // Act: a partial refund, then the rest.
     let intent = intent_of(&fleet, &refunded).await;
     fleet.refund_at_stripe(&intent, Some(1000)).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The webhook's effect, waited for: a loaded machine may take longer than a fixed pause.
     let partial: (String, i64) =
-        sqlx::query_as("SELECT status::text, amount_refunded FROM orders WHERE id = $1::uuid")
-            .bind(&refunded)
-            .fetch_one(&fleet.pool)
-            .await
-            .unwrap();
+        fleet_harness::eventually("the partial refund recorded", Duration::from_secs(30), || async {
+            let row: (String, i64) =
+                sqlx::query_as("SELECT status::text, amount_refunded FROM orders WHERE id = $1::uuid")
+                    .bind(&refunded)
+                    .fetch_one(&fleet.pool)
+                    .await
+                    .ok()?;
+            (row.1 > 0).then_some(row)
+        })
+        .await
+        .unwrap();
     fleet.refund_at_stripe(&intent, None).await.unwrap();
 
     // Assert

@@ -115,8 +115,18 @@ async fn sigterm_stops_a_sweep_in_a_stripe_outage_after_the_order_in_hand() {
         .await
         .unwrap();
     fleet.fault("capture", "timeout", 1000).await.unwrap();
+    let before = fleet.stripe_stats().await.unwrap()["requests"].as_u64().unwrap();
     fleet.spawn("stock-worker", "stock-worker", &[("SWEEP_INTERVAL_SECONDS", "1")]).unwrap();
-    tokio::time::sleep(Duration::from_secs(4)).await; // the sweep is at its first order
+    // Its SIGTERM handler in place (it answers /healthz), and the sweep at its first order
+    // (stripe-sim has its first capture): waited for, not slept for.
+    let health = fleet.metrics_url("stock-worker").unwrap().replace("/metrics", "/healthz");
+    fleet_harness::eventually("the sweep at its first capture", Duration::from_secs(60), || async {
+        fleet.http.get(&health).send().await.ok()?.error_for_status().ok()?;
+        let requests = fleet.stripe_stats().await.ok()?["requests"].as_u64()?;
+        (requests > before).then_some(())
+    })
+    .await
+    .unwrap();
 
     // Act
     fleet.sigterm("stock-worker").unwrap();
@@ -124,7 +134,7 @@ async fn sigterm_stops_a_sweep_in_a_stripe_outage_after_the_order_in_hand() {
     // Assert: the worker stops once the order in hand is done (three attempts, about 17 s),
     // not after the whole sweep (eight orders, over two minutes), which a supervisor would end
     // with SIGKILL. The orders stay for the next sweep.
-    let stopped = fleet.wait_exit("stock-worker", Duration::from_secs(40)).await;
+    let stopped = fleet.wait_exit("stock-worker", Duration::from_secs(60)).await;
     assert!(stopped.as_ref().is_ok_and(|s| s.success()), "{stopped:?}");
     assert_eq!(fleet.statuses().await.unwrap().get("stock_reserved"), Some(&8));
     fleet.stop().await.unwrap();
