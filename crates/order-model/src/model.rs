@@ -28,13 +28,24 @@ pub struct Rules {
     pub message: MessageRule,
     /// Whether fulfilment reads the deadline of an `authorized` order's hold.
     pub lapse: LapseRule,
+    /// What a lookup that finds the order's intent before its confirm ends does.
+    pub lookup: LookupRule,
+    /// Whether the reconciliation (and a webhook) cancels a live intent of a failed order.
+    pub safety_net: bool,
 }
 
 impl Rules {
     /// The code's rules: since issue 35 (point 8), an `authorized` order whose hold is past the
     /// deadline the fleet recorded takes no units and counts for nothing in the line
     /// ([`LapseRule::KnownDeadline`]).
-    pub const NOW: Rules = Rules { lapse: LapseRule::KnownDeadline, ..Rules::BEFORE_ISSUE_35_POINT_8 };
+    pub const NOW: Rules =
+        Rules { lookup: LookupRule::LeavePending, safety_net: true, ..Rules::BEFORE_ISSUE_43 };
+
+    /// The code after issue 35 and before issue 43: a lookup that finds the order's intent
+    /// before its confirm ends declines the order ([`LookupRule::Decline`]), and nothing
+    /// cancels a live intent of a failed order.
+    pub const BEFORE_ISSUE_43: Rules =
+        Rules { lapse: LapseRule::KnownDeadline, ..Rules::BEFORE_ISSUE_35_POINT_8 };
 
     /// The code after issue 34 and before issue 35 (point 8): the commit of an authorization
     /// takes the order's units when nothing was cut ([`CommitRule::ReserveWhenNothingCut`]),
@@ -56,7 +67,22 @@ impl Rules {
         commit: CommitRule::Authorize,
         message: MessageRule::TheMessagesAttempt,
         lapse: LapseRule::TakesItsUnits,
+        lookup: LookupRule::Decline,
+        safety_net: false,
     };
+}
+
+/// What a resumed authorization does when Stripe's list shows the order's intent made, its
+/// confirm not ended (`requires_payment_method` with no error, for a moment while a create and
+/// confirm is still executing at Stripe) (issue 43, point 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LookupRule {
+    /// Before issue 43: declined on it, its units back; the confirm may then place a hold on
+    /// the card of a buyer told no, which nothing looks at again.
+    Decline,
+    /// Now (`authorization::record`'s `left_pending`): the order stays pending, its lease given
+    /// back; a retry or the sweeper looks again.
+    LeavePending,
 }
 
 impl Default for Rules {
@@ -351,6 +377,10 @@ pub enum Action {
     HoldLapses(IntentId),
     /// Stripe forgets its saved answers.
     KeysExpire,
+    /// A create whose confirm was still executing ends it (`slow_confirm`).
+    ConfirmEnds(IntentId),
+    /// The reconciliation (or a webhook) cancels a live intent of a failed order.
+    ReleaseFailedHold(IntentId),
 }
 
 /// The kinds of transition, each mapped to the code in README.md (a test checks the map).
@@ -396,11 +426,13 @@ pub enum Transition {
     Lapse,
     EventLost,
     KeysExpire,
+    ConfirmEnds,
+    ReleaseFailedHold,
 }
 
 impl Transition {
     /// Every kind, for the map's test.
-    pub const ALL: [Transition; 38] = [
+    pub const ALL: [Transition; 40] = [
         Transition::Send,
         Transition::Door,
         Transition::Resume,
@@ -439,6 +471,8 @@ impl Transition {
         Transition::Lapse,
         Transition::EventLost,
         Transition::KeysExpire,
+        Transition::ConfirmEnds,
+        Transition::ReleaseFailedHold,
     ];
 }
 
@@ -475,6 +509,12 @@ impl OrderProtocol {
     /// The ways a Stripe request may go from here.
     fn nets(state: &State, key: Option<(Op, Buyer, u8)>, out: &mut Vec<Net>) {
         out.push(Net::Ok);
+        if let Some(key @ (Op::Create, ..)) = key
+            && state.budget.slow_confirms > 0
+            && state.stripe.saved(key).is_none()
+        {
+            out.push(Net::Fault(Fault::SlowConfirm));
+        }
         if state.budget.faults == 0 {
             return;
         }
@@ -554,6 +594,8 @@ impl OrderProtocol {
             Action::HoldCanceledOutside(_) => Transition::HoldCanceledOutside,
             Action::HoldLapses(_) => Transition::HoldLapses,
             Action::KeysExpire => Transition::KeysExpire,
+            Action::ConfirmEnds(_) => Transition::ConfirmEnds,
+            Action::ReleaseFailedHold(_) => Transition::ReleaseFailedHold,
         }
     }
 
@@ -630,8 +672,19 @@ impl OrderProtocol {
         net: Net,
         execute: impl FnOnce(&mut State) -> Reply,
     ) -> Reply {
-        if let Net::Fault(_) = net {
-            s.budget.faults -= 1;
+        match net {
+            Net::Fault(Fault::SlowConfirm) => s.budget.slow_confirms -= 1,
+            Net::Fault(_) => s.budget.faults -= 1,
+            Net::Ok => {}
+        }
+        // A key whose first request is still executing (its confirm not ended) answers `409
+        // idempotency_key_in_use`, and nothing is saved for it: unanswered, to the fleet.
+        if s.stripe
+            .intents
+            .iter()
+            .any(|i| (Op::Create, i.order, i.attempt) == key && i.status == IntentStatus::Confirming)
+        {
+            return Reply::Unanswered;
         }
         if let Some(saved) = s.stripe.saved(key) {
             return match net {
@@ -645,6 +698,11 @@ impl OrderProtocol {
             Net::Fault(Fault::Error500) => (false, Some(Reply::Error500), Some(Reply::Error500)),
             Net::Fault(Fault::Error500AfterEffect) => (true, Some(Reply::Error500), Some(Reply::Error500)),
             Net::Fault(Fault::AnswerLost) => (true, None, Some(Reply::Unanswered)),
+            // Runs, its answer saved only once its confirm ends (`Action::ConfirmEnds`).
+            Net::Fault(Fault::SlowConfirm) => {
+                execute(s);
+                return Reply::Unanswered;
+            }
             Net::Fault(Fault::Unreachable) => return Reply::Unanswered,
             Net::Fault(Fault::OtherParameters) => {
                 unreachable!("only a key that ran answers idempotency_error")
@@ -674,6 +732,8 @@ impl OrderProtocol {
                     (IntentStatus::RequiresAction, Reply::Intent(id, IntentStatus::RequiresAction))
                 }
             };
+            let status =
+                if net == Net::Fault(Fault::SlowConfirm) { IntentStatus::Confirming } else { status };
             s.stripe.intents.push(Intent {
                 order,
                 attempt,
@@ -713,6 +773,7 @@ impl OrderProtocol {
                 IntentStatus::RequiresCapture
                     | IntentStatus::RequiresPaymentMethod
                     | IntentStatus::RequiresAction
+                    | IntentStatus::Confirming
             ) {
                 return Reply::Refused;
             }
@@ -785,6 +846,10 @@ impl OrderProtocol {
         let mine = || s.stripe.intents.iter().enumerate().filter(|(_, i)| i.order == order);
         let live = mine().find(|(_, i)| i.status == IntentStatus::RequiresCapture);
         if let Some((id, intent)) = live.or_else(|| mine().next_back()) {
+            // Made, its confirm not ended: not final (issue 43, point 1).
+            if intent.status == IntentStatus::Confirming && self.rules.lookup == LookupRule::LeavePending {
+                return Next::Go(Auth::Record(Found::Failed(None)));
+            }
             return Next::Go(Auth::Record(Self::found(Reply::Intent(id as IntentId, intent.status))));
         }
         let listed = s.order(order).dated;
@@ -1227,7 +1292,10 @@ impl OrderProtocol {
         let past_deadline = s.order(order).past_deadline;
         match s.stripe.intents[usize::from(intent)].status {
             IntentStatus::RequiresCapture | IntentStatus::Succeeded => Next::Go(Settle::Authorize),
-            IntentStatus::RequiresPaymentMethod => Next::Go(Settle::Release { timed_out: false }),
+            // A confirm still executing reads as `requires_payment_method` at Stripe.
+            IntentStatus::RequiresPaymentMethod | IntentStatus::Confirming => {
+                Next::Go(Settle::Release { timed_out: false })
+            }
             IntentStatus::Canceled => Next::Go(Settle::Decline),
             IntentStatus::RequiresAction if past_deadline => match self.rules.settle {
                 SettleRule::CancelFirst | SettleRule::CancelFirstSameKeyAfterA5xx => {
@@ -1649,6 +1717,15 @@ impl OrderProtocol {
             if intent.status == IntentStatus::RequiresAction && o.action && o.intent == Some(i) {
                 actions.extend([true, false].map(|ok| Action::Authenticate { intent: i, ok }));
             }
+            if intent.status == IntentStatus::Confirming {
+                actions.push(Action::ConfirmEnds(i));
+            }
+            // The safety net: a failed order's own intent holding funds, or waiting for its
+            // buyer, is cancelled by the reconciliation or the webhook.
+            let live = matches!(intent.status, IntentStatus::RequiresCapture | IntentStatus::RequiresAction);
+            if self.rules.safety_net && live && o.status.has_failed() && o.intent == Some(i) {
+                actions.push(Action::ReleaseFailedHold(i));
+            }
         }
         for (id, o) in s.existing() {
             if o.status == Status::RequiresAction && !o.past_deadline {
@@ -1796,6 +1873,30 @@ impl OrderProtocol {
                     if ok { IntentStatus::RequiresCapture } else { IntentStatus::RequiresPaymentMethod };
                 i.held |= ok;
                 s.emit(self.scenario.webhooks, intent, false);
+            }
+            Action::ConfirmEnds(intent) => {
+                let card = self.card(s.stripe.intents[usize::from(intent)].order);
+                let i = &mut s.stripe.intents[usize::from(intent)];
+                let (status, reply) = match card {
+                    Card::Declines => (IntentStatus::RequiresPaymentMethod, Reply::Declined(intent)),
+                    _ => {
+                        (IntentStatus::RequiresCapture, Reply::Intent(intent, IntentStatus::RequiresCapture))
+                    }
+                };
+                i.status = status;
+                i.held = status == IntentStatus::RequiresCapture;
+                let key = (Op::Create, i.order, i.attempt);
+                s.stripe.saved.push((key, reply));
+                s.stripe.saved.sort_unstable_by_key(|(k, _)| *k);
+                if status == IntentStatus::RequiresCapture {
+                    s.emit(self.scenario.webhooks, intent, false);
+                }
+            }
+            Action::ReleaseFailedHold(intent) => {
+                let i = &mut s.stripe.intents[usize::from(intent)];
+                i.status = IntentStatus::Canceled;
+                i.cancels += 1;
+                s.emit(self.scenario.webhooks, intent, true);
             }
             Action::DeadlinePasses(order) => s.order_mut(order).past_deadline = true,
             Action::HoldCanceledOutside(intent) => {

@@ -108,6 +108,18 @@ pub fn hold_lapsing_after_a_cut() -> Scenario {
         .with_budget(Budget { lapses: 1, ..Budget::default() })
 }
 
+/// A create that Stripe is slow to confirm (issue 43, point 1): it runs, and for a while its
+/// intent reads as made but not confirmed while no answer comes; the buyer retries, and the
+/// sweeper looks too. A lookup meeting the intent then must not decline the order, since the
+/// confirm then places a hold. One good card, one unit.
+pub fn a_slow_confirm() -> Scenario {
+    Scenario::new("a create slow to confirm", vec![(1, Card::Good)], 1).with_budget(Budget {
+        slow_confirms: 1,
+        retries: 1,
+        ..Budget::default()
+    })
+}
+
 /// Every scenario, as checked by `make test`.
 pub fn all() -> Vec<Scenario> {
     vec![
@@ -121,6 +133,7 @@ pub fn all() -> Vec<Scenario> {
         three_d_secure(),
         holds_cancelled_outside(),
         hold_lapsing_after_a_cut(),
+        a_slow_confirm(),
     ]
 }
 

@@ -164,6 +164,9 @@ pub enum IntentStatus {
     RequiresPaymentMethod,
     /// Waiting for its buyer's 3-D Secure: no hold yet.
     RequiresAction,
+    /// Made, its confirm still executing at Stripe (Stripe's list shows it
+    /// `requires_payment_method` with no error): it may hold funds a moment later.
+    Confirming,
 }
 
 /// The requests that carry an idempotency key.
@@ -221,6 +224,9 @@ pub enum Fault {
     /// A create re-sent under a key that already ran, with other parameters (a deploy in
     /// between): `idempotency_error`, nothing done.
     OtherParameters,
+    /// A create that runs, its confirm still executing when its answer is due: no answer, the
+    /// intent `Confirming` until its confirm ends (stripe-sim's `slow_confirm`).
+    SlowConfirm,
 }
 
 /// How a network step goes: as asked, or with a fault.
@@ -433,6 +439,8 @@ pub struct Budget {
     pub key_expiries: u8,
     /// Stripe giving up delivering an event (or the webhook's secret unset).
     pub lost_events: u8,
+    /// Creates whose confirm is still executing when their answer is due ([`Fault::SlowConfirm`]).
+    pub slow_confirms: u8,
 }
 
 /// Defects seen at the moment they happen (judged by the properties).

@@ -10,7 +10,9 @@ use order_model::model::Action;
 use order_model::model::{
     CommitRule, CutRule, IdempotencyRule, LineRule, MessageRule, ResumeRule, Scenario, SettleRule,
 };
-use order_model::properties::{NEVER_A_DECLINE, ONE_AUTHORIZATION, REJECTED_IN_LINE, THREE_D_SECURE};
+use order_model::properties::{
+    NEVER_A_DECLINE, NO_HOLD_LEFT, ONE_AUTHORIZATION, REJECTED_IN_LINE, THREE_D_SECURE,
+};
 use order_model::state::{Op, Reply, State, Status};
 use order_model::{OrderProtocol, Rules, scenarios};
 use stateright::{Checker, HasDiscoveries, Model, Property};
@@ -428,4 +430,36 @@ fn now_a_hold_lapsing_after_a_cut_keeps_every_guarantee_with_the_webhook_racing_
         eprintln!("\n{property}, broken by:\n{told}");
     }
     assert!(report.counterexamples.is_empty(), "{report}");
+}
+
+/// Issue 43, point 1, on the rules before it: a create is slow to confirm and its answer never
+/// comes; the buyer's retry (or the sweeper) lists the order's intents, finds the intent not yet
+/// confirmed, and declines the order; the confirm then ends and places a hold on the card of a
+/// buyer told no, which nothing releases.
+#[test]
+fn before_issue_43_an_order_declined_on_an_intent_mid_confirm_is_left_with_a_live_hold() {
+    let told = broken_under(scenarios::a_slow_confirm(), Rules::BEFORE_ISSUE_43, NO_HOLD_LEFT);
+    assert!(told.contains("ConfirmEnds"), "{told}");
+    let end = told.lines().last().expect("a path");
+    assert!(end.contains("PaymentDeclined"), "{told}");
+}
+
+/// The lookup that leaves the order pending keeps every guarantee in that scenario on its own
+/// (the order is authorized on its intent once the confirm ends). The safety net alone (a
+/// failed order's live intent cancelled by the reconciliation or a webhook) keeps §8.5, no
+/// hold left, but not §8.11: the buyer of a card that authorizes was still told no. So the
+/// safety net is a net, and the lookup is the fix.
+#[test]
+fn after_issue_43_the_pending_lookup_keeps_every_guarantee_and_the_safety_net_alone_only_the_hold() {
+    let pending = Rules { safety_net: false, ..Rules::NOW };
+    let report = check(OrderProtocol { scenario: scenarios::a_slow_confirm(), rules: pending });
+    eprintln!("{report} (under {pending:?})");
+    assert!(report.counterexamples.is_empty(), "{:?}", report.counterexamples);
+
+    let net_alone = Rules { safety_net: true, ..Rules::BEFORE_ISSUE_43 };
+    let report = check(OrderProtocol { scenario: scenarios::a_slow_confirm(), rules: net_alone });
+    eprintln!("{report} (under {net_alone:?})");
+    let broken: Vec<&str> = report.counterexamples.iter().map(|(p, _)| *p).collect();
+    assert!(!broken.contains(&NO_HOLD_LEFT), "{broken:?}");
+    assert_eq!(broken, [NEVER_A_DECLINE], "{broken:?}");
 }
