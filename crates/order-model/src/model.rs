@@ -1859,6 +1859,25 @@ impl OrderProtocol {
         }
     }
 
+    /// A create's confirm ends: a hold for a good card, a decline otherwise, and the key's
+    /// answer saved then.
+    fn confirm_ends(&self, s: &mut State, intent: IntentId) {
+        let card = self.card(s.stripe.intents[usize::from(intent)].order);
+        let i = &mut s.stripe.intents[usize::from(intent)];
+        let (status, reply) = match card {
+            Card::Declines => (IntentStatus::RequiresPaymentMethod, Reply::Declined(intent)),
+            _ => (IntentStatus::RequiresCapture, Reply::Intent(intent, IntentStatus::RequiresCapture)),
+        };
+        i.status = status;
+        i.held = status == IntentStatus::RequiresCapture;
+        let key = (Op::Create, i.order, i.attempt);
+        s.stripe.saved.push((key, reply));
+        s.stripe.saved.sort_unstable_by_key(|(k, _)| *k);
+        if status == IntentStatus::RequiresCapture {
+            s.emit(self.scenario.webhooks, intent, false);
+        }
+    }
+
     /// What happens outside the fleet: Stripe and the buyers' pages, and time passing.
     fn outside(&self, s: &mut State, action: Action) {
         match action {
@@ -1874,24 +1893,7 @@ impl OrderProtocol {
                 i.held |= ok;
                 s.emit(self.scenario.webhooks, intent, false);
             }
-            Action::ConfirmEnds(intent) => {
-                let card = self.card(s.stripe.intents[usize::from(intent)].order);
-                let i = &mut s.stripe.intents[usize::from(intent)];
-                let (status, reply) = match card {
-                    Card::Declines => (IntentStatus::RequiresPaymentMethod, Reply::Declined(intent)),
-                    _ => {
-                        (IntentStatus::RequiresCapture, Reply::Intent(intent, IntentStatus::RequiresCapture))
-                    }
-                };
-                i.status = status;
-                i.held = status == IntentStatus::RequiresCapture;
-                let key = (Op::Create, i.order, i.attempt);
-                s.stripe.saved.push((key, reply));
-                s.stripe.saved.sort_unstable_by_key(|(k, _)| *k);
-                if status == IntentStatus::RequiresCapture {
-                    s.emit(self.scenario.webhooks, intent, false);
-                }
-            }
+            Action::ConfirmEnds(intent) => self.confirm_ends(s, intent),
             Action::ReleaseFailedHold(intent) => {
                 let i = &mut s.stripe.intents[usize::from(intent)];
                 i.status = IntentStatus::Canceled;
