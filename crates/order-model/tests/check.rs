@@ -86,10 +86,15 @@ fn the_resume_rule_before_bbf9d45_places_a_second_hold_when_its_resent_key_answe
 /// A defect planted on purpose: past the deadline, a settle that records
 /// `authentication_timed_out` and gives the units back without cancelling the intent first.
 /// The buyer completes 3-D Secure at the deadline, after the record: a hold is left on a
-/// declined order, whose unit went to the next buyer.
+/// declined order, whose unit went to the next buyer. Checked without issue 43's safety net,
+/// which catches it: the reconciliation (or the webhook) cancels the live intent of the failed
+/// order, and the property holds again.
 #[test]
 fn a_settle_that_times_out_without_cancelling_first_leaves_a_hold_on_a_declined_order() {
-    let rules = Rules { settle: SettleRule::TimeOutWithoutCancel, ..Rules::NOW };
+    let netted = Rules { settle: SettleRule::TimeOutWithoutCancel, ..Rules::NOW };
+    let report = check(OrderProtocol { scenario: scenarios::three_d_secure(), rules: netted });
+    assert!(report.counterexamples.is_empty(), "the safety net: {:?}", report.counterexamples);
+    let rules = Rules { safety_net: false, ..netted };
     let told = broken_under(scenarios::three_d_secure(), rules, THREE_D_SECURE);
     // The deadline passed, the order was declined, then its buyer authenticated: A's intent
     // holds funds on a declined order at the end.
