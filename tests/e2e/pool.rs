@@ -36,11 +36,10 @@ impl Window {
         Self { db, proxy, url, name }
     }
 
-    /// Cuts `begin` off after [`CALLER_GIVES_UP`], while the proxy holds its answer.
+    /// Cuts `begin` off after [`CALLER_GIVES_UP`], while the proxy holds its answer. Called at
+    /// once after the warm-up (the fleet's pool pings a connection idle for a second or more as
+    /// it hands it out, and that answer is not the one to hold).
     async fn cut_off<T: std::fmt::Debug>(&self, begin: impl Future<Output = sqlx::Result<T>>) {
-        // sqlx pings the warm-up's connection as it takes it back: that answer is not the one
-        // to hold. (Under a second, so the fleet's pool does not ping it when handing it out.)
-        tokio::time::sleep(Duration::from_millis(300)).await;
         self.proxy.answers_held_ms.store(ANSWER_HELD.as_millis() as u64, Ordering::Relaxed);
         let cut = tokio::time::timeout(CALLER_GIVES_UP, begin).await;
         assert!(cut.is_err(), "the BEGIN was answered before the caller gave up: {cut:?}");
@@ -82,6 +81,14 @@ async fn sqlx_s_pool_keeps_a_connection_whose_begin_was_cut_off_inside_its_trans
         .await
         .unwrap();
     sqlx::query("SELECT 1").execute(&pool).await.unwrap();
+    // sqlx pings the warm-up's connection as it takes it back, in a task of its own: that
+    // answer is not the one to hold. Waited for (the ping through the proxy, and the connection
+    // back among the idle, so its answer was read), however long a loaded machine takes.
+    fleet_harness::eventually("the warm-up's connection pinged back", Duration::from_secs(30), || async {
+        (window.proxy.counts.read().2 >= 1 && pool.num_idle() == 1).then_some(())
+    })
+    .await
+    .unwrap();
 
     // Act: a BEGIN cut off in flight; then the next user writes through the pool.
     window.cut_off(pool.begin()).await;

@@ -32,6 +32,17 @@ async fn wait_drained(fleet: &Fleet, queue_url: &str) {
         .unwrap();
 }
 
+/// The stock checks the workers have handled so far, whatever the outcome (their metrics).
+async fn stock_checks_handled(fleet: &Fleet) -> f64 {
+    let queue = orderfleet::runtime::consumer::short_name(&fleet.stock.url);
+    let handled = fleet_harness::metrics::sum_by_label(
+        &fleet.scrape_metrics().await,
+        "messages_handled_total",
+        "queue",
+    );
+    handled.get(queue).copied().unwrap_or(0.0)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_same_stock_check_delivered_5_times_captures_once_and_a_paid_orders_message_is_deleted() {
     // Arrange: an authorized order whose messages have not been relayed (no relay runs).
@@ -75,10 +86,12 @@ async fn the_same_stock_check_delivered_5_times_captures_once_and_a_paid_orders_
             .fetch_one(&fleet.pool)
             .await
             .unwrap();
+    let handled_before = stock_checks_handled(&fleet).await;
     send_times(&fleet, &fleet.stock.url.clone(), &stock_check, 1).await;
-    // A fixed wait: SQS's counts lag a send, so "drained" read at once could be the moment
-    // before the copy is counted.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // SQS's counts lag a send, so "drained" read at once could be the moment before the copy
+    // is counted: first the copy handled, by the workers' own count, then drained (deleted).
+    let handled = || async { (stock_checks_handled(&fleet).await > handled_before).then_some(()) };
+    fleet_harness::eventually("the copy handled", Duration::from_secs(30), handled).await.unwrap();
     wait_drained(&fleet, &fleet.stock.url.clone()).await;
 
     // Assert: deleted, and nothing changed.
