@@ -51,11 +51,9 @@ done
 step "dependencies: advisories, duplicate versions, licenses, sources (cargo-deny)"
 "$root/scripts/audit.sh"
 
-step "the query data (.sqlx/) is what the migrated schema says of every statement"
+# One compile for both: clippy's, with the query macros online against the migrated schema.
+step "cargo clippy --all-targets -- -D warnings, and the query data (.sqlx/) is what the migrated schema says of every statement"
 "$root/scripts/sqlx-data.sh" check
-
-step "cargo clippy --all-targets -- -D warnings"
-cargo clippy --quiet --workspace --all-targets -- -D warnings
 
 # Databases the end-to-end tests made and a failed run left behind (see tests/support).
 psql -q -d "$DATABASE_URL" -At -c "SELECT datname FROM pg_database WHERE datname LIKE 'orderfleet\_test\_%'" |

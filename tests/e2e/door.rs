@@ -425,10 +425,15 @@ async fn the_fleets_stripe_budgets_keep_a_rate_limited_stripe_from_answering_429
     fleet.spawn("order-intake", "order-intake", &[("STRIPE_MAX_REQUESTS_PER_SECOND", "200")]).unwrap();
     fleet.wait_intake().await.unwrap();
     fleet.product("control", 1000, 40).await.unwrap();
-    let control = futures::future::join_all((0..40).map(|i| {
-        let fleet = &fleet;
-        async move { fleet.post_order(&format!("c{i}"), "k", "control", 1, "pm_card_visa").retrying().await }
-    }));
+    let control =
+        futures::future::join_all(
+            (0..40).map(|i| {
+                let fleet = &fleet;
+                async move {
+                    fleet.post_order(&format!("c{i}"), "k", "control", 1, "pm_card_visa").retrying().await
+                }
+            }),
+        );
     let first_429 = async {
         let seen = fleet_harness::eventually("a 429 from stripe-sim", Duration::from_secs(60), || async {
             (fleet.stripe_stats().await.ok()?["rate_limited"].as_u64()? > 0).then_some(())
