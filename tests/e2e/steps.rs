@@ -534,3 +534,46 @@ async fn an_order_the_database_refuses_to_end_too_keeps_no_hold_and_is_left_for_
     assert_eq!(intents[0].1, "canceled", "{intents:?}");
     step.db.drop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_owed_of_an_intent_its_order_has_since_recorded_and_holds_cancels_nothing() {
+    // Arrange: an order whose commit the database once refused owed its intent's release
+    // (Stripe did not answer the cancel); an operator mended the rule, and the order was then
+    // authorized on that very intent.
+    use orderfleet::domain::strays;
+    let step = Step::new().await;
+    let id = step.authorized_order("ola").await;
+    let own = orderfleet::domain::order::load(&step.db.pool, OrderId::from_uuid(id))
+        .await
+        .unwrap()
+        .unwrap()
+        .payment_intent_id
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO intent_releases_owed (payment_intent_id, order_id, found, last_error)
+         VALUES ($1, $2, 'order_refused', 'timed out')",
+    )
+    .bind(&own)
+    .bind(id)
+    .execute(&step.db.pool)
+    .await
+    .unwrap();
+    let payments = payments(&step.stripe_base);
+    let stop = tokio_util::sync::CancellationToken::new();
+
+    // Act
+    strays::reconcile(&step.db.pool, &payments, Duration::ZERO, &stop).await.unwrap().unwrap();
+
+    // Assert: the order's hold is kept (before the fix: cancelled, and the order, accepted,
+    // could never be captured), and the release is no longer owed.
+    assert_eq!(
+        payments.retrieve(&own).await.unwrap().status,
+        orderfleet::domain::payments::IntentStatus::RequiresCapture
+    );
+    let owed: i64 = sqlx::query_scalar("SELECT count(*) FROM intent_releases_owed")
+        .fetch_one(&step.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(owed, 0);
+    step.db.drop().await.unwrap();
+}

@@ -236,7 +236,7 @@ pub async fn record(
         // (`requires_payment_method` with no error, `requires_confirmation`, `processing`).
         // It may hold funds a moment later, so the order is never declined on it: it stays
         // pending, its lease given back, and a retry or the sweeper looks again.
-        Ok(intent) => return left_pending(pool, order, &intent).await,
+        Ok(intent) => return left_pending(pool, payments, order, &intent).await,
         Err(PaymentError::Declined { code, message, payment_intent_id }) => {
             (payment_intent_id, format!("{code}: {message}"))
         }
@@ -319,7 +319,15 @@ async fn refused_by_database(
 
 /// An order whose intent a lookup found in a state that is not final stays pending, its lease
 /// given back: a retry or the sweeper looks again.
-async fn left_pending(pool: &Pool, order: &Order, intent: &Intent) -> Result<Recorded, AuthorizationError> {
+async fn left_pending(
+    pool: &Pool,
+    payments: &Payments,
+    order: &Order,
+    intent: &Intent,
+) -> Result<Recorded, AuthorizationError> {
+    if unsettled_too_long(intent.created, chrono::Utc::now()) {
+        return never_confirmed(pool, payments, order, intent).await;
+    }
     metrics::counter!("authorization_intents_unsettled_total").increment(1);
     tracing::info!(payment_intent = intent.id, status = ?intent.status, "the order's PaymentIntent is not settled at Stripe yet; the order stays pending");
     release(pool, order).await?;
@@ -327,6 +335,42 @@ async fn left_pending(pool: &Pool, order: &Order, intent: &Intent) -> Result<Rec
         "the order's PaymentIntent {} is {:?} at Stripe, its confirm not ended; looked at again later",
         intent.id, intent.status
     )))
+}
+
+/// How long an intent may stay made but not confirmed before the fleet stops waiting for its
+/// confirm: a create-and-confirm takes seconds; one still unconfirmed this long after Stripe
+/// made it never ran its confirm (a 500 after the intent was made, before the confirm), and
+/// nothing will move it.
+pub const UNSETTLED_FOR: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
+
+/// Whether an intent made at `created` (Stripe's clock) has waited for its confirm too long.
+pub fn unsettled_too_long(
+    created: Option<chrono::DateTime<chrono::Utc>>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> bool {
+    created.is_some_and(|created| now - created > UNSETTLED_FOR)
+}
+
+/// An intent that never confirmed ([`UNSETTLED_FOR`]): released, and the order declined on it
+/// only once Stripe shows it `canceled` (no hold can follow); otherwise the order stays pending
+/// for the next look.
+async fn never_confirmed(
+    pool: &Pool,
+    payments: &Payments,
+    order: &Order,
+    intent: &Intent,
+) -> Result<Recorded, AuthorizationError> {
+    let released = payments.cancel(order.intent(&intent.id)).await;
+    if !matches!(&released, Ok(now) if now.status == IntentStatus::Canceled) {
+        release(pool, order).await?;
+        return Err(AuthorizationError::ProviderUnavailable(format!(
+            "the order's PaymentIntent {} never confirmed, and its cancel did not take effect: {released:?}",
+            intent.id
+        )));
+    }
+    let reason = format!("authorization_incomplete: {} never confirmed; cancelled", intent.id);
+    let moved = decline(pool, order.id, &reason, Some(&intent.id)).await?;
+    Ok(if moved { Recorded::Declined(reason) } else { Recorded::MovedElsewhere })
 }
 
 /// `recorded` if this call's commit moved the order. If it found the order moved already (a
@@ -484,4 +528,17 @@ async fn release_after_a_5xx(pool: &Pool, order: &Order) -> sqlx::Result<()> {
 /// the same key (or the sweeper) may finish the order.
 pub async fn release(pool: &Pool, order: &Order) -> sqlx::Result<()> {
     crate::domain::order::release_lease(pool, order, OrderStatus::PendingAuthorization).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_intent_is_waited_for_ten_minutes_after_stripe_made_it_then_released() {
+        let now = chrono::Utc::now();
+        assert!(!unsettled_too_long(Some(now - chrono::TimeDelta::minutes(9)), now));
+        assert!(unsettled_too_long(Some(now - chrono::TimeDelta::minutes(11)), now));
+        assert!(!unsettled_too_long(None, now), "no creation time: waited for");
+    }
 }

@@ -230,9 +230,10 @@ async fn release_strays(
 const FAILED_ORDER: &str = "failed_order";
 
 /// The releases owed since earlier passes, tried again before the window is read, the longest
-/// untried first: a row goes once Stripe cancels the intent (or finds it cancelled), or refuses
-/// for good (logged for a person by `release`); one Stripe still does not answer waits for the
-/// next pass.
+/// untried first, each judged by its order as it is now ([`owed_now`]): a row goes once Stripe
+/// cancels the intent (or finds it cancelled), or refuses for good (logged for a person by
+/// `release`), or once the intent has become its order's live own hold; one Stripe still does
+/// not answer, or whose order is still pending, waits for the next pass.
 async fn release_owed(
     pool: &Pool,
     payments: &Payments,
@@ -240,8 +241,10 @@ async fn release_owed(
     report: &mut Reconciled,
 ) -> anyhow::Result<()> {
     let owed = sqlx::query!(
-        r#"SELECT payment_intent_id, order_id AS "order_id: OrderId", found
-             FROM intent_releases_owed ORDER BY last_tried_at LIMIT $1"#,
+        r#"SELECT r.payment_intent_id, r.order_id AS "order_id: OrderId", r.found,
+                  o.status AS "status?: OrderStatus", o.payment_intent_id AS "recorded?"
+             FROM intent_releases_owed r LEFT JOIN orders o ON o.id = r.order_id
+            ORDER BY r.last_tried_at LIMIT $1"#,
         OWED_PER_PASS,
     )
     .fetch_all(pool)
@@ -251,32 +254,59 @@ async fn release_owed(
         if stop.is_cancelled() {
             break;
         }
-        match release(payments, row.order_id, &row.payment_intent_id, "owed").await {
-            Err(e) if e.is_transient() => {
-                owe(pool, row.order_id, &row.payment_intent_id, &row.found, &e).await?;
-                report.deferred += 1;
-            }
-            settled => {
-                if settled.is_ok() {
+        let intent = row.payment_intent_id.as_str();
+        let settled = match owed_now(row.status, row.recorded.as_deref(), intent) {
+            Owed::Wait => continue,
+            Owed::Drop => Ok(()),
+            Owed::Cancel => match release(payments, row.order_id, intent, "owed").await {
+                Err(e) if e.is_transient() => {
+                    owe(pool, row.order_id, intent, &row.found, &e).await?;
+                    report.deferred += 1;
+                    continue;
+                }
+                Ok(()) => {
                     report.released += 1;
                     if row.found == FAILED_ORDER {
                         metrics::counter!("failed_order_holds_released_total", "found" => "reconciliation")
                             .increment(1);
                     }
-                } else {
-                    report.refused += 1;
+                    Ok(())
                 }
-                sqlx::query!(
-                    "DELETE FROM intent_releases_owed WHERE payment_intent_id = $1",
-                    row.payment_intent_id
-                )
-                .execute(pool)
-                .await
-                .context("failed to record a release owed as done")?;
-            }
-        }
+                Err(refused) => {
+                    report.refused += 1;
+                    Err(refused)
+                }
+            },
+        };
+        tracing::debug!(payment_intent = intent, ?settled, "a release owed is settled");
+        sqlx::query!("DELETE FROM intent_releases_owed WHERE payment_intent_id = $1", intent)
+            .execute(pool)
+            .await
+            .context("failed to record a release owed as done")?;
     }
     Ok(())
+}
+
+/// What a release owed comes to now, by its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owed {
+    /// Cancel the intent: its order has failed, moved on to another intent or none, or is gone.
+    Cancel,
+    /// Nothing to release: the intent has become its order's own, and the order holds it (an
+    /// order the database refused, then allowed once an operator mended the rule).
+    Drop,
+    /// Its order is still pending: whoever holds its lease decides first.
+    Wait,
+}
+
+fn owed_now(status: Option<OrderStatus>, recorded: Option<&str>, intent: &str) -> Owed {
+    match status {
+        None => Owed::Cancel,
+        Some(status) if status.set() == StatusSet::Failed => Owed::Cancel,
+        Some(_) if recorded == Some(intent) => Owed::Drop,
+        Some(OrderStatus::PendingAuthorization) => Owed::Wait,
+        Some(_) => Owed::Cancel,
+    }
 }
 
 /// The most releases owed one pass tries: each is a cancel or two, and the window waits.
@@ -355,4 +385,20 @@ async fn recorded_intents(
     .fetch_all(pool)
     .await?;
     Ok(rows.into_iter().map(|row| (row.id, (row.status, row.payment_intent_id))).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_release_owed_is_never_made_of_the_live_own_hold_of_an_order_that_has_not_failed() {
+        let pi = "pi_1";
+        assert_eq!(owed_now(Some(OrderStatus::Authorized), Some(pi), pi), Owed::Drop);
+        assert_eq!(owed_now(Some(OrderStatus::StockReserved), Some(pi), pi), Owed::Drop);
+        assert_eq!(owed_now(Some(OrderStatus::PaymentDeclined), Some(pi), pi), Owed::Cancel);
+        assert_eq!(owed_now(Some(OrderStatus::Authorized), Some("pi_2"), pi), Owed::Cancel);
+        assert_eq!(owed_now(Some(OrderStatus::PendingAuthorization), None, pi), Owed::Wait);
+        assert_eq!(owed_now(None, None, pi), Owed::Cancel);
+    }
 }

@@ -245,6 +245,7 @@ impl<H: Handler> Poller<H> {
                 &self.config,
                 self.shared.acks.clone(),
                 self.shared.gate.clone(),
+                self.shared.cancel.clone(),
             ),
             gate: self.shared.gate.clone(),
             breaker: self.shared.breaker.clone(),

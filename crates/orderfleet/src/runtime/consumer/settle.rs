@@ -54,6 +54,9 @@ pub(super) struct Settle {
     gate: Arc<Gate>,
     backoff: Backoff,
     failure_log: Option<crate::runtime::db::Pool>,
+    /// The stop signal, and how long this worker's polls may still be open after it.
+    stopping: tokio_util::sync::CancellationToken,
+    open_polls: std::time::Duration,
 }
 
 impl Settle {
@@ -62,9 +65,12 @@ impl Settle {
         config: &ConsumerConfig,
         acks: mpsc::Sender<Ack>,
         gate: Arc<Gate>,
+        stopping: tokio_util::sync::CancellationToken,
     ) -> Self {
         let (backoff, failure_log) = (config.retry_backoff, config.failure_log.clone());
-        Self { queue: queue.to_owned(), acks, gate, backoff, failure_log }
+        let open_polls =
+            std::time::Duration::from_secs(u64::try_from(config.wait_time_seconds).unwrap_or(20) + 1);
+        Self { queue: queue.to_owned(), acks, gate, backoff, failure_log, stopping, open_polls }
     }
 
     pub(super) fn acks(&self) -> &mpsc::Sender<Ack> {
@@ -105,6 +111,11 @@ impl Settle {
             .retry_in
             .unwrap_or_else(|| self.backoff.delay(message.receive_count.saturating_sub(1)))
             .min(MAX_VISIBILITY);
+        // After the stop signal this worker's own long polls may still be open (up to their
+        // wait): a message handed back sooner would be received by them again, and handed
+        // back again, a receive spent for nothing (seen: four notifications of a stopped, then
+        // a killed, worker reached the DLQ). It stays invisible past them.
+        let delay = if self.stopping.is_cancelled() { delay.max(self.open_polls) } else { delay };
         // An outage closes the worker's gate: no poller receives until the probe passes.
         let paused_now = failure.kind == Kind::Outage && self.gate.pause();
         self.log(message, failure, delay, paused_now);
