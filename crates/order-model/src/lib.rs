@@ -15,9 +15,12 @@
 //! issue 34: the commit of an authorization taking the order's units when nothing was cut, and
 //! the stock worker capturing such an order from its message. Since issue 35 (point 8): holds
 //! passing the deadline the fleet recorded for them, and the stock worker ending an `authorized`
-//! order past it rather than reserving it. [Stateright](https://docs.rs/stateright) visits every
-//! interleaving of those steps within a scenario's bounds ([`scenarios`]) and checks each
-//! property ([`properties`]) in every state it reaches.
+//! order past it rather than reserving it. Since issue 43 (point 1): a create whose confirm is
+//! still executing when a lookup lists its intent (the order left pending, not declined), and
+//! the safety net that cancels a live intent of a failed order.
+//! [Stateright](https://docs.rs/stateright) visits every interleaving of those steps within a
+//! scenario's bounds ([`scenarios`]) and checks each property ([`properties`]) in every state it
+//! reaches.
 //!
 //! - [`state`]: the state.
 //! - [`model`]: the transitions, each as atomic as the code makes it (one statement or
@@ -30,7 +33,8 @@
 //! [`orderfleet::domain::fulfilment::fits_whatever_the_pending_do`]. [`model::Rules`] also keeps the
 //! rules as they were before earlier defects were fixed (before issue 34's merged commit,
 //! [`model::Rules::BEFORE_ISSUE_34`]; before issue 35's point 8,
-//! [`model::Rules::BEFORE_ISSUE_35_POINT_8`]), and defects planted on purpose (a 3-D Secure settle that
+//! [`model::Rules::BEFORE_ISSUE_35_POINT_8`]; before issue 43's point 1,
+//! [`model::Rules::BEFORE_ISSUE_43`]), and defects planted on purpose (a 3-D Secure settle that
 //! does not cancel first, a merged commit blind to a cut), and the tests show the checker finds
 //! each.
 

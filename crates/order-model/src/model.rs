@@ -1859,14 +1859,21 @@ impl OrderProtocol {
         }
     }
 
-    /// A create's confirm ends: a hold for a good card, a decline otherwise, and the key's
-    /// answer saved then.
+    /// A create's confirm ends as the create would have ended (stripe-sim's `slow_confirm`
+    /// makes the intent at once and only hides it behind `mid_request`): a hold for a good
+    /// card, a decline for a declining one, waiting for its buyer for one needing 3-D Secure;
+    /// and the key's answer saved then.
     fn confirm_ends(&self, s: &mut State, intent: IntentId) {
         let card = self.card(s.stripe.intents[usize::from(intent)].order);
         let i = &mut s.stripe.intents[usize::from(intent)];
         let (status, reply) = match card {
+            Card::Good => {
+                (IntentStatus::RequiresCapture, Reply::Intent(intent, IntentStatus::RequiresCapture))
+            }
             Card::Declines => (IntentStatus::RequiresPaymentMethod, Reply::Declined(intent)),
-            _ => (IntentStatus::RequiresCapture, Reply::Intent(intent, IntentStatus::RequiresCapture)),
+            Card::ThreeDSecure => {
+                (IntentStatus::RequiresAction, Reply::Intent(intent, IntentStatus::RequiresAction))
+            }
         };
         i.status = status;
         i.held = status == IntentStatus::RequiresCapture;

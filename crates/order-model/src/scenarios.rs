@@ -120,6 +120,22 @@ pub fn a_slow_confirm() -> Scenario {
     })
 }
 
+/// The other two ends of a slow confirm (issue 43, point 1): a card needing 3-D Secure, whose
+/// confirm ends waiting for its buyer, and a declining card, whose confirm ends declined; two
+/// units, Stripe's webhooks on, one create slow to confirm (either buyer's), one retry, the
+/// sweeper at any moment. A lookup meeting the 3-D Secure card's intent mid-confirm must not
+/// decline it (its buyer never hears `402`), and one meeting the declining card's must leave
+/// its order pending only until the confirm ends, then decline it (§8.4: no order left pending).
+pub fn a_slow_confirm_of_other_cards() -> Scenario {
+    Scenario::new(
+        "a create slow to confirm: 3-D Secure, a decline",
+        vec![(1, Card::ThreeDSecure), (1, Card::Declines)],
+        2,
+    )
+    .with_webhooks()
+    .with_budget(Budget { slow_confirms: 1, retries: 1, ..Budget::default() })
+}
+
 /// Every scenario, as checked by `make test`.
 pub fn all() -> Vec<Scenario> {
     vec![
@@ -134,6 +150,7 @@ pub fn all() -> Vec<Scenario> {
         holds_cancelled_outside(),
         hold_lapsing_after_a_cut(),
         a_slow_confirm(),
+        a_slow_confirm_of_other_cards(),
     ]
 }
 

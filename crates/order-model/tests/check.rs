@@ -1,6 +1,6 @@
 //! `make test` runs these. Every scenario under the code's rules keeps every property (each
 //! prints the states it visited and the time it took). Under the rules as they were before
-//! earlier fixes (the latest, issue 35's point 8), and under three defects planted on purpose,
+//! earlier fixes (the latest, issue 43's point 1), and under three defects planted on purpose,
 //! the checker finds the defect, and prints the path.
 
 use std::collections::{HashSet, VecDeque};
@@ -13,7 +13,7 @@ use order_model::model::{
 use order_model::properties::{
     NEVER_A_DECLINE, NO_HOLD_LEFT, ONE_AUTHORIZATION, REJECTED_IN_LINE, THREE_D_SECURE,
 };
-use order_model::state::{Op, Reply, State, Status};
+use order_model::state::{IntentId, IntentStatus, Lifecycle, Op, Reply, State, Status};
 use order_model::{OrderProtocol, Rules, scenarios};
 use stateright::{Checker, HasDiscoveries, Model, Property};
 
@@ -444,9 +444,10 @@ fn now_a_hold_lapsing_after_a_cut_keeps_every_guarantee_with_the_webhook_racing_
 #[test]
 fn before_issue_43_an_order_declined_on_an_intent_mid_confirm_is_left_with_a_live_hold() {
     let told = broken_under(scenarios::a_slow_confirm(), Rules::BEFORE_ISSUE_43, NO_HOLD_LEFT);
+    assert!(told.contains("Fault(SlowConfirm)") && told.contains("List"), "{told}");
     assert!(told.contains("ConfirmEnds"), "{told}");
     let end = told.lines().last().expect("a path");
-    assert!(end.contains("PaymentDeclined"), "{told}");
+    assert!(end.contains("A#1 x1 PaymentDeclined") && end.contains("pi0 A: RequiresCapture"), "{told}");
 }
 
 /// The lookup that leaves the order pending keeps every guarantee in that scenario on its own
@@ -467,4 +468,84 @@ fn after_issue_43_the_pending_lookup_keeps_every_guarantee_and_the_safety_net_al
     let broken: Vec<&str> = report.counterexamples.iter().map(|(p, _)| *p).collect();
     assert!(!broken.contains(&NO_HOLD_LEFT), "{broken:?}");
     assert_eq!(broken, [NEVER_A_DECLINE], "{broken:?}");
+}
+
+/// A failed order whose own intent holds funds.
+fn a_failed_order_holding_funds(s: &State) -> bool {
+    let holds = |i: IntentId| s.stripe.intents[usize::from(i)].status == IntentStatus::RequiresCapture;
+    s.existing().any(|(_, o)| o.status.has_failed() && o.intent.is_some_and(holds))
+}
+
+/// Why §8.5's property is judged at the end, and what the safety net can and cannot restore.
+/// On the rules before issue 43 with the safety net added, the state the defect leads to (a
+/// declined order, its intent holding funds once the confirm ends) is still reached: the net
+/// is not instant (a pass of the reconciliation, or a webhook's delivery, later), so "never a
+/// hold on a failed order" in every state would still break; it is "no hold left once nothing
+/// more can happen" that the net restores (checked above). Nor would the code's own rules keep
+/// it in every state: a rejection after a cut records the order `rejected_out_of_stock`, then
+/// cancels its hold, a step later.
+#[test]
+fn a_hold_on_a_failed_order_is_reached_for_a_while_with_the_net_and_now_so_8_5_is_judged_at_the_end() {
+    let net_alone = Rules { safety_net: true, ..Rules::BEFORE_ISSUE_43 };
+    for (scenario, rules, then) in [
+        (scenarios::a_slow_confirm(), net_alone, "ConfirmEnds"),
+        (scenarios::a_cut_in_the_line(), Rules::NOW, "RejectedOutOfStock"),
+    ] {
+        let model = OrderProtocol { scenario, rules };
+        let probe = Probe { model: model.clone(), looking_for: a_failed_order_holding_funds };
+        let checker = probe.checker().threads(2).finish_when(HasDiscoveries::Any).spawn_bfs().join();
+        let path = checker.discovery("the state looked for").expect("a hold on a failed order, for a while");
+        let told = narrate(&model, path);
+        eprintln!("a hold on a failed order under {rules:?}, by a path of {} steps:\n{told}", steps(&told));
+        assert!(told.contains(then), "{told}");
+    }
+}
+
+/// Issue 43, point 1, for the other cards (`a_slow_confirm_of_other_cards`). On the rules
+/// before it, a lookup meeting the intent of a card needing 3-D Secure mid-confirm declines
+/// the order, and its buyer hears `402` (§8.11); the safety net, which cancels the intent once
+/// its confirm ends waiting for the buyer, cannot take the answer back. The lookup that leaves
+/// the order pending keeps every guarantee there without the net: the 3-D Secure order goes
+/// `requires_action` once the confirm ends, and the declining card's is declined then (never
+/// left pending: §8.4). Under the code's rules, net and all, by
+/// [`every_scenario_keeps_every_guarantee`].
+#[test]
+fn before_issue_43_a_card_needing_3d_secure_is_declined_mid_confirm_and_the_net_cannot_undo_it() {
+    let scenario = scenarios::a_slow_confirm_of_other_cards();
+    let told = broken_under(scenario.clone(), Rules::BEFORE_ISSUE_43, THREE_D_SECURE);
+    assert!(told.contains("Fault(SlowConfirm)") && told.contains("List"), "{told}");
+    let end = told.lines().last().expect("a path");
+    let a_declined = end.split(" | ").any(|o| o.starts_with("A#") && o.ends_with("x1 PaymentDeclined"));
+    assert!(a_declined && end.contains(" A: Confirming"), "{told}");
+
+    let net_alone = Rules { safety_net: true, ..Rules::BEFORE_ISSUE_43 };
+    let report = check(OrderProtocol { scenario: scenario.clone(), rules: net_alone });
+    eprintln!("{report} (under {net_alone:?})");
+    let broken: Vec<&str> = report.counterexamples.iter().map(|(p, _)| *p).collect();
+    assert_eq!(broken, [THREE_D_SECURE], "{broken:?}");
+
+    let pending = Rules { safety_net: false, ..Rules::NOW };
+    let report = check(OrderProtocol { scenario, rules: pending });
+    eprintln!("{report} (under {pending:?})");
+    assert!(report.counterexamples.is_empty(), "{:?}", report.counterexamples);
+}
+
+/// The safety net is a net: under the code's rules without it, every scenario keeps every
+/// guarantee, so no path the model knows needs it (in the fleet, `failed_order_holds_released_total`
+/// above zero is a way the model does not know). Ignored by `make test`: it checks every
+/// scenario a second time (about 25 s more); `cargo test -p order-model -- --ignored` runs it.
+#[test]
+#[ignore = "every scenario a second time, about 25 s: run with -- --ignored"]
+fn now_no_scenario_needs_the_safety_net() {
+    let mut broken = Vec::new();
+    for model in scenarios::models() {
+        let rules = Rules { safety_net: false, ..model.rules };
+        let report = check(OrderProtocol { rules, ..model });
+        eprintln!("{report} (without the safety net)");
+        for (property, told) in &report.counterexamples {
+            eprintln!("\n{property}, broken by:\n{told}");
+            broken.push(format!("{}: {property}", report.name));
+        }
+    }
+    assert!(broken.is_empty(), "broken without the safety net: {broken:?}");
 }
