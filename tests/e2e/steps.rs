@@ -54,19 +54,7 @@ impl Step {
     /// An order placed through the intake's own code (the door, the authorization at
     /// stripe-sim, the commit with its outbox rows), as a `202` leaves it: `stock_reserved`, its commit having taken the units.
     async fn authorized_order(&self, user: &str) -> Uuid {
-        let intake = Intake {
-            pool: &self.db.pool,
-            payments: &self.step.fulfilment.payments,
-            lease: Duration::from_secs(30),
-            declines_per_hour: 0,
-            traceparent: &Trace::random().traceparent(),
-        };
-        let request = OrderRequest::parse(
-            br#"{"product_id": "sku-1", "quantity": 1, "payment_method": "pm_card_visa"}"#,
-        )
-        .unwrap();
-        let key = IdempotencyKey::parse("key-1").unwrap();
-        match intake.place(&UserId::parse(user).unwrap(), &key, &request).await.unwrap() {
+        match self.place(user, "key-1").await.unwrap() {
             Placed::Accepted { body, replayed: false } => body.order_id.as_uuid(),
             other => panic!("the intake did not accept the order: {other:?}"),
         }
@@ -81,13 +69,25 @@ impl Step {
     }
 
     async fn captures(&self) -> u64 {
+        self.ledger().await.iter().map(|i| i["capture_count"].as_u64().unwrap()).sum()
+    }
+
+    /// Every intent at stripe-sim, with its request counts (`GET /_sim/payment_intents`).
+    async fn ledger(&self) -> Vec<serde_json::Value> {
         let ledger: serde_json::Value = reqwest::get(format!("{}/_sim/payment_intents", self.stripe_base))
             .await
             .unwrap()
             .json()
             .await
             .unwrap();
-        ledger["data"].as_array().unwrap().iter().map(|i| i["capture_count"].as_u64().unwrap()).sum()
+        ledger["data"].as_array().unwrap().clone()
+    }
+
+    /// The PaymentIntent the order recorded.
+    async fn own_intent(&self, id: Uuid) -> String {
+        let order =
+            orderfleet::domain::order::load(&self.db.pool, OrderId::from_uuid(id)).await.unwrap().unwrap();
+        order.payment_intent_id.unwrap()
     }
 }
 
@@ -242,7 +242,7 @@ async fn arm(stripe_base: &str, operation: &str, mode: &str, count: u32) {
 }
 
 impl Step {
-    /// The intake's own code, for `user` under `key`, paying with `payment_method`.
+    /// The intake's own code: one unit of `sku-1` for `user` under `key`, paid with `pm_card_visa`.
     async fn place(&self, user: &str, key: &str) -> Result<Placed, order_intake::error::ApiError> {
         let intake = Intake {
             pool: &self.db.pool,
@@ -260,24 +260,11 @@ impl Step {
 
     /// Every intent at stripe-sim: (id, status, `metadata[order_id]`).
     async fn intents(&self) -> Vec<(String, String, String)> {
-        let ledger: serde_json::Value = reqwest::get(format!("{}/_sim/payment_intents", self.stripe_base))
+        let text = |value: &serde_json::Value| value.as_str().unwrap_or_default().to_owned();
+        self.ledger()
             .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        ledger["data"]
-            .as_array()
-            .unwrap()
             .iter()
-            .map(|i| {
-                let field = |name: &str| i[name].as_str().unwrap_or_default().to_owned();
-                (
-                    field("id"),
-                    field("status"),
-                    i["metadata"]["order_id"].as_str().unwrap_or_default().to_owned(),
-                )
-            })
+            .map(|i| (text(&i["id"]), text(&i["status"]), text(&i["metadata"]["order_id"])))
             .collect()
     }
 
@@ -403,8 +390,7 @@ async fn the_reconciliation_passes_over_a_stray_stripe_does_not_answer_for_and_r
     assert!(!first.blocked, "{first:?}");
     assert_eq!((first.deferred, owed), (2, 2), "{first:?}");
     assert!(second.released >= 2, "{second:?}");
-    let a_own = orderfleet::domain::order::load(&step.db.pool, OrderId::from_uuid(a)).await.unwrap().unwrap();
-    for intent in [a_own.payment_intent_id.unwrap(), stray] {
+    for intent in [step.own_intent(a).await, stray] {
         assert_eq!(
             payments.retrieve(&intent).await.unwrap().status,
             orderfleet::domain::payments::IntentStatus::Canceled,
@@ -430,12 +416,7 @@ async fn a_webhook_about_the_live_intent_of_a_failed_order_cancels_it() {
         .execute(&step.db.pool)
         .await
         .unwrap();
-    let own = orderfleet::domain::order::load(&step.db.pool, OrderId::from_uuid(id))
-        .await
-        .unwrap()
-        .unwrap()
-        .payment_intent_id
-        .unwrap();
+    let own = step.own_intent(id).await;
     let event = webhook::Event::parse(
         serde_json::json!({
             "id": "evt_failed_order_hold",
@@ -543,12 +524,7 @@ async fn a_release_owed_of_an_intent_its_order_has_since_recorded_and_holds_canc
     use orderfleet::domain::strays;
     let step = Step::new().await;
     let id = step.authorized_order("ola").await;
-    let own = orderfleet::domain::order::load(&step.db.pool, OrderId::from_uuid(id))
-        .await
-        .unwrap()
-        .unwrap()
-        .payment_intent_id
-        .unwrap();
+    let own = step.own_intent(id).await;
     sqlx::query(
         "INSERT INTO intent_releases_owed (payment_intent_id, order_id, found, last_error)
          VALUES ($1, $2, 'order_refused', 'timed out')",

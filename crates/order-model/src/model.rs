@@ -709,8 +709,7 @@ impl OrderProtocol {
             }
         };
         let reply = if runs { execute(s) } else { Reply::Error500 };
-        s.stripe.saved.push((key, saves.unwrap_or(reply)));
-        s.stripe.saved.sort_unstable_by_key(|(k, _)| *k);
+        s.stripe.save(key, saves.unwrap_or(reply));
         answer.unwrap_or(reply)
     }
 
@@ -723,15 +722,7 @@ impl OrderProtocol {
                 s.seen.intent_without_a_unit = true;
             }
             let id = s.stripe.intents.len() as IntentId;
-            let (status, reply) = match card {
-                Card::Good => {
-                    (IntentStatus::RequiresCapture, Reply::Intent(id, IntentStatus::RequiresCapture))
-                }
-                Card::Declines => (IntentStatus::RequiresPaymentMethod, Reply::Declined(id)),
-                Card::ThreeDSecure => {
-                    (IntentStatus::RequiresAction, Reply::Intent(id, IntentStatus::RequiresAction))
-                }
-            };
+            let (status, reply) = confirmed(card, id);
             let status =
                 if net == Net::Fault(Fault::SlowConfirm) { IntentStatus::Confirming } else { status };
             s.stripe.intents.push(Intent {
@@ -1215,7 +1206,7 @@ impl OrderProtocol {
             Settle::Release { .. } => {
                 let (attempt, intent) = Self::attempt_and_intent(s, order);
                 // A refusal because the intent is released already counts as done
-                // (`Payments::settled_already` reads it); any other refusal is for a person,
+                // (`Payments::cancel_again` reads it); any other refusal is for a person,
                 // and a 5xx or no answer is for later (the same key again).
                 let now = s.stripe.intents[usize::from(intent)].status;
                 match self.cancel(s, order, attempt, intent, net) {
@@ -1866,20 +1857,11 @@ impl OrderProtocol {
     fn confirm_ends(&self, s: &mut State, intent: IntentId) {
         let card = self.card(s.stripe.intents[usize::from(intent)].order);
         let i = &mut s.stripe.intents[usize::from(intent)];
-        let (status, reply) = match card {
-            Card::Good => {
-                (IntentStatus::RequiresCapture, Reply::Intent(intent, IntentStatus::RequiresCapture))
-            }
-            Card::Declines => (IntentStatus::RequiresPaymentMethod, Reply::Declined(intent)),
-            Card::ThreeDSecure => {
-                (IntentStatus::RequiresAction, Reply::Intent(intent, IntentStatus::RequiresAction))
-            }
-        };
+        let (status, reply) = confirmed(card, intent);
         i.status = status;
         i.held = status == IntentStatus::RequiresCapture;
         let key = (Op::Create, i.order, i.attempt);
-        s.stripe.saved.push((key, reply));
-        s.stripe.saved.sort_unstable_by_key(|(k, _)| *k);
+        s.stripe.save(key, reply);
         if status == IntentStatus::RequiresCapture {
             s.emit(self.scenario.webhooks, intent, false);
         }
@@ -1969,5 +1951,15 @@ impl OrderProtocol {
                 asked >= least
             }
         }
+    }
+}
+
+/// What a confirm of intent `id` with `card` leaves, and answers: a hold for a good card, a
+/// decline for a declining one, waiting for its buyer for one needing 3-D Secure.
+fn confirmed(card: Card, id: IntentId) -> (IntentStatus, Reply) {
+    match card {
+        Card::Good => (IntentStatus::RequiresCapture, Reply::Intent(id, IntentStatus::RequiresCapture)),
+        Card::Declines => (IntentStatus::RequiresPaymentMethod, Reply::Declined(id)),
+        Card::ThreeDSecure => (IntentStatus::RequiresAction, Reply::Intent(id, IntentStatus::RequiresAction)),
     }
 }

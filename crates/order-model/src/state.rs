@@ -204,6 +204,13 @@ pub struct Stripe {
 }
 
 impl Stripe {
+    /// Saves `reply` under `key`, as Stripe does once a request under it has run; kept sorted,
+    /// so that states differing only in the order of saving are one state.
+    pub fn save(&mut self, key: (Op, Buyer, u8), reply: Reply) {
+        self.saved.push((key, reply));
+        self.saved.sort_unstable_by_key(|(k, _)| *k);
+    }
+
     pub fn saved(&self, key: (Op, Buyer, u8)) -> Option<Reply> {
         self.saved.iter().find(|(k, _)| *k == key).map(|(_, reply)| *reply)
     }

@@ -259,7 +259,8 @@ async fn mutate(
     match fault {
         // Stripe saves the answer of a request that began executing, a 500 included, under
         // its key, and replays it to every retry with that key for 24 hours: below, as the
-        // operation's answer. A request without a key just gets it.
+        // operation's answer. A request without a key just gets it, as does one a 500 from in
+        // front of the idempotency layer strikes (`error_500_unsaved`): nothing is saved.
         Some(Mode::Error500) if key.is_none() => return retryable(error_response(&StripeError::internal())),
         Some(Mode::Error500Unsaved) => return retryable(error_response(&StripeError::internal())),
         Some(Mode::Error500) => {}

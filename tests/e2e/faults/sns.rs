@@ -23,6 +23,19 @@ async fn fleet_with_publish_proxy(case: &str) -> (Fleet, FilterProxy) {
     (fleet, proxy)
 }
 
+/// The inbox's record of a publish fails as a database outage would (a trigger raises SQLSTATE
+/// 57P03, `cannot_connect_now`), until the trigger is dropped.
+async fn refuse_inbox_records(fleet: &Fleet) {
+    for statement in [
+        "CREATE FUNCTION refuse_the_record() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN RAISE EXCEPTION 'the database is going away' USING ERRCODE = '57P03'; END $$",
+        "CREATE TRIGGER refuse_the_record BEFORE UPDATE ON inbox FOR EACH ROW
+           WHEN (NEW.processed_at IS NOT NULL) EXECUTE FUNCTION refuse_the_record()",
+    ] {
+        sqlx::query(statement).execute(&fleet.pool).await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_sns_publish_outage_with_the_topic_still_answering_dead_letters_nothing_and_publishes_nothing_twice()
  {
@@ -148,14 +161,7 @@ async fn a_database_failure_between_a_publish_and_its_record_publishes_nothing_a
     // claim (30 s), after which the message used to be claimed and published again.
     let fleet = Fleet::start("publish-then-record-fails", 1).await.unwrap();
     fleet.product("sku-1", 1000, 2).await.unwrap();
-    for statement in [
-        "CREATE FUNCTION refuse_the_record() RETURNS trigger LANGUAGE plpgsql AS $$
-           BEGIN RAISE EXCEPTION 'the database is going away' USING ERRCODE = '57P03'; END $$",
-        "CREATE TRIGGER refuse_the_record BEFORE UPDATE ON inbox FOR EACH ROW
-           WHEN (NEW.processed_at IS NOT NULL) EXECUTE FUNCTION refuse_the_record()",
-    ] {
-        sqlx::query(statement).execute(&fleet.pool).await.unwrap();
-    }
+    refuse_inbox_records(&fleet).await;
 
     // Act
     for i in 0..2 {
@@ -193,14 +199,7 @@ async fn a_worker_stopped_while_its_records_fail_keeps_recording_within_its_grac
     fleet.spawn("notification-worker", "notification-worker", &[("SHUTDOWN_GRACE_SECONDS", "30")]).unwrap();
     fleet.wait_intake().await.unwrap();
     fleet.product("sku-1", 1000, 1).await.unwrap();
-    for statement in [
-        "CREATE FUNCTION refuse_the_record() RETURNS trigger LANGUAGE plpgsql AS $$
-           BEGIN RAISE EXCEPTION 'the database is going away' USING ERRCODE = '57P03'; END $$",
-        "CREATE TRIGGER refuse_the_record BEFORE UPDATE ON inbox FOR EACH ROW
-           WHEN (NEW.processed_at IS NOT NULL) EXECUTE FUNCTION refuse_the_record()",
-    ] {
-        sqlx::query(statement).execute(&fleet.pool).await.unwrap();
-    }
+    refuse_inbox_records(&fleet).await;
     assert_eq!(place(&fleet, "buyer", "key", "sku-1").await.status, 202);
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     let published = fleet.notification_messages(2, Duration::from_secs(60)).await.unwrap();

@@ -296,12 +296,7 @@ async fn refused_by_database(
     let reason = format!("the database refused the order's commit: {refusal}");
     metrics::counter!("orders_refused_by_database_total").increment(1);
     tracing::error!(payment_intent = intent.id, reason, "the order cannot be recorded; its hold is released");
-    let released = match payments.cancel(order.intent(&intent.id)).await {
-        Ok(now) if now.status == IntentStatus::Canceled => Ok(()),
-        Ok(now) => Err(PaymentError::Unavailable(format!("the cancel left it {:?}", now.status))),
-        Err(e) => Err(e),
-    };
-    if let Err(why) = released
+    if let Err(why) = payments.cancel(order.intent(&intent.id)).await
         && let Err(e) = crate::domain::strays::owe(pool, order.id, &intent.id, "order_refused", &why).await
     {
         tracing::error!(payment_intent = intent.id, error = %e, "neither released nor owed: cancel it in Stripe's Dashboard");
@@ -360,11 +355,10 @@ async fn never_confirmed(
     order: &Order,
     intent: &Intent,
 ) -> Result<Recorded, AuthorizationError> {
-    let released = payments.cancel(order.intent(&intent.id)).await;
-    if !matches!(&released, Ok(now) if now.status == IntentStatus::Canceled) {
+    if let Err(why) = payments.cancel(order.intent(&intent.id)).await {
         release(pool, order).await?;
         return Err(AuthorizationError::ProviderUnavailable(format!(
-            "the order's PaymentIntent {} never confirmed, and its cancel did not take effect: {released:?}",
+            "the order's PaymentIntent {} never confirmed, and its cancel did not take effect: {why}",
             intent.id
         )));
     }

@@ -236,6 +236,15 @@ pub enum IntentStatus {
     Other,
 }
 
+impl IntentStatus {
+    /// Holding funds, or able to soon without the fleet: waiting for its buyer's 3-D Secure, or
+    /// its confirm not ended. Such an intent that no order of the fleet will capture is cancelled
+    /// (a stray, or a failed order's own).
+    pub fn is_live(self) -> bool {
+        matches!(self, IntentStatus::RequiresCapture | IntentStatus::RequiresAction | IntentStatus::Other)
+    }
+}
+
 impl From<&PaymentIntentStatus> for IntentStatus {
     fn from(status: &PaymentIntentStatus) -> Self {
         match status {
@@ -522,8 +531,10 @@ impl Payments {
         self.settle(Operation::Capture, &key, intent.id, CapturePaymentIntent::new(intent.id)).await
     }
 
-    /// Cancels a PaymentIntent, releasing its hold. An intent that is already cancelled, or
-    /// never held funds, counts as released.
+    /// Cancels a PaymentIntent, releasing its hold: `Ok` only once Stripe shows it `canceled`
+    /// (the cancel's answer, or, after a refusal or a saved failure, the intent read), so a
+    /// caller never checks the status again. One the buyer's page could still confirm
+    /// (`requires_payment_method`) is not released until it is cancelled.
     pub async fn cancel(&self, intent: OrderIntent<'_>) -> Result<Intent, PaymentError> {
         let key = Operation::Cancel.idempotency_key(intent.order_id, intent.attempt);
         self.settle(Operation::Cancel, &key, intent.id, CancelPaymentIntent::new(intent.id)).await
@@ -561,7 +572,7 @@ impl Payments {
             Err(error) if operation == Operation::Cancel => {
                 self.cancel_again(key, payment_intent_id, &request, error).await
             }
-            Err(error) => self.settled_already(payment_intent_id, IntentStatus::Succeeded, error).await,
+            Err(error) => self.captured_already(payment_intent_id, error).await,
         }
     }
 
@@ -758,12 +769,11 @@ impl Payments {
         }
     }
 
-    /// After a refused capture or cancel: if the intent is already where the call wanted it,
-    /// the earlier call took effect and this one is done.
-    async fn settled_already(
+    /// After a refused capture: if the intent is captured already, the earlier capture took
+    /// effect and this one is done. (A cancel goes on by [`Self::cancel_again`].)
+    async fn captured_already(
         &self,
         payment_intent_id: &str,
-        wanted: IntentStatus,
         error: PaymentError,
     ) -> Result<Intent, PaymentError> {
         let PaymentError::Refused { ref code, .. } = error else { return Err(error) };
@@ -771,7 +781,7 @@ impl Payments {
             return Err(error);
         }
         let now = self.retrieve(payment_intent_id).await?;
-        if now.status == wanted { Ok(now) } else { Err(error) }
+        if now.status == IntentStatus::Succeeded { Ok(now) } else { Err(error) }
     }
 
     async fn with_retries<T, F, Fut>(&self, operation: Operation, mut call: F) -> Result<T, PaymentError>

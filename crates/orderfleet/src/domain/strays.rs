@@ -41,7 +41,7 @@ use uuid::Uuid;
 
 use crate::domain::OrderId;
 use crate::domain::order::OrderStatus;
-use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
+use crate::domain::payments::{Intent, PaymentError, Payments};
 use crate::domain::status::StatusSet;
 use crate::runtime::db::Pool;
 
@@ -178,12 +178,7 @@ async fn release_strays(
         .list_created(from, to)
         .await?
         .into_iter()
-        .filter(|i| {
-            matches!(
-                i.status,
-                IntentStatus::RequiresCapture | IntentStatus::RequiresAction | IntentStatus::Other
-            )
-        })
+        .filter(|i| i.status.is_live())
         .filter_map(|i| Some((OrderId::from_uuid(i.order_id.as_deref()?.parse::<Uuid>().ok()?), i)))
         .collect();
     report.live = live.len() as u64;
@@ -214,16 +209,54 @@ async fn release_strays(
             return Ok(from);
         }
         // A refusal is that intent's (logged and counted by `release`): it holds up no other.
-        match release(payments, *order, &intent.id, found).await {
-            Ok(()) => report.released += 1,
-            Err(e) if e.is_transient() => {
-                owe(pool, *order, &intent.id, found, &e).await.map_err(database)?;
-                report.deferred += 1;
-            }
-            Err(_) => report.refused += 1,
-        }
+        release_or_owe(pool, payments, (*order, &intent.id), (found, found), report)
+            .await
+            .map_err(database)?;
     }
     Ok(reached)
+}
+
+/// What became of one release in a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Cancelled (or found cancelled).
+    Released,
+    /// Refused by Stripe for good: logged for a person by [`release`].
+    Refused,
+    /// Not answered: owed to the next pass.
+    Owed,
+}
+
+/// Releases `intent` of `order` ([`release`], counted under `found`), counting the outcome in
+/// `report`; one Stripe did not answer is owed ([`owe`], recorded as `owed_as`, the label it
+/// was first found under). A failed order's own intent released counts in
+/// `failed_order_holds_released_total` too.
+async fn release_or_owe(
+    pool: &Pool,
+    payments: &Payments,
+    (order, intent): (OrderId, &str),
+    (found, owed_as): (&'static str, &str),
+    report: &mut Reconciled,
+) -> anyhow::Result<Outcome> {
+    match release(payments, order, intent, found).await {
+        Ok(()) => {
+            report.released += 1;
+            if owed_as == FAILED_ORDER {
+                metrics::counter!("failed_order_holds_released_total", "found" => "reconciliation")
+                    .increment(1);
+            }
+            Ok(Outcome::Released)
+        }
+        Err(e) if e.is_transient() => {
+            owe(pool, order, intent, owed_as, &e).await?;
+            report.deferred += 1;
+            Ok(Outcome::Owed)
+        }
+        Err(_) => {
+            report.refused += 1;
+            Ok(Outcome::Refused)
+        }
+    }
 }
 
 /// How a failed order's own live intent is labelled where it is released.
@@ -257,26 +290,14 @@ async fn release_owed(
         let intent = row.payment_intent_id.as_str();
         let settled = match owed_now(row.status, row.recorded.as_deref(), intent) {
             Owed::Wait => continue,
-            Owed::Drop => Ok(()),
-            Owed::Cancel => match release(payments, row.order_id, intent, "owed").await {
-                Err(e) if e.is_transient() => {
-                    owe(pool, row.order_id, intent, &row.found, &e).await?;
-                    report.deferred += 1;
-                    continue;
+            Owed::Drop => None,
+            Owed::Cancel => {
+                let target = (row.order_id, intent);
+                match release_or_owe(pool, payments, target, ("owed", &row.found), report).await? {
+                    Outcome::Owed => continue,
+                    outcome => Some(outcome),
                 }
-                Ok(()) => {
-                    report.released += 1;
-                    if row.found == FAILED_ORDER {
-                        metrics::counter!("failed_order_holds_released_total", "found" => "reconciliation")
-                            .increment(1);
-                    }
-                    Ok(())
-                }
-                Err(refused) => {
-                    report.refused += 1;
-                    Err(refused)
-                }
-            },
+            }
         };
         tracing::debug!(payment_intent = intent, ?settled, "a release owed is settled");
         sqlx::query!("DELETE FROM intent_releases_owed WHERE payment_intent_id = $1", intent)
@@ -354,10 +375,6 @@ pub(crate) async fn release(
     match payments.cancel_stray(order, payment_intent).await {
         Ok(_) => {
             metrics::counter!("stray_intents_canceled_total", "found" => found).increment(1);
-            if found == FAILED_ORDER {
-                metrics::counter!("failed_order_holds_released_total", "found" => "reconciliation")
-                    .increment(1);
-            }
             tracing::warn!(order_id = %order, payment_intent, found, "released a stray PaymentIntent");
             Ok(())
         }

@@ -393,10 +393,7 @@ async fn release_failed_order_hold(
     order: &Order,
 ) -> Result<&'static str, WebhookError> {
     let now = fresh(payments, order).await?;
-    if !matches!(
-        now.status,
-        IntentStatus::RequiresCapture | IntentStatus::RequiresAction | IntentStatus::Other
-    ) {
+    if !now.status.is_live() {
         return record(pool, event, Some(order.id), NO_CHANGE).await;
     }
     match strays::release(payments, order.id, &now.id, "failed_order_webhook").await {
