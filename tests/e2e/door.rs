@@ -391,11 +391,12 @@ async fn a_repeated_upsert_sells_nothing_twice_and_a_total_below_the_units_sold_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_fleets_stripe_budgets_keep_a_rate_limited_stripe_from_answering_429_under_a_burst() {
-    // Arrange: stripe-sim allows 10 requests a second; the intake's budget is 4 and the stock
-    // worker's (sweeper included) 3: 7 in all, a margin for a loaded machine's late requests
-    // (a budget's slots are 5 % apart; stripe-sim counts any one-second window).
-    let mut fleet = without_stock_workers("stripe-budget", &[("STRIPE_MAX_REQUESTS_PER_SECOND", "4")]).await;
-    fleet.spawn("stock-worker", "stock-worker", &[("STRIPE_MAX_REQUESTS_PER_SECOND", "3")]).unwrap();
+    // Arrange: stripe-sim allows 10 requests a second; the fleet's budget, which the intake and
+    // the stock worker (sweeper included) share, is 8 for the account and on each endpoint: a
+    // margin for a loaded machine's late requests (stripe-sim counts any one-second window).
+    let budget = [("STRIPE_ACCOUNT_REQUESTS_PER_SECOND", "8"), ("STRIPE_ENDPOINT_REQUESTS_PER_SECOND", "8")];
+    let mut fleet = without_stock_workers("stripe-budget", &budget).await;
+    fleet.spawn("stock-worker", "stock-worker", &budget).unwrap();
     fleet.stripe_rate_limit(10).await.unwrap();
     fleet.product("drop", 1000, 30).await.unwrap();
 
@@ -417,12 +418,13 @@ async fn the_fleets_stripe_budgets_keep_a_rate_limited_stripe_from_answering_429
     assert!(stats["requests"].as_u64().unwrap() >= 60, "{stats}");
     audit(&fleet, "drop", 60).await;
 
-    // Control: a lower limit (2, which 40 buyers at once outrun on any machine), with budgets
-    // that add up to more, does see 429s; so the figures above are the budgets' doing. Once
+    // Control: a lower limit (2, which 40 buyers at once outrun on any machine), with an intake
+    // told the fleet's budget is larger, does see 429s; so the figures above are the budget's doing. Once
     // one is seen the limit is lifted, so the control's orders settle at any machine's pace.
     fleet.stripe_rate_limit(2).await.unwrap();
     fleet.terminate("order-intake").await.unwrap();
-    fleet.spawn("order-intake", "order-intake", &[("STRIPE_MAX_REQUESTS_PER_SECOND", "200")]).unwrap();
+    let larger = [("STRIPE_ACCOUNT_REQUESTS_PER_SECOND", "200"), ("STRIPE_ENDPOINT_REQUESTS_PER_SECOND", "200")];
+    fleet.spawn("order-intake", "order-intake", &larger).unwrap();
     fleet.wait_intake().await.unwrap();
     fleet.product("control", 1000, 40).await.unwrap();
     let control =
@@ -491,9 +493,9 @@ async fn a_request_that_gets_no_stripe_slot_answers_503_keeps_its_units_and_comp
     let metrics = fleet_harness::metrics::sum_by_label(
         &fleet.scrape_metrics().await,
         "stripe_budget_refusals_total",
-        "operation",
+        "endpoint",
     );
-    assert!(metrics.get("authorize").copied().unwrap_or(0.0) >= refused.len() as f64, "{metrics:?}");
+    assert!(metrics.get("POST /v1/payment_intents").copied().unwrap_or(0.0) >= refused.len() as f64, "{metrics:?}");
     assert_eq!(fleet.stripe_stats().await.unwrap()["rate_limited"], 0);
     fleet.stop().await.unwrap();
 }

@@ -58,10 +58,10 @@ where
 }
 
 /// A Stripe client that is never called: recording a saved 5xx asks Stripe nothing.
-fn payments() -> Payments {
+fn payments(pool: &orderfleet::runtime::db::Pool) -> Payments {
     let env =
         Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_leases"), ("STRIPE_API_BASE", "http://127.0.0.1:9")]);
-    Payments::new(&StripeConfig::from_env(&env).unwrap(), RetryPolicy::default()).unwrap()
+    Payments::new(&StripeConfig::from_env(&env).unwrap(), RetryPolicy::default(), pool.clone()).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -89,7 +89,7 @@ async fn a_holder_whose_lease_lapsed_and_was_taken_over_gives_back_nothing_of_th
     // Act: each first holder, late, gives back what it believes is its lease.
     authorization::release(pool, &first_pending).await.unwrap();
     let saved_500 = Err(PaymentError::AttemptFailed("HTTP 500 api_error".into()));
-    let recorded = authorization::record(pool, &payments(), &first_failed, saved_500).await;
+    let recorded = authorization::record(pool, &payments(pool), &first_failed, saved_500).await;
     assert!(recorded.is_err(), "a saved 5xx records no answer: {recorded:?}");
     action::release(pool, &first_waiting).await.unwrap();
 

@@ -22,7 +22,8 @@ async fn a_hundred_stripe_requests_open_at_most_five_connections() {
     let env =
         Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_connections"), ("STRIPE_API_BASE", base.as_str())]);
     let once = RetryPolicy { attempts: 1, timeout: Duration::from_secs(5), ..RetryPolicy::default() };
-    let payments = Payments::new(&StripeConfig::from_env(&env).unwrap(), once).unwrap();
+    let db = orderfleet_tests::TestDatabase::migrated().await.unwrap();
+    let payments = Payments::new(&StripeConfig::from_env(&env).unwrap(), once, db.pool.clone()).unwrap();
 
     // Act: one after another, as a worker's requests come.
     for i in 0..100 {
@@ -33,4 +34,5 @@ async fn a_hundred_stripe_requests_open_at_most_five_connections() {
     assert_eq!(sim.stats().requests, 100);
     assert!(sim.connections() <= 5, "{} connections for 100 requests", sim.connections());
     let _ = stop.send(());
+    db.drop().await.unwrap();
 }

@@ -28,10 +28,10 @@ struct Step {
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
-fn payments(api_base: &str) -> Payments {
+fn payments(pool: &orderfleet::runtime::db::Pool, api_base: &str) -> Payments {
     let env = Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_steps"), ("STRIPE_API_BASE", api_base)]);
     let quick = RetryPolicy { attempts: 2, timeout: Duration::from_secs(2), ..RetryPolicy::default() };
-    Payments::new(&StripeConfig::from_env(&env).unwrap(), quick).unwrap()
+    Payments::new(&StripeConfig::from_env(&env).unwrap(), quick, pool.clone()).unwrap()
 }
 
 impl Step {
@@ -47,7 +47,7 @@ impl Step {
             .execute(&db.pool)
             .await
             .unwrap();
-        let fulfilment = Fulfilment { pool: db.pool.clone(), payments: payments(&stripe_base) };
+        let fulfilment = Fulfilment { pool: db.pool.clone(), payments: payments(&db.pool, &stripe_base) };
         Self { db, stripe_base, step: StockCheck::new(fulfilment, 1), _stop: stop }
     }
 
@@ -153,7 +153,7 @@ async fn with_stripe_unreachable_advancing_is_an_outage_and_the_order_waits_rese
     let order = step.authorized_order("ola").await;
     let unreachable = Fulfilment {
         pool: step.db.pool.clone(),
-        payments: payments(&format!("http://127.0.0.1:{}", fleet_harness::free_port())),
+        payments: payments(&step.db.pool, &format!("http://127.0.0.1:{}", fleet_harness::free_port())),
     };
 
     // Act
@@ -185,7 +185,7 @@ async fn with_the_database_unreachable_advancing_is_an_outage_of_the_database() 
         orderfleet::runtime::db::PoolSize { acquire_timeout: Duration::from_secs(1), ..Default::default() };
     let unreachable = Fulfilment {
         pool: orderfleet::runtime::db::connect_lazy(&config, size).unwrap(),
-        payments: payments(&step.stripe_base),
+        payments: payments(&step.db.pool, &step.stripe_base),
     };
 
     // Act
@@ -366,7 +366,7 @@ async fn the_reconciliation_passes_over_a_stray_stripe_does_not_answer_for_and_r
         .await
         .unwrap();
     let stray = hold_made_elsewhere(&step.stripe_base, b).await;
-    let payments = payments(&step.stripe_base);
+    let payments = payments(&step.db.pool, &step.stripe_base);
     let stop = tokio_util::sync::CancellationToken::new();
     arm(&step.stripe_base, "cancel", "timeout", 100).await;
 
@@ -428,7 +428,7 @@ async fn a_webhook_about_the_live_intent_of_a_failed_order_cancels_it() {
     )
     .unwrap();
     // Another process's client: the hold was not made by it.
-    let payments = payments(&step.stripe_base);
+    let payments = payments(&step.db.pool, &step.stripe_base);
 
     // Act
     let applied = webhook::apply(&step.db.pool, &payments, &event).await;
@@ -534,7 +534,7 @@ async fn a_release_owed_of_an_intent_its_order_has_since_recorded_and_holds_canc
     .execute(&step.db.pool)
     .await
     .unwrap();
-    let payments = payments(&step.stripe_base);
+    let payments = payments(&step.db.pool, &step.stripe_base);
     let stop = tokio_util::sync::CancellationToken::new();
 
     // Act

@@ -102,7 +102,7 @@ async fn upsert_product(args: UpsertArgs, env: &Env) -> anyhow::Result<()> {
 
 async fn sweep(args: SweepArgs, env: &Env) -> anyhow::Result<()> {
     let pool = pool(env).await?;
-    let payments = Payments::new(&StripeConfig::from_env(env)?, RetryPolicy::background())?;
+    let payments = Payments::new(&StripeConfig::from_env(env)?, RetryPolicy::background(), pool.clone())?;
     let policy = SweepPolicy {
         pending_after: Duration::from_secs(args.pending_after_seconds),
         fulfilment_after: Duration::from_secs(args.fulfilment_after_seconds),
@@ -118,7 +118,7 @@ async fn sweep(args: SweepArgs, env: &Env) -> anyhow::Result<()> {
 /// client (the same retries and budget).
 async fn resolve_order(args: ResolveArgs, env: &Env) -> anyhow::Result<()> {
     let pool = pool(env).await?;
-    let payments = Payments::new(&StripeConfig::from_env(env)?, RetryPolicy::background())?;
+    let payments = Payments::new(&StripeConfig::from_env(env)?, RetryPolicy::background(), pool.clone())?;
     let evidence = args.evidence();
     let recorded = resolution::resolve(&pool, &payments, args.id, &evidence).await?;
     let order = order::load(&pool, args.id).await?.context("the order is gone")?;

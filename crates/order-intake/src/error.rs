@@ -76,7 +76,11 @@ pub enum ApiError {
     PaymentDeclined,
     #[error("the payment provider is unavailable; retry with the same Idempotency-Key")]
     /// `503 payment_unavailable`, with `Retry-After`: the order stays pending.
-    PaymentUnavailable,
+    PaymentUnavailable {
+        /// The `Retry-After` to answer: the wait ahead of this order when the fleet's Stripe
+        /// budget is what holds it up ([`crate::orders`]).
+        retry_after_seconds: u64,
+    },
     #[error("no such order")]
     /// `404 order_not_found`: no such order, or another user's.
     OrderNotFound,
@@ -121,7 +125,7 @@ impl ApiError {
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::RequestTimeout => "request_timeout",
             ApiError::PaymentDeclined => "payment_declined",
-            ApiError::PaymentUnavailable => "payment_unavailable",
+            ApiError::PaymentUnavailable { .. } => "payment_unavailable",
             ApiError::OrderNotFound => "order_not_found",
             ApiError::NotFound => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
@@ -153,7 +157,7 @@ impl ApiError {
             ApiError::PaymentDeclined => StatusCode::PAYMENT_REQUIRED,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            ApiError::PaymentUnavailable | ApiError::Unavailable(_) | ApiError::WebhookUnavailable(_) => {
+            ApiError::PaymentUnavailable { .. } | ApiError::Unavailable(_) | ApiError::WebhookUnavailable(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             ApiError::OrderNotFound | ApiError::NotFound => StatusCode::NOT_FOUND,
@@ -184,7 +188,7 @@ impl ApiError {
             ApiError::RateLimited { retry_after_seconds: 1 },
             ApiError::PurchaseLimitReached,
             ApiError::PaymentDeclined,
-            ApiError::PaymentUnavailable,
+            ApiError::PaymentUnavailable { retry_after_seconds: 2 },
             ApiError::OrderNotFound,
             ApiError::NotFound,
             ApiError::MethodNotAllowed,
@@ -220,7 +224,7 @@ impl ApiError {
             ApiError::RateLimited { .. } => 14,
             ApiError::PurchaseLimitReached => 15,
             ApiError::PaymentDeclined => 16,
-            ApiError::PaymentUnavailable => 17,
+            ApiError::PaymentUnavailable { .. } => 17,
             ApiError::OrderNotFound => 18,
             ApiError::NotFound => 19,
             ApiError::MethodNotAllowed => 20,
@@ -234,11 +238,10 @@ impl ApiError {
     /// The seconds in the answer's `Retry-After`, when it carries one.
     pub fn retry_after(&self) -> Option<u64> {
         match self {
-            ApiError::PaymentUnavailable
-            | ApiError::Unavailable(_)
-            | ApiError::IdempotencyKeyInUse
-            | ApiError::WebhookUnavailable(_) => Some(2),
-            ApiError::RateLimited { retry_after_seconds } => Some(*retry_after_seconds),
+            ApiError::Unavailable(_) | ApiError::IdempotencyKeyInUse | ApiError::WebhookUnavailable(_) => Some(2),
+            ApiError::RateLimited { retry_after_seconds } | ApiError::PaymentUnavailable { retry_after_seconds } => {
+                Some(*retry_after_seconds)
+            }
             // Units come back when an order ahead is declined or fails; a buyer asking again
             // every few seconds sees them soon enough, and ten thousand of them do not make
             // the door their busiest caller.

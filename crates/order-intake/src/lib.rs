@@ -153,7 +153,7 @@ impl AppState {
                 ..PoolSize::default()
             },
         )?;
-        let payments = Payments::new(&config.stripe, RetryPolicy::default())?;
+        let payments = Payments::new(&config.stripe, RetryPolicy::default(), pool.clone())?;
         Ok(Self {
             pool,
             payments,

@@ -10,7 +10,7 @@
 //!   last hour is refused before any Stripe call: a card tester learns nothing more.
 //!
 //! Every refusal is SPEC §4's `429 rate_limited` with `Retry-After`, and writes nothing. The
-//! rate limits are GCRA buckets from the governor crate (the same crate as the Stripe budget),
+//! rate limits are GCRA buckets from the governor crate,
 //! not hand-made ones; the per-user buckets of users gone quiet are dropped every minute.
 
 use std::num::NonZeroU32;

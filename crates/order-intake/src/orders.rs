@@ -25,6 +25,11 @@ use orderfleet::runtime::db::Pool;
 use orderfleet::runtime::failure::Kind;
 
 use crate::error::ApiError;
+
+/// The shortest `Retry-After` of a `503 payment_unavailable`.
+const MIN_RETRY_AFTER: u64 = 2;
+/// The longest: past this the sweeper has authorized the order anyway.
+const MAX_RETRY_AFTER: u64 = 600;
 use crate::request::{IdempotencyKey, OrderRequest};
 use crate::views::{Accepted, PaymentAction};
 
@@ -177,7 +182,7 @@ impl Intake<'_> {
                 AuthorizationError::ProviderUnavailable(reason) | AuthorizationError::LookupRefused(reason),
             ) => {
                 tracing::warn!(reason, "payment provider unavailable; the order stays pending");
-                return Err(ApiError::PaymentUnavailable);
+                return Err(ApiError::PaymentUnavailable { retry_after_seconds: self.wait_ahead(&order).await });
             }
             Err(AuthorizationError::Database(e)) => {
                 give_back_when_able(self.pool.clone(), order);
@@ -187,6 +192,15 @@ impl Intake<'_> {
         answer(&now, false).ok_or_else(|| {
             ApiError::Unexpected(anyhow::anyhow!("order {} still pending after authorization", order.id))
         })
+    }
+
+    /// The `Retry-After` of an order the fleet could not authorize now: the orders ahead of it
+    /// that still wait for theirs, and itself, at the fleet's create rate; 2 s at the least,
+    /// and when the line cannot be read.
+    async fn wait_ahead(&self, order: &Order) -> u64 {
+        let ahead = authorization::waiting_ahead(self.pool, order).await.unwrap_or(0);
+        let seconds = (ahead + 1) as f64 / self.payments.create_rate().max(0.1);
+        (seconds.ceil() as u64).clamp(MIN_RETRY_AFTER, MAX_RETRY_AFTER)
     }
 
     async fn reload(&self, id: OrderId) -> Result<Order, ApiError> {

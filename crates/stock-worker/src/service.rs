@@ -58,7 +58,7 @@ impl Service for StockWorker {
             &config.worker.database,
             PoolSize { max_connections: 8, application_name: "stock-worker", ..PoolSize::default() },
         )?;
-        let payments = Payments::new(&config.stripe, RetryPolicy::background())?;
+        let payments = Payments::new(&config.stripe, RetryPolicy::background(), pool.clone())?;
         let consumer =
             ConsumerConfig::for_worker(&config.worker, runtime, config.max_in_flight as usize, pool.clone());
         tracing::info!(queue = consumer::short_name(&consumer.queue_url), "consuming");

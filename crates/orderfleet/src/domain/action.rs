@@ -285,12 +285,13 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_webhook_s_settle_holds_its_lease_through_five_stripe_calls_at_their_longest() {
+    #[tokio::test]
+    async fn a_webhook_s_settle_holds_its_lease_through_five_stripe_calls_at_their_longest() {
         // Arrange: the intake's Stripe client, which settles 3-D Secure for a webhook.
         let env = crate::runtime::config::Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_action")]);
         let config = crate::runtime::config::StripeConfig::from_env(&env).unwrap();
-        let payments = Payments::new(&config, crate::domain::payments::RetryPolicy::default()).unwrap();
+        let retry = crate::domain::payments::RetryPolicy::default();
+        let payments = Payments::new(&config, retry, crate::runtime::db::unreachable_pool()).unwrap();
 
         // Act
         let lease = crate::domain::order::lease_for(settle_deadline(&payments));

@@ -518,6 +518,20 @@ async fn release_after_a_5xx(pool: &Pool, order: &Order) -> sqlx::Result<()> {
     Ok(())
 }
 
+/// How many orders ahead of `order` in its product's line still wait for their authorization:
+/// each needs a create before it, so with the fleet's create rate they tell its buyer how long
+/// to wait. ONE statement, on the 503 path only.
+pub async fn waiting_ahead(pool: &Pool, order: &Order) -> sqlx::Result<i64> {
+    sqlx::query_scalar!(
+        r#"SELECT count(*) AS "ahead!" FROM orders WHERE product_id = $1 AND position < $2 AND status = $3"#,
+        &order.product_id as _,
+        order.position,
+        OrderStatus::PendingAuthorization as _,
+    )
+    .fetch_one(pool)
+    .await
+}
+
 /// Gives the lease `order` was taken with back, if it is still this holder's, so a retry with
 /// the same key (or the sweeper) may finish the order.
 pub async fn release(pool: &Pool, order: &Order) -> sqlx::Result<()> {

@@ -39,8 +39,9 @@ use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod, PaymentIntentStatus
 use stripe_types::{RangeBoundsTs, RangeQueryTs};
 
 use crate::runtime::backoff::Backoff;
-use crate::runtime::budget::StripeBudget;
+use crate::runtime::budget::{Endpoint, FleetLimits, StripeBudget};
 use crate::runtime::config::StripeConfig;
+use crate::runtime::db::Pool;
 use crate::runtime::stripe_http::PooledStripe;
 
 /// The operations that carry their own idempotency key.
@@ -77,6 +78,17 @@ impl Operation {
         match attempt {
             ..=1 => format!("orderfleet-{order_id}-{}", self.as_str()),
             n => format!("orderfleet-{order_id}-{}-attempt-{n}", self.as_str()),
+        }
+    }
+
+    /// The endpoint Stripe counts it on.
+    pub fn endpoint(self) -> Endpoint {
+        match self {
+            Operation::Authorize => Endpoint::Create,
+            Operation::Capture => Endpoint::Capture,
+            Operation::Cancel => Endpoint::Cancel,
+            Operation::Retrieve => Endpoint::Retrieve,
+            Operation::List => Endpoint::List,
         }
     }
 
@@ -377,7 +389,7 @@ pub struct Payments {
     /// async-stripe's requests, over kept-alive connections.
     client: PooledStripe,
     retry: RetryPolicy,
-    /// Shared by every clone: the budget is the process's.
+    /// Shared by every clone: the process's part of the fleet's budget.
     budget: std::sync::Arc<StripeBudget>,
     action_timeout: Duration,
     /// Shared by every clone: the PaymentIntents this process created that held funds at once.
@@ -444,15 +456,21 @@ impl std::fmt::Debug for Payments {
 }
 
 impl Payments {
-    /// The client for `config`, retrying as `retry` says.
-    pub fn new(config: &StripeConfig, retry: RetryPolicy) -> anyhow::Result<Self> {
+    /// The client for `config`, retrying as `retry` says, a member of the fleet's Stripe
+    /// budget in `pool`'s database.
+    pub fn new(config: &StripeConfig, retry: RetryPolicy, pool: Pool) -> anyhow::Result<Self> {
         crate::install_crypto_provider();
         let client = PooledStripe::new(config.secret_key.expose_secret(), config.api_base.as_str())
             .map_err(|e| anyhow::anyhow!("failed to build the Stripe client: {e}"))?;
-        let budget = StripeBudget::new(config.max_requests_per_second.0, retry.budget_wait);
+        let limits = FleetLimits {
+            account: config.account_requests_per_second.0.get(),
+            endpoint: config.endpoint_requests_per_second.0.get(),
+            ceiling: config.max_requests_per_second.map(|r| r.0.get()),
+        };
+        let budget = StripeBudget::new(pool, limits, retry.budget_wait);
         let action_timeout = config.action_timeout.0;
         let held_here = std::sync::Arc::default();
-        Ok(Self { client, retry, budget: std::sync::Arc::new(budget), action_timeout, held_here })
+        Ok(Self { client, retry, budget, action_timeout, held_here })
     }
 
     /// Whether this process created `payment_intent_id` holding funds at once ([`HeldHere`]).
@@ -477,9 +495,14 @@ impl Payments {
         self.action_timeout
     }
 
-    /// Takes a slot of the Stripe request budget for one request.
-    async fn slot(&self, operation: &'static str) -> Result<(), PaymentError> {
-        self.budget.acquire(operation).await.map_err(|e| PaymentError::Unavailable(format!("throttled: {e}")))
+    /// The fleet's create rate, in authorizations a second, as this process last saw it.
+    pub fn create_rate(&self) -> f64 {
+        self.budget.create_rate()
+    }
+
+    /// Takes a turn of the fleet's Stripe budget for one request.
+    async fn slot(&self, endpoint: Endpoint) -> Result<(), PaymentError> {
+        self.budget.acquire(endpoint).await.map_err(|e| PaymentError::Unavailable(format!("throttled: {e}")))
     }
 
     /// Creates and confirms a manual-capture PaymentIntent: a hold, not a charge.
@@ -659,7 +682,7 @@ impl Payments {
     /// Whether Stripe answers at all: one lookup of an intent that does not exist, no retries.
     /// "No such intent" is an answer; a timeout, a refused connection or a 5xx is not.
     pub async fn probe(&self) -> Result<(), String> {
-        self.slot("probe").await.map_err(|e| format!("Stripe: {e}"))?;
+        self.slot(Endpoint::Retrieve).await.map_err(|e| format!("Stripe: {e}"))?;
         let result = RetrievePaymentIntent::new("pi_orderfleet_probe")
             .customize()
             .timeout(self.retry.timeout)
@@ -793,7 +816,7 @@ impl Payments {
         loop {
             // A refused slot is not retried: the budget is saturated, and the caller's answer
             // (503, or the message left for later) is the backoff.
-            self.slot(operation.as_str()).await?;
+            self.slot(operation.endpoint()).await?;
             let error = match call().await {
                 Ok(answer) => {
                     metrics::counter!("stripe_requests_total", "operation" => operation.as_str(), "outcome" => "ok")
@@ -802,7 +825,7 @@ impl Payments {
                 }
                 // A 5xx to a request with a key is saved under the key: retrying it can only
                 // get it again. Without a key (a lookup) it is just a passing failure.
-                Err(e) => match classify(e) {
+                Err(e) => match classify(self.counted_429(operation, e)) {
                     PaymentError::AttemptFailed(reason) if !operation.has_key() => {
                         PaymentError::Unavailable(reason)
                     }
@@ -825,6 +848,16 @@ impl Payments {
             tracing::warn!(operation = operation.as_str(), attempt, ?delay, %error, "retrying the Stripe call (with the same key, if it has one)");
             tokio::time::sleep(delay).await;
         }
+    }
+}
+
+impl Payments {
+    /// A 429 (the limit, or a concurrent update's `lock_timeout`) slows the fleet down.
+    fn counted_429(&self, operation: Operation, error: StripeError) -> StripeError {
+        if matches!(error, StripeError::Stripe(_, 429)) {
+            self.budget.rate_limited(operation.endpoint());
+        }
+        error
     }
 }
 

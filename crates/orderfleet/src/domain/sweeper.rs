@@ -287,14 +287,15 @@ mod tests {
     use crate::domain::payments::RetryPolicy;
     use crate::runtime::config::{Env, StripeConfig};
 
-    #[test]
-    fn the_sweeper_s_lease_outlasts_its_longest_work_on_an_order() {
+    #[tokio::test]
+    async fn the_sweeper_s_lease_outlasts_its_longest_work_on_an_order() {
         // Arrange: the sweeper's Stripe client, and one call at its longest under its policy,
         // worked out here from the policy's parts: every attempt waits its whole budget wait
         // and its whole timeout, every pause its backoff's ceiling.
         let retry = RetryPolicy::background();
         let env = Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_sweeper")]);
-        let payments = Payments::new(&StripeConfig::from_env(&env).unwrap(), retry).unwrap();
+        let payments =
+            Payments::new(&StripeConfig::from_env(&env).unwrap(), retry, crate::runtime::db::unreachable_pool()).unwrap();
         let pauses: Duration = (0..retry.attempts - 1).map(|n| retry.backoff.ceiling(n)).sum();
         let call = (retry.budget_wait + retry.timeout) * retry.attempts + pauses;
 

@@ -307,9 +307,15 @@ pub struct StripeConfig {
     pub secret_key: SecretString,
     /// `STRIPE_API_BASE`: Stripe, or stripe-sim.
     pub api_base: HttpUrl,
-    /// `STRIPE_MAX_REQUESTS_PER_SECOND`: this process's share of the account's Stripe rate
-    /// limit, retries included (see [`crate::runtime::budget`]).
-    pub max_requests_per_second: RequestsPerSecond,
+    /// `STRIPE_ACCOUNT_REQUESTS_PER_SECOND` (100): the account's limit, the fleet's to share
+    /// (see [`crate::runtime::budget`]).
+    pub account_requests_per_second: RequestsPerSecond,
+    /// `STRIPE_ENDPOINT_REQUESTS_PER_SECOND` (25): each named operation's limit, the fleet's
+    /// to share.
+    pub endpoint_requests_per_second: RequestsPerSecond,
+    /// `STRIPE_MAX_REQUESTS_PER_SECOND`, optional: a ceiling on this one process's requests,
+    /// under its share of the fleet's.
+    pub max_requests_per_second: Option<RequestsPerSecond>,
     /// `PAYMENT_ACTION_TIMEOUT_SECONDS` (600): how long an order whose card needs 3-D Secure
     /// keeps its units while the buyer authenticates.
     pub action_timeout: Seconds,
@@ -343,8 +349,10 @@ impl Setting for RequestsPerSecond {
 impl StripeConfig {
     /// Stripe's API.
     pub(crate) const DEFAULT_API_BASE: &'static str = "https://api.stripe.com";
-    /// `STRIPE_MAX_REQUESTS_PER_SECOND` when unset.
-    pub(crate) const DEFAULT_MAX_REQUESTS_PER_SECOND: u32 = 20;
+    /// `STRIPE_ACCOUNT_REQUESTS_PER_SECOND` when unset: Stripe's live mode.
+    pub(crate) const DEFAULT_ACCOUNT_REQUESTS_PER_SECOND: u32 = 100;
+    /// `STRIPE_ENDPOINT_REQUESTS_PER_SECOND` when unset: Stripe's, on each named operation.
+    pub(crate) const DEFAULT_ENDPOINT_REQUESTS_PER_SECOND: u32 = 25;
     /// `PAYMENT_ACTION_TIMEOUT_SECONDS` when unset.
     pub(crate) const DEFAULT_ACTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
@@ -368,13 +376,22 @@ impl StripeConfig {
                 reason: "must be https:// (http:// only for a simulator on this machine)".into(),
             });
         }
-        let default_rate =
-            std::num::NonZeroU32::new(Self::DEFAULT_MAX_REQUESTS_PER_SECOND).expect("non-zero");
-        let max_requests_per_second =
-            env.or_default("STRIPE_MAX_REQUESTS_PER_SECOND", RequestsPerSecond(default_rate))?;
+        let rate = |n| RequestsPerSecond(std::num::NonZeroU32::new(n).expect("non-zero"));
+        let account_requests_per_second =
+            env.or_default("STRIPE_ACCOUNT_REQUESTS_PER_SECOND", rate(Self::DEFAULT_ACCOUNT_REQUESTS_PER_SECOND))?;
+        let endpoint_requests_per_second =
+            env.or_default("STRIPE_ENDPOINT_REQUESTS_PER_SECOND", rate(Self::DEFAULT_ENDPOINT_REQUESTS_PER_SECOND))?;
+        let max_requests_per_second = env.optional("STRIPE_MAX_REQUESTS_PER_SECOND")?;
         let action_timeout =
             env.or_default("PAYMENT_ACTION_TIMEOUT_SECONDS", Seconds(Self::DEFAULT_ACTION_TIMEOUT))?;
-        Ok(Self { secret_key, api_base, max_requests_per_second, action_timeout })
+        Ok(Self {
+            secret_key,
+            api_base,
+            account_requests_per_second,
+            endpoint_requests_per_second,
+            max_requests_per_second,
+            action_timeout,
+        })
     }
 }
 
@@ -531,23 +548,32 @@ mod tests {
     }
 
     #[test]
-    fn the_stripe_budget_defaults_to_20_and_refuses_zero_negatives_and_words() {
+    fn the_stripe_budget_is_stripe_s_limits_with_no_ceiling_and_refuses_zero_negatives_and_words() {
         let env = Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_placeholder")]);
-        assert_eq!(StripeConfig::from_env(&env).unwrap().max_requests_per_second.0.get(), 20);
-        for bad in ["0", "-5", "ten", "2.5", "10001"] {
-            let env = Env::from_pairs([
-                ("STRIPE_SECRET_KEY", "sk_test_placeholder"),
-                ("STRIPE_MAX_REQUESTS_PER_SECOND", bad),
-            ]);
-            let error = StripeConfig::from_env(&env).unwrap_err();
-            assert_eq!(error.variable(), "STRIPE_MAX_REQUESTS_PER_SECOND", "{bad}");
-            assert!(!error.to_string().contains('\n'), "{error}");
+        let config = StripeConfig::from_env(&env).unwrap();
+        assert_eq!(config.account_requests_per_second.0.get(), 100);
+        assert_eq!(config.endpoint_requests_per_second.0.get(), 25);
+        assert_eq!(config.max_requests_per_second, None);
+        for name in [
+            "STRIPE_ACCOUNT_REQUESTS_PER_SECOND",
+            "STRIPE_ENDPOINT_REQUESTS_PER_SECOND",
+            "STRIPE_MAX_REQUESTS_PER_SECOND",
+        ] {
+            for bad in ["0", "-5", "ten", "2.5", "10001"] {
+                let env = Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_placeholder"), (name, bad)]);
+                let error = StripeConfig::from_env(&env).unwrap_err();
+                assert_eq!(error.variable(), name, "{bad}");
+                assert!(!error.to_string().contains('\n'), "{error}");
+            }
         }
         let env = Env::from_pairs([
             ("STRIPE_SECRET_KEY", "sk_test_placeholder"),
             ("STRIPE_MAX_REQUESTS_PER_SECOND", "7"),
+            ("STRIPE_ENDPOINT_REQUESTS_PER_SECOND", "10"),
         ]);
-        assert_eq!(StripeConfig::from_env(&env).unwrap().max_requests_per_second.0.get(), 7);
+        let config = StripeConfig::from_env(&env).unwrap();
+        assert_eq!(config.max_requests_per_second.map(|r| r.0.get()), Some(7));
+        assert_eq!(config.endpoint_requests_per_second.0.get(), 10);
     }
 
     #[test]

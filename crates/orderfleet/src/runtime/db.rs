@@ -75,6 +75,15 @@ pub fn connect_lazy(config: &DatabaseConfig, size: PoolSize) -> anyhow::Result<P
     Ok(Pool::lazy(session_options(config, size)?, size.limits()))
 }
 
+/// A pool on a port nobody listens on, for unit tests that build a client and never ask the
+/// database anything.
+#[cfg(test)]
+pub(crate) fn unreachable_pool() -> Pool {
+    let env = crate::runtime::config::Env::from_pairs([("DATABASE_URL", "postgres://nobody@127.0.0.1:9/none")]);
+    let config = DatabaseConfig::from_env(&env).expect("a well-formed URL");
+    connect_lazy(&config, PoolSize { min_connections: 0, ..PoolSize::default() }).expect("a lazy pool")
+}
+
 /// Connects now, failing when the database is unreachable (for one-shot commands).
 pub async fn connect(config: &DatabaseConfig, size: PoolSize) -> anyhow::Result<Pool> {
     warn_if_unverified(config);

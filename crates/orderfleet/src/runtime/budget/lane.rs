@@ -1,0 +1,225 @@
+//! One endpoint's pace in this process: requests wait their turn, first come first served,
+//! and go out spaced so that no window holds more than the share.
+//!
+//! The rule: a request goes out at `s` only if `s` is at least `WINDOW / share(s)` after the
+//! one before it, `share(s)` being the share at that moment, and only while the lease lasts.
+//! Then any window `(u - WINDOW, u]` holds at most the largest share in force during it: with
+//! `n` requests in it, each gap at least `WINDOW / max`, `(n - 1) · WINDOW / max < WINDOW`.
+//! That largest share is what the fleet's rows claim for this process ([`super::share`]).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::WINDOW;
+
+/// What this process may send on the endpoint now.
+#[derive(Debug, Clone, Copy, Default)]
+struct Pace {
+    share: u32,
+    /// Nothing goes out at or past this; `None` before the first lease.
+    lease_until: Option<Instant>,
+    last_sent: Option<Instant>,
+}
+
+impl Pace {
+    /// When the next request may go out: now, later, or not until the share or lease changes.
+    fn next_at(&self, now: Instant) -> Option<Instant> {
+        let lease_until = self.lease_until.filter(|&until| until > now)?;
+        if self.share == 0 {
+            return None;
+        }
+        let at = self.last_sent.map_or(now, |last| (last + WINDOW / self.share).max(now));
+        (at < lease_until).then_some(at)
+    }
+}
+
+/// One endpoint's queue and pace.
+#[derive(Debug, Default)]
+pub(crate) struct Lane {
+    pace: Mutex<Pace>,
+    /// Wakes the head of the queue when the share or the lease changes.
+    changed: Notify,
+    /// Whose turn it is: tokio's mutex hands itself over in the order it was asked for.
+    turn: tokio::sync::Mutex<()>,
+    /// Requests waiting, the one at the head included.
+    queued: AtomicUsize,
+    /// Requests that asked since the last [`Lane::take_arrivals`].
+    arrivals: AtomicU64,
+}
+
+impl Lane {
+    fn pace(&self) -> std::sync::MutexGuard<'_, Pace> {
+        self.pace.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The share in force.
+    pub fn share(&self) -> u32 {
+        self.pace().share
+    }
+
+    /// A new share and lease. A lower share is set before the fleet's row says so, a higher
+    /// one after ([`super::ledger`]).
+    pub fn set(&self, share: u32, lease_until: Option<Instant>) {
+        {
+            let mut pace = self.pace();
+            pace.share = share;
+            if lease_until.is_some() {
+                pace.lease_until = lease_until;
+            }
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Requests asked for since last called, and requests waiting now.
+    pub fn take_arrivals(&self) -> (u64, usize) {
+        (self.arrivals.swap(0, Ordering::AcqRel), self.queued.load(Ordering::Acquire))
+    }
+
+    /// Whether requests asked since the last tick, or wait now.
+    pub fn busy(&self) -> bool {
+        self.arrivals.load(Ordering::Acquire) > 0 || self.queued.load(Ordering::Acquire) > 0
+    }
+
+    /// Waits for this request's turn, at most `max_wait`; false when none came. A request is
+    /// refused at once when the requests ahead of it, at the pace in force, already need
+    /// longer. Cancel-safe: a waiter dropped takes no turn.
+    pub async fn acquire(&self, max_wait: Duration) -> bool {
+        self.arrivals.fetch_add(1, Ordering::AcqRel);
+        let ahead = self.queued.fetch_add(1, Ordering::AcqRel);
+        let _queued = Leave(&self.queued);
+        let share = self.share();
+        if share > 0 && WINDOW / share * ahead as u32 > max_wait {
+            return false;
+        }
+        tokio::time::timeout(max_wait, self.turn()).await.is_ok()
+    }
+
+    async fn turn(&self) {
+        let _turn = self.turn.lock().await;
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let now = Instant::now();
+            let next = {
+                let mut pace = self.pace();
+                match pace.next_at(now) {
+                    Some(at) if at <= now => {
+                        pace.last_sent = Some(now);
+                        return;
+                    }
+                    next => next,
+                }
+            };
+            match next {
+                Some(at) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(at) => {}
+                        () = changed => {}
+                    }
+                }
+                None => changed.await,
+            }
+        }
+    }
+}
+
+/// A place in the queue, given up however the wait ends.
+struct Leave<'a>(&'a AtomicUsize);
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn lane(share: u32) -> Arc<Lane> {
+        let lane = Arc::new(Lane::default());
+        lane.set(share, Some(Instant::now() + Duration::from_secs(3600)));
+        lane
+    }
+
+    async fn grants(lane: &Arc<Lane>, n: usize) -> Vec<Duration> {
+        let started = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..n {
+            let lane = lane.clone();
+            tasks.spawn(async move {
+                assert!(lane.acquire(Duration::from_secs(60)).await);
+                started.elapsed()
+            });
+        }
+        let mut granted = tasks.join_all().await;
+        granted.sort();
+        granted
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_window_holds_more_than_the_share() {
+        let lane = lane(10);
+        let granted = grants(&lane, 25).await;
+        assert_eq!(granted[0], Duration::ZERO);
+        for w in granted.windows(11) {
+            assert!(w[10] - w[0] >= WINDOW, "{granted:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lowered_share_spaces_the_next_request_at_once() {
+        let lane = lane(10);
+        assert!(lane.acquire(Duration::from_secs(1)).await);
+        lane.set(2, None);
+        let started = Instant::now();
+        assert!(lane.acquire(Duration::from_secs(5)).await);
+        assert!(started.elapsed() >= WINDOW / 2 - Duration::from_millis(1), "{:?}", started.elapsed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_goes_out_without_a_share_or_past_the_lease_and_a_new_one_wakes_the_queue() {
+        // Arrange: no share yet.
+        let lane = Arc::new(Lane::default());
+        let waiting = {
+            let lane = lane.clone();
+            tokio::spawn(async move { lane.acquire(Duration::from_secs(5)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished());
+
+        // Act
+        lane.set(5, Some(Instant::now() + Duration::from_millis(100)));
+
+        // Assert
+        assert!(waiting.await.unwrap());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!lane.acquire(Duration::from_millis(500)).await, "past its lease");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queue_longer_than_the_wait_is_refused_at_once_and_counted_as_demand() {
+        let lane = lane(1);
+        assert!(lane.acquire(Duration::from_secs(1)).await);
+        let waiting: Vec<_> = (0..2)
+            .map(|_| {
+                let lane = lane.clone();
+                tokio::spawn(async move { lane.acquire(Duration::from_secs(5)).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let started = Instant::now();
+        assert!(!lane.acquire(Duration::from_millis(1_500)).await);
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert_eq!(lane.take_arrivals(), (4, 2));
+        for task in waiting {
+            assert!(task.await.unwrap());
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! The fleet's Stripe request budget (SPEC §3 `STRIPE_ACCOUNT_REQUESTS_PER_SECOND`,
+//! `STRIPE_ENDPOINT_REQUESTS_PER_SECOND`, `STRIPE_MAX_REQUESTS_PER_SECOND`; §8.9).
+//!
+//! Stripe counts requests per account (100 a second in live mode) and per named operation
+//! (25 a second on each: create, retrieve, list, capture, cancel), whichever process sends
+//! them. Every Stripe request of every process takes a turn here first: authorizations,
+//! captures, cancels, lookups, the sweeper's lists, the dependency probe, every retry.
+//!
+//! **The algorithm: leased shares in PostgreSQL.** Each process that calls Stripe is a
+//! member, with a row in `stripe_budget_members`: its demand on each endpoint (requests a
+//! window), its share, and its lease. Twice a second while it has work, in one short
+//! transaction under an advisory lock (five round trips, none per Stripe request), it reads
+//! every row, works out its fair part of each limit given every live member's demand
+//! ([`share::target`]), takes what the others leave free ([`share::grant`]), and renews its
+//! lease. A process with nothing to do asks for nothing, gives its share up at its next tick,
+//! and then makes no statement until a request comes.
+//!
+//! - **Why it cannot overshoot.** A member's row claims, at any moment, the most it may have
+//!   sent in the last window: its share while its lease lasts and one window after, and a
+//!   larger share it gave up less than a window ago ([`share::Row::claim`]). A member takes
+//!   only what the limit leaves after every other member's claim, under the lock, so the
+//!   claims never add up to more than a limit. Locally, its requests go out paced so that no
+//!   window holds more than the largest share it had in that window ([`lane`]): a lower share
+//!   is put in force before the row says so, a higher one only after the commit. A process
+//!   that joins finds the limit claimed and takes nothing until the others give their excess
+//!   up at their next tick and a window has passed: while shares settle, the fleet runs
+//!   under the limit, never over it. The window is [`WINDOW`], 5 % over Stripe's second, for
+//!   the jitter between a request leaving here and reaching Stripe.
+//! - **When the database cannot be reached.** A member sends nothing past its lease
+//!   ([`LEASE`], counted from before it asked): its requests wait, the intake answers `503
+//!   payment_unavailable` and the workers leave their messages for later. A member killed
+//!   holds its share until its lease and a window have passed, then its row is deleted.
+//! - **A 429 slows the whole fleet.** A `429` from Stripe (a limit lowered, a `lock_timeout`)
+//!   halves the process's own share on that endpoint at once, and, at its next tick, the
+//!   endpoint's limit for every member (`stripe_budget_slowdowns`, at most once a second); the
+//!   limit then grows back by a thirtieth a second. `stripe_rate_limited_total` counts them,
+//!   and the alarm in `infra/services.yaml` watches it.
+//! - **Measured.** `stripe_budget_wait_seconds` (each request's wait for its turn),
+//!   `stripe_budget_refusals_total`, `stripe_budget_share` and `stripe_budget_limit` by
+//!   endpoint, and `stripe_budget_ticks_total` by outcome.
+
+mod lane;
+mod ledger;
+mod share;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use crate::runtime::db::Pool;
+
+/// The window a share is counted over: Stripe's second, and 5 % for the jitter between a
+/// request leaving here and reaching Stripe.
+pub const WINDOW: Duration = Duration::from_millis(1_050);
+
+/// How often a member with work renews its share.
+pub const TICK: Duration = Duration::from_millis(500);
+
+/// How long a share lasts without a renewal.
+pub const LEASE: Duration = Duration::from_secs(2);
+
+/// The named operations Stripe limits apart, as Stripe (and stripe-sim's stats) name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `POST /v1/payment_intents`.
+    Create = 0,
+    /// `GET /v1/payment_intents/{id}`.
+    Retrieve = 1,
+    /// `GET /v1/payment_intents`.
+    List = 2,
+    /// `POST /v1/payment_intents/{id}/capture`.
+    Capture = 3,
+    /// `POST /v1/payment_intents/{id}/cancel`.
+    Cancel = 4,
+}
+
+impl Endpoint {
+    /// How many there are.
+    pub const COUNT: usize = 5;
+    /// Every one, in order.
+    pub const ALL: [Endpoint; Self::COUNT] =
+        [Endpoint::Create, Endpoint::Retrieve, Endpoint::List, Endpoint::Capture, Endpoint::Cancel];
+
+    /// Its name, as Stripe's docs write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Endpoint::Create => "POST /v1/payment_intents",
+            Endpoint::Retrieve => "GET /v1/payment_intents/{id}",
+            Endpoint::List => "GET /v1/payment_intents",
+            Endpoint::Capture => "POST /v1/payment_intents/{id}/capture",
+            Endpoint::Cancel => "POST /v1/payment_intents/{id}/cancel",
+        }
+    }
+}
+
+/// The limits the fleet keeps to: Stripe's, and this process's own ceiling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FleetLimits {
+    /// `STRIPE_ACCOUNT_REQUESTS_PER_SECOND`.
+    pub account: u32,
+    /// `STRIPE_ENDPOINT_REQUESTS_PER_SECOND`.
+    pub endpoint: u32,
+    /// `STRIPE_MAX_REQUESTS_PER_SECOND`, when set.
+    pub ceiling: Option<u32>,
+}
+
+/// No turn within the bounded wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the fleet's Stripe budget has no turn on {endpoint} within {max_wait:?}")]
+pub struct Exhausted {
+    /// The endpoint.
+    pub endpoint: &'static str,
+    /// How long a request may wait for its turn.
+    pub max_wait: Duration,
+}
+
+/// This process's part of the fleet's Stripe budget. Clones of the client share one.
+pub struct StripeBudget {
+    lanes: [lane::Lane; Endpoint::COUNT],
+    /// 429s seen on each endpoint since the last tick.
+    limited: [AtomicBool; Endpoint::COUNT],
+    /// Wakes the ticker: demand after a quiet spell, or a 429.
+    wake: Arc<Notify>,
+    ticker: AtomicBool,
+    member: Uuid,
+    process: String,
+    limits: FleetLimits,
+    max_wait: Duration,
+    pool: Pool,
+    /// What the last tick saw: the fleet's limits as slowed, and when this member ticked.
+    seen: Mutex<Seen>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    endpoint_limit: [u32; Endpoint::COUNT],
+    ticked: Instant,
+}
+
+impl std::fmt::Debug for StripeBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StripeBudget")
+            .field("member", &self.member)
+            .field("limits", &self.limits)
+            .field("max_wait", &self.max_wait)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StripeBudget {
+    /// This process's membership of the fleet's budget in `pool`'s database; it first ticks
+    /// when the first request asks for a turn.
+    pub fn new(pool: Pool, limits: FleetLimits, max_wait: Duration) -> Arc<Self> {
+        let process = std::env::args()
+            .next()
+            .and_then(|p| std::path::Path::new(&p).file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "orderfleet".to_owned());
+        Arc::new(Self {
+            lanes: Default::default(),
+            limited: Default::default(),
+            wake: Arc::new(Notify::new()),
+            ticker: AtomicBool::new(false),
+            member: Uuid::new_v4(),
+            process,
+            limits,
+            max_wait,
+            pool,
+            seen: Mutex::new(Seen {
+                endpoint_limit: [limits.endpoint.min(limits.account); Endpoint::COUNT],
+                ticked: Instant::now(),
+            }),
+        })
+    }
+
+    /// Waits for this request's turn on `endpoint`, for at most the bounded wait.
+    pub async fn acquire(self: &Arc<Self>, endpoint: Endpoint) -> Result<(), Exhausted> {
+        self.start_ticker();
+        let lane = &self.lanes[endpoint as usize];
+        if lane.share() == 0 {
+            self.wake.notify_one();
+        }
+        let started = Instant::now();
+        let granted = lane.acquire(self.max_wait).await;
+        metrics::histogram!("stripe_budget_wait_seconds", "endpoint" => endpoint.name())
+            .record(started.elapsed().as_secs_f64());
+        if granted {
+            return Ok(());
+        }
+        metrics::counter!("stripe_budget_refusals_total", "endpoint" => endpoint.name()).increment(1);
+        Err(Exhausted { endpoint: endpoint.name(), max_wait: self.max_wait })
+    }
+
+    /// Stripe answered `429` on `endpoint`: this process halves its share there at once, and
+    /// its next tick, now, slows the fleet down.
+    pub fn rate_limited(&self, endpoint: Endpoint) {
+        metrics::counter!("stripe_rate_limited_total", "endpoint" => endpoint.name()).increment(1);
+        let lane = &self.lanes[endpoint as usize];
+        lane.set(lane.share() / 2, None);
+        self.limited[endpoint as usize].store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// The fleet's create rate as this process last saw it, in requests a second: what a
+    /// buyer waiting behind others for an authorization can count on.
+    pub fn create_rate(&self) -> f64 {
+        let seen = *self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        f64::from(seen.endpoint_limit[Endpoint::Create as usize].min(self.limits.account)) / WINDOW.as_secs_f64()
+    }
+
+    fn start_ticker(self: &Arc<Self>) {
+        if !self.ticker.swap(true, Ordering::AcqRel) {
+            tokio::spawn(run(Arc::downgrade(self), self.wake.clone()));
+        }
+    }
+
+    /// Whether it has nothing to renew: no share, nothing asked for or waiting, no 429.
+    fn idle(&self) -> bool {
+        self.lanes.iter().all(|l| l.share() == 0 && !l.busy())
+            && self.limited.iter().all(|l| !l.load(Ordering::Acquire))
+    }
+}
+
+/// The ticker: renews the share every [`TICK`] while there is work, and sleeps otherwise
+/// until a request or a 429 wakes it. It ends with the budget.
+async fn run(budget: Weak<StripeBudget>, wake: Arc<Notify>) {
+    loop {
+        let woken = wake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let idle = match budget.upgrade() {
+            Some(budget) => budget.idle(),
+            None => return,
+        };
+        if idle {
+            woken.await;
+        } else {
+            tokio::select! {
+                () = tokio::time::sleep(TICK) => {}
+                () = woken => {}
+            }
+        }
+        let Some(budget) = budget.upgrade() else { return };
+        let outcome = match ledger::tick(&budget).await {
+            Ok(()) => "ok",
+            Err(error) => {
+                tracing::warn!(%error, "the Stripe budget's tick failed; this process sends nothing to Stripe once its lease runs out");
+                "failed"
+            }
+        };
+        metrics::counter!("stripe_budget_ticks_total", "outcome" => outcome).increment(1);
+    }
+}

@@ -1,0 +1,267 @@
+//! How the fleet's Stripe budget is divided: pure arithmetic on the members' rows, so each
+//! rule is tested without a database or a clock.
+//!
+//! - A member's **target** on an endpoint is its max-min fair part of the endpoint's limit,
+//!   given every live member's demand ([`water_fill`]); when the targets together pass the
+//!   account's limit, the account's limit is divided the same way over them. A member that
+//!   demands nothing gets nothing.
+//! - What a member may **take** ([`grant`]) is its target, but never more than the limit left
+//!   by what every other member may still be sending: its share while its lease, and one
+//!   window after, lasts, and the larger share it gave up in the last window ([`Row::claim`]).
+//!   A member gives up its excess at its next tick; the capacity comes free for the others a
+//!   window later. So the members' claims never add up to more than a limit.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::{Endpoint, WINDOW};
+
+/// Requests per window on each endpoint.
+pub(crate) type PerEndpoint = [u32; Endpoint::COUNT];
+
+/// One member of the fleet's budget, as its row says.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Row {
+    pub member: Uuid,
+    /// What it asked for at its last tick.
+    pub demand: PerEndpoint,
+    /// What it may send, paced over a window, until `expires_at`.
+    pub share: PerEndpoint,
+    /// A larger share it gave up, which it may have used in the window before `held_until`.
+    pub held: PerEndpoint,
+    pub held_until: DateTime<Utc>,
+    /// Its lease: it sends nothing past this unless it renews.
+    pub expires_at: DateTime<Utc>,
+}
+
+impl Row {
+    /// Whether it may still send: its lease has not run out.
+    pub fn live(&self, now: DateTime<Utc>) -> bool {
+        now < self.expires_at
+    }
+
+    /// What it may have sent in the window up to `now`, on each endpoint: its share while its
+    /// lease lasts and for one window after (its last requests are still in Stripe's window),
+    /// and a larger share given up less than a window ago.
+    pub fn claim(&self, now: DateTime<Utc>) -> PerEndpoint {
+        let sending = now < self.expires_at + window();
+        let holding = now < self.held_until;
+        std::array::from_fn(|e| {
+            let share = if sending { self.share[e] } else { 0 };
+            let held = if holding { self.held[e] } else { 0 };
+            share.max(held)
+        })
+    }
+
+    /// Whether its row can go: nothing it sent is still in a window.
+    pub fn gone(&self, now: DateTime<Utc>) -> bool {
+        self.claim(now).iter().all(|&c| c == 0)
+    }
+}
+
+/// The limits the budget divides: the account's, each endpoint's as slowed down after a 429,
+/// and this process's own ceiling.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Limits {
+    pub account: u32,
+    pub endpoint: PerEndpoint,
+    pub ceiling: Option<u32>,
+}
+
+fn window() -> chrono::TimeDelta {
+    chrono::TimeDelta::from_std(WINDOW).expect("a short window")
+}
+
+/// Max-min fair integer division of `capacity` among `demands`: nobody gets more than it
+/// asks for, and capacity left over goes to those who asked for more, evenly; a remainder too
+/// small to go round goes to the first in order. The order is the same for every member (by
+/// member id), so every member computes the same division from the same rows.
+pub(crate) fn water_fill(capacity: u32, demands: &[u32]) -> Vec<u32> {
+    let mut given = vec![0u32; demands.len()];
+    let mut left = capacity;
+    let mut wanting: Vec<usize> = (0..demands.len()).filter(|&i| demands[i] > 0).collect();
+    while left > 0 && !wanting.is_empty() {
+        let each = left / wanting.len() as u32;
+        if each == 0 {
+            for &i in wanting.iter().take(left as usize) {
+                given[i] += 1;
+            }
+            break;
+        }
+        for &i in &wanting {
+            let more = each.min(demands[i] - given[i]);
+            given[i] += more;
+            left -= more;
+        }
+        wanting.retain(|&i| given[i] < demands[i]);
+    }
+    given
+}
+
+/// This member's target: its fair part of each endpoint's limit, then of the account's,
+/// among the live members (itself included, with its demand of now), then of its ceiling.
+pub(crate) fn target(me: Uuid, demand: PerEndpoint, rows: &[Row], limits: &Limits, now: DateTime<Utc>) -> PerEndpoint {
+    let mut demands: BTreeMap<Uuid, PerEndpoint> =
+        rows.iter().filter(|r| r.member != me && r.live(now)).map(|r| (r.member, r.demand)).collect();
+    demands.insert(me, demand);
+    let members: Vec<Uuid> = demands.keys().copied().collect();
+    let per_endpoint: Vec<Vec<u32>> = (0..Endpoint::COUNT)
+        .map(|e| water_fill(limits.endpoint[e], &members.iter().map(|m| demands[m][e]).collect::<Vec<_>>()))
+        .collect();
+    // Member by member, endpoint by endpoint.
+    let mut fair: Vec<u32> =
+        (0..members.len()).flat_map(|m| per_endpoint.iter().map(move |column| column[m])).collect();
+    if fair.iter().sum::<u32>() > limits.account {
+        fair = water_fill(limits.account, &fair);
+    }
+    let mine = members.iter().position(|&m| m == me).expect("inserted above") * Endpoint::COUNT;
+    let mut target: PerEndpoint = std::array::from_fn(|e| fair[mine + e]);
+    if let Some(ceiling) = limits.ceiling.filter(|&c| target.iter().sum::<u32>() > c) {
+        let capped = water_fill(ceiling, &target);
+        target = std::array::from_fn(|e| capped[e]);
+    }
+    target
+}
+
+/// What this member may take now: its target, within what the others' claims leave of each
+/// endpoint's limit and of the account's.
+pub(crate) fn grant(me: Uuid, target: PerEndpoint, rows: &[Row], limits: &Limits, now: DateTime<Utc>) -> PerEndpoint {
+    let mut others = [0u32; Endpoint::COUNT];
+    for row in rows.iter().filter(|r| r.member != me) {
+        for (sum, claim) in others.iter_mut().zip(row.claim(now)) {
+            *sum += claim;
+        }
+    }
+    let granted: PerEndpoint =
+        std::array::from_fn(|e| target[e].min(limits.endpoint[e].saturating_sub(others[e])));
+    let account_left = limits.account.saturating_sub(others.iter().sum());
+    if granted.iter().sum::<u32>() <= account_left {
+        return granted;
+    }
+    let fitted = water_fill(account_left, &granted);
+    std::array::from_fn(|e| fitted[e])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CREATE: usize = Endpoint::Create as usize;
+    const CAPTURE: usize = Endpoint::Capture as usize;
+
+    fn at(ms: i64) -> DateTime<Utc> {
+        DateTime::UNIX_EPOCH + chrono::TimeDelta::milliseconds(ms)
+    }
+
+    fn on(endpoint: usize, n: u32) -> PerEndpoint {
+        let mut v = [0; Endpoint::COUNT];
+        v[endpoint] = n;
+        v
+    }
+
+    fn row(member: u128, demand: PerEndpoint, share: PerEndpoint, expires_ms: i64) -> Row {
+        Row {
+            member: Uuid::from_u128(member),
+            demand,
+            share,
+            held: [0; Endpoint::COUNT],
+            held_until: at(0),
+            expires_at: at(expires_ms),
+        }
+    }
+
+    const STRIPE: Limits = Limits { account: 100, endpoint: [25; Endpoint::COUNT], ceiling: None };
+
+    #[test]
+    fn water_filling_gives_each_what_it_asks_and_splits_the_rest_evenly() {
+        assert_eq!(water_fill(25, &[3, 100, 100]), vec![3, 11, 11]);
+        assert_eq!(water_fill(25, &[100, 100, 100]), vec![9, 8, 8]);
+        assert_eq!(water_fill(25, &[0, 4, 0]), vec![0, 4, 0]);
+        assert_eq!(water_fill(2, &[5, 5, 5]), vec![1, 1, 0]);
+        assert_eq!(water_fill(0, &[5]), vec![0]);
+    }
+
+    #[test]
+    fn three_intakes_that_each_want_everything_get_a_third_of_the_creates_each() {
+        let rows = [row(1, on(CREATE, 50), on(CREATE, 8), 2_000), row(2, on(CREATE, 50), on(CREATE, 8), 2_000)];
+        let mine = target(Uuid::from_u128(3), on(CREATE, 50), &rows, &STRIPE, at(0));
+        assert_eq!(mine, on(CREATE, 8));
+        let all = [rows[0].clone(), rows[1].clone(), row(3, on(CREATE, 50), on(CREATE, 8), 2_000)];
+        let first = target(Uuid::from_u128(1), on(CREATE, 50), &all, &STRIPE, at(0));
+        assert_eq!(first[CREATE], 9, "the remainder goes to the first");
+    }
+
+    #[test]
+    fn a_member_that_joins_takes_only_what_the_others_do_not_claim() {
+        // Arrange: one intake holds every create; a second joins wanting as many.
+        let rows = [row(1, on(CREATE, 50), on(CREATE, 25), 2_000)];
+        let me = Uuid::from_u128(2);
+
+        // Act
+        let wanted = target(me, on(CREATE, 50), &rows, &STRIPE, at(0));
+        let taken = grant(me, wanted, &rows, &STRIPE, at(0));
+
+        // Assert: its target is half, but nothing is free until the first gives its half up.
+        assert_eq!(wanted[CREATE], 12);
+        assert_eq!(taken[CREATE], 0);
+    }
+
+    #[test]
+    fn a_share_given_up_is_claimed_for_one_window_then_free() {
+        // Arrange: the first intake cut its share from 25 to 13 at 0 ms.
+        let mut first = row(1, on(CREATE, 50), on(CREATE, 13), 2_000);
+        first.held = on(CREATE, 25);
+        first.held_until = at(WINDOW.as_millis() as i64);
+        let rows = [first];
+        let me = Uuid::from_u128(2);
+
+        // Act
+        let within = grant(me, on(CREATE, 12), &rows, &STRIPE, at(1_000));
+        let after = grant(me, on(CREATE, 12), &rows, &STRIPE, at(1_100));
+
+        // Assert
+        assert_eq!(within[CREATE], 0);
+        assert_eq!(after[CREATE], 12);
+    }
+
+    #[test]
+    fn a_killed_member_s_share_is_claimed_until_a_window_after_its_lease() {
+        let rows = [row(1, on(CREATE, 50), on(CREATE, 25), 2_000)];
+        let me = Uuid::from_u128(2);
+        let wanted = target(me, on(CREATE, 50), &rows, &STRIPE, at(2_500));
+        assert_eq!(wanted[CREATE], 25, "a member past its lease asks for nothing");
+        assert_eq!(grant(me, wanted, &rows, &STRIPE, at(2_500))[CREATE], 0);
+        assert_eq!(grant(me, wanted, &rows, &STRIPE, at(3_100))[CREATE], 25);
+        assert!(rows[0].gone(at(3_100)));
+    }
+
+    #[test]
+    fn the_account_limit_holds_across_endpoints() {
+        let limits = Limits { account: 30, ..STRIPE };
+        let mut demand = on(CREATE, 25);
+        demand[CAPTURE] = 25;
+        let wanted = target(Uuid::from_u128(1), demand, &[], &limits, at(0));
+        assert_eq!(wanted.iter().sum::<u32>(), 30);
+        let rows = [row(2, on(CAPTURE, 25), on(CAPTURE, 20), 2_000)];
+        let taken = grant(Uuid::from_u128(1), wanted, &rows, &limits, at(0));
+        assert_eq!(taken.iter().sum::<u32>(), 10, "{taken:?}");
+    }
+
+    #[test]
+    fn a_process_ceiling_caps_its_own_target() {
+        let limits = Limits { ceiling: Some(7), ..STRIPE };
+        assert_eq!(target(Uuid::from_u128(1), on(CREATE, 50), &[], &limits, at(0)), on(CREATE, 7));
+    }
+
+    #[test]
+    fn nothing_is_granted_on_an_endpoint_slowed_below_what_others_claim() {
+        let mut limits = STRIPE;
+        limits.endpoint[CREATE] = 6;
+        let rows = [row(1, on(CREATE, 50), on(CREATE, 12), 2_000)];
+        let me = Uuid::from_u128(2);
+        assert_eq!(target(me, on(CREATE, 50), &rows, &limits, at(0))[CREATE], 3);
+        assert_eq!(grant(me, on(CREATE, 3), &rows, &limits, at(0))[CREATE], 0);
+    }
+}
