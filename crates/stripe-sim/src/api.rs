@@ -2,8 +2,8 @@
 //! `GET /v1/payment_intents` and `…/search`, `POST /v1/payment_intents/{id}/capture`,
 //! `POST /v1/payment_intents/{id}/cancel`, `POST /v1/refunds`.
 //!
-//! Every request under `/v1/` first meets the rate limit ([`limit_rate`], when one is set):
-//! a request beyond it is answered 429 before anything else looks at it, so it has no effect
+//! Every request under `/v1/` first meets the rate limits ([`limit_rate`], when set): a
+//! request beyond one is answered 429 before anything else looks at it, so it has no effect
 //! and does not use up its idempotency key, and a client retries it with the same key, as
 //! Stripe advises.
 //!
@@ -35,7 +35,7 @@ use crate::form::Params;
 use crate::idempotency::{self, KeyedRequest, Scope};
 use crate::ids;
 use crate::ledger::{Ledger, Reply};
-use crate::rate::Verdict;
+use crate::rate::{self, Verdict};
 use crate::requests::Expand;
 use crate::requests::{CancelRequest, CaptureRequest, CreateRequest, ListRequest, RefundRequest};
 use crate::simulator::{Executed, SimState};
@@ -72,16 +72,18 @@ pub(crate) async fn assign_request_id(mut request: Request, next: Next) -> Respo
     response
 }
 
-/// Counts every API request and answers those beyond the rate limit with Stripe's 429. It
-/// runs before routing, so unknown `/v1/` paths count too (Stripe limits them as well); the
+/// Counts every API request and answers those beyond a rate limit (the account's, or the
+/// one of the named operation it is) with Stripe's 429. It runs before routing, so unknown
+/// `/v1/` paths count too, against the account's limit (Stripe limits them as well); the
 /// `/_sim` routes and `/healthz` are how a test looks at the simulator and are left alone.
 /// The simulator has one account, so there is no need to authenticate first to know whose
-/// limit applies.
+/// limits apply.
 pub(crate) async fn limit_rate(State(sim): State<SimState>, request: Request, next: Next) -> Response {
-    if !request.uri().path().starts_with("/v1/") {
+    let path = request.uri().path();
+    if !path.starts_with("/v1/") {
         return next.run(request).await;
     }
-    match sim.admit() {
+    match sim.admit(rate::operation_of(request.method().as_str(), path)) {
         Verdict::Admitted => next.run(request).await,
         Verdict::Limited => {
             tracing::debug!(path = request.uri().path(), "rate limit exceeded; answering 429");

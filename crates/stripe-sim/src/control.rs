@@ -4,13 +4,17 @@
 //!   oldest first: what a test asserts "captured once" or "hold released" against.
 //! - `POST /_sim/faults` with `{"operation", "mode", "count"}` arms a fault (see
 //!   [`crate::faults`]); `GET` shows the armed ones, `DELETE` disarms all.
-//! - `POST /_sim/rate_limit` with `{"per_second": N}` limits the API (every `/v1/…` request)
-//!   to N requests in any one second, answering the rest with Stripe's 429 `rate_limit`
-//!   (see [`crate::rate`]); 0 clears the limit. It answers, as `GET` does, the setting:
-//!   `{"per_second": N}`. `STRIPE_SIM_RATE_LIMIT` sets it at start.
-//! - `GET /_sim/stats` → `{"requests", "rate_limited", "max_requests_in_one_second"}`: the
-//!   API requests seen, those the limit refused (not injected `error_429` faults), and the
-//!   most received in any one second.
+//! - `POST /_sim/rate_limit` with `{"per_second": N, "per_endpoint": M}` limits the API
+//!   (every `/v1/…` request) to N requests in any one second, and each named operation
+//!   (`POST /v1/payment_intents`, `GET /v1/payment_intents/{id}`, …) to M, answering the rest
+//!   with Stripe's 429 `rate_limit` (see [`crate::rate`]); 0 clears a limit, and a field left
+//!   out leaves its limit as it is. It answers, as `GET` does, the setting: `{"per_second": N,
+//!   "per_endpoint": M}`. `STRIPE_SIM_RATE_LIMIT` and `STRIPE_SIM_ENDPOINT_RATE_LIMIT` set them
+//!   at start.
+//! - `GET /_sim/stats` → `{"requests", "rate_limited", "max_requests_in_one_second",
+//!   "max_requests_in_one_second_by_endpoint": {"POST /v1/payment_intents": n, …}}`: the API
+//!   requests seen, those a limit refused (not injected `error_429` faults), and the most
+//!   received in any one second, overall and on each operation called.
 //! - `GET /_sim/connections` → `{"connections"}`: the TCP connections accepted, so a test or
 //!   the bench can see whether a client keeps its connections (not in SPEC §6, which fixes
 //!   the stats' shape; kept apart so that shape stays as written).
@@ -27,8 +31,8 @@
 //!   delivery attempt, `{"data": [{"event_id", "type", "status"}]}`, and the mode (see
 //!   [`crate::webhooks`]).
 //! - `POST /_sim/reset` forgets every intent, idempotency key, fault and webhook attempt and
-//!   zeroes the stats, for a test that wants a clean account. It keeps the rate limit, which is
-//!   how the simulator was set up rather than the account's history; set 0 to clear it (and the
+//!   zeroes the stats, for a test that wants a clean account. It keeps the rate limits, which are
+//!   how the simulator was set up rather than the account's history; set 0 to clear them (and the
 //!   webhook endpoint and delivery mode, likewise).
 //! - `GET /healthz` answers 200 while the server runs, for start-up scripts.
 //!
@@ -139,7 +143,9 @@ async fn clear_faults(State(sim): State<SimState>) -> Response {
 
 async fn reset(State(sim): State<SimState>) -> Response {
     sim.reset();
-    tracing::info!("simulator reset: intents, idempotency keys, faults and stats forgotten; rate limit kept");
+    tracing::info!(
+        "simulator reset: intents, idempotency keys, faults and stats forgotten; rate limits kept"
+    );
     ok(&json!({ "reset": true }))
 }
 
@@ -188,34 +194,49 @@ async fn arm_fault(State(sim): State<SimState>, body: Bytes) -> Response {
     }
 }
 
+/// `{"per_second": N, "per_endpoint": M}`: either may be left out (that limit stays as it
+/// is), not both.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RateLimitRequest {
     /// API requests admitted in any one second; 0 for no limit.
-    per_second: u32,
+    per_second: Option<u32>,
+    /// API requests admitted in any one second on each named operation; 0 for no limit.
+    per_endpoint: Option<u32>,
 }
 
-fn rate_limit_json(per_second: u32) -> Value {
-    json!({ "per_second": per_second })
+fn rate_limit_json(sim: &SimState) -> Value {
+    json!({ "per_second": sim.rate_limit(), "per_endpoint": sim.endpoint_rate_limit() })
 }
 
 async fn rate_limit(State(sim): State<SimState>) -> Response {
-    ok(&rate_limit_json(sim.rate_limit()))
+    ok(&rate_limit_json(&sim))
 }
 
 async fn set_rate_limit(State(sim): State<SimState>, body: Bytes) -> Response {
-    match serde_json::from_slice::<RateLimitRequest>(&body) {
-        Ok(RateLimitRequest { per_second }) => {
-            sim.set_rate_limit(per_second);
-            tracing::info!(per_second, "rate limit set (0: none)");
-            ok(&rate_limit_json(sim.rate_limit()))
+    let setting = serde_json::from_slice::<RateLimitRequest>(&body).map_err(|e| e.to_string());
+    match setting {
+        Ok(RateLimitRequest { per_second: None, per_endpoint: None }) => {
+            rate_limit_refused("neither per_second nor per_endpoint given".to_owned())
         }
-        Err(e) => error_response(&StripeError::invalid_param(
-            "per_second",
-            format!(
-                "Invalid rate limit: expected {{\"per_second\": N}}, N a whole number (0 clears the limit): {e}"
-            ),
-        )),
+        Ok(RateLimitRequest { per_second, per_endpoint }) => {
+            per_second.inspect(|&n| sim.set_rate_limit(n));
+            per_endpoint.inspect(|&m| sim.set_endpoint_rate_limit(m));
+            tracing::info!(?per_second, ?per_endpoint, "rate limits set (0: none; not given: unchanged)");
+            ok(&rate_limit_json(&sim))
+        }
+        Err(reason) => rate_limit_refused(reason),
     }
+}
+
+fn rate_limit_refused(reason: String) -> Response {
+    error_response(&StripeError::invalid_param(
+        "per_second",
+        format!(
+            "Invalid rate limit: expected {{\"per_second\": N, \"per_endpoint\": M}}, either left out to keep \
+             it, N and M whole numbers (0 clears a limit): {reason}"
+        ),
+    ))
 }
 
 #[derive(Deserialize)]

@@ -22,9 +22,10 @@
 //!   `STRIPE_SIM_WEBHOOK_URL` (or [`Simulator::with_webhook_endpoint`]) names, from a
 //!   background task, retrying until a `2xx`.
 //! - `idempotency` saves and replays first answers; `faults` holds injected failures.
-//! - `rate` is Stripe's request rate limit (a sliding one-second window; none unless
-//!   `STRIPE_SIM_RATE_LIMIT` or `POST /_sim/rate_limit` sets one) and the [`RequestStats`]
-//!   counting the API requests seen, limited ones included.
+//! - `rate` is Stripe's request rate limits, the account's and each named operation's
+//!   (sliding one-second windows; none unless `STRIPE_SIM_RATE_LIMIT`,
+//!   `STRIPE_SIM_ENDPOINT_RATE_LIMIT` or `POST /_sim/rate_limit` sets them), and the
+//!   [`RequestStats`] counting the API requests seen, limited ones included.
 //! - [`Simulator`] keeps all of it behind one lock; `control` serves `/_sim/…` for tests.
 //!
 //! State lives in memory only: restarting the simulator is a fresh test-mode account.
@@ -72,13 +73,17 @@ pub struct Config {
     /// `STRIPE_SIM_RATE_LIMIT`: API requests admitted in any one second; 0 (the default) for
     /// no limit.
     pub rate_limit: u32,
+    /// `STRIPE_SIM_ENDPOINT_RATE_LIMIT`: API requests admitted in any one second on each named
+    /// operation (`POST /v1/payment_intents`, …); 0 (the default) for no limit.
+    pub endpoint_rate_limit: u32,
     /// `STRIPE_SIM_WEBHOOK_URL` and `STRIPE_SIM_WEBHOOK_SECRET` (both or neither): where to
     /// send Stripe's events, signed with that secret. None: no webhooks.
     pub webhook: Option<WebhookEndpoint>,
 }
 
 impl Config {
-    /// Reads `STRIPE_SIM_LISTEN_ADDR`, `STRIPE_SIM_RATE_LIMIT`, `STRIPE_SIM_WEBHOOK_URL` and
+    /// Reads `STRIPE_SIM_LISTEN_ADDR`, `STRIPE_SIM_RATE_LIMIT`,
+    /// `STRIPE_SIM_ENDPOINT_RATE_LIMIT`, `STRIPE_SIM_WEBHOOK_URL` and
     /// `STRIPE_SIM_WEBHOOK_SECRET`.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let url: Option<HttpUrl> = env.optional("STRIPE_SIM_WEBHOOK_URL")?;
@@ -93,6 +98,7 @@ impl Config {
         Ok(Self {
             listen_addr: env.or_default("STRIPE_SIM_LISTEN_ADDR", DEFAULT_LISTEN_ADDR)?,
             rate_limit: env.or_default("STRIPE_SIM_RATE_LIMIT", 0)?,
+            endpoint_rate_limit: env.or_default("STRIPE_SIM_ENDPOINT_RATE_LIMIT", 0)?,
             webhook,
         })
     }
@@ -118,8 +124,16 @@ impl orderfleet::runtime::service::Service for Config {
         let listener = orderfleet::runtime::ops::bind(config.listen_addr, "STRIPE_SIM_LISTEN_ADDR").await?;
         let addr = listener.local_addr().context("failed to read the listening address")?;
         let webhook_url = config.webhook.as_ref().map(|endpoint| endpoint.url().to_owned());
-        tracing::info!(%addr, rate_limit_per_second = config.rate_limit, ?webhook_url, "stripe-sim listening");
-        let mut simulator = Simulator::new().with_rate_limit(config.rate_limit);
+        tracing::info!(
+            %addr,
+            rate_limit_per_second = config.rate_limit,
+            rate_limit_per_endpoint = config.endpoint_rate_limit,
+            ?webhook_url,
+            "stripe-sim listening"
+        );
+        let mut simulator = Simulator::new()
+            .with_rate_limit(config.rate_limit)
+            .with_endpoint_rate_limit(config.endpoint_rate_limit);
         if let Some(endpoint) = config.webhook {
             simulator = simulator.with_webhook_endpoint(endpoint);
         }
@@ -213,15 +227,26 @@ mod tests {
     }
 
     #[test]
+    fn the_endpoint_rate_limit_is_off_unless_set() {
+        let unset = Config::from_env(&Env::from_pairs([])).unwrap();
+        let set = Config::from_env(&Env::from_pairs([("STRIPE_SIM_ENDPOINT_RATE_LIMIT", "25")])).unwrap();
+        assert_eq!((unset.endpoint_rate_limit, set.endpoint_rate_limit), (0, 25));
+        let simulator = Simulator::new().with_endpoint_rate_limit(set.endpoint_rate_limit);
+        assert_eq!((simulator.rate_limit(), simulator.endpoint_rate_limit()), (0, 25));
+    }
+
+    #[test]
     fn a_malformed_rate_limit_is_named_in_one_line() {
-        for raw in ["-1", "abc", "2.5"] {
-            let error = Config::from_env(&Env::from_pairs([("STRIPE_SIM_RATE_LIMIT", raw)])).unwrap_err();
-            let message = error.to_string();
-            assert!(
-                message.starts_with("configuration error: STRIPE_SIM_RATE_LIMIT is malformed: "),
-                "{message}"
-            );
-            assert!(!message.contains('\n'), "{message}");
+        for name in ["STRIPE_SIM_RATE_LIMIT", "STRIPE_SIM_ENDPOINT_RATE_LIMIT"] {
+            for raw in ["-1", "abc", "2.5"] {
+                let error = Config::from_env(&Env::from_pairs([(name, raw)])).unwrap_err();
+                let message = error.to_string();
+                assert!(
+                    message.starts_with(&format!("configuration error: {name} is malformed: ")),
+                    "{message}"
+                );
+                assert!(!message.contains('\n'), "{message}");
+            }
         }
     }
 

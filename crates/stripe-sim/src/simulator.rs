@@ -1,15 +1,16 @@
-//! The simulator's whole state (intents, idempotency keys, armed faults, the rate limit and
-//! its counts) behind one `std::sync::Mutex`.
+//! The simulator's whole state (intents, idempotency keys, armed faults, the rate limits and
+//! their counts) behind one `std::sync::Mutex`.
 //!
 //! One lock keeps the rules simple: an idempotency lookup, the operation and the saving of
 //! its answer are one atomic step, so two requests with one key cannot both execute; and the
-//! rate limit reads the clock under it, so arrivals reach its window in time order. Nothing
+//! rate limits read the clock under it, so arrivals reach their windows in time order. Nothing
 //! awaits while holding it; every operation is a few map lookups.
 //!
 //! The events an operation causes are queued for the webhook endpoint under the same lock, so
 //! they are queued in the order the operations ran; the delivery itself happens outside it
 //! ([`crate::webhooks`]).
 
+use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -22,7 +23,7 @@ use crate::faults::{Faults, Mode, Operation};
 use crate::idempotency::{IdempotencyStore, Lookup, Saved, Scope};
 use crate::ids::unix_now;
 use crate::ledger::{Ledger, Reply};
-use crate::rate::{RequestStats, Traffic, Verdict};
+use crate::rate::{Limits, RequestStats, Traffic, Verdict};
 use crate::requests::Expand;
 use crate::webhooks::{DeliveryMode, WebhookAttempt, WebhookEndpoint, Webhooks};
 
@@ -111,15 +112,39 @@ impl Simulator {
         self
     }
 
-    /// Changes the rate limit (0 clears it), as `POST /_sim/rate_limit` does. Requests
-    /// admitted in the last second count against the new limit.
+    /// Limits each named operation (`POST /v1/payment_intents`, `GET
+    /// /v1/payment_intents/{id}`, …) to `per_endpoint` requests in any one second (0: no
+    /// limit), as `STRIPE_SIM_ENDPOINT_RATE_LIMIT` does for the binary.
+    pub fn with_endpoint_rate_limit(self, per_endpoint: u32) -> Self {
+        self.set_endpoint_rate_limit(per_endpoint);
+        self
+    }
+
+    /// Changes the account's rate limit (0 clears it), as `POST /_sim/rate_limit`
+    /// `{"per_second": N}` does. Requests admitted in the last second count against the new
+    /// limit.
     pub fn set_rate_limit(&self, per_second: u32) {
-        self.lock().traffic.set_limit(per_second);
+        let mut state = self.lock();
+        let limits = Limits { per_second: NonZeroU32::new(per_second), ..state.traffic.limits() };
+        state.traffic.set_limits(limits);
+    }
+
+    /// Changes each operation's rate limit (0 clears it), as `POST /_sim/rate_limit`
+    /// `{"per_endpoint": M}` does.
+    pub fn set_endpoint_rate_limit(&self, per_endpoint: u32) {
+        let mut state = self.lock();
+        let limits = Limits { per_endpoint: NonZeroU32::new(per_endpoint), ..state.traffic.limits() };
+        state.traffic.set_limits(limits);
     }
 
     /// API requests admitted per second; 0 when there is no limit.
     pub fn rate_limit(&self) -> u32 {
-        self.lock().traffic.limit()
+        self.lock().traffic.limits().per_second.map_or(0, NonZeroU32::get)
+    }
+
+    /// API requests admitted per second on each named operation; 0 when there is no limit.
+    pub fn endpoint_rate_limit(&self) -> u32 {
+        self.lock().traffic.limits().per_endpoint.map_or(0, NonZeroU32::get)
     }
 
     /// The API requests seen since start or the last [`reset`](Self::reset).
@@ -128,16 +153,15 @@ impl Simulator {
     }
 
     /// Forgets every intent, idempotency key and fault, and zeroes the request counts. The
-    /// rate limit stays: it is how the simulator was set up (`STRIPE_SIM_RATE_LIMIT`), not
-    /// something the account did, so a test resetting between cases keeps the limit it runs
-    /// under. The limit's window starts empty again.
+    /// rate limits stay: they are how the simulator was set up (`STRIPE_SIM_RATE_LIMIT`,
+    /// `STRIPE_SIM_ENDPOINT_RATE_LIMIT`), not something the account did, so a test resetting
+    /// between cases keeps the limits it runs under. Their windows start empty again.
     pub fn reset(&self) {
         let mut state = self.lock();
-        let limit = state.traffic.limit();
-        *state = State { traffic: Traffic::with_limit(limit), ..State::default() };
+        let limits = state.traffic.limits();
+        *state = State { traffic: Traffic::with_limits(limits), ..State::default() };
         self.webhooks.forget_attempts();
     }
-
     /// Forgets every saved idempotency key, keeping the intents: what Stripe does to a key 24
     /// hours after its first use. A request with an old key then runs again as a new one.
     pub(crate) fn expire_idempotency_keys(&self) -> usize {
@@ -173,11 +197,12 @@ impl Simulator {
         self.lock().traffic.connections()
     }
 
-    /// Counts one API request and judges it against the rate limit.
-    pub(crate) fn admit(&self) -> Verdict {
+    /// Counts one API request for `operation` (`None`: a path the simulator does not serve)
+    /// and judges it against the rate limits.
+    pub(crate) fn admit(&self, operation: Option<&'static str>) -> Verdict {
         let mut state = self.lock();
-        // Read under the lock, so concurrent arrivals join the window in time order.
-        state.traffic.arrive(Instant::now())
+        // Read under the lock, so concurrent arrivals join the windows in time order.
+        state.traffic.arrive(Instant::now(), operation)
     }
 
     pub(crate) fn take_fault(&self, operation: Operation) -> Option<Mode> {

@@ -177,11 +177,20 @@ impl TestSim {
         answer(request.send().await.expect("an answer")).await
     }
 
-    /// Limits the API to `per_second` requests a second (0: no limit).
+    /// Limits the API to `per_second` requests a second (0: no limit), leaving the limit on
+    /// each operation as it is, as a caller that knows only the account's limit does.
     pub async fn set_rate_limit(&self, per_second: u32) {
         let set = self.post_rate_limit(&json!({ "per_second": per_second }).to_string()).await;
         assert_eq!(set.status, StatusCode::OK, "{}", set.raw);
-        assert_eq!(set.body, json!({ "per_second": per_second }));
+        assert_eq!(set.body["per_second"], per_second, "{}", set.raw);
+    }
+
+    /// Limits each named operation to `per_endpoint` requests a second (0: no limit), leaving
+    /// the account's limit as it is.
+    pub async fn set_endpoint_rate_limit(&self, per_endpoint: u32) {
+        let set = self.post_rate_limit(&json!({ "per_endpoint": per_endpoint }).to_string()).await;
+        assert_eq!(set.status, StatusCode::OK, "{}", set.raw);
+        assert_eq!(set.body["per_endpoint"], per_endpoint, "{}", set.raw);
     }
 
     /// A `/_sim/…` (or `/healthz`) GET, without the API key: these are not Stripe's routes.
