@@ -1,6 +1,6 @@
 -- The fleet's Stripe budget (orderfleet::runtime::budget): Stripe's limits are the account's,
 -- so every process that calls Stripe holds a row here with what it asks for and what it may
--- send, and renews it twice a second while it has work; a row past its lease and one window
+-- send, and renews it while it has work; a row past its lease and one window
 -- is deleted by the next member that sees it.
 CREATE TABLE stripe_budget_members (
     member uuid PRIMARY KEY,

@@ -19,4 +19,5 @@ mod pool;
 mod redelivery;
 mod security;
 mod steps;
+mod stripe_budget;
 mod stripe_today;

@@ -615,6 +615,23 @@ impl Fleet {
         self.sim_control("rate_limit", &serde_json::json!({ "per_second": per_second })).await
     }
 
+    /// Limits stripe-sim's request rate per account and on each named operation, as Stripe
+    /// does (0 clears either).
+    pub async fn stripe_rate_limits(&self, per_second: u32, per_endpoint: u32) -> anyhow::Result<()> {
+        let limits = serde_json::json!({ "per_second": per_second, "per_endpoint": per_endpoint });
+        self.sim_control("rate_limit", &limits).await
+    }
+
+    /// The base URL of an intake started as another process (its `INTAKE_LISTEN_ADDR` given
+    /// in `extra`), for a test that runs several.
+    pub fn spawn_intake(&mut self, label: &str, extra: &[(&str, &str)]) -> anyhow::Result<String> {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut env: Vec<(&str, &str)> = vec![("INTAKE_LISTEN_ADDR", addr.as_str())];
+        env.extend_from_slice(extra);
+        self.spawn(label, "order-intake", &env)?;
+        Ok(format!("http://{addr}"))
+    }
+
     /// stripe-sim's counts: `requests`, `rate_limited`, `max_requests_in_one_second`.
     pub async fn stripe_stats(&self) -> anyhow::Result<Value> {
         Ok(self.http.get(format!("{}/_sim/stats", self.stripe_url)).send().await?.json().await?)

@@ -126,12 +126,31 @@ async fn call_stripe(payments: &Payments, order: &Order) -> Result<Intent, Payme
     result
 }
 
+/// How long an order's attempt key is surely kept at Stripe: Stripe prunes a key once it is
+/// at least 24 hours old (docs.stripe.com/api/idempotent_requests), and an attempt's key is
+/// first sent after its order was made; an hour less, for the clocks.
+pub const KEY_KEPT: chrono::TimeDelta = chrono::TimeDelta::hours(23);
+
+/// Whether `order`'s attempt key is surely still kept at Stripe at `now`.
+fn key_kept(order: &Order, now: chrono::DateTime<chrono::Utc>) -> bool {
+    now - order.created_at < KEY_KEPT
+}
+
 /// Authorizes an order that is not new — taken over after its intake died or gave up — whose
-/// lease the caller holds: Stripe is asked first for a PaymentIntent made for it (by
+/// lease the caller holds.
+///
+/// While no 5xx is known for its attempt and its key is surely still kept at Stripe (the order
+/// is younger than [`KEY_KEPT`]), the create is sent again under the attempt's key: Stripe
+/// answers what the key's first request did (the intent of an answer lost on the way, a
+/// decline), `409 idempotency_key_in_use` while that request still runs, or runs it now. One
+/// request, where a list first would cost a page or more of Stripe's list per retry: in a drop
+/// bound by Stripe's rate, every buyer told to come back is such a retry.
+///
+/// Otherwise Stripe is asked first for a PaymentIntent made for it (by
 /// `metadata[order_id]`, among the intents its list API shows created since the order was
 /// made), and what it has is recorded; only if it has none is the order authorized. The key
-/// alone is not enough: Stripe forgets it after 24 hours, and an order still pending by then
-/// would get a second PaymentIntent, a second hold on the card that nothing cancels.
+/// alone is not enough then: Stripe forgets it after 24 hours, and an order still pending by
+/// then would get a second PaymentIntent, a second hold on the card that nothing cancels.
 ///
 /// When the list finds nothing, which key:
 /// - While no 5xx is known for the attempt, its own key again, which is always safe: Stripe
@@ -151,6 +170,10 @@ async fn call_stripe(payments: &Payments, order: &Order) -> Result<Intent, Payme
 /// model checker in crates/order-model found the first, a review the second. Until issue 33 the
 /// lookup was Stripe's search, which lags, and a buyer heard 503 for two minutes after a 500.
 pub async fn resume(pool: &Pool, payments: &Payments, order: &Order) -> Result<Recorded, AuthorizationError> {
+    if !order.payment_attempt_failed && key_kept(order, chrono::Utc::now()) {
+        let again = call_stripe(payments, order).await;
+        return record(pool, payments, order, again).await;
+    }
     let listed = std::time::Instant::now();
     // A key that answered a 5xx ran, if at all, before the 5xx came back (`payment_attempt_at`).
     let until = order.payment_attempt_failed.then_some(order.payment_attempt_at);

@@ -1,6 +1,6 @@
 //! One tick of a member: the fleet's rows read and this member's written back in one short
 //! transaction under an advisory lock, so two members never divide the same free capacity.
-//! Five round trips (`BEGIN`, the lock, the read, the write, `COMMIT`), twice a second while
+//! Five round trips (`BEGIN`, the lock, the read, the write, `COMMIT`), four times a second while
 //! the process has work, none per Stripe request.
 
 use std::collections::HashMap;

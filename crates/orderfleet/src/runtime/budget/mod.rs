@@ -8,7 +8,7 @@
 //!
 //! **The algorithm: leased shares in PostgreSQL.** Each process that calls Stripe is a
 //! member, with a row in `stripe_budget_members`: its demand on each endpoint (requests a
-//! window), its share, and its lease. Twice a second while it has work, in one short
+//! window), its share, and its lease. Four times a second while it has work, in one short
 //! transaction under an advisory lock (five round trips, none per Stripe request), it reads
 //! every row, works out its fair part of each limit given every live member's demand
 //! ([`share::target`]), takes what the others leave free ([`share::grant`]), and renews its
@@ -57,11 +57,14 @@ use crate::runtime::db::Pool;
 /// request leaving here and reaching Stripe.
 pub const WINDOW: Duration = Duration::from_millis(1_050);
 
-/// How often a member with work renews its share.
-pub const TICK: Duration = Duration::from_millis(500);
+/// How often a member with work renews its share: four times a second, so a share follows
+/// demand, and a process that joins gets its part, within a second and a half.
+pub const TICK: Duration = Duration::from_millis(250);
 
-/// How long a share lasts without a renewal.
-pub const LEASE: Duration = Duration::from_secs(2);
+/// How long a share lasts without a renewal: five ticks, so a database slow for a second does
+/// not stop Stripe requests, and a killed process's share is free again 2.55 s after its last
+/// renewal.
+pub const LEASE: Duration = Duration::from_millis(1_500);
 
 /// The named operations Stripe limits apart, as Stripe (and stripe-sim's stats) name them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -43,14 +43,20 @@ impl Row {
     }
 
     /// What it may have sent in the window up to `now`, on each endpoint: its share while its
-    /// lease lasts and for one window after (its last requests are still in Stripe's window),
-    /// and a larger share given up less than a window ago.
+    /// lease lasts, then, for one window after, what its last requests still fill of it; and
+    /// what a larger share given up less than a window ago still fills.
+    ///
+    /// A share that stops at `t0` (the lease ran out, or the share was cut from `a` to `a'`)
+    /// fills the window ending `x` after `t0` with at most `a · (W − x) / W + a' · x / W + 1`
+    /// requests: those sent before `t0` were paced at `a`, those after at `a'`
+    /// ([`super::lane`]). So the claim falls by steps through the window, and the capacity it
+    /// gives up comes free for the others as it goes, not all at the window's end.
     pub fn claim(&self, now: DateTime<Utc>) -> PerEndpoint {
-        let sending = now < self.expires_at + window();
-        let holding = now < self.held_until;
+        let lapse = fading(self.expires_at + window(), now);
+        let cut = fading(self.held_until, now);
         std::array::from_fn(|e| {
-            let share = if sending { self.share[e] } else { 0 };
-            let held = if holding { self.held[e] } else { 0 };
+            let share = if now < self.expires_at { self.share[e] } else { filled(0, self.share[e], lapse) };
+            let held = if cut > 0.0 { filled(self.share[e].min(self.held[e]), self.held[e], cut) } else { 0 };
             share.max(held)
         })
     }
@@ -68,6 +74,23 @@ pub(crate) struct Limits {
     pub account: u32,
     pub endpoint: PerEndpoint,
     pub ceiling: Option<u32>,
+}
+
+/// How much of the window before `until` is still to come at `now`: 1 a window ahead of it,
+/// 0 from `until` on.
+fn fading(until: DateTime<Utc>, now: DateTime<Utc>) -> f64 {
+    ((until - now).as_seconds_f64() / WINDOW.as_secs_f64()).clamp(0.0, 1.0)
+}
+
+/// What a share cut from `from` to `to` still fills of a window, `left` of the window after
+/// the cut still to come: `to`, and what the requests paced at `from` still fill, and one for
+/// the request that straddles the cut; never more than `from`, nothing once the window is past.
+fn filled(to: u32, from: u32, left: f64) -> u32 {
+    if from <= to || left <= 0.0 {
+        return to;
+    }
+    let fading = (f64::from(from - to) * left).ceil() as u32;
+    (to + fading + 1).min(from)
 }
 
 fn window() -> chrono::TimeDelta {
@@ -209,32 +232,55 @@ mod tests {
     }
 
     #[test]
-    fn a_share_given_up_is_claimed_for_one_window_then_free() {
+    fn a_share_given_up_comes_free_through_one_window() {
         // Arrange: the first intake cut its share from 25 to 13 at 0 ms.
         let mut first = row(1, on(CREATE, 50), on(CREATE, 13), 2_000);
         first.held = on(CREATE, 25);
         first.held_until = at(WINDOW.as_millis() as i64);
         let rows = [first];
         let me = Uuid::from_u128(2);
+        let free_at = |ms| grant(me, on(CREATE, 12), &rows, &STRIPE, at(ms))[CREATE];
 
         // Act
-        let within = grant(me, on(CREATE, 12), &rows, &STRIPE, at(1_000));
-        let after = grant(me, on(CREATE, 12), &rows, &STRIPE, at(1_100));
+        let free = [free_at(0), free_at(525), free_at(1_000), free_at(1_050)];
 
-        // Assert
-        assert_eq!(within[CREATE], 0);
-        assert_eq!(after[CREATE], 12);
+        // Assert: 13 + ⌈12 · left⌉ + 1 is still claimed: nothing free at the cut, 5 halfway
+        // through the window, 12 at its end.
+        assert_eq!(free, [0, 5, 10, 12]);
     }
 
     #[test]
-    fn a_killed_member_s_share_is_claimed_until_a_window_after_its_lease() {
+    fn a_killed_member_s_share_comes_free_through_the_window_after_its_lease() {
         let rows = [row(1, on(CREATE, 50), on(CREATE, 25), 2_000)];
         let me = Uuid::from_u128(2);
-        let wanted = target(me, on(CREATE, 50), &rows, &STRIPE, at(2_500));
+        let wanted = target(me, on(CREATE, 50), &rows, &STRIPE, at(2_000));
         assert_eq!(wanted[CREATE], 25, "a member past its lease asks for nothing");
-        assert_eq!(grant(me, wanted, &rows, &STRIPE, at(2_500))[CREATE], 0);
-        assert_eq!(grant(me, wanted, &rows, &STRIPE, at(3_100))[CREATE], 25);
-        assert!(rows[0].gone(at(3_100)));
+        assert_eq!(grant(me, wanted, &rows, &STRIPE, at(2_000))[CREATE], 0);
+        assert_eq!(grant(me, wanted, &rows, &STRIPE, at(2_525))[CREATE], 11, "25 - (13 + 1)");
+        assert_eq!(grant(me, wanted, &rows, &STRIPE, at(3_050))[CREATE], 25);
+        assert!(!rows[0].gone(at(3_000)));
+        assert!(rows[0].gone(at(3_050)));
+    }
+
+    #[test]
+    fn a_member_killed_after_a_cut_claims_nothing_once_its_lease_and_window_are_past() {
+        // Arrange: it cut 25 to 8 long ago, then was killed; its lease ran out at 2 s.
+        let mut killed = row(1, on(CREATE, 50), on(CREATE, 8), 2_000);
+        killed.held = on(CREATE, 25);
+        killed.held_until = at(500);
+
+        // Act, Assert
+        assert_eq!(killed.claim(at(1_000))[CREATE], 8);
+        assert_eq!(killed.claim(at(3_050))[CREATE], 0);
+        assert!(killed.gone(at(3_050)));
+    }
+
+    #[test]
+    fn a_cut_share_fills_at_most_what_its_pace_allowed() {
+        assert_eq!(filled(9, 25, 1.0), 25, "never more than before the cut");
+        assert_eq!(filled(9, 25, 0.5), 18);
+        assert_eq!(filled(9, 25, 0.0), 9);
+        assert_eq!(filled(25, 9, 0.5), 25, "no cut");
     }
 
     #[test]

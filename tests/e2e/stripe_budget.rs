@@ -1,0 +1,162 @@
+//! The fleet's Stripe budget (SPEC §3, §8.9) end to end: three intakes and three stock workers
+//! (each with its sweeper), with the defaults, against a stripe-sim that limits as Stripe
+//! does, per account and on each named operation, while processes leave and join.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use orderfleet_tests::Fleet;
+use orderfleet_tests::audit::Audit;
+use serde_json::Value;
+use tokio::sync::RwLock;
+
+/// Stripe's limits in live mode, and the fleet's defaults.
+const ACCOUNT: u64 = 100;
+const ENDPOINT: u64 = 25;
+
+/// The intakes buyers go through: one is killed, another joins.
+type Door = Arc<RwLock<Vec<String>>>;
+
+/// One buyer, as a well-behaved client: through the intakes in turn, waiting as `Retry-After`
+/// says after a `503` or a key in flight, and a second after a connection that failed (its
+/// intake was killed). Returns the final status and the requests sent.
+async fn buyer(http: reqwest::Client, token: String, door: Door, i: usize) -> (u16, u32) {
+    let body = serde_json::json!({ "product_id": "drop", "quantity": 1, "payment_method": "pm_card_visa" });
+    let mut sent = 0u32;
+    loop {
+        let url = {
+            let urls = door.read().await;
+            urls[(i + sent as usize) % urls.len()].clone()
+        };
+        sent += 1;
+        let answer = http
+            .post(format!("{url}/v1/orders"))
+            .bearer_auth(&token)
+            .header("idempotency-key", "k")
+            .json(&body)
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await;
+        let Ok(answer) = answer else {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        };
+        let status = answer.status().as_u16();
+        let retry_after: Option<u64> =
+            answer.headers().get("retry-after").and_then(|v| v.to_str().ok()?.parse().ok());
+        let code = answer.json::<Value>().await.unwrap_or(Value::Null)["error"]["code"].clone();
+        let again = status == 503 || (status == 409 && code == "idempotency_key_in_use");
+        if !again || sent >= 200 {
+            return (status, sent);
+        }
+        tokio::time::sleep(Duration::from_secs(retry_after.unwrap_or(1).min(60))).await;
+    }
+}
+
+/// Orders whose PaymentIntent is recorded, counted every 250 ms: when each count was reached.
+async fn authorized_over_time(pool: sqlx::PgPool, units: i64, until: Duration) -> Vec<(Duration, i64)> {
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    while started.elapsed() < until {
+        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE payment_intent_id IS NOT NULL")
+            .fetch_one(&pool)
+            .await
+            .unwrap_or(0);
+        seen.push((started.elapsed(), count));
+        if count >= units {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    seen
+}
+
+/// When the count first reached `n`.
+fn reached(seen: &[(Duration, i64)], n: i64) -> Option<Duration> {
+    seen.iter().find(|(_, count)| *count >= n).map(|(at, _)| *at)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_fleet_keeps_to_stripe_s_limits_and_uses_them_while_an_intake_is_killed_and_another_joins() {
+    // Arrange: stripe-sim limits as Stripe's live mode does; three intakes, three stock
+    // workers, the relay and the notification worker, all with the defaults.
+    const BUYERS: usize = 2_000;
+    const UNITS: i64 = 500;
+    let mut fleet = Fleet::prepare("stripe-budget-fleet").await.unwrap();
+    fleet.stripe_rate_limits(ACCOUNT as u32, ENDPOINT as u32).await.unwrap();
+    fleet.spawn("order-intake", "order-intake", &[]).unwrap();
+    let second = fleet.spawn_intake("order-intake-2", &[]).unwrap();
+    let third = fleet.spawn_intake("order-intake-3", &[]).unwrap();
+    for i in 0..3 {
+        fleet.spawn(&format!("stock-worker-{i}"), "stock-worker", &[]).unwrap();
+    }
+    fleet.spawn("outbox-relay", "outbox-relay", &[]).unwrap();
+    fleet.spawn("notification-worker", "notification-worker", &[]).unwrap();
+    fleet.wait_intake().await.unwrap();
+    for url in [&second, &third] {
+        healthy(&fleet, url).await;
+    }
+    fleet.product("drop", 1000, UNITS as i32).await.unwrap();
+    let door: Door = Arc::new(RwLock::new(vec![fleet.intake_url.clone(), second, third]));
+
+    // Act: every buyer at once; at 30 % of the units sold the first intake is SIGKILLed, and at
+    // 50 % a fourth joins.
+    let started = Instant::now();
+    let buyers: Vec<_> = (0..BUYERS)
+        .map(|i| tokio::spawn(buyer(fleet.http.clone(), fleet.token(&format!("buyer-{i}")), door.clone(), i)))
+        .collect();
+    let sampler = tokio::spawn(authorized_over_time(fleet.pool.clone(), UNITS, Duration::from_secs(240)));
+    wait_for_authorized(&fleet, UNITS * 3 / 10).await;
+    door.write().await.retain(|url| *url != fleet.intake_url);
+    fleet.kill("order-intake").await.unwrap();
+    wait_for_authorized(&fleet, UNITS / 2).await;
+    let fourth = fleet.spawn_intake("order-intake-4", &[]).unwrap();
+    healthy(&fleet, &fourth).await;
+    door.write().await.push(fourth);
+    let answers = futures::future::join_all(buyers).await;
+    let seen = sampler.await.unwrap();
+    fleet.wait_settled(Duration::from_secs(180)).await.unwrap();
+
+    // Assert: no 429, no window over a limit, and the creates at 80 % of Stripe's 25 a second
+    // from a tenth of the units sold to nine tenths of them.
+    let stats = fleet.stripe_stats().await.unwrap();
+    assert_eq!(stats["rate_limited"], 0, "{stats}");
+    assert!(stats["max_requests_in_one_second"].as_u64().unwrap() <= ACCOUNT, "{stats}");
+    let by_endpoint = stats["max_requests_in_one_second_by_endpoint"].as_object().unwrap();
+    assert!(by_endpoint.values().all(|n| n.as_u64().unwrap() <= ENDPOINT), "{stats}");
+    let accepted = answers.iter().filter(|a| a.as_ref().is_ok_and(|(status, _)| *status == 202)).count();
+    assert_eq!(accepted as i64, UNITS, "{:?}", started.elapsed());
+    let at = |n| reached(&seen, n).unwrap_or_else(|| panic!("never {n} authorized: {seen:?}"));
+    let (tenth, ninth) = (at(UNITS / 10), at(UNITS * 9 / 10));
+    let rate = (UNITS * 8 / 10) as f64 / (ninth - tenth).as_secs_f64();
+    let requests: u32 = answers.iter().filter_map(|a| a.as_ref().ok()).map(|(_, sent)| sent).sum();
+    let per_second: Vec<i64> = seen.iter().step_by(4).map(|(_, count)| *count).collect();
+    println!(
+        "stripe-budget: creates {rate:.1}/s from 10 % to 90 % of {UNITS} units; {requests} intake requests from {BUYERS} buyers; stripe-sim {stats}; authorized, second by second: {per_second:?}"
+    );
+    assert!(rate >= 20.0, "creates ran at {rate:.1}/s: {seen:?}");
+    let notes = fleet.notifications((UNITS * 2) as usize, Duration::from_secs(120)).await.unwrap();
+    Audit::of(&fleet, "drop", &notes).await.unwrap().assert_guarantees();
+    fleet.stop().await.unwrap();
+}
+
+async fn wait_for_authorized(fleet: &Fleet, n: i64) {
+    fleet_harness::eventually("orders authorized", Duration::from_secs(120), || async {
+        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE payment_intent_id IS NOT NULL")
+            .fetch_one(&fleet.pool)
+            .await
+            .ok()?;
+        (count >= n).then_some(())
+    })
+    .await
+    .unwrap();
+}
+
+async fn healthy(fleet: &Fleet, url: &str) {
+    fleet_harness::eventually("the intake answers", Duration::from_secs(30), || async {
+        let answer = fleet.http.get(format!("{url}/healthz")).send().await.ok()?;
+        answer.status().is_success().then_some(())
+    })
+    .await
+    .unwrap();
+}
