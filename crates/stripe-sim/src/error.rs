@@ -131,6 +131,23 @@ impl StripeError {
         Self::new(StatusCode::BAD_REQUEST, ErrorType::Idempotency, message)
     }
 
+    /// The 409 for a request whose key's first request is still executing
+    /// (docs.stripe.com/error-codes#idempotency-key-in-use). Stripe answers it as an
+    /// `invalid_request_error` (its `idempotency_error` is for a key reused on another request),
+    /// in these words.
+    pub(crate) fn idempotency_key_in_use(key: &str) -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            ErrorType::InvalidRequest,
+            format!(
+                "There is currently another in-progress request using this Idempotent Key (that probably \
+                 means you submitted twice, and the other request is still going through): {key}. Please try \
+                 again later."
+            ),
+        )
+        .with_code("idempotency_key_in_use")
+    }
+
     pub(crate) fn authentication(message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, ErrorType::InvalidRequest, message)
     }
