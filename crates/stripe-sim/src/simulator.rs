@@ -141,7 +141,9 @@ impl Simulator {
     /// starts when [`crate::serve_with`] serves the simulator and stops when it stops; events
     /// from before are kept until then.
     pub fn with_webhook_endpoint(self, endpoint: WebhookEndpoint) -> Self {
-        Self { webhooks: Arc::new(Webhooks::new(Some(endpoint))), ..self }
+        let webhooks = Webhooks::new(Some(endpoint));
+        webhooks.set_attempts(self.webhooks.max_attempts());
+        Self { webhooks: Arc::new(webhooks), ..self }
     }
 
     /// Makes a request struck by the `slow_confirm` fault go on executing for `slow` after its
@@ -149,6 +151,13 @@ impl Simulator {
     /// A test of what happens once it ends need not wait the whole default.
     pub fn with_slow_requests(self, slow: Duration) -> Self {
         Self { slow, ..self }
+    }
+
+    /// Gives up an event after `attempts` failed delivery attempts (3 unless set, as a
+    /// sandbox does), as `STRIPE_SIM_WEBHOOK_ATTEMPTS` does for the binary.
+    pub fn with_webhook_attempts(self, attempts: NonZeroU32) -> Self {
+        self.webhooks.set_attempts(attempts);
+        self
     }
 
     /// Every webhook delivery attempt so far (since the start or the last reset), in the
