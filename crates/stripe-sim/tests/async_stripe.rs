@@ -273,6 +273,26 @@ async fn async_stripe_reads_a_failed_authentication() {
     );
 }
 
+#[tokio::test]
+async fn async_stripe_reads_a_decline_after_authentication_with_its_failed_charge() {
+    let sim = TestSim::start().await;
+    let client = client(&sim);
+    let created = authorize("pm_card_authenticationRequiredChargeDeclinedInsufficientFunds")
+        .send(&client)
+        .await
+        .unwrap();
+    sim.authenticate(created.id.as_str(), "succeed").await;
+
+    let retrieved = RetrievePaymentIntent::new(created.id.clone()).send(&client).await.expect("retrieved");
+    let charge = charge_of(&client, &created.id).await;
+
+    assert_eq!(retrieved.status, PaymentIntentStatus::RequiresPaymentMethod);
+    let error = retrieved.last_payment_error.expect("a last_payment_error");
+    assert_eq!(error.type_, ApiErrorsType::CardError);
+    assert_eq!(error.decline_code.as_deref(), Some("insufficient_funds"));
+    assert!(!charge.captured && !charge.paid);
+}
+
 /// The expanded charge, as async-stripe parses it.
 async fn charge_of(client: &stripe::Client, id: &stripe_core::PaymentIntentId) -> stripe_core::Charge {
     let retrieved = RetrievePaymentIntent::new(id.clone())
