@@ -37,6 +37,7 @@ use crate::form::Params;
 use crate::idempotency::{self, KeyedRequest, Scope};
 use crate::ids;
 use crate::ledger::{Ledger, Reply};
+use crate::parameters;
 use crate::rate::{self, Verdict};
 use crate::requests::Expand;
 use crate::requests::{CancelRequest, CaptureRequest, CreateRequest, ListRequest, RefundRequest};
@@ -124,6 +125,9 @@ impl FromRequestParts<SimState> for Read {
 }
 
 async fn retrieve(State(sim): State<SimState>, Path(id): Path<String>, Read(params): Read) -> Response {
+    if let Err(error) = parameters::known_only(&params, parameters::RETRIEVE) {
+        return error_response(&error);
+    }
     reply_response(sim.retrieve(&id, Expand::from_params(&params, "")))
 }
 
@@ -160,6 +164,9 @@ async fn faulted_read(sim: &SimState, fault: Mode) -> Response {
 /// `GET /v1/payment_intents/search?query=metadata['order_id']:'…'`: the one form of Stripe's
 /// search query language the fleet uses (its sweeper finds an order's intent by metadata).
 async fn search(State(sim): State<SimState>, Read(params): Read) -> Response {
+    if let Err(error) = parameters::known_only(&params, parameters::SEARCH) {
+        return error_response(&error);
+    }
     let Some(query) = params.get("query") else {
         return error_response(&StripeError::missing_param("query"));
     };

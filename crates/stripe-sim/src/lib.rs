@@ -11,7 +11,8 @@
 //! A short tour:
 //! - `api`: the Stripe routes, and the edge every write passes in order (the rate limit,
 //!   authentication, injected faults, idempotency, the operation).
-//! - `form` decodes form bodies; `requests` parses them into typed requests.
+//! - `form` decodes form bodies; `parameters` refuses those an endpoint does not take (and the
+//!   removed `payment_method_types`); `requests` parses them into typed requests.
 //! - `intent` is the PaymentIntent state machine and its JSON (3-D Secure's `requires_action`
 //!   and `next_action` included); `charge` the charge it makes, its refunds and its dispute;
 //!   `cards` the test payment methods (`pm_card_visa`, `pm_card_chargeDeclined`,
@@ -54,6 +55,7 @@ mod idempotency;
 mod ids;
 mod intent;
 mod ledger;
+mod parameters;
 mod rate;
 mod requests;
 mod simulator;
