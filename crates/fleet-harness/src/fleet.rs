@@ -497,10 +497,13 @@ impl Fleet {
             .await?
             .iter()
             .filter(|i| {
-                // A cancelled intent held funds only if it was authorized (it has a charge):
-                // one cancelled while its buyer was at 3-D Secure never held anything.
+                // A cancelled intent held funds only if it was authorized (it has a charge, and
+                // no payment error): one cancelled while its buyer was at 3-D Secure never held
+                // anything, nor one whose charge the issuer declined (after 3-D Secure, say).
                 let held = i["status"] == "requires_capture"
-                    || (i["status"] == "canceled" && !i["latest_charge"].is_null());
+                    || (i["status"] == "canceled"
+                        && !i["latest_charge"].is_null()
+                        && i["last_payment_error"].is_null());
                 !paid.contains(i["metadata"]["order_id"].as_str().unwrap_or("")) && held
             })
             .count())
