@@ -1,6 +1,8 @@
 //! Issue 33, SPEC §1.1, §4, §5, §8.11: payments as Stripe takes them today — 3-D Secure,
 //! Stripe's signed webhooks, a hold cancelled outside the fleet, refunds and disputes — end to
-//! end against stripe-sim, which signs and delivers its events to the intake.
+//! end against stripe-sim, which signs and delivers its events to the intake. Issue 44: a key
+//! still in use at Stripe (`409 idempotency_key_in_use`), an event Stripe gives up on, a card
+//! declined once its buyer has authenticated.
 
 use std::time::{Duration, Instant};
 
@@ -412,5 +414,146 @@ async fn a_settle_whose_cancel_meets_a_saved_500_still_declines_the_order_and_gi
     let (status, reason) = status_becomes(&fleet, &order, "payment_declined", Duration::from_secs(30)).await;
     assert_eq!((status.as_str(), reason.as_deref()), ("payment_declined", Some("authentication_failed")));
     assert_eq!(units_promised(&fleet, "sku-1").await, 0);
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_still_executing_at_stripe_answers_the_retries_409_and_the_order_is_authorized_on_its_one_intent()
+ {
+    // Arrange: Stripe is slow on the first authorization: the create runs, and its request
+    // goes on executing for 10 s after the intake's client gave up (5 s), so the intake's
+    // retries under the order's key are answered `409 idempotency_key_in_use` meanwhile.
+    let fleet = Fleet::start("stripe-key-in-use", 1).await.unwrap();
+    fleet.product("sku-1", 1500, 1).await.unwrap();
+    fleet.fault("create", "slow_confirm", 1).await.unwrap();
+
+    // Act: the buyer retries a 503 with the same key, as a client does.
+    let (answer, before) =
+        fleet.post_order("kim", "k-1", "sku-1", 1, "pm_card_visa").retrying().await.unwrap();
+
+    // Assert: accepted once the first request ended, on the intent it made: no second key, no
+    // second hold, never a decline.
+    assert_eq!(answer.status, 202, "{:?} after {before:?}", answer.body);
+    assert!(before.iter().all(|s| *s == 503), "{before:?}");
+    let intake_log = std::fs::read_to_string(fleet.log_dir().join("order-intake.log")).unwrap();
+    assert!(intake_log.contains("idempotency_key_in_use"), "the intake never met the 409");
+    let order = order_id(&answer.body);
+    let attempt: i32 = sqlx::query_scalar("SELECT payment_attempt FROM orders WHERE id = $1::uuid")
+        .bind(&order)
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap();
+    assert_eq!(attempt, 1, "the order's first key, never a new one while it was in use");
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    let intents = fleet.intents().await.unwrap();
+    assert_eq!(intents.len(), 1, "{intents:?}");
+    assert_eq!(
+        (intents[0]["status"].as_str(), intents[0]["capture_count"].as_u64()),
+        (Some("succeeded"), Some(1))
+    );
+    let (status, _) = status_becomes(&fleet, &order, "paid", Duration::from_secs(30)).await;
+    assert_eq!(status, "paid");
+    assert_eq!(fleet.holds_without_a_unit().await.unwrap(), 0);
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_stripe_gives_up_on_leaves_the_sweeper_to_settle_its_order_by_the_deadline() {
+    // Arrange: Stripe as a sandbox gives an event up after three attempts (stripe-sim's take
+    // 0.3 s); the sweeper runs every second; an order awaiting 3-D Secure whose lease another
+    // settler holds for three seconds, so the intake answers the event 503 each time.
+    let mut fleet = Fleet::builder("webhook-given-up").prepare().await.unwrap();
+    fleet.set_env("STRIPE_SIM_WEBHOOK_ATTEMPTS", "3");
+    fleet.set_env("SWEEP_INTERVAL_SECONDS", "1");
+    assert!(fleet.terminate("stripe-sim").await.unwrap().success());
+    fleet.spawn("stripe-sim", "stripe-sim", &[]).unwrap();
+    fleet_harness::eventually("stripe-sim restarted", Duration::from_secs(30), || async {
+        fleet.intents().await.ok().map(|_| ())
+    })
+    .await
+    .unwrap();
+    fleet.spawn_all(1).await.unwrap();
+    fleet.product("sku-1", 1500, 1).await.unwrap();
+    let placed = fleet.post_order("lou", "k-1", "sku-1", 1, "pm_card_threeDSecure2Required").await.unwrap();
+    assert_eq!(placed.body["status"], "requires_action", "{}", placed.body);
+    let order = order_id(&placed.body);
+    sqlx::query("UPDATE orders SET intake_lease_until = now() + interval '3 seconds' WHERE id = $1::uuid")
+        .bind(&order)
+        .execute(&fleet.pool)
+        .await
+        .unwrap();
+
+    // Act: the buyer authenticates; Stripe's amount_capturable_updated is refused three times,
+    // then given up.
+    fleet.authenticate(&intent_of(&fleet, &order).await, true).await.unwrap();
+    let given_up =
+        fleet_harness::eventually("three attempts of the event", Duration::from_secs(30), || async {
+            let deliveries = fleet.webhook_deliveries().await.ok()?;
+            let capturable: Vec<u64> = deliveries
+                .iter()
+                .filter(|d| d["type"] == "payment_intent.amount_capturable_updated")
+                .filter_map(|d| d["status"].as_u64())
+                .collect();
+            (capturable.len() >= 3).then_some(capturable)
+        })
+        .await
+        .unwrap();
+
+    // Assert: no fourth attempt ever; the sweeper authorizes the order from its intent read
+    // fresh once its deadline (6 s) has passed, and it is paid as any other.
+    assert_eq!(given_up, [503, 503, 503]);
+    let (status, _) = status_becomes(&fleet, &order, "paid", Duration::from_secs(60)).await;
+    assert_eq!(status, "paid");
+    let by_webhook: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM webhook_events WHERE effect = 'authorized'")
+            .fetch_one(&fleet.pool)
+            .await
+            .unwrap();
+    assert_eq!(by_webhook, 0, "the sweeper, not a webhook, authorized it");
+    let capturable = fleet
+        .webhook_deliveries()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|d| d["type"] == "payment_intent.amount_capturable_updated");
+    assert_eq!(capturable.count(), 3, "the event was given up");
+    assert_eq!(fleet.intents().await.unwrap()[0]["capture_count"], 1);
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_card_declined_after_its_buyer_authenticates_ends_payment_declined_with_its_unit_back() {
+    // Arrange: one unit; Stripe's test card 4000 0082 6000 3178, which asks for 3-D Secure and,
+    // once the buyer has authenticated, is declined for insufficient funds.
+    let fleet = Fleet::start("3ds-then-declined", 1).await.unwrap();
+    fleet.product("sku-1", 1500, 1).await.unwrap();
+    let card = "pm_card_authenticationRequiredChargeDeclinedInsufficientFunds";
+    let placed = fleet.post_order("max", "k-1", "sku-1", 1, card).await.unwrap();
+    assert_eq!(
+        (placed.status, &placed.body["status"]),
+        (202, &Value::from("requires_action")),
+        "{}",
+        placed.body
+    );
+    let order = order_id(&placed.body);
+    let intent = intent_of(&fleet, &order).await;
+
+    // Act: the buyer authenticates; Stripe declines and sends payment_intent.payment_failed.
+    fleet.authenticate(&intent, true).await.unwrap();
+
+    // Assert: declined (SPEC §5 has no reason of its own for a decline after authentication:
+    // the fleet says `authentication_failed`), the intent released, the unit back for the
+    // next buyer, no hold left on a buyer who got nothing.
+    let (status, reason) = status_becomes(&fleet, &order, "payment_declined", Duration::from_secs(30)).await;
+    assert_eq!((status.as_str(), reason.as_deref()), ("payment_declined", Some("authentication_failed")));
+    assert_eq!(units_promised(&fleet, "sku-1").await, 0);
+    let intents = fleet.intents().await.unwrap();
+    assert_eq!(intents.len(), 1);
+    assert_eq!(intents[0]["status"], "canceled", "{}", intents[0]);
+    assert_eq!(intents[0]["last_payment_error"]["decline_code"], "insufficient_funds");
+    let next = fleet.post_order("ned", "k-1", "sku-1", 1, "pm_card_visa").await.unwrap();
+    assert_eq!(next.status, 202, "its unit is there again: {}", next.body);
+    fleet.wait_settled(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(fleet.holds_without_a_unit().await.unwrap(), 0);
     fleet.stop().await.unwrap();
 }

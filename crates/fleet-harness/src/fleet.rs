@@ -192,6 +192,12 @@ fn process_env(stack: &Stack, stripe_port: u16, intake_port: u16, jwt_secret: &s
         // checks (a test placeholder, as the `sk_test_` key is).
         ("STRIPE_SIM_WEBHOOK_URL", format!("http://127.0.0.1:{intake_port}/webhooks/stripe")),
         ("STRIPE_SIM_WEBHOOK_SECRET", WEBHOOK_SECRET.to_owned()),
+        // Stripe gives an event up after three days of retries in live mode (a sandbox after
+        // three attempts over a few hours): far longer than anything a fleet refuses an event
+        // for (a lease, a restart). stripe-sim's schedule is compressed (its default three
+        // attempts take 0.3 s), so a test fleet gets 20 attempts, about 30 s, standing for
+        // live mode's days; a test of an event given up sets 3.
+        ("STRIPE_SIM_WEBHOOK_ATTEMPTS", "20".to_owned()),
         ("STRIPE_WEBHOOK_SECRET", WEBHOOK_SECRET.to_owned()),
         // A buyer has seconds, not ten minutes, to complete 3-D Secure in a test.
         ("PAYMENT_ACTION_TIMEOUT_SECONDS", "6".to_owned()),
@@ -491,10 +497,13 @@ impl Fleet {
             .await?
             .iter()
             .filter(|i| {
-                // A cancelled intent held funds only if it was authorized (it has a charge):
-                // one cancelled while its buyer was at 3-D Secure never held anything.
+                // A cancelled intent held funds only if it was authorized (it has a charge, and
+                // no payment error): one cancelled while its buyer was at 3-D Secure never held
+                // anything, nor one whose charge the issuer declined (after 3-D Secure, say).
                 let held = i["status"] == "requires_capture"
-                    || (i["status"] == "canceled" && !i["latest_charge"].is_null());
+                    || (i["status"] == "canceled"
+                        && !i["latest_charge"].is_null()
+                        && i["last_payment_error"].is_null());
                 !paid.contains(i["metadata"]["order_id"].as_str().unwrap_or("")) && held
             })
             .count())

@@ -12,7 +12,9 @@
 //! (a fault models the network or Stripe's front failing, so it strikes before anything
 //! runs), then the idempotency layer and the operation, under one lock. `drop_after_success`
 //! lets the operation run, then throws the answer away; `error_500_after_success` lets it run,
-//! then answers (and saves under the key) a 500.
+//! then answers (and saves under the key) a 500; `slow_confirm` lets it run and keeps its
+//! request executing a while, its key in use (a retry meanwhile is answered `409
+//! idempotency_key_in_use`); `timeout` holds it, its key in use, without running it.
 
 use std::io;
 use std::sync::Arc;
@@ -35,10 +37,11 @@ use crate::form::Params;
 use crate::idempotency::{self, KeyedRequest, Scope};
 use crate::ids;
 use crate::ledger::{Ledger, Reply};
+use crate::parameters;
 use crate::rate::{self, Verdict};
 use crate::requests::Expand;
 use crate::requests::{CancelRequest, CaptureRequest, CreateRequest, ListRequest, RefundRequest};
-use crate::simulator::{Executed, SimState};
+use crate::simulator::{Executed, Pace, SimState};
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -122,6 +125,9 @@ impl FromRequestParts<SimState> for Read {
 }
 
 async fn retrieve(State(sim): State<SimState>, Path(id): Path<String>, Read(params): Read) -> Response {
+    if let Err(error) = parameters::known_only(&params, parameters::RETRIEVE) {
+        return error_response(&error);
+    }
     reply_response(sim.retrieve(&id, Expand::from_params(&params, "")))
 }
 
@@ -158,6 +164,9 @@ async fn faulted_read(sim: &SimState, fault: Mode) -> Response {
 /// `GET /v1/payment_intents/search?query=metadata['order_id']:'…'`: the one form of Stripe's
 /// search query language the fleet uses (its sweeper finds an order's intent by metadata).
 async fn search(State(sim): State<SimState>, Read(params): Read) -> Response {
+    if let Err(error) = parameters::known_only(&params, parameters::SEARCH) {
+        return error_response(&error);
+    }
     let Some(query) = params.get("query") else {
         return error_response(&StripeError::missing_param("query"));
     };
@@ -248,69 +257,84 @@ async fn mutate(
     run: impl FnOnce(&Params, &mut Ledger, i64) -> Result<Reply, StripeError>,
 ) -> Response {
     let Mutation { sim, request_id, headers, body } = request;
-    let account = match auth::authenticate(&headers) {
-        Ok(account) => account,
+    let (account, key) = match caller(&headers) {
+        Ok(caller) => caller,
         Err(error) => return error_response(&error),
     };
-    let key = match idempotency_key(&headers) {
-        Ok(key) => key,
-        Err(error) => return error_response(&error),
-    };
-
+    let params = Params::parse(&body);
+    let scope = key.map(|key| Scope {
+        account,
+        key,
+        request: KeyedRequest { endpoint, fingerprint: params.fingerprint() },
+    });
     let fault = operation.and_then(|operation| sim.take_fault(operation));
-    match fault {
-        // Stripe saves the answer of a request that began executing, a 500 included, under
-        // its key, and replays it to every retry with that key for 24 hours: below, as the
-        // operation's answer. A request without a key just gets it, as does one a 500 from in
-        // front of the idempotency layer strikes (`error_500_unsaved`): nothing is saved.
-        Some(Mode::Error500) if key.is_none() => return retryable(error_response(&StripeError::internal())),
-        Some(Mode::Error500Unsaved) => return retryable(error_response(&StripeError::internal())),
-        Some(Mode::Error500) => {}
-        Some(Mode::Error429) => return retryable(error_response(&StripeError::injected_rate_limit())),
-        // Refused before it runs, as a request that fails validation is: nothing saved.
-        Some(Mode::Error400) => return error_response(&StripeError::injected_invalid_request()),
-        Some(Mode::Timeout) => {
-            sim.hang().await;
-            return dropped_connection();
-        }
-        Some(Mode::DropAfterSuccess | Mode::Error500AfterSuccess | Mode::SlowConfirm) | None => {}
+    if let Some(answer) = struck_before_running(&sim, fault, scope.as_ref()).await {
+        return answer;
     }
 
-    let params = Params::parse(&body);
-    let request = KeyedRequest { endpoint, fingerprint: params.fingerprint() };
-    let scope = key.clone().map(|key| Scope { account, key, request });
+    let (scope, request_id) = (scope.as_ref(), request_id.0.as_str());
     let executed = match fault {
+        // Stripe saves the answer of a request that began executing, a 500 included, under
+        // its key, and replays it to every retry with that key for 24 hours.
         Some(Mode::Error500) => {
-            sim.execute(scope.as_ref(), &request_id.0, |_, _| Ok(Reply::error(&StripeError::internal())))
+            sim.execute(scope, request_id, Pace::AtOnce, |_, _| Ok(Reply::error(&StripeError::internal())))
         }
         // The operation runs, and what is answered and saved is a 500; a request refused
         // before it ran (bad parameters) is answered as it would be.
-        Some(Mode::Error500AfterSuccess) => sim.execute(scope.as_ref(), &request_id.0, |ledger, now| {
+        Some(Mode::Error500AfterSuccess) => sim.execute(scope, request_id, Pace::AtOnce, |ledger, now| {
             run(&params, ledger, now).map(|_ran| Reply::error(&StripeError::internal()))
         }),
-        _ => sim.execute(scope.as_ref(), &request_id.0, |ledger, now| run(&params, ledger, now)),
+        Some(Mode::SlowConfirm) => {
+            let pace = Pace::Slow { mid_confirm: operation == Some(Operation::Create) };
+            sim.execute(scope, request_id, pace, |ledger, now| run(&params, ledger, now))
+        }
+        _ => sim.execute(scope, request_id, Pace::AtOnce, |ledger, now| run(&params, ledger, now)),
     };
-    if fault == Some(Mode::DropAfterSuccess) {
-        return dropped_connection();
+    match (fault, &executed) {
+        (Some(Mode::DropAfterSuccess), _) => dropped_connection(),
+        // A slow request's answer never comes, nor, while the fault lasts, a replay of it; a
+        // refusal (its key in use, bad parameters) comes at once.
+        (Some(Mode::SlowConfirm), Executed::Ran(_) | Executed::Replayed(_)) => {
+            sim.hang().await;
+            dropped_connection()
+        }
+        _ => executed_response(executed, scope.map(|scope| scope.key.as_str())),
     }
-    if fault == Some(Mode::SlowConfirm) {
-        return slow_confirm(&sim, &executed).await;
-    }
-    executed_response(executed, key.as_deref())
 }
 
-/// A create struck by `slow_confirm`: its intent reads as mid-request for a while, and its
-/// answer never comes.
-async fn slow_confirm(sim: &SimState, executed: &Executed) -> Response {
-    if let Executed::Ran(reply) = executed
-        && let Some(id) = serde_json::from_str::<serde_json::Value>(&reply.body)
-            .ok()
-            .and_then(|made| made["id"].as_str().map(str::to_owned))
-    {
-        sim.slow_confirm(&id);
-    }
-    sim.hang().await;
-    dropped_connection()
+/// Who is calling: the API key, and the `Idempotency-Key` if the request has one.
+fn caller(headers: &HeaderMap) -> Result<(String, Option<String>), StripeError> {
+    Ok((auth::authenticate(headers)?, idempotency_key(headers)?))
+}
+
+/// The answer of a fault that strikes before the operation runs (or the hang of one that
+/// answers nothing); `None` lets the request go on to the idempotency layer. A 500 from the
+/// idempotency layer (`error_500` with a key) is saved under the key, so it goes on; a
+/// request without a key just gets it, as does one a 500 from in front of that layer strikes
+/// (`error_500_unsaved`): nothing is saved.
+async fn struck_before_running(
+    sim: &SimState,
+    fault: Option<Mode>,
+    scope: Option<&Scope>,
+) -> Option<Response> {
+    let answer = match fault? {
+        Mode::Error500 if scope.is_none() => retryable(error_response(&StripeError::internal())),
+        Mode::Error500Unsaved => retryable(error_response(&StripeError::internal())),
+        Mode::Error429 => retryable(error_response(&StripeError::injected_rate_limit())),
+        // Refused before it runs, as a request that fails validation is: nothing saved.
+        Mode::Error400 => error_response(&StripeError::injected_invalid_request()),
+        Mode::Timeout => {
+            // Executing, with no answer yet: its key is in use while the simulator holds it,
+            // and released, with nothing saved, when the hang or its client ends it.
+            let _in_use = scope.and_then(|scope| sim.hold_key(scope));
+            sim.hang().await;
+            dropped_connection()
+        }
+        Mode::Error500 | Mode::DropAfterSuccess | Mode::Error500AfterSuccess | Mode::SlowConfirm => {
+            return None;
+        }
+    };
+    Some(answer)
 }
 
 /// The answer to a request that reached the ledger: a replay says so and names the request

@@ -1,7 +1,9 @@
 //! Stripe's test payment methods: the fixed ids that, in test mode, stand for a card with a
 //! known outcome (docs.stripe.com/testing). The fleet uses `pm_card_visa` (approved),
 //! `pm_card_chargeDeclined` (declined), `pm_card_threeDSecure2Required` and
-//! `pm_card_authenticationRequired` (the issuer asks for 3-D Secure on every payment), and
+//! `pm_card_authenticationRequired` (the issuer asks for 3-D Secure on every payment),
+//! `pm_card_authenticationRequiredChargeDeclinedInsufficientFunds` (3-D Secure, then declined
+//! for insufficient funds once authenticated: Stripe's card 4000 0082 6000 3178), and
 //! `pm_card_createDispute` (approved, then disputed once the money moves); a few siblings are
 //! here so a demo can show other decline reasons.
 //!
@@ -16,6 +18,8 @@ pub(crate) enum Outcome {
     /// The issuer asks the buyer to authenticate (3-D Secure) before it answers: the intent
     /// waits in `requires_action`, and then the card is approved.
     RequiresAuthentication,
+    /// The same, and once the buyer has authenticated the issuer declines the payment.
+    RequiresAuthenticationThenDeclined(Decline),
     /// Approved; once captured, the cardholder disputes the charge as fraudulent.
     ApprovedThenDisputed,
 }
@@ -38,6 +42,12 @@ pub(crate) struct TestCard {
 const GENERIC_DECLINE: Decline =
     Decline { code: "card_declined", decline_code: "generic_decline", message: "Your card was declined." };
 
+const INSUFFICIENT_FUNDS: Decline = Decline {
+    code: "card_declined",
+    decline_code: "insufficient_funds",
+    message: "Your card has insufficient funds.",
+};
+
 const TEST_CARDS: &[TestCard] = &[
     TestCard { id: "pm_card_visa", outcome: Outcome::Approved },
     TestCard { id: "pm_card_visa_debit", outcome: Outcome::Approved },
@@ -45,15 +55,15 @@ const TEST_CARDS: &[TestCard] = &[
     TestCard { id: "pm_card_amex", outcome: Outcome::Approved },
     TestCard { id: "pm_card_threeDSecure2Required", outcome: Outcome::RequiresAuthentication },
     TestCard { id: "pm_card_authenticationRequired", outcome: Outcome::RequiresAuthentication },
+    TestCard {
+        id: "pm_card_authenticationRequiredChargeDeclinedInsufficientFunds",
+        outcome: Outcome::RequiresAuthenticationThenDeclined(INSUFFICIENT_FUNDS),
+    },
     TestCard { id: "pm_card_createDispute", outcome: Outcome::ApprovedThenDisputed },
     TestCard { id: "pm_card_chargeDeclined", outcome: Outcome::Declined(GENERIC_DECLINE) },
     TestCard {
         id: "pm_card_chargeDeclinedInsufficientFunds",
-        outcome: Outcome::Declined(Decline {
-            code: "card_declined",
-            decline_code: "insufficient_funds",
-            message: "Your card has insufficient funds.",
-        }),
+        outcome: Outcome::Declined(INSUFFICIENT_FUNDS),
     },
     TestCard {
         id: "pm_card_chargeDeclinedExpiredCard",
@@ -91,5 +101,12 @@ mod tests {
         }
         let dispute = lookup("pm_card_createDispute").map(|c| c.outcome);
         assert_eq!(dispute, Some(Outcome::ApprovedThenDisputed));
+    }
+
+    #[test]
+    fn the_3178_card_asks_for_authentication_and_then_declines_for_insufficient_funds() {
+        let card = lookup("pm_card_authenticationRequiredChargeDeclinedInsufficientFunds").map(|c| c.outcome);
+        let Some(Outcome::RequiresAuthenticationThenDeclined(decline)) = card else { panic!("{card:?}") };
+        assert_eq!((decline.code, decline.decline_code), ("card_declined", "insufficient_funds"));
     }
 }

@@ -6,6 +6,8 @@
 //! below, one per situation the simulator answers. Optional fields are omitted when unset,
 //! as Stripe does, and `doc_url` follows from `code`.
 
+use std::borrow::Cow;
+
 use axum::http::StatusCode;
 use serde_json::{Map, Value, json};
 
@@ -38,7 +40,7 @@ pub(crate) struct StripeError {
     pub(crate) code: Option<&'static str>,
     pub(crate) decline_code: Option<&'static str>,
     pub(crate) message: String,
-    pub(crate) param: Option<&'static str>,
+    param: Option<Cow<'static, str>>,
     pub(crate) charge: Option<String>,
     /// The intent as it is after the failed request (Stripe attaches it to card errors and to
     /// state errors, so a client learns the state without another round trip).
@@ -64,9 +66,15 @@ impl StripeError {
         self
     }
 
-    pub(crate) fn with_param(mut self, param: &'static str) -> Self {
-        self.param = Some(param);
+    pub(crate) fn with_param(mut self, param: impl Into<Cow<'static, str>>) -> Self {
+        self.param = Some(param.into());
         self
+    }
+
+    /// The parameter the error is about, if it is about one.
+    #[cfg(test)]
+    pub(crate) fn param(&self) -> Option<&str> {
+        self.param.as_deref()
     }
 
     pub(crate) fn with_payment_intent(mut self, payment_intent: Value) -> Self {
@@ -82,6 +90,33 @@ impl StripeError {
     /// A 400 about one request parameter.
     pub(crate) fn invalid_param(param: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, ErrorType::InvalidRequest, message).with_param(param)
+    }
+
+    /// A parameter the endpoint does not take on the pinned API version (Stripe's words,
+    /// docs.stripe.com/error-codes#parameter-unknown). `name` is the parameter as sent, its
+    /// top-level name for a nested one (`foo` for `foo[bar]`).
+    pub(crate) fn unknown_param(name: &str) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            ErrorType::InvalidRequest,
+            format!("Received unknown parameter: {name}"),
+        )
+        .with_code("parameter_unknown")
+        .with_param(name.to_owned())
+    }
+
+    /// `payment_method_types` on the pinned API version, 2026-09-30.endive, which removed it as
+    /// a writable parameter (docs.stripe.com/changelog/endive/2026-09-30/removes-the-payment-
+    /// method-types-parameter-from-payment-intents-and-setup-intents). The changelog gives the
+    /// status and the code; the message is the simulator's, saying what to use instead.
+    pub(crate) fn payment_method_types_no_longer_supported() -> Self {
+        Self::invalid_param(
+            "payment_method_types",
+            "payment_method_types is no longer supported as a parameter on this API version \
+             (2026-09-30.endive). Use dynamic payment methods (automatic_payment_methods), and \
+             allowed_payment_method_types or excluded_payment_method_types to narrow them.",
+        )
+        .with_code("payment_method_types_no_longer_supported")
     }
 
     pub(crate) fn missing_param(param: &'static str) -> Self {
@@ -129,6 +164,23 @@ impl StripeError {
 
     pub(crate) fn idempotency(message: String) -> Self {
         Self::new(StatusCode::BAD_REQUEST, ErrorType::Idempotency, message)
+    }
+
+    /// The 409 for a request whose key's first request is still executing
+    /// (docs.stripe.com/error-codes#idempotency-key-in-use). Stripe answers it as an
+    /// `invalid_request_error` (its `idempotency_error` is for a key reused on another request),
+    /// in these words.
+    pub(crate) fn idempotency_key_in_use(key: &str) -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            ErrorType::InvalidRequest,
+            format!(
+                "There is currently another in-progress request using this Idempotent Key (that probably \
+                 means you submitted twice, and the other request is still going through): {key}. Please try \
+                 again later."
+            ),
+        )
+        .with_code("idempotency_key_in_use")
     }
 
     pub(crate) fn authentication(message: impl Into<String>) -> Self {
@@ -208,7 +260,7 @@ impl StripeError {
             object.insert("decline_code".into(), json!(decline_code));
         }
         object.insert("message".into(), json!(self.message));
-        if let Some(param) = self.param {
+        if let Some(param) = &self.param {
             object.insert("param".into(), json!(param));
         }
         if let Some(payment_intent) = &self.payment_intent {

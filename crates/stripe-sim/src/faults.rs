@@ -49,7 +49,12 @@ pub(crate) enum Mode {
     Error500,
     /// Answer 429 `rate_limit`; the operation does not run.
     Error429,
-    /// Answer nothing until long after any client has given up; the operation does not run.
+    /// Answer nothing until long after any client has given up; the operation does not run,
+    /// and nothing is saved under its key. While the simulator holds it, its key is in use: a
+    /// request with the same key meanwhile is answered `409 idempotency_key_in_use`. The hold
+    /// ends when the hang does, or when its client gives up and closes the connection (the
+    /// server then drops the request); so a client's own retry after its timeout runs, and a
+    /// concurrent one (another process with the key) meets the 409.
     Timeout,
     /// Run the operation (saving its idempotent answer), then close the connection unanswered.
     DropAfterSuccess,
@@ -64,11 +69,14 @@ pub(crate) enum Mode {
     /// takes (`parameter_unknown`). Stripe saves no answer for a request that failed
     /// validation (docs.stripe.com/api/idempotent_requests).
     Error400,
-    /// Run the create, but let its intent read as mid-request, `requires_payment_method` with
-    /// no error, for [`SLOW_CONFIRM`] (what a list may show while a create-and-confirm is
-    /// still executing), and answer nothing until long after any client has given up. A retry
-    /// with the same key is struck the same way while the count lasts (its saved answer
-    /// replayed into a hang).
+    /// Run the operation, but let its request go on executing for [`SLOW_CONFIRM`]: its key is
+    /// in use meanwhile (a retry with it is answered `409 idempotency_key_in_use`, nothing
+    /// saved for the retry), and a create's intent reads as mid-request,
+    /// `requires_payment_method` with no error (what a list may show while a
+    /// create-and-confirm is still executing). Its answer, saved under the key, is replayed
+    /// once it ends; the request itself is answered nothing until long after any client has
+    /// given up. A retry with the same key after it ended is struck the same way while the
+    /// count lasts (its saved answer replayed into a hang).
     SlowConfirm,
     /// Answer 500 `api_error` from in front of the idempotency layer: the operation does not
     /// run and nothing is saved under its key, so a retry with the key runs it ("rate limiters
@@ -78,7 +86,8 @@ pub(crate) enum Mode {
     Error500Unsaved,
 }
 
-/// How long a `slow_confirm` create's intent reads as mid-request.
+/// How long a request struck by `slow_confirm` goes on executing (unless
+/// [`crate::Simulator::with_slow_requests`] says otherwise).
 pub(crate) const SLOW_CONFIRM: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Mode {

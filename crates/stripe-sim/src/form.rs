@@ -3,9 +3,10 @@
 //!
 //! The body is kept as the flat list of decoded `(key, value)` pairs it arrived as, rather
 //! than decoded into a struct, for two reasons: Stripe clients send parameters this simulator
-//! has no use for (`expand`, `payment_method_options[…]`) and those must be tolerated, not
-//! refused; and idempotency compares *all* parameters of a request, including the ignored
-//! ones, so the fingerprint has to see them.
+//! has no use for (`payment_method_options[…]`, `statement_descriptor`) and those are
+//! tolerated when the endpoint takes them (the `parameters` module refuses those it does not);
+//! and idempotency compares *all* parameters of a request, including the ignored ones, so the
+//! fingerprint has to see them.
 
 use std::collections::BTreeMap;
 
@@ -62,6 +63,12 @@ impl Params {
             .collect();
         items.sort_by_key(|&(index, position, _)| (index, position));
         items.into_iter().map(|(_, _, v)| v.to_owned()).collect()
+    }
+
+    /// The top-level name of each parameter, in the order they arrived: `metadata` for
+    /// `metadata[order_id]`, `expand` for `expand[0]` and `expand[]`.
+    pub(crate) fn top_names(&self) -> impl Iterator<Item = &str> {
+        self.pairs.iter().map(|(key, _)| key.split_once('[').map_or(key.as_str(), |(top, _)| top))
     }
 
     /// What makes two requests "the same parameters" to the idempotency layer: every pair,
@@ -146,6 +153,15 @@ mod tests {
         assert_eq!(params.get("description"), Some("100%"));
         assert_eq!(params.get("x"), Some("%zz"));
         assert_eq!(params.get("y"), Some("%4"));
+    }
+
+    #[test]
+    fn a_parameter_is_named_by_what_comes_before_its_first_bracket() {
+        let params = Params::parse(b"amount=1&metadata[order_id]=o&expand[]=a&expand[0]=b&created[gte]=5");
+        assert_eq!(
+            params.top_names().collect::<Vec<_>>(),
+            ["amount", "metadata", "expand", "expand", "created"]
+        );
     }
 
     #[test]

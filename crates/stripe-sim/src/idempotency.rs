@@ -13,15 +13,24 @@
 //!   with a key is such an answer: the operation did nothing, and its 500 is saved, so a
 //!   client that retries with the same key gets the 500 again until it starts a new attempt
 //!   with a new key.
+//! - A request whose key's first request is still executing is answered `409`
+//!   `idempotency_key_in_use`, and nothing is saved for it: "If incoming parameters fail
+//!   validation, or the request conflicts with another request that's executing
+//!   concurrently, we don't save the idempotent result" (the same page). Once the first
+//!   request ends, its answer is the key's, replayed as above.
 //! - Nothing is saved for a request refused before it began executing (parameter
 //!   validation), nor for an injected fault that answered 429 or hung: those model Stripe's
 //!   front refusing it or the network losing it, so a retry with the same key runs it.
 //!
-//! Stripe answers 409 to a request whose key is in use by one still executing. Here the
-//! lookup, the operation and the saving of its answer happen under one lock, so a concurrent
-//! duplicate waits and then replays; no request ever observes a key in flight.
+//! Most operations run, and have their answer saved, under the simulator's one lock, so no
+//! other request sees them executing. Two faults make one last: `slow_confirm` (the
+//! operation ran, and its request goes on executing for a while, its answer saved but not
+//! yet the key's: [`IdempotencyStore::save`]) and `timeout` (held before its
+//! operation runs, as long as the simulator holds the request: [`IdempotencyStore::hold`]).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use crate::error::StripeError;
 use crate::ledger::Reply;
@@ -36,6 +45,15 @@ pub(crate) struct Scope {
     pub(crate) key: String,
     pub(crate) request: KeyedRequest,
 }
+
+impl Scope {
+    fn id(&self) -> KeyId {
+        (self.account.clone(), self.key.clone())
+    }
+}
+
+/// A key as the account holds it: (API key, idempotency key).
+type KeyId = (String, String);
 
 /// What a key was used for: every later use of the key must be the same request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,29 +71,49 @@ pub(crate) struct Saved {
     pub(crate) reply: Reply,
     /// The `Request-Id` of the request that produced the answer.
     pub(crate) request_id: String,
+    /// Until when the request that produced it is still executing (`slow_confirm`): the key
+    /// is in use until then, and the answer is not yet the key's.
+    executing_until: Option<Instant>,
 }
 
 pub(crate) enum Lookup<'a> {
     /// First use of the key: run the operation.
     Unused,
     Replay(&'a Saved),
+    /// Refused without running: the key was used for another request, or its first request
+    /// is still executing.
     Conflict(StripeError),
 }
 
+/// A key held by a request that is executing without an answer yet ([`IdempotencyStore::hold`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Held {
+    id: KeyId,
+    /// Tells this hold from a later one of the same key, after a reset or an expiry.
+    ticket: u64,
+}
+
+/// Tickets for [`Held`], unique in the process, so a hold taken before a reset never
+/// releases one taken after it.
+static TICKETS: AtomicU64 = AtomicU64::new(0);
+
 #[derive(Debug, Default)]
 pub(crate) struct IdempotencyStore {
-    saved: HashMap<(String, String), Saved>,
+    saved: HashMap<KeyId, Saved>,
+    /// Keys held by a request still executing, with their holder's ticket.
+    held: HashMap<KeyId, u64>,
 }
 
 impl IdempotencyStore {
-    pub(crate) fn len(&self) -> usize {
-        self.saved.len()
-    }
-
-    pub(crate) fn lookup(&self, scope: &Scope) -> Lookup<'_> {
-        let Some(saved) = self.saved.get(&(scope.account.clone(), scope.key.clone())) else {
-            return Lookup::Unused;
-        };
+    /// What a request under `scope` finds at `now`.
+    pub(crate) fn lookup(&self, scope: &Scope, now: Instant) -> Lookup<'_> {
+        let id = scope.id();
+        let saved = self.saved.get(&id);
+        let executing = saved.and_then(|saved| saved.executing_until).is_some_and(|until| now < until);
+        if self.held.contains_key(&id) || executing {
+            return Lookup::Conflict(StripeError::idempotency_key_in_use(&scope.key));
+        }
+        let Some(saved) = saved else { return Lookup::Unused };
         let (first, again) = (&saved.request, &scope.request);
         if first.endpoint != again.endpoint {
             return Lookup::Conflict(StripeError::idempotency(format!(
@@ -95,14 +133,49 @@ impl IdempotencyStore {
         Lookup::Replay(saved)
     }
 
-    pub(crate) fn save(&mut self, scope: &Scope, reply: Reply, request_id: &str) {
-        let saved = Saved { request: scope.request.clone(), reply, request_id: request_id.to_owned() };
-        self.saved.insert((scope.account.clone(), scope.key.clone()), saved);
+    /// Saves the answer of a request that goes on executing until `until` (`None`: it has
+    /// ended): the key is in use until then, and its answer replayed only after.
+    pub(crate) fn save(&mut self, scope: &Scope, reply: Reply, request_id: &str, until: Option<Instant>) {
+        let saved = Saved {
+            request: scope.request.clone(),
+            reply,
+            request_id: request_id.to_owned(),
+            executing_until: until,
+        };
+        self.saved.insert(scope.id(), saved);
+    }
+
+    /// Holds an unused key for a request that is executing and has no answer yet; `None`
+    /// when the key is in use or has an answer already (the request then holds nothing).
+    pub(crate) fn hold(&mut self, scope: &Scope, now: Instant) -> Option<Held> {
+        if !matches!(self.lookup(scope, now), Lookup::Unused) {
+            return None;
+        }
+        let ticket = TICKETS.fetch_add(1, Ordering::Relaxed);
+        self.held.insert(scope.id(), ticket);
+        Some(Held { id: scope.id(), ticket })
+    }
+
+    /// Ends a hold: the request ended without an answer, and nothing is saved for its key.
+    pub(crate) fn release(&mut self, held: &Held) {
+        if self.held.get(&held.id) == Some(&held.ticket) {
+            self.held.remove(&held.id);
+        }
+    }
+
+    /// Forgets every saved answer whose request has ended, as Stripe prunes keys after 24
+    /// hours; answers how many. A key in use stays in use.
+    pub(crate) fn expire(&mut self, now: Instant) -> usize {
+        let before = self.saved.len();
+        self.saved.retain(|_, saved| saved.executing_until.is_some_and(|until| now < until));
+        before - self.saved.len()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use axum::http::StatusCode;
 
     use super::*;
@@ -115,35 +188,105 @@ mod tests {
         }
     }
 
+    fn ok() -> Reply {
+        Reply { status: StatusCode::OK, body: "{}".into() }
+    }
+
+    fn in_use(lookup: &Lookup<'_>) -> bool {
+        matches!(lookup, Lookup::Conflict(e) if e.status == StatusCode::CONFLICT && e.code == Some("idempotency_key_in_use"))
+    }
+
     #[test]
     fn a_key_replays_for_the_same_request_and_conflicts_for_another() {
+        let now = Instant::now();
         let mut store = IdempotencyStore::default();
         let first = scope("sk_test_a", "POST /v1/payment_intents", "f1");
-        assert!(matches!(store.lookup(&first), Lookup::Unused));
-        store.save(&first, Reply { status: StatusCode::OK, body: "{}".into() }, "req_1");
+        assert!(matches!(store.lookup(&first, now), Lookup::Unused));
+        store.save(&first, ok(), "req_1", None);
 
-        assert!(matches!(store.lookup(&first), Lookup::Replay(saved) if saved.request_id == "req_1"));
+        assert!(matches!(store.lookup(&first, now), Lookup::Replay(saved) if saved.request_id == "req_1"));
         let other_params = scope("sk_test_a", "POST /v1/payment_intents", "f2");
         assert!(
-            matches!(store.lookup(&other_params), Lookup::Conflict(e) if e.message.contains("same parameters"))
+            matches!(store.lookup(&other_params, now), Lookup::Conflict(e) if e.message.contains("same parameters"))
         );
         let other_endpoint = scope("sk_test_a", "POST /v1/payment_intents/pi_1/cancel", "f1");
         assert!(
-            matches!(store.lookup(&other_endpoint), Lookup::Conflict(e) if e.message.contains("same endpoint"))
+            matches!(store.lookup(&other_endpoint, now), Lookup::Conflict(e) if e.message.contains("same endpoint"))
         );
     }
 
     #[test]
     fn keys_belong_to_one_account() {
         let mut store = IdempotencyStore::default();
-        store.save(
-            &scope("sk_test_a", "POST /v1/payment_intents", "f1"),
-            Reply { status: StatusCode::OK, body: "{}".into() },
-            "req_1",
-        );
+        store.save(&scope("sk_test_a", "POST /v1/payment_intents", "f1"), ok(), "req_1", None);
         assert!(matches!(
-            store.lookup(&scope("sk_test_b", "POST /v1/payment_intents", "f2")),
+            store.lookup(&scope("sk_test_b", "POST /v1/payment_intents", "f2"), Instant::now()),
             Lookup::Unused
         ));
+    }
+
+    #[test]
+    fn a_key_whose_request_is_still_executing_is_in_use_until_it_ends_then_replays() {
+        // Arrange: the first request's answer is known, and it executes for 10 s more.
+        let start = Instant::now();
+        let mut store = IdempotencyStore::default();
+        let first = scope("sk_test_a", "POST /v1/payment_intents", "f1");
+        store.save(&first, ok(), "req_1", Some(start + Duration::from_secs(10)));
+
+        // Act
+        let meanwhile = store.lookup(&first, start + Duration::from_secs(9));
+        let other_params = store.lookup(&scope("sk_test_a", "POST /v1/payment_intents", "f2"), start);
+        let meanwhile = (in_use(&meanwhile), in_use(&other_params));
+        let after = store.lookup(&first, start + Duration::from_secs(10));
+
+        // Assert
+        assert_eq!(meanwhile, (true, true));
+        assert!(matches!(after, Lookup::Replay(saved) if saved.request_id == "req_1"));
+    }
+
+    #[test]
+    fn a_held_key_is_in_use_until_released_and_then_unused() {
+        let now = Instant::now();
+        let mut store = IdempotencyStore::default();
+        let first = scope("sk_test_a", "POST /v1/payment_intents/pi_1/capture", "f1");
+
+        let held = store.hold(&first, now).expect("an unused key is held");
+        let second_hold = store.hold(&first, now);
+        let meanwhile = in_use(&store.lookup(&first, now));
+        store.release(&held);
+
+        assert_eq!((second_hold, meanwhile), (None, true));
+        assert!(matches!(store.lookup(&first, now), Lookup::Unused), "nothing was saved");
+    }
+
+    #[test]
+    fn a_stale_release_leaves_a_newer_hold_of_the_key_alone() {
+        let now = Instant::now();
+        let mut store = IdempotencyStore::default();
+        let first = scope("sk_test_a", "POST /v1/payment_intents", "f1");
+        let stale = store.hold(&first, now).unwrap();
+        // The simulator reset meanwhile.
+        store = IdempotencyStore::default();
+        let newer = store.hold(&first, now).unwrap();
+
+        store.release(&stale);
+
+        assert!(in_use(&store.lookup(&first, now)));
+        store.release(&newer);
+        assert!(matches!(store.lookup(&first, now), Lookup::Unused));
+    }
+
+    #[test]
+    fn expiring_keys_forgets_ended_answers_and_keeps_keys_in_use() {
+        let now = Instant::now();
+        let mut store = IdempotencyStore::default();
+        let ended = scope("sk_test_a", "POST /v1/payment_intents", "f1");
+        let executing = Scope { key: "k-2".into(), ..ended.clone() };
+        store.save(&ended, ok(), "req_1", None);
+        store.save(&executing, ok(), "req_2", Some(now + Duration::from_secs(10)));
+
+        assert_eq!(store.expire(now), 1);
+        assert!(matches!(store.lookup(&ended, now), Lookup::Unused));
+        assert!(in_use(&store.lookup(&executing, now)));
     }
 }

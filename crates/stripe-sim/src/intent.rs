@@ -9,6 +9,7 @@
 //!                     ├─ approved, automatic ─────────────────────────────▶ succeeded
 //!                     ├─ declined (402) ──▶ requires_payment_method (last_payment_error set)
 //!                     └─ 3-D Secure ──▶ requires_action ─ authenticate ─┬─ succeed ─▶ as approved
+//!                                                                       │           (or as declined)
 //!                                                                       └─ fail ─▶ requires_payment_method
 //! cancel: from requires_payment_method | requires_confirmation | requires_action | processing
 //!         | requires_capture ──▶ canceled
@@ -33,7 +34,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::cards::{self, Outcome, TestCard};
+use crate::cards::{self, Decline, Outcome, TestCard};
 use crate::charge::{Charge, Owner};
 use crate::error::StripeError;
 use crate::ids;
@@ -170,27 +171,35 @@ impl PaymentIntent {
                 self.approve(card, now);
                 Ok(())
             }
-            Outcome::RequiresAuthentication => {
+            Outcome::RequiresAuthentication | Outcome::RequiresAuthenticationThenDeclined(_) => {
                 self.status = Status::RequiresAction;
                 self.next_action = Some(self.next_action_for());
                 Ok(())
             }
             Outcome::Declined(decline) => {
-                let charge = Charge::new(card.id, false, None, now);
-                let error = StripeError::card_declined(
-                    decline.code,
-                    decline.decline_code,
-                    decline.message,
-                    charge.id.clone(),
-                );
-                self.latest_charge = Some(charge);
-                // Stripe detaches a declined payment method: the customer must supply another.
-                self.status = Status::RequiresPaymentMethod;
-                self.payment_method = None;
-                self.last_payment_error = Some(error.clone());
+                let error = self.decline(card, decline, now);
                 Err(error.with_payment_intent(self.to_json()))
             }
         }
+    }
+
+    /// The issuer declined `card`: a failed charge, and the intent waiting for another payment
+    /// method, the decline as its `last_payment_error`; answers the decline.
+    fn decline(&mut self, card: &TestCard, decline: Decline, now: i64) -> StripeError {
+        let charge = Charge::new(card.id, false, None, now);
+        let error = StripeError::card_declined(
+            decline.code,
+            decline.decline_code,
+            decline.message,
+            charge.id.clone(),
+        );
+        self.latest_charge = Some(charge);
+        // Stripe detaches a declined payment method: the customer must supply another.
+        self.status = Status::RequiresPaymentMethod;
+        self.payment_method = None;
+        self.next_action = None;
+        self.last_payment_error = Some(error.clone());
+        error
     }
 
     /// The issuer approved `card`: a hold (`requires_capture`) for manual capture, a payment
@@ -224,8 +233,9 @@ impl PaymentIntent {
     }
 
     /// The buyer's browser finished (or gave up on) the 3-D Secure challenge. Success goes on
-    /// as an approval; failure leaves the intent waiting for another payment method, with
-    /// Stripe's `payment_intent_authentication_failure` as its `last_payment_error`
+    /// as an approval, or, for a card whose issuer then declines, as a decline; failure leaves
+    /// the intent waiting for another payment method, with Stripe's
+    /// `payment_intent_authentication_failure` as its `last_payment_error`
     /// (docs.stripe.com/error-codes#payment-intent-authentication-failure).
     pub(crate) fn authenticate(&mut self, outcome: Authentication, now: i64) -> Result<(), StripeError> {
         let card = self.payment_method.as_deref().and_then(cards::lookup);
@@ -237,9 +247,14 @@ impl PaymentIntent {
             ))
             .with_payment_intent(self.to_json()));
         };
-        match outcome {
-            Authentication::Succeeded => self.approve(card, now),
-            Authentication::Failed => {
+        match (outcome, card.outcome) {
+            // Authenticated, and then the issuer declines (Stripe's 4000 0082 6000 3178): no
+            // request is answered, so the decline is only the intent's `last_payment_error`.
+            (Authentication::Succeeded, Outcome::RequiresAuthenticationThenDeclined(decline)) => {
+                self.decline(card, decline, now);
+            }
+            (Authentication::Succeeded, _) => self.approve(card, now),
+            (Authentication::Failed, _) => {
                 self.status = Status::RequiresPaymentMethod;
                 self.payment_method = None;
                 self.next_action = None;
@@ -654,6 +669,50 @@ mod tests {
         assert_eq!((pi.status, pi.payment_method.as_deref()), (Status::RequiresPaymentMethod, None));
         let error = pi.last_payment_error.as_ref().unwrap();
         assert_eq!(error.code, Some("payment_intent_authentication_failure"));
+    }
+
+    #[test]
+    fn the_3178_card_once_authenticated_is_declined_for_insufficient_funds_and_waits_for_another_card() {
+        // Arrange
+        let card = "pm_card_authenticationRequiredChargeDeclinedInsufficientFunds";
+        let mut pi = intent(&format!("{MANUAL_VISA}&use_stripe_sdk=true").replace("pm_card_visa", card));
+        pi.confirm(1_700_000_000).unwrap();
+        assert_eq!(pi.status, Status::RequiresAction);
+
+        // Act
+        pi.authenticate(Authentication::Succeeded, 1_700_000_100).unwrap();
+
+        // Assert: no hold; a failed charge; the card detached; Stripe's card error kept.
+        assert_eq!(
+            (pi.status, pi.amount_capturable, pi.payment_method.as_deref()),
+            (Status::RequiresPaymentMethod, 0, None)
+        );
+        assert!(pi.next_action.is_none());
+        let error = pi.last_payment_error.as_ref().unwrap().object_json();
+        assert_eq!(error["type"], "card_error");
+        assert_eq!(
+            (&error["code"], &error["decline_code"]),
+            (&"card_declined".into(), &"insufficient_funds".into())
+        );
+        assert_eq!(error["message"], "Your card has insufficient funds.");
+        assert_eq!(error["charge"], pi.latest_charge.as_ref().unwrap().id.as_str());
+        assert_eq!(pi.charge_json().unwrap()["captured"], false);
+    }
+
+    #[test]
+    fn the_3178_card_failing_authentication_is_an_authentication_failure_as_for_the_other_3ds_cards() {
+        let card = "pm_card_authenticationRequiredChargeDeclinedInsufficientFunds";
+        let mut pi = intent(&MANUAL_VISA.replace("pm_card_visa", card));
+        pi.confirm(1_700_000_000).unwrap();
+
+        pi.authenticate(Authentication::Failed, 1_700_000_100).unwrap();
+
+        assert_eq!(pi.status, Status::RequiresPaymentMethod);
+        assert_eq!(
+            pi.last_payment_error.as_ref().unwrap().code,
+            Some("payment_intent_authentication_failure")
+        );
+        assert!(pi.latest_charge.is_none());
     }
 
     #[test]

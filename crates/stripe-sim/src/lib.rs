@@ -11,7 +11,8 @@
 //! A short tour:
 //! - `api`: the Stripe routes, and the edge every write passes in order (the rate limit,
 //!   authentication, injected faults, idempotency, the operation).
-//! - `form` decodes form bodies; `requests` parses them into typed requests.
+//! - `form` decodes form bodies; `parameters` refuses those an endpoint does not take (and the
+//!   removed `payment_method_types`); `requests` parses them into typed requests.
 //! - `intent` is the PaymentIntent state machine and its JSON (3-D Secure's `requires_action`
 //!   and `next_action` included); `charge` the charge it makes, its refunds and its dispute;
 //!   `cards` the test payment methods (`pm_card_visa`, `pm_card_chargeDeclined`,
@@ -20,7 +21,8 @@
 //! - `events` turns what happened into Stripe's Event objects and signs them
 //!   ([`signature_header`]); `webhooks` delivers them, at least once, to the endpoint
 //!   `STRIPE_SIM_WEBHOOK_URL` (or [`Simulator::with_webhook_endpoint`]) names, from a
-//!   background task, retrying until a `2xx`.
+//!   background task, retrying until a `2xx` or, after `STRIPE_SIM_WEBHOOK_ATTEMPTS` (3)
+//!   attempts, giving the event up.
 //! - `idempotency` saves and replays first answers; `faults` holds injected failures.
 //! - `rate` is Stripe's request rate limits, the account's and each named operation's
 //!   (sliding one-second windows; none unless `STRIPE_SIM_RATE_LIMIT`,
@@ -32,6 +34,7 @@
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use axum::Router;
@@ -52,6 +55,7 @@ mod idempotency;
 mod ids;
 mod intent;
 mod ledger;
+mod parameters;
 mod rate;
 mod requests;
 mod simulator;
@@ -60,7 +64,7 @@ mod webhooks;
 pub use events::signature_header;
 pub use rate::RequestStats;
 pub use simulator::{SimState, Simulator};
-pub use webhooks::{WebhookAttempt, WebhookEndpoint};
+pub use webhooks::{DEFAULT_ATTEMPTS, WebhookAttempt, WebhookEndpoint};
 
 /// Where the simulator listens unless `STRIPE_SIM_LISTEN_ADDR` says otherwise.
 pub(crate) const DEFAULT_LISTEN_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 12111);
@@ -79,12 +83,15 @@ pub struct Config {
     /// `STRIPE_SIM_WEBHOOK_URL` and `STRIPE_SIM_WEBHOOK_SECRET` (both or neither): where to
     /// send Stripe's events, signed with that secret. None: no webhooks.
     pub webhook: Option<WebhookEndpoint>,
+    /// `STRIPE_SIM_WEBHOOK_ATTEMPTS`: the delivery attempts of one event before it is given up;
+    /// 3 (a sandbox's) unless set, at least 1.
+    pub webhook_attempts: NonZeroU32,
 }
 
 impl Config {
     /// Reads `STRIPE_SIM_LISTEN_ADDR`, `STRIPE_SIM_RATE_LIMIT`,
-    /// `STRIPE_SIM_ENDPOINT_RATE_LIMIT`, `STRIPE_SIM_WEBHOOK_URL` and
-    /// `STRIPE_SIM_WEBHOOK_SECRET`.
+    /// `STRIPE_SIM_ENDPOINT_RATE_LIMIT`, `STRIPE_SIM_WEBHOOK_URL`, `STRIPE_SIM_WEBHOOK_SECRET`
+    /// and `STRIPE_SIM_WEBHOOK_ATTEMPTS`.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let url: Option<HttpUrl> = env.optional("STRIPE_SIM_WEBHOOK_URL")?;
         let secret: Option<SecretString> = env.optional("STRIPE_SIM_WEBHOOK_SECRET")?;
@@ -95,11 +102,17 @@ impl Config {
             (Some(_), None) => return Err(ConfigError::Missing { name: "STRIPE_SIM_WEBHOOK_SECRET" }),
             (None, Some(_)) => return Err(ConfigError::Missing { name: "STRIPE_SIM_WEBHOOK_URL" }),
         };
+        let attempts: u32 = env.or_default("STRIPE_SIM_WEBHOOK_ATTEMPTS", DEFAULT_ATTEMPTS.get())?;
+        let webhook_attempts = NonZeroU32::new(attempts).ok_or_else(|| ConfigError::Malformed {
+            name: "STRIPE_SIM_WEBHOOK_ATTEMPTS",
+            reason: "an event needs at least 1 attempt".to_owned(),
+        })?;
         Ok(Self {
             listen_addr: env.or_default("STRIPE_SIM_LISTEN_ADDR", DEFAULT_LISTEN_ADDR)?,
             rate_limit: env.or_default("STRIPE_SIM_RATE_LIMIT", 0)?,
             endpoint_rate_limit: env.or_default("STRIPE_SIM_ENDPOINT_RATE_LIMIT", 0)?,
             webhook,
+            webhook_attempts,
         })
     }
 }
@@ -133,7 +146,8 @@ impl orderfleet::runtime::service::Service for Config {
         );
         let mut simulator = Simulator::new()
             .with_rate_limit(config.rate_limit)
-            .with_endpoint_rate_limit(config.endpoint_rate_limit);
+            .with_endpoint_rate_limit(config.endpoint_rate_limit)
+            .with_webhook_attempts(config.webhook_attempts);
         if let Some(endpoint) = config.webhook {
             simulator = simulator.with_webhook_endpoint(endpoint);
         }
@@ -270,6 +284,21 @@ mod tests {
         assert_eq!(no_secret.variable(), "STRIPE_SIM_WEBHOOK_SECRET");
         assert_eq!(no_url.variable(), "STRIPE_SIM_WEBHOOK_URL");
         assert_eq!(not_a_url.variable(), "STRIPE_SIM_WEBHOOK_URL");
+    }
+
+    #[test]
+    fn an_event_is_given_up_after_three_attempts_unless_set_and_never_before_the_first() {
+        let unset = Config::from_env(&Env::from_pairs([])).unwrap();
+        let set = Config::from_env(&Env::from_pairs([("STRIPE_SIM_WEBHOOK_ATTEMPTS", "8")])).unwrap();
+        let zero = Config::from_env(&Env::from_pairs([("STRIPE_SIM_WEBHOOK_ATTEMPTS", "0")])).unwrap_err();
+        let text = Config::from_env(&Env::from_pairs([("STRIPE_SIM_WEBHOOK_ATTEMPTS", "many")])).unwrap_err();
+
+        assert_eq!((unset.webhook_attempts.get(), set.webhook_attempts.get()), (3, 8));
+        assert_eq!(
+            (zero.variable(), text.variable()),
+            ("STRIPE_SIM_WEBHOOK_ATTEMPTS", "STRIPE_SIM_WEBHOOK_ATTEMPTS")
+        );
+        assert!(zero.to_string().contains("at least 1"), "{zero}");
     }
 
     #[test]

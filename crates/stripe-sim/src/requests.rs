@@ -12,6 +12,7 @@ use axum::http::StatusCode;
 use crate::cards::{self, TestCard};
 use crate::error::StripeError;
 use crate::form::Params;
+use crate::parameters;
 
 /// Stripe's ceiling: eight digits in the smallest currency unit.
 const MAX_AMOUNT: i64 = 99_999_999;
@@ -28,9 +29,9 @@ pub(crate) struct CreateRequest {
     pub(crate) confirmation_method: ConfirmationMethod,
     pub(crate) confirm: bool,
     pub(crate) payment_method: Option<&'static TestCard>,
-    /// On unless the request names `payment_method_types` or turns them off.
+    /// On unless the request turns them off.
     pub(crate) automatic_payment_methods: Option<AutomaticPaymentMethods>,
-    /// The methods the request names; empty with automatic payment methods.
+    /// Cards when automatic payment methods are off; empty with them.
     pub(crate) payment_method_types: Vec<String>,
     pub(crate) details: Details,
     /// `use_stripe_sdk`: the buyer's Stripe.js (or mobile SDK) handles a next action, so a
@@ -43,9 +44,11 @@ pub(crate) struct CreateRequest {
 }
 
 impl CreateRequest {
-    /// Parameters this simulator has no use for (`payment_method_options`, …) are
-    /// ignored rather than refused: real clients send them.
+    /// Parameters the endpoint takes that this simulator has no use for
+    /// (`payment_method_options`, …) are ignored rather than refused: real clients send them.
+    /// Those it does not take, and `payment_method_types`, are refused first.
     pub(crate) fn parse(params: &Params) -> Result<Self, StripeError> {
+        parameters::create_known_only(params)?;
         let amount = amount(params)?;
         let currency = currency(params)?;
         let capture_method = one_of(params, "capture_method", &CaptureMethod::ALL, CaptureMethod::as_str)?
@@ -97,6 +100,7 @@ pub(crate) struct ListRequest {
 
 impl ListRequest {
     pub(crate) fn parse(params: &Params) -> Result<Self, StripeError> {
+        parameters::known_only(params, parameters::LIST)?;
         if non_empty(params, "ending_before").is_some() {
             // Said plainly rather than answered with the first page: the fleet pages forwards.
             let message = "stripe-sim pages forwards only: use starting_after";
@@ -197,10 +201,11 @@ fn off_session(params: &Params) -> Result<bool, StripeError> {
     }
 }
 
-/// Which payment methods the intent takes. On the API version the fleet pins (2023-08-16 and
-/// later), automatic payment methods are on unless the request names `payment_method_types`:
-/// nothing is filled in for the caller. Only a request that turns them off
-/// (`automatic_payment_methods[enabled]=false`) and names none gets the older default, cards.
+/// Which payment methods the intent takes. On the API version the fleet pins, automatic
+/// payment methods are on unless the request turns them off (on since 2023-08-16; naming
+/// `payment_method_types` instead is refused since 2026-09-30, before this runs): nothing is
+/// filled in for the caller. Only a request that turns them off
+/// (`automatic_payment_methods[enabled]=false`) gets the older default, cards.
 fn payment_methods(params: &Params) -> Result<(Option<AutomaticPaymentMethods>, Vec<String>), StripeError> {
     let automatic = params.hash("automatic_payment_methods");
     let enabled = match automatic.get("enabled").map(String::as_str) {
@@ -224,11 +229,9 @@ fn payment_methods(params: &Params) -> Result<(Option<AutomaticPaymentMethods>, 
             StripeError::invalid_param("automatic_payment_methods[allow_redirects]", message)
         })?,
     };
-    let types = params.array("payment_method_types");
-    Ok(match (enabled, types.is_empty()) {
-        (_, false) => (None, types),
-        (Some(false), true) => (None, vec!["card".to_owned()]),
-        (None | Some(true), true) => (Some(AutomaticPaymentMethods { allow_redirects }), Vec::new()),
+    Ok(match enabled {
+        Some(false) => (None, vec!["card".to_owned()]),
+        None | Some(true) => (Some(AutomaticPaymentMethods { allow_redirects }), Vec::new()),
     })
 }
 
@@ -312,6 +315,7 @@ pub(crate) struct CaptureRequest {
 
 impl CaptureRequest {
     pub(crate) fn parse(params: &Params) -> Result<Self, StripeError> {
+        parameters::known_only(params, parameters::CAPTURE)?;
         Ok(Self { amount_to_capture: positive_integer(params, "amount_to_capture")? })
     }
 }
@@ -324,6 +328,7 @@ pub(crate) struct CancelRequest {
 
 impl CancelRequest {
     pub(crate) fn parse(params: &Params) -> Result<Self, StripeError> {
+        parameters::known_only(params, parameters::CANCEL)?;
         let cancellation_reason =
             one_of(params, "cancellation_reason", &CancellationReason::ALL, CancellationReason::as_str)?;
         Ok(Self { cancellation_reason })
@@ -354,6 +359,7 @@ pub(crate) enum RefundTarget {
 
 impl RefundRequest {
     pub(crate) fn parse(params: &Params) -> Result<Self, StripeError> {
+        parameters::known_only(params, parameters::REFUND)?;
         let target = match (non_empty(params, "payment_intent"), non_empty(params, "charge")) {
             (Some(payment_intent), None) => RefundTarget::PaymentIntent(payment_intent),
             (None, Some(charge)) => RefundTarget::Charge(charge),
@@ -582,12 +588,12 @@ mod tests {
         let before =
             "amount=2500&currency=usd&capture_method=manual&confirm=true&payment_method=pm_card_visa";
         let refused = create(before).unwrap_err();
-        assert_eq!((refused.status, refused.param, refused.code), (StatusCode::BAD_REQUEST, None, None));
+        assert_eq!((refused.status, refused.param(), refused.code), (StatusCode::BAD_REQUEST, None, None));
         assert_eq!(refused.message, REDIRECT_NEEDS_RETURN_URL);
         // Redirects allowed explicitly: the same.
         assert!(create(&format!("{before}&automatic_payment_methods[enabled]=true")).is_err());
-        // Allowed with a place to send the buyer back, with redirects ruled out, with the
-        // methods named, or without confirming.
+        // Allowed with a place to send the buyer back, with redirects ruled out, off session,
+        // or without confirming.
         assert!(create(&format!("{before}&return_url=https://shop.example/back")).is_ok());
         let never =
             "automatic_payment_methods[enabled]=true&automatic_payment_methods[allow_redirects]=never";
@@ -595,11 +601,10 @@ mod tests {
         // The hash without `enabled`, which Stripe requires in it.
         let missing =
             create(&format!("{before}&automatic_payment_methods[allow_redirects]=never")).unwrap_err();
-        assert_eq!(missing.param, Some("automatic_payment_methods[enabled]"));
-        assert!(create(&format!("{before}&payment_method_types[]=card")).is_ok());
+        assert_eq!(missing.param(), Some("automatic_payment_methods[enabled]"));
         assert!(create(&format!("{before}&off_session=true")).is_ok());
         assert!(create(&format!("{before}&off_session=recurring")).is_ok());
-        assert_eq!(create(&format!("{before}&off_session=yes")).unwrap_err().param, Some("off_session"));
+        assert_eq!(create(&format!("{before}&off_session=yes")).unwrap_err().param(), Some("off_session"));
         assert!(create("amount=2500&currency=usd&payment_method=pm_card_visa").is_ok());
     }
 
@@ -611,11 +616,6 @@ mod tests {
             (automatic.automatic_payment_methods, automatic.payment_method_types.len()),
             (Some(always), 0)
         );
-        let named = create("amount=10&currency=usd&payment_method_types[]=card").unwrap();
-        assert_eq!(
-            (named.automatic_payment_methods, named.payment_method_types),
-            (None, vec!["card".to_owned()])
-        );
         let off = create("amount=10&currency=usd&automatic_payment_methods[enabled]=false").unwrap();
         assert_eq!(
             (off.automatic_payment_methods, off.payment_method_types),
@@ -623,26 +623,52 @@ mod tests {
         );
         let bad = create("amount=10&currency=usd&automatic_payment_methods[enabled]=true&automatic_payment_methods[allow_redirects]=sometimes")
             .unwrap_err();
-        assert_eq!(bad.param, Some("automatic_payment_methods[allow_redirects]"));
+        assert_eq!(bad.param(), Some("automatic_payment_methods[allow_redirects]"));
+    }
+
+    #[test]
+    fn payment_method_types_are_refused_as_the_pinned_api_version_refuses_them() {
+        // Removed as a writable parameter on 2026-09-30.endive: what the fleet sent before
+        // issue 33, and what a create naming its card types still sends.
+        for types in ["payment_method_types[]=card", "payment_method_types[0]=card"] {
+            for extra in ["", "&automatic_payment_methods[enabled]=false"] {
+                let body = format!("amount=10&currency=usd&payment_method=pm_card_visa&{types}{extra}");
+                let refused = create(&body).unwrap_err();
+                assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{body}");
+                assert_eq!(refused.code, Some("payment_method_types_no_longer_supported"), "{body}");
+                assert_eq!(refused.param(), Some("payment_method_types"), "{body}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_parameter_the_create_does_not_take_is_refused_as_unknown() {
+        let refused = create("amount=10&currency=usd&card_types[0]=visa").unwrap_err();
+        assert_eq!((refused.code, refused.param()), (Some("parameter_unknown"), Some("card_types")));
+        assert_eq!(refused.message, "Received unknown parameter: card_types");
+        assert!(
+            create("amount=10&currency=usd&allowed_payment_method_types[]=card&radar_options[session]=s")
+                .is_ok()
+        );
     }
 
     #[test]
     fn missing_and_malformed_amounts_name_the_parameter() {
         let missing = create("currency=usd").unwrap_err();
-        assert_eq!((missing.param, missing.code), (Some("amount"), Some("parameter_missing")));
+        assert_eq!((missing.param(), missing.code), (Some("amount"), Some("parameter_missing")));
         let zero = create("amount=0&currency=usd").unwrap_err();
-        assert_eq!(zero.param, Some("amount"));
+        assert_eq!(zero.param(), Some("amount"));
         let text = create("amount=ten&currency=usd").unwrap_err();
-        assert_eq!((text.param, text.code), (Some("amount"), Some("parameter_invalid_integer")));
+        assert_eq!((text.param(), text.code), (Some("amount"), Some("parameter_invalid_integer")));
         let currency = create("amount=10").unwrap_err();
-        assert_eq!(currency.param, Some("currency"));
+        assert_eq!(currency.param(), Some("currency"));
     }
 
     #[test]
     fn an_unknown_payment_method_is_a_missing_resource() {
         let error = create("amount=10&currency=usd&payment_method=pm_nope").unwrap_err();
         assert_eq!(error.status, StatusCode::BAD_REQUEST);
-        assert_eq!((error.code, error.param), (Some("resource_missing"), Some("payment_method")));
+        assert_eq!((error.code, error.param()), (Some("resource_missing"), Some("payment_method")));
     }
 
     #[test]
@@ -673,7 +699,7 @@ mod tests {
     #[test]
     fn an_unknown_cancellation_reason_is_refused() {
         let error = CancelRequest::parse(&Params::parse(b"cancellation_reason=bored")).unwrap_err();
-        assert_eq!(error.param, Some("cancellation_reason"));
+        assert_eq!(error.param(), Some("cancellation_reason"));
         let ok = CancelRequest::parse(&Params::parse(b"cancellation_reason=abandoned")).unwrap();
         assert_eq!(ok.cancellation_reason, Some(CancellationReason::Abandoned));
     }

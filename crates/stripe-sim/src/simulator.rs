@@ -2,7 +2,9 @@
 //! their counts) behind one `std::sync::Mutex`.
 //!
 //! One lock keeps the rules simple: an idempotency lookup, the operation and the saving of
-//! its answer are one atomic step, so two requests with one key cannot both execute; and the
+//! its answer are one atomic step, so two requests with one key cannot both execute, and a
+//! request finds a key in use only where a fault keeps its first request executing
+//! ([`Pace`], [`Simulator::hold_key`]); and the
 //! rate limits read the clock under it, so arrivals reach their windows in time order. Nothing
 //! awaits while holding it; every operation is a few map lookups.
 //!
@@ -19,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::StripeError;
 use crate::events::{Cause, Event};
-use crate::faults::{Faults, Mode, Operation};
-use crate::idempotency::{IdempotencyStore, Lookup, Saved, Scope};
+use crate::faults::{Faults, Mode, Operation, SLOW_CONFIRM};
+use crate::idempotency::{Held, IdempotencyStore, Lookup, Saved, Scope};
 use crate::ids::unix_now;
 use crate::ledger::{Ledger, Reply};
 use crate::rate::{Limits, RequestStats, Traffic, Verdict};
@@ -35,6 +37,8 @@ pub type SimState = Arc<Simulator>;
 pub struct Simulator {
     state: Mutex<State>,
     hang: Duration,
+    /// How long a request struck by `slow_confirm` goes on executing after its operation ran.
+    slow: Duration,
     stopping: CancellationToken,
     webhooks: Arc<Webhooks>,
 }
@@ -51,13 +55,63 @@ struct State {
 }
 
 /// How an idempotent operation went.
+#[derive(Debug)]
 pub(crate) enum Executed {
     /// It ran; this is its answer.
     Ran(Reply),
     /// The key had an answer for this very request already.
     Replayed(Saved),
-    /// It did not run: bad parameters, or a key used for something else.
+    /// It did not run: bad parameters, a key used for something else, or one in use.
     Refused(StripeError),
+}
+
+/// How long a request goes on executing once its operation has run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pace {
+    /// It ends with its operation: no other request ever sees it executing.
+    AtOnce,
+    /// It goes on for [`SLOW_CONFIRM`] (the `slow_confirm` fault; see
+    /// [`Simulator::with_slow_requests`]): its key is in use
+    /// meanwhile, and, for a create (`mid_confirm`), its intent reads as mid-confirm.
+    Slow { mid_confirm: bool },
+}
+
+impl Pace {
+    fn executing_until(self, ran_at: Instant, slow: Duration) -> Option<Instant> {
+        match self {
+            Pace::AtOnce => None,
+            Pace::Slow { .. } => Some(ran_at + slow),
+        }
+    }
+}
+
+/// A key held by a request the simulator holds ([`Simulator::hold_key`]); dropping it ends
+/// the hold, with nothing saved.
+pub(crate) struct KeyHeld {
+    sim: SimState,
+    held: Held,
+}
+
+impl Drop for KeyHeld {
+    fn drop(&mut self) {
+        self.sim.lock().keys.release(&self.held);
+    }
+}
+
+/// The refusal a request under `scope` meets at `now` from its key (used for another request,
+/// or in use), or its first answer to replay; `None` when the key is unused.
+fn refused_by_key(keys: &IdempotencyStore, scope: &Scope, now: Instant) -> Option<Executed> {
+    match keys.lookup(scope, now) {
+        Lookup::Unused => None,
+        Lookup::Replay(saved) => Some(Executed::Replayed(saved.clone())),
+        Lookup::Conflict(error) => Some(Executed::Refused(error)),
+    }
+}
+
+/// The id of the PaymentIntent an answer carries, if it carries one.
+fn intent_id(reply: &Reply) -> Option<String> {
+    let answered: Value = serde_json::from_str(&reply.body).ok()?;
+    answered["id"].as_str().filter(|id| id.starts_with("pi_")).map(str::to_owned)
 }
 
 impl Default for Simulator {
@@ -76,6 +130,7 @@ impl Simulator {
         Self {
             state: Mutex::default(),
             hang: Self::DEFAULT_HANG,
+            slow: SLOW_CONFIRM,
             stopping: CancellationToken::new(),
             webhooks: Arc::new(Webhooks::new(None)),
         }
@@ -86,7 +141,23 @@ impl Simulator {
     /// starts when [`crate::serve_with`] serves the simulator and stops when it stops; events
     /// from before are kept until then.
     pub fn with_webhook_endpoint(self, endpoint: WebhookEndpoint) -> Self {
-        Self { webhooks: Arc::new(Webhooks::new(Some(endpoint))), ..self }
+        let webhooks = Webhooks::new(Some(endpoint));
+        webhooks.set_attempts(self.webhooks.max_attempts());
+        Self { webhooks: Arc::new(webhooks), ..self }
+    }
+
+    /// Makes a request struck by the `slow_confirm` fault go on executing for `slow` after its
+    /// operation ran (10 s unless set): its key in use, a create's intent read as mid-confirm.
+    /// A test of what happens once it ends need not wait the whole default.
+    pub fn with_slow_requests(self, slow: Duration) -> Self {
+        Self { slow, ..self }
+    }
+
+    /// Gives up an event after `attempts` failed delivery attempts (3 unless set, as a
+    /// sandbox does), as `STRIPE_SIM_WEBHOOK_ATTEMPTS` does for the binary.
+    pub fn with_webhook_attempts(self, attempts: NonZeroU32) -> Self {
+        self.webhooks.set_attempts(attempts);
+        self
     }
 
     /// Every webhook delivery attempt so far (since the start or the last reset), in the
@@ -163,10 +234,10 @@ impl Simulator {
         self.webhooks.forget_attempts();
     }
     /// Forgets every saved idempotency key, keeping the intents: what Stripe does to a key 24
-    /// hours after its first use. A request with an old key then runs again as a new one.
+    /// hours after its first use. A request with an old key then runs again as a new one. A
+    /// key whose request is still executing stays in use.
     pub(crate) fn expire_idempotency_keys(&self) -> usize {
-        let mut state = self.lock();
-        std::mem::take(&mut state.keys).len()
+        self.lock().keys.expire(Instant::now())
     }
 
     /// Ends every request a `timeout` fault is holding, so a graceful shutdown is not kept
@@ -213,13 +284,6 @@ impl Simulator {
         mode
     }
 
-    /// Lets intent `id` read as mid-request for [`crate::faults::SLOW_CONFIRM`] (the
-    /// `slow_confirm` fault).
-    pub(crate) fn slow_confirm(&self, id: &str) {
-        let until = std::time::Instant::now() + crate::faults::SLOW_CONFIRM;
-        self.lock().ledger.confirming(id, until);
-    }
-
     /// Holds a request for the `timeout` fault: until the hang is over or the server stops.
     pub(crate) async fn hang(&self) {
         tokio::select! {
@@ -228,28 +292,32 @@ impl Simulator {
         }
     }
 
-    /// Runs one state-changing operation under Stripe's idempotency rules. `operation`
-    /// answers `Err` when it refuses the request before executing it (nothing is saved then)
-    /// and `Ok` with the answer otherwise, error answers included.
+    /// Runs one state-changing operation under Stripe's idempotency rules, at `pace`.
+    /// `operation` answers `Err` when it refuses the request before executing it (nothing is
+    /// saved then) and `Ok` with the answer otherwise, error answers included.
     pub(crate) fn execute(
         &self,
         scope: Option<&Scope>,
         request_id: &str,
+        pace: Pace,
         operation: impl FnOnce(&mut Ledger, i64) -> Result<Reply, StripeError>,
     ) -> Executed {
         let mut state = self.lock();
-        if let Some(scope) = scope {
-            match state.keys.lookup(scope) {
-                Lookup::Unused => {}
-                Lookup::Replay(saved) => return Executed::Replayed(saved.clone()),
-                Lookup::Conflict(error) => return Executed::Refused(error),
-            }
+        let instant = Instant::now();
+        if let Some(refused) = scope.and_then(|scope| refused_by_key(&state.keys, scope, instant)) {
+            return refused;
         }
         let now = unix_now();
         let executed = match operation(&mut state.ledger, now) {
             Ok(reply) => {
+                let until = pace.executing_until(instant, self.slow);
                 if let Some(scope) = scope {
-                    state.keys.save(scope, reply.clone(), request_id);
+                    state.keys.save(scope, reply.clone(), request_id, until);
+                }
+                if let (Pace::Slow { mid_confirm: true }, Some(until), Some(id)) =
+                    (pace, until, intent_id(&reply))
+                {
+                    state.ledger.confirming(&id, until);
                 }
                 Executed::Ran(reply)
             }
@@ -261,6 +329,16 @@ impl Simulator {
         };
         self.announce(&mut state, &cause, now);
         executed
+    }
+
+    /// Holds `scope`'s key for a request the simulator holds without running it (the
+    /// `timeout` fault): a request with the key meanwhile is answered `409
+    /// idempotency_key_in_use`. The key is released, with nothing saved, when the returned
+    /// guard is dropped: when the request ends, its hang over or its client gone. `None` when
+    /// the key is in use or answered already.
+    pub(crate) fn hold_key(self: &Arc<Self>, scope: &Scope) -> Option<KeyHeld> {
+        let held = self.lock().keys.hold(scope, Instant::now())?;
+        Some(KeyHeld { sim: Arc::clone(self), held })
     }
 
     /// Queues the events the last operation caused for the webhook endpoint.

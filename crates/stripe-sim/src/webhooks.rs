@@ -7,11 +7,13 @@
 //! and delivers each in a task of its own, so an API answer never waits for the endpoint and a
 //! slow endpoint never holds the lock. A delivery that gets no answer (refused connection, no
 //! answer within [`ATTEMPT_TIMEOUT`]) or a non-`2xx` is tried again after a backoff that
-//! starts at [`FIRST_RETRY`] and doubles up to [`LAST_RETRY`], until a `2xx` or the server
-//! stops. Stripe's own schedule is much slower, and ends: in live mode, up to three days with
-//! exponential backoff; in a sandbox, three times over a few hours (docs.stripe.com/webhooks
-//! #retries, docs.stripe.com/webhooks/process-undelivered-events). This one is quick so that a
-//! test sees its retries.
+//! starts at [`FIRST_RETRY`] and doubles up to [`LAST_RETRY`], until a `2xx`, the last of its
+//! attempts (`STRIPE_SIM_WEBHOOK_ATTEMPTS`, [`DEFAULT_ATTEMPTS`] unless set), or the server
+//! stops. After its last failed attempt the event is given up: nothing sends it again. That is
+//! Stripe's rule too: in live mode it retries for up to three days with exponential backoff,
+//! in a sandbox three times over a few hours, and then stops (docs.stripe.com/webhooks
+//! #retries, docs.stripe.com/webhooks/process-undelivered-events). Stripe's schedule is much
+//! slower; this one is quick so that a test sees its retries, and their end.
 //! Each copy is signed afresh, with the time of its attempt, as Stripe does for retries.
 //!
 //! Stripe does not promise order or uniqueness ("endpoints might occasionally receive the
@@ -23,6 +25,8 @@
 //! Every attempt is recorded ([`WebhookAttempt`], `GET /_sim/webhooks`), with the status the
 //! endpoint answered, 0 when it gave none.
 
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -43,6 +47,9 @@ pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const FIRST_RETRY: Duration = Duration::from_millis(100);
 /// The longest wait between two attempts.
 pub(crate) const LAST_RETRY: Duration = Duration::from_secs(2);
+/// The attempts of one event before it is given up: a sandbox's (docs.stripe.com/webhooks
+/// #retries).
+pub const DEFAULT_ATTEMPTS: NonZeroU32 = NonZeroU32::new(3).expect("3 is not zero");
 
 /// Where the simulator sends its events, and the secret it signs them with
 /// (`STRIPE_SIM_WEBHOOK_URL`, `STRIPE_SIM_WEBHOOK_SECRET`). The secret never prints.
@@ -107,6 +114,8 @@ impl DeliveryMode {
 #[derive(Debug)]
 pub(crate) struct Webhooks {
     endpoint: Option<WebhookEndpoint>,
+    /// The attempts of one event (of each copy, when duplicated) before it is given up.
+    attempts: AtomicU32,
     queue: mpsc::UnboundedSender<Event>,
     /// The queue's other end, until the delivery task takes it.
     unsent: Mutex<Option<mpsc::UnboundedReceiver<Event>>>,
@@ -122,7 +131,22 @@ struct Record {
 impl Webhooks {
     pub(crate) fn new(endpoint: Option<WebhookEndpoint>) -> Self {
         let (queue, unsent) = mpsc::unbounded_channel();
-        Self { endpoint, queue, unsent: Mutex::new(Some(unsent)), record: Mutex::default() }
+        Self {
+            endpoint,
+            attempts: AtomicU32::new(DEFAULT_ATTEMPTS.get()),
+            queue,
+            unsent: Mutex::new(Some(unsent)),
+            record: Mutex::default(),
+        }
+    }
+
+    /// Bounds the attempts of each event from now on.
+    pub(crate) fn set_attempts(&self, attempts: NonZeroU32) {
+        self.attempts.store(attempts.get(), Ordering::Relaxed);
+    }
+
+    pub(crate) fn max_attempts(&self) -> NonZeroU32 {
+        NonZeroU32::new(self.attempts.load(Ordering::Relaxed)).unwrap_or(DEFAULT_ATTEMPTS)
     }
 
     /// Queues `events` for delivery; with no endpoint there is nobody to tell.
@@ -214,11 +238,13 @@ struct Delivery {
 }
 
 impl Delivery {
-    /// Waits `delay`, then sends until the endpoint answers `2xx`.
+    /// Waits `delay`, then sends until the endpoint answers `2xx`, or gives the event up after
+    /// the last of its attempts.
     async fn run(self, webhooks: Arc<Webhooks>, delay: Duration) {
         tokio::time::sleep(delay).await;
+        let attempts = webhooks.max_attempts().get();
         let mut backoff = FIRST_RETRY;
-        loop {
+        for attempt in 1..=attempts {
             let status = self.attempt().await;
             webhooks.recorded(WebhookAttempt {
                 event_id: self.event.id.clone(),
@@ -228,10 +254,19 @@ impl Delivery {
             if (200..300).contains(&status) {
                 return;
             }
-            tracing::debug!(event_id = %self.event.id, status, ?backoff, "webhook not accepted; will retry");
+            if attempt == attempts {
+                break;
+            }
+            tracing::debug!(event_id = %self.event.id, status, attempt, ?backoff, "webhook not accepted; will retry");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(LAST_RETRY);
         }
+        tracing::warn!(
+            event_id = %self.event.id,
+            event_type = self.event.kind.as_str(),
+            attempts,
+            "webhook not accepted by its last attempt; the event is given up"
+        );
     }
 
     /// One `POST`; the status answered, or 0 for none.

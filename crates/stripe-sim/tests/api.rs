@@ -386,6 +386,109 @@ async fn the_create_the_fleet_sent_before_issue_33_is_refused_as_stripe_refuses_
 }
 
 #[tokio::test]
+async fn a_create_naming_payment_method_types_is_refused_as_the_pinned_version_refuses_it_and_saves_nothing()
+{
+    // Arrange: a create naming its card types, as the fleet's did before issue 33.
+    let sim = TestSim::start().await;
+    let named = format!("{AUTHORIZE}&payment_method_types[]=card");
+
+    // Act
+    let refused = sim.post("/v1/payment_intents", &named, Some("order-9-authorize")).await;
+    let corrected = sim.post("/v1/payment_intents", AUTHORIZE, Some("order-9-authorize")).await;
+
+    // Assert: Stripe's 400 on 2026-09-30.endive; nothing made, nothing saved under the key.
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.raw);
+    assert_eq!(refused.error_type(), "invalid_request_error");
+    assert_eq!(refused.error_code(), "payment_method_types_no_longer_supported");
+    assert_eq!(refused.body["error"]["param"], "payment_method_types");
+    assert_eq!(corrected.status, StatusCode::OK, "{}", corrected.raw);
+    assert_eq!(corrected.header("idempotent-replayed"), None);
+    assert_eq!(sim.intents().await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_parameter_an_endpoint_does_not_take_is_refused_as_unknown_on_every_endpoint() {
+    // Arrange: a held intent, and one captured, to refund.
+    let sim = TestSim::start().await;
+    let held = sim.authorized().await;
+    let captured = sim.authorized().await;
+    assert_eq!(sim.capture(&captured, None).await.status, StatusCode::OK);
+
+    // Act: each endpoint given a parameter that belongs to another one, or to none.
+    let refused = [
+        (sim.create(&format!("{AUTHORIZE}&order_id=o-1")).await, "order_id"),
+        (sim.get(&format!("/v1/payment_intents/{held}?limit=1")).await, "limit"),
+        (sim.get("/v1/payment_intents?page=next&limit=1").await, "page"),
+        (
+            sim.get("/v1/payment_intents/search?query=metadata['order_id']:'o'&created[gte]=1").await,
+            "created",
+        ),
+        (sim.post(&action_path(&held, "capture"), "amount=100", None).await, "amount"),
+        (sim.post(&action_path(&held, "cancel"), "reason=duplicate", None).await, "reason"),
+        (
+            sim.refund(&format!("payment_intent={captured}&cancellation_reason=duplicate"), None).await,
+            "cancellation_reason",
+        ),
+    ];
+
+    // Assert: Stripe's 400, in Stripe's words, naming the parameter; nothing happened.
+    for (answer, param) in &refused {
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{param}: {}", answer.raw);
+        assert_eq!(
+            (answer.error_type(), answer.error_code()),
+            ("invalid_request_error", "parameter_unknown"),
+            "{param}"
+        );
+        assert_eq!(answer.body["error"]["param"], *param);
+        assert_eq!(answer.body["error"]["message"], format!("Received unknown parameter: {param}"));
+    }
+    assert_eq!(sim.intents().await.len(), 2);
+    let held = sim.intent(&held).await;
+    assert_eq!(
+        (held["status"].as_str(), held["capture_count"].as_u64()),
+        (Some("requires_capture"), Some(0))
+    );
+}
+
+#[tokio::test]
+async fn every_parameter_the_fleet_and_its_harness_send_is_taken() {
+    // Arrange: the fleet's create (async-stripe's encoding of it: `expand[0]`, `metadata[…]`),
+    // and the parameters Stripe documents beside them that a client may send.
+    let sim = TestSim::start().await;
+    let create = format!(
+        "{AUTHORIZE}&metadata[attempt]=1&expand[0]=latest_charge&description=Order&statement_descriptor_suffix=SKU\
+         &payment_method_options[card][request_three_d_secure]=automatic&receipt_email=a@example.com"
+    );
+
+    // Act
+    let created = sim.post("/v1/payment_intents", &create, Some("order-1-authorize")).await;
+    let id = created.body["id"].as_str().unwrap_or_default().to_owned();
+    let created_at = created.body["created"].as_i64().unwrap_or_default();
+    let answers = [
+        sim.get(&format!("/v1/payment_intents/{id}?expand[0]=latest_charge")).await,
+        sim.get(&format!(
+            "/v1/payment_intents?created[gte]={}&created[lte]={}&limit=100&expand[0]=data.latest_charge",
+            created_at - 60,
+            created_at + 60
+        ))
+        .await,
+        sim.get(&format!("/v1/payment_intents?limit=100&starting_after={id}")).await,
+        sim.get("/v1/payment_intents/search?query=metadata['order_id']:'order-1'&limit=10&expand[]=data.latest_charge").await,
+        sim.post(&action_path(&id, "capture"), "amount_to_capture=2500&expand[0]=latest_charge", Some("c-1")).await,
+        sim.refund(&format!("payment_intent={id}&amount=100&reason=requested_by_customer&metadata[k]=v"), None).await,
+    ];
+    let other = sim.authorized().await;
+    let canceled =
+        sim.post(&action_path(&other, "cancel"), "cancellation_reason=abandoned", Some("x-1")).await;
+
+    // Assert
+    assert_eq!(created.status, StatusCode::OK, "{}", created.raw);
+    for answer in answers.iter().chain([&canceled]) {
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.raw);
+    }
+}
+
+#[tokio::test]
 async fn the_list_is_newest_first_in_pages_within_a_created_range_and_never_lags() {
     // Arrange: search lags by an hour, as Stripe's may during an incident; three intents.
     let sim = TestSim::start().await;

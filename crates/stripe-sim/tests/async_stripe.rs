@@ -186,6 +186,36 @@ async fn async_stripe_reads_the_rate_limits_429_as_a_stripe_rate_limit_error() {
 }
 
 #[tokio::test]
+async fn async_stripe_reads_a_key_in_use_as_a_409_idempotency_key_in_use() {
+    // Arrange: a create that goes on executing after its client gave up.
+    let sim = TestSim::start_with(
+        stripe_sim::Simulator::new().with_slow_requests(std::time::Duration::from_secs(5)),
+    )
+    .await;
+    let client = client(&sim);
+    sim.arm("create", "slow_confirm", 1).await;
+    let create = |timeout: Option<std::time::Duration>| {
+        let mut request = authorize("pm_card_visa").customize().request_strategy(
+            RequestStrategy::Idempotent(IdempotencyKey::new("order-42-authorize").unwrap()),
+        );
+        if let Some(timeout) = timeout {
+            request = request.timeout(timeout);
+        }
+        request.send(&client)
+    };
+
+    // Act
+    let timed_out = create(Some(std::time::Duration::from_millis(300))).await;
+    let retried = create(None).await;
+
+    // Assert
+    assert!(matches!(timed_out, Err(StripeError::Timeout)), "{timed_out:?}");
+    let Err(StripeError::Stripe(error, 409)) = retried else { panic!("a parsed 409, got {retried:?}") };
+    assert_eq!(error.type_, ApiErrorsType::InvalidRequestError);
+    assert_eq!(error.code, Some(stripe::ApiErrorsCode::IdempotencyKeyInUse));
+}
+
+#[tokio::test]
 async fn async_stripe_reads_the_list_within_a_created_window_page_by_page() {
     let sim = TestSim::start().await;
     let client = client(&sim);
@@ -241,6 +271,26 @@ async fn async_stripe_reads_a_failed_authentication() {
         error.code.map(|c| c.as_str().to_owned()).as_deref(),
         Some("payment_intent_authentication_failure")
     );
+}
+
+#[tokio::test]
+async fn async_stripe_reads_a_decline_after_authentication_with_its_failed_charge() {
+    let sim = TestSim::start().await;
+    let client = client(&sim);
+    let created = authorize("pm_card_authenticationRequiredChargeDeclinedInsufficientFunds")
+        .send(&client)
+        .await
+        .unwrap();
+    sim.authenticate(created.id.as_str(), "succeed").await;
+
+    let retrieved = RetrievePaymentIntent::new(created.id.clone()).send(&client).await.expect("retrieved");
+    let charge = charge_of(&client, &created.id).await;
+
+    assert_eq!(retrieved.status, PaymentIntentStatus::RequiresPaymentMethod);
+    let error = retrieved.last_payment_error.expect("a last_payment_error");
+    assert_eq!(error.type_, ApiErrorsType::CardError);
+    assert_eq!(error.decline_code.as_deref(), Some("insufficient_funds"));
+    assert!(!charge.captured && !charge.paid);
 }
 
 /// The expanded charge, as async-stripe parses it.

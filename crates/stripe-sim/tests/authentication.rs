@@ -4,8 +4,11 @@
 
 mod support;
 
+use std::time::Duration;
+
 use reqwest::StatusCode;
-use support::{AUTHORIZE, TestSim};
+use support::receiver::{Receiver, SECRET};
+use support::{AUTHORIZE, TestSim, eventually};
 
 #[tokio::test]
 async fn a_3ds_card_answers_requires_action_with_a_client_secret_and_a_use_stripe_sdk_next_action() {
@@ -104,6 +107,68 @@ async fn a_failed_authentication_leaves_the_intent_waiting_for_another_payment_m
     assert!(error["message"].as_str().unwrap().contains("failed authentication"), "{error}");
     let capture = sim.capture(&id, None).await;
     assert_eq!(capture.error_code(), "payment_intent_unexpected_state");
+}
+
+/// Stripe's test card 4000 0082 6000 3178: 3-D Secure, then declined for insufficient funds.
+const AUTHENTICATED_THEN_DECLINED: &str = "pm_card_authenticationRequiredChargeDeclinedInsufficientFunds";
+
+#[tokio::test]
+async fn the_3178_card_asks_for_3ds_and_once_authenticated_is_declined_for_insufficient_funds() {
+    // Arrange: delivering to an endpoint, to see the events Stripe sends.
+    let receiver = Receiver::start().await;
+    let sim = TestSim::delivering_to(&receiver.url, SECRET).await;
+    let created = sim.authorize_with(AUTHENTICATED_THEN_DECLINED).await;
+    assert_eq!(
+        (created.status, &created.body["status"]),
+        (StatusCode::OK, &"requires_action".into()),
+        "{}",
+        created.raw
+    );
+    assert_eq!(created.body["next_action"]["type"], "use_stripe_sdk");
+    let id = created.body["id"].as_str().unwrap().to_owned();
+
+    // Act: the buyer authenticates in the browser.
+    let authenticated = sim.authenticate(&id, "succeed").await;
+
+    // Assert: no hold; the intent waits for another card, the decline its last_payment_error,
+    // and Stripe says so with payment_intent.payment_failed.
+    assert_eq!(authenticated.status, StatusCode::OK, "{}", authenticated.raw);
+    let pi = sim.with_charge(&id).await;
+    assert_eq!(
+        (pi["status"].as_str(), pi["amount_capturable"].as_i64()),
+        (Some("requires_payment_method"), Some(0))
+    );
+    assert!(pi["payment_method"].is_null() && pi["next_action"].is_null(), "{pi}");
+    let error = &pi["last_payment_error"];
+    assert_eq!(error["type"], "card_error", "{error}");
+    assert_eq!(
+        (error["code"].as_str(), error["decline_code"].as_str()),
+        (Some("card_declined"), Some("insufficient_funds"))
+    );
+    assert_eq!(error["charge"], pi["latest_charge"]["id"]);
+    assert_eq!(
+        (pi["latest_charge"]["captured"].as_bool(), pi["latest_charge"]["paid"].as_bool()),
+        (Some(false), Some(false))
+    );
+    let failed = eventually("payment_intent.payment_failed", Duration::from_secs(10), async || {
+        receiver.received().into_iter().find(|r| r.event_type() == "payment_intent.payment_failed")
+    })
+    .await;
+    assert_eq!(failed.object()["id"], id.as_str());
+    assert_eq!(failed.object()["last_payment_error"]["decline_code"], "insufficient_funds");
+    assert_eq!(sim.capture(&id, None).await.error_code(), "payment_intent_unexpected_state");
+}
+
+#[tokio::test]
+async fn the_3178_card_failing_3ds_fails_as_the_other_3ds_cards_do() {
+    let sim = TestSim::start().await;
+    let id = sim.authorize_with(AUTHENTICATED_THEN_DECLINED).await.body["id"].as_str().unwrap().to_owned();
+
+    let failed = sim.authenticate(&id, "fail").await;
+
+    assert_eq!(failed.body["status"], "requires_payment_method", "{}", failed.raw);
+    assert_eq!(failed.body["last_payment_error"]["code"], "payment_intent_authentication_failure");
+    assert!(failed.body["latest_charge"].is_null());
 }
 
 #[tokio::test]

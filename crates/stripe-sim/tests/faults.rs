@@ -99,7 +99,13 @@ async fn a_timeout_fault_hangs_past_the_clients_timeout_without_effect() {
     let listed = sim.intent(&id).await;
     assert_eq!(listed["status"], "requires_capture");
     assert_eq!(listed["cancel_count"], 0);
-    let retried = sim.cancel(&id, Some("cancel-1")).await;
+    // Its key is in use until the server sees the client gone; then the retry runs.
+    let retried =
+        support::eventually("the held cancel's key released", Duration::from_secs(10), async || {
+            let retried = sim.cancel(&id, Some("cancel-1")).await;
+            (retried.status != StatusCode::CONFLICT).then_some(retried)
+        })
+        .await;
     assert_eq!(retried.status, StatusCode::OK, "{}", retried.raw);
     assert_eq!(retried.body["status"], "canceled");
 }

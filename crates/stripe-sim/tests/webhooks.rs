@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -200,13 +201,60 @@ async fn an_endpoint_answering_503_gets_the_event_again_until_it_answers_2xx() {
     assert_eq!(sim.webhook_attempts().await.len(), 3, "no more attempts after a 2xx");
 }
 
+/// A simulator delivering to `url` that gives an event up after `attempts`.
+async fn attempting(url: &str, attempts: u32) -> TestSim {
+    let attempts = NonZeroU32::new(attempts).expect("at least one attempt");
+    let endpoint = stripe_sim::WebhookEndpoint::new(url, SECRET);
+    TestSim::start_with(
+        stripe_sim::Simulator::new().with_webhook_attempts(attempts).with_webhook_endpoint(endpoint),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn an_event_the_endpoint_never_accepts_is_given_up_after_its_third_attempt() {
+    // Arrange: an endpoint that answers 503 to everything.
+    let receiver = Receiver::refusing_first(u32::MAX).await;
+    let sim = TestSim::delivering_to(&receiver.url, SECRET).await;
+
+    // Act
+    let id = id_of(&sim.authorize_with("pm_card_visa").await);
+    eventually("three attempts", WAIT, async || (sim.webhook_attempts().await.len() >= 3).then_some(()))
+        .await;
+    // Time is the subject: the fourth attempt would have come 400 ms after the third.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // Assert: one entry per attempt, three in all, and the endpoint saw three requests.
+    let attempts = sim.webhook_attempts().await;
+    assert_eq!(attempts.iter().map(|a| a["status"].as_u64().unwrap()).collect::<Vec<_>>(), [503, 503, 503]);
+    assert!(attempts.iter().all(|a| a["event_id"] == attempts[0]["event_id"]), "{attempts:?}");
+    let received = receiver.received();
+    assert_eq!(received.len(), 3);
+    assert!(received.iter().all(|r| r.object()["id"] == id.as_str()));
+}
+
+#[tokio::test]
+async fn the_attempts_of_an_event_are_as_many_as_the_simulator_is_told() {
+    let receiver = Receiver::refusing_first(u32::MAX).await;
+    let sim = attempting(&receiver.url, 5).await;
+
+    sim.authorize_with("pm_card_visa").await;
+    eventually("five attempts", WAIT, async || (sim.webhook_attempts().await.len() >= 5).then_some(())).await;
+    // Time is the subject: the sixth would have come 1.6 s after the fifth.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    assert_eq!(sim.webhook_attempts().await.len(), 5);
+    assert_eq!(receiver.received().len(), 5);
+}
+
 #[tokio::test]
 async fn an_endpoint_that_does_not_answer_is_retried_until_it_does() {
-    // A port with nobody listening: the connection is refused, so no status.
+    // A port with nobody listening: the connection is refused, so no status. Attempts enough
+    // to outlast the start of the endpoint.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);
-    let sim = TestSim::delivering_to(&format!("http://{addr}/webhooks/stripe"), SECRET).await;
+    let sim = attempting(&format!("http://{addr}/webhooks/stripe"), 100).await;
 
     sim.authorize_with("pm_card_visa").await;
     eventually("two unanswered attempts", WAIT, async || {

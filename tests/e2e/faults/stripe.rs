@@ -428,7 +428,8 @@ async fn across_a_deploy(case: &str, fault: &str) -> (Fleet, uuid::Uuid, fleet_h
     let first = fleet.post_order("ann", "k-1", "sku-1", 1, "pm_card_visa").await.unwrap();
     assert_eq!(first.status, 503, "{:?}", first.body);
     let order: uuid::Uuid = sqlx::query_scalar("SELECT id FROM orders").fetch_one(&fleet.pool).await.unwrap();
-    // The release before's create (card types named, no use_stripe_sdk), under the order's key.
+    // The release before's create (no use_stripe_sdk, no metadata[attempt]: other parameters
+    // the pinned API version takes), under the order's key.
     fleet.fault("create", fault, 1).await.unwrap();
     let (key, order_id) = (format!("orderfleet-{order}-authorize"), order.to_string());
     let old_form = [
@@ -437,7 +438,8 @@ async fn across_a_deploy(case: &str, fault: &str) -> (Fleet, uuid::Uuid, fleet_h
         ("capture_method", "manual"),
         ("confirm", "true"),
         ("payment_method", "pm_card_visa"),
-        ("payment_method_types[]", "card"),
+        ("automatic_payment_methods[enabled]", "true"),
+        ("automatic_payment_methods[allow_redirects]", "never"),
         ("metadata[order_id]", order_id.as_str()),
     ];
     let old_shape = fleet.create_at_stripe(Some(&key), &old_form).await.unwrap();
