@@ -195,13 +195,14 @@ impl Intake<'_> {
     }
 
     /// The `Retry-After` of an order the fleet could not authorize now: the orders ahead of it
-    /// that still wait for theirs, and itself, at the fleet's create rate, less the 2 s a
-    /// request may queue here for its turn (so the buyer is back in the queue when the turn
+    /// that still wait for theirs, and itself, at the fleet's create rate, less the time a
+    /// request may queue here for its turn (so the buyer is back in the queue before the turn
     /// comes, not after it); 2 s at the least, and when the line cannot be read.
     async fn wait_ahead(&self, order: &Order) -> u64 {
         let ahead = authorization::waiting_ahead(self.pool, order).await.unwrap_or(0);
         let seconds = (ahead + 1) as f64 / self.payments.create_rate().max(0.1);
-        (seconds.ceil() as u64).saturating_sub(MIN_RETRY_AFTER).clamp(MIN_RETRY_AFTER, MAX_RETRY_AFTER)
+        let queued = self.payments.budget_wait().as_secs();
+        (seconds.ceil() as u64).saturating_sub(queued).clamp(MIN_RETRY_AFTER, MAX_RETRY_AFTER)
     }
 
     async fn reload(&self, id: OrderId) -> Result<Order, ApiError> {

@@ -495,6 +495,11 @@ impl Payments {
         self.action_timeout
     }
 
+    /// How long a request may wait here for its turn of the fleet's Stripe budget.
+    pub fn budget_wait(&self) -> Duration {
+        self.retry.budget_wait
+    }
+
     /// The fleet's create rate, in authorizations a second, as this process last saw it.
     pub fn create_rate(&self) -> f64 {
         self.budget.create_rate()
@@ -898,13 +903,17 @@ fn classify(error: StripeError) -> PaymentError {
                     payment_intent_id: api.payment_intent.as_ref().map(|pi| pi.id.as_str().to_owned()),
                 },
                 _ if status >= 500 => PaymentError::AttemptFailed(format!("HTTP {status} {code}: {message}")),
+                // The key's first request still runs at Stripe (another process's, or ours cut
+                // off by a timeout): whatever Stripe types it, it is a wait, never a key that
+                // ran and failed: the same key, later, gets that request's answer.
+                _ if concurrent_use => PaymentError::Unavailable(format!("HTTP {status} {code}: {message}")),
                 // The key was used before with other parameters (a deploy changed the request
                 // while one was in flight): its first request ran, and may hold funds. Never a
                 // decline: what the key did is found as after a saved 5xx.
                 (ApiErrorsType::IdempotencyError, _) => {
                     PaymentError::AttemptFailed(format!("HTTP {status} idempotency_error: {message}"))
                 }
-                _ if status == 429 || concurrent_use => {
+                _ if status == 429 => {
                     PaymentError::Unavailable(format!("HTTP {status} {code}: {message}"))
                 }
                 // A revoked, rotated or wrong key is our problem, not the customer's: nothing
@@ -976,6 +985,38 @@ mod tests {
         assert_eq!(RetryPolicy::background().longest_call(), Duration::from_millis(195_600));
         let once = RetryPolicy { attempts: 1, ..RetryPolicy::default() };
         assert_eq!(once.longest_call(), Duration::from_secs(9), "no pause after the last attempt");
+    }
+
+    fn stripe_error(type_: ApiErrorsType, code: Option<ApiErrorsCode>, status: u16) -> StripeError {
+        let api = stripe::ApiErrors {
+            advice_code: None,
+            charge: None,
+            code,
+            decline_code: None,
+            doc_url: None,
+            message: Some("another request with this key is in progress".into()),
+            network_advice_code: None,
+            network_decline_code: None,
+            param: None,
+            payment_intent: None,
+            payment_method: None,
+            payment_method_type: None,
+            request_log_url: None,
+            setup_intent: None,
+            source: None,
+            type_,
+        };
+        StripeError::Stripe(Box::new(api), status)
+    }
+
+    #[test]
+    fn a_key_in_use_is_a_wait_however_stripe_types_it() {
+        for type_ in [ApiErrorsType::IdempotencyError, ApiErrorsType::InvalidRequestError] {
+            let in_use = stripe_error(type_.clone(), Some(ApiErrorsCode::IdempotencyKeyInUse), 409);
+            assert!(matches!(classify(in_use), PaymentError::Unavailable(_)), "{type_:?}");
+        }
+        let reused = stripe_error(ApiErrorsType::IdempotencyError, None, 400);
+        assert!(matches!(classify(reused), PaymentError::AttemptFailed(_)));
     }
 
     #[test]

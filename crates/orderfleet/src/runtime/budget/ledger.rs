@@ -183,11 +183,15 @@ fn decide(
         let seen = budget.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         started.saturating_duration_since(seen.ticked)
     };
-    let demand: PerEndpoint = Endpoint::ALL
-        .map(|e| demand(budget.lanes[e as usize].take_arrivals(), elapsed, endpoint_limit[e as usize]));
+    let mine = rows.iter().find(|r| r.member == budget.member);
+    // A demand falls by a quarter a tick at most: a queue that empties for a moment between
+    // two waves of buyers does not give its share up, to take it back a window later.
+    let demand: PerEndpoint = Endpoint::ALL.map(|e| {
+        let now = demand(budget.lanes[e as usize].take_arrivals(), elapsed, endpoint_limit[e as usize]);
+        now.max(mine.map_or(0, |r| r.demand[e as usize] * 3 / 4))
+    });
     let target = share::target(budget.member, demand, rows, &limits, now);
     let granted = share::grant(budget.member, target, rows, &limits, now);
-    let mine = rows.iter().find(|r| r.member == budget.member);
     let local: PerEndpoint = Endpoint::ALL.map(|e| budget.lanes[e as usize].share());
     let lowered = (0..Endpoint::COUNT).any(|e| granted[e] < local[e].max(mine.map_or(0, |r| r.share[e])));
     let (held, held_until) = match mine {
