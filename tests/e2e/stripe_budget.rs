@@ -160,3 +160,81 @@ async fn healthy(fleet: &Fleet, url: &str) {
     .await
     .unwrap();
 }
+
+/// stripe-sim's `rate_limited` and `requests`, every 500 ms until `done` is set.
+async fn stripe_counts_over_time(
+    http: reqwest::Client,
+    stripe_url: String,
+    done: Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<(Duration, u64, u64)> {
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    while !done.load(std::sync::atomic::Ordering::Acquire) {
+        if let Ok(answer) = http.get(format!("{stripe_url}/_sim/stats")).send().await
+            && let Ok(stats) = answer.json::<Value>().await
+        {
+            let count = |k: &str| stats[k].as_u64().unwrap_or(0);
+            seen.push((started.elapsed(), count("rate_limited"), count("requests")));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_limit_stripe_lowers_mid_drop_slows_the_whole_fleet_within_seconds_and_declines_nothing() {
+    // Arrange: two intakes and two stock workers with the defaults, stripe-sim at Stripe's
+    // live limits.
+    const BUYERS: usize = 600;
+    const UNITS: i64 = 150;
+    let mut fleet = Fleet::prepare("stripe-budget-lowered").await.unwrap();
+    fleet.stripe_rate_limits(ACCOUNT as u32, ENDPOINT as u32).await.unwrap();
+    fleet.spawn("order-intake", "order-intake", &[]).unwrap();
+    let second = fleet.spawn_intake("order-intake-2", &[]).unwrap();
+    for i in 0..2 {
+        fleet.spawn(&format!("stock-worker-{i}"), "stock-worker", &[]).unwrap();
+    }
+    fleet.spawn("outbox-relay", "outbox-relay", &[]).unwrap();
+    fleet.spawn("notification-worker", "notification-worker", &[]).unwrap();
+    fleet.wait_intake().await.unwrap();
+    healthy(&fleet, &second).await;
+    fleet.product("drop", 1000, UNITS as i32).await.unwrap();
+    let door: Door = Arc::new(RwLock::new(vec![fleet.intake_url.clone(), second]));
+
+    // Act: at a fifth of the units sold, Stripe lowers the account's limit on each operation
+    // from 25 a second to 8.
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let counts = tokio::spawn(stripe_counts_over_time(fleet.http.clone(), fleet.stripe_url.clone(), done.clone()));
+    let started = Instant::now();
+    let buyers: Vec<_> = (0..BUYERS)
+        .map(|i| tokio::spawn(buyer(fleet.http.clone(), fleet.token(&format!("buyer-{i}")), door.clone(), i)))
+        .collect();
+    wait_for_authorized(&fleet, UNITS / 5).await;
+    fleet.stripe_rate_limits(ACCOUNT as u32, 8).await.unwrap();
+    let lowered = started.elapsed();
+    let answers = futures::future::join_all(buyers).await;
+    let statuses = fleet.wait_settled(Duration::from_secs(180)).await.unwrap();
+    done.store(true, std::sync::atomic::Ordering::Release);
+    let counts = counts.await.unwrap();
+
+    // Assert: the 429s come in the seconds after the cut and then all but stop, however long
+    // the drop goes on; every buyer who got a unit paid, and nobody was declined.
+    let at = |t: Duration| counts.iter().rev().find(|(when, ..)| *when <= t).map_or((0, 0), |(_, l, r)| (*l, *r));
+    let settled_from = lowered + Duration::from_secs(5);
+    let (limited_then, requests_then) = at(settled_from);
+    let (limited, requests) = at(Duration::MAX);
+    println!(
+        "stripe-budget-lowered: {limited} 429s in all, {limited_then} by 5 s after the cut; {requests} requests; {statuses:?}; {:?}",
+        started.elapsed()
+    );
+    assert!(limited > 0, "the cut was never felt: {counts:?}");
+    let late = (limited - limited_then) as f64 / (requests - requests_then).max(1) as f64;
+    assert!(late <= 0.05, "{:.1} % of the requests after the fleet had 5 s to follow were 429s: {counts:?}", late * 100.0);
+    let accepted = answers.iter().filter(|a| a.as_ref().is_ok_and(|(status, _)| *status == 202)).count();
+    assert_eq!(accepted as i64, UNITS);
+    assert_eq!(statuses.get("paid"), Some(&UNITS), "{statuses:?}");
+    assert_eq!(statuses.get("payment_declined"), None, "{statuses:?}");
+    let notes = fleet.notifications((UNITS * 2) as usize, Duration::from_secs(120)).await.unwrap();
+    Audit::of(&fleet, "drop", &notes).await.unwrap().assert_guarantees();
+    fleet.stop().await.unwrap();
+}
