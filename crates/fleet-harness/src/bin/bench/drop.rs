@@ -1,17 +1,22 @@
 //! `make bench BENCH_ARGS=--drop`: a drop through the door (SPEC §1.1, §8.7–9).
 //!
 //! 10,000 buyers (`--buyers`) for 100 units (`--units`), one unit each, `--concurrency` at a
-//! time; stripe-sim limited to 25 requests a second (`--stripe-limit`), as Stripe limits an
-//! endpoint by default, and the fleet's Stripe budgets adding up to that limit (the intake 15,
-//! each of two stock workers 5). A buyer retries a `503` or an `idempotency_key_in_use` with
-//! the same key, as a real client would; `sold_out` is final.
+//! time; stripe-sim limited as Stripe limits an account, `--stripe-limit` (25) requests a
+//! second on each named operation and four times that on the account, and the fleet's Stripe
+//! budget set to the same (`STRIPE_ENDPOINT_REQUESTS_PER_SECOND`,
+//! `STRIPE_ACCOUNT_REQUESTS_PER_SECOND`), shared by the intake and two stock workers. A buyer
+//! retries a `503` or an `idempotency_key_in_use` with the same key after the `Retry-After` it
+//! was given, as a real client would; `sold_out` is final. With units to spare for the
+//! Stripe rate (`--buyers 2000 --units 500`), the drop is bound by Stripe: the creates a
+//! second while units sold is then the budget's figure.
 //!
 //! It prints the time until the door sold out (every unit promised) and until every unit was
-//! paid, the sold-out answers' latency, Stripe requests per unit sold, holds on buyers who got
-//! nothing, stripe-sim's 429s and busiest second, and the intake's peak memory; then it
-//! measures the hot-row statement alone — the door's one statement, from 1 and from 32
-//! connections against a product with units to spare — because that statement is what every
-//! buyer of a drop queues on. Last, one line:
+//! paid, the sold-out answers' latency, Stripe requests and intake requests per unit sold,
+//! the creates a second while units sold, holds on buyers who got nothing, stripe-sim's 429s
+//! and busiest second on each operation, the statements the budget cost, and the intake's peak
+//! memory; then it measures the hot-row statement alone — the door's one statement, from 1 and
+//! from 32 connections against a product with units to spare — because that statement is what
+//! every buyer of a drop queues on. Last, one line:
 //! `bench-drop: buyers=N units=U sold_out_s=… sold_out_p99_ms=… stripe_requests_per_unit=… holds_on_losers=… rate_limited=… intake_peak_mib=…`.
 
 use std::collections::BTreeMap;
@@ -35,12 +40,6 @@ pub struct DropOptions {
     pub units: i32,
     pub concurrency: usize,
     pub stripe_limit: u32,
-}
-
-/// The fleet's Stripe budgets: they add up to stripe-sim's limit.
-fn budgets(limit: u32) -> (u32, u32) {
-    let worker = (limit / 5).max(1);
-    (limit.saturating_sub(2 * worker).max(1), worker)
 }
 
 /// One buyer's final answer.
@@ -76,9 +75,11 @@ pub async fn run(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result<()>
     .bind(db_start)
     .fetch_one(&fleet.pool)
     .await?;
+    let intents = fleet.intents().await?;
     let mut figures = DropFigures {
         by_status: fleet.statuses().await?.into_iter().collect(),
-        intents: fleet.intents().await?.len(),
+        intents: intents.len(),
+        budget: BudgetFigures::read(fleet, &intents).await?,
         holds_on_losers: fleet.holds_without_a_unit().await?,
         stripe: StripeCounts::read(fleet).await?,
         intake_peak_mib: fleet.pid("order-intake").and_then(peak_memory_mib),
@@ -106,14 +107,16 @@ pub async fn run(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result<()>
 /// Starts the fleet with its Stripe budgets adding up to stripe-sim's limit, on a product of
 /// `units`; the meter counts what each process spends.
 async fn start_fleet(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result<costs::Meter> {
-    let (intake_budget, worker_budget) = budgets(options.stripe_limit);
-    let (intake_budget, worker_budget) = (intake_budget.to_string(), worker_budget.to_string());
-    let common = [("SWEEP_INTERVAL_SECONDS", "60"), ("RUST_LOG", "warn"), ("SHUTDOWN_GRACE_SECONDS", "20")];
-    let intake_env: Vec<(&str, &str)> =
-        common.iter().copied().chain([("STRIPE_MAX_REQUESTS_PER_SECOND", intake_budget.as_str())]).collect();
-    let worker_env: Vec<(&str, &str)> =
-        common.iter().copied().chain([("STRIPE_MAX_REQUESTS_PER_SECOND", worker_budget.as_str())]).collect();
-    fleet.stripe_rate_limit(options.stripe_limit).await?;
+    let (endpoint, account) = (options.stripe_limit.to_string(), (options.stripe_limit * 4).to_string());
+    let common = [
+        ("SWEEP_INTERVAL_SECONDS", "60"),
+        ("RUST_LOG", "warn"),
+        ("SHUTDOWN_GRACE_SECONDS", "20"),
+        ("STRIPE_ENDPOINT_REQUESTS_PER_SECOND", endpoint.as_str()),
+        ("STRIPE_ACCOUNT_REQUESTS_PER_SECOND", account.as_str()),
+    ];
+    let (intake_env, worker_env) = (common, common);
+    fleet.stripe_rate_limits(options.stripe_limit * 4, options.stripe_limit).await?;
     let mut meter = costs::Meter::new(&fleet.stack.database_url).await?;
     meter.spawn(fleet, "order-intake", "order-intake", &intake_env).await?;
     meter.spawn(fleet, "outbox-relay", "outbox-relay", &common).await?;
@@ -123,8 +126,8 @@ async fn start_fleet(fleet: &mut Fleet, options: &DropOptions) -> anyhow::Result
     fleet.product("drop", 1000, options.units).await?;
     fleet.wait_intake().await?;
     say(&format!(
-        "a drop: {} buyers for {} units, {} at a time; stripe-sim limited to {}/s, Stripe budgets: intake {intake_budget}/s, \
-         2 stock workers {worker_budget}/s each",
+        "a drop: {} buyers for {} units, {} at a time; stripe-sim limited to {}/s on each operation and {account}/s in all, \
+         the fleet's Stripe budget the same, shared by the intake and 2 stock workers",
         options.buyers, options.units, options.concurrency, options.stripe_limit
     ));
     Ok(meter)
@@ -167,8 +170,35 @@ impl Answers {
     }
 }
 
+/// What the fleet's Stripe budget did in the drop.
+struct BudgetFigures {
+    /// PaymentIntents made a second, from the first to the last (Stripe's `created`, whole
+    /// seconds).
+    creates_per_second: f64,
+    /// stripe-sim's busiest second on each operation.
+    busiest_by_endpoint: String,
+    /// The budget's ticks in every process; each is five round trips (`BEGIN`, the lock, the
+    /// read, the write, `COMMIT`).
+    ticks: f64,
+}
+
+impl BudgetFigures {
+    async fn read(fleet: &Fleet, intents: &[serde_json::Value]) -> anyhow::Result<Self> {
+        let created: Vec<i64> = intents.iter().filter_map(|i| i["created"].as_i64()).collect();
+        let span = created.iter().max().zip(created.iter().min()).map_or(0, |(last, first)| last - first);
+        let creates_per_second = created.len().saturating_sub(1) as f64 / span.max(1) as f64;
+        let stats = fleet.stripe_stats().await?;
+        let busiest_by_endpoint = stats["max_requests_in_one_second_by_endpoint"].to_string();
+        let ticks = fleet_harness::metrics::sum_by_label(&fleet.scrape_metrics().await, "stripe_budget_ticks_total", "outcome")
+            .values()
+            .sum();
+        Ok(Self { creates_per_second, busiest_by_endpoint, ticks })
+    }
+}
+
 /// One drop's figures, as printed.
 struct DropFigures {
+    budget: BudgetFigures,
     by_status: BTreeMap<String, i64>,
     /// PaymentIntents stripe-sim made.
     intents: usize,
@@ -232,6 +262,24 @@ impl DropFigures {
             self.paid,
             self.per_unit(),
             self.intents
+        );
+        let intake_requests = self.answers.all_ms.len();
+        println!(
+            "the buyers                {intake_requests} intake requests for {} units sold = {:.2} per unit",
+            self.paid,
+            intake_requests as f64 / self.paid.max(1) as f64
+        );
+        let budget = &self.budget;
+        println!(
+            "Stripe budget             {:.1} creates/s from the first to the last (the fleet's limit {}/s on each \
+             operation, paced at {:.1}/s); busiest second by operation {}; {} ticks = {} statements, {:.2} per unit sold",
+            budget.creates_per_second,
+            options.stripe_limit,
+            f64::from(options.stripe_limit) / orderfleet::runtime::budget::WINDOW.as_secs_f64(),
+            budget.busiest_by_endpoint,
+            budget.ticks,
+            budget.ticks * 5.0,
+            budget.ticks * 5.0 / self.paid.max(1) as f64
         );
         println!("holds on buyers who got nothing  {}", self.holds_on_losers);
         println!(
@@ -297,7 +345,7 @@ async fn buy(fleet: &Fleet, i: usize) -> Bought {
         if !again || answers.len() >= 60 {
             return Bought { status: answer.status, code, answers };
         }
-        let wait = answer.retry_after.as_deref().and_then(|s| s.parse::<u64>().ok()).unwrap_or(1).min(2);
+        let wait = answer.retry_after.as_deref().and_then(|s| s.parse::<u64>().ok()).unwrap_or(1).min(120);
         tokio::time::sleep(Duration::from_secs(wait)).await;
     }
 }

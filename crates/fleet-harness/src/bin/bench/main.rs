@@ -239,7 +239,8 @@ async fn fleet_run(
         ("SWEEP_INTERVAL_SECONDS", "0"),
         ("RUST_LOG", "warn"),
         ("SHUTDOWN_GRACE_SECONDS", "20"),
-        ("STRIPE_MAX_REQUESTS_PER_SECOND", "1000"),
+        ("STRIPE_ENDPOINT_REQUESTS_PER_SECOND", "1000"),
+        ("STRIPE_ACCOUNT_REQUESTS_PER_SECOND", "4000"),
     ];
     let mut meter = costs::Meter::new(database_url).await?;
     meter.spawn(&mut fleet, "order-intake", "order-intake", &env).await?;
