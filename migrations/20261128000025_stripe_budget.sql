@@ -26,3 +26,5 @@ CREATE TABLE stripe_budget_slowdowns (
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON stripe_budget_members, stripe_budget_slowdowns
     TO orderfleet_intake, orderfleet_stock_worker, orderfleet_operator;
+-- The relay's gauges count the operations a 429 cut in the last minutes, for the alarm.
+GRANT SELECT ON stripe_budget_slowdowns TO orderfleet_relay;

@@ -303,6 +303,8 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
                 ("orders", "S(action_expires_at,created_at,disputed_at,intake_lease_until,status)"),
                 ("outbox", "S,U,D"),
                 ("outbox_archive", "S(id),I"),
+                // The gauge the 429 alarm reads (issue 44).
+                ("stripe_budget_slowdowns", "S"),
                 // The retention job purges Stripe's old events.
                 ("webhook_events", "S,D"),
             ]),

@@ -7,11 +7,14 @@
 //! mid-authorization, or Stripe failed and the buyer never came back; the sweeper should
 //! resolve them within minutes; or in `requires_action` past their 3-D Secure deadline), and
 //! the orders disputed in the last day (a cardholder asked their bank for the money back: a
-//! person must answer in Stripe's Dashboard within days) — and serves them on `/metrics`
-//! (`outbox_dead_rows`, `outbox_oldest_pending_age_seconds`,
-//! `orders_pending_authorization_stuck`, `orders_disputed_last_day`). When
-//! `CLOUDWATCH_NAMESPACE` is set, it also puts them to CloudWatch (`OutboxDeadRows`,
-//! `OutboxOldestPendingAgeSeconds`, `OrdersPendingAuthorizationStuck`, `OrdersDisputedLastDay`,
+//! person must answer in Stripe's Dashboard within days), and the Stripe operations a 429
+//! from Stripe cut the fleet's budget on in the last five minutes (the account's limit is
+//! lower than the fleet's settings say, or another system shares it) — and serves them on
+//! `/metrics` (`outbox_dead_rows`, `outbox_oldest_pending_age_seconds`,
+//! `orders_pending_authorization_stuck`, `orders_disputed_last_day`,
+//! `stripe_rate_limited_operations`). When `CLOUDWATCH_NAMESPACE` is set, it also puts them to
+//! CloudWatch (`OutboxDeadRows`, `OutboxOldestPendingAgeSeconds`,
+//! `OrdersPendingAuthorizationStuck`, `OrdersDisputedLastDay`, `StripeRateLimitedOperations`,
 //! no dimensions) with
 //! one PutMetricData call, where the templates' alarms and dashboard read them.
 //! PutMetricData rather than an embedded-metric-format log line: it needs no agent on EC2
@@ -54,6 +57,9 @@ pub(crate) struct OutboxGauges {
     pub stuck_pending_orders: i64,
     /// Orders whose payment a cardholder disputed in the last day (`charge.dispute.created`).
     pub disputed_last_day: i64,
+    /// Stripe operations whose fleet-wide limit a 429 cut in the last five minutes
+    /// (`stripe_budget_slowdowns`).
+    pub stripe_rate_limited_operations: i64,
 }
 
 /// Reads the gauges in one statement: the dead rows through their partial index, the oldest
@@ -69,7 +75,9 @@ pub(crate) async fn read(pool: &Pool) -> sqlx::Result<OutboxGauges> {
                   WHERE ((status = $2 AND created_at < now() - $1 * interval '1 ms')
                          OR (status = $3 AND action_expires_at < now() - $1 * interval '1 ms'))
                     AND (intake_lease_until IS NULL OR intake_lease_until < now())) AS "stuck!",
-                (SELECT count(*) FROM orders WHERE disputed_at > now() - interval '1 day') AS "disputed!""#,
+                (SELECT count(*) FROM orders WHERE disputed_at > now() - interval '1 day') AS "disputed!",
+                (SELECT count(*) FROM stripe_budget_slowdowns
+                  WHERE cut_at > now() - interval '5 minutes') AS "rate_limited!""#,
         STUCK_AFTER.as_millis() as i64,
         orderfleet::domain::order::OrderStatus::PendingAuthorization as _,
         orderfleet::domain::order::OrderStatus::RequiresAction as _,
@@ -83,6 +91,7 @@ pub(crate) async fn read(pool: &Pool) -> sqlx::Result<OutboxGauges> {
         oldest_pending_age_seconds: oldest_pending_age_seconds.max(0.0),
         stuck_pending_orders,
         disputed_last_day: gauges.disputed,
+        stripe_rate_limited_operations: gauges.rate_limited,
     })
 }
 
@@ -120,6 +129,7 @@ async fn publish(
     metrics::gauge!("outbox_oldest_pending_age_seconds").set(gauges.oldest_pending_age_seconds);
     metrics::gauge!("orders_pending_authorization_stuck").set(gauges.stuck_pending_orders as f64);
     metrics::gauge!("orders_disputed_last_day").set(gauges.disputed_last_day as f64);
+    metrics::gauge!("stripe_rate_limited_operations").set(gauges.stripe_rate_limited_operations as f64);
     let Some(namespace) = namespace else { return Ok(()) };
     let datum = |name: &str, value: f64, unit: StandardUnit| {
         MetricDatum::builder().metric_name(name).value(value).unit(unit).build()
@@ -139,6 +149,11 @@ async fn publish(
             StandardUnit::Count,
         ))
         .metric_data(datum("OrdersDisputedLastDay", gauges.disputed_last_day as f64, StandardUnit::Count))
+        .metric_data(datum(
+            "StripeRateLimitedOperations",
+            gauges.stripe_rate_limited_operations as f64,
+            StandardUnit::Count,
+        ))
         .send()
         .await
         .map_err(|e| {
