@@ -423,7 +423,8 @@ async fn the_fleets_stripe_budgets_keep_a_rate_limited_stripe_from_answering_429
     // one is seen the limit is lifted, so the control's orders settle at any machine's pace.
     fleet.stripe_rate_limit(2).await.unwrap();
     fleet.terminate("order-intake").await.unwrap();
-    let larger = [("STRIPE_ACCOUNT_REQUESTS_PER_SECOND", "200"), ("STRIPE_ENDPOINT_REQUESTS_PER_SECOND", "200")];
+    let larger =
+        [("STRIPE_ACCOUNT_REQUESTS_PER_SECOND", "200"), ("STRIPE_ENDPOINT_REQUESTS_PER_SECOND", "200")];
     fleet.spawn("order-intake", "order-intake", &larger).unwrap();
     fleet.wait_intake().await.unwrap();
     fleet.product("control", 1000, 40).await.unwrap();
@@ -495,7 +496,10 @@ async fn a_request_that_gets_no_stripe_slot_answers_503_keeps_its_units_and_comp
         "stripe_budget_refusals_total",
         "endpoint",
     );
-    assert!(metrics.get("POST /v1/payment_intents").copied().unwrap_or(0.0) >= refused.len() as f64, "{metrics:?}");
+    assert!(
+        metrics.get("POST /v1/payment_intents").copied().unwrap_or(0.0) >= refused.len() as f64,
+        "{metrics:?}"
+    );
     assert_eq!(fleet.stripe_stats().await.unwrap()["rate_limited"], 0);
     fleet.stop().await.unwrap();
 }

@@ -58,10 +58,11 @@ async fn authorized_over_time(pool: sqlx::PgPool, units: i64, until: Duration) -
     let started = Instant::now();
     let mut seen = Vec::new();
     while started.elapsed() < until {
-        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE payment_intent_id IS NOT NULL")
-            .fetch_one(&pool)
-            .await
-            .unwrap_or(0);
+        let count: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM orders WHERE payment_intent_id IS NOT NULL")
+                .fetch_one(&pool)
+                .await
+                .unwrap_or(0);
         seen.push((started.elapsed(), count));
         if count >= units {
             break;
@@ -142,10 +143,11 @@ async fn the_fleet_keeps_to_stripe_s_limits_and_uses_them_while_an_intake_is_kil
 
 async fn wait_for_authorized(fleet: &Fleet, n: i64) {
     fleet_harness::eventually("orders authorized", Duration::from_secs(120), || async {
-        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE payment_intent_id IS NOT NULL")
-            .fetch_one(&fleet.pool)
-            .await
-            .ok()?;
+        let count: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM orders WHERE payment_intent_id IS NOT NULL")
+                .fetch_one(&fleet.pool)
+                .await
+                .ok()?;
         (count >= n).then_some(())
     })
     .await
@@ -204,7 +206,8 @@ async fn a_limit_stripe_lowers_mid_drop_slows_the_whole_fleet_within_seconds_and
     // Act: at a fifth of the units sold, Stripe lowers the account's limit on each operation
     // from 25 a second to 8.
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let counts = tokio::spawn(stripe_counts_over_time(fleet.http.clone(), fleet.stripe_url.clone(), done.clone()));
+    let counts =
+        tokio::spawn(stripe_counts_over_time(fleet.http.clone(), fleet.stripe_url.clone(), done.clone()));
     let started = Instant::now();
     let buyers: Vec<_> = (0..BUYERS)
         .map(|i| tokio::spawn(buyer(fleet.http.clone(), fleet.token(&format!("buyer-{i}")), door.clone(), i)))
@@ -219,7 +222,8 @@ async fn a_limit_stripe_lowers_mid_drop_slows_the_whole_fleet_within_seconds_and
 
     // Assert: the 429s come in the seconds after the cut and then all but stop, however long
     // the drop goes on; every buyer who got a unit paid, and nobody was declined.
-    let at = |t: Duration| counts.iter().rev().find(|(when, ..)| *when <= t).map_or((0, 0), |(_, l, r)| (*l, *r));
+    let at =
+        |t: Duration| counts.iter().rev().find(|(when, ..)| *when <= t).map_or((0, 0), |(_, l, r)| (*l, *r));
     let settled_from = lowered + Duration::from_secs(5);
     let (limited_then, requests_then) = at(settled_from);
     let (limited, requests) = at(Duration::MAX);
@@ -229,7 +233,11 @@ async fn a_limit_stripe_lowers_mid_drop_slows_the_whole_fleet_within_seconds_and
     );
     assert!(limited > 0, "the cut was never felt: {counts:?}");
     let late = (limited - limited_then) as f64 / (requests - requests_then).max(1) as f64;
-    assert!(late <= 0.05, "{:.1} % of the requests after the fleet had 5 s to follow were 429s: {counts:?}", late * 100.0);
+    assert!(
+        late <= 0.05,
+        "{:.1} % of the requests after the fleet had 5 s to follow were 429s: {counts:?}",
+        late * 100.0
+    );
     let accepted = answers.iter().filter(|a| a.as_ref().is_ok_and(|(status, _)| *status == 202)).count();
     assert_eq!(accepted as i64, UNITS);
     assert_eq!(statuses.get("paid"), Some(&UNITS), "{statuses:?}");

@@ -157,9 +157,9 @@ impl ApiError {
             ApiError::PaymentDeclined => StatusCode::PAYMENT_REQUIRED,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            ApiError::PaymentUnavailable { .. } | ApiError::Unavailable(_) | ApiError::WebhookUnavailable(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::PaymentUnavailable { .. }
+            | ApiError::Unavailable(_)
+            | ApiError::WebhookUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::OrderNotFound | ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -238,10 +238,11 @@ impl ApiError {
     /// The seconds in the answer's `Retry-After`, when it carries one.
     pub fn retry_after(&self) -> Option<u64> {
         match self {
-            ApiError::Unavailable(_) | ApiError::IdempotencyKeyInUse | ApiError::WebhookUnavailable(_) => Some(2),
-            ApiError::RateLimited { retry_after_seconds } | ApiError::PaymentUnavailable { retry_after_seconds } => {
-                Some(*retry_after_seconds)
+            ApiError::Unavailable(_) | ApiError::IdempotencyKeyInUse | ApiError::WebhookUnavailable(_) => {
+                Some(2)
             }
+            ApiError::RateLimited { retry_after_seconds }
+            | ApiError::PaymentUnavailable { retry_after_seconds } => Some(*retry_after_seconds),
             // Units come back when an order ahead is declined or fails; a buyer asking again
             // every few seconds sees them soon enough, and ten thousand of them do not make
             // the door their busiest caller.

@@ -182,7 +182,9 @@ impl Intake<'_> {
                 AuthorizationError::ProviderUnavailable(reason) | AuthorizationError::LookupRefused(reason),
             ) => {
                 tracing::warn!(reason, "payment provider unavailable; the order stays pending");
-                return Err(ApiError::PaymentUnavailable { retry_after_seconds: self.wait_ahead(&order).await });
+                return Err(ApiError::PaymentUnavailable {
+                    retry_after_seconds: self.wait_ahead(&order).await,
+                });
             }
             Err(AuthorizationError::Database(e)) => {
                 give_back_when_able(self.pool.clone(), order);

@@ -22,7 +22,8 @@ fn step() -> StockCheck {
         ..Default::default()
     };
     let pool = orderfleet::runtime::db::connect_lazy(&DatabaseConfig::from_env(&env).unwrap(), size).unwrap();
-    let payments = Payments::new(&StripeConfig::from_env(&env).unwrap(), RetryPolicy::default(), pool.clone()).unwrap();
+    let payments =
+        Payments::new(&StripeConfig::from_env(&env).unwrap(), RetryPolicy::default(), pool.clone()).unwrap();
     StockCheck::new(Fulfilment { pool, payments }, 1)
 }
 

@@ -913,9 +913,7 @@ fn classify(error: StripeError) -> PaymentError {
                 (ApiErrorsType::IdempotencyError, _) => {
                     PaymentError::AttemptFailed(format!("HTTP {status} idempotency_error: {message}"))
                 }
-                _ if status == 429 => {
-                    PaymentError::Unavailable(format!("HTTP {status} {code}: {message}"))
-                }
+                _ if status == 429 => PaymentError::Unavailable(format!("HTTP {status} {code}: {message}")),
                 // A revoked, rotated or wrong key is our problem, not the customer's: nothing
                 // is declined or failed for it; the work waits until an operator fixes the key.
                 _ if status == 401 || status == 403 => {

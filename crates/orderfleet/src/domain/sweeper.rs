@@ -294,8 +294,12 @@ mod tests {
         // and its whole timeout, every pause its backoff's ceiling.
         let retry = RetryPolicy::background();
         let env = Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_sweeper")]);
-        let payments =
-            Payments::new(&StripeConfig::from_env(&env).unwrap(), retry, crate::runtime::db::unreachable_pool()).unwrap();
+        let payments = Payments::new(
+            &StripeConfig::from_env(&env).unwrap(),
+            retry,
+            crate::runtime::db::unreachable_pool(),
+        )
+        .unwrap();
         let pauses: Duration = (0..retry.attempts - 1).map(|n| retry.backoff.ceiling(n)).sum();
         let call = (retry.budget_wait + retry.timeout) * retry.attempts + pauses;
 

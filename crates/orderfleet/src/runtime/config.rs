@@ -377,10 +377,14 @@ impl StripeConfig {
             });
         }
         let rate = |n| RequestsPerSecond(std::num::NonZeroU32::new(n).expect("non-zero"));
-        let account_requests_per_second =
-            env.or_default("STRIPE_ACCOUNT_REQUESTS_PER_SECOND", rate(Self::DEFAULT_ACCOUNT_REQUESTS_PER_SECOND))?;
-        let endpoint_requests_per_second =
-            env.or_default("STRIPE_ENDPOINT_REQUESTS_PER_SECOND", rate(Self::DEFAULT_ENDPOINT_REQUESTS_PER_SECOND))?;
+        let account_requests_per_second = env.or_default(
+            "STRIPE_ACCOUNT_REQUESTS_PER_SECOND",
+            rate(Self::DEFAULT_ACCOUNT_REQUESTS_PER_SECOND),
+        )?;
+        let endpoint_requests_per_second = env.or_default(
+            "STRIPE_ENDPOINT_REQUESTS_PER_SECOND",
+            rate(Self::DEFAULT_ENDPOINT_REQUESTS_PER_SECOND),
+        )?;
         let max_requests_per_second = env.optional("STRIPE_MAX_REQUESTS_PER_SECOND")?;
         let action_timeout =
             env.or_default("PAYMENT_ACTION_TIMEOUT_SECONDS", Seconds(Self::DEFAULT_ACTION_TIMEOUT))?;

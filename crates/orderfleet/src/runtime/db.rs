@@ -79,7 +79,8 @@ pub fn connect_lazy(config: &DatabaseConfig, size: PoolSize) -> anyhow::Result<P
 /// database anything.
 #[cfg(test)]
 pub(crate) fn unreachable_pool() -> Pool {
-    let env = crate::runtime::config::Env::from_pairs([("DATABASE_URL", "postgres://nobody@127.0.0.1:9/none")]);
+    let env =
+        crate::runtime::config::Env::from_pairs([("DATABASE_URL", "postgres://nobody@127.0.0.1:9/none")]);
     let config = DatabaseConfig::from_env(&env).expect("a well-formed URL");
     connect_lazy(&config, PoolSize { min_connections: 0, ..PoolSize::default() }).expect("a lazy pool")
 }

@@ -189,9 +189,13 @@ impl BudgetFigures {
         let creates_per_second = created.len().saturating_sub(1) as f64 / span.max(1) as f64;
         let stats = fleet.stripe_stats().await?;
         let busiest_by_endpoint = stats["max_requests_in_one_second_by_endpoint"].to_string();
-        let ticks = fleet_harness::metrics::sum_by_label(&fleet.scrape_metrics().await, "stripe_budget_ticks_total", "outcome")
-            .values()
-            .sum();
+        let ticks = fleet_harness::metrics::sum_by_label(
+            &fleet.scrape_metrics().await,
+            "stripe_budget_ticks_total",
+            "outcome",
+        )
+        .values()
+        .sum();
         Ok(Self { creates_per_second, busiest_by_endpoint, ticks })
     }
 }

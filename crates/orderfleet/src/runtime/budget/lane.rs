@@ -7,8 +7,8 @@
 //! `n` requests in it, each gap at least `WINDOW / max`, `(n - 1) · WINDOW / max < WINDOW`.
 //! That largest share is what the fleet's rows claim for this process ([`super::share`]).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::share::{self, Limits, PerEndpoint, Row};
-use super::{Endpoint, Seen, StripeBudget, LEASE, WINDOW};
+use super::{Endpoint, LEASE, Seen, StripeBudget, WINDOW};
 
 /// The advisory lock's key: `orderfleet.stripe_budget` as an 8-byte number.
 const LOCK: i64 = 0x6f66_5f62_7564_6765;
@@ -152,7 +152,8 @@ pub(super) async fn tick(budget: &StripeBudget) -> sqlx::Result<()> {
 fn apply(budget: &StripeBudget, decision: &Decision, started: Instant) {
     for e in Endpoint::ALL {
         budget.lanes[e as usize].set(decision.granted[e as usize], Some(started + LEASE));
-        metrics::gauge!("stripe_budget_share", "endpoint" => e.name()).set(f64::from(decision.granted[e as usize]));
+        metrics::gauge!("stripe_budget_share", "endpoint" => e.name())
+            .set(f64::from(decision.granted[e as usize]));
         metrics::gauge!("stripe_budget_limit", "endpoint" => e.name())
             .set(f64::from(decision.endpoint_limit[e as usize]));
     }
@@ -178,7 +179,8 @@ fn decide(
         }
         ((f64::from(budget.limits.endpoint) * f).floor() as u32).max(1)
     });
-    let limits = Limits { account: budget.limits.account, endpoint: endpoint_limit, ceiling: budget.limits.ceiling };
+    let limits =
+        Limits { account: budget.limits.account, endpoint: endpoint_limit, ceiling: budget.limits.ceiling };
     let elapsed = {
         let seen = budget.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         started.saturating_duration_since(seen.ticked)

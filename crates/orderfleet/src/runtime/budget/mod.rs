@@ -211,7 +211,8 @@ impl StripeBudget {
     /// buyer waiting behind others for an authorization can count on.
     pub fn create_rate(&self) -> f64 {
         let seen = *self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        f64::from(seen.endpoint_limit[Endpoint::Create as usize].min(self.limits.account)) / WINDOW.as_secs_f64()
+        f64::from(seen.endpoint_limit[Endpoint::Create as usize].min(self.limits.account))
+            / WINDOW.as_secs_f64()
     }
 
     fn start_ticker(self: &Arc<Self>) {

@@ -125,7 +125,13 @@ pub(crate) fn water_fill(capacity: u32, demands: &[u32]) -> Vec<u32> {
 
 /// This member's target: its fair part of each endpoint's limit, then of the account's,
 /// among the live members (itself included, with its demand of now), then of its ceiling.
-pub(crate) fn target(me: Uuid, demand: PerEndpoint, rows: &[Row], limits: &Limits, now: DateTime<Utc>) -> PerEndpoint {
+pub(crate) fn target(
+    me: Uuid,
+    demand: PerEndpoint,
+    rows: &[Row],
+    limits: &Limits,
+    now: DateTime<Utc>,
+) -> PerEndpoint {
     let mut demands: BTreeMap<Uuid, PerEndpoint> =
         rows.iter().filter(|r| r.member != me && r.live(now)).map(|r| (r.member, r.demand)).collect();
     demands.insert(me, demand);
@@ -150,7 +156,13 @@ pub(crate) fn target(me: Uuid, demand: PerEndpoint, rows: &[Row], limits: &Limit
 
 /// What this member may take now: its target, within what the others' claims leave of each
 /// endpoint's limit and of the account's.
-pub(crate) fn grant(me: Uuid, target: PerEndpoint, rows: &[Row], limits: &Limits, now: DateTime<Utc>) -> PerEndpoint {
+pub(crate) fn grant(
+    me: Uuid,
+    target: PerEndpoint,
+    rows: &[Row],
+    limits: &Limits,
+    now: DateTime<Utc>,
+) -> PerEndpoint {
     let mut others = [0u32; Endpoint::COUNT];
     for row in rows.iter().filter(|r| r.member != me) {
         for (sum, claim) in others.iter_mut().zip(row.claim(now)) {
@@ -208,7 +220,8 @@ mod tests {
 
     #[test]
     fn three_intakes_that_each_want_everything_get_a_third_of_the_creates_each() {
-        let rows = [row(1, on(CREATE, 50), on(CREATE, 8), 2_000), row(2, on(CREATE, 50), on(CREATE, 8), 2_000)];
+        let rows =
+            [row(1, on(CREATE, 50), on(CREATE, 8), 2_000), row(2, on(CREATE, 50), on(CREATE, 8), 2_000)];
         let mine = target(Uuid::from_u128(3), on(CREATE, 50), &rows, &STRIPE, at(0));
         assert_eq!(mine, on(CREATE, 8));
         let all = [rows[0].clone(), rows[1].clone(), row(3, on(CREATE, 50), on(CREATE, 8), 2_000)];
