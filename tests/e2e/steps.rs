@@ -388,7 +388,9 @@ async fn the_reconciliation_passes_over_a_stray_stripe_does_not_answer_for_and_r
     // Assert: the first pass moved on (before the fix: blocked, its window read again and again),
     // owing both releases; the second released both, the failed order's intent among them.
     assert!(!first.blocked, "{first:?}");
-    assert_eq!((first.deferred, owed), (2, 2), "{first:?}");
+    // (A pass that outlasts a window reads the next, which opens a margin early: the same
+    // intents may be tried, and deferred, twice in it.)
+    assert!(first.deferred >= 2 && owed == 2, "{first:?}, {owed} owed");
     assert!(second.released >= 2, "{second:?}");
     for intent in [step.own_intent(a).await, stray] {
         assert_eq!(

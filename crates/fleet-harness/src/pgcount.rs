@@ -86,7 +86,6 @@ impl PgCounter {
             let (counts, held) = (counts.clone(), answers_held_ms.clone());
             async move {
                 while let Ok((inbound, _)) = listener.accept().await {
-                    counts.connections.fetch_add(1, Ordering::Relaxed);
                     tokio::spawn(forward(inbound, target, counts.clone(), held.clone()));
                 }
             }
@@ -126,13 +125,39 @@ impl Drop for PgCounter {
     }
 }
 
+/// The `application_name` of the fleet's Stripe budget's own connections
+/// (`orderfleet::runtime::budget`): their ticks come with time, not with orders, so what an
+/// order costs is counted without them.
+const STRIPE_BUDGET: &[u8] = b"stripe-budget";
+
+/// The client's startup message, whole: its length, then the rest.
+async fn startup(read: &mut tokio::net::tcp::OwnedReadHalf) -> Option<Vec<u8>> {
+    let mut message = vec![0u8; 4];
+    read.read_exact(&mut message).await.ok()?;
+    let length = u32::from_be_bytes(message[..4].try_into().ok()?) as usize;
+    let mut rest = vec![0u8; length.saturating_sub(4)];
+    read.read_exact(&mut rest).await.ok()?;
+    message.extend(rest);
+    Some(message)
+}
+
 async fn forward(inbound: TcpStream, target: SocketAddr, counts: Arc<Counts>, held: Arc<AtomicU64>) {
     let Ok(outbound) = TcpStream::connect(target).await else { return };
     let _ = (inbound.set_nodelay(true), outbound.set_nodelay(true));
     let (mut in_read, mut in_write) = inbound.into_split();
     let (mut out_read, mut out_write) = outbound.into_split();
+    let Some(first) = startup(&mut in_read).await else { return };
+    let counts = match first.windows(STRIPE_BUDGET.len()).any(|w| w == STRIPE_BUDGET) {
+        true => Arc::new(Counts::default()),
+        false => counts,
+    };
+    counts.connections.fetch_add(1, Ordering::Relaxed);
+    if out_write.write_all(&first).await.is_err() {
+        return;
+    }
     let upstream = async {
         let mut frames = Frames::default();
+        frames.feed(&first, &counts);
         let mut buf = vec![0u8; 64 * 1024];
         while let Ok(n) = in_read.read(&mut buf).await {
             if n == 0 {

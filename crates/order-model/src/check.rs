@@ -110,6 +110,12 @@ fn summary(model: &OrderProtocol, s: &State) -> String {
         if o.lapsed {
             line.push_str(" lapsed");
         }
+        if o.old {
+            line.push_str(" old");
+        }
+    }
+    for (order, attempt) in &s.stripe.running {
+        let _ = write!(line, " | {}'s create (attempt {attempt}) executing", NAMES[usize::from(*order)]);
     }
     for (i, intent) in s.stripe.intents.iter().enumerate() {
         let _ = write!(line, " | pi{i} {}: {:?}", NAMES[usize::from(intent.order)], intent.status);

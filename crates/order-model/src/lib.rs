@@ -17,7 +17,10 @@
 //! passing the deadline the fleet recorded for them, and the stock worker ending an `authorized`
 //! order past it rather than reserving it. Since issue 43 (point 1): a create whose confirm is
 //! still executing when a lookup lists its intent (the order left pending, not declined), and
-//! the safety net that cancels a live intent of a failed order.
+//! the safety net that cancels a live intent of a failed order. Since issue 44: a taken-over
+//! order whose key is surely kept sending its create again with no list first, and a create
+//! Stripe is still executing, its key in use (`409 idempotency_key_in_use`) before it has made
+//! anything.
 //! [Stateright](https://docs.rs/stateright) visits every interleaving of those steps within a
 //! scenario's bounds ([`scenarios`]) and checks each property ([`properties`]) in every state it
 //! reaches.
@@ -34,9 +37,10 @@
 //! rules as they were before earlier defects were fixed (before issue 34's merged commit,
 //! [`model::Rules::BEFORE_ISSUE_34`]; before issue 35's point 8,
 //! [`model::Rules::BEFORE_ISSUE_35_POINT_8`]; before issue 43's point 1,
-//! [`model::Rules::BEFORE_ISSUE_43`]), and defects planted on purpose (a 3-D Secure settle that
-//! does not cancel first, a merged commit blind to a cut), and the tests show the checker finds
-//! each.
+//! [`model::Rules::BEFORE_ISSUE_43`]; before issue 44, [`model::Rules::BEFORE_ISSUE_44`]), and
+//! defects planted on purpose (a 3-D Secure settle that does not cancel first, a merged commit
+//! blind to a cut, a key in use read as a failed attempt, a resume that sends a key Stripe may
+//! have forgotten), and the tests show the checker finds each.
 
 pub mod check;
 pub mod model;

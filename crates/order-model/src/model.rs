@@ -32,13 +32,24 @@ pub struct Rules {
     pub lookup: LookupRule,
     /// Whether the reconciliation (and a webhook) cancels a live intent of a failed order.
     pub safety_net: bool,
+    /// When a taken-over pending order lists Stripe's intents before anything else.
+    pub resume_lookup: ResumeLookup,
+    /// What `409 idempotency_key_in_use` means.
+    pub in_use: InUseRule,
 }
 
 impl Rules {
-    /// The code's rules: since issue 35 (point 8), an `authorized` order whose hold is past the
-    /// deadline the fleet recorded takes no units and counts for nothing in the line
-    /// ([`LapseRule::KnownDeadline`]).
+    /// The code's rules: since issue 44, a taken-over order whose attempt answered no 5xx and
+    /// whose keys are surely kept sends the create again under its attempt's key, with no list
+    /// first ([`ResumeLookup::ListOnlyAfterAFailureOrAnExpiredKey`]).
     pub const NOW: Rules =
+        Rules { resume_lookup: ResumeLookup::ListOnlyAfterAFailureOrAnExpiredKey, ..Rules::BEFORE_ISSUE_44 };
+
+    /// The code after issue 43 and before issue 44: a lookup that finds the order's intent
+    /// before its confirm ends leaves the order pending ([`LookupRule::LeavePending`]), the
+    /// safety net cancels a live intent of a failed order, and a resumed authorization always
+    /// lists first ([`ResumeLookup::ListAlways`]).
+    pub const BEFORE_ISSUE_44: Rules =
         Rules { lookup: LookupRule::LeavePending, safety_net: true, ..Rules::BEFORE_ISSUE_43 };
 
     /// The code after issue 35 and before issue 43: a lookup that finds the order's intent
@@ -69,7 +80,52 @@ impl Rules {
         lapse: LapseRule::TakesItsUnits,
         lookup: LookupRule::Decline,
         safety_net: false,
+        resume_lookup: ResumeLookup::ListAlways,
+        in_use: InUseRule::AWait,
     };
+}
+
+/// When a taken-over pending order (a buyer's retry, the sweeper) asks Stripe's list what its
+/// attempt did, and when it sends the create again under the attempt's key at once (issue 44).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResumeLookup {
+    /// Before issue 44: the list first, always; the create again only if it finds nothing.
+    ListAlways,
+    /// Now (`authorization::resume`, `key_kept`): while no 5xx is known for the attempt and the
+    /// order is younger than `KEY_KEPT` (23 h, [`Order::old`]), the create again under the
+    /// attempt's key, which Stripe answers as the key's first request did, or `409
+    /// idempotency_key_in_use` while that request still runs, or runs now; the list first
+    /// only after a 5xx, or once Stripe may have forgotten the key.
+    ListOnlyAfterAFailureOrAnExpiredKey,
+    /// A defect planted to show the age matters: the create again whenever no 5xx is known,
+    /// however old the order. A key Stripe forgot runs again, and makes a second intent.
+    ListOnlyAfterAFailure,
+}
+
+impl ResumeLookup {
+    /// Whether a taken-over order sends its attempt's create again without a list first.
+    fn resends(self, o: &Order) -> bool {
+        match self {
+            ResumeLookup::ListAlways => false,
+            ResumeLookup::ListOnlyAfterAFailureOrAnExpiredKey => !o.attempt_failed && !o.old,
+            ResumeLookup::ListOnlyAfterAFailure => !o.attempt_failed,
+        }
+    }
+}
+
+/// What the fleet makes of `409 idempotency_key_in_use`: a request under a key whose first
+/// request Stripe is still executing, saved nothing for (issue 44).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InUseRule {
+    /// Now (`payments::classify`): a wait, whatever Stripe types it; the order stays pending,
+    /// its lease given back, and the same key later gets the first request's answer. The rules
+    /// before issue 44 keep it too: until then the model folded the 409 into "unanswered".
+    AWait,
+    /// The code until 247134b, planted to show the checker finds it: a 409 Stripe types
+    /// `idempotency_error` is read by its type, as a key that ran and failed (a saved 5xx);
+    /// the attempt is marked, and a list that misses the first request, which has made
+    /// nothing yet, moves the order to a new attempt with a new key.
+    AsAFailedAttempt,
 }
 
 /// What a resumed authorization does when Stripe's list shows the order's intent made, its
@@ -377,6 +433,13 @@ pub enum Action {
     HoldLapses(IntentId),
     /// Stripe forgets its saved answers.
     KeysExpire,
+    /// A create Stripe is still executing makes its intent, its confirm not ended.
+    CreateRuns {
+        /// Whose create.
+        order: Buyer,
+        /// Under which attempt's key.
+        attempt: u8,
+    },
     /// A create whose confirm was still executing ends it (`slow_confirm`).
     ConfirmEnds(IntentId),
     /// The reconciliation (or a webhook) cancels a live intent of a failed order.
@@ -426,13 +489,14 @@ pub enum Transition {
     Lapse,
     EventLost,
     KeysExpire,
+    CreateRuns,
     ConfirmEnds,
     ReleaseFailedHold,
 }
 
 impl Transition {
     /// Every kind, for the map's test.
-    pub const ALL: [Transition; 40] = [
+    pub const ALL: [Transition; 41] = [
         Transition::Send,
         Transition::Door,
         Transition::Resume,
@@ -471,6 +535,7 @@ impl Transition {
         Transition::Lapse,
         Transition::EventLost,
         Transition::KeysExpire,
+        Transition::CreateRuns,
         Transition::ConfirmEnds,
         Transition::ReleaseFailedHold,
     ];
@@ -509,6 +574,16 @@ impl OrderProtocol {
     /// The ways a Stripe request may go from here.
     fn nets(state: &State, key: Option<(Op, Buyer, u8)>, out: &mut Vec<Net>) {
         out.push(Net::Ok);
+        // A key in use answers `409` whatever else befalls the request, but for one that never
+        // reaches Stripe (a 409 lost on the way is no answer too).
+        if let Some(key) = key
+            && state.stripe.in_use(key)
+        {
+            if state.budget.faults > 0 {
+                out.push(Net::Fault(Fault::Unreachable));
+            }
+            return;
+        }
         if let Some(key @ (Op::Create, ..)) = key
             && state.budget.slow_confirms > 0
             && state.stripe.saved(key).is_none()
@@ -594,6 +669,7 @@ impl OrderProtocol {
             Action::HoldCanceledOutside(_) => Transition::HoldCanceledOutside,
             Action::HoldLapses(_) => Transition::HoldLapses,
             Action::KeysExpire => Transition::KeysExpire,
+            Action::CreateRuns { .. } => Transition::CreateRuns,
             Action::ConfirmEnds(_) => Transition::ConfirmEnds,
             Action::ReleaseFailedHold(_) => Transition::ReleaseFailedHold,
         }
@@ -677,14 +753,13 @@ impl OrderProtocol {
             Net::Fault(_) => s.budget.faults -= 1,
             Net::Ok => {}
         }
-        // A key whose first request is still executing (its confirm not ended) answers `409
-        // idempotency_key_in_use`, and nothing is saved for it: unanswered, to the fleet.
-        if s.stripe
-            .intents
-            .iter()
-            .any(|i| (Op::Create, i.order, i.attempt) == key && i.status == IntentStatus::Confirming)
-        {
+        if net == Net::Fault(Fault::Unreachable) {
             return Reply::Unanswered;
+        }
+        // A key whose first request is still executing answers `409 idempotency_key_in_use`,
+        // and nothing is saved for this request.
+        if s.stripe.in_use(key) {
+            return Reply::InUse;
         }
         if let Some(saved) = s.stripe.saved(key) {
             return match net {
@@ -698,12 +773,13 @@ impl OrderProtocol {
             Net::Fault(Fault::Error500) => (false, Some(Reply::Error500), Some(Reply::Error500)),
             Net::Fault(Fault::Error500AfterEffect) => (true, Some(Reply::Error500), Some(Reply::Error500)),
             Net::Fault(Fault::AnswerLost) => (true, None, Some(Reply::Unanswered)),
-            // Runs, its answer saved only once its confirm ends (`Action::ConfirmEnds`).
+            // Goes on executing, its answer saved only once its confirm ends
+            // (`Action::ConfirmEnds`).
             Net::Fault(Fault::SlowConfirm) => {
                 execute(s);
                 return Reply::Unanswered;
             }
-            Net::Fault(Fault::Unreachable) => return Reply::Unanswered,
+            Net::Fault(Fault::Unreachable) => unreachable!("answered above"),
             Net::Fault(Fault::OtherParameters) => {
                 unreachable!("only a key that ran answers idempotency_error")
             }
@@ -716,23 +792,18 @@ impl OrderProtocol {
     fn create(&self, s: &mut State, order: Buyer, attempt: u8, net: Net) -> Reply {
         let card = self.card(order);
         Self::stripe_call(s, (Op::Create, order, attempt), net, |s| {
-            // §8.8: a PaymentIntent only for an order holding promised units.
+            // §8.8: a PaymentIntent only for an order holding promised units, judged as the
+            // create reaches Stripe (a slow one makes its intent later).
             if s.orders[usize::from(order)].as_ref().is_none_or(|o| o.status != Status::PendingAuthorization)
             {
                 s.seen.intent_without_a_unit = true;
             }
-            let id = s.stripe.intents.len() as IntentId;
-            let (status, reply) = confirmed(card, id);
-            let status =
-                if net == Net::Fault(Fault::SlowConfirm) { IntentStatus::Confirming } else { status };
-            s.stripe.intents.push(Intent {
-                order,
-                attempt,
-                status,
-                captures: 0,
-                cancels: 0,
-                held: status == IntentStatus::RequiresCapture,
-            });
+            if net == Net::Fault(Fault::SlowConfirm) {
+                s.stripe.run_later(order, attempt);
+                return Reply::Unanswered;
+            }
+            let (status, reply) = confirmed(card, s.stripe.intents.len() as IntentId);
+            s.stripe.make(order, attempt, status);
             reply
         })
     }
@@ -784,7 +855,9 @@ impl OrderProtocol {
             Reply::Intent(id, IntentStatus::RequiresAction) => Found::RequiresAction(id),
             Reply::Intent(id, _) | Reply::Declined(id) => Found::Declined(Some(id)),
             Reply::Refused => Found::Declined(None),
-            Reply::Error500 | Reply::IdempotencyError | Reply::Unanswered => Found::Failed(None),
+            Reply::Error500 | Reply::IdempotencyError | Reply::InUse | Reply::Unanswered => {
+                Found::Failed(None)
+            }
         }
     }
 
@@ -799,7 +872,8 @@ impl OrderProtocol {
 
     /// The create under the attempt's key; `resumed`: a taken-over order's re-send, with the
     /// attempt's date when the list found nothing. A saved 5xx and an `idempotency_error` are
-    /// read alike (`PaymentError::AttemptFailed`): never a decline.
+    /// read alike (`PaymentError::AttemptFailed`): never a decline. A `409
+    /// idempotency_key_in_use` is a wait, as no answer is ([`InUseRule`]).
     fn create_step(
         &self,
         s: &mut State,
@@ -811,7 +885,11 @@ impl OrderProtocol {
         // The send is not dated here: any time may pass between the last date and the send
         // (budget waits, the client's retries, a pause); a 5xx is dated when it comes back.
         let marks = self.rules.resume.marks_failures();
-        let reply = self.create(s, order, attempt, net);
+        let reply = match self.create(s, order, attempt, net) {
+            // Read by the type Stripe gave it, `idempotency_error` (the code until 247134b).
+            Reply::InUse if self.rules.in_use == InUseRule::AsAFailedAttempt => Reply::IdempotencyError,
+            reply => reply,
+        };
         match (reply, resumed) {
             (Reply::IdempotencyError, _) if self.rules.idempotency_error == IdempotencyRule::AsADecline => {
                 Next::Go(Auth::Record(Found::Declined(None)))
@@ -848,6 +926,18 @@ impl OrderProtocol {
             Next::Go(Auth::NextAttempt { attempt, listed })
         } else {
             Next::Go(Auth::Create { attempt, resumed: Some(listed) })
+        }
+    }
+
+    /// A taken-over pending order's first step (`authorization::resume`): its attempt's create
+    /// again, or Stripe's list, by the rule in force; with the attempt and whether its key
+    /// answered a 5xx, as read when the order was taken over.
+    fn resume(&self, o: &Order) -> Auth {
+        let attempt = o.attempt;
+        if self.rules.resume_lookup.resends(o) {
+            Auth::Create { attempt, resumed: None }
+        } else {
+            Auth::List { attempt, failed: o.attempt_failed }
         }
     }
 
@@ -974,7 +1064,7 @@ impl OrderProtocol {
         let look = |after| Next::Go(Advance::Retrieve { op, attempt, intent, after });
         match reply {
             Reply::Intent(..) => Next::Go(done),
-            Reply::Unanswered => Next::End(Done::Later),
+            Reply::Unanswered | Reply::InUse => Next::End(Done::Later),
             Reply::Error500 | Reply::IdempotencyError => look(After::Error500),
             Reply::Refused | Reply::Declined(_) => look(After::Refused),
         }
@@ -1411,8 +1501,8 @@ impl OrderProtocol {
                 return Self::answer(s, buyer, Answer::InUse);
             }
             order.lease = Some(Holder::Request(buyer));
-            let (attempt, failed) = (order.attempt, order.attempt_failed);
-            s.buyers[usize::from(buyer)].request = Request::Working(Auth::List { attempt, failed });
+            let resumed = self.resume(order);
+            s.buyers[usize::from(buyer)].request = Request::Working(resumed);
             return;
         }
         let p = &mut s.product;
@@ -1445,6 +1535,7 @@ impl OrderProtocol {
             released: false,
             dated: 0,
             attempt_failed: false,
+            old: false,
             action: false,
             past_deadline: false,
             lapsed: false,
@@ -1568,8 +1659,8 @@ impl Model for OrderProtocol {
             Action::SweepPending(order) => {
                 let o = s.order_mut(order);
                 o.lease = Some(Holder::Sweeper);
-                let (attempt, failed) = (o.attempt, o.attempt_failed);
-                s.sweeper = Some(Job::Authorize(order, Auth::List { attempt, failed }));
+                let resumed = self.resume(o);
+                s.sweeper = Some(Job::Authorize(order, resumed));
             }
             Action::SweepFulfilment(order) => s.sweeper = Some(Job::Advance(order, Advance::Load)),
             Action::SweepAction(order) => {
@@ -1691,6 +1782,26 @@ impl OrderProtocol {
                 actions.push(Action::Upsert(i as u8));
             }
         }
+        self.stripe_actions(s, actions);
+        for (id, o) in s.existing() {
+            if o.status == Status::RequiresAction && !o.past_deadline {
+                actions.push(Action::DeadlinePasses(id));
+            }
+        }
+        // Stripe forgets a key 24 hours after its first use; every job here takes seconds or
+        // minutes, so the keys a job uses are forgotten before it starts or after it ends.
+        if s.budget.key_expiries > 0 && !s.stripe.saved.is_empty() && Self::all_idle(s) {
+            actions.push(Action::KeysExpire);
+        }
+    }
+
+    /// What happens at Stripe to each intent, and to each create it is still executing: holds
+    /// cancelled or lapsing, buyers at their 3-D Secure, creates running and confirms ending,
+    /// and the safety net's cancels.
+    fn stripe_actions(&self, s: &State, actions: &mut Vec<Action>) {
+        for &(order, attempt) in &s.stripe.running {
+            actions.push(Action::CreateRuns { order, attempt });
+        }
         for (i, intent) in s.stripe.intents.iter().enumerate() {
             let i = i as IntentId;
             // The buyer's page has the intent's client secret once the order went
@@ -1717,16 +1828,6 @@ impl OrderProtocol {
             if self.rules.safety_net && live && o.status.has_failed() && o.intent == Some(i) {
                 actions.push(Action::ReleaseFailedHold(i));
             }
-        }
-        for (id, o) in s.existing() {
-            if o.status == Status::RequiresAction && !o.past_deadline {
-                actions.push(Action::DeadlinePasses(id));
-            }
-        }
-        // Stripe forgets a key 24 hours after its first use; every job here takes seconds or
-        // minutes, so the keys a job uses are forgotten before it starts or after it ends.
-        if s.budget.key_expiries > 0 && !s.stripe.saved.is_empty() && Self::all_idle(s) {
-            actions.push(Action::KeysExpire);
         }
     }
 }
@@ -1882,6 +1983,10 @@ impl OrderProtocol {
                 i.held |= ok;
                 s.emit(self.scenario.webhooks, intent, false);
             }
+            Action::CreateRuns { order, attempt } => {
+                s.stripe.running.retain(|running| *running != (order, attempt));
+                s.stripe.make(order, attempt, IntentStatus::Confirming);
+            }
             Action::ConfirmEnds(intent) => self.confirm_ends(s, intent),
             Action::ReleaseFailedHold(intent) => {
                 let i = &mut s.stripe.intents[usize::from(intent)];
@@ -1907,6 +2012,10 @@ impl OrderProtocol {
             }
             Action::KeysExpire => {
                 s.budget.key_expiries -= 1;
+                // Each order a key of which is forgotten is older than `KEY_KEPT`.
+                for ((_, order, _), _) in &s.stripe.saved {
+                    s.orders[usize::from(*order)].as_mut().expect("a key's order exists").old = true;
+                }
                 s.stripe.saved.clear();
             }
             _ => unreachable!("the fleet's own steps are taken in next_state"),

@@ -108,10 +108,12 @@ pub fn hold_lapsing_after_a_cut() -> Scenario {
         .with_budget(Budget { lapses: 1, ..Budget::default() })
 }
 
-/// A create that Stripe is slow to confirm (issue 43, point 1): it runs, and for a while its
-/// intent reads as made but not confirmed while no answer comes; the buyer retries, and the
-/// sweeper looks too. A lookup meeting the intent then must not decline the order, since the
-/// confirm then places a hold. One good card, one unit.
+/// A create that Stripe is slow to run and confirm (issues 43 and 44): no answer comes; for a
+/// while Stripe has made nothing for it, its key only in use, then its intent reads as made but
+/// not confirmed; the buyer retries, and the sweeper looks too. A re-send of its key meanwhile
+/// answers `409 idempotency_key_in_use`, which must be a wait (issue 44), and a lookup meeting
+/// the intent must not decline the order, since the confirm then places a hold (issue 43,
+/// point 1). One good card, one unit.
 pub fn a_slow_confirm() -> Scenario {
     Scenario::new("a create slow to confirm", vec![(1, Card::Good)], 1).with_budget(Budget {
         slow_confirms: 1,

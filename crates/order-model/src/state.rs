@@ -118,6 +118,11 @@ pub struct Order {
     pub dated: u8,
     /// `payment_attempt_failed`: the attempt's key answered a 5xx.
     pub attempt_failed: bool,
+    /// Older than the fleet's `KEY_KEPT` (23 h): Stripe may have forgotten its keys. Stripe
+    /// forgets a key no sooner than 24 h after it first ran, and an order's keys first run
+    /// after it is made, so an order one of whose keys the model's `KeysExpire` forgot is old;
+    /// until then it is young, its keys surely kept.
+    pub old: bool,
     /// It went `requires_action`: its first answer was `202 requires_action` with what the
     /// buyer's page needs (`client_secret`, kept), whatever it became since.
     pub action: bool,
@@ -191,6 +196,9 @@ pub enum Reply {
     /// `idempotency_error`: the key ran before with other parameters (a deploy changed the
     /// request while one was in flight); the fleet reads it as a saved 5xx.
     IdempotencyError,
+    /// `409 idempotency_key_in_use`: the key's first request is still executing at Stripe;
+    /// nothing is saved for this one.
+    InUse,
     /// No answer: a timeout, a reset, a 429 after the client's retries.
     Unanswered,
 }
@@ -201,6 +209,9 @@ pub struct Stripe {
     pub intents: Vec<Intent>,
     /// `(operation, order, attempt)` → the answer replayed to every request with that key.
     pub saved: Vec<((Op, Buyer, u8), Reply)>,
+    /// Creates, by `(order, attempt)`, whose request Stripe is executing and has made nothing
+    /// for yet: each key is in use, and no list shows an intent for it (kept sorted).
+    pub running: Vec<(Buyer, u8)>,
 }
 
 impl Stripe {
@@ -213,6 +224,32 @@ impl Stripe {
 
     pub fn saved(&self, key: (Op, Buyer, u8)) -> Option<Reply> {
         self.saved.iter().find(|(k, _)| *k == key).map(|(_, reply)| *reply)
+    }
+
+    /// Whether a request under `key` is still executing: a create not yet made, or made and
+    /// its confirm not ended. Another request under the key meanwhile answers `409
+    /// idempotency_key_in_use`.
+    pub fn in_use(&self, key: (Op, Buyer, u8)) -> bool {
+        let (op, order, attempt) = key;
+        op == Op::Create
+            && (self.running.contains(&(order, attempt))
+                || self.intents.iter().any(|i| {
+                    (i.order, i.attempt) == (order, attempt) && i.status == IntentStatus::Confirming
+                }))
+    }
+
+    /// A create under `(order, attempt)` goes on executing at Stripe, nothing made yet.
+    pub fn run_later(&mut self, order: Buyer, attempt: u8) {
+        self.running.push((order, attempt));
+        self.running.sort_unstable();
+    }
+
+    /// Makes an intent for `(order, attempt)` in `status`.
+    pub fn make(&mut self, order: Buyer, attempt: u8, status: IntentStatus) -> IntentId {
+        let id = self.intents.len() as IntentId;
+        let held = status == IntentStatus::RequiresCapture;
+        self.intents.push(Intent { order, attempt, status, captures: 0, cancels: 0, held });
+        id
     }
 }
 
@@ -231,8 +268,10 @@ pub enum Fault {
     /// A create re-sent under a key that already ran, with other parameters (a deploy in
     /// between): `idempotency_error`, nothing done.
     OtherParameters,
-    /// A create that runs, its confirm still executing when its answer is due: no answer, the
-    /// intent `Confirming` until its confirm ends (stripe-sim's `slow_confirm`).
+    /// A create that Stripe goes on executing past the time its answer is due: no answer, its
+    /// key in use; Stripe makes its intent later (`Action::CreateRuns`), `Confirming` until its
+    /// confirm ends (`Action::ConfirmEnds`), and saves its answer then (stripe-sim's
+    /// `slow_confirm` makes the intent at once).
     SlowConfirm,
 }
 
@@ -267,7 +306,8 @@ pub enum Answer {
 pub enum Auth {
     /// A create under the attempt's key. `resumed`: the order was taken over, its list found
     /// nothing, and this is the attempt's own key again; with the attempt's date
-    /// ([`Order::dated`]) when the list ran.
+    /// ([`Order::dated`]) when the list ran. A taken-over order that sends its key again
+    /// without a list (issue 44) has `None`: nothing was listed.
     Create { attempt: u8, resumed: Option<u8> },
     /// A taken-over order: Stripe's list of intents by `metadata[order_id]` first; with the
     /// attempt and whether its key had answered a 5xx, as read when the order was taken over.

@@ -1,14 +1,16 @@
 //! `make test` runs these. Every scenario under the code's rules keeps every property (each
 //! prints the states it visited and the time it took). Under the rules as they were before
-//! earlier fixes (the latest, issue 43's point 1), and under three defects planted on purpose,
-//! the checker finds the defect, and prints the path.
+//! earlier fixes (the latest, issue 43's point 1), and under five defects planted on purpose
+//! (the latest, issue 44's: a key in use read as a failed attempt, a resume that sends a key
+//! Stripe may have forgotten), the checker finds the defect, and prints the path.
 
 use std::collections::{HashSet, VecDeque};
 
 use order_model::check::{check, find_a_counterexample, narrate};
 use order_model::model::Action;
 use order_model::model::{
-    CommitRule, CutRule, IdempotencyRule, LineRule, MessageRule, ResumeRule, Scenario, SettleRule,
+    CommitRule, CutRule, IdempotencyRule, InUseRule, LineRule, MessageRule, ResumeLookup, ResumeRule,
+    Scenario, SettleRule,
 };
 use order_model::properties::{
     NEVER_A_DECLINE, NO_HOLD_LEFT, ONE_AUTHORIZATION, REJECTED_IN_LINE, THREE_D_SECURE,
@@ -71,8 +73,9 @@ fn the_upserts_rule_before_e5dc31d_lets_a_cut_reject_an_order_ahead_of_one_alrea
 
 /// The second hold both resume rules before 6376119 let through: Stripe failing, a create
 /// that took effect and answered 500 went unseen, and the next attempt held the funds again.
+/// With the rules before issue 44, which list before every re-send: the defect trusted a list.
 fn the_resume_rule_places_a_second_hold(resume: ResumeRule) {
-    let rules = Rules { resume, ..Rules::NOW };
+    let rules = Rules { resume, ..Rules::BEFORE_ISSUE_44 };
     let told = broken_under(scenarios::stripe_failing(), rules, ONE_AUTHORIZATION);
     assert!(told.contains("Error500AfterEffect"), "{told}");
 }
@@ -514,9 +517,10 @@ fn before_issue_43_a_card_needing_3d_secure_is_declined_mid_confirm_and_the_net_
     let scenario = scenarios::a_slow_confirm_of_other_cards();
     let told = broken_under(scenario.clone(), Rules::BEFORE_ISSUE_43, THREE_D_SECURE);
     assert!(told.contains("Fault(SlowConfirm)") && told.contains("List"), "{told}");
-    let end = told.lines().last().expect("a path");
-    let a_declined = end.split(" | ").any(|o| o.starts_with("A#") && o.ends_with("x1 PaymentDeclined"));
-    assert!(a_declined && end.contains(" A: Confirming"), "{told}");
+    // Declined while its intent is mid-confirm (the path may go on past that state).
+    let a_declined =
+        |line: &str| line.split(" | ").any(|o| o.starts_with("A#") && o.ends_with("x1 PaymentDeclined"));
+    assert!(told.lines().any(|line| a_declined(line) && line.contains(" A: Confirming")), "{told}");
 
     let net_alone = Rules { safety_net: true, ..Rules::BEFORE_ISSUE_43 };
     let report = check(OrderProtocol { scenario: scenario.clone(), rules: net_alone });
@@ -548,4 +552,84 @@ fn now_no_scenario_needs_the_safety_net() {
         }
     }
     assert!(broken.is_empty(), "broken without the safety net: {broken:?}");
+}
+
+/// The shortest path to a state `looking_for` finds: one thread, stopping at the first such
+/// state it visits. (A counterexample of an `always` property is the path to the last broken
+/// state the checker visited before it stopped, not always a shortest one: README.md.)
+fn shortest_path(model: &OrderProtocol, looking_for: fn(&State) -> bool) -> String {
+    let probe = Probe { model: model.clone(), looking_for };
+    let checker = probe.checker().threads(1).finish_when(HasDiscoveries::Any).spawn_bfs().join();
+    narrate(model, checker.discovery("the state looked for").expect("the state is reachable"))
+}
+
+/// How a counterexample of §8.1 for order A ends: its first intent holding funds (the
+/// second held them before, and may have been captured since).
+fn a_second_hold_at_the_end(told: &str) -> bool {
+    let end = told.lines().last().expect("a path");
+    end.contains("pi0 A: RequiresCapture") && end.contains("pi1 A:")
+}
+
+/// The 409 defect the code had until 247134b, planted (`InUseRule::AsAFailedAttempt`): a
+/// `409 idempotency_key_in_use` that Stripe types `idempotency_error`, read as a key that ran
+/// and failed. A's create is still executing at Stripe, nothing made yet, when the sweeper
+/// sends it again; the 409 marks the attempt failed, the next list (begun after that) finds
+/// nothing, and the order moves to a new attempt whose create holds the funds. Then Stripe
+/// makes the first create's intent, and its confirm holds them again (§8.1). The rules before
+/// issue 44, which list first, meet the 409 after a list that found nothing, to the same end.
+/// With the 409 a wait (the code's rule), the scenario keeps every guarantee
+/// ([`every_scenario_keeps_every_guarantee`]).
+#[test]
+fn a_key_in_use_read_as_a_failed_attempt_places_a_second_hold_behind_a_create_still_executing() {
+    for rules in [Rules::NOW, Rules::BEFORE_ISSUE_44] {
+        let planted = Rules { in_use: InUseRule::AsAFailedAttempt, ..rules };
+        let told = broken_under(scenarios::a_slow_confirm(), planted, ONE_AUTHORIZATION);
+        assert!(told.contains("Fault(SlowConfirm)") && told.contains("AuthorizeNextAttempt"), "{told}");
+        let ran = told.find("CreateRuns").expect("the first create runs late");
+        assert!(told[..ran].contains("attempt 2"), "the order moved on before it ran: {told}");
+        assert!(a_second_hold_at_the_end(&told), "{told}");
+        eprintln!("the planted 409 defect: a counterexample of {} steps", steps(&told));
+        let model = OrderProtocol { scenario: scenarios::a_slow_confirm(), rules: planted };
+        let shortest =
+            shortest_path(&model, |s: &State| s.stripe.intents.iter().filter(|i| i.held).count() == 2);
+        eprintln!("the shortest, {} steps:\n{shortest}", steps(&shortest));
+
+        let fixed = Rules { in_use: InUseRule::AWait, ..planted };
+        let report = check(OrderProtocol { scenario: scenarios::a_slow_confirm(), rules: fixed });
+        eprintln!("{report} (under {fixed:?})");
+        assert!(report.counterexamples.is_empty(), "{:?}", report.counterexamples);
+    }
+}
+
+/// Why issue 44 sends the create again only while the order is young (`KEY_KEPT`), planted
+/// (`ResumeLookup::ListOnlyAfterAFailure`): a create that held funds and whose answer was
+/// lost, then Stripe forgetting the key (a day on); the retry sends the create again under
+/// the key, which runs again and holds the funds a second time (§8.1). The list, which the
+/// code's rule makes once the order is old, finds the first hold.
+#[test]
+fn a_resume_that_sends_its_key_again_after_stripe_forgot_it_places_a_second_hold() {
+    let planted = Rules { resume_lookup: ResumeLookup::ListOnlyAfterAFailure, ..Rules::NOW };
+    let told = broken_under(scenarios::time_passing(), planted, ONE_AUTHORIZATION);
+    let forgot = told.find("KeysExpire").expect("Stripe forgets the key");
+    assert!(told[forgot..].contains("Create Step") && told[forgot..].contains(" old"), "{told}");
+    assert!(a_second_hold_at_the_end(&told), "{told}");
+}
+
+/// The rules before issue 44 on this model (a resumed authorization always lists first, the
+/// 409 a wait) keep every guarantee in every scenario, as the code's do; the states each
+/// visits are README.md's column before issue 44. Ignored by `make test`: every scenario a
+/// second time (about 25 s); `cargo test -p order-model -- --ignored` runs it.
+#[test]
+#[ignore = "every scenario a second time, about 25 s: run with -- --ignored"]
+fn before_issue_44_every_scenario_keeps_every_guarantee_too() {
+    let mut broken = Vec::new();
+    for model in scenarios::models() {
+        let report = check(OrderProtocol { rules: Rules::BEFORE_ISSUE_44, ..model });
+        eprintln!("{report} (before issue 44)");
+        for (property, told) in &report.counterexamples {
+            eprintln!("\n{property}, broken by:\n{told}");
+            broken.push(format!("{}: {property}", report.name));
+        }
+    }
+    assert!(broken.is_empty(), "broken before issue 44: {broken:?}");
 }

@@ -467,7 +467,7 @@ impl Payments {
             endpoint: config.endpoint_requests_per_second.0.get(),
             ceiling: config.max_requests_per_second.map(|r| r.0.get()),
         };
-        let budget = StripeBudget::new(pool, limits, retry.budget_wait);
+        let budget = StripeBudget::new(&pool, limits, retry.budget_wait);
         let action_timeout = config.action_timeout.0;
         let held_here = std::sync::Arc::default();
         Ok(Self { client, retry, budget, action_timeout, held_here })

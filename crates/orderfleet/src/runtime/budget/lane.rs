@@ -85,14 +85,14 @@ impl Lane {
     }
 
     /// Waits for this request's turn, at most `max_wait`; false when none came. A request is
-    /// refused at once when the requests ahead of it, at the pace in force, already need
-    /// longer. Cancel-safe: a waiter dropped takes no turn.
-    pub async fn acquire(&self, max_wait: Duration) -> bool {
+    /// refused at once when the requests ahead of it would need longer even at `most`, the
+    /// largest share this process could get (its share follows the queue, a tick later).
+    /// Cancel-safe: a waiter dropped takes no turn.
+    pub async fn acquire(&self, max_wait: Duration, most: u32) -> bool {
         self.arrivals.fetch_add(1, Ordering::AcqRel);
         let ahead = self.queued.fetch_add(1, Ordering::AcqRel);
         let _queued = Leave(&self.queued);
-        let share = self.share();
-        if share > 0 && WINDOW / share * ahead as u32 > max_wait {
+        if WINDOW / most.max(1) * ahead as u32 > max_wait {
             return false;
         }
         tokio::time::timeout(max_wait, self.turn()).await.is_ok()
@@ -154,7 +154,7 @@ mod tests {
         for _ in 0..n {
             let lane = lane.clone();
             tasks.spawn(async move {
-                assert!(lane.acquire(Duration::from_secs(60)).await);
+                assert!(lane.acquire(Duration::from_secs(60), 25).await);
                 started.elapsed()
             });
         }
@@ -176,10 +176,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_lowered_share_spaces_the_next_request_at_once() {
         let lane = lane(10);
-        assert!(lane.acquire(Duration::from_secs(1)).await);
+        assert!(lane.acquire(Duration::from_secs(1), 25).await);
         lane.set(2, None);
         let started = Instant::now();
-        assert!(lane.acquire(Duration::from_secs(5)).await);
+        assert!(lane.acquire(Duration::from_secs(5), 25).await);
         assert!(started.elapsed() >= WINDOW / 2 - Duration::from_millis(1), "{:?}", started.elapsed());
     }
 
@@ -189,7 +189,7 @@ mod tests {
         let lane = Arc::new(Lane::default());
         let waiting = {
             let lane = lane.clone();
-            tokio::spawn(async move { lane.acquire(Duration::from_secs(5)).await })
+            tokio::spawn(async move { lane.acquire(Duration::from_secs(5), 25).await })
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(!waiting.is_finished());
@@ -200,22 +200,22 @@ mod tests {
         // Assert
         assert!(waiting.await.unwrap());
         tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(!lane.acquire(Duration::from_millis(500)).await, "past its lease");
+        assert!(!lane.acquire(Duration::from_millis(500), 25).await, "past its lease");
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_queue_longer_than_the_wait_is_refused_at_once_and_counted_as_demand() {
+    async fn a_queue_longer_than_the_wait_at_the_largest_share_is_refused_at_once_and_counted_as_demand() {
         let lane = lane(1);
-        assert!(lane.acquire(Duration::from_secs(1)).await);
+        assert!(lane.acquire(Duration::from_secs(1), 1).await);
         let waiting: Vec<_> = (0..2)
             .map(|_| {
                 let lane = lane.clone();
-                tokio::spawn(async move { lane.acquire(Duration::from_secs(5)).await })
+                tokio::spawn(async move { lane.acquire(Duration::from_secs(5), 1).await })
             })
             .collect();
         tokio::time::sleep(Duration::from_millis(10)).await;
         let started = Instant::now();
-        assert!(!lane.acquire(Duration::from_millis(1_500)).await);
+        assert!(!lane.acquire(Duration::from_millis(1_500), 1).await);
         assert_eq!(started.elapsed(), Duration::ZERO);
         assert_eq!(lane.take_arrivals(), (4, 2));
         for task in waiting {

@@ -181,9 +181,11 @@ fn decide(
     });
     let limits =
         Limits { account: budget.limits.account, endpoint: endpoint_limit, ceiling: budget.limits.ceiling };
+    // Since the last tick, or a second at most: requests that come after a quiet spell are
+    // demand now, not spread over the spell.
     let elapsed = {
         let seen = budget.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        started.saturating_duration_since(seen.ticked)
+        started.saturating_duration_since(seen.ticked).min(std::time::Duration::from_secs(1))
     };
     let mine = rows.iter().find(|r| r.member == budget.member);
     // A demand falls by a quarter a tick at most: a queue that empties for a moment between

@@ -155,13 +155,18 @@ impl std::fmt::Debug for StripeBudget {
 }
 
 impl StripeBudget {
-    /// This process's membership of the fleet's budget in `pool`'s database; it first ticks
-    /// when the first request asks for a turn.
-    pub fn new(pool: Pool, limits: FleetLimits, max_wait: Duration) -> Arc<Self> {
+    /// This process's membership of the fleet's budget in `pool`'s database, on a connection
+    /// of its own (`<process> stripe-budget`: a tick must not queue behind the process's
+    /// other steps while its lease runs); it first ticks when the first request asks for a
+    /// turn.
+    pub fn new(pool: &Pool, limits: FleetLimits, max_wait: Duration) -> Arc<Self> {
         let process = std::env::args()
             .next()
             .and_then(|p| std::path::Path::new(&p).file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_else(|| "orderfleet".to_owned());
+        let one =
+            crate::runtime::pool::Limits { max_connections: 1, min_connections: 0, acquire_timeout: LEASE };
+        let pool = pool.sibling(&format!("{process} stripe-budget"), one);
         Arc::new(Self {
             lanes: Default::default(),
             limited: Default::default(),
@@ -187,7 +192,9 @@ impl StripeBudget {
             self.wake.notify_one();
         }
         let started = Instant::now();
-        let granted = lane.acquire(self.max_wait).await;
+        let most = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).endpoint_limit
+            [endpoint as usize];
+        let granted = lane.acquire(self.max_wait, most.min(self.limits.ceiling.unwrap_or(u32::MAX))).await;
         metrics::histogram!("stripe_budget_wait_seconds", "endpoint" => endpoint.name())
             .record(started.elapsed().as_secs_f64());
         if granted {
@@ -248,10 +255,18 @@ async fn run(budget: Weak<StripeBudget>, wake: Arc<Notify>) {
             }
         }
         let Some(budget) = budget.upgrade() else { return };
-        let outcome = match ledger::tick(&budget).await {
-            Ok(()) => "ok",
-            Err(error) => {
+        // A database that does not answer (frozen, a dropped route) ends the tick at the
+        // lease: its connection is closed, and the next tick opens another.
+        let outcome = match tokio::time::timeout(LEASE, ledger::tick(&budget)).await {
+            Ok(Ok(())) => "ok",
+            Ok(Err(error)) => {
                 tracing::warn!(%error, "the Stripe budget's tick failed; this process sends nothing to Stripe once its lease runs out");
+                "failed"
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "the Stripe budget's tick got no answer from PostgreSQL within the lease; this process sends nothing to Stripe until one comes"
+                );
                 "failed"
             }
         };
