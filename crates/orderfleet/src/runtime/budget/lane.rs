@@ -86,7 +86,7 @@ impl Lane {
 
     /// Waits for this request's turn, at most `max_wait`; false when none came. A request is
     /// refused at once when the requests ahead of it would need longer even at `most`, the
-    /// largest share this process could get (its share follows the queue, a tick later).
+    /// share this process is headed for (its share follows the queue, a tick later).
     /// Cancel-safe: a waiter dropped takes no turn.
     pub async fn acquire(&self, max_wait: Duration, most: u32) -> bool {
         self.arrivals.fetch_add(1, Ordering::AcqRel);

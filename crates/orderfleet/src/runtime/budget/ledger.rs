@@ -86,6 +86,7 @@ struct Decision {
     cuts: Vec<(&'static str, f64)>,
     gone: Vec<Uuid>,
     endpoint_limit: PerEndpoint,
+    target: PerEndpoint,
 }
 
 /// One tick: read, decide, lower what must be lowered, write, commit, then raise.
@@ -158,7 +159,7 @@ fn apply(budget: &StripeBudget, decision: &Decision, started: Instant) {
             .set(f64::from(decision.endpoint_limit[e as usize]));
     }
     let mut seen = budget.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    *seen = Seen { endpoint_limit: decision.endpoint_limit, ticked: started };
+    *seen = Seen { endpoint_limit: decision.endpoint_limit, target: decision.target, ticked: started };
 }
 
 fn decide(
@@ -207,7 +208,7 @@ fn decide(
         None => ([0; Endpoint::COUNT], Some(now)),
     };
     let gone = rows.iter().filter(|r| r.member != budget.member && r.gone(now)).map(|r| r.member).collect();
-    Decision { demand, granted, held, held_until, cuts, gone, endpoint_limit }
+    Decision { demand, granted, held, held_until, cuts, gone, endpoint_limit, target }
 }
 
 use std::sync::atomic::Ordering;

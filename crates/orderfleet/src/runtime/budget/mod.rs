@@ -141,6 +141,8 @@ pub struct StripeBudget {
 #[derive(Debug, Clone, Copy)]
 struct Seen {
     endpoint_limit: [u32; Endpoint::COUNT],
+    /// This process's fair part of each endpoint at the last tick ([`share::target`]).
+    target: [u32; Endpoint::COUNT],
     ticked: Instant,
 }
 
@@ -179,6 +181,8 @@ impl StripeBudget {
             pool,
             seen: Mutex::new(Seen {
                 endpoint_limit: [limits.endpoint.min(limits.account); Endpoint::COUNT],
+                target: [limits.endpoint.min(limits.account).min(limits.ceiling.unwrap_or(u32::MAX));
+                    Endpoint::COUNT],
                 ticked: Instant::now(),
             }),
         })
@@ -192,9 +196,11 @@ impl StripeBudget {
             self.wake.notify_one();
         }
         let started = Instant::now();
-        let most = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).endpoint_limit
-            [endpoint as usize];
-        let granted = lane.acquire(self.max_wait, most.min(self.limits.ceiling.unwrap_or(u32::MAX))).await;
+        // The share this process is headed for: its target at the last tick (the endpoint's
+        // limit before the first), or the share in force if larger.
+        let headed_for =
+            self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).target[endpoint as usize];
+        let granted = lane.acquire(self.max_wait, headed_for.max(lane.share())).await;
         metrics::histogram!("stripe_budget_wait_seconds", "endpoint" => endpoint.name())
             .record(started.elapsed().as_secs_f64());
         if granted {
