@@ -45,7 +45,9 @@ async fn buyer(http: reqwest::Client, token: String, door: Door, i: usize) -> (u
         let retry_after: Option<u64> =
             answer.headers().get("retry-after").and_then(|v| v.to_str().ok()?.parse().ok());
         let code = answer.json::<Value>().await.unwrap_or(Value::Null)["error"]["code"].clone();
-        let again = status == 503 || (status == 409 && code == "idempotency_key_in_use");
+        // A 503, a key in flight, the intake shedding load (429) or a request it timed out
+        // (408): the same request again, after the wait it was told.
+        let again = matches!(status, 503 | 429 | 408) || (status == 409 && code == "idempotency_key_in_use");
         if !again || sent >= 200 {
             return (status, sent);
         }
@@ -166,6 +168,11 @@ async fn the_fleet_keeps_to_stripe_s_limits_and_uses_them_while_an_intake_is_kil
         median >= 20,
         "creates ran at {median}/s in the median second ({rate:.1}/s on average): {seen:?}"
     );
+    // The intake that joined got its part of the budget and authorized orders with it.
+    let joined = fleet.metrics_url("order-intake-4").unwrap().to_owned();
+    let text = fleet.http.get(joined).send().await.unwrap().text().await.unwrap();
+    let by_operation = fleet_harness::metrics::sum_by_label(&[text], "stripe_requests_total", "operation");
+    assert!(by_operation.get("authorize").copied().unwrap_or(0.0) > 0.0, "{by_operation:?}");
     let notes = fleet.notifications((UNITS * 2) as usize, Duration::from_secs(120)).await.unwrap();
     Audit::of(&fleet, "drop", &notes).await.unwrap().assert_guarantees();
     fleet.stop().await.unwrap();

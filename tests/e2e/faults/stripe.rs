@@ -63,6 +63,52 @@ async fn stripe_failing_on_authorize_capture_and_cancel_is_retried_with_the_same
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_retry_after_the_hold_was_cancelled_at_stripe_is_not_authorized_on_the_key_s_old_answer() {
+    // Arrange: the intake dies right after Stripe authorizes; while the order is pending,
+    // someone cancels its PaymentIntent in Stripe's Dashboard. Stripe still keeps the key,
+    // whose saved answer is the intent as it was: holding funds.
+    let mut fleet = Fleet::prepare("retry-after-a-cancel").await.unwrap();
+    fleet.product("sku-1", 1000, 5).await.unwrap();
+    spawn_intake_that_dies_after_authorizing(&mut fleet);
+    eventually("the order created", Duration::from_secs(20), || async {
+        if fleet.statuses().await.unwrap().contains_key("pending_authorization") {
+            return Some(());
+        }
+        let _ = fleet.post_order("ida", "key-1", "sku-1", 1, "pm_card_visa").await;
+        None
+    })
+    .await
+    .unwrap();
+    assert!(!fleet.wait_exit("doomed-intake", Duration::from_secs(10)).await.unwrap().success());
+    let intent = fleet.intents().await.unwrap()[0]["id"].as_str().unwrap().to_owned();
+    let cancelled = fleet
+        .http
+        .post(format!("{}/v1/payment_intents/{intent}/cancel", fleet.stripe_url))
+        .basic_auth("sk_test_stripe_sim_placeholder", Some(""))
+        .send()
+        .await
+        .unwrap();
+    assert!(cancelled.status().is_success(), "{}", cancelled.text().await.unwrap());
+    the_dead_intake_s_lease_lapsed(&fleet).await;
+
+    // Act: the client retries with its key, within the day.
+    fleet.spawn("order-intake", "order-intake", &[]).unwrap();
+    fleet.wait_intake().await.unwrap();
+    let retry = place(&fleet, "ida", "key-1", "sku-1").await;
+
+    // Assert: not accepted on a hold that no longer exists (before the fix: 202 authorized);
+    // the order failed, its unit back.
+    assert_ne!(retry.status, 202, "{:?}", retry.body);
+    let statuses = fleet.statuses().await.unwrap();
+    assert!(
+        !statuses.contains_key("authorized") && !statuses.contains_key("pending_authorization"),
+        "{statuses:?}"
+    );
+    assert_eq!(fleet.units("sku-1").await.unwrap().2, 0, "the unit is back");
+    fleet.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_retry_a_day_after_an_intake_died_mid_authorization_finds_the_first_hold_and_makes_no_second() {
     // Arrange: the intake dies right after Stripe authorizes; the order stays pending with its
     // PaymentIntent at Stripe; a day passes and Stripe forgets the authorization's key.

@@ -144,7 +144,9 @@ fn key_kept(order: &Order, now: chrono::DateTime<chrono::Utc>) -> bool {
 /// answers what the key's first request did (the intent of an answer lost on the way, a
 /// decline), `409 idempotency_key_in_use` while that request still runs, or runs it now. One
 /// request, where a list first would cost a page or more of Stripe's list per retry: in a drop
-/// bound by Stripe's rate, every buyer told to come back is such a retry.
+/// bound by Stripe's rate, every buyer told to come back is such a retry. An answer that is a
+/// replay (its intent made before this send) is the intent as it was then, so the intent is
+/// read again before it is recorded.
 ///
 /// Otherwise Stripe is asked first for a PaymentIntent made for it (by
 /// `metadata[order_id]`, among the intents its list API shows created since the order was
@@ -171,7 +173,13 @@ fn key_kept(order: &Order, now: chrono::DateTime<chrono::Utc>) -> bool {
 /// lookup was Stripe's search, which lags, and a buyer heard 503 for two minutes after a 500.
 pub async fn resume(pool: &Pool, payments: &Payments, order: &Order) -> Result<Recorded, AuthorizationError> {
     if !order.payment_attempt_failed && key_kept(order, chrono::Utc::now()) {
-        let again = call_stripe(payments, order).await;
+        let sent = chrono::Utc::now();
+        let again = match call_stripe(payments, order).await {
+            // The key's saved answer is the intent as it was then: what it is now (cancelled
+            // in the Dashboard since, say) is read before anything is recorded on it.
+            Ok(intent) if payments.made_before(&intent, sent) => payments.retrieve(&intent.id).await,
+            answer => answer,
+        };
         return record(pool, payments, order, again).await;
     }
     let listed = std::time::Instant::now();

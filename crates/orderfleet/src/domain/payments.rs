@@ -44,6 +44,10 @@ use crate::runtime::config::StripeConfig;
 use crate::runtime::db::Pool;
 use crate::runtime::stripe_http::PooledStripe;
 
+/// How much older than a create's send its intent must be to be a replay: Stripe's `created`
+/// is in whole seconds, and the clocks are placed on each other to about a second.
+const REPLAYED_AFTER: chrono::TimeDelta = chrono::TimeDelta::seconds(5);
+
 /// The operations that carry their own idempotency key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
@@ -493,6 +497,13 @@ impl Payments {
     /// How long a buyer has to complete 3-D Secure (`PAYMENT_ACTION_TIMEOUT_SECONDS`).
     pub fn action_timeout(&self) -> Duration {
         self.action_timeout
+    }
+
+    /// Whether `intent` was made well before `sent` (this machine's clock, placed on Stripe's):
+    /// an answer to a request sent then is a replay of an earlier request's under its key.
+    pub fn made_before(&self, intent: &Intent, sent: chrono::DateTime<chrono::Utc>) -> bool {
+        let on_stripe = self.client.stripe_time(sent).unwrap_or(sent);
+        intent.created.is_some_and(|created| created < on_stripe - REPLAYED_AFTER)
     }
 
     /// How long a request may wait here for its turn of the fleet's Stripe budget.

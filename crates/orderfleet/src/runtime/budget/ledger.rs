@@ -87,13 +87,25 @@ struct Decision {
     gone: Vec<Uuid>,
     endpoint_limit: PerEndpoint,
     target: PerEndpoint,
+    /// Live members, this one included.
+    members: u32,
 }
 
 /// One tick: read, decide, lower what must be lowered, write, commit, then raise.
 pub(super) async fn tick(budget: &StripeBudget) -> sqlx::Result<()> {
     let started = Instant::now();
     let mut tx = budget.pool.begin().await?;
-    sqlx::query!("SELECT pg_advisory_xact_lock($1)", LOCK).execute(&mut *tx).await?;
+    // A member stalled inside its tick (paused, starved, cut off) holds the lock: the server
+    // ends its transaction after a second idle in it, and a tick waits a second at most for
+    // the lock, so one stalled member cannot stop the others' ticks past their leases.
+    sqlx::query!(
+        r#"SELECT set_config('idle_in_transaction_session_timeout', '1000', true) AS "idle!",
+                  set_config('lock_timeout', '1000', true) AS "lock_wait!",
+                  pg_advisory_xact_lock($1)::text AS "locked!""#,
+        LOCK
+    )
+    .fetch_one(&mut *tx)
+    .await?;
     let fleet = sqlx::query!(
         r#"SELECT clock_timestamp() AS "now!",
                   (SELECT coalesce(jsonb_agg(to_jsonb(m) - 'process' - 'updated_at'), '[]')
@@ -159,7 +171,12 @@ fn apply(budget: &StripeBudget, decision: &Decision, started: Instant) {
             .set(f64::from(decision.endpoint_limit[e as usize]));
     }
     let mut seen = budget.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    *seen = Seen { endpoint_limit: decision.endpoint_limit, target: decision.target, ticked: started };
+    *seen = Seen {
+        endpoint_limit: decision.endpoint_limit,
+        target: decision.target,
+        members: decision.members,
+        ticked: started,
+    };
 }
 
 fn decide(
@@ -208,7 +225,8 @@ fn decide(
         None => ([0; Endpoint::COUNT], Some(now)),
     };
     let gone = rows.iter().filter(|r| r.member != budget.member && r.gone(now)).map(|r| r.member).collect();
-    Decision { demand, granted, held, held_until, cuts, gone, endpoint_limit, target }
+    let members = 1 + rows.iter().filter(|r| r.member != budget.member && r.live(now)).count() as u32;
+    Decision { demand, granted, held, held_until, cuts, gone, endpoint_limit, target, members }
 }
 
 use std::sync::atomic::Ordering;

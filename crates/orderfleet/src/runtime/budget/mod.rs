@@ -61,6 +61,9 @@ pub const WINDOW: Duration = Duration::from_millis(1_050);
 /// demand, and a process that joins gets its part, within a second and a half.
 pub const TICK: Duration = Duration::from_millis(250);
 
+/// The least time between two ticks.
+const WAKE_GAP: Duration = Duration::from_millis(50);
+
 /// How long a share lasts without a renewal: five ticks, so a database slow for a second does
 /// not stop Stripe requests, and a killed process's share is free again 2.55 s after its last
 /// renewal.
@@ -143,6 +146,8 @@ struct Seen {
     endpoint_limit: [u32; Endpoint::COUNT],
     /// This process's fair part of each endpoint at the last tick ([`share::target`]).
     target: [u32; Endpoint::COUNT],
+    /// The live members at the last tick, this one included.
+    members: u32,
     ticked: Instant,
 }
 
@@ -183,6 +188,7 @@ impl StripeBudget {
                 endpoint_limit: [limits.endpoint.min(limits.account); Endpoint::COUNT],
                 target: [limits.endpoint.min(limits.account).min(limits.ceiling.unwrap_or(u32::MAX));
                     Endpoint::COUNT],
+                members: 1,
                 ticked: Instant::now(),
             }),
         })
@@ -197,10 +203,12 @@ impl StripeBudget {
         }
         let started = Instant::now();
         // The share this process is headed for: its target at the last tick (the endpoint's
-        // limit before the first), or the share in force if larger.
-        let headed_for =
-            self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).target[endpoint as usize];
-        let granted = lane.acquire(self.max_wait, headed_for.max(lane.share())).await;
+        // limit before the first), an even part of the limit among the members it saw (after
+        // a quiet spell, its target is nothing), or the share in force, whichever is largest.
+        let seen = *self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let fair = seen.endpoint_limit[endpoint as usize] / seen.members.max(1);
+        let headed_for = seen.target[endpoint as usize].max(fair).max(lane.share());
+        let granted = lane.acquire(self.max_wait, headed_for).await;
         metrics::histogram!("stripe_budget_wait_seconds", "endpoint" => endpoint.name())
             .record(started.elapsed().as_secs_f64());
         if granted {
@@ -244,6 +252,7 @@ impl StripeBudget {
 /// The ticker: renews the share every [`TICK`] while there is work, and sleeps otherwise
 /// until a request or a 429 wakes it. It ends with the budget.
 async fn run(budget: Weak<StripeBudget>, wake: Arc<Notify>) {
+    let mut last = Instant::now() - WAKE_GAP;
     loop {
         let woken = wake.notified();
         tokio::pin!(woken);
@@ -260,6 +269,10 @@ async fn run(budget: Weak<StripeBudget>, wake: Arc<Notify>) {
                 () = woken => {}
             }
         }
+        // Ticks woken by requests come at most one a [`WAKE_GAP`]: a process with no share yet
+        // is woken by every request.
+        tokio::time::sleep_until(last + WAKE_GAP).await;
+        last = Instant::now();
         let Some(budget) = budget.upgrade() else { return };
         // A database that does not answer (frozen, a dropped route) ends the tick at the
         // lease: its connection is closed, and the next tick opens another.

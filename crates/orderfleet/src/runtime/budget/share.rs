@@ -61,9 +61,11 @@ impl Row {
         })
     }
 
-    /// Whether its row can go: nothing it sent is still in a window.
+    /// Whether its row can go: its lease is over and nothing it sent is still in a window. A
+    /// live member with no share keeps its row: its demand is how the others learn to make
+    /// room for it.
     pub fn gone(&self, now: DateTime<Utc>) -> bool {
-        self.claim(now).iter().all(|&c| c == 0)
+        !self.live(now) && self.claim(now).iter().all(|&c| c == 0)
     }
 }
 
@@ -286,6 +288,14 @@ mod tests {
         assert_eq!(killed.claim(at(1_000))[CREATE], 8);
         assert_eq!(killed.claim(at(3_050))[CREATE], 0);
         assert!(killed.gone(at(3_050)));
+    }
+
+    #[test]
+    fn a_live_member_without_a_share_keeps_its_row_so_its_demand_is_seen() {
+        let mut newcomer = row(2, on(CREATE, 50), on(CREATE, 0), 1_500);
+        newcomer.held_until = at(0);
+        assert!(!newcomer.gone(at(100)), "its demand must reach the others");
+        assert!(newcomer.gone(at(1_500)));
     }
 
     #[test]
