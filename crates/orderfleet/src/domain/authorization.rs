@@ -126,6 +126,18 @@ async fn call_stripe(payments: &Payments, order: &Order) -> Result<Intent, Payme
     result
 }
 
+/// Sends the attempt's create again under its key, and records the answer. The key's saved
+/// answer is the intent as it was then: what it is now (cancelled in the Dashboard since, say)
+/// is read before anything is recorded on it.
+async fn resend(pool: &Pool, payments: &Payments, order: &Order) -> Result<Recorded, AuthorizationError> {
+    let sent = chrono::Utc::now();
+    let again = match call_stripe(payments, order).await {
+        Ok(intent) if payments.made_before(&intent, sent) => payments.retrieve(&intent.id).await,
+        answer => answer,
+    };
+    record(pool, payments, order, again).await
+}
+
 /// How long an order's attempt key is surely kept at Stripe: Stripe prunes a key once it is
 /// at least 24 hours old (docs.stripe.com/api/idempotent_requests), and an attempt's key is
 /// first sent after its order was made; an hour less, for the clocks.
@@ -173,14 +185,7 @@ fn key_kept(order: &Order, now: chrono::DateTime<chrono::Utc>) -> bool {
 /// lookup was Stripe's search, which lags, and a buyer heard 503 for two minutes after a 500.
 pub async fn resume(pool: &Pool, payments: &Payments, order: &Order) -> Result<Recorded, AuthorizationError> {
     if !order.payment_attempt_failed && key_kept(order, chrono::Utc::now()) {
-        let sent = chrono::Utc::now();
-        let again = match call_stripe(payments, order).await {
-            // The key's saved answer is the intent as it was then: what it is now (cancelled
-            // in the Dashboard since, say) is read before anything is recorded on it.
-            Ok(intent) if payments.made_before(&intent, sent) => payments.retrieve(&intent.id).await,
-            answer => answer,
-        };
-        return record(pool, payments, order, again).await;
+        return resend(pool, payments, order).await;
     }
     let listed = std::time::Instant::now();
     // A key that answered a 5xx ran, if at all, before the 5xx came back (`payment_attempt_at`).

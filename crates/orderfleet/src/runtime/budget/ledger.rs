@@ -95,17 +95,7 @@ struct Decision {
 pub(super) async fn tick(budget: &StripeBudget) -> sqlx::Result<()> {
     let started = Instant::now();
     let mut tx = budget.pool.begin().await?;
-    // A member stalled inside its tick (paused, starved, cut off) holds the lock: the server
-    // ends its transaction after a second idle in it, and a tick waits a second at most for
-    // the lock, so one stalled member cannot stop the others' ticks past their leases.
-    sqlx::query!(
-        r#"SELECT set_config('idle_in_transaction_session_timeout', '1000', true) AS "idle!",
-                  set_config('lock_timeout', '1000', true) AS "lock_wait!",
-                  pg_advisory_xact_lock($1)::text AS "locked!""#,
-        LOCK
-    )
-    .fetch_one(&mut *tx)
-    .await?;
+    lock(&mut tx).await?;
     let fleet = sqlx::query!(
         r#"SELECT clock_timestamp() AS "now!",
                   (SELECT coalesce(jsonb_agg(to_jsonb(m) - 'process' - 'updated_at'), '[]')
@@ -158,6 +148,22 @@ pub(super) async fn tick(budget: &StripeBudget) -> sqlx::Result<()> {
     .await?;
     tx.commit().await?;
     apply(budget, &decision, started);
+    Ok(())
+}
+
+/// Takes the budget's lock for this transaction. A member stalled inside its tick (paused,
+/// starved, cut off) holds the lock: the server ends its transaction after a second idle in
+/// it, and a tick waits a second at most for the lock, so one stalled member cannot stop the
+/// others' ticks past their leases.
+async fn lock(tx: &mut crate::runtime::pool::Tx) -> sqlx::Result<()> {
+    sqlx::query!(
+        r#"SELECT set_config('idle_in_transaction_session_timeout', '1000', true) AS "idle!",
+                  set_config('lock_timeout', '1000', true) AS "lock_wait!",
+                  pg_advisory_xact_lock($1)::text AS "locked!""#,
+        LOCK
+    )
+    .fetch_one(&mut **tx)
+    .await?;
     Ok(())
 }
 
