@@ -24,7 +24,7 @@
 //!   is put in force before the row says so, a higher one only after the commit. A process
 //!   that joins finds the limit claimed and takes nothing until the others give their excess
 //!   up at their next tick and a window has passed: while shares settle, the fleet runs
-//!   under the limit, never over it. The window is [`WINDOW`], 5 % over Stripe's second, for
+//!   under the limit, never over it. The window is [`WINDOW`], 10 % over Stripe's second, for
 //!   the jitter between a request leaving here and reaching Stripe.
 //! - **When the database cannot be reached.** A member sends nothing past its lease
 //!   ([`LEASE`], counted from before it asked): its requests wait, the intake answers `503
@@ -53,9 +53,11 @@ use uuid::Uuid;
 
 use crate::runtime::db::Pool;
 
-/// The window a share is counted over: Stripe's second, and 5 % for the jitter between a
-/// request leaving here and reaching Stripe.
-pub const WINDOW: Duration = Duration::from_millis(1_050);
+/// The window a share is counted over: Stripe's second, and 10 % for the jitter between a
+/// request's turn here and its arrival at Stripe (a scheduler's delay, a connection's
+/// checkout). With 5 % the suite, eight tests at once on two cores, once saw 26 creates in
+/// one second against 25.
+pub const WINDOW: Duration = Duration::from_millis(1_100);
 
 /// How often a member with work renews its share: four times a second, so a share follows
 /// demand, and a process that joins gets its part, within a second and a half.
@@ -65,7 +67,7 @@ pub const TICK: Duration = Duration::from_millis(250);
 const WAKE_GAP: Duration = Duration::from_millis(50);
 
 /// How long a share lasts without a renewal: five ticks, so a database slow for a second does
-/// not stop Stripe requests, and a killed process's share is free again 2.55 s after its last
+/// not stop Stripe requests, and a killed process's share is free again 2.6 s after its last
 /// renewal.
 pub const LEASE: Duration = Duration::from_millis(1_500);
 

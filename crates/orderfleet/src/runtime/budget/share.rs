@@ -257,10 +257,11 @@ mod tests {
         let free_at = |ms| grant(me, on(CREATE, 12), &rows, &STRIPE, at(ms))[CREATE];
 
         // Act
-        let free = [free_at(0), free_at(525), free_at(1_000), free_at(1_050)];
+        let w = WINDOW.as_millis() as i64;
+        let free = [free_at(0), free_at(w / 2), free_at(w - 50), free_at(w)];
 
         // Assert: 13 + ⌈12 · left⌉ + 1 is still claimed: nothing free at the cut, 5 halfway
-        // through the window, 12 at its end.
+        // through the window, 10 just before its end, 12 at its end.
         assert_eq!(free, [0, 5, 10, 12]);
     }
 
@@ -268,13 +269,14 @@ mod tests {
     fn a_killed_member_s_share_comes_free_through_the_window_after_its_lease() {
         let rows = [row(1, on(CREATE, 50), on(CREATE, 25), 2_000)];
         let me = Uuid::from_u128(2);
+        let w = WINDOW.as_millis() as i64;
         let wanted = target(me, on(CREATE, 50), &rows, &STRIPE, at(2_000));
         assert_eq!(wanted[CREATE], 25, "a member past its lease asks for nothing");
         assert_eq!(grant(me, wanted, &rows, &STRIPE, at(2_000))[CREATE], 0);
-        assert_eq!(grant(me, wanted, &rows, &STRIPE, at(2_525))[CREATE], 11, "25 - (13 + 1)");
-        assert_eq!(grant(me, wanted, &rows, &STRIPE, at(3_050))[CREATE], 25);
-        assert!(!rows[0].gone(at(3_000)));
-        assert!(rows[0].gone(at(3_050)));
+        assert_eq!(grant(me, wanted, &rows, &STRIPE, at(2_000 + w / 2))[CREATE], 11, "25 - (13 + 1)");
+        assert_eq!(grant(me, wanted, &rows, &STRIPE, at(2_000 + w))[CREATE], 25);
+        assert!(!rows[0].gone(at(2_000 + w - 50)));
+        assert!(rows[0].gone(at(2_000 + w)));
     }
 
     #[test]
@@ -286,8 +288,8 @@ mod tests {
 
         // Act, Assert
         assert_eq!(killed.claim(at(1_000))[CREATE], 8);
-        assert_eq!(killed.claim(at(3_050))[CREATE], 0);
-        assert!(killed.gone(at(3_050)));
+        assert_eq!(killed.claim(at(2_000 + WINDOW.as_millis() as i64))[CREATE], 0);
+        assert!(killed.gone(at(2_000 + WINDOW.as_millis() as i64)));
     }
 
     #[test]
