@@ -62,14 +62,11 @@ async fn stripe_failing_on_authorize_capture_and_cancel_is_retried_with_the_same
     fleet.stop().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_retry_after_the_hold_was_cancelled_at_stripe_is_not_authorized_on_the_key_s_old_answer() {
-    // Arrange: the intake dies right after Stripe authorizes; while the order is pending,
-    // someone cancels its PaymentIntent in Stripe's Dashboard. Stripe still keeps the key,
-    // whose saved answer is the intent as it was: holding funds.
-    let mut fleet = Fleet::prepare("retry-after-a-cancel").await.unwrap();
-    fleet.product("sku-1", 1000, 5).await.unwrap();
-    spawn_intake_that_dies_after_authorizing(&mut fleet);
+/// Ida orders through an intake that dies right after Stripe authorizes: her order stays
+/// pending, its PaymentIntent holding funds at Stripe. The intake may still be starting: she
+/// sends until the order exists.
+async fn ida_s_intake_dies_after_authorizing(fleet: &mut Fleet) {
+    spawn_intake_that_dies_after_authorizing(fleet);
     eventually("the order created", Duration::from_secs(20), || async {
         if fleet.statuses().await.unwrap().contains_key("pending_authorization") {
             return Some(());
@@ -80,6 +77,16 @@ async fn a_retry_after_the_hold_was_cancelled_at_stripe_is_not_authorized_on_the
     .await
     .unwrap();
     assert!(!fleet.wait_exit("doomed-intake", Duration::from_secs(10)).await.unwrap().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_after_the_hold_was_cancelled_at_stripe_is_not_authorized_on_the_key_s_old_answer() {
+    // Arrange: the intake dies right after Stripe authorizes; while the order is pending,
+    // someone cancels its PaymentIntent in Stripe's Dashboard. Stripe still keeps the key,
+    // whose saved answer is the intent as it was: holding funds.
+    let mut fleet = Fleet::prepare("retry-after-a-cancel").await.unwrap();
+    fleet.product("sku-1", 1000, 5).await.unwrap();
+    ida_s_intake_dies_after_authorizing(&mut fleet).await;
     let intent = fleet.intents().await.unwrap()[0]["id"].as_str().unwrap().to_owned();
     let cancelled = fleet
         .http
@@ -114,18 +121,7 @@ async fn a_retry_a_day_after_an_intake_died_mid_authorization_finds_the_first_ho
     // PaymentIntent at Stripe; a day passes and Stripe forgets the authorization's key.
     let mut fleet = Fleet::prepare("retry-after-a-day").await.unwrap();
     fleet.product("sku-1", 1000, 5).await.unwrap();
-    spawn_intake_that_dies_after_authorizing(&mut fleet);
-    // The intake may still be starting: the buyer sends until the order exists.
-    eventually("the order created", Duration::from_secs(20), || async {
-        if fleet.statuses().await.unwrap().contains_key("pending_authorization") {
-            return Some(());
-        }
-        let _ = fleet.post_order("ida", "key-1", "sku-1", 1, "pm_card_visa").await;
-        None
-    })
-    .await
-    .unwrap();
-    assert!(!fleet.wait_exit("doomed-intake", Duration::from_secs(10)).await.unwrap().success());
+    ida_s_intake_dies_after_authorizing(&mut fleet).await;
     assert_eq!(fleet.intents().await.unwrap().len(), 1);
     let expired =
         fleet.http.post(format!("{}/_sim/idempotency_keys/expire", fleet.stripe_url)).send().await.unwrap();
