@@ -175,6 +175,9 @@ struct BudgetFigures {
     /// PaymentIntents made a second, from the first to the last (Stripe's `created`, whole
     /// seconds).
     creates_per_second: f64,
+    /// PaymentIntents made in the median whole second, the first and last seconds (part
+    /// seconds) left out.
+    median_second: u64,
     /// stripe-sim's busiest second on each operation.
     busiest_by_endpoint: String,
     /// The budget's ticks in every process; each is five round trips (`BEGIN`, the lock, the
@@ -187,6 +190,15 @@ impl BudgetFigures {
         let created: Vec<i64> = intents.iter().filter_map(|i| i["created"].as_i64()).collect();
         let span = created.iter().max().zip(created.iter().min()).map_or(0, |(last, first)| last - first);
         let creates_per_second = created.len().saturating_sub(1) as f64 / span.max(1) as f64;
+        let mut by_second = std::collections::BTreeMap::<i64, u64>::new();
+        for at in &created {
+            *by_second.entry(*at).or_default() += 1;
+        }
+        let first = by_second.keys().next().copied().unwrap_or(0);
+        let mut seconds: Vec<u64> =
+            (first + 1..first + span).map(|at| by_second.get(&at).copied().unwrap_or(0)).collect();
+        seconds.sort_unstable();
+        let median_second = seconds.get(seconds.len() / 2).copied().unwrap_or(0);
         let stats = fleet.stripe_stats().await?;
         let busiest_by_endpoint = stats["max_requests_in_one_second_by_endpoint"].to_string();
         let ticks = fleet_harness::metrics::sum_by_label(
@@ -196,7 +208,7 @@ impl BudgetFigures {
         )
         .values()
         .sum();
-        Ok(Self { creates_per_second, busiest_by_endpoint, ticks })
+        Ok(Self { creates_per_second, median_second, busiest_by_endpoint, ticks })
     }
 }
 
@@ -275,9 +287,10 @@ impl DropFigures {
         );
         let budget = &self.budget;
         println!(
-            "Stripe budget             {:.1} creates/s from the first to the last (the fleet's limit {}/s on each \
-             operation, paced at {:.1}/s); busiest second by operation {}; {} ticks = {} statements, {:.2} per unit sold",
+            "Stripe budget             {:.1} creates/s from the first to the last, {} in the median second (the fleet's \
+             limit {}/s on each operation, paced at {:.1}/s); busiest second by operation {}; {} ticks = {} statements, {:.2} per unit sold",
             budget.creates_per_second,
+            budget.median_second,
             options.stripe_limit,
             f64::from(options.stripe_limit) / orderfleet::runtime::budget::WINDOW.as_secs_f64(),
             budget.busiest_by_endpoint,
