@@ -22,8 +22,9 @@ await_background tools
 step "cargo fmt --check"
 cargo fmt --all --check
 
-step "the docs name only tests, files and settings that exist"
+step "the docs name only tests, files and settings that exist; docs/spec.md is the shared contract"
 python3 scripts/check-docs.py
+python3 scripts/check-spec.py
 
 step "every function within 60 lines; no order status spelled in the fleet's SQL; no import loops"
 python3 scripts/check-shape.py
