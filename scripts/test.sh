@@ -56,6 +56,9 @@ step "dependencies: advisories, duplicate versions, licenses, sources (cargo-den
 step "cargo clippy --all-targets -- -D warnings, and the query data (.sqlx/) is what the migrated schema says of every statement"
 "$root/scripts/sqlx-data.sh" check
 
+step "schema.sql is today's schema, as the migrations leave it"
+"$root/scripts/schema.sh" check
+
 # Databases the end-to-end tests made and a failed run left behind (see tests/support).
 psql -q -d "$DATABASE_URL" -At -c "SELECT datname FROM pg_database WHERE datname LIKE 'orderfleet\_test\_%'" |
     while read -r db; do psql -q -d "$DATABASE_URL" -c "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)"; done
