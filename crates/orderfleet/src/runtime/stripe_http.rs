@@ -28,7 +28,7 @@ use stripe_client_core::{CustomizedStripeRequest, RequestStrategy, StripeClient,
 
 /// How long an idle connection is kept: under the 60 s after which load balancers commonly
 /// drop an idle flow, so the pool does not hand out one the far side has forgotten.
-pub const IDLE_FOR: Duration = Duration::from_secs(50);
+const IDLE_FOR: Duration = Duration::from_secs(50);
 
 const STRIPE_VERSION: HeaderName = HeaderName::from_static("stripe-version");
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");

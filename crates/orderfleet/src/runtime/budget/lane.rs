@@ -2,8 +2,7 @@
 //! and go out spaced so that no window holds more than the share.
 //!
 //! The rule: a request goes out at `s` only if `s` is at least `WINDOW / share(s)` after the
-//! one before it, `share(s)` being the share at that moment (half of it in the first window
-//! after the lane was cold: [`Pace::pace_share`]), and only while the lease lasts.
+//! one before it, `share(s)` being the share at that moment, and only while the lease lasts.
 //! Then any window `(u - WINDOW, u]` holds at most the largest share in force during it: with
 //! `n` requests in it, each gap at least `WINDOW / max`, `(n - 1) · WINDOW / max < WINDOW`.
 //! That largest share is what the fleet's rows claim for this process ([`super::share`]).
@@ -15,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{WARM_FOR, WINDOW};
+use super::WINDOW;
 
 /// What this process may send on the endpoint now.
 #[derive(Debug, Clone, Copy, Default)]
@@ -24,8 +23,6 @@ struct Pace {
     /// Nothing goes out at or past this; `None` before the first lease.
     lease_until: Option<Instant>,
     last_sent: Option<Instant>,
-    /// When the lane last went from cold (no request for [`WARM_FOR`]) to sending.
-    warm_since: Option<Instant>,
 }
 
 impl Pace {
@@ -35,29 +32,8 @@ impl Pace {
         if self.share == 0 {
             return None;
         }
-        let at = match self.last_sent.filter(|&last| now.duration_since(last) < WARM_FOR) {
-            Some(last) => (last + WINDOW / self.pace_share(now)).max(now),
-            None => now,
-        };
+        let at = self.last_sent.map_or(now, |last| (last + WINDOW / self.share).max(now));
         (at < lease_until).then_some(at)
-    }
-
-    /// The share requests are spaced by: half the share in the first window after the lane
-    /// was cold. A cold lane's requests open new connections and reach Stripe later than the
-    /// ones after them, so they would crowd into one second with those; at half the pace they
-    /// leave room for it ([`WINDOW`]).
-    fn pace_share(&self, now: Instant) -> u32 {
-        match self.warm_since {
-            Some(since) if now < since + WINDOW => self.share.div_ceil(2),
-            _ => self.share,
-        }
-    }
-
-    fn sent(&mut self, now: Instant) {
-        if self.last_sent.is_none_or(|last| now.duration_since(last) >= WARM_FOR) {
-            self.warm_since = Some(now);
-        }
-        self.last_sent = Some(now);
     }
 }
 
@@ -133,7 +109,7 @@ impl Lane {
                 let mut pace = self.pace();
                 match pace.next_at(now) {
                     Some(at) if at <= now => {
-                        pace.sent(now);
+                        pace.last_sent = Some(now);
                         return;
                     }
                     next => next,
@@ -194,23 +170,6 @@ mod tests {
         assert_eq!(granted[0], Duration::ZERO);
         for w in granted.windows(11) {
             assert!(w[10] - w[0] >= WINDOW, "{granted:?}");
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_cold_lane_sends_half_its_share_in_its_first_window_and_again_after_a_quiet_spell() {
-        // Arrange
-        let lane = lane(10);
-        let granted = grants(&lane, 10).await;
-
-        // Act: quiet long enough for the connections to close, then another burst.
-        tokio::time::sleep(WARM_FOR + Duration::from_secs(1)).await;
-        let again = grants(&lane, 10).await;
-
-        // Assert: 5 in the first window, at half the pace; then the full pace.
-        for burst in [&granted, &again] {
-            assert_eq!(burst.iter().filter(|&&at| at < WINDOW).count(), 5, "{burst:?}");
-            assert_eq!(burst[9] - burst[8], WINDOW / 10, "{burst:?}");
         }
     }
 

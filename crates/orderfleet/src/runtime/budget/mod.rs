@@ -64,13 +64,8 @@ use crate::runtime::db::Pool;
 /// drop's first 1.6 s, while the processes opened their connections. Processes that have just
 /// started, on a busy machine, are where the spread passes the margin. The 26 and 27 in one
 /// second that the suite saw before this logging existed fit that cause
-/// (`.config/nextest.toml`). So a lane that was cold sends at half its share for its first
-/// window ([`lane`]): its slow first requests then have room in the second they land in.
+/// (`.config/nextest.toml`).
 pub const WINDOW: Duration = Duration::from_millis(1_100);
-
-/// How long a lane stays warm after its last request: the Stripe client's connections close
-/// after this long idle, so the next request opens a new one.
-pub const WARM_FOR: Duration = crate::runtime::stripe_http::IDLE_FOR;
 
 /// How often a member with work renews its share: four times a second, so a share follows
 /// demand, and a process that joins gets its part, within a second and a half.
