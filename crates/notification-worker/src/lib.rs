@@ -652,7 +652,7 @@ pub fn handler(pool: Pool, sns: Client, topic_arn: String, stop: CancellationTok
 #[cfg(test)]
 mod tests {
     use aws_sdk_sns::types::{BatchResultErrorEntry, PublishBatchResultEntry};
-    use orderfleet::domain::order::OrderStatus;
+    use orderfleet::domain::order::{FailureReason, OrderStatus};
     use orderfleet::domain::{Currency, Quantity, Sku, UserId};
     use orderfleet::runtime::failure::Kind;
 
@@ -672,7 +672,7 @@ mod tests {
                 quantity: Quantity::parse(2).unwrap(),
                 amount: 2_000,
                 currency: Currency::parse("jpy").unwrap(),
-                reason: Some("out_of_stock".to_owned()),
+                reason: Some(FailureReason::OutOfStock),
             },
         }
     }

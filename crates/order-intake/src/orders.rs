@@ -18,7 +18,7 @@ use std::time::Duration;
 use orderfleet::domain::OrderId;
 use orderfleet::domain::authorization::{self, AuthorizationError, Recorded};
 use orderfleet::domain::door::{self, Admission, Refusal};
-use orderfleet::domain::order::{Order, OrderStatus};
+use orderfleet::domain::order::{FailureReason, Order, OrderStatus};
 use orderfleet::domain::payments::Payments;
 use orderfleet::domain::tokens::UserId;
 use orderfleet::runtime::db::Pool;
@@ -172,7 +172,7 @@ impl Intake<'_> {
             Ok(Recorded::Authorized) => Order { status: OrderStatus::Authorized, ..order },
             Ok(Recorded::Declined(_detail)) => Order {
                 status: OrderStatus::PaymentDeclined,
-                failure_reason: Some(authorization::DECLINED.to_owned()),
+                failure_reason: Some(FailureReason::PaymentDeclined),
                 ..order
             },
             // Someone else moved it (a racing retry, the sweeper) and decided the answer.

@@ -3,7 +3,7 @@
 //! [`Order`]; their doc comments are the OpenAPI schemas' descriptions.
 
 use chrono::{DateTime, Utc};
-use orderfleet::domain::order::{Order, OrderStatus};
+use orderfleet::domain::order::{FailureReason, Order, OrderStatus};
 use orderfleet::domain::{Currency, OrderId, Quantity, Sku};
 use serde::Serialize;
 
@@ -91,18 +91,13 @@ pub struct OrderView {
     pub created_at: DateTime<Utc>,
     /// When it last moved.
     pub updated_at: DateTime<Utc>,
-    /// Why it failed, as a code; none while it has not.
-    pub failure_reason: Option<String>,
+    /// Why it failed; none while it has not.
+    pub failure_reason: Option<FailureReason>,
 }
 
 impl From<Order> for OrderView {
     fn from(order: Order) -> Self {
-        // A refused capture answers its code, whatever an older stock worker wrote there
-        // before it learned to keep Stripe's words to the operators' column.
-        let failure_reason = match order.status {
-            OrderStatus::CaptureFailed => Some(OrderStatus::CaptureFailed.as_str().to_owned()),
-            _ => order.failure_reason.clone(),
-        };
+        let failure_reason = order.failure_reason;
         Self {
             order: Accepted::of(&order),
             created_at: order.created_at,

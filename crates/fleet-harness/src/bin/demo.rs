@@ -1,3 +1,6 @@
+// The harness's binaries build statements at run time to look at the fleet from outside
+// (clippy.toml), and read a scenario top to bottom.
+#![allow(clippy::too_many_lines, clippy::disallowed_methods)]
 //! `make demo`: a flash sale through the whole fleet, against the stack `make up` started.
 //!
 //! Starts stripe-sim (limited, as Stripe is, to 25 requests a second) and every binary (two
@@ -409,11 +412,13 @@ impl Settled {
             aws: sum_by_label(&fleet.scrape_metrics().await, "aws_requests_total", "operation"),
             three_d_secure: sqlx::query_as(
                 "SELECT count(*) FILTER (WHERE status = 'paid'),
-                        count(*) FILTER (WHERE failure_reason = 'authentication_failed'),
-                        count(*) FILTER (WHERE failure_reason = 'authentication_timed_out')
+                        count(*) FILTER (WHERE failure_reason = $2),
+                        count(*) FILTER (WHERE failure_reason = $3)
                    FROM orders WHERE product_id = $1 AND client_secret IS NOT NULL",
             )
             .bind(sku)
+            .bind(orderfleet::domain::order::FailureReason::AuthenticationFailed)
+            .bind(orderfleet::domain::order::FailureReason::AuthenticationTimedOut)
             .fetch_one(&fleet.pool)
             .await?,
         })

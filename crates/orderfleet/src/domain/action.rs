@@ -28,16 +28,9 @@ use crate::runtime::db::Pool;
 
 use crate::domain::OrderId;
 use crate::domain::authorization::AuthorizationError;
-use crate::domain::order::{Order, OrderNotification, OrderStatus, StripeEvent, Transition};
+use crate::domain::order::{FailureReason, Order, OrderNotification, OrderStatus, StripeEvent, Transition};
 use crate::domain::outbox::EventType;
 use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
-
-/// The buyer failed 3-D Secure (or the intent was not the order's): a decline.
-pub const AUTHENTICATION_FAILED: &str = "authentication_failed";
-/// The buyer did not authenticate by the deadline: counted as nothing.
-pub const AUTHENTICATION_TIMED_OUT: &str = "authentication_timed_out";
-/// The intent was cancelled outside the fleet (Stripe's Dashboard) while the buyer was at it.
-pub const PAYMENT_CANCELED: &str = "payment_canceled";
 
 /// What settling did to the order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +38,7 @@ pub enum Settled {
     /// This call moved it to `authorized`.
     Authorized,
     /// This call moved it to `payment_declined`, for this reason.
-    Declined(&'static str),
+    Declined(FailureReason),
     /// The buyer is still authenticating, before the deadline.
     Waiting,
     /// Someone else moved it first.
@@ -154,10 +147,10 @@ enum Decision {
     Authorize,
     Wait,
     /// Ended, with no hold left: record it.
-    Decline(&'static str),
+    Decline(FailureReason),
     /// Ended, but its intent must be cancelled first (it may hold funds, or the buyer may
     /// still complete it).
-    Release(&'static str),
+    Release(FailureReason),
 }
 
 fn decide(order: &Order, intent: &Intent, past_deadline: bool) -> Decision {
@@ -166,15 +159,15 @@ fn decide(order: &Order, intent: &Intent, past_deadline: bool) -> Decision {
             Decision::Authorize
         }
         IntentStatus::RequiresCapture | IntentStatus::Succeeded | IntentStatus::RequiresPaymentMethod => {
-            Decision::Release(AUTHENTICATION_FAILED)
+            Decision::Release(FailureReason::AuthenticationFailed)
         }
         IntentStatus::Canceled if intent.last_error.as_deref() == Some(FAILED_AUTHENTICATION) => {
-            Decision::Decline(AUTHENTICATION_FAILED)
+            Decision::Decline(FailureReason::AuthenticationFailed)
         }
-        IntentStatus::Canceled if past_deadline => Decision::Decline(AUTHENTICATION_TIMED_OUT),
-        IntentStatus::Canceled => Decision::Decline(PAYMENT_CANCELED),
+        IntentStatus::Canceled if past_deadline => Decision::Decline(FailureReason::AuthenticationTimedOut),
+        IntentStatus::Canceled => Decision::Decline(FailureReason::PaymentCanceled),
         IntentStatus::RequiresAction | IntentStatus::Other if past_deadline => {
-            Decision::Release(AUTHENTICATION_TIMED_OUT)
+            Decision::Release(FailureReason::AuthenticationTimedOut)
         }
         IntentStatus::RequiresAction | IntentStatus::Other => Decision::Wait,
     }
@@ -202,7 +195,7 @@ async fn authorize(
 ) -> Result<Settled, AuthorizationError> {
     let accepted = OrderNotification::of(order, OrderStatus::Authorized, None);
     let moved = Transition::new(order.id, OrderStatus::RequiresAction, OrderStatus::Authorized)
-        .with_hold(hold)
+        .with_hold(hold.hold())
         .with_message(EventType::StockCheckRequested, &accepted)
         .with_message(EventType::OrderAccepted, &accepted)
         .with_event(event)
@@ -219,19 +212,19 @@ async fn authorize(
 async fn decline(
     pool: &Pool,
     order: &Order,
-    reason: &'static str,
+    reason: FailureReason,
     event: Option<StripeEvent<'_>>,
 ) -> Result<Settled, AuthorizationError> {
     let rejected = OrderNotification::of(order, OrderStatus::PaymentDeclined, Some(reason));
     let moved = Transition::new(order.id, OrderStatus::RequiresAction, OrderStatus::PaymentDeclined)
         .with_reason(reason)
         .with_message(EventType::OrderRejected, &rejected)
-        .giving_units_back(reason)
+        .giving_units_back(reason.as_str())
         .with_event(event)
         .commit(pool)
         .await?;
     if moved {
-        tracing::info!(reason, "3-D Secure did not complete; the order's units go back to the line");
+        tracing::info!(%reason, "3-D Secure did not complete; the order's units go back to the line");
     }
     Ok(if moved { Settled::Declined(reason) } else { Settled::MovedElsewhere })
 }
@@ -309,11 +302,11 @@ mod tests {
         assert_eq!(decide(&order, &held, false), Decision::Authorize);
         assert_eq!(decide(&order, &held, true), Decision::Authorize, "finished in time, seen late");
         let cheaper = Intent { amount: 1, ..held.clone() };
-        assert_eq!(decide(&order, &cheaper, false), Decision::Release(AUTHENTICATION_FAILED));
+        assert_eq!(decide(&order, &cheaper, false), Decision::Release(FailureReason::AuthenticationFailed));
         let automatic = Intent { manual_capture: false, ..held.clone() };
-        assert_eq!(decide(&order, &automatic, false), Decision::Release(AUTHENTICATION_FAILED));
+        assert_eq!(decide(&order, &automatic, false), Decision::Release(FailureReason::AuthenticationFailed));
         let another = Intent { order_id: Some(OrderId::new().to_string()), ..held };
-        assert_eq!(decide(&order, &another, false), Decision::Release(AUTHENTICATION_FAILED));
+        assert_eq!(decide(&order, &another, false), Decision::Release(FailureReason::AuthenticationFailed));
     }
 
     #[test]
@@ -321,16 +314,19 @@ mod tests {
         let order = order();
         let waiting = intent(&order, IntentStatus::RequiresAction);
         assert_eq!(decide(&order, &waiting, false), Decision::Wait);
-        assert_eq!(decide(&order, &waiting, true), Decision::Release(AUTHENTICATION_TIMED_OUT));
+        assert_eq!(decide(&order, &waiting, true), Decision::Release(FailureReason::AuthenticationTimedOut));
         let canceled = intent(&order, IntentStatus::Canceled);
-        assert_eq!(decide(&order, &canceled, true), Decision::Decline(AUTHENTICATION_TIMED_OUT));
-        assert_eq!(decide(&order, &canceled, false), Decision::Decline(PAYMENT_CANCELED));
+        assert_eq!(decide(&order, &canceled, true), Decision::Decline(FailureReason::AuthenticationTimedOut));
+        assert_eq!(decide(&order, &canceled, false), Decision::Decline(FailureReason::PaymentCanceled));
         let failed = intent(&order, IntentStatus::RequiresPaymentMethod);
-        assert_eq!(decide(&order, &failed, false), Decision::Release(AUTHENTICATION_FAILED));
+        assert_eq!(decide(&order, &failed, false), Decision::Release(FailureReason::AuthenticationFailed));
         let failed_then_canceled = Intent {
             last_error: Some(FAILED_AUTHENTICATION.into()),
             ..intent(&order, IntentStatus::Canceled)
         };
-        assert_eq!(decide(&order, &failed_then_canceled, true), Decision::Decline(AUTHENTICATION_FAILED));
+        assert_eq!(
+            decide(&order, &failed_then_canceled, true),
+            Decision::Decline(FailureReason::AuthenticationFailed)
+        );
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::domain::OrderId;
 use crate::runtime::db::Pool;
 
-use crate::domain::order::{Order, OrderNotification, OrderStatus, Transition};
+use crate::domain::order::{FailureReason, Order, OrderNotification, OrderStatus, Transition};
 use crate::domain::outbox::EventType;
 use crate::domain::payments::{AuthorizeRequest, Intent, IntentStatus, PaymentError, Payments};
 
@@ -333,12 +333,14 @@ async fn refused_by_database(
     metrics::counter!("orders_refused_by_database_total").increment(1);
     tracing::error!(payment_intent = intent.id, reason, "the order cannot be recorded; its hold is released");
     if let Err(why) = payments.cancel(order.intent(&intent.id)).await
-        && let Err(e) = crate::domain::strays::owe(pool, order.id, &intent.id, "order_refused", &why).await
+        && let Err(e) =
+            crate::domain::strays::owe(pool, order.id, &intent.id, FailureReason::OrderRefused.as_str(), &why)
+                .await
     {
         tracing::error!(payment_intent = intent.id, error = %e, "neither released nor owed: cancel it in Stripe's Dashboard");
     }
     payments.not_held_here(&intent.id);
-    match fail(pool, order.id, ORDER_REFUSED, &reason, Some(&intent.id)).await {
+    match fail(pool, order.id, FailureReason::OrderRefused, &reason, Some(&intent.id)).await {
         Ok(true) => Ok(Recorded::Declined(reason)),
         Ok(false) => Ok(Recorded::MovedElsewhere),
         Err(e) => {
@@ -432,34 +434,27 @@ async fn moved_or_stray(
     Ok(Recorded::MovedElsewhere)
 }
 
-/// What a buyer (and `GET /v1/orders/{id}`) is told of any decline: no more, so the intake
-/// tells a card tester nothing about the card. The issuer's detail goes to `decline_detail`
-/// and the logs, for operators.
-pub const DECLINED: &str = "payment_declined";
-
-/// The `failure_reason` of an order whose commit the database refused for good (a constraint,
-/// a trigger): its hold released, it ends `payment_declined` with the database's words in
-/// `decline_detail`, for operators.
-pub const ORDER_REFUSED: &str = "order_refused";
-
 /// ONE statement: `pending_authorization` → `payment_declined` (compare-and-set), and the
 /// units the door promised the order go back to the product for the next buyer. The order row
-/// is locked before the product row, as everywhere. `detail` (the issuer's reason) is kept
-/// for operators only. `fleetctl order resolve --none` declines through it too.
+/// is locked before the product row, as everywhere. The buyer (and `GET /v1/orders/{id}`) is
+/// told [`FailureReason::PaymentDeclined`] of any decline, no more, so the intake tells a card
+/// tester nothing about the card; `detail` (the issuer's reason) is kept for operators only. `fleetctl order resolve --none` declines through it too.
 pub(crate) async fn decline(
     pool: &Pool,
     id: OrderId,
     detail: &str,
     payment_intent_id: Option<&str>,
 ) -> sqlx::Result<bool> {
-    fail(pool, id, DECLINED, detail, payment_intent_id).await
+    fail(pool, id, FailureReason::PaymentDeclined, detail, payment_intent_id).await
 }
 
-/// [`decline`] with `failure_reason` as given: [`DECLINED`], or [`ORDER_REFUSED`].
+/// [`decline`] with `failure_reason` as given: [`FailureReason::PaymentDeclined`], or
+/// [`FailureReason::OrderRefused`] for an order whose commit the database refused for good (a
+/// constraint, a trigger), its hold released and the database's words in `decline_detail`.
 async fn fail(
     pool: &Pool,
     id: OrderId,
-    failure_reason: &str,
+    failure_reason: FailureReason,
     detail: &str,
     payment_intent_id: Option<&str>,
 ) -> sqlx::Result<bool> {
@@ -480,7 +475,7 @@ async fn fail(
         id as _,
         detail,
         payment_intent_id,
-        failure_reason,
+        failure_reason.as_str(),
         OrderStatus::PendingAuthorization as _,
         OrderStatus::PaymentDeclined as _,
     )
@@ -502,7 +497,7 @@ async fn commit_authorized(
 ) -> sqlx::Result<bool> {
     let accepted = OrderNotification::of(order, OrderStatus::Authorized, None);
     let moved = Transition::new(order.id, OrderStatus::PendingAuthorization, OrderStatus::Authorized)
-        .with_hold(hold)
+        .with_hold(hold.hold())
         .with_message(EventType::StockCheckRequested, &accepted)
         .with_message(EventType::OrderAccepted, &accepted)
         .apply(pool)
@@ -527,8 +522,8 @@ async fn commit_requires_action(
     let until = chrono::Utc::now() + timeout;
     tracing::info!(payment_intent = intent.id, %until, "the card needs 3-D Secure; the buyer completes it");
     Transition::new(order.id, OrderStatus::PendingAuthorization, OrderStatus::RequiresAction)
-        .with_hold(intent)
-        .with_action(action, until)
+        .with_hold(intent.hold())
+        .with_action(action.for_buyer(until))
         .apply(pool)
         .await
 }

@@ -237,7 +237,7 @@ async fn door<'e>(executor: impl PgExecutor<'e>, entry: Entry<'_>, rule: Rule) -
                 a.product_id AS "product_id?: Sku", a.quantity AS "quantity?: Quantity",
                 a.amount_minor AS "amount_minor?", a.currency AS "currency?: Currency",
                 a.payment_method AS "payment_method?", a.status AS "status?: OrderStatus", a.position AS "position?",
-                a.payment_intent_id, a.failure_reason, a.authorization_released_at, a.traceparent,
+                a.payment_intent_id, a.failure_reason AS "failure_reason: crate::domain::status::FailureReason", a.authorization_released_at, a.traceparent,
                 a.payment_attempt AS "payment_attempt?", a.payment_attempt_failed AS "payment_attempt_failed?", a.payment_attempt_at AS "payment_attempt_at?",
                 a.client_secret, a.next_action, a.action_expires_at, a.intake_lease_until, a.created_at AS "created_at?", a.updated_at AS "updated_at?", (SELECT used FROM used) AS "key_used!",
                 seen.units_left AS "units_left?", seen.max_per_buyer AS "max_per_buyer?",

@@ -28,7 +28,9 @@ use uuid::Uuid;
 
 use crate::domain::OrderId;
 
-use crate::domain::order::{self, Order, OrderNotification, OrderStatus, StatusSet, Transition};
+use crate::domain::order::{
+    self, FailureReason, Order, OrderNotification, OrderStatus, StatusSet, Transition,
+};
 use crate::domain::outbox::{EventType, ReservedAtCommit};
 use crate::domain::payments::{Intent, IntentStatus, OrderIntent, PaymentError, Payments};
 use crate::runtime::failure::{Failure, Outcome, Source};
@@ -85,10 +87,6 @@ pub(crate) const MOST_PENDING_WEIGHED: usize = 10;
 
 /// The code of the failure that says an order's turn waits on a pending order ahead of it.
 pub const WAITING_FOR_THE_LINE: &str = "waiting_for_the_line";
-
-/// The `failure_reason` of an order whose capture Stripe refused: a code, what buyers read.
-/// Stripe's own words go to the log and the operators' `decline_detail` column.
-pub(crate) const CAPTURE_FAILED: &str = "capture_failed";
 
 /// What the reservation statement ([`Fulfilment::arrive`]) did, and so what is left to do.
 enum Arrival {
@@ -325,7 +323,8 @@ impl Fulfilment {
                     product_id AS "product_id: crate::domain::Sku", quantity AS "quantity: crate::domain::Quantity",
                     amount_minor, currency AS "currency: crate::domain::Currency", payment_method,
                     CASE WHEN EXISTS (SELECT 1 FROM moved) THEN $3 ELSE status END AS "status!: OrderStatus",
-                    position, payment_intent_id, failure_reason, authorization_released_at, traceparent,
+                    position, payment_intent_id, failure_reason AS "failure_reason: FailureReason",
+                    authorization_released_at, traceparent,
                     payment_attempt, payment_attempt_failed, payment_attempt_at, client_secret, next_action, action_expires_at,
                     intake_lease_until, created_at, COALESCE((SELECT updated_at FROM moved), updated_at) AS "updated_at!",
                     EXISTS (SELECT 1 FROM claim) AS "claimed!",
@@ -502,8 +501,8 @@ impl Fulfilment {
         ended: OrderStatus,
     ) -> anyhow::Result<Captured> {
         let reason = match ended {
-            OrderStatus::AuthorizationCanceled => crate::domain::webhook::AUTHORIZATION_CANCELED,
-            _ => CAPTURE_FAILED,
+            OrderStatus::AuthorizationCanceled => FailureReason::AuthorizationCanceled,
+            _ => FailureReason::CaptureFailed,
         };
         let failed = OrderNotification::of(order, ended, Some(reason));
         let transition = Transition::new(order.id, OrderStatus::StockReserved, ended)
@@ -580,7 +579,7 @@ impl Fulfilment {
     /// released under the order's key ([`Fulfilment::release_authorization`]). Whether this
     /// call made the move.
     async fn lapse(&self, order: &Order) -> anyhow::Result<bool> {
-        let reason = crate::domain::webhook::AUTHORIZATION_CANCELED;
+        let reason = FailureReason::AuthorizationCanceled;
         let ended = OrderNotification::of(order, OrderStatus::AuthorizationCanceled, Some(reason));
         let moved = Transition::new(order.id, OrderStatus::Authorized, OrderStatus::AuthorizationCanceled)
             .with_reason(reason)
@@ -692,7 +691,8 @@ async fn record_reservation(
     order: &Order,
     fits: bool,
 ) -> anyhow::Result<OrderStatus> {
-    let rejected = OrderNotification::of(order, OrderStatus::RejectedOutOfStock, Some("out_of_stock"));
+    let reason = FailureReason::OutOfStock;
+    let rejected = OrderNotification::of(order, OrderStatus::RejectedOutOfStock, Some(reason));
     sqlx::query_scalar!(
         r#"WITH product AS (
          UPDATE products
@@ -703,7 +703,7 @@ async fn record_reservation(
      ), moved AS (
          UPDATE orders
             SET status = CASE WHEN $3 THEN $9::order_status ELSE $10::order_status END,
-                failure_reason = CASE WHEN $3 THEN failure_reason ELSE 'out_of_stock' END,
+                failure_reason = CASE WHEN $3 THEN failure_reason ELSE $11 END,
                 updated_at = now()
           WHERE id = $1
       RETURNING id, status, traceparent
@@ -724,6 +724,7 @@ async fn record_reservation(
         EventType::OrderRejected.destination() as _,
         OrderStatus::StockReserved as _,
         OrderStatus::RejectedOutOfStock as _,
+        reason.as_str(),
     )
     .fetch_one(tx)
     .await

@@ -2,7 +2,9 @@
 //!
 //! - The words as types ([`OrderId`], [`UserId`], [`Sku`], [`Quantity`], [`Currency`],
 //!   [`Money`]), checked once where they enter (`ids.rs`).
-//! - [`order`]: the one [`order::Order`], its statuses ([`status`]), and [`order::Transition`]: a move and
+//! - [`status`] and [`hold`]: the words every module below shares: an order's statuses and
+//!   failure reasons, and a payment hold as the order sees it.
+//! - [`order`]: the one [`order::Order`] and [`order::Transition`]: a move and
 //!   the outbox messages it causes, in one statement. Every move of an order is a
 //!   compare-and-set on its status, whether through a `Transition` or in the statements of
 //!   its own that the door, the decline and the reservation need.
@@ -29,6 +31,7 @@ pub mod action;
 pub mod authorization;
 pub mod door;
 pub mod fulfilment;
+pub mod hold;
 pub mod order;
 pub mod outbox;
 pub mod payments;

@@ -12,8 +12,9 @@ use uuid::Uuid;
 use crate::domain::outbox::{Destination, EventType};
 use crate::domain::{Money, OrderId, Quantity, Sku, UserId};
 
+pub use crate::domain::hold::{BuyerAction, Hold, OrderIntent};
 pub use crate::domain::outbox::OrderNotification;
-pub use crate::domain::status::{OrderStatus, StatusSet};
+pub use crate::domain::status::{FailureReason, OrderStatus, StatusSet};
 
 /// An order as stored: the one shape every part reads (the intake, the authorization, the
 /// stock worker, the sweeper), read with `query_order!` or `order_from!`. What a buyer or a subscriber is
@@ -43,8 +44,8 @@ pub struct Order {
     pub position: i64,
     /// Its PaymentIntent at Stripe, once authorized.
     pub payment_intent_id: Option<String>,
-    /// What its buyer is told of a failure (a code).
-    pub failure_reason: Option<String>,
+    /// What its buyer is told of a failure.
+    pub failure_reason: Option<FailureReason>,
     /// When its hold was released (its PaymentIntent cancelled), if it was.
     pub authorization_released_at: Option<DateTime<Utc>>,
     /// The W3C trace context of the request that made the order ([`crate::runtime::trace`]).
@@ -111,8 +112,8 @@ pub(crate) async fn next_payment_attempt<'e>(
 
 impl Order {
     /// Its PaymentIntent `id`, to capture or cancel under its current Stripe attempt's key.
-    pub fn intent<'a>(&self, id: &'a str) -> crate::domain::payments::OrderIntent<'a> {
-        crate::domain::payments::OrderIntent { order_id: self.id, attempt: self.payment_attempt, id }
+    pub fn intent<'a>(&self, id: &'a str) -> OrderIntent<'a> {
+        OrderIntent { order_id: self.id, attempt: self.payment_attempt, id }
     }
 }
 
@@ -130,7 +131,7 @@ pub(crate) struct OrderRow {
     pub(crate) status: OrderStatus,
     pub(crate) position: i64,
     pub(crate) payment_intent_id: Option<String>,
-    pub(crate) failure_reason: Option<String>,
+    pub(crate) failure_reason: Option<FailureReason>,
     pub(crate) authorization_released_at: Option<DateTime<Utc>>,
     pub(crate) traceparent: Option<String>,
     pub(crate) payment_attempt: i32,
@@ -194,7 +195,8 @@ macro_rules! query_order {
                 quantity AS "quantity: crate::domain::Quantity", amount_minor,
                 currency AS "currency: crate::domain::Currency", payment_method,
                 status AS "status: crate::domain::status::OrderStatus", position, payment_intent_id,
-                failure_reason, authorization_released_at, traceparent, payment_attempt,
+                failure_reason AS "failure_reason: crate::domain::status::FailureReason",
+                authorization_released_at, traceparent, payment_attempt,
                 payment_attempt_failed, payment_attempt_at, client_secret, next_action, action_expires_at,
                 intake_lease_until, created_at, updated_at "# + $tail
             $($args)*
@@ -298,14 +300,13 @@ pub struct Transition<'a> {
     /// The status it moves to.
     pub to: OrderStatus,
     /// What the buyer is told of a failure (`failure_reason`).
-    pub failure_reason: Option<&'a str>,
-    /// The authorization hold, recorded with the move: its PaymentIntent id and Stripe's
-    /// deadline for it.
-    pub hold: Option<&'a crate::domain::payments::Intent>,
+    pub failure_reason: Option<FailureReason>,
+    /// The authorization hold, recorded with the move.
+    pub hold: Option<Hold<'a>>,
     /// The outbox messages the move causes, committed with it.
     pub messages: Vec<crate::domain::outbox::NewMessage>,
     /// For a move to `requires_action`: what the buyer's page needs, and until when.
-    pub action: Option<(&'a crate::domain::payments::Action, DateTime<Utc>)>,
+    pub action: Option<BuyerAction<'a>>,
     /// The move ends the order without a sale: its promised units go back to the door, and
     /// from `stock_reserved`, its units to the stock too, in the same statement.
     pub gives_units_back: bool,
@@ -390,12 +391,8 @@ impl<'a> Transition<'a> {
     }
 
     /// Records what the buyer's page needs to complete 3-D Secure, and its deadline.
-    pub(crate) fn with_action(
-        self,
-        action: &'a crate::domain::payments::Action,
-        until: DateTime<Utc>,
-    ) -> Self {
-        Self { action: Some((action, until)), ..self }
+    pub(crate) fn with_action(self, action: BuyerAction<'a>) -> Self {
+        Self { action: Some(action), ..self }
     }
 
     /// Gives the order's promised units back, keeping `detail` for operators.
@@ -404,12 +401,12 @@ impl<'a> Transition<'a> {
     }
 
     /// Records what the buyer is told of the failure.
-    pub(crate) fn with_reason(self, failure_reason: &'a str) -> Self {
+    pub(crate) fn with_reason(self, failure_reason: FailureReason) -> Self {
         Self { failure_reason: Some(failure_reason), ..self }
     }
 
     /// Records the authorization hold (its PaymentIntent and deadline).
-    pub(crate) fn with_hold(self, hold: &'a crate::domain::payments::Intent) -> Self {
+    pub(crate) fn with_hold(self, hold: Hold<'a>) -> Self {
         Self { hold: Some(hold), ..self }
     }
 
@@ -442,16 +439,16 @@ impl<'a> Transition<'a> {
             self.order_id as _,
             self.from as _,
             self.to as _,
-            self.failure_reason,
-            self.hold.map(|h| h.id.as_str()),
+            self.failure_reason.map(FailureReason::as_str),
+            self.hold.map(|h| h.intent_id),
             &ids,
             &event_types as _,
             &destinations as _,
             &payloads as _,
             self.hold.and_then(|h| h.capture_before),
-            self.action.map(|(a, _)| a.client_secret.as_str()),
-            self.action.map(|(a, _)| &a.next_action),
-            self.action.map(|(_, until)| until),
+            self.action.map(|a| a.client_secret),
+            self.action.map(|a| a.next_action),
+            self.action.map(|a| a.until),
             self.gives_units_back,
             self.detail,
             self.hold_released,
@@ -493,7 +490,7 @@ pub(crate) async fn mark_authorization_released<'e>(
 
 impl OrderNotification {
     /// The notification of `order` as it moves to `status`.
-    pub fn of(order: &Order, status: OrderStatus, reason: Option<&str>) -> Self {
+    pub fn of(order: &Order, status: OrderStatus, reason: Option<FailureReason>) -> Self {
         Self {
             user_id: order.user_id.clone(),
             order_id: order.id,
@@ -502,7 +499,7 @@ impl OrderNotification {
             quantity: order.quantity,
             amount: order.amount.minor,
             currency: order.amount.currency.clone(),
-            reason: reason.map(str::to_owned),
+            reason,
         }
     }
 }

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::domain::status::OrderStatus;
+use crate::domain::status::{FailureReason, OrderStatus};
 use crate::domain::{Currency, OrderId, Quantity, Sku, UserId};
 
 /// Where a message goes: the `outbox_destination` enum of the `destination` column. Stored by
@@ -201,7 +201,7 @@ pub struct OrderNotification {
     pub currency: Currency,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     /// Why it failed, for a rejection (a code, never Stripe's words).
-    pub reason: Option<String>,
+    pub reason: Option<FailureReason>,
 }
 
 /// Why a message body is not an envelope a consumer can use: a permanent failure of the

@@ -143,17 +143,8 @@ impl PaymentError {
     }
 }
 
-/// An order's PaymentIntent to capture or cancel, and the order's Stripe attempt, whose key
-/// the request is sent under.
-#[derive(Debug, Clone, Copy)]
-pub struct OrderIntent<'a> {
-    /// The order.
-    pub order_id: OrderId,
-    /// Its Stripe attempt ([`Operation::idempotency_key`]).
-    pub attempt: i32,
-    /// The PaymentIntent.
-    pub id: &'a str,
-}
+pub use crate::domain::hold::OrderIntent;
+use crate::domain::hold::{BuyerAction, Hold};
 
 /// What an order needs authorized.
 #[derive(Debug, Clone)]
@@ -218,6 +209,20 @@ pub struct Action {
     pub client_secret: String,
     /// Stripe's `next_action` (`{"type": "use_stripe_sdk", …}`), as Stripe gave it.
     pub next_action: serde_json::Value,
+}
+
+impl Intent {
+    /// The hold it is, as its order's move records it.
+    pub fn hold(&self) -> Hold<'_> {
+        Hold { intent_id: &self.id, capture_before: self.capture_before }
+    }
+}
+
+impl Action {
+    /// What its buyer's page needs, as its order's move records it, with the buyer's deadline.
+    pub fn for_buyer(&self, until: chrono::DateTime<chrono::Utc>) -> BuyerAction<'_> {
+        BuyerAction { client_secret: &self.client_secret, next_action: &self.next_action, until }
+    }
 }
 
 /// What the intent's charge says of money moved after the authorization.

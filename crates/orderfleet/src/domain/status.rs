@@ -113,3 +113,119 @@ impl std::fmt::Display for OrderStatus {
         f.write_str(self.as_str())
     }
 }
+
+/// Why an order failed, as its buyer and the notifications read it (`failure_reason`): a code,
+/// never the provider's words, which go to the operators' `decline_detail` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureReason {
+    /// Every unit went to orders ahead of it (`rejected_out_of_stock`).
+    OutOfStock,
+    /// The card was declined (`payment_declined`).
+    PaymentDeclined,
+    /// The database refused the order's commit for good; its hold was cancelled
+    /// (`payment_declined`).
+    OrderRefused,
+    /// Its buyer failed 3-D Secure (`payment_declined`).
+    AuthenticationFailed,
+    /// Its buyer did not complete 3-D Secure by the deadline (`payment_declined`).
+    AuthenticationTimedOut,
+    /// Its PaymentIntent was cancelled outside the fleet while the buyer authenticated
+    /// (`payment_declined`).
+    PaymentCanceled,
+    /// Stripe refused the capture (`capture_failed`).
+    CaptureFailed,
+    /// Its hold expired or was cancelled outside the fleet before capture
+    /// (`authorization_canceled`).
+    AuthorizationCanceled,
+}
+
+impl FailureReason {
+    /// Every reason.
+    pub const ALL: [FailureReason; 8] = [
+        FailureReason::OutOfStock,
+        FailureReason::PaymentDeclined,
+        FailureReason::OrderRefused,
+        FailureReason::AuthenticationFailed,
+        FailureReason::AuthenticationTimedOut,
+        FailureReason::PaymentCanceled,
+        FailureReason::CaptureFailed,
+        FailureReason::AuthorizationCanceled,
+    ];
+
+    /// Its code in the database, the API and the notifications.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::OutOfStock => "out_of_stock",
+            FailureReason::PaymentDeclined => "payment_declined",
+            FailureReason::OrderRefused => "order_refused",
+            FailureReason::AuthenticationFailed => "authentication_failed",
+            FailureReason::AuthenticationTimedOut => "authentication_timed_out",
+            FailureReason::PaymentCanceled => "payment_canceled",
+            FailureReason::CaptureFailed => "capture_failed",
+            FailureReason::AuthorizationCanceled => "authorization_canceled",
+        }
+    }
+}
+
+impl std::fmt::Display for FailureReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A code the fleet does not write.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown failure reason {0:?}")]
+pub struct UnknownReason(String);
+
+impl std::str::FromStr for FailureReason {
+    type Err = UnknownReason;
+
+    fn from_str(code: &str) -> Result<Self, Self::Err> {
+        FailureReason::ALL
+            .into_iter()
+            .find(|r| r.as_str() == code)
+            .ok_or_else(|| UnknownReason(code.to_owned()))
+    }
+}
+
+// The column is text (a code a later version may add to), read and written as its code.
+impl sqlx::Type<sqlx::Postgres> for FailureReason {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        <&str as sqlx::Type<sqlx::Postgres>>::type_info()
+    }
+
+    fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+        <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+    }
+}
+
+impl sqlx::Encode<'_, sqlx::Postgres> for FailureReason {
+    fn encode_by_ref(
+        &self,
+        buf: &mut sqlx::postgres::PgArgumentBuffer,
+    ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        <&str as sqlx::Encode<sqlx::Postgres>>::encode(self.as_str(), buf)
+    }
+}
+
+impl sqlx::Decode<'_, sqlx::Postgres> for FailureReason {
+    fn decode(value: sqlx::postgres::PgValueRef<'_>) -> Result<Self, sqlx::error::BoxDynError> {
+        Ok(<&str as sqlx::Decode<sqlx::Postgres>>::decode(value)?.parse()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reason_reads_back_from_its_code_and_serializes_as_it() {
+        for reason in FailureReason::ALL {
+            assert_eq!(reason.as_str().parse::<FailureReason>(), Ok(reason));
+            assert_eq!(serde_json::to_value(reason).unwrap(), reason.as_str());
+        }
+        assert!("payed".parse::<FailureReason>().is_err());
+    }
+}

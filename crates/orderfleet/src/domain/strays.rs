@@ -40,8 +40,8 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::domain::OrderId;
-use crate::domain::order::OrderStatus;
 use crate::domain::payments::{Intent, PaymentError, Payments};
+use crate::domain::status::OrderStatus;
 use crate::domain::status::StatusSet;
 use crate::runtime::db::Pool;
 

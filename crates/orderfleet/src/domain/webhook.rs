@@ -39,7 +39,7 @@ use crate::domain::OrderId;
 use crate::domain::action::{self, Settled};
 use crate::domain::authorization::AuthorizationError;
 use crate::domain::order::{
-    self, Order, OrderNotification, OrderStatus, StripeEvent, Transition, query_order,
+    self, FailureReason, Order, OrderNotification, OrderStatus, StripeEvent, Transition, query_order,
 };
 use crate::domain::outbox::EventType;
 use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
@@ -53,9 +53,6 @@ const PAYMENT_FAILED: &str = "payment_intent.payment_failed";
 const CANCELED: &str = "payment_intent.canceled";
 const REFUNDED: &str = "charge.refunded";
 const DISPUTED: &str = "charge.dispute.created";
-
-/// The `failure_reason` of an order whose hold expired or was cancelled outside the fleet.
-pub const AUTHORIZATION_CANCELED: &str = "authorization_canceled";
 
 /// A Stripe event, as far as the fleet reads it: its id, its type, and which object it is
 /// about. Every other field (the object's state included) is Stripe's copy at the time, and is
@@ -221,7 +218,7 @@ async fn settle_action(
     match action::take_and_settle(pool, payments, order.id, Some(event.reference())).await {
         Ok(None) => Err(WebhookError::Unavailable("the order is being settled by the sweeper".into())),
         Ok(Some(Settled::Authorized)) => Ok("authorized"),
-        Ok(Some(Settled::Declined(reason))) => Ok(reason),
+        Ok(Some(Settled::Declined(reason))) => Ok(reason.as_str()),
         Ok(Some(Settled::Waiting | Settled::MovedElsewhere)) => {
             record(pool, event, Some(order.id), NO_CHANGE).await
         }
@@ -253,7 +250,7 @@ async fn hold_canceled(
     }
     let moved = lose_hold(pool, order, Some(event.reference())).await?;
     match moved {
-        true => Ok(AUTHORIZATION_CANCELED),
+        true => Ok(FailureReason::AuthorizationCanceled.as_str()),
         false => record(pool, event, Some(order.id), NO_CHANGE).await,
     }
 }
@@ -278,10 +275,10 @@ async fn lose_hold_from(
     from: OrderStatus,
     event: Option<StripeEvent<'_>>,
 ) -> sqlx::Result<bool> {
-    let rejected =
-        OrderNotification::of(order, OrderStatus::AuthorizationCanceled, Some(AUTHORIZATION_CANCELED));
+    let reason = FailureReason::AuthorizationCanceled;
+    let rejected = OrderNotification::of(order, OrderStatus::AuthorizationCanceled, Some(reason));
     let moved = Transition::new(order.id, from, OrderStatus::AuthorizationCanceled)
-        .with_reason(AUTHORIZATION_CANCELED)
+        .with_reason(reason)
         .with_message(EventType::OrderRejected, &rejected)
         .giving_units_back("the hold expired or was cancelled outside the fleet before capture")
         .with_hold_released()

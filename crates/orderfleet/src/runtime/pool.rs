@@ -206,9 +206,10 @@ impl Pool {
     /// read-only for its life, and the next one opened may reach a writable primary.
     pub async fn writable(&self) -> sqlx::Result<bool> {
         let mut conn = self.checkout().await?;
-        let read_only: String = sqlx::query_scalar("SELECT current_setting('transaction_read_only')")
-            .fetch_one(&mut conn.raw)
-            .await?;
+        let read_only =
+            sqlx::query_scalar!(r#"SELECT current_setting('transaction_read_only') AS "read_only!""#)
+                .fetch_one(&mut conn.raw)
+                .await?;
         let writable = read_only == "off";
         if writable {
             conn.finished();
