@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
-"""`make test`: the code keeps the shape issue 32 gave it.
+"""`make test`: the module structure of the production crates.
 
-- No function outside tests is over 60 lines (its signature to its closing brace).
-- No order status is spelled in the fleet's SQL: a statement names SPEC §5's sets through the
-  functions of migration `status_sets` (`holds_units(status)`, …) or binds the typed
-  `OrderStatus` it expects. The fleet is every crate but the test harness, the model and
-  stripe-sim.
 - No import loops in production code (every crate but the test harness and the model): no two
   modules of a crate reach each other through `crate::`, `super::`, `self::` or child paths.
   A module naming its own ancestor (`super::Handler` in a child of the module that defines
   `Handler`) is part of that ancestor and does not count.
+- The longest chain of imports in the domain (`crates/orderfleet/src/domain`) is printed, and
+  is at most `LONGEST_CHAIN` modules: a reader follows a step down at most that many files.
 
-It reads the code as text: functions by their braces, string literals as SQL when they hold a
-SQL keyword. Test code is `#[cfg(test)]` items and the `tests/` folders.
+Rules the compiler can keep are kept there instead: clippy bounds every function to 60 lines
+(clippy.toml) and refuses unchecked statements; PostgreSQL refuses a misspelt status when the
+query macros prepare a statement (tests/e2e/migrations.rs).
+
+It reads the code as text. Test code is `#[cfg(test)]` items and the `tests/` folders.
 """
 
 import glob
@@ -21,15 +21,10 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LONGEST = 60
-# Crates whose SQL is the fleet's: statuses there go through the named sets.
-NOT_THE_FLEET = ("crates/fleet-harness/", "crates/order-model/", "crates/stripe-sim/")
 # Crates that are not production code: the test harness and the model checker.
 NOT_PRODUCTION = ("fleet-harness", "order-model")
-STATUSES = ("pending_authorization", "authorized", "stock_reserved", "paid", "rejected_out_of_stock",
-            "payment_declined", "capture_failed")
-STATUS_LITERAL = re.compile(r"'(%s)'" % "|".join(STATUSES))
-FN = re.compile(r"^\s*(pub(\([^)]*\))?\s+)?(const\s+)?(async\s+)?(unsafe\s+)?fn\s+(\w+)")
+# The longest chain of imports allowed in the domain, in modules.
+LONGEST_CHAIN = 6
 
 
 def item_end(lines, start):
@@ -45,19 +40,6 @@ def item_end(lines, start):
             if lines[i].rstrip() == " " * indent + "}" or (i == start and line.endswith("}") and "{" in line):
                 return i, True
     return len(lines) - 1, False
-
-
-def production_lines(path):
-    """(line number, text) of the file's lines outside `#[cfg(test)]` items."""
-    lines = open(os.path.join(ROOT, path), encoding="utf-8").read().split("\n")
-    i = 0
-    while i < len(lines):
-        if re.match(r"\s*#\[cfg\(test\)\]", lines[i]):
-            end, _ = item_end(lines, i + 1)
-            i = end + 1
-            continue
-        yield i, lines[i], lines
-        i += 1
 
 
 def crate_modules(crate):
@@ -157,34 +139,35 @@ def import_loops():
             yield f"crates/{crate}: an import loop between {', '.join(names)}"
 
 
+def longest_chain(edges, within):
+    """The longest chain of imports among the modules under `within` (a module path), as the
+    list of their names: the module a change at its end can reach through the most hops."""
+    inside = {m for m in edges if m[: len(within)] == within and len(m) > len(within)}
+    best = {}
+
+    def chain(m):
+        if m not in best:
+            tails = [chain(n) for n in edges[m] if n in inside]
+            best[m] = [m] + max(tails, key=len, default=[])
+        return best[m]
+
+    return max((chain(m) for m in sorted(inside)), key=len, default=[])
+
+
 def main():
-    problems = []
-    for path in sorted(glob.glob("crates/**/*.rs", root_dir=ROOT, recursive=True)):
-        if "/tests/" in path or "/benches/" in path:
-            continue
-        fleet = not path.startswith(NOT_THE_FLEET)
-        for i, line, lines in production_lines(path):
-            match = FN.match(line)
-            if match:
-                end, has_body = item_end(lines, i)
-                if has_body and end - i + 1 > LONGEST:
-                    problems.append(f"{path}:{i + 1}: fn {match.group(6)} is {end - i + 1} lines (at most {LONGEST})")
-            if fleet and STATUS_LITERAL.search(line.split("//")[0]):
-                problems.append(f"{path}:{i + 1}: a status spelled in SQL; use the named sets or bind OrderStatus")
-    # A statement kept in a file of its own (`sqlx::query_file!`) is the fleet's SQL too.
-    for path in sorted(glob.glob("crates/**/*.sql", root_dir=ROOT, recursive=True)):
-        if path.startswith(NOT_THE_FLEET):
-            continue
-        with open(os.path.join(ROOT, path)) as sql:
-            for i, line in enumerate(sql):
-                if STATUS_LITERAL.search(line.split("--")[0]):
-                    problems.append(f"{path}:{i + 1}: a status spelled in SQL; use the named sets or bind OrderStatus")
-    problems.extend(import_loops())
+    problems = list(import_loops())
+    edges = module_edges(crate_modules("orderfleet"))
+    domain = longest_chain(edges, ("domain",))
+    names = " → ".join(m[-1] for m in domain)
+    print(f"check-shape: the longest import chain in the domain is {len(domain)} modules: {names}")
+    if len(domain) > LONGEST_CHAIN:
+        problems.append(f"crates/orderfleet/src/domain: an import chain of {len(domain)} modules "
+                        f"(at most {LONGEST_CHAIN}): {names}")
     for problem in problems:
         print(problem, file=sys.stderr)
     if problems:
         sys.exit(f"check-shape: {len(problems)} problem(s)")
-    print("check-shape: every function within 60 lines, no status spelled in the fleet's SQL, no import loops")
+    print("check-shape: no import loops, and the domain's import chains within their bound")
 
 
 if __name__ == "__main__":

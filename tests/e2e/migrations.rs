@@ -152,3 +152,33 @@ async fn the_status_sets_of_the_database_are_the_code_s() {
     }
     database.drop().await.unwrap();
 }
+
+/// A status written out in a statement is checked when the statement is prepared, as the
+/// query macros prepare every statement at build time (scripts/sqlx-data.sh): the column is the
+/// `order_status` enum, so a misspelt status is refused before anything runs, and `make test`
+/// fails at its clippy step.
+#[tokio::test]
+async fn a_status_misspelt_in_a_statement_is_refused_when_the_statement_is_prepared() {
+    use orderfleet::domain::order::OrderStatus;
+    use sqlx::{Connection, Executor};
+    let database = TestDatabase::migrated().await.unwrap();
+    let mut conn = sqlx::PgConnection::connect(&database.url).await.unwrap();
+    for status in OrderStatus::ALL {
+        let statement = format!("SELECT count(*) FROM orders WHERE status = '{status}'");
+        let prepared =
+            conn.prepare(sqlx::SqlSafeStr::into_sql_str(sqlx::AssertSqlSafe(statement.clone()))).await;
+        assert!(prepared.is_ok(), "{statement}");
+    }
+
+    // Act
+    let misspelt = conn
+        .prepare(sqlx::SqlSafeStr::into_sql_str("SELECT count(*) FROM orders WHERE status = 'payed'"))
+        .await;
+
+    // Assert: invalid_text_representation, at prepare time.
+    let error = misspelt.expect_err("a status the enum does not have");
+    let code = error.as_database_error().and_then(|e| e.code()).map(|c| c.into_owned());
+    assert_eq!(code.as_deref(), Some("22P02"), "{error}");
+    conn.close().await.unwrap();
+    database.drop().await.unwrap();
+}

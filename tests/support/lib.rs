@@ -1,3 +1,6 @@
+// Tests, the harness and the model: scenarios are read top to bottom, and statements are
+// built at run time to look at the fleet from outside (clippy.toml, Cargo.toml's lints).
+#![allow(clippy::too_many_lines, clippy::disallowed_methods)]
 //! What every end-to-end test shares. Each test gets its own world: a fresh database with
 //! the migrations applied, and fresh queues carrying the deployed stack's definitions, so
 //! tests run in parallel and never see each other's rows or messages.

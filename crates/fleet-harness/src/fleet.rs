@@ -92,6 +92,7 @@ pub fn free_port() -> u16 {
     static NEXT: AtomicU16 = AtomicU16::new(0);
     static CLAIMS: Mutex<VecDeque<std::fs::File>> = Mutex::new(VecDeque::new());
     // SAFETY: getuid has no preconditions and cannot fail.
+    #[allow(unsafe_code)]
     let uid = unsafe { libc::getuid() };
     let dir = std::env::temp_dir().join(format!("orderfleet-ports-{uid}"));
     std::fs::create_dir_all(&dir)
@@ -1019,7 +1020,10 @@ fn signal_binary(pid: u32, signal: i32, in_image: bool) {
     let targets = if in_image { leaf_descendants(pid) } else { vec![pid] };
     for target in targets {
         // SAFETY: kill(2) on a process we started (or one it started); no memory is touched.
-        unsafe { libc::kill(target as i32, signal) };
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::kill(target as i32, signal)
+        };
     }
 }
 

@@ -1,3 +1,6 @@
+// Tests, the harness and the model: scenarios are read top to bottom, and statements are
+// built at run time to look at the fleet from outside (clippy.toml, Cargo.toml's lints).
+#![allow(clippy::too_many_lines, clippy::disallowed_methods)]
 #![warn(missing_docs)]
 //! Runs the whole orderfleet as real processes and drives it from outside, as a client, an
 //! operator and an auditor would: the end-to-end tests, `make demo` and `make bench` share it.

@@ -1,3 +1,6 @@
+// The harness's binaries build statements at run time to look at the fleet from outside
+// (clippy.toml), and read a scenario top to bottom.
+#![allow(clippy::too_many_lines, clippy::disallowed_methods)]
 //! `make bench`: N orders through the whole fleet against LocalStack, PostgreSQL and
 //! stripe-sim, and in the same run LocalStack's own ceiling for batched messages.
 //!

@@ -56,15 +56,9 @@ use crate::runtime::db::Pool;
 /// The window a share is counted over: Stripe's second, and 100 ms for the spread of the
 /// delays between a request's turn here and its arrival at Stripe. Turns paced to 25 in any
 /// window arrive as 25 in any second only while those delays differ by less than the margin.
-///
-/// Measured against stripe-sim, with each turn, each write and each arrival logged (three
-/// drops of 1,000 requests, on two cores busy with other fleets): the fleet's turns never held
-/// more than 25 in any window, on any operation. From write to arrival, the delay was 1–4 ms in
-/// the median and 22–70 ms at p99. Of the 7 delays over 60 ms (62–284 ms), 6 came in the
-/// drop's first 1.6 s, while the processes opened their connections. Processes that have just
-/// started, on a busy machine, are where the spread passes the margin. The 26 and 27 in one
-/// second that the suite saw before this logging existed fit that cause
-/// (`.config/nextest.toml`).
+/// Measured with each turn and each arrival logged, the spread is within it but for a
+/// process's first requests, which open its connections: on a busy machine they landed up to
+/// 284 ms late (BENCHMARKS.md, "The overshoot, measured").
 pub const WINDOW: Duration = Duration::from_millis(1_100);
 
 /// How often a member with work renews its share: four times a second, so a share follows
