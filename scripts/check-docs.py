@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """`make test`: the docs name only tests, files and settings that exist.
 
-Every `backticked` name in the README, CHANGELOG.md, BENCHMARKS.md, docs/ and the crates' READMEs
-is looked up: a test (`faults::a_…`, `orderfleet::runtime::consumer::poller::tests::…`, a name cut short with `…`
-matches any test it begins) must be a function in its file; a path (`crates/…`, `docs/…`,
-`scripts/…`, …) must exist; a setting (`STRIPE_MAX_REQUESTS_PER_SECOND`) must be read somewhere
-in the code, the scripts or the templates. A doc that names what was renamed fails here, with
-the file and line to fix.
+Every `backticked` name in the README, CHANGELOG.md, BENCHMARKS.md, docs/, docs/decisions/ and
+the crates' READMEs is looked up: a test (`faults::a_…`,
+`orderfleet::runtime::consumer::poller::tests::…`, a name cut short with `…` matches any test it
+begins) must be a function in its file; a path (`crates/…`, `docs/…`, `scripts/…`, …) must exist;
+a setting (`STRIPE_MAX_REQUESTS_PER_SECOND`) must be read somewhere in the code, the scripts or
+the templates. A doc that names what was renamed fails here, with the file and line to fix.
 """
 
 import glob
@@ -16,6 +16,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = ["README.md", "CHANGELOG.md", "BENCHMARKS.md", *sorted(glob.glob("docs/*.md", root_dir=ROOT)),
+        *sorted(glob.glob("docs/decisions/*.md", root_dir=ROOT)),
         *sorted(glob.glob("crates/*/README.md", root_dir=ROOT))]
 PATH_ROOTS = ("crates/", "docs/", "scripts/", "migrations/", "infra/", "tests/", "deploy/", "localstack/", ".ci/")
 # Where a setting may be read or set: the code, the scripts, the templates and units.
