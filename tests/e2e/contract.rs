@@ -1,4 +1,4 @@
-//! The intake against its own OpenAPI document (issue 19): the document it serves is the one
+//! The intake against its own OpenAPI document: the document it serves is the one
 //! committed, and Schemathesis, generating requests from it, finds no answer outside it.
 
 use std::path::{Path, PathBuf};

@@ -213,7 +213,7 @@ async fn line_up(fleet: &Fleet, product: &str, quantities: &[i64]) -> Vec<String
 /// Orders of `quantities` in line, each on a card that needs 3-D Secure: every one still
 /// pending (`requires_action`), holding its units and its place, until
 /// [`authenticate_in_line`]. A line for a cut: an order whose commit found nothing cut has
-/// taken its units already (issue 34), and a cut below them is refused.
+/// taken its units already (the merged commit), and a cut below them is refused.
 async fn line_up_pending(fleet: &Fleet, product: &str, quantities: &[i64]) -> Vec<String> {
     let mut ids = Vec::new();
     for (i, quantity) in quantities.iter().enumerate() {

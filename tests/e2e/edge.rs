@@ -1,4 +1,4 @@
-//! The API as a client meets it (issue 19): every answer in SPEC §4's error shape, the token
+//! The API as a client meets it: every answer in SPEC §4's error shape, the token
 //! checked before anything about the request, a flood without a token that cannot spend the
 //! buyers' budget, and the card-testing limit exact under concurrency.
 

@@ -1,5 +1,6 @@
 //! The messaging stack `make up` deployed from `infra/messaging.yaml`, read back through the
-//! SDK: what SPEC §7 and the foundation issue require of it.
+//! SDK: what SPEC §7 requires of it (a DLQ after three receives, encryption at rest), and
+//! queues and a topic that refuse requests without TLS.
 
 use std::collections::HashMap;
 

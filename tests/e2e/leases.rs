@@ -1,5 +1,5 @@
 //! The lease on an order (`intake_lease_until`): whoever works on an order holds it, and may
-//! give back only its own (issue 35, point 7). A holder whose lease lapsed, and was taken by
+//! give back only its own. A holder whose lease lapsed, and was taken by
 //! another, must not clear the other's: a third would then take the order while the second
 //! still works on it.
 

@@ -124,7 +124,7 @@ async fn the_fleet_s_pool_closes_a_connection_whose_begin_was_cut_off_and_the_ne
     window.db.drop().await.unwrap();
 }
 
-/// Issue 34: buyers who hang up at random points during a drop. The requests' futures are
+/// Buyers who hang up at random points during a drop. The requests' futures are
 /// dropped mid-flight (at the door, during the Stripe call, at the commit); each buyer then
 /// retries with the same key, as a client does.
 #[tokio::test(flavor = "multi_thread")]

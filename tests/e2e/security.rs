@@ -1,4 +1,4 @@
-//! The intake's edges under attack (issue 11): one user's flood, a card tester, the per-user
+//! The intake's edges under attack: one user's flood, a card tester, the per-user
 //! limits, and what a decline tells the buyer. docs/security.md maps each threat to its test.
 
 use std::time::{Duration, Instant};

@@ -1,8 +1,8 @@
-//! Issue 33, SPEC §1.1, §4, §5, §8.11: payments as Stripe takes them today — 3-D Secure,
-//! Stripe's signed webhooks, a hold cancelled outside the fleet, refunds and disputes — end to
-//! end against stripe-sim, which signs and delivers its events to the intake. Issue 44: a key
-//! still in use at Stripe (`409 idempotency_key_in_use`), an event Stripe gives up on, a card
-//! declined once its buyer has authenticated.
+//! SPEC §1.1, §4, §5, §8.11: payments as Stripe takes them today — 3-D Secure, Stripe's signed
+//! webhooks, a hold cancelled outside the fleet, refunds and disputes, a key still in use at
+//! Stripe (`409 idempotency_key_in_use`), an event Stripe gives up on, a card declined once its
+//! buyer has authenticated — end to end against stripe-sim, which signs and delivers its events
+//! to the intake.
 
 use std::time::{Duration, Instant};
 

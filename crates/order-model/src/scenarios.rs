@@ -1,7 +1,7 @@
 //! What is checked. Each scenario is small — two or three buyers, a few units — because every
 //! interleaving of every step is visited, and the defects of this protocol need few actors:
-//! both line-order defects took two orders and a cut. What each scenario lets go wrong is its
-//! [`Budget`]; together they cover every kind of failure the issue names.
+//! both line-order defects need two orders and a cut. What each scenario lets go wrong is its
+//! [`Budget`]; together they cover every kind of failure the model has a step for.
 
 use crate::model::{OrderProtocol, Rules, Scenario, Sweeps};
 use crate::state::{Budget, Card};

@@ -1,8 +1,8 @@
 //! `make test` runs these. Every scenario under the code's rules keeps every property (each
-//! prints the states it visited and the time it took). Under the rules as they were before
-//! earlier fixes (the latest, issue 43's point 1), and under five defects planted on purpose
-//! (the latest, issue 44's: a key in use read as a failed attempt, a resume that sends a key
-//! Stripe may have forgotten), the checker finds the defect, and prints the path.
+//! prints the states it visited and the time it took). Under the rules the code followed before
+//! some of its fixes, and under five defects planted on purpose (among them a key in use read
+//! as a failed attempt, and a resume that sends a key Stripe may have forgotten), the checker
+//! finds the defect, and prints the path.
 
 use std::collections::{HashSet, VecDeque};
 
@@ -617,7 +617,7 @@ fn a_resume_that_sends_its_key_again_after_stripe_forgot_it_places_a_second_hold
 
 /// The rules before issue 44 on this model (a resumed authorization always lists first, the
 /// 409 a wait) keep every guarantee in every scenario, as the code's do; the states each
-/// visits are README.md's column before issue 44. Ignored by `make test`: every scenario a
+/// visits are in CHANGELOG.md, appendix C. Ignored by `make test`: every scenario a
 /// second time (about 25 s); `cargo test -p order-model -- --ignored` runs it.
 #[test]
 #[ignore = "every scenario a second time, about 25 s: run with -- --ignored"]

@@ -1,12 +1,12 @@
 //! `orderfleet-box`: the image's one binary. The five commands each link the same AWS SDK,
-//! sqlx, OpenTelemetry and Tokio; built as five executables they made the image 274 MB, as one
-//! it holds them once. The image and the EC2 release carry it with each command's name as a
-//! link to it (`/usr/local/bin/order-intake` → `orderfleet-box`), so every command, unit and
-//! task definition is what it was: the name it is called by chooses the command.
+//! sqlx, OpenTelemetry and Tokio; one binary holds them once, where five executables would hold
+//! five copies. The image and the EC2 release carry it with each command's name as a link to it
+//! (`/usr/local/bin/order-intake` → `orderfleet-box`), so every command, unit and task
+//! definition calls a command by its own name: the name it is called by chooses the command.
 //! `orderfleet-box <command> [arguments]` works too.
 //!
 //! `healthcheck` is the container's health check: `GET /healthz` on `METRICS_LISTEN_ADDR`'s
-//! port answered `200` (it was a bash script; the image has no shell now).
+//! port answered `200`. It is a command of the binary because the image has no shell.
 
 // The services' futures are deep (async-stripe's types): proving them `Send` needs more than
 // the default recursion limit, as in stock-worker.

@@ -690,7 +690,7 @@ async fn the_reconciliation_releases_a_stray_intent_planted_for_an_order_and_not
     assert!(again.contains("strays released 0"), "{again}");
     fleet.stop().await.unwrap();
 }
-/// Issue 35, point 9: an order whose intents Stripe refuses to list (for good: a `400`, which
+/// An order whose intents Stripe refuses to list (for good: a `400`, which
 /// no retry mends) stays `pending_authorization` with its units, since authorizing it again
 /// could place a second hold. The sweeper reports it stuck on every pass; the relay's gauge
 /// (and its alarm) counts it; an operator who looked at Stripe's Dashboard resolves it with

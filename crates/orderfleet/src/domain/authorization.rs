@@ -178,11 +178,9 @@ fn key_kept(order: &Order, now: chrono::DateTime<chrono::Utc>) -> bool {
 ///   with a new key, only if a list begun after that date finds nothing. Stripe's list does not
 ///   lag its writes, so a buyer's retry a moment later is authorized.
 ///
-/// Until bbf9d45 the order moved on as soon as the re-sent key answered 500, trusting the
-/// lookup made before that send, and a create that had taken effect left a second hold; bbf9d45
-/// dated the send before making it, which a send delayed (budget waits, retries) defeated. The
-/// model checker in crates/order-model found the first, a review the second. Until issue 33 the
-/// lookup was Stripe's search, which lags, and a buyer heard 503 for two minutes after a 500.
+/// Moving on as soon as the re-sent key answers 500, trusting a lookup made before that send,
+/// would leave a second hold when that create took effect: `crates/order-model` keeps that rule
+/// (`ResumeRule::ListBeforeTheResend`) and finds the second hold.
 pub async fn resume(pool: &Pool, payments: &Payments, order: &Order) -> Result<Recorded, AuthorizationError> {
     if !order.payment_attempt_failed && key_kept(order, chrono::Utc::now()) {
         return resend(pool, payments, order).await;

@@ -5,8 +5,8 @@
 //! id by mistake.
 //!
 //! Each is stored as its one column (`#[sqlx(transparent)]`) and written as its one value in
-//! JSON (`#[serde(transparent)]`), so the wire and the tables are what they were with plain
-//! strings and numbers. Reading one back — from the database, or from a message the fleet
+//! JSON (`#[serde(transparent)]`), so on the wire and in the tables each is a plain string or
+//! number. Reading one back — from the database, or from a message the fleet
 //! wrote — does not check it again: it was checked on its way in. So input from outside is
 //! never deserialized into these types directly; it is read as it came (the intake's
 //! `RawOrderRequest`) and then parsed.

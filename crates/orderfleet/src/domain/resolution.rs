@@ -1,5 +1,5 @@
 //! An operator's resolution of a `pending_authorization` order the sweeper cannot settle
-//! (`fleetctl order resolve`, issue 35 point 9).
+//! (`fleetctl order resolve`).
 //!
 //! The sweeper settles a pending order from what Stripe's list shows of its intents. When
 //! Stripe refuses that list for good ([`AuthorizationError::LookupRefused`]), it cannot know

@@ -21,10 +21,10 @@
 //!
 //! The lease the sweeper takes on a pending or 3-D Secure order outlasts its work on it: the
 //! work is cut off at a deadline counted from its Stripe calls, each at its longest under the
-//! sweeper's retries and budget wait (19 min 34 s for a pending order, 16 min 18 s to settle
-//! 3-D Secure: [`authorization::resume_deadline`], [`action::settle_deadline`]), and the lease lasts
-//! that and a margin. A lease that ran out under its holder would let a second sweeper, or the
-//! buyer's retry, work on the order beside it (issue 35, point 7).
+//! sweeper's retries and budget wait ([`authorization::resume_deadline`],
+//! [`action::settle_deadline`]), and the lease lasts that and a margin. A lease that ran out
+//! under its holder would let a second sweeper, or the buyer's retry, work on the order beside
+//! it.
 //!
 //! `fleetctl sweep` runs it once; `stock-worker` runs it every minute.
 

@@ -327,8 +327,8 @@ mod tests {
         assert_eq!((failure(&cancelled).kind, failure(&cancelled).code.as_str()), (Kind::Outage, "57014"));
     }
 
-    /// A read-only session is the database's state, not the message's (issue 35, point 2): as
-    /// a transient failure a lone message reached the DLQ in about 35 s. A session that met a
+    /// A read-only session is the database's state, not the message's: as a transient failure
+    /// a lone message would reach the DLQ in about 35 s. A session that met a
     /// system or internal error is closed, but the error may be one row's.
     #[test]
     fn a_read_only_session_is_an_outage_and_every_unfit_session_is_closed() {

@@ -2,7 +2,8 @@
 //! round trip.
 //!
 //! sqlx's own pool pings every connection it takes back, with no deadline, and cannot be told
-//! not to (BENCHMARKS.md): two round trips in three were pings. It also keeps a connection
+//! not to: for the fleet's statements, that makes two round trips in three a ping
+//! (docs/decisions/0001-the-fleets-own-postgresql-pool.md). It also keeps a connection
 //! whose `BEGIN` was cut off by a dropped future, still inside that transaction, so the next
 //! user's statements run in it (sqlx #4393; `tests/e2e/pool.rs` shows it). This pool follows
 //! the rules pgx's pgxpool keeps instead:
