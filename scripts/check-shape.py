@@ -140,14 +140,23 @@ def import_loops():
 
 
 def longest_chain(edges, within):
-    """The longest chain of imports among the modules under `within` (a module path), as the
-    list of their names: the module a change at its end can reach through the most hops."""
-    inside = {m for m in edges if m[: len(within)] == within and len(m) > len(within)}
+    """The longest chain of imports among the modules right under `within` (a module path), as
+    the list of their names: how many modules a reader follows down from one of them. A module
+    split into files (`payments/client.rs`, …) counts as one: its files' imports of each other
+    are its own."""
+    def top(m):
+        return m[: len(within) + 1]
+
+    inside = {top(m) for m in edges if m[: len(within)] == within and len(m) > len(within)}
+    below = {m: set() for m in inside}
+    for m, targets in edges.items():
+        if top(m) in inside:
+            below[top(m)] |= {top(t) for t in targets if top(t) in inside and top(t) != top(m)}
     best = {}
 
-    def chain(m):
+    def chain(m, seen=()):
         if m not in best:
-            tails = [chain(n) for n in edges[m] if n in inside]
+            tails = [chain(n, seen + (m,)) for n in below[m] if n not in seen]
             best[m] = [m] + max(tails, key=len, default=[])
         return best[m]
 
