@@ -1,0 +1,42 @@
+//! Payments through Stripe's API with async-stripe, against Stripe in production and
+//! stripe-sim locally (`STRIPE_API_BASE`): one code path for both.
+//!
+//! Every call carries a Stripe idempotency key derived from the order, the operation and the
+//! order's **attempt** (`orderfleet-<order>-authorize|capture|cancel`, then
+//! `…-attempt-<n>` from the second), so a retry, a redelivery or a redrive days later replays
+//! the first result instead of making a second effect. Failures are classified here, next to
+//! the call: a card error or an invalid request is permanent; 429, timeouts and dropped
+//! connections are transient and retried, with the same key, a bounded number of times
+//! before the caller sees [`PaymentError::Unavailable`].
+//!
+//! A **5xx** is different. Stripe saves the answer of a request that began executing, a 500
+//! included, under its key for 24 hours, and replays it to every retry with that key
+//! (docs.stripe.com/api/idempotent_requests): retrying with the same key can only get the 500
+//! again. So a 5xx to a request with a key ends that attempt at once
+//! ([`PaymentError::AttemptFailed`]), and the caller asks Stripe what the attempt did — the
+//! intent itself for a capture or a cancel, the intents listed since the order was made, by
+//! `metadata[order_id]`, for an authorization — and moves the order to its next attempt, with new keys, only when the
+//! attempt did nothing (`crate::domain::order::next_payment_attempt`). An `idempotency_error`
+//! (the key ran before, with other parameters: a deploy changed the request while one was in
+//! flight) ends the attempt the same way, and is never a decline.
+//!
+//! Every request, each retry included, first takes a slot of the process's Stripe request
+//! budget ([`crate::runtime::budget`]); no slot within the bounded wait is
+//! [`PaymentError::Unavailable`] too, without a request made.
+//!
+//! By role: `client` is [`Payments`], the client itself: its construction, the budget's turn,
+//! its calls and their retries; `classify` says what a request is and what its failure means
+//! ([`Operation`] and its keys, [`PaymentError`], [`RetryPolicy`]); `intent` is a PaymentIntent
+//! as the fleet reads it ([`Intent`]); `list` finds intents by the window they were created in;
+//! `held_here` remembers the holds this process made.
+
+mod classify;
+mod client;
+mod held_here;
+mod intent;
+mod list;
+
+pub use crate::domain::hold::OrderIntent;
+pub use classify::{Operation, PaymentError, RetryPolicy};
+pub use client::{AuthorizeRequest, Payments};
+pub use intent::{Action, ChargeState, Intent, IntentStatus};
