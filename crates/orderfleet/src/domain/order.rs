@@ -452,9 +452,6 @@ impl<'a> Transition<'a> {
             self.gives_units_back,
             self.detail,
             self.hold_released,
-            OrderStatus::Authorized as _,
-            OrderStatus::StockReserved as _,
-            EventType::StockCheckRequested as _,
         )
         .fetch_one(executor)
         .await?;

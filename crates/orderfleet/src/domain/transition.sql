@@ -1,50 +1,75 @@
 -- `Transition::apply` (crates/orderfleet/src/domain/order.rs): ONE statement moves an order
--- from $2 to $3 if, and only if, it is still in $2, with the outbox messages the move causes.
+-- from `from_status` to `to_status` if, and only if, it is still in `from_status`, with the
+-- outbox messages the move causes.
+--   args        the statement's arguments, by name
 --   claim       the order row, locked (always before its product row)
---   taken       a move to `authorized` ($17) takes the order's units when nothing was cut:
---               no more units promised than the total, and the units in stock
---   moved       the order, to `stock_reserved` ($18) if `taken`, else to $3
+--   taken       a move to `authorized` takes the order's units when nothing was cut: no more
+--               units promised than the total, and the units in stock
+--   moved       the order, to `stock_reserved` if `taken`, else to `to_status`
 --   given_back  a move that ends the order gives its units back to the door, and from
 --               `stock_reserved` to the stock too
---   enqueued    the messages; a stock check whose units were `taken` ($19) says what to capture
-WITH claim AS (
-    SELECT id, product_id, quantity FROM orders WHERE id = $1 AND status = $2 FOR UPDATE
+--   enqueued    the messages; a stock check whose units were `taken` says what to capture
+WITH args AS (
+    SELECT $1::uuid                    AS order_id,
+           $2::order_status            AS from_status,
+           $3::order_status            AS to_status,
+           $4::text                    AS failure_reason,
+           $5::text                    AS payment_intent_id,
+           $6::uuid[]                  AS message_ids,
+           $7::outbox_event_type[]     AS event_types,
+           $8::outbox_destination[]    AS destinations,
+           $9::jsonb[]                 AS payloads,
+           $10::timestamptz            AS capture_before,
+           $11::text                   AS client_secret,
+           $12::jsonb                  AS next_action,
+           $13::timestamptz            AS action_expires_at,
+           $14::boolean                AS gives_units_back,
+           $15::text                   AS decline_detail,
+           $16::boolean                AS hold_released
+), claim AS (
+    SELECT o.id, o.product_id, o.quantity
+      FROM orders o, args a
+     WHERE o.id = a.order_id AND o.status = a.from_status
+       FOR UPDATE OF o
 ), taken AS (
     UPDATE products p SET stock = p.stock - c.quantity, updated_at = now()
-      FROM claim c
-     WHERE $3::order_status = $17::order_status AND p.id = c.product_id
+      FROM claim c, args a
+     WHERE a.to_status = 'authorized' AND p.id = c.product_id
        AND p.units_promised <= p.units_total AND p.stock >= c.quantity
  RETURNING p.id
 ), moved AS (
-    UPDATE orders SET status = CASE WHEN EXISTS (SELECT 1 FROM taken) THEN $18::order_status
-                                    ELSE $3::order_status END,
-                      failure_reason = COALESCE($4, failure_reason),
-                      payment_intent_id = COALESCE($5, payment_intent_id),
-                      authorization_expires_at = COALESCE($10, authorization_expires_at),
-                      client_secret = COALESCE($11, client_secret),
-                      next_action = COALESCE($12, next_action),
-                      action_expires_at = COALESCE($13, action_expires_at),
-                      decline_detail = COALESCE($15, decline_detail),
-                      authorization_released_at = CASE WHEN $16 THEN now()
-                                                       ELSE authorization_released_at END,
-                      intake_lease_until = NULL, updated_at = now()
-     WHERE id IN (SELECT id FROM claim)
- RETURNING id, traceparent, product_id, quantity, payment_attempt, payment_intent_id
+    UPDATE orders o
+       SET status = CASE WHEN EXISTS (SELECT 1 FROM taken) THEN 'stock_reserved' ELSE a.to_status END,
+           failure_reason = COALESCE(a.failure_reason, o.failure_reason),
+           payment_intent_id = COALESCE(a.payment_intent_id, o.payment_intent_id),
+           authorization_expires_at = COALESCE(a.capture_before, o.authorization_expires_at),
+           client_secret = COALESCE(a.client_secret, o.client_secret),
+           next_action = COALESCE(a.next_action, o.next_action),
+           action_expires_at = COALESCE(a.action_expires_at, o.action_expires_at),
+           decline_detail = COALESCE(a.decline_detail, o.decline_detail),
+           authorization_released_at = CASE WHEN a.hold_released THEN now()
+                                            ELSE o.authorization_released_at END,
+           intake_lease_until = NULL, updated_at = now()
+      FROM args a
+     WHERE o.id IN (SELECT id FROM claim)
+ RETURNING o.id, o.traceparent, o.product_id, o.quantity, o.payment_attempt, o.payment_intent_id
 ), given_back AS (
     UPDATE products p SET units_promised = p.units_promised - moved.quantity,
-                          stock = p.stock + CASE WHEN $2::order_status = $18::order_status
+                          stock = p.stock + CASE WHEN a.from_status = 'stock_reserved'
                                                  THEN moved.quantity ELSE 0 END,
                           updated_at = now()
-      FROM moved WHERE $14 AND p.id = moved.product_id
+      FROM moved, args a
+     WHERE a.gives_units_back AND p.id = moved.product_id
 ), enqueued AS (
     INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
     SELECT m.message_id, 'order', moved.id, m.event_type, m.destination,
-           CASE WHEN m.event_type = $19 AND EXISTS (SELECT 1 FROM taken)
+           CASE WHEN m.event_type = 'order.stock_check_requested' AND EXISTS (SELECT 1 FROM taken)
                 THEN m.payload || jsonb_build_object('reserved', jsonb_build_object(
                          'attempt', moved.payment_attempt, 'payment_intent_id', moved.payment_intent_id))
                 ELSE m.payload END,
            moved.traceparent
-      FROM moved, UNNEST($6::uuid[], $7::outbox_event_type[], $8::outbox_destination[], $9::jsonb[])
+      FROM moved, args a,
+           UNNEST(a.message_ids, a.event_types, a.destinations, a.payloads)
            AS m(message_id, event_type, destination, payload)
     ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING
 )
