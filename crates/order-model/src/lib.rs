@@ -28,7 +28,8 @@
 //!
 //! - [`state`]: the state.
 //! - [`model`]: the transitions, each as atomic as the code makes it (one statement or
-//!   transaction, one Stripe request); `README.md` maps each to the function that implements it.
+//!   transaction, one Stripe request), in a file for each module of the fleet they mirror;
+//!   `README.md` maps each to the function that implements it.
 //! - [`properties`]: the guarantees, named after their SPEC §8 clauses.
 //! - [`scenarios`]: what is checked, and within what bounds.
 //! - [`check`]: running the checker and telling a counterexample step by step.
