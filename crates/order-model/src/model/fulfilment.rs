@@ -140,7 +140,6 @@ impl OrderProtocol {
         step: Advance,
         net: Net,
     ) -> Option<Next<Advance>> {
-        let quantity = self.quantity(order);
         Some(match step {
             Advance::Load => self.load(s, order),
             Advance::Reserve => self.reserve(s, order)?,
@@ -172,20 +171,7 @@ impl OrderProtocol {
                 Next::End(Done::Settled)
             }
             Advance::FailCapture { attempt, intent, canceled } => {
-                let o = s.order_mut(order);
-                if o.status != Status::StockReserved {
-                    return Some(Next::Go(Advance::Load));
-                }
-                // A hold that is gone (it lapsed, or was cancelled outside) is not a failed
-                // capture: `authorization_canceled`, released, with nothing to cancel.
-                o.status = if canceled { Status::AuthorizationCanceled } else { Status::CaptureFailed };
-                o.released |= canceled;
-                s.product.stock += quantity as i8;
-                s.product.promised -= quantity;
-                if canceled {
-                    return Some(Next::End(Done::Settled));
-                }
-                Next::Go(Advance::Cancel { attempt, intent })
+                self.fail_capture(s, order, attempt, intent, canceled)
             }
             Advance::Cancel { attempt, intent } => {
                 let reply = self.cancel(s, order, attempt, intent, net);
@@ -196,6 +182,35 @@ impl OrderProtocol {
                 Next::End(Done::Settled)
             }
         })
+    }
+
+    /// A capture that did not take effect, as the intent read after it says, on an order still
+    /// `stock_reserved`: its units back, and `capture_failed` with its hold to cancel, or
+    /// `authorization_canceled` when the hold is gone already; an order that moved meanwhile is
+    /// read again (`Fulfilment::fail_capture`).
+    fn fail_capture(
+        &self,
+        s: &mut State,
+        order: Buyer,
+        attempt: u8,
+        intent: IntentId,
+        canceled: bool,
+    ) -> Next<Advance> {
+        let quantity = self.quantity(order);
+        let o = s.order_mut(order);
+        if o.status != Status::StockReserved {
+            return Next::Go(Advance::Load);
+        }
+        // A hold that is gone (it lapsed, or was cancelled outside) is not a failed
+        // capture: `authorization_canceled`, released, with nothing to cancel.
+        o.status = if canceled { Status::AuthorizationCanceled } else { Status::CaptureFailed };
+        o.released |= canceled;
+        s.product.stock += quantity as i8;
+        s.product.promised -= quantity;
+        if canceled {
+            return Next::End(Done::Settled);
+        }
+        Next::Go(Advance::Cancel { attempt, intent })
     }
 
     /// The stock check's first read: where the order's row says to go on from. A failed order
