@@ -1,4 +1,4 @@
--- `Transition::apply` (crates/orderfleet/src/domain/order.rs): ONE statement moves an order
+-- `Transition::apply` (crates/orderfleet/src/domain/order/transition.rs): ONE statement moves an order
 -- from `from_status` to `to_status` if, and only if, it is still in `from_status`, with the
 -- outbox messages the move causes.
 --   args        the statement's arguments, by name
