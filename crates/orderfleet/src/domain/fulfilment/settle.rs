@@ -1,0 +1,223 @@
+//! Settling an order's hold with Stripe: the capture of a `stock_reserved` order and its record
+//! (`paid`, or `capture_failed` / `authorization_canceled` with the units back), the cancel of
+//! a hold that will not be captured, the end of an `authorized` order whose hold is past its
+//! deadline, and `after_a_failed_attempt`: what a capture or a cancel that Stripe answered with
+//! a saved 5xx did, and the move to the order's next attempt when it did nothing. Each Stripe
+//! call runs outside any transaction; each record is ONE statement.
+
+use std::time::Duration;
+
+use super::Fulfilment;
+use crate::domain::OrderId;
+use crate::domain::order::{self, FailureReason, Order, OrderNotification, OrderStatus, Transition};
+use crate::domain::outbox::EventType;
+use crate::domain::payments::{Intent, IntentStatus, PaymentError};
+use crate::runtime::failure::{Failure, Outcome, Source};
+
+/// What a capture step did.
+pub(super) enum Captured {
+    /// This step moved the order (to `paid` or `capture_failed`).
+    Moved(OrderStatus),
+    /// Another delivery had already moved it.
+    Lost,
+    /// Stripe did not answer.
+    Blocked(String),
+}
+
+impl Fulfilment {
+    /// Captures outside any transaction, then records the result in one statement.
+    pub(super) async fn capture(&self, order: &Order) -> anyhow::Result<Captured> {
+        let Some(intent) = order.payment_intent_id.as_deref() else {
+            // Cannot happen (an authorized order has its intent); a person must look.
+            anyhow::bail!("order {} has no payment intent", order.id);
+        };
+        let captured = self.payments.capture(order.intent(intent)).await;
+        let captured = self.after_a_failed_attempt(order, intent, IntentStatus::Succeeded, captured).await?;
+        match captured {
+            Ok(_) => {
+                let moved =
+                    self.record_paid(order.id, OrderNotification::of(order, OrderStatus::Paid, None)).await?;
+                crate::runtime::failpoint::hit("after_paid");
+                Ok(if moved { Captured::Moved(OrderStatus::Paid) } else { Captured::Lost })
+            }
+            Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
+                Ok(Captured::Blocked(reason))
+            }
+            Err(refused) => {
+                // The provider will not capture (the authorization expired or was cancelled):
+                // the order fails cleanly, its units go back, and the user hears of it. The
+                // order row is locked before the product row, as in `reserve`.
+                // Stripe's words are for operators (the log and `decline_detail`); the buyer,
+                // in `GET` and in the notification, reads only the code.
+                let detail = format!("capture refused: {refused}");
+                tracing::warn!(detail, "the payment provider refused the capture");
+                // A hold that is gone (it lapsed, or was cancelled in the Dashboard) is not a
+                // failed capture: the order ends `authorization_canceled` (SPEC §5).
+                let ended = match self.payments.retrieve(intent).await {
+                    Ok(now) if now.status == IntentStatus::Canceled => OrderStatus::AuthorizationCanceled,
+                    Ok(_) => OrderStatus::CaptureFailed,
+                    Err(e) if e.is_transient() => return Ok(Captured::Blocked(e.to_string())),
+                    Err(_) => OrderStatus::CaptureFailed,
+                };
+                crate::runtime::db::bounded(
+                    "failed to record the refused capture",
+                    self.fail_capture(order, &detail, ended),
+                )
+                .await
+            }
+        }
+    }
+
+    /// After a capture: ONE statement (bounded) moves the order `stock_reserved` → `paid` with
+    /// its `order.paid` message; whether this call made the move.
+    pub(super) async fn record_paid(
+        &self,
+        order_id: OrderId,
+        paid: OrderNotification,
+    ) -> anyhow::Result<bool> {
+        crate::runtime::failpoint::hit("after_capture");
+        let record = Transition::new(order_id, OrderStatus::StockReserved, OrderStatus::Paid)
+            .with_message(EventType::OrderPaid, paid)
+            .apply(&self.pool);
+        crate::runtime::db::bounded("failed to record the capture", async {
+            record.await.map_err(anyhow::Error::from)
+        })
+        .await
+    }
+
+    /// A capture Stripe refused: ONE statement moves the order to `ended` — `capture_failed`,
+    /// or `authorization_canceled` when its hold is gone (no cancel then) — with its
+    /// `order.rejected` message, keeps Stripe's `detail` where only operators look, and gives
+    /// its units back to the stock and the door.
+    async fn fail_capture(
+        &self,
+        order: &Order,
+        detail: &str,
+        ended: OrderStatus,
+    ) -> anyhow::Result<Captured> {
+        let reason = match ended {
+            OrderStatus::AuthorizationCanceled => FailureReason::AuthorizationCanceled,
+            _ => FailureReason::CaptureFailed,
+        };
+        let failed = OrderNotification::of(order, ended, Some(reason));
+        let transition = Transition::new(order.id, OrderStatus::StockReserved, ended)
+            .with_reason(reason)
+            .with_message(EventType::OrderRejected, failed)
+            .giving_units_back(detail);
+        let transition = match ended {
+            OrderStatus::AuthorizationCanceled => transition.with_hold_released(),
+            _ => transition,
+        };
+        Ok(match transition.apply(&self.pool).await? {
+            true => Captured::Moved(ended),
+            false => Captured::Lost,
+        })
+    }
+
+    /// After Stripe answered a capture or a cancel with a 5xx, which it saved under the
+    /// attempt's key (a retry with the key would get it again for 24 hours): asks Stripe what
+    /// the attempt did, from the intent itself (a retrieve is never stale). Already where the
+    /// call wanted it (`wanted`; for a cancel, also never holding funds): done. Still holding
+    /// funds: the attempt did nothing, so the order moves to its next attempt, whose new keys
+    /// the step uses when it runs again (the failure stays, and the message is held until
+    /// Stripe answers). Any other state is the call's refusal. Other results pass through.
+    async fn after_a_failed_attempt(
+        &self,
+        order: &Order,
+        intent: &str,
+        wanted: IntentStatus,
+        result: Result<Intent, PaymentError>,
+    ) -> anyhow::Result<Result<Intent, PaymentError>> {
+        let Err(PaymentError::AttemptFailed(reason)) = result else { return Ok(result) };
+        let now = match self.payments.retrieve(intent).await {
+            Ok(now) => now,
+            Err(e) => return Ok(Err(PaymentError::Unavailable(format!("{reason}; then {e}")))),
+        };
+        let released = wanted == IntentStatus::Canceled && now.status == IntentStatus::RequiresPaymentMethod;
+        if now.status == wanted || released {
+            return Ok(Ok(now));
+        }
+        if now.status != IntentStatus::RequiresCapture {
+            let message = format!("{reason}; the intent is now {:?}", now.status);
+            return Ok(Err(PaymentError::Refused {
+                code: "payment_intent_unexpected_state".into(),
+                message,
+                status: 400,
+            }));
+        }
+        let next = crate::runtime::db::bounded("failed to start the next payment attempt", async {
+            order::next_payment_attempt(
+                &self.pool,
+                order.id,
+                order.status,
+                order.payment_attempt,
+                Duration::ZERO,
+            )
+            .await
+            .map_err(anyhow::Error::from)
+        })
+        .await?;
+        tracing::warn!(
+            attempt = next,
+            reason,
+            "Stripe saved a failure under this attempt's key and did nothing; the next attempt has new keys"
+        );
+        Ok(Err(PaymentError::AttemptFailed(format!("{reason}; nothing done, the next attempt has new keys"))))
+    }
+
+    /// Cancels the authorization of an order that will not be captured, once.
+    /// An `authorized` order whose hold is past the deadline Stripe gave for it
+    /// (`authorization_expires_at`): Stripe cancels such a hold by itself, so the order could
+    /// never be captured. ONE statement ends it `authorization_canceled`, as the webhook of the
+    /// cancelled hold would, with its `order.rejected` message and its promised units back to
+    /// the door, before it takes a unit an order behind it could have had. Its hold is then
+    /// released under the order's key ([`Fulfilment::release_authorization`]). Whether this
+    /// call made the move.
+    pub(super) async fn lapse(&self, order: &Order) -> anyhow::Result<bool> {
+        let reason = FailureReason::AuthorizationCanceled;
+        let ended = OrderNotification::of(order, OrderStatus::AuthorizationCanceled, Some(reason));
+        let moved = Transition::new(order.id, OrderStatus::Authorized, OrderStatus::AuthorizationCanceled)
+            .with_reason(reason)
+            .with_message(EventType::OrderRejected, ended)
+            .giving_units_back(
+                "the hold passed the deadline Stripe gave for it before the order's units were reserved",
+            )
+            .apply(&self.pool)
+            .await?;
+        if moved {
+            tracing::warn!(
+                "the order's hold is past its deadline; it takes no units, which go back to the line"
+            );
+        }
+        Ok(moved)
+    }
+
+    pub(super) async fn release_authorization(&self, order: &Order) -> anyhow::Result<Outcome> {
+        if order.authorization_released_at.is_some() {
+            return Ok(Ok(()));
+        }
+        let mark_released = || {
+            crate::runtime::db::bounded("failed to record the released authorization", async {
+                order::mark_authorization_released(&self.pool, order.id).await.map_err(anyhow::Error::from)
+            })
+        };
+        let Some(intent) = order.payment_intent_id.as_deref() else {
+            mark_released().await?;
+            return Ok(Ok(()));
+        };
+        let cancelled = self.payments.cancel(order.intent(intent)).await;
+        match self.after_a_failed_attempt(order, intent, IntentStatus::Canceled, cancelled).await? {
+            Ok(_) => {
+                mark_released().await?;
+                Ok(Ok(()))
+            }
+            Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
+                Ok(Err(Failure::outage(Source::Stripe, "unavailable", reason)))
+            }
+            Err(refused) => {
+                let reason = format!("cannot cancel the authorization of order {}: {refused}", order.id);
+                Ok(Err(Failure::permanent(Source::Stripe, "cancel_refused", reason)))
+            }
+        }
+    }
+}
