@@ -165,7 +165,6 @@ impl Fulfilment {
         Ok(Err(PaymentError::AttemptFailed(format!("{reason}; nothing done, the next attempt has new keys"))))
     }
 
-    /// Cancels the authorization of an order that will not be captured, once.
     /// An `authorized` order whose hold is past the deadline Stripe gave for it
     /// (`authorization_expires_at`): Stripe cancels such a hold by itself, so the order could
     /// never be captured. ONE statement ends it `authorization_canceled`, as the webhook of the
@@ -192,6 +191,7 @@ impl Fulfilment {
         Ok(moved)
     }
 
+    /// Cancels the authorization of an order that will not be captured, once.
     pub(super) async fn release_authorization(&self, order: &Order) -> anyhow::Result<Outcome> {
         if order.authorization_released_at.is_some() {
             return Ok(Ok(()));
