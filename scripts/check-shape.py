@@ -156,7 +156,7 @@ def longest_chain(edges, within):
 
     def chain(m, seen=()):
         if m not in best:
-            tails = [chain(n, seen + (m,)) for n in below[m] if n not in seen]
+            tails = [chain(n, seen + (m,)) for n in sorted(below[m]) if n not in seen]
             best[m] = [m] + max(tails, key=len, default=[])
         return best[m]
 
