@@ -102,10 +102,16 @@ async fn a_burst_of_200_buyers_for_50_units_authorizes_50_cancels_none_and_turns
     // Every intake and fulfilment commit notified the relay; the burst's leftover notifications
     // must not each wake a claim that finds nothing (the relay spun through thousands of them
     // after a 2,000-order bench burst before it drained them at once).
-    let claims =
-        fleet_harness::metrics::sum_by_label(&fleet.scrape_metrics().await, "outbox_claims_total", "result");
+    let metrics = fleet.scrape_metrics().await;
+    let claims = fleet_harness::metrics::sum_by_label(&metrics, "outbox_claims_total", "result");
     let empty = claims.get("empty").copied().unwrap_or(0.0);
     assert!(empty < 50.0, "the relay made {empty} empty claims: {claims:?}");
+    // Each process's pool shows how its checkouts went: the burst's went through, none timed out.
+    let checkouts = fleet_harness::metrics::sum_by_label(&metrics, "db_pool_checkouts_total", "outcome");
+    assert!(checkouts.get("direct").copied().unwrap_or(0.0) > 0.0, "{checkouts:?}");
+    assert_eq!(checkouts.get("timed_out").copied().unwrap_or(0.0), 0.0, "{checkouts:?}");
+    let pools = fleet_harness::metrics::sum_by_label(&metrics, "db_pool_connections", "pool");
+    assert!(pools.keys().any(|pool| pool == "order-intake"), "{pools:?}");
     fleet.stop().await.unwrap();
 }
 

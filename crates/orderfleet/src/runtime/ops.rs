@@ -33,7 +33,10 @@ pub fn router() -> Router {
         "/metrics",
         get(move || {
             let handle = handle.clone();
-            async move { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render()) }
+            async move {
+                crate::runtime::pool::record_all();
+                ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render())
+            }
         }),
     )
 }

@@ -58,10 +58,31 @@ async fn open(options: &PgConnectOptions) -> sqlx::Result<PgConnection> {
     }
 }
 
+/// Every pool of this process that is still in use, by name, for `/metrics` ([`record_all`]).
+type Observed = Vec<(String, std::sync::Weak<bb8::Pool<Connector>>)>;
+
+fn observed() -> std::sync::MutexGuard<'static, Observed> {
+    static POOLS: std::sync::Mutex<Observed> = std::sync::Mutex::new(Vec::new());
+    POOLS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Sets the figures of every pool still in use on `/metrics`, as it is scraped, and forgets
+/// the pools dropped.
+pub(crate) fn record_all() {
+    let mut pools = observed();
+    pools.retain(|(_, pool)| pool.strong_count() > 0);
+    for (name, pool) in pools.iter() {
+        if let Some(pool) = pool.upgrade() {
+            record(name, &pool);
+        }
+    }
+}
+
 /// The pool. Cloning it is cheap: the clones share one set of connections.
 #[derive(Clone)]
 pub struct Pool {
-    inner: bb8::Pool<Connector>,
+    /// bb8's pool, shared by the clones; [`observed`] holds it weakly.
+    inner: Arc<bb8::Pool<Connector>>,
     /// The options a connection is opened with, for a connection of its own ([`Pool::dedicated`]).
     options: Arc<PgConnectOptions>,
 }
@@ -162,7 +183,14 @@ impl Pool {
             .queue_strategy(bb8::QueueStrategy::Lifo)
             .error_sink(Box::new(LogConnectErrors))
             .build_unchecked(Connector { options: options.clone() });
-        Self { inner, options }
+        let pool = Self { inner: Arc::new(inner), options };
+        observed().push((pool.name(), Arc::downgrade(&pool.inner)));
+        pool
+    }
+
+    /// Its name on `/metrics`: its connections' `application_name`.
+    fn name(&self) -> String {
+        self.options.get_application_name().unwrap_or("orderfleet").to_owned()
     }
 
     /// A pool of its own on the same database, its connections named `application_name`, for
@@ -232,6 +260,38 @@ impl Pool {
             .max_connections(1)
             .acquire_timeout(CONNECT_DEADLINE)
             .connect_lazy_with((*self.options).clone())
+    }
+}
+
+/// Sets a pool's figures on `/metrics` from bb8's: connections open and idle, the checkouts
+/// that went straight through, waited or timed out, the time spent waiting, and the
+/// connections opened and closed (by why).
+fn record(pool: &str, inner: &bb8::Pool<Connector>) {
+    let state = inner.state();
+    let stats = &state.statistics;
+    let pool = pool.to_owned();
+    metrics::gauge!("db_pool_connections", "pool" => pool.clone()).set(f64::from(state.connections));
+    metrics::gauge!("db_pool_idle_connections", "pool" => pool.clone())
+        .set(f64::from(state.idle_connections));
+    for (outcome, n) in
+        [("direct", stats.get_direct), ("waited", stats.get_waited), ("timed_out", stats.get_timed_out)]
+    {
+        metrics::counter!("db_pool_checkouts_total", "pool" => pool.clone(), "outcome" => outcome)
+            .absolute(n);
+    }
+    metrics::gauge!("db_pool_checkout_wait_seconds_total", "pool" => pool.clone())
+        .set(stats.get_wait_time.as_secs_f64());
+    metrics::counter!("db_pool_connections_opened_total", "pool" => pool.clone())
+        .absolute(stats.connections_created);
+    let closed = [
+        ("broken", stats.connections_closed_broken),
+        ("invalid", stats.connections_closed_invalid),
+        ("max_lifetime", stats.connections_closed_max_lifetime),
+        ("idle_timeout", stats.connections_closed_idle_timeout),
+    ];
+    for (why, n) in closed {
+        metrics::counter!("db_pool_connections_closed_total", "pool" => pool.clone(), "why" => why)
+            .absolute(n);
     }
 }
 
