@@ -23,7 +23,7 @@ mode=${1:-}
 database_url=$(grep '^DATABASE_URL=' "$env_file" | cut -d= -f2-)
 
 # The crates whose code has query macros.
-crates=(orderfleet outbox-relay notification-worker fleetctl)
+crates=(orderfleet-runtime orderfleet outbox-relay notification-worker fleetctl)
 packages=()
 for crate in "${crates[@]}"; do packages+=(-p "$crate"); done
 

@@ -44,8 +44,8 @@ step "systemd-analyze verify deploy/systemd/ (and its exposure score)"
 
 step "no production build carries the crash points (the failpoints feature)"
 for package in order-intake outbox-relay stock-worker notification-worker fleetctl orderfleet-box; do
-    if cargo tree --quiet -p "$package" -e features -i orderfleet | grep -q 'feature "failpoints"'; then
-        die "$package's own build enables orderfleet's failpoints feature"
+    if cargo tree --quiet -p "$package" -e features -i orderfleet-runtime | grep -q 'feature "failpoints"'; then
+        die "$package's own build enables the failpoints feature (orderfleet-runtime's crash points)"
     fi
 done
 

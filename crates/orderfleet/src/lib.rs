@@ -4,23 +4,20 @@
 //! - [`domain`]: what an order is and the rules it moves by — the order and its statuses,
 //!   the product and its unit counters, the Stripe hold and the capture, the outbox messages
 //!   the moves cause, the sweeper that finishes what stopped, the buyers' tokens.
-//! - [`runtime`]: how a process runs — its settings, PostgreSQL, AWS and its request counts,
+//! - [`runtime`] (the `orderfleet-runtime` crate): how a process runs — its settings, PostgreSQL, AWS and its request counts,
 //!   the SQS consumer loop, the one failure vocabulary, retries and backoff, logs and traces,
 //!   supervision and the stop signal.
 //!
 //! The arrows go one way: the domain uses the runtime (a pool, a bounded statement, a retry
-//! spacing, a crash point, the settings), and no runtime module imports a domain one. So
+//! spacing, a crash point, the settings), and the runtime is a crate of its own that does not
+//! depend on the domain, so the compiler keeps the rule. So
 //! `runtime` is the queue worker a reader can study apart from the orders, and `domain` is
 //! where this system's rules are. Those rules are written against the database and Stripe
 //! directly, as short statements and calls, so each compare-and-set stays where a reader can
 //! see it.
 
 pub mod domain;
-pub mod runtime;
+/// How a process runs: the `orderfleet-runtime` crate, under the path the fleet's code names it by.
+pub use orderfleet_runtime as runtime;
 
-/// rustls finds two crypto providers in this build (sqlx brings one, the AWS SDK another) and
-/// then cannot pick a default, which makes async-stripe's connector panic at start. Choosing
-/// aws-lc-rs once, before any TLS client is built, settles it.
-pub(crate) fn install_crypto_provider() {
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-}
+pub(crate) use orderfleet_runtime::install_crypto_provider;

@@ -38,7 +38,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use axum::Router;
-use orderfleet::runtime::config::{ConfigError, Env, HttpUrl, RuntimeConfig};
+use orderfleet_runtime::config::{ConfigError, Env, HttpUrl, RuntimeConfig};
 use secrecy::{ExposeSecret, SecretString};
 use tokio::net::TcpListener;
 
@@ -120,7 +120,7 @@ impl Config {
 /// The simulator as a binary: serves on `STRIPE_SIM_LISTEN_ADDR` until the stop signal, then
 /// lets in-flight requests finish (they take microseconds; those held by a `timeout` fault are
 /// let go) for up to `SHUTDOWN_GRACE_SECONDS`.
-impl orderfleet::runtime::service::Service for Config {
+impl orderfleet_runtime::service::Service for Config {
     const NAME: &'static str = "stripe-sim";
 
     async fn load(env: &Env) -> Result<Self, ConfigError> {
@@ -130,11 +130,11 @@ impl orderfleet::runtime::service::Service for Config {
     async fn start(
         self,
         runtime: &RuntimeConfig,
-        tasks: &mut orderfleet::runtime::tasks::Tasks,
+        tasks: &mut orderfleet_runtime::tasks::Tasks,
     ) -> anyhow::Result<()> {
         use anyhow::Context;
         let config = self;
-        let listener = orderfleet::runtime::ops::bind(config.listen_addr, "STRIPE_SIM_LISTEN_ADDR").await?;
+        let listener = orderfleet_runtime::ops::bind(config.listen_addr, "STRIPE_SIM_LISTEN_ADDR").await?;
         let addr = listener.local_addr().context("failed to read the listening address")?;
         let webhook_url = config.webhook.as_ref().map(|endpoint| endpoint.url().to_owned());
         tracing::info!(

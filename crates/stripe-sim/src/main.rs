@@ -6,5 +6,5 @@
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    orderfleet::runtime::service::main::<stripe_sim::Config>().await
+    orderfleet_runtime::service::main::<stripe_sim::Config>().await
 }

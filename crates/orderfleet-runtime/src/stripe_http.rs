@@ -10,7 +10,7 @@
 //! over HTTP/1.1 only (see [`PooledStripe::new`]).
 //!
 //! It sends each request once: the fleet retries itself, under its own idempotency key per
-//! attempt ([`crate::domain::payments`]), so a request strategy other than sending once (with
+//! attempt (`orderfleet::domain::payments`), so a request strategy other than sending once (with
 //! or without a key) is refused as a configuration error rather than silently followed.
 
 use std::sync::Arc;
@@ -36,7 +36,7 @@ const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-repl
 
 /// How a 5xx to a request with a key begins when it is not a replay of the key's saved answer
 /// ([`PooledStripe`]'s `execute`): the payments code takes it as a timeout, not as a saved
-/// answer (`crate::domain::payments`).
+/// answer (`orderfleet::domain::payments`).
 pub const UNSAVED_5XX: &str = "unsaved 5xx";
 
 /// A Stripe client that keeps its connections.

@@ -308,7 +308,7 @@ pub struct StripeConfig {
     /// `STRIPE_API_BASE`: Stripe, or stripe-sim.
     pub api_base: HttpUrl,
     /// `STRIPE_ACCOUNT_REQUESTS_PER_SECOND` (100): the account's limit, the fleet's to share
-    /// (see [`crate::runtime::budget`]).
+    /// (see [`crate::budget`]).
     pub account_requests_per_second: RequestsPerSecond,
     /// `STRIPE_ENDPOINT_REQUESTS_PER_SECOND` (25): each named operation's limit, the fleet's
     /// to share.

@@ -4,7 +4,7 @@
 //! go on looking alive (its `/healthz` answers) or exit 0, which systemd's
 //! `Restart=on-failure` and an ECS service both take for a clean stop. Here the first task to
 //! end before the stop signal — done, failed or panicked — stops the others, and the process
-//! exits non-zero with one line naming the task and why ([`crate::runtime::service::main`]), so its
+//! exits non-zero with one line naming the task and why ([`crate::service::main`]), so its
 //! supervisor starts a new one.
 
 use std::collections::HashMap;

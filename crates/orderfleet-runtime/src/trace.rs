@@ -6,7 +6,7 @@
 //! attribute `traceparent`; each worker reads it back, works on the message inside a span
 //! that carries `trace_id` and `order_id`, and the notification worker passes it on as an SNS
 //! message attribute. So every log line about an order, in every process, carries its
-//! `trace_id` and `order_id` ([`crate::runtime::telemetry`] lifts span fields to the top of each JSON
+//! `trace_id` and `order_id` ([`crate::telemetry`] lifts span fields to the top of each JSON
 //! line), and one `trace_id` finds an order's whole path through the fleet.
 //!
 //! Every message an order causes carries the order's own context, so exported spans hang off
@@ -132,7 +132,7 @@ pub enum CallerTrace {
     Continue,
 }
 
-impl crate::runtime::config::Setting for CallerTrace {
+impl crate::config::Setting for CallerTrace {
     fn parse_setting(s: &str) -> Result<Self, String> {
         match s {
             "link" => Ok(Self::Link),

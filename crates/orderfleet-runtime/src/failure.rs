@@ -9,15 +9,15 @@
 //! | [`Kind::Outage`] | a dependency is down (the database unreachable, Stripe or SQS not answering) | not the work's fault: a consumer stops receiving until its probe passes, the relay holds every row and charges none |
 //! | [`Kind::Permanent`] | it fails the same way every time (unreadable, refused as invalid, an integrity error) | set aside for a person with its reason: the DLQ for a message, `dead` for an outbox row |
 //!
-//! The consumer ([`crate::runtime::consumer`]), the relay and the fulfilment steps all speak it, so no
+//! The consumer ([`crate::consumer`]), the relay and the fulfilment steps all speak it, so no
 //! layer translates one set of words into another.
 //!
 //! The four classifiers, one per dependency, each next to the calls it judges:
 //!
 //! | dependency | classifier | how it decides |
 //! |---|---|---|
-//! | PostgreSQL | [`crate::runtime::db::failure`] | by SQLSTATE class, and by what the error is not: an error about the connection, whatever its variant, is an outage |
-//! | Stripe | `classify` in [`crate::domain::payments`], into a [`crate::domain::payments::PaymentError`]; [`crate::domain::fulfilment`] makes that a [`Failure`] | a decline or a refusal is final; a 429, a timeout, a dropped connection or a bad key is unavailable (an outage to the workers); a 5xx ends the attempt |
+//! | PostgreSQL | [`crate::db::failure`] | by SQLSTATE class, and by what the error is not: an error about the connection, whatever its variant, is an outage |
+//! | Stripe | `classify` in `orderfleet::domain::payments`, into a `PaymentError`; `orderfleet::domain::fulfilment` makes that a [`Failure`] | a decline or a refusal is final; a 429, a timeout, a dropped connection or a bad key is unavailable (an outage to the workers); a 5xx ends the attempt |
 //! | SQS | `classify_call` and `classify_entry` in `outbox_relay::send` | a missing queue, a denial or an entry SQS blames is permanent; an entry that failed for a passing reason is transient; a whole call that says "not now" is an outage |
 //! | SNS | `classify` in `notification_worker` | a `PublishBatch` SNS refuses as malformed is permanent; anything else is an outage of Publish |
 //!

@@ -21,8 +21,8 @@ use super::gate::{Gate, sleep_or_stop};
 use super::hold::{BatchTask, Breaker};
 use super::settle::Settle;
 use super::{ConsumerConfig, Handler, Received, short_name};
-use crate::runtime::backlog::Backlog;
-use crate::runtime::backoff::Backoff;
+use crate::backlog::Backlog;
+use crate::backoff::Backoff;
 
 /// What a worker's pollers share.
 #[derive(Clone)]
@@ -93,7 +93,7 @@ impl<H: Handler> Poller<H> {
     /// Turns until the stop signal.
     pub(super) async fn run(mut self) {
         while let Some(permits) = self.wait_for_turn().await {
-            crate::runtime::failpoint::panic_at("poller_panics");
+            crate::failpoint::panic_at("poller_panics");
             let Some(batch) = self.receive(permits.num_permits()).await else { return };
             if !batch.is_empty() {
                 self.dispatch(batch, permits);
@@ -143,10 +143,10 @@ impl<H: Handler> Poller<H> {
             .max_number_of_messages(asked as i32)
             .wait_time_seconds(wait)
             .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
-            .message_attribute_names(crate::runtime::trace::TRACEPARENT)
+            .message_attribute_names(crate::trace::TRACEPARENT)
             .customize()
             .config_override(aws_sdk_sqs::config::Builder::default().timeout_config(
-                crate::runtime::aws::long_poll_timeouts(Duration::from_secs(wait.max(0) as u64)),
+                crate::aws::long_poll_timeouts(Duration::from_secs(wait.max(0) as u64)),
             ))
             .send();
         // A long poll in flight is let finish, up to the grace period: SQS may hand messages to
@@ -293,7 +293,7 @@ fn received(m: Message) -> Received {
             .unwrap_or(1),
         traceparent: m
             .message_attributes()
-            .and_then(|a| a.get(crate::runtime::trace::TRACEPARENT))
+            .and_then(|a| a.get(crate::trace::TRACEPARENT))
             .and_then(|v| v.string_value())
             .map(str::to_owned),
         message_id: m.message_id.unwrap_or_default(),

@@ -34,7 +34,7 @@ use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
 use aws_smithy_types::timeout::TimeoutConfig;
 
-use crate::runtime::config::ConfigError;
+use crate::config::ConfigError;
 
 /// The SDK configuration every AWS client of a process is built from.
 #[derive(Debug, Clone)]

@@ -23,10 +23,10 @@ use anyhow::Context;
 use secrecy::ExposeSecret;
 use sqlx::postgres::PgConnectOptions;
 
-use crate::runtime::config::DatabaseConfig;
-use crate::runtime::failure::{Failure, Kind, Source};
-use crate::runtime::pool::Limits;
-pub use crate::runtime::pool::{Pool, Tx};
+use crate::config::DatabaseConfig;
+use crate::failure::{Failure, Kind, Source};
+use crate::pool::Limits;
+pub use crate::pool::{Pool, Tx};
 
 /// The schema, embedded at build time from `migrations/` at the repository root.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
@@ -75,12 +75,11 @@ pub fn connect_lazy(config: &DatabaseConfig, size: PoolSize) -> anyhow::Result<P
     Ok(Pool::lazy(session_options(config, size)?, size.limits()))
 }
 
-/// A pool on a port nobody listens on, for unit tests that build a client and never ask the
-/// database anything.
-#[cfg(test)]
-pub(crate) fn unreachable_pool() -> Pool {
+/// A pool on a port nobody listens on, for unit tests (the domain's too) that build a client
+/// and never ask the database anything.
+pub fn unreachable_pool() -> Pool {
     let env =
-        crate::runtime::config::Env::from_pairs([("DATABASE_URL", "postgres://nobody@127.0.0.1:9/none")]);
+        crate::config::Env::from_pairs([("DATABASE_URL", "postgres://nobody@127.0.0.1:9/none")]);
     let config = DatabaseConfig::from_env(&env).expect("a well-formed URL");
     connect_lazy(&config, PoolSize { min_connections: 0, ..PoolSize::default() }).expect("a lazy pool")
 }
@@ -214,7 +213,7 @@ fn is_refusal(code: &str) -> bool {
 ///   `statement_timeout` (08, 28, 3D, 53, 57) is an **outage**: a statement that ran that long
 ///   waited on a lock held by a client gone quiet, or on a server too busy; so is a read-only
 ///   session (`25006`: a standby, or a writer a failover demoted), whose connection the pool
-///   closes ([`crate::runtime::pool::unfit_session`]). A system error (58) or an internal one
+///   closes ([`crate::pool::unfit_session`]). A system error (58) or an internal one
 ///   (XX) closes its connection too, but stays **transient**: it may be one row's (a corrupt
 ///   index entry), and the loop still sees an outage in it when the probe fails after it or
 ///   three messages meet it at once, while a lone poison message reaches the DLQ; an integrity
@@ -239,7 +238,7 @@ pub fn failure(error: &anyhow::Error) -> Failure {
             let code = e.code().unwrap_or_default().into_owned();
             let kind = match &code[..code.len().min(2)] {
                 // A read-only session: the database's state, whatever the message.
-                _ if code == crate::runtime::pool::READ_ONLY => Kind::Outage,
+                _ if code == crate::pool::READ_ONLY => Kind::Outage,
                 "08" | "28" | "3D" | "53" | "57" => Kind::Outage,
                 _ if is_refusal(&code) => Kind::Permanent,
                 _ => Kind::Transient,
@@ -339,11 +338,11 @@ mod tests {
             assert_eq!(failure(&server_error(code)).kind, Kind::Transient, "{code}");
         }
         for code in ["25006", "58030", "XX000"] {
-            assert!(crate::runtime::pool::unfit_session(code), "{code}");
+            assert!(crate::pool::unfit_session(code), "{code}");
         }
         assert_eq!(failure(&server_error("40001")).kind, Kind::Transient);
         assert_eq!(failure(&server_error("23505")).kind, Kind::Permanent);
-        assert!(!crate::runtime::pool::unfit_session("25P02"));
+        assert!(!crate::pool::unfit_session("25P02"));
     }
 
     /// An error the server answered with SQLSTATE `code`.

@@ -19,8 +19,8 @@ use tokio::sync::mpsc;
 use super::acker::Ack;
 use super::gate::Gate;
 use super::{ConsumerConfig, Outcome, Received, failure_key};
-use crate::runtime::backoff::Backoff;
-use crate::runtime::failure::{Failure, Kind};
+use crate::backoff::Backoff;
+use crate::failure::{Failure, Kind};
 
 /// SQS's longest visibility timeout: 12 hours.
 const MAX_VISIBILITY: Duration = Duration::from_secs(43_200);
@@ -53,7 +53,7 @@ pub(super) struct Settle {
     acks: mpsc::Sender<Ack>,
     gate: Arc<Gate>,
     backoff: Backoff,
-    failure_log: Option<crate::runtime::db::Pool>,
+    failure_log: Option<crate::db::Pool>,
     /// The stop signal, and how long this worker's polls may still be open after it.
     stopping: tokio_util::sync::CancellationToken,
     open_polls: std::time::Duration,
@@ -175,7 +175,7 @@ impl Settle {
 
 /// Records why messages did not finish, for `fleetctl dlq peek`. Best effort: when the
 /// database is what failed, this fails too, and the log line is the record.
-async fn record_failures(pool: &crate::runtime::db::Pool, queue: &str, failures: &[(Delivered, Failure)]) {
+async fn record_failures(pool: &crate::db::Pool, queue: &str, failures: &[(Delivered, Failure)]) {
     // Two copies of one message in a batch share a key, and one statement may change a row
     // only once: one entry per key, the last copy's failure, counting them all.
     let mut by_key: Vec<(&Delivered, &Failure, i32)> = Vec::new();
@@ -210,7 +210,7 @@ async fn record_failures(pool: &crate::runtime::db::Pool, queue: &str, failures:
     )
     .execute(pool);
     // Bounded: a connection frozen here would hold the batch's task, and its permits, for ever.
-    let recorded = crate::runtime::db::bounded("failed to record message failures", async {
+    let recorded = crate::db::bounded("failed to record message failures", async {
         recorded.await.map_err(anyhow::Error::from)
     })
     .await;

@@ -34,7 +34,7 @@ pub fn router() -> Router {
         get(move || {
             let handle = handle.clone();
             async move {
-                crate::runtime::pool::record_all();
+                crate::pool::record_all();
                 ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], handle.render())
             }
         }),

@@ -57,9 +57,9 @@ use aws_sdk_sqs::Client;
 use tokio::sync::{Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::runtime::backlog::Backlog;
-use crate::runtime::backoff::Backoff;
-pub use crate::runtime::failure::{Failure, Kind, Source};
+use crate::backlog::Backlog;
+use crate::backoff::Backoff;
+pub use crate::failure::{Failure, Kind, Source};
 use acker::{Ack, SqsAcks};
 use gate::Gate;
 use poller::{InFlight, Poller, Shared};
@@ -100,15 +100,15 @@ impl Received {
         if let Ok(envelope) = serde_json::from_str::<OfOrder>(body) {
             span.record("order_id", tracing::field::display(envelope.order_id));
         }
-        crate::runtime::trace::follow(&span, traceparent);
+        crate::trace::follow(&span, traceparent);
         span
     }
 }
 
-/// What became of one message ([`crate::runtime::failure::Outcome`]): `Ok` when its effects are
+/// What became of one message ([`crate::failure::Outcome`]): `Ok` when its effects are
 /// committed (or it needed none), and it is deleted; otherwise why not, and it comes back
 /// later (see `settle::Settle`).
-pub use crate::runtime::failure::Outcome;
+pub use crate::failure::Outcome;
 
 /// The one step a worker does.
 pub trait Handler: Send + Sync + 'static {
@@ -156,7 +156,7 @@ pub struct ConsumerConfig {
     /// How long in-flight handling may go on after the stop signal.
     pub shutdown_grace: Duration,
     /// Where to record why a message did not finish (`message_failures`), for operators.
-    pub failure_log: Option<crate::runtime::db::Pool>,
+    pub failure_log: Option<crate::db::Pool>,
 }
 
 impl ConsumerConfig {
@@ -182,10 +182,10 @@ impl ConsumerConfig {
     /// A worker binary's consumer: its queue and batching as configured, `max_in_flight`
     /// messages at once, the process's shutdown grace, and failures recorded in `pool`.
     pub fn for_worker(
-        worker: &crate::runtime::config::WorkerConfig,
-        runtime: &crate::runtime::config::RuntimeConfig,
+        worker: &crate::config::WorkerConfig,
+        runtime: &crate::config::RuntimeConfig,
         max_in_flight: usize,
-        pool: crate::runtime::db::Pool,
+        pool: crate::db::Pool,
     ) -> Self {
         Self {
             max_in_flight: max_in_flight.max(1),
@@ -252,7 +252,7 @@ pub async fn run<H: Handler>(
     while let Some(result) = pollers.join_next().await {
         if let Err(e) = result {
             cancel.cancel();
-            panicked.get_or_insert_with(|| crate::runtime::tasks::why_it_ended(e));
+            panicked.get_or_insert_with(|| crate::tasks::why_it_ended(e));
         }
     }
     // One grace period in all, from the stop signal: polls in flight, then handlers.

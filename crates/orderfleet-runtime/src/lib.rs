@@ -1,5 +1,7 @@
-//! How a process runs. No module here imports one of [`crate::domain`]'s: the domain uses
-//! these parts, never the other way round. (They are this fleet's parts all the same: the
+#![warn(missing_docs)]
+//! How a process of the fleet runs. The domain (`orderfleet`) uses these parts, never the other
+//! way round: this crate does not depend on it, so the rule is the compiler's, and stripe-sim
+//! runs on these parts without the domain. (They are this fleet's parts all the same: the
 //! settings include Stripe's and the intake's, the budget is for Stripe, and a trace span is
 //! per order, named by its id as text.)
 //!
@@ -15,7 +17,7 @@
 //! - [`failure`]: one vocabulary for every failure — transient, outage, permanent — decided
 //!   where it happens.
 //! - [`backoff`], [`backlog`] and [`budget`]: retry spacing with jitter, whether a source is
-//!   deep, and a per-process request budget (Stripe's).
+//!   deep, and the fleet's Stripe request budget.
 //! - [`telemetry`], [`trace`] and [`ops`]: logs (text or JSON), one trace per order across
 //!   processes, and `/healthz` and `/metrics`.
 //! - [`stripe_http`]: the HTTP client Stripe's requests go through, its connections kept.
@@ -38,3 +40,10 @@ pub mod stripe_http;
 pub mod tasks;
 pub mod telemetry;
 pub mod trace;
+
+/// rustls finds two crypto providers in this build (sqlx brings one, the AWS SDK another) and
+/// then cannot pick a default, which makes async-stripe's connector panic at start. Choosing
+/// aws-lc-rs once, before any TLS client is built, settles it.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+}

@@ -155,7 +155,7 @@ pub(super) async fn tick(budget: &StripeBudget) -> sqlx::Result<()> {
 /// starved, cut off) holds the lock: the server ends its transaction after a second idle in
 /// it, and a tick waits a second at most for the lock, so one stalled member cannot stop the
 /// others' ticks past their leases.
-async fn lock(tx: &mut crate::runtime::pool::Tx) -> sqlx::Result<()> {
+async fn lock(tx: &mut crate::pool::Tx) -> sqlx::Result<()> {
     sqlx::query!(
         r#"SELECT set_config('idle_in_transaction_session_timeout', '1000', true) AS "idle!",
                   set_config('lock_timeout', '1000', true) AS "lock_wait!",

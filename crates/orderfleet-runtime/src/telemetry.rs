@@ -4,7 +4,7 @@
 //!
 //! In JSON, the fields of every span a line is logged in stand at the top level of the line,
 //! beside the event's own: a line logged while handling an order carries that order's
-//! `trace_id` and `order_id` ([`crate::runtime::trace`]) as plain keys a log query can filter on.
+//! `trace_id` and `order_id` ([`crate::trace`]) as plain keys a log query can filter on.
 //!
 //! Spans are exported over OTLP/HTTP only when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set: off by default, and then nothing of
@@ -18,7 +18,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry};
 
-use crate::runtime::config::LogFormat;
+use crate::config::LogFormat;
 
 /// What must be flushed before the process exits: the span exporter, when there is one.
 #[must_use = "call shutdown before exiting, or the last spans are lost"]

@@ -51,7 +51,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::runtime::db::Pool;
+use crate::db::Pool;
 
 /// The window a share is counted over: Stripe's second, and 100 ms for the spread of the
 /// delays between a request's turn here and its arrival at Stripe. Turns paced to 25 in any
@@ -176,7 +176,7 @@ impl StripeBudget {
             .and_then(|p| std::path::Path::new(&p).file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_else(|| "orderfleet".to_owned());
         let one =
-            crate::runtime::pool::Limits { max_connections: 1, min_connections: 0, acquire_timeout: LEASE };
+            crate::pool::Limits { max_connections: 1, min_connections: 0, acquire_timeout: LEASE };
         let pool = pool.sibling(&format!("{process} stripe-budget"), one);
         Arc::new(Self {
             lanes: Default::default(),

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::Handler;
-use crate::runtime::backoff::Backoff;
+use crate::backoff::Backoff;
 
 /// Closed by an outage, opened by a passing probe: while closed, no poller receives.
 #[derive(Debug, Default)]
@@ -64,4 +64,4 @@ impl Gate {
     }
 }
 
-pub(super) use crate::runtime::tasks::sleep_or_stop;
+pub(super) use crate::tasks::sleep_or_stop;

@@ -42,8 +42,8 @@ use super::acker::{Ack, with_heartbeat};
 use super::gate::{Gate, sleep_or_stop};
 use super::settle::{Delivered, Settle};
 use super::{Handler, Outcome, Received, failure_key};
-use crate::runtime::backoff::Backoff;
-use crate::runtime::failure::{Failure, Kind, Source};
+use crate::backoff::Backoff;
+use crate::failure::{Failure, Kind, Source};
 
 /// How many times a message held for an inferred outage is handled again before it is
 /// settled as it is.

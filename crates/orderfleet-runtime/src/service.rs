@@ -11,8 +11,8 @@
 
 use std::process::ExitCode;
 
-use crate::runtime::config::{ConfigError, Env, RuntimeConfig};
-use crate::runtime::tasks::Tasks;
+use crate::config::{ConfigError, Env, RuntimeConfig};
+use crate::tasks::Tasks;
 
 /// A long-running binary: what it reads at start, and what it runs until stopped.
 pub trait Service: Sized {
@@ -39,9 +39,9 @@ pub async fn main<S: Service>() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let telemetry = crate::runtime::telemetry::init(runtime.log_format, S::NAME);
+    let telemetry = crate::telemetry::init(runtime.log_format, S::NAME);
     let outcome = run_until_stopped(service, &runtime).await;
-    crate::runtime::aws::log_operations_called(S::NAME, tracing::Level::INFO);
+    crate::aws::log_operations_called(S::NAME, tracing::Level::INFO);
     let code = match outcome {
         Ok(()) => {
             tracing::info!("{} stopped", S::NAME);
@@ -49,7 +49,7 @@ pub async fn main<S: Service>() -> ExitCode {
         }
         Err(error) => {
             tracing::error!(
-                error = crate::runtime::telemetry::error_chain(&error),
+                error = crate::telemetry::error_chain(&error),
                 "{} stopped with an error",
                 S::NAME
             );
@@ -63,8 +63,8 @@ pub async fn main<S: Service>() -> ExitCode {
 /// Arms the stop signal (SIGTERM, SIGINT), serves `/healthz` and `/metrics` if asked, starts
 /// the service, and supervises every task until the signal or the first to end early.
 async fn run_until_stopped<S: Service>(service: S, runtime: &RuntimeConfig) -> anyhow::Result<()> {
-    let mut tasks = Tasks::new(crate::runtime::shutdown::on_signal());
-    let metrics = crate::runtime::ops::start(runtime.metrics_listen_addr, tasks.stop_signal()).await?;
+    let mut tasks = Tasks::new(crate::shutdown::on_signal());
+    let metrics = crate::ops::start(runtime.metrics_listen_addr, tasks.stop_signal()).await?;
     if let Some(metrics) = metrics {
         tasks.adopt("metrics", metrics);
     }
