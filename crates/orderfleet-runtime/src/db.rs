@@ -78,8 +78,7 @@ pub fn connect_lazy(config: &DatabaseConfig, size: PoolSize) -> anyhow::Result<P
 /// A pool on a port nobody listens on, for unit tests (the domain's too) that build a client
 /// and never ask the database anything.
 pub fn unreachable_pool() -> Pool {
-    let env =
-        crate::config::Env::from_pairs([("DATABASE_URL", "postgres://nobody@127.0.0.1:9/none")]);
+    let env = crate::config::Env::from_pairs([("DATABASE_URL", "postgres://nobody@127.0.0.1:9/none")]);
     let config = DatabaseConfig::from_env(&env).expect("a well-formed URL");
     connect_lazy(&config, PoolSize { min_connections: 0, ..PoolSize::default() }).expect("a lazy pool")
 }

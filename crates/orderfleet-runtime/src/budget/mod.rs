@@ -175,8 +175,7 @@ impl StripeBudget {
             .next()
             .and_then(|p| std::path::Path::new(&p).file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_else(|| "orderfleet".to_owned());
-        let one =
-            crate::pool::Limits { max_connections: 1, min_connections: 0, acquire_timeout: LEASE };
+        let one = crate::pool::Limits { max_connections: 1, min_connections: 0, acquire_timeout: LEASE };
         let pool = pool.sibling(&format!("{process} stripe-budget"), one);
         Arc::new(Self {
             lanes: Default::default(),

@@ -145,9 +145,10 @@ impl<H: Handler> Poller<H> {
             .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
             .message_attribute_names(crate::trace::TRACEPARENT)
             .customize()
-            .config_override(aws_sdk_sqs::config::Builder::default().timeout_config(
-                crate::aws::long_poll_timeouts(Duration::from_secs(wait.max(0) as u64)),
-            ))
+            .config_override(
+                aws_sdk_sqs::config::Builder::default()
+                    .timeout_config(crate::aws::long_poll_timeouts(Duration::from_secs(wait.max(0) as u64))),
+            )
             .send();
         // A long poll in flight is let finish, up to the grace period: SQS may hand messages to
         // a poll whose client has gone, where they would sit invisible for the visibility
