@@ -12,9 +12,11 @@
 //! - `api`: the Stripe routes, and the edge every write passes in order (the rate limit,
 //!   authentication, injected faults, idempotency, the operation).
 //! - `form` decodes form bodies; `parameters` refuses those an endpoint does not take (and the
-//!   removed `payment_method_types`); `requests` parses them into typed requests.
-//! - `intent` is the PaymentIntent state machine and its JSON (3-D Secure's `requires_action`
-//!   and `next_action` included); `charge` the charge it makes, its refunds and its dispute;
+//!   removed `payment_method_types`); `requests` parses them into typed requests, checking
+//!   each value as Stripe does (`requests::checks`).
+//! - `intent` is the PaymentIntent state machine, what each card does at a confirm
+//!   (`intent::outcome`, 3-D Secure's `requires_action` and `next_action` included) and its
+//!   JSON (`intent::json`); `charge` the charge it makes, its refunds and its dispute;
 //!   `cards` the test payment methods (`pm_card_visa`, `pm_card_chargeDeclined`,
 //!   `pm_card_threeDSecure2Required`, `pm_card_createDispute`, …); `ledger` the intents
 //!   themselves, and the events each operation causes.

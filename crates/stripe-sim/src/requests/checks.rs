@@ -1,0 +1,199 @@
+//! The rules Stripe's documentation sets on a create's single values, each refused with
+//! Stripe's error: the amount (at most eight digits), the currency (three letters), the
+//! payment method (an unknown one is `resource_missing`; a confirm needs one), `off_session`,
+//! automatic payment methods (on unless turned off, `enabled` required in the hash), and
+//! metadata's limits; and Stripe's message for a confirm that could redirect with no
+//! `return_url`, which the create's parse refuses.
+
+use std::collections::BTreeMap;
+
+use axum::http::StatusCode;
+
+use super::fields::{non_empty, positive_integer};
+use super::values::{AllowRedirects, AutomaticPaymentMethods};
+use crate::cards::{self, TestCard};
+use crate::error::StripeError;
+use crate::form::Params;
+
+/// Stripe's ceiling: eight digits in the smallest currency unit.
+const MAX_AMOUNT: i64 = 99_999_999;
+const MAX_METADATA_KEYS: usize = 50;
+const MAX_METADATA_KEY_CHARS: usize = 40;
+const MAX_METADATA_VALUE_CHARS: usize = 500;
+
+/// Stripe's answer to a confirm that could redirect the buyer with nowhere to send them back.
+pub(crate) const REDIRECT_NEEDS_RETURN_URL: &str = "This PaymentIntent is configured to accept payment methods \
+    enabled in your Dashboard. Because some of these payment methods might redirect your customer off of your \
+    page, you must provide a `return_url`. If you don't want to accept redirect-based payment methods, set \
+    `automatic_payment_methods[enabled]` to `true` and `automatic_payment_methods[allow_redirects]` to `never` \
+    when creating Setup Intents and Payment Intents.";
+
+/// `off_session`: `true`, `one_off` or `recurring` (the customer is not in the checkout flow),
+/// or `false`.
+pub(super) fn off_session(params: &Params) -> Result<bool, StripeError> {
+    match params.get("off_session").filter(|v| !v.is_empty()) {
+        None | Some("false") => Ok(false),
+        Some("true" | "one_off" | "recurring") => Ok(true),
+        Some(_) => Err(StripeError::invalid_param(
+            "off_session",
+            "Invalid off_session: must be one of true, false, one_off or recurring",
+        )),
+    }
+}
+
+/// Which payment methods the intent takes. On the API version the fleet pins, automatic
+/// payment methods are on unless the request turns them off (on since 2023-08-16; naming
+/// `payment_method_types` instead is refused since 2026-09-30, before this runs): nothing is
+/// filled in for the caller. Only a request that turns them off
+/// (`automatic_payment_methods[enabled]=false`) gets the older default, cards.
+pub(super) fn payment_methods(
+    params: &Params,
+) -> Result<(Option<AutomaticPaymentMethods>, Vec<String>), StripeError> {
+    let automatic = params.hash("automatic_payment_methods");
+    let enabled = match automatic.get("enabled").map(String::as_str) {
+        // `enabled` is required whenever the hash is sent.
+        None | Some("") if !automatic.is_empty() => {
+            return Err(StripeError::missing_param("automatic_payment_methods[enabled]"));
+        }
+        None | Some("") => None,
+        Some("true") => Some(true),
+        Some("false") => Some(false),
+        Some(raw) => {
+            let message = format!("Invalid boolean: {raw}");
+            return Err(StripeError::invalid_param("automatic_payment_methods[enabled]", message));
+        }
+    };
+    let allow_redirects = match automatic.get("allow_redirects").map(String::as_str) {
+        None | Some("") => AllowRedirects::Always,
+        Some(raw) => AllowRedirects::ALL.into_iter().find(|a| a.as_str() == raw).ok_or_else(|| {
+            let message =
+                "Invalid automatic_payment_methods[allow_redirects]: must be one of always or never";
+            StripeError::invalid_param("automatic_payment_methods[allow_redirects]", message)
+        })?,
+    };
+    Ok(match enabled {
+        Some(false) => (None, vec!["card".to_owned()]),
+        None | Some(true) => (Some(AutomaticPaymentMethods { allow_redirects }), Vec::new()),
+    })
+}
+
+/// The amount: required, positive, and at most Stripe's ceiling.
+pub(super) fn amount(params: &Params) -> Result<i64, StripeError> {
+    let amount = positive_integer(params, "amount")?.ok_or_else(|| StripeError::missing_param("amount"))?;
+    if amount > MAX_AMOUNT {
+        return Err(StripeError::invalid_param(
+            "amount",
+            format!("Amount must be no more than {MAX_AMOUNT}."),
+        )
+        .with_code("amount_too_large"));
+    }
+    Ok(amount)
+}
+
+/// The currency: required, three letters, lower-cased as Stripe answers it.
+pub(super) fn currency(params: &Params) -> Result<String, StripeError> {
+    let currency = params
+        .get("currency")
+        .filter(|c| !c.is_empty())
+        .ok_or_else(|| StripeError::missing_param("currency"))?;
+    if currency.len() != 3 || !currency.chars().all(|c| c.is_ascii_alphabetic()) {
+        return Err(StripeError::invalid_param(
+            "currency",
+            format!("Invalid currency: {currency}. Expected a three-letter ISO currency code."),
+        ));
+    }
+    Ok(currency.to_ascii_lowercase())
+}
+
+/// The test card named, if any: an unknown one is a missing resource, and confirming needs one.
+pub(super) fn payment_method(
+    params: &Params,
+    confirm: bool,
+) -> Result<Option<&'static TestCard>, StripeError> {
+    let payment_method = match non_empty(params, "payment_method") {
+        None => None,
+        Some(id) => Some(cards::lookup(&id).ok_or_else(|| {
+            StripeError::no_such(StatusCode::BAD_REQUEST, "PaymentMethod", &id, "payment_method")
+        })?),
+    };
+    if confirm && payment_method.is_none() {
+        return Err(StripeError::invalid_param(
+            "payment_method",
+            "You cannot confirm this PaymentIntent because it's missing a payment method. Update the \
+             PaymentIntent with a payment method and then confirm it again.",
+        )
+        .with_code("payment_intent_unexpected_state"));
+    }
+    Ok(payment_method)
+}
+
+/// `metadata[key]=value` pairs within Stripe's limits. An empty value unsets a key in Stripe,
+/// which on a new object means leaving it out.
+pub(super) fn metadata(params: &Params) -> Result<BTreeMap<String, String>, StripeError> {
+    let mut metadata = params.hash("metadata");
+    metadata.retain(|_, value| !value.is_empty());
+    if metadata.len() > MAX_METADATA_KEYS {
+        return Err(StripeError::invalid_param(
+            "metadata",
+            format!("You can specify up to {MAX_METADATA_KEYS} keys in metadata."),
+        ));
+    }
+    for (key, value) in &metadata {
+        if key.chars().count() > MAX_METADATA_KEY_CHARS {
+            return Err(StripeError::invalid_param(
+                "metadata",
+                format!("Metadata keys can have up to {MAX_METADATA_KEY_CHARS} characters: {key:?}"),
+            ));
+        }
+        if value.chars().count() > MAX_METADATA_VALUE_CHARS {
+            return Err(StripeError::invalid_param(
+                "metadata",
+                format!("Metadata values can have up to {MAX_METADATA_VALUE_CHARS} characters (key {key:?})"),
+            ));
+        }
+    }
+    Ok(metadata)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::requests::tests::create;
+
+    #[test]
+    fn payment_method_types_are_never_filled_in_unless_automatic_payment_methods_are_turned_off() {
+        let automatic = create("amount=10&currency=usd").unwrap();
+        let always = AutomaticPaymentMethods { allow_redirects: AllowRedirects::Always };
+        assert_eq!(
+            (automatic.automatic_payment_methods, automatic.payment_method_types.len()),
+            (Some(always), 0)
+        );
+        let off = create("amount=10&currency=usd&automatic_payment_methods[enabled]=false").unwrap();
+        assert_eq!(
+            (off.automatic_payment_methods, off.payment_method_types),
+            (None, vec!["card".to_owned()])
+        );
+        let bad = create("amount=10&currency=usd&automatic_payment_methods[enabled]=true&automatic_payment_methods[allow_redirects]=sometimes")
+            .unwrap_err();
+        assert_eq!(bad.param(), Some("automatic_payment_methods[allow_redirects]"));
+    }
+
+    #[test]
+    fn missing_and_malformed_amounts_name_the_parameter() {
+        let missing = create("currency=usd").unwrap_err();
+        assert_eq!((missing.param(), missing.code), (Some("amount"), Some("parameter_missing")));
+        let zero = create("amount=0&currency=usd").unwrap_err();
+        assert_eq!(zero.param(), Some("amount"));
+        let text = create("amount=ten&currency=usd").unwrap_err();
+        assert_eq!((text.param(), text.code), (Some("amount"), Some("parameter_invalid_integer")));
+        let currency = create("amount=10").unwrap_err();
+        assert_eq!(currency.param(), Some("currency"));
+    }
+
+    #[test]
+    fn an_unknown_payment_method_is_a_missing_resource() {
+        let error = create("amount=10&currency=usd&payment_method=pm_nope").unwrap_err();
+        assert_eq!(error.status, StatusCode::BAD_REQUEST);
+        assert_eq!((error.code, error.param()), (Some("resource_missing"), Some("payment_method")));
+    }
+}
