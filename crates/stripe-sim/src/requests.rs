@@ -18,8 +18,8 @@ mod values;
 use std::collections::BTreeMap;
 
 pub(crate) use checks::REDIRECT_NEEDS_RETURN_URL;
-use checks::{amount, currency, metadata, off_session, payment_method, payment_methods};
-use fields::{boolean, integer, non_empty, one_of, positive_integer};
+use checks::{amount, currency, off_session, payment_method, payment_methods};
+use fields::{boolean, integer, metadata, non_empty, one_of, positive_integer};
 use values::AllowRedirects;
 pub(crate) use values::{
     AutomaticPaymentMethods, CancellationReason, CaptureMethod, ConfirmationMethod, Details, Expand,

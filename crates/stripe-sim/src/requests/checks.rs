@@ -1,11 +1,9 @@
 //! The rules Stripe's documentation sets on a create's single values, each refused with
 //! Stripe's error: the amount (at most eight digits), the currency (three letters), the
 //! payment method (an unknown one is `resource_missing`; a confirm needs one), `off_session`,
-//! automatic payment methods (on unless turned off, `enabled` required in the hash), and
-//! metadata's limits; and Stripe's message for a confirm that could redirect with no
+//! and automatic payment methods (on unless turned off, `enabled` required in the hash);
+//! and Stripe's message for a confirm that could redirect with no
 //! `return_url`, which the create's parse refuses.
-
-use std::collections::BTreeMap;
 
 use axum::http::StatusCode;
 
@@ -17,9 +15,6 @@ use crate::form::Params;
 
 /// Stripe's ceiling: eight digits in the smallest currency unit.
 const MAX_AMOUNT: i64 = 99_999_999;
-const MAX_METADATA_KEYS: usize = 50;
-const MAX_METADATA_KEY_CHARS: usize = 40;
-const MAX_METADATA_VALUE_CHARS: usize = 500;
 
 /// Stripe's answer to a confirm that could redirect the buyer with nowhere to send them back.
 pub(crate) const REDIRECT_NEEDS_RETURN_URL: &str = "This PaymentIntent is configured to accept payment methods \
@@ -125,34 +120,6 @@ pub(super) fn payment_method(
         .with_code("payment_intent_unexpected_state"));
     }
     Ok(payment_method)
-}
-
-/// `metadata[key]=value` pairs within Stripe's limits. An empty value unsets a key in Stripe,
-/// which on a new object means leaving it out.
-pub(super) fn metadata(params: &Params) -> Result<BTreeMap<String, String>, StripeError> {
-    let mut metadata = params.hash("metadata");
-    metadata.retain(|_, value| !value.is_empty());
-    if metadata.len() > MAX_METADATA_KEYS {
-        return Err(StripeError::invalid_param(
-            "metadata",
-            format!("You can specify up to {MAX_METADATA_KEYS} keys in metadata."),
-        ));
-    }
-    for (key, value) in &metadata {
-        if key.chars().count() > MAX_METADATA_KEY_CHARS {
-            return Err(StripeError::invalid_param(
-                "metadata",
-                format!("Metadata keys can have up to {MAX_METADATA_KEY_CHARS} characters: {key:?}"),
-            ));
-        }
-        if value.chars().count() > MAX_METADATA_VALUE_CHARS {
-            return Err(StripeError::invalid_param(
-                "metadata",
-                format!("Metadata values can have up to {MAX_METADATA_VALUE_CHARS} characters (key {key:?})"),
-            ));
-        }
-    }
-    Ok(metadata)
 }
 
 #[cfg(test)]

@@ -2,6 +2,8 @@
 //! of an enumeration's values. A malformed value is refused with Stripe's error naming the
 //! parameter (`parameter_invalid_integer` for an integer that is not one).
 
+use std::collections::BTreeMap;
+
 use crate::error::StripeError;
 use crate::form::Params;
 
@@ -59,4 +61,36 @@ pub(super) fn one_of<T: Copy>(
             ))
         }
     }
+}
+
+const MAX_METADATA_KEYS: usize = 50;
+const MAX_METADATA_KEY_CHARS: usize = 40;
+const MAX_METADATA_VALUE_CHARS: usize = 500;
+
+/// `metadata[key]=value` pairs within Stripe's limits. An empty value unsets a key in Stripe,
+/// which on a new object means leaving it out.
+pub(super) fn metadata(params: &Params) -> Result<BTreeMap<String, String>, StripeError> {
+    let mut metadata = params.hash("metadata");
+    metadata.retain(|_, value| !value.is_empty());
+    if metadata.len() > MAX_METADATA_KEYS {
+        return Err(StripeError::invalid_param(
+            "metadata",
+            format!("You can specify up to {MAX_METADATA_KEYS} keys in metadata."),
+        ));
+    }
+    for (key, value) in &metadata {
+        if key.chars().count() > MAX_METADATA_KEY_CHARS {
+            return Err(StripeError::invalid_param(
+                "metadata",
+                format!("Metadata keys can have up to {MAX_METADATA_KEY_CHARS} characters: {key:?}"),
+            ));
+        }
+        if value.chars().count() > MAX_METADATA_VALUE_CHARS {
+            return Err(StripeError::invalid_param(
+                "metadata",
+                format!("Metadata values can have up to {MAX_METADATA_VALUE_CHARS} characters (key {key:?})"),
+            ));
+        }
+    }
+    Ok(metadata)
 }

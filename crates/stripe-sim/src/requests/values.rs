@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::checks::metadata;
+use super::fields::metadata;
 use super::fields::non_empty;
 use crate::error::StripeError;
 use crate::form::Params;
