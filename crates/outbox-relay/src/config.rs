@@ -1,6 +1,12 @@
 //! The relay's settings: what it reads from the environment once, at start.
 
-use super::*;
+use std::time::Duration;
+
+use orderfleet::runtime::backoff::Backoff;
+use orderfleet::runtime::config::{ConfigError, DatabaseConfig, Env, QueueConfig, Setting};
+
+use crate::gauges;
+use crate::retention::{RetentionMode, RetentionPolicy};
 
 #[derive(Debug, Clone)]
 pub(crate) struct RelayConfig {

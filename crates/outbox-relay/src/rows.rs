@@ -1,7 +1,16 @@
 //! The outbox rows as the relay sees them: claimed a batch at a time under a lease, and each
 //! recorded as sent, to be retried after its backoff, or dead with its code and reason.
 
-use super::*;
+use std::time::Duration;
+
+use orderfleet::domain::OrderId;
+use orderfleet::domain::outbox::{Destination, EventType};
+use orderfleet::runtime::db::Pool;
+use orderfleet::runtime::failure::{Failure, Kind, Outcome};
+use uuid::Uuid;
+
+use crate::config::RelayTuning;
+use crate::send;
 
 /// A claimed outbox row.
 #[derive(Debug, Clone, sqlx::FromRow)]
