@@ -2,7 +2,22 @@
 //! read entry by entry, the publish tried until SNS answers (the claims kept meanwhile), and
 //! the inbox rows moved with what was published.
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use aws_sdk_sns::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_sns::operation::publish_batch::{PublishBatchError, PublishBatchOutput};
+use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
+use orderfleet::runtime::backoff::Backoff;
+use orderfleet::runtime::db;
+use orderfleet::runtime::failure::{Failure, Source};
+use uuid::Uuid;
+
+use crate::message::Ready;
+use crate::{CLAIM_SECONDS, CONSUMER, Notifier};
+
+/// Between attempts of a batch whose `PublishBatch` failed as a whole: 1 s, doubling, at most 30 s.
+const PUBLISH_BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
 
 /// A whole `PublishBatch` call's failure, classified next to the call: a request SNS refuses
 /// as malformed is permanent (no retry can help); anything else is an outage of Publish
@@ -84,49 +99,6 @@ pub(super) fn read_answer<'r>(out: &PublishBatchOutput, fresh: &'r [Ready]) -> A
 }
 
 impl Notifier {
-    /// Messages whose claim this worker did not get: done if published already; otherwise
-    /// another worker holds the claim, and the message comes back when the claim ends.
-    pub(super) async fn settle_unclaimed(
-        &self,
-        unclaimed: Vec<Ready>,
-        outcomes: &mut Outcomes,
-    ) -> anyhow::Result<()> {
-        let ids: Vec<Uuid> = unclaimed.iter().map(|r| r.message_id).collect();
-        let rows = sqlx::query!(
-            r#"SELECT message_id, processed_at IS NOT NULL AS "processed!",
-                      GREATEST(EXTRACT(EPOCH FROM (claimed_until - now())), 0)::float8 AS "claim_left!"
-                 FROM inbox WHERE consumer = $1 AND message_id = ANY($2)"#,
-            CONSUMER,
-            &ids,
-        )
-        .fetch_all(&self.pool)
-        .await
-        .context("failed to read the inbox")?;
-        let state: HashMap<Uuid, (bool, f64)> =
-            rows.into_iter().map(|row| (row.message_id, (row.processed, row.claim_left))).collect();
-        for r in unclaimed {
-            let outcome = match state.get(&r.message_id) {
-                Some((true, _)) => Ok(()),
-                // Kept in hand, and looked at again every few seconds, until the holder has
-                // published it or let its claim lapse: handed back, a copy would spend a receive
-                // per claim, and a Publish outage of minutes would dead-letter it.
-                Some((false, left)) => {
-                    let reason = "another worker holds this message's claim";
-                    let again = Duration::from_secs_f64(left + 1.0).min(CLAIM_LOOKED_AT_EVERY);
-                    Err(Failure::transient(Source::Inbox, "claimed", reason).retry_in(again).kept_in_hand())
-                }
-                // Claimed a moment ago and gone since: try again soon.
-                None => Err(Failure::transient(
-                    Source::Inbox,
-                    "claim_changed",
-                    "the inbox claim changed under this delivery",
-                )),
-            };
-            outcomes.set(&r, outcome);
-        }
-        Ok(())
-    }
-
     pub(super) fn entries(&self, fresh: &[Ready]) -> Vec<PublishBatchRequestEntry> {
         let fifo = self.topic_arn.ends_with(".fifo");
         let string = |v: &str| {
@@ -277,4 +249,54 @@ pub(super) enum InboxMove {
     Extend(Duration),
     /// End the claim now: not published, so the next delivery may claim it at once.
     Release,
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_sns::types::{BatchResultErrorEntry, PublishBatchResultEntry};
+    use orderfleet::runtime::failure::Kind;
+
+    use super::*;
+    use crate::message::tests::ready;
+
+    #[test]
+    fn a_publish_batch_answer_splits_into_published_refused_and_unknown() {
+        let fresh = [ready(0), ready(1), ready(2)];
+        let out = PublishBatchOutput::builder()
+            .successful(PublishBatchResultEntry::builder().id("0").message_id("sns-0").build())
+            .failed(
+                BatchResultErrorEntry::builder()
+                    .id("1")
+                    .code("InternalError")
+                    .message("try again")
+                    .sender_fault(false)
+                    .build()
+                    .unwrap(),
+            )
+            .build();
+
+        let answer = read_answer(&out, &fresh);
+
+        let ids = |rs: &[&Ready]| rs.iter().map(|r| r.index).collect::<Vec<_>>();
+        assert_eq!(ids(&answer.published), [0]);
+        assert_eq!(answer.refused.len(), 1);
+        let (refused, failure) = &answer.refused[0];
+        assert_eq!(
+            (refused.index, failure.kind, failure.code.as_str()),
+            (1, Kind::Transient, "InternalError")
+        );
+        assert_eq!(failure.reason, "InternalError: try again");
+        assert_eq!(ids(&answer.unknown), [2]);
+    }
+
+    #[test]
+    fn an_entry_listed_as_published_is_published_even_if_also_listed_as_failed() {
+        let fresh = [ready(0)];
+        let out = PublishBatchOutput::builder()
+            .successful(PublishBatchResultEntry::builder().id("0").build())
+            .failed(BatchResultErrorEntry::builder().id("0").code("X").sender_fault(true).build().unwrap())
+            .build();
+        let answer = read_answer(&out, &fresh);
+        assert_eq!((answer.published.len(), answer.refused.len(), answer.unknown.len()), (1, 0, 0));
+    }
 }
