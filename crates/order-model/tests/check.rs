@@ -197,8 +197,8 @@ fn a_cancel_500_saved_on_a_failed_authentication(s: &State) -> bool {
 /// Found by modelling issue 33 (a liveness defect, which the properties "at the end" cannot
 /// judge: the sweeper can always go round again). On the rule before the fix
 /// (`SettleRule::CancelFirstSameKeyAfterA5xx`), a settle's cancel that Stripe answers 500 is
-/// not followed by a new attempt, as fulfilment's cancel is
-/// (`Fulfilment::after_a_failed_attempt`): every later settle re-sends it under the same key
+/// not followed by a new key, as every cancel is now
+/// (`Payments::what_the_attempt_did`): every later settle re-sends it under the same key
 /// and gets the saved 500 again, for as long as Stripe keeps the key (24 h). Here the buyer
 /// failed 3-D Secure, and the order stays `requires_action`, its unit held and counted as
 /// pending ahead in line, whatever the sweeper and the webhook do, until Stripe forgets the
@@ -283,7 +283,7 @@ fn a_message_naming_an_attempt_left_after_a_saved_500(s: &State) -> bool {
 /// Found by modelling issue 34 (a liveness defect, like the settle's above): the merge as first
 /// written has the stock worker capture a reserved order under the attempt its message names,
 /// without reading the order. One capture that Stripe answers 500, having done nothing, moves
-/// the order to its next attempt (`Fulfilment::after_a_failed_attempt`), as it should; but the
+/// the order to its next attempt (`Fulfilment::after_a_failed_capture`), as it should; but the
 /// message still names the old one, so every later handling of it (the same message held
 /// through the "outage" and handled again, a redelivery, a duplicate, a redrive) captures
 /// under the old key, gets the saved 500 again, finds the order already moved, and stops. Only

@@ -174,7 +174,7 @@ pub enum CommitRule {
 /// message that says reserved (issue 34) uses the attempt the message names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MessageRule {
-    /// As before issue 34 (`Fulfilment::after_a_failed_attempt`): the handling ends, for later.
+    /// As before issue 34 (`Fulfilment::after_a_failed_capture`): the handling ends, for later.
     /// With a capture from the message, the next handling uses the message's attempt again and
     /// meets the same saved 5xx, for as long as Stripe keeps the key (24 h): only a handling
     /// that reads the order (the sweeper's) goes on.

@@ -312,7 +312,7 @@ async fn refunded(
             .with_message(EventType::OrderRefunded, &notification)
             .apply(&mut *tx)
             .await?;
-        if moved { "refunded" } else { "no_change" }
+        if moved { "refunded" } else { NO_CHANGE }
     } else {
         "partially_refunded"
     };

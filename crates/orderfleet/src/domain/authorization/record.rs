@@ -38,7 +38,7 @@ pub async fn record(
             (Some(intent.id), "card_declined: the authorization did not succeed".to_owned())
         }
         Ok(intent) if intent.status == IntentStatus::Canceled => {
-            (Some(intent.id), "authorization_canceled".to_owned())
+            (Some(intent.id), FailureReason::AuthorizationCanceled.as_str().to_owned())
         }
         // Found by a lookup in a state that is not final: made, its confirm not ended
         // (`requires_payment_method` with no error, `requires_confirmation`, `processing`).

@@ -1,8 +1,8 @@
 //! Settling an order's hold with Stripe: the capture of a `stock_reserved` order and its record
 //! (`paid`, or `capture_failed` / `authorization_canceled` with the units back), the cancel of
 //! a hold that will not be captured, the end of an `authorized` order whose hold is past its
-//! deadline, and `after_a_failed_attempt`: what a capture or a cancel that Stripe answered with
-//! a saved 5xx did, and the move to the order's next attempt when it did nothing. Each Stripe
+//! deadline, and `after_a_failed_capture`: what a capture that Stripe answered with a saved 5xx
+//! did, and the move to the order's next attempt when it did nothing. Each Stripe
 //! call runs outside any transaction; each record is ONE statement.
 
 use std::time::Duration;
@@ -11,7 +11,7 @@ use super::Fulfilment;
 use crate::domain::OrderId;
 use crate::domain::order::{self, FailureReason, Order, OrderNotification, OrderStatus, Transition};
 use crate::domain::outbox::EventType;
-use crate::domain::payments::{Intent, IntentStatus, PaymentError};
+use crate::domain::payments::{AttemptDid, Intent, IntentStatus, PaymentError};
 use crate::runtime::failure::{Failure, Outcome, Source};
 
 /// What a capture step did.
@@ -32,7 +32,7 @@ impl Fulfilment {
             anyhow::bail!("order {} has no payment intent", order.id);
         };
         let captured = self.payments.capture(order.intent(intent)).await;
-        let captured = self.after_a_failed_attempt(order, intent, IntentStatus::Succeeded, captured).await?;
+        let captured = self.after_a_failed_capture(order, intent, captured).await?;
         match captured {
             Ok(_) => {
                 let moved =
@@ -114,37 +114,34 @@ impl Fulfilment {
         })
     }
 
-    /// After Stripe answered a capture or a cancel with a 5xx, which it saved under the
-    /// attempt's key (a retry with the key would get it again for 24 hours): asks Stripe what
-    /// the attempt did, from the intent itself (a retrieve is never stale). Already where the
-    /// call wanted it (`wanted`; for a cancel, also never holding funds): done. Still holding
-    /// funds: the attempt did nothing, so the order moves to its next attempt, whose new keys
-    /// the step uses when it runs again (the failure stays, and the message is held until
-    /// Stripe answers). Any other state is the call's refusal. Other results pass through.
-    async fn after_a_failed_attempt(
+    /// After Stripe answered a capture with a 5xx, which it saved under the attempt's key:
+    /// what the attempt did
+    /// ([`crate::domain::payments::Payments::what_the_attempt_did`]). Captured: done. Still
+    /// holding funds: the attempt did nothing, so the order moves to its next attempt, whose
+    /// new keys the step uses when it runs again (the failure stays, and the message is held
+    /// until Stripe answers). Gone elsewhere: the capture's refusal. Other results pass
+    /// through. (A cancel goes on under a fresh key inside `Payments::cancel`.)
+    async fn after_a_failed_capture(
         &self,
         order: &Order,
         intent: &str,
-        wanted: IntentStatus,
         result: Result<Intent, PaymentError>,
     ) -> anyhow::Result<Result<Intent, PaymentError>> {
         let Err(PaymentError::AttemptFailed(reason)) = result else { return Ok(result) };
-        let now = match self.payments.retrieve(intent).await {
-            Ok(now) => now,
+        let now = match self.payments.what_the_attempt_did(intent, IntentStatus::Succeeded).await {
+            Ok(AttemptDid::Done(now)) => return Ok(Ok(now)),
+            Ok(AttemptDid::Elsewhere(now)) => {
+                let message = format!("{reason}; the intent is now {:?}", now.status);
+                return Ok(Err(PaymentError::Refused {
+                    code: "payment_intent_unexpected_state".into(),
+                    message,
+                    status: 400,
+                }));
+            }
+            Ok(AttemptDid::Nothing(now)) => now,
             Err(e) => return Ok(Err(PaymentError::Unavailable(format!("{reason}; then {e}")))),
         };
-        let released = wanted == IntentStatus::Canceled && now.status == IntentStatus::RequiresPaymentMethod;
-        if now.status == wanted || released {
-            return Ok(Ok(now));
-        }
-        if now.status != IntentStatus::RequiresCapture {
-            let message = format!("{reason}; the intent is now {:?}", now.status);
-            return Ok(Err(PaymentError::Refused {
-                code: "payment_intent_unexpected_state".into(),
-                message,
-                status: 400,
-            }));
-        }
+        debug_assert_eq!(now.status, IntentStatus::RequiresCapture);
         let next = crate::runtime::db::bounded("failed to start the next payment attempt", async {
             order::next_payment_attempt(
                 &self.pool,
@@ -206,7 +203,7 @@ impl Fulfilment {
             return Ok(Ok(()));
         };
         let cancelled = self.payments.cancel(order.intent(intent)).await;
-        match self.after_a_failed_attempt(order, intent, IntentStatus::Canceled, cancelled).await? {
+        match cancelled {
             Ok(_) => {
                 mark_released().await?;
                 Ok(Ok(()))

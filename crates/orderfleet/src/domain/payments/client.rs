@@ -18,7 +18,7 @@ use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod};
 
 use super::classify::{Operation, PaymentError, RetryPolicy, classify, is_saved_failure};
 use super::held_here::HeldHere;
-use super::intent::{EXPAND, Intent, IntentStatus};
+use super::intent::{AttemptDid, EXPAND, Intent, IntentStatus};
 use crate::domain::hold::OrderIntent;
 use crate::domain::{Money, OrderId, UserId};
 use crate::runtime::budget::{Endpoint, FleetLimits, StripeBudget};
@@ -260,12 +260,11 @@ impl Payments {
         if !is_saved_failure(&error) {
             return Err(error);
         }
-        let now = self.retrieve(payment_intent_id).await?;
-        match now.status {
-            IntentStatus::Canceled => return Ok(now),
+        match self.what_the_attempt_did(payment_intent_id, IntentStatus::Canceled).await? {
+            AttemptDid::Done(now) => return Ok(now),
             // Captured: nothing to release; the caller's error says why.
-            IntentStatus::Succeeded => return Err(error),
-            _ => {}
+            AttemptDid::Elsewhere(_) => return Err(error),
+            AttemptDid::Nothing(_) => {}
         }
         let fresh = format!("{key}-{}", chrono::Utc::now().timestamp_millis());
         metrics::counter!("stripe_cancels_resent_total").increment(1);
@@ -273,18 +272,39 @@ impl Payments {
         match self.send_settle(Operation::Cancel, &fresh, request).await {
             Ok(intent) => Ok(intent),
             Err(again) if is_saved_failure(&again) => {
-                let now = self.retrieve(payment_intent_id).await?;
-                if now.status == IntentStatus::Canceled {
-                    Ok(now)
-                } else {
-                    Err(PaymentError::Unavailable(format!(
-                        "the intent is {:?} and its cancel did not take effect ({again}); cancelled again later",
-                        now.status
-                    )))
+                match self.what_the_attempt_did(payment_intent_id, IntentStatus::Canceled).await? {
+                    AttemptDid::Done(now) => Ok(now),
+                    AttemptDid::Nothing(now) | AttemptDid::Elsewhere(now) => {
+                        Err(PaymentError::Unavailable(format!(
+                            "the intent is {:?} and its cancel did not take effect ({again}); cancelled again later",
+                            now.status
+                        )))
+                    }
                 }
             }
             Err(again) => Err(again),
         }
+    }
+
+    /// The one reading of an attempt Stripe answered with a saved failure (a 5xx, or a refusal
+    /// while the intent was changing), which a retry under the attempt's key would get again
+    /// for 24 hours: what the attempt did, asked of the intent itself (a retrieve is never
+    /// stale). The intent where the attempt `wanted` it is done; one that can still get there
+    /// was left as it was, so the attempt may go again under a new key (a fresh one for a
+    /// cancel, the order's next attempt for a capture); any other went elsewhere.
+    pub async fn what_the_attempt_did(
+        &self,
+        payment_intent_id: &str,
+        wanted: IntentStatus,
+    ) -> Result<AttemptDid, PaymentError> {
+        let now = self.retrieve(payment_intent_id).await?;
+        Ok(if now.status == wanted {
+            AttemptDid::Done(now)
+        } else if now.status.can_become(wanted) {
+            AttemptDid::Nothing(now)
+        } else {
+            AttemptDid::Elsewhere(now)
+        })
     }
 
     /// The intent as Stripe sees it now (the sweeper trusts this over any local belief).

@@ -102,6 +102,29 @@ impl IntentStatus {
     pub fn is_live(self) -> bool {
         matches!(self, IntentStatus::RequiresCapture | IntentStatus::RequiresAction | IntentStatus::Other)
     }
+
+    /// Whether an intent now in this status can still be moved to `wanted` by a capture or a
+    /// cancel: a capture needs a hold (`requires_capture`); a cancel, an intent neither
+    /// cancelled nor captured.
+    pub fn can_become(self, wanted: IntentStatus) -> bool {
+        match wanted {
+            IntentStatus::Succeeded => self == IntentStatus::RequiresCapture,
+            IntentStatus::Canceled => !matches!(self, IntentStatus::Canceled | IntentStatus::Succeeded),
+            _ => false,
+        }
+    }
+}
+
+/// What an attempt Stripe answered with a saved failure did, read from its intent
+/// ([`super::Payments::what_the_attempt_did`]).
+#[derive(Debug, Clone)]
+pub enum AttemptDid {
+    /// The intent is where the attempt wanted it: done.
+    Done(Intent),
+    /// Nothing: the intent can still get there, under a new key.
+    Nothing(Intent),
+    /// The intent went elsewhere (a cancel met a capture, a capture met a released hold).
+    Elsewhere(Intent),
 }
 
 impl From<&PaymentIntentStatus> for IntentStatus {

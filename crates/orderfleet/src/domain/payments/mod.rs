@@ -39,4 +39,4 @@ mod list;
 pub use crate::domain::hold::OrderIntent;
 pub use classify::{Operation, PaymentError, RetryPolicy};
 pub use client::{AuthorizeRequest, Payments};
-pub use intent::{Action, ChargeState, Intent, IntentStatus};
+pub use intent::{Action, AttemptDid, ChargeState, Intent, IntentStatus};
