@@ -9,6 +9,7 @@ mod contract;
 mod door;
 mod edge;
 mod faults;
+mod herd;
 mod image;
 mod infrastructure;
 mod intake;

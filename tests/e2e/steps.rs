@@ -250,6 +250,7 @@ impl Step {
             lease: Duration::from_secs(30),
             declines_per_hour: 0,
             traceparent: &Trace::random().traceparent(),
+            sold_out_reads: &std::sync::Arc::default(),
         };
         let request = OrderRequest::parse(
             br#"{"product_id": "sku-1", "quantity": 1, "payment_method": "pm_card_visa"}"#,

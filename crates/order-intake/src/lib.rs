@@ -39,6 +39,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use orderfleet::domain::door::SoldOutReads;
 use orderfleet::domain::payments::{Payments, RetryPolicy};
 use orderfleet::domain::tokens::TokenVerifier;
 use orderfleet::runtime::config::{
@@ -138,6 +139,8 @@ pub struct AppState {
     pub placements: Arc<tokio::sync::Semaphore>,
     /// The same tasks, so a stop waits for them ([`server::run`]).
     pub placing: tokio_util::task::TaskTracker,
+    /// The reads of a product that this intake's waiting requests share, for `sold_out`.
+    pub sold_out_reads: Arc<SoldOutReads>,
 }
 
 impl AppState {
@@ -164,6 +167,7 @@ impl AppState {
             webhook_secrets: config.webhook_secrets.clone(),
             placements: Arc::new(tokio::sync::Semaphore::new(config.limits.max_in_flight)),
             placing: tokio_util::task::TaskTracker::new(),
+            sold_out_reads: Arc::default(),
         })
     }
 }

@@ -13,11 +13,12 @@
 //! - one whose lease was released (the provider was unavailable) or has expired (the intake
 //!   died) → this request takes the lease and authorizes again, with the same Stripe key.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use orderfleet::domain::OrderId;
 use orderfleet::domain::authorization::{self, AuthorizationError, Recorded};
-use orderfleet::domain::door::{self, Admission, Refusal};
+use orderfleet::domain::door::{self, Admission, Refusal, SoldOutReads};
 use orderfleet::domain::order::{FailureReason, Order, OrderStatus};
 use orderfleet::domain::payments::Payments;
 use orderfleet::domain::tokens::UserId;
@@ -98,6 +99,8 @@ pub struct Intake<'a> {
     pub declines_per_hour: u32,
     /// The request's trace context, stored on a new order ([`orderfleet::runtime::trace`]).
     pub traceparent: &'a str,
+    /// The reads of a product this intake's requests share, for `sold_out`.
+    pub sold_out_reads: &'a Arc<SoldOutReads>,
 }
 
 impl Intake<'_> {
@@ -122,7 +125,9 @@ impl Intake<'_> {
             traceparent: self.traceparent,
         };
         let admission =
-            door::admit(self.pool, entry, self.declines_per_hour).await.map_err(database_error_of)?;
+            door::admit(self.pool, self.sold_out_reads, entry, self.declines_per_hour)
+                .await
+                .map_err(database_error_of)?;
         match admission {
             Admission::Admitted(order) => self.authorize(*order, Attempt::First).await,
             Admission::KeyUsed(order) => self.resume(*order, &fingerprint).await,

@@ -145,6 +145,7 @@ async fn place_order(
             lease: state.lease,
             declines_per_hour: state.limits.config.declines_per_hour,
             traceparent: &traceparent,
+            sold_out_reads: &state.sold_out_reads,
         };
         let deadline = state.limits.config.request_timeout;
         tokio::time::timeout(deadline, intake.place(&user, &key, &request)).await.unwrap_or_else(|_| {

@@ -138,6 +138,22 @@ pub fn a_slow_confirm_of_other_cards() -> Scenario {
     .with_budget(Budget { slow_confirms: 1, retries: 1, ..Budget::default() })
 }
 
+/// A herd at two intakes (issue 46): three buyers of one unit each, one unit; each intake
+/// answers `sold_out` from reads of its own (buyers A and C at the first, B at the second).
+/// The unit comes back while buyers are waiting or told: A's card declines, and the operator
+/// may raise the total to two; each buyer may retry once. A `sold_out` must be true at some
+/// moment between the request and the answer (§8.7).
+pub fn a_herd_at_two_intakes() -> Scenario {
+    Scenario::new(
+        "a herd at two intakes, units coming back",
+        vec![(1, Card::Declines), (1, Card::Good), (1, Card::Good)],
+        1,
+    )
+    .with_intakes(2)
+    .with_upserts(vec![2])
+    .with_budget(Budget { retries: 1, ..Budget::default() })
+}
+
 /// Every scenario, as checked by `make test`.
 pub fn all() -> Vec<Scenario> {
     vec![
@@ -153,6 +169,7 @@ pub fn all() -> Vec<Scenario> {
         hold_lapsing_after_a_cut(),
         a_slow_confirm(),
         a_slow_confirm_of_other_cards(),
+        a_herd_at_two_intakes(),
     ]
 }
 

@@ -424,6 +424,9 @@ pub type Event = (IntentId, bool);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Request {
     Idle,
+    /// Sent, at an intake that answers `sold_out` from a read of the product: waiting for a
+    /// read that starts after it arrived ([`IntakeReads`]).
+    Waiting,
     /// Sent; the intake's first statements (the key, then the door) come next.
     Sent,
     Working(Auth),
@@ -441,6 +444,34 @@ pub struct BuyerState {
     /// History: the buyers who had heard `202` when this buyer last sent (§8.7: positions
     /// follow arrival), one bit each.
     pub accepted_before: u8,
+    /// History, while waiting for a read: whether the product has been sold out for this
+    /// buyer (every unit promised to orders holding them) at some moment since it sent, which
+    /// is what lets a `sold_out` answer be true at a moment between the request and the
+    /// answer (§8.7).
+    pub sold_out_since_sent: bool,
+}
+
+/// One intake's reads of the product for the requests waiting on it (the fleet's
+/// `domain::door::sold_out`): one read in flight at most, covering the requests that arrived
+/// before it began.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct IntakeReads {
+    /// The read in flight, as its snapshot saw the product: the requests it covers (one bit
+    /// each), the units left, and which of those requests' keys had an order.
+    pub in_flight: Option<ProductRead>,
+    /// The units left as the last read that ended saw them (what a cache would keep).
+    pub last: Option<u8>,
+}
+
+/// A read of the product, for a batch of waiting requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ProductRead {
+    /// The requests it answers, one bit each.
+    pub batch: u8,
+    /// `units_total - units_promised` in its snapshot.
+    pub units_left: u8,
+    /// The requests of the batch whose key had made an order, one bit each.
+    pub ordered: u8,
 }
 
 /// Visible copies of an order's stock-check message, by their receive counts, and how many
@@ -521,6 +552,9 @@ impl State {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct State {
     pub product: Product,
+    /// By intake: its reads of the product (none in a scenario without intakes, whose
+    /// requests go straight to the door).
+    pub reads: Vec<IntakeReads>,
     /// By buyer: the order its key made, if any.
     pub orders: Vec<Option<Order>>,
     pub buyers: Vec<BuyerState>,

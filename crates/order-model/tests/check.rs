@@ -10,10 +10,10 @@ use order_model::check::{check, find_a_counterexample, narrate};
 use order_model::model::Action;
 use order_model::model::{
     CommitRule, CutRule, IdempotencyRule, InUseRule, LineRule, MessageRule, ResumeLookup, ResumeRule,
-    Scenario, SettleRule,
+    Scenario, SettleRule, SoldOutRule,
 };
 use order_model::properties::{
-    NEVER_A_DECLINE, NO_HOLD_LEFT, ONE_AUTHORIZATION, REJECTED_IN_LINE, THREE_D_SECURE,
+    NEVER_A_DECLINE, NO_HOLD_LEFT, ONE_AUTHORIZATION, REJECTED_IN_LINE, SOLD_OUT, THREE_D_SECURE,
 };
 use order_model::state::{IntentId, IntentStatus, Lifecycle, Op, Reply, State, Status};
 use order_model::{OrderProtocol, Rules, scenarios};
@@ -632,4 +632,22 @@ fn before_issue_44_every_scenario_keeps_every_guarantee_too() {
         }
     }
     assert!(broken.is_empty(), "broken before issue 44: {broken:?}");
+}
+
+/// Why the intake answers `sold_out` only from a read that began after the request arrived
+/// (issue 46), planted (`SoldOutRule::LastRead`): an intake that answers from its last read,
+/// however old, as a cache with a time to live does. A's order holds the one unit when the
+/// intake reads the product; A's card then declines and the unit comes back; a buyer who
+/// sends after that is told `sold_out` from the old read, while the unit is left for them the
+/// whole time (§8.7). The code's rule keeps it in every interleaving, at both intakes
+/// (`every_scenario_keeps_every_guarantee`).
+#[test]
+fn an_intake_answering_from_its_last_read_tells_a_buyer_sold_out_while_a_unit_that_came_back_is_left() {
+    let planted = Rules { sold_out: SoldOutRule::LastRead, ..Rules::NOW };
+    let told = broken_under(scenarios::a_herd_at_two_intakes(), planted, SOLD_OUT);
+    let read = told.find("ReadEnds").expect("a read ends");
+    let came_back = told[read..].find("PaymentDeclined").or_else(|| told[read..].find("Upsert"));
+    assert!(came_back.is_some(), "a unit comes back after the read: {told}");
+    let fixed = check(OrderProtocol { scenario: scenarios::a_herd_at_two_intakes(), rules: Rules::NOW });
+    assert!(fixed.counterexamples.is_empty(), "{:?}", fixed.counterexamples);
 }

@@ -11,7 +11,8 @@
 //! The points: `after_authorize` (intake: Stripe authorized, nothing committed),
 //! `after_reserve` (stock reserved and committed, not captured: a stock worker that reserved,
 //! or that took the message of an order reserved at its commit), `after_capture` (captured,
-//! not committed), `after_paid` (paid committed, message not deleted).
+//! not committed), `after_paid` (paid committed, message not deleted). One point plants a
+//! defect instead of a crash ([`planted`]).
 
 #[cfg(feature = "failpoints")]
 use std::sync::OnceLock;
@@ -28,6 +29,21 @@ pub fn hit(_name: &str) {}
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
 pub fn panic_at(_name: &str) {}
+
+/// Without the `failpoints` feature: never.
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn planted(_name: &str) -> bool {
+    false
+}
+
+/// Whether the defect `name` is planted: the point `sold_out_cache` (the intake answers
+/// `sold_out` from a read up to two seconds old, as a cache with a time to live would), which
+/// the end-to-end suite plants to show that its check of §8.7 finds such a cache.
+#[cfg(feature = "failpoints")]
+pub fn planted(name: &str) -> bool {
+    armed(name)
+}
 
 /// Aborts the process if `name` is armed.
 #[cfg(feature = "failpoints")]

@@ -5,7 +5,7 @@
 //! intake's `Intake::place` and `Intake::resume` (`crates/order-intake/src/orders.rs`); the
 //! authorization a request goes on with is `authorization.rs`'s.
 
-use super::{Action, Done, Next, OrderProtocol, Proc};
+use super::{Action, Done, Next, OrderProtocol, Proc, SoldOutRule};
 use crate::state::*;
 
 impl OrderProtocol {
@@ -15,7 +15,7 @@ impl OrderProtocol {
             let b = b as Buyer;
             match buyer.request {
                 Request::Idle if buyer.sent == 0 || s.budget.retries > 0 => actions.push(Action::Send(b)),
-                Request::Idle => {}
+                Request::Idle | Request::Waiting => {}
                 Request::Sent => Self::step_actions(s, Proc::Request(b), None, actions),
                 Request::Working(auth) => {
                     Self::step_actions(s, Proc::Request(b), Some(Job::Authorize(b, auth)), actions)
@@ -25,8 +25,10 @@ impl OrderProtocol {
     }
 
     /// A buyer sends its request (again, within the retry budget), remembering which
-    /// buyers had been accepted before it (§8.7's arrival order).
-    pub(super) fn send(s: &mut State, b: Buyer) {
+    /// buyers had been accepted before it (§8.7's arrival order). At an intake that reads the
+    /// product, it waits for a read (or, under [`SoldOutRule::LastRead`], is answered from the
+    /// last one).
+    pub(super) fn send(&self, s: &mut State, b: Buyer) {
         let accepted_before = s
             .buyers
             .iter()
@@ -40,11 +42,14 @@ impl OrderProtocol {
         buyer.sent += 1;
         buyer.request = Request::Sent;
         buyer.accepted_before = accepted_before;
+        if !s.reads.is_empty() {
+            self.arrive(s, b);
+        }
     }
 
     pub(super) fn request_step(&self, s: &mut State, buyer: Buyer, net: Net) {
         match s.buyers[usize::from(buyer)].request {
-            Request::Idle => unreachable!("an idle request takes no step"),
+            Request::Idle | Request::Waiting => unreachable!("an idle or waiting request takes no step"),
             Request::Sent => self.door(s, buyer),
             Request::Working(auth) => match self.authorize_step(s, buyer, auth, net) {
                 Next::Go(auth) => s.buyers[usize::from(buyer)].request = Request::Working(auth),
@@ -72,19 +77,14 @@ impl OrderProtocol {
             s.buyers[usize::from(buyer)].request = Request::Working(resumed);
             return;
         }
-        let p = &mut s.product;
-        if p.promised + quantity > p.total {
+        if s.product.promised + quantity > s.product.total {
             // §8.7: sold out only when every unit is promised ahead or sold.
-            let held: u8 = s
-                .existing()
-                .filter(|(_, o)| o.status.holds_a_promise())
-                .map(|(id, _)| self.quantity(id))
-                .sum();
-            if held + quantity <= s.product.total {
+            if !self.sold_out_for(s, buyer) {
                 s.seen.sold_out_with_a_unit_left = true;
             }
             return Self::answer(s, buyer, Answer::SoldOut);
         }
+        let p = &mut s.product;
         p.promised += quantity;
         p.last_position += 1;
         let position = p.last_position;
@@ -138,6 +138,110 @@ impl OrderProtocol {
             Some(first) if first != answer && answer != Answer::Dropped => s.seen.answer_changed = true,
             None if matches!(answer, Answer::Accepted(_) | Answer::Declined) => b.first = Some(answer),
             _ => {}
+        }
+    }
+}
+
+impl OrderProtocol {
+    /// Whether, as things are, every unit is promised to orders holding them, so that none is
+    /// left for `buyer` (§8.7's truth, from the orders themselves, not from the counter the
+    /// fleet keeps).
+    fn sold_out_for(&self, s: &State, buyer: Buyer) -> bool {
+        let held: u8 =
+            s.existing().filter(|(_, o)| o.status.holds_a_promise()).map(|(id, _)| self.quantity(id)).sum();
+        held + self.quantity(buyer) > s.product.total
+    }
+
+    /// The intake a buyer sends to.
+    fn intake_of(&self, buyer: Buyer) -> u8 {
+        buyer % self.scenario.intakes
+    }
+
+    /// A request arrives at an intake that reads the product: a retry whose key made an order
+    /// goes to the door (which answers from the order); any other waits for a read that starts
+    /// after now, or, under [`SoldOutRule::LastRead`], is answered from the last read ended.
+    fn arrive(&self, s: &mut State, buyer: Buyer) {
+        let sold_out = self.sold_out_for(s, buyer);
+        let b = &mut s.buyers[usize::from(buyer)];
+        b.sold_out_since_sent = sold_out;
+        if s.orders[usize::from(buyer)].is_some() {
+            return;
+        }
+        b.request = Request::Waiting;
+        let last = s.reads[usize::from(self.intake_of(buyer))].last;
+        if let (SoldOutRule::LastRead, Some(units_left)) = (self.rules.sold_out, last) {
+            self.answer_from_a_read(s, buyer, units_left, false);
+        }
+    }
+
+    /// Each intake with requests waiting and no read in flight may begin one; each read in
+    /// flight may end.
+    pub(super) fn read_actions(&self, s: &State, actions: &mut Vec<Action>) {
+        for (i, reads) in s.reads.iter().enumerate() {
+            let intake = i as u8;
+            if reads.in_flight.is_some() {
+                actions.push(Action::ReadEnds(intake));
+            } else if self.waiting_at(s, intake) != 0 {
+                actions.push(Action::ReadStarts(intake));
+            }
+        }
+    }
+
+    /// The requests waiting at `intake`, one bit each.
+    fn waiting_at(&self, s: &State, intake: u8) -> u8 {
+        s.buyers
+            .iter()
+            .enumerate()
+            .filter(|(b, buyer)| buyer.request == Request::Waiting && self.intake_of(*b as Buyer) == intake)
+            .fold(0, |mask, (b, _)| mask | 1 << b)
+    }
+
+    /// An intake's read begins: ONE statement's snapshot of the product and of the waiting
+    /// requests' keys (`SoldOutReads::lead`, `read_batch`). It covers the requests waiting
+    /// now, every one of which arrived before it; a request arriving later waits for the next.
+    pub(super) fn read_starts(&self, s: &mut State, intake: u8) {
+        let batch = self.waiting_at(s, intake);
+        let ordered = (0..s.buyers.len() as u8)
+            .filter(|&b| batch & 1 << b != 0 && s.orders[usize::from(b)].is_some())
+            .fold(0, |mask, b| mask | 1 << b);
+        let units_left = s.product.total.saturating_sub(s.product.promised);
+        s.reads[usize::from(intake)].in_flight = Some(ProductRead { batch, units_left, ordered });
+    }
+
+    /// An intake's read ends: each request it covers that is still waiting is answered from it.
+    pub(super) fn read_ends(&self, s: &mut State, intake: u8) {
+        let reads = &mut s.reads[usize::from(intake)];
+        let read = reads.in_flight.take().expect("a read in flight ends");
+        reads.last = Some(read.units_left);
+        for b in 0..s.buyers.len() as u8 {
+            if read.batch & 1 << b != 0 && s.buyers[usize::from(b)].request == Request::Waiting {
+                self.answer_from_a_read(s, b, read.units_left, read.ordered & 1 << b != 0);
+            }
+        }
+    }
+
+    /// A waiting request answered from a read: its key made an order, or units are left for
+    /// it: the door, as without the read; otherwise `sold_out`, which §8.7 allows only if the
+    /// product was sold out for it at some moment since it sent.
+    fn answer_from_a_read(&self, s: &mut State, buyer: Buyer, units_left: u8, ordered: bool) {
+        if ordered || units_left >= self.quantity(buyer) {
+            s.buyers[usize::from(buyer)].request = Request::Sent;
+            return;
+        }
+        if !s.buyers[usize::from(buyer)].sold_out_since_sent {
+            s.seen.sold_out_with_a_unit_left = true;
+        }
+        Self::answer(s, buyer, Answer::SoldOut);
+    }
+
+    /// After every step: each waiting request notes whether the product is sold out for it
+    /// now.
+    pub(super) fn watch_the_waiting(&self, s: &mut State) {
+        for b in 0..s.buyers.len() as u8 {
+            let buyer = &s.buyers[usize::from(b)];
+            if buyer.request == Request::Waiting && !buyer.sold_out_since_sent && self.sold_out_for(s, b) {
+                s.buyers[usize::from(b)].sold_out_since_sent = true;
+            }
         }
     }
 }

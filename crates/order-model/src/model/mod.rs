@@ -37,7 +37,7 @@ use stateright::{Model, Property};
 
 pub use self::rules::{
     CommitRule, CutRule, IdempotencyRule, InUseRule, LapseRule, LineRule, LookupRule, MessageRule,
-    ResumeLookup, ResumeRule, Rules, SettleRule,
+    ResumeLookup, ResumeRule, Rules, SettleRule, SoldOutRule,
 };
 pub use self::transition::Transition;
 use crate::state::*;
@@ -62,6 +62,10 @@ pub struct Scenario {
     pub budget: Budget,
     /// Whether Stripe's webhooks reach the fleet (`STRIPE_WEBHOOK_SECRET` set).
     pub webhooks: bool,
+    /// Intakes that answer `sold_out` from reads of the product (buyer `b` sends to intake
+    /// `b % intakes`); 0: every request goes straight to the door's statement, as the model's
+    /// other scenarios have it (the read only adds a way to be told `sold_out`).
+    pub intakes: u8,
 }
 
 impl Scenario {
@@ -79,7 +83,13 @@ impl Scenario {
             sweeper: Sweeps::Everything,
             budget: Budget::default(),
             webhooks: false,
+            intakes: 0,
         }
+    }
+
+    /// Buyers sent to `intakes` intakes, each answering `sold_out` from reads of its own.
+    pub fn with_intakes(self, intakes: u8) -> Self {
+        Self { intakes, ..self }
     }
 
     /// Stripe's webhooks on: each event delivered until applied, or lost within the budget.
@@ -206,6 +216,10 @@ pub enum Action {
     },
     /// A create whose confirm was still executing ends it (`slow_confirm`).
     ConfirmEnds(IntentId),
+    /// An intake begins a read of the product for the requests waiting on it.
+    ReadStarts(u8),
+    /// An intake's read ends: each request it covers is answered `sold_out` or goes to the door.
+    ReadEnds(u8),
     /// The reconciliation (or a webhook) cancels a live intent of a failed order.
     ReleaseFailedHold(IntentId),
 }
@@ -303,6 +317,7 @@ impl Model for OrderProtocol {
                 stock: self.scenario.total as i8,
                 last_position: 0,
             },
+            reads: vec![IntakeReads::default(); usize::from(self.scenario.intakes)],
             orders: vec![None; n],
             buyers: vec![
                 BuyerState {
@@ -310,7 +325,8 @@ impl Model for OrderProtocol {
                     sent: 0,
                     answer: None,
                     first: None,
-                    accepted_before: 0
+                    accepted_before: 0,
+                    sold_out_since_sent: false,
                 };
                 n
             ],
@@ -328,6 +344,7 @@ impl Model for OrderProtocol {
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
         Self::buyer_actions(s, actions);
+        self.read_actions(s, actions);
         Self::worker_actions(s, actions);
         self.sweeper_actions(s, actions);
         Self::webhook_actions(s, actions);
@@ -337,7 +354,7 @@ impl Model for OrderProtocol {
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
         let mut s = last.clone();
         match action {
-            Action::Send(b) => Self::send(&mut s, b),
+            Action::Send(b) => self.send(&mut s, b),
             Action::Step(Proc::Request(b), net) => self.request_step(&mut s, b, net),
             Action::Step(Proc::Worker(w), net) => self.worker_step(&mut s, w, net),
             Action::Step(Proc::Sweeper, net) => self.sweeper_step(&mut s, net),
@@ -374,7 +391,12 @@ impl Model for OrderProtocol {
             Action::Deliver(event) => Self::deliver(&mut s, event)?,
             Action::Upsert(i) => self.upsert(&mut s, i),
             Action::LeaseExpires(order) => Self::lease_expires(&mut s, order)?,
+            Action::ReadStarts(intake) => self.read_starts(&mut s, intake),
+            Action::ReadEnds(intake) => self.read_ends(&mut s, intake),
             _ => self.outside(&mut s, action),
+        }
+        if !s.reads.is_empty() {
+            self.watch_the_waiting(&mut s);
         }
         Some(s)
     }

@@ -37,6 +37,22 @@ pub struct Rules {
     pub resume_lookup: ResumeLookup,
     /// What `409 idempotency_key_in_use` means.
     pub in_use: InUseRule,
+    /// Which read of the product a `sold_out` answer may come from, at an intake that reads
+    /// it (a scenario with intakes).
+    pub sold_out: SoldOutRule,
+}
+
+/// Which read of the product an intake may answer `sold_out` from
+/// (`orderfleet::domain::door::sold_out`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SoldOutRule {
+    /// Only a read that began after the request arrived: one in flight per intake, shared by
+    /// every request that arrived before it began (the code).
+    ReadAfterArrival,
+    /// A defect planted on purpose: the last read that ended, however old, as a cache with a
+    /// time to live answers. A unit that came back since (a decline, a lapsed hold, a raise)
+    /// is missed.
+    LastRead,
 }
 
 impl Rules {
@@ -83,6 +99,8 @@ impl Rules {
         safety_net: false,
         resume_lookup: ResumeLookup::ListAlways,
         in_use: InUseRule::AWait,
+        // No scenario of the code before issue 46 has intakes that read the product.
+        sold_out: SoldOutRule::ReadAfterArrival,
     };
 }
 

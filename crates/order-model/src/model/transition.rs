@@ -53,11 +53,13 @@ pub enum Transition {
     CreateRuns,
     ConfirmEnds,
     ReleaseFailedHold,
+    ReadStarts,
+    ReadEnds,
 }
 
 impl Transition {
     /// Every kind, for the map's test.
-    pub const ALL: [Transition; 41] = [
+    pub const ALL: [Transition; 43] = [
         Transition::Send,
         Transition::Door,
         Transition::Resume,
@@ -99,6 +101,8 @@ impl Transition {
         Transition::CreateRuns,
         Transition::ConfirmEnds,
         Transition::ReleaseFailedHold,
+        Transition::ReadStarts,
+        Transition::ReadEnds,
     ];
 }
 
@@ -109,7 +113,7 @@ impl OrderProtocol {
             Action::Send(_) => Transition::Send,
             Action::Step(Proc::Request(b), _) => match state.buyers[usize::from(b)].request {
                 Request::Sent if state.orders[usize::from(b)].is_some() => Transition::Resume,
-                Request::Sent | Request::Idle => Transition::Door,
+                Request::Sent | Request::Idle | Request::Waiting => Transition::Door,
                 Request::Working(auth) => self.transition_of_step(state, Job::Authorize(b, auth)),
             },
             Action::Step(Proc::Worker(w), _) => state.workers[usize::from(w)]
@@ -139,6 +143,8 @@ impl OrderProtocol {
             Action::CreateRuns { .. } => Transition::CreateRuns,
             Action::ConfirmEnds(_) => Transition::ConfirmEnds,
             Action::ReleaseFailedHold(_) => Transition::ReleaseFailedHold,
+            Action::ReadStarts(_) => Transition::ReadStarts,
+            Action::ReadEnds(_) => Transition::ReadEnds,
         }
     }
 

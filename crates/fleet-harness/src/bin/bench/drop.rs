@@ -463,7 +463,8 @@ async fn promise(
         lease: Duration::from_secs(30),
         traceparent: &traceparent,
     };
-    let admission = door::admit(pool, entry, LimitsConfig::DEFAULT.declines_per_hour).await;
+    let reads = std::sync::Arc::default();
+    let admission = door::admit(pool, &reads, entry, LimitsConfig::DEFAULT.declines_per_hour).await;
     anyhow::ensure!(matches!(admission, Ok(Admission::Admitted(_))), "the door refused: {admission:?}");
     Ok(sent.elapsed().as_secs_f64() * 1000.0)
 }

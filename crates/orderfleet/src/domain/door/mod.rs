@@ -27,6 +27,9 @@
 //! Every statement here is static text with bind parameters. Every path is timed in
 //! `intake_door_seconds`, by outcome.
 
+mod sold_out;
+
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::runtime::db::Pool;
@@ -34,6 +37,8 @@ use sqlx::{PgConnection, PgExecutor};
 
 use crate::domain::order::{self, Order, OrderStatus};
 use crate::domain::{Currency, OrderId, Quantity, Sku, UserId};
+
+pub use sold_out::{SoldOutReads, Verdict};
 
 /// What the door needs of a request.
 #[derive(Debug, Clone, Copy)]
@@ -111,11 +116,28 @@ enum Pass {
     Again,
 }
 
-/// Lets `request` in or says why not, in at most two passes (see the module's table);
-/// `declines_per_hour` is the card-testing limit (0: none).
-pub async fn admit(pool: &Pool, entry: Entry<'_>, declines_per_hour: u32) -> anyhow::Result<Admission> {
+/// Lets `request` in or says why not: `sold_out` from a read this process shares among the
+/// requests waiting for one (`sold_out`), or else the door, in at most two passes (see the
+/// module's table); `declines_per_hour` is the card-testing limit (0: none).
+pub async fn admit(
+    pool: &Pool,
+    reads: &Arc<SoldOutReads>,
+    entry: Entry<'_>,
+    declines_per_hour: u32,
+) -> anyhow::Result<Admission> {
     let started = Instant::now();
-    let admission = admit_untimed(pool, entry, declines_per_hour).await;
+    let admission = match reads.ask(pool, &entry).await {
+        Verdict::SoldOut { units_may_return } => Ok(Admission::Refused(Refusal::SoldOut { units_may_return })),
+        Verdict::Door => {
+            let admission = admit_untimed(pool, entry, declines_per_hour).await;
+            match admission {
+                Ok(Admission::Admitted(_)) => reads.saw_units_left(entry.product_id, true),
+                Ok(Admission::Refused(Refusal::SoldOut { .. })) => reads.saw_units_left(entry.product_id, false),
+                _ => {}
+            }
+            admission
+        }
+    };
     let outcome = match &admission {
         Ok(Admission::Admitted(_)) => "admitted",
         Ok(Admission::KeyUsed(_)) => "key_used",

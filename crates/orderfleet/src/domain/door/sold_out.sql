@@ -1,0 +1,15 @@
+WITH args AS (
+    SELECT $1::text AS product_id, $2::text[] AS users, $3::text[] AS keys
+), product AS (
+    SELECT p.units_total - p.units_promised AS units_left,
+           EXISTS (SELECT 1 FROM orders o WHERE o.product_id = p.id AND holds_units(o.status)) AS units_may_return
+      FROM products p, args WHERE p.id = args.product_id
+), asked AS (
+    SELECT a.user_id, a.key, a.n
+      FROM args, unnest(args.users, args.keys) WITH ORDINALITY AS a(user_id, key, n)
+)
+SELECT asked.n AS "n!",
+       EXISTS (SELECT 1 FROM orders o WHERE o.user_id = asked.user_id AND o.idempotency_key = asked.key) AS "key_used!",
+       product.units_left AS "units_left?",
+       product.units_may_return AS "units_may_return?"
+  FROM asked LEFT JOIN product ON true
