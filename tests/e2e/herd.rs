@@ -34,7 +34,13 @@ struct Asked {
 
 /// One loop of the herd at `url`: new buyers, one after another, until `stop`; every
 /// twentieth with a card that declines, so a unit that goes to them comes back again.
-async fn herd_loop(fleet: Arc<Fleet>, url: String, intake: usize, n: usize, stop: Arc<AtomicBool>) -> Vec<Asked> {
+async fn herd_loop(
+    fleet: Arc<Fleet>,
+    url: String,
+    intake: usize,
+    n: usize,
+    stop: Arc<AtomicBool>,
+) -> Vec<Asked> {
     let mut asked = Vec::new();
     let mut i = 0;
     while !stop.load(Ordering::Relaxed) {
@@ -80,11 +86,8 @@ async fn wrong_sold_outs(fleet: &Fleet, returns: &[Return], asked: &[Asked]) -> 
     let orders = orders(fleet).await;
     let mut wrong = Vec::new();
     for back in returns {
-        let first_since = orders
-            .iter()
-            .filter(|(id, _)| !back.before.contains(id))
-            .map(|(_, created)| *created)
-            .min();
+        let first_since =
+            orders.iter().filter(|(id, _)| !back.before.contains(id)).map(|(_, created)| *created).min();
         for a in asked.iter().filter(|a| a.code == "sold_out" && a.sent > back.seen) {
             if first_since.is_none_or(|made| made >= a.answered) {
                 wrong.push(format!(

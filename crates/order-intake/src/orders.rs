@@ -124,10 +124,9 @@ impl Intake<'_> {
             lease: self.lease,
             traceparent: self.traceparent,
         };
-        let admission =
-            door::admit(self.pool, self.sold_out_reads, entry, self.declines_per_hour)
-                .await
-                .map_err(database_error_of)?;
+        let admission = door::admit(self.pool, self.sold_out_reads, entry, self.declines_per_hour)
+            .await
+            .map_err(database_error_of)?;
         match admission {
             Admission::Admitted(order) => self.authorize(*order, Attempt::First).await,
             Admission::KeyUsed(order) => self.resume(*order, &fingerprint).await,

@@ -21,6 +21,7 @@
 
 mod costs;
 mod drop;
+mod herd;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -40,6 +41,7 @@ use sqlx::{Connection, PgConnection};
 
 struct Options {
     drop: Option<drop::DropOptions>,
+    herd: Option<herd::HerdOptions>,
     orders: usize,
     concurrency: usize,
     batching: bool,
@@ -50,6 +52,7 @@ struct Options {
 fn options() -> anyhow::Result<Options> {
     let mut options = Options {
         drop: None,
+        herd: None,
         orders: 2000,
         concurrency: 64,
         batching: true,
@@ -58,14 +61,18 @@ fn options() -> anyhow::Result<Options> {
     };
     let mut drop = drop::DropOptions { buyers: 10_000, units: 100, concurrency: 64, stripe_limit: 25 };
     let mut drop_mode = false;
+    let (mut herd_mode, mut intakes, mut buyers, mut concurrency) = (false, 1, None, None);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
         match arg.as_str() {
             "--orders" => options.orders = value()?.parse().context("--orders takes a number")?,
             "--concurrency" => {
-                options.concurrency = value()?.parse().context("--concurrency takes a number")?
+                options.concurrency = value()?.parse().context("--concurrency takes a number")?;
+                concurrency = Some(options.concurrency);
             }
+            "--herd" => herd_mode = true,
+            "--intakes" => intakes = value()?.parse().context("--intakes takes a number")?,
             "--idle-seconds" => {
                 options.idle_seconds = value()?.parse().context("--idle-seconds takes a number")?
             }
@@ -75,7 +82,10 @@ fn options() -> anyhow::Result<Options> {
             }
             "--no-batching" => options.batching = false,
             "--drop" => drop_mode = true,
-            "--buyers" => drop.buyers = value()?.parse().context("--buyers takes a number")?,
+            "--buyers" => {
+                drop.buyers = value()?.parse().context("--buyers takes a number")?;
+                buyers = Some(drop.buyers);
+            }
             "--units" => drop.units = value()?.parse().context("--units takes a number")?,
             "--stripe-limit" => {
                 drop.stripe_limit = value()?.parse().context("--stripe-limit takes a number")?
@@ -83,7 +93,8 @@ fn options() -> anyhow::Result<Options> {
             "--help" | "-h" => {
                 println!(
                     "orderfleet-bench [--orders N (2000)] [--concurrency C (64)] [--idle-seconds S (60)] [--no-batching] [--ceiling-concurrency K (4)]\n\
-                     orderfleet-bench --drop [--buyers N (10000)] [--units U (100)] [--concurrency C (64)] [--stripe-limit R (25)]"
+                     orderfleet-bench --drop [--buyers N (10000)] [--units U (100)] [--concurrency C (64)] [--stripe-limit R (25)]\n\
+                     orderfleet-bench --herd [--buyers N (100000)] [--units U (100)] [--concurrency C (256)] [--intakes I (1)]"
                 );
                 std::process::exit(0);
             }
@@ -93,7 +104,15 @@ fn options() -> anyhow::Result<Options> {
     anyhow::ensure!(options.orders >= 10, "--orders must be at least 10");
     anyhow::ensure!(drop.stripe_limit >= 3, "--stripe-limit must be at least 3 (a budget of one each)");
     drop.concurrency = options.concurrency;
-    if drop_mode {
+    anyhow::ensure!(intakes >= 1, "--intakes must be at least 1");
+    if herd_mode {
+        options.herd = Some(herd::HerdOptions {
+            buyers: buyers.unwrap_or(100_000),
+            units: drop.units,
+            concurrency: concurrency.unwrap_or(256),
+            intakes,
+        });
+    } else if drop_mode {
         options.drop = Some(drop);
     }
     Ok(options)
@@ -121,11 +140,15 @@ async fn main() -> ExitCode {
 async fn run() -> anyhow::Result<()> {
     let options = options()?;
     let admin_url = var("DATABASE_URL")?;
-    if let Some(drop) = &options.drop {
+    if options.drop.is_some() || options.herd.is_some() {
         let (database, database_url, mut admin) = bench_database(&admin_url).await?;
         let result = async {
             let (mut fleet, pool) = prepare_fleet(&database_url).await?;
-            let outcome = drop::run(&mut fleet, drop).await;
+            let outcome = match (&options.drop, &options.herd) {
+                (_, Some(herd)) => herd::run(&mut fleet, herd).await,
+                (Some(drop), None) => drop::run(&mut fleet, drop).await,
+                (None, None) => unreachable!("a drop or a herd"),
+            };
             fleet.stop().await?;
             std::mem::drop(pool);
             outcome

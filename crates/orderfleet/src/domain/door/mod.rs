@@ -127,12 +127,18 @@ pub async fn admit(
 ) -> anyhow::Result<Admission> {
     let started = Instant::now();
     let admission = match reads.ask(pool, &entry).await {
-        Verdict::SoldOut { units_may_return } => Ok(Admission::Refused(Refusal::SoldOut { units_may_return })),
+        Verdict::SoldOut { units_may_return } => {
+            metrics::histogram!("intake_door_seconds", "outcome" => "sold_out_read")
+                .record(started.elapsed().as_secs_f64());
+            return Ok(Admission::Refused(Refusal::SoldOut { units_may_return }));
+        }
         Verdict::Door => {
             let admission = admit_untimed(pool, entry, declines_per_hour).await;
             match admission {
                 Ok(Admission::Admitted(_)) => reads.saw_units_left(entry.product_id, true),
-                Ok(Admission::Refused(Refusal::SoldOut { .. })) => reads.saw_units_left(entry.product_id, false),
+                Ok(Admission::Refused(Refusal::SoldOut { .. })) => {
+                    reads.saw_units_left(entry.product_id, false)
+                }
                 _ => {}
             }
             admission

@@ -199,13 +199,20 @@ async fn read_batch(
 ) -> sqlx::Result<(Option<i32>, bool, Vec<Verdict>)> {
     let users: Vec<&str> = batch.iter().map(|w| w.user.as_str()).collect();
     let keys: Vec<&str> = batch.iter().map(|w| w.key.as_str()).collect();
-    let rows = sqlx::query_file!("src/domain/door/sold_out.sql", product.as_str(), &users as &[&str], &keys as &[&str])
-        .fetch_all(pool)
-        .await?;
+    let rows = sqlx::query_file!(
+        "src/domain/door/sold_out.sql",
+        product.as_str(),
+        &users as &[&str],
+        &keys as &[&str]
+    )
+    .fetch_all(pool)
+    .await?;
     let mut verdicts = vec![Verdict::Door; batch.len()];
     let (mut left, mut may_return) = (None, false);
     for row in rows {
-        let (Some(units_left), Some(units_may_return)) = (row.units_left, row.units_may_return) else { continue };
+        let (Some(units_left), Some(units_may_return)) = (row.units_left, row.units_may_return) else {
+            continue;
+        };
         (left, may_return) = (Some(units_left), units_may_return);
         let i = usize::try_from(row.n - 1).ok();
         let Some((i, waiter)) = i.and_then(|i| batch.get(i).map(|w| (i, w))) else { continue };
