@@ -39,7 +39,14 @@ type Asked = Vec<(u16, String, Duration)>;
 
 pub async fn run(fleet: &mut Fleet, options: &HerdOptions) -> anyhow::Result<()> {
     let (meter, intakes) = start_fleet(fleet, options).await?;
-    let calm = sell(fleet, &intakes, "calm", options.units as usize, 64).await?;
+    // A few orders first, so that neither run pays for the fleet's first connections and
+    // Stripe budget shares.
+    sell(fleet, &intakes, "warm", 20, 20).await?;
+    let calm_started = Instant::now();
+    let calm_asked = ask(fleet, &intakes, "calm", options.units as usize, 0, 64).await;
+    let calm_door = calm_started.elapsed().as_secs_f64();
+    fleet.wait_settled(Duration::from_secs(600)).await?;
+    let calm = sold_times(fleet, "calm").await?;
     say(&format!(
         "without a herd: {} units promised in {:.2} s, paid in {:.2} s",
         options.units, calm.0, calm.1
@@ -57,6 +64,7 @@ pub async fn run(fleet: &mut Fleet, options: &HerdOptions) -> anyhow::Result<()>
     let audit = Audit::without_notifications(fleet, "drop").await?;
 
     let answers: usize = asked.iter().map(Vec::len).sum();
+    let (mut calm_202_ms, mut herd_202_ms) = (accepted_ms(&calm_asked), accepted_ms(&asked));
     let mut sold_out_ms: Vec<f64> = asked
         .iter()
         .flatten()
@@ -101,7 +109,8 @@ pub async fn run(fleet: &mut Fleet, options: &HerdOptions) -> anyhow::Result<()>
     println!("sold_out latency          p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms");
     println!(
         "PostgreSQL, sold-out      {reads:.0} statements for {sold_out} sold_out answers = {statements_per_sold_out:.4} each \
-         (the intakes' shared reads and the door's sold-out statements)"
+         (the intakes' shared reads and the door's sold-out statements), {:.0} a second per intake",
+        reads / herd_seconds / options.intakes as f64
     );
     println!(
         "PostgreSQL, intakes       {intake_round_trips} round trips in all = {:.4} per answer (accepted orders and the Stripe budget's ticks included)",
@@ -113,9 +122,22 @@ pub async fn run(fleet: &mut Fleet, options: &HerdOptions) -> anyhow::Result<()>
         spent.each(answers, |r| r.cpu * 1e6)
     );
     println!(
-        "units sold                promised in {promised_at:.2} s and paid in {paid_at:.2} s with the herd; \
-         {:.2} s and {:.2} s without",
+        "PostgreSQL CPU            {:.1} µs per answer (every postgres process of this machine, the herd's accepted orders included)",
+        spent.postgres_cpu * 1e6 / answers.max(1) as f64
+    );
+    println!(
+        "units sold                promised in {promised_at:.2} s and paid in {paid_at:.2} s with the herd (units back from \
+         declines and abandoned 3-D Secure sold again within it); {:.2} s and {:.2} s without (good cards only; the door \
+         answered them in {calm_door:.2} s)",
         calm.0, calm.1
+    );
+    println!(
+        "202 latency               with the herd p50 {:.1} ms, p99 {:.1} ms ({} accepted); without p50 {:.1} ms, p99 {:.1} ms",
+        percentile(&mut herd_202_ms, 50.0),
+        percentile(&mut herd_202_ms, 99.0),
+        herd_202_ms.len(),
+        percentile(&mut calm_202_ms, 50.0),
+        percentile(&mut calm_202_ms, 99.0)
     );
     println!("guarantees                {}", audit.summary());
     println!();
@@ -170,6 +192,7 @@ async fn start_fleet(
         })
         .await?;
     }
+    fleet.product("warm", 1000, 20).await?;
     fleet.product("calm", 1000, options.units).await?;
     fleet.product("drop", 1000, options.units).await?;
     say(&format!(
@@ -191,6 +214,16 @@ async fn sell(
     ask(fleet, intakes, product, buyers, 0, concurrency).await;
     fleet.wait_settled(Duration::from_secs(600)).await?;
     sold_times(fleet, product).await
+}
+
+/// The latency of every `202`, in milliseconds.
+fn accepted_ms(asked: &[Asked]) -> Vec<f64> {
+    asked
+        .iter()
+        .flatten()
+        .filter(|(status, _, _)| *status == 202)
+        .map(|(_, _, took)| took.as_secs_f64() * 1000.0)
+        .collect()
 }
 
 /// From the first order of `product` to its last promise, and to its last payment, in seconds.
