@@ -136,6 +136,7 @@ async fn place_order(
     let Ok(permit) = state.placements.clone().try_acquire_owned() else {
         return Err(crate::limits::rate_limited(Duration::from_secs(1)));
     };
+    let tracker = state.placing.clone();
     let (state, user, traceparent) = (state.clone(), user.clone(), traceparent.to_owned());
     let placing = async move {
         let _permit = permit;
@@ -152,7 +153,6 @@ async fn place_order(
             Err(ApiError::Unavailable(anyhow::anyhow!("the placement did not finish within {deadline:?}")))
         })
     };
-    let tracker = state.placing.clone();
     match tracker.spawn(placing.in_current_span()).await {
         Ok(placed) => placed,
         Err(e) if e.is_panic() => Err(ApiError::Unexpected(anyhow::anyhow!("the placement panicked: {e}"))),

@@ -4,7 +4,7 @@
 //!
 //! Units come back while the herd asks: one buyer in 20 of the first `units × 4` pays with a
 //! card that declines (its unit back at once), and one in 20 with a card needing 3-D Secure
-//! that its buyer never completes (its unit back when `PAYMENT_ACTION_TIMEOUT_SECONDS`, 5
+//! that its buyer never completes (its unit back when `PAYMENT_ACTION_TIMEOUT_SECONDS`, 2
 //! here, has passed and the sweeper settles it). Every buyer asks once; `sold_out` is final,
 //! a `503` or a key in flight is asked again after its `Retry-After`.
 //!
@@ -156,7 +156,7 @@ pub async fn run(fleet: &mut Fleet, options: &HerdOptions) -> anyhow::Result<()>
 }
 
 /// The fleet: `intakes` intakes, the relay, two stock workers (their sweepers every second,
-/// so an abandoned 3-D Secure gives its unit back soon after its 5 s), the notification
+/// so an abandoned 3-D Secure gives its unit back soon after its 2 s), the notification
 /// worker; stripe-sim and the fleet's budget at Stripe's live limits. The intakes' base URLs.
 async fn start_fleet(
     fleet: &mut Fleet,
@@ -165,7 +165,7 @@ async fn start_fleet(
     let common = [
         ("RUST_LOG", "warn"),
         ("SHUTDOWN_GRACE_SECONDS", "20"),
-        ("PAYMENT_ACTION_TIMEOUT_SECONDS", "5"),
+        ("PAYMENT_ACTION_TIMEOUT_SECONDS", "2"),
         ("SWEEP_INTERVAL_SECONDS", "1"),
         ("INTAKE_MAX_IN_FLIGHT", "4096"),
     ];
