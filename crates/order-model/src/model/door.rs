@@ -208,14 +208,27 @@ impl OrderProtocol {
         s.reads[usize::from(intake)].in_flight = Some(ProductRead { batch, units_left, ordered });
     }
 
-    /// An intake's read ends: each request it covers that is still waiting is answered from it.
+    /// An intake's read ends: each request it covers that is still waiting is answered from it
+    /// (`allot`): a key that made an order goes to the door; the units left go to the door's
+    /// requests, as many as they cover (buyer order standing for arrival order); a request
+    /// they would have covered alone waits for the next read; any other is sold out.
     pub(super) fn read_ends(&self, s: &mut State, intake: u8) {
         let reads = &mut s.reads[usize::from(intake)];
         let read = reads.in_flight.take().expect("a read in flight ends");
         reads.last = Some(read.units_left);
+        let mut left = read.units_left;
         for b in 0..s.buyers.len() as u8 {
-            if read.batch & 1 << b != 0 && s.buyers[usize::from(b)].request == Request::Waiting {
-                self.answer_from_a_read(s, b, read.units_left, read.ordered & 1 << b != 0);
+            if read.batch & 1 << b == 0 || s.buyers[usize::from(b)].request != Request::Waiting {
+                continue;
+            }
+            let quantity = self.quantity(b);
+            if read.ordered & 1 << b != 0 {
+                s.buyers[usize::from(b)].request = Request::Sent;
+            } else if quantity <= left {
+                left -= quantity;
+                s.buyers[usize::from(b)].request = Request::Sent;
+            } else if quantity > read.units_left {
+                self.answer_from_a_read(s, b, read.units_left, false);
             }
         }
     }

@@ -134,12 +134,8 @@ pub async fn admit(
         }
         Verdict::Door => {
             let admission = admit_untimed(pool, entry, declines_per_hour).await;
-            match admission {
-                Ok(Admission::Admitted(_)) => reads.saw_units_left(entry.product_id, true),
-                Ok(Admission::Refused(Refusal::SoldOut { .. })) => {
-                    reads.saw_units_left(entry.product_id, false)
-                }
-                _ => {}
+            if let Ok(Admission::Refused(Refusal::SoldOut { .. })) = admission {
+                reads.door_sold_out(entry.product_id);
             }
             admission
         }

@@ -19,12 +19,14 @@
 //!
 //! The statement looks up each request's key too, so a retry whose key made an order (of any
 //! product) goes on to the door, which answers it from that order (or refuses a key reused
-//! with another body): it is never told `sold_out`. A request with units left for it, or for
-//! a product there is no such row of, goes on to the door as well, and so does every request
-//! of a batch whose read failed. Going to the door is never wrong, only dearer: so a process
-//! sends a product's requests straight to the door until the door answers one `sold_out`,
-//! and again whenever a read or the door has seen units left, until the door says sold out
-//! once more. Only a sold-out product's requests wait for a read.
+//! with another body): it is never told `sold_out`. The units a read sees left go to the
+//! door's requests in arrival order, as many as they cover ([`allot`]); a request they would
+//! have covered but for those ahead of it waits for the next read, which begins after it
+//! arrived too. A product there is no row of, and a read that failed, send their requests to
+//! the door. Going to the door is never wrong, only dearer: so a process sends a product's
+//! requests straight to the door until the door answers one `sold_out`, and again after a
+//! read saw more units left than its batch asked for (a raise, say), until the door says sold
+//! out once more. Only a sold-out product's requests wait for a read.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -146,21 +148,11 @@ impl SoldOutReads {
         answered.await.unwrap_or(Verdict::Door)
     }
 
-    /// What a read or the door saw of `product`: units left (an order let in), or none for
-    /// the request (`sold_out`). Any other answer of the door says nothing of the units.
-    pub fn saw_units_left(&self, product: &Sku, units_left: bool) {
+    /// The door answered a request for `product` `sold_out`: its next requests wait for reads.
+    pub fn door_sold_out(&self, product: &Sku) {
         let mut products = self.products.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(batch) = products.get_mut(product) {
-            batch.units_left = units_left;
-        }
-    }
-
-    /// What a read saw: units left, for the requests after it to go to the door.
-    fn read_ended(&self, product: &Sku, units_left: Option<i32>, units_may_return: bool) {
-        let mut products = self.products.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(batch) = products.get_mut(product) {
-            batch.units_left |= units_left.is_some_and(|left| left > 0);
-            batch.last_read = Some((Instant::now(), units_left, units_may_return));
+            batch.units_left = false;
         }
     }
 
@@ -190,32 +182,93 @@ impl SoldOutReads {
             };
             metrics::counter!("intake_sold_out_reads_total").increment(1);
             metrics::histogram!("intake_sold_out_read_requests").record(batch.len() as f64);
-            let verdicts = match read_batch(&pool, &product, &batch).await {
-                Ok((units_left, units_may_return, verdicts)) => {
-                    self.read_ended(&product, units_left, units_may_return);
-                    verdicts
-                }
+            let read = match read_batch(&pool, &product, &batch).await {
+                Ok(read) => read,
                 Err(error) => {
                     tracing::warn!(%error, "the sold-out read failed; its requests go to the door");
-                    vec![Verdict::Door; batch.len()]
+                    Read::failed(batch.len())
                 }
             };
-            for (waiter, verdict) in batch.into_iter().zip(verdicts) {
-                // A request gone (its deadline passed) needs no answer.
-                let _ = waiter.verdict.send(verdict);
+            let asked: Vec<(i32, bool)> =
+                batch.iter().zip(&read.key_used).map(|(w, used)| (w.quantity.get(), *used)).collect();
+            let (answers, plenty) = allot(&asked, read.units_left, read.units_may_return);
+            let mut again = Vec::new();
+            for (waiter, answer) in batch.into_iter().zip(answers) {
+                match answer {
+                    // A request gone (its deadline passed) needs no answer.
+                    Allotted::Answer(verdict) => _ = waiter.verdict.send(verdict),
+                    Allotted::Again => again.push(waiter),
+                }
+            }
+            let mut products = self.products.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(batch) = products.get_mut(&product) {
+                batch.units_left |= plenty;
+                batch.last_read = Some((Instant::now(), read.units_left, read.units_may_return));
+                // Ahead of the requests that came after them: the next read answers them.
+                batch.waiting.splice(..0, again);
             }
         }
     }
 }
 
-/// A batch's read, ONE statement (`sold_out.sql`): the product's units left (`None`: no such
-/// product) and whether an order holding units may give them back, and for each request
-/// whether its key made an order; with the verdicts, in the batch's order.
-async fn read_batch(
-    pool: &Pool,
-    product: &Sku,
-    batch: &[Waiter],
-) -> sqlx::Result<(Option<i32>, bool, Vec<Verdict>)> {
+/// What a read's snapshot says to one request of its batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Allotted {
+    Answer(Verdict),
+    /// Units were left, but not beyond those of the requests ahead of it in the batch, which
+    /// go to the door for them: the next read (which begins after this request arrived, as
+    /// this one did) answers it.
+    Again,
+}
+
+/// The answers a read's snapshot gives a batch, in arrival order: each request `(quantity,
+/// key_used)`. A key that made an order goes to the door (which answers from the order); the
+/// units left go to the door's requests in arrival order, as many as they cover; a request
+/// they do not cover but that the units left would have covered alone waits for the next
+/// read; any other is sold out. `None` units (no such product) send every request to the
+/// door. With whether units are left beyond the batch's, so that the requests after it go
+/// straight to the door.
+fn allot(asked: &[(i32, bool)], units_left: Option<i32>, units_may_return: bool) -> (Vec<Allotted>, bool) {
+    let Some(units_left) = units_left else {
+        return (vec![Allotted::Answer(Verdict::Door); asked.len()], true);
+    };
+    let mut left = units_left;
+    let answers = asked
+        .iter()
+        .map(|&(quantity, key_used)| {
+            if key_used {
+                Allotted::Answer(Verdict::Door)
+            } else if quantity <= left {
+                left -= quantity;
+                Allotted::Answer(Verdict::Door)
+            } else if quantity <= units_left {
+                Allotted::Again
+            } else {
+                Allotted::Answer(Verdict::SoldOut { units_may_return })
+            }
+        })
+        .collect();
+    (answers, left > 0)
+}
+
+/// What a batch's read saw: the product's units left (`None`: no such product, or the read
+/// failed), whether an order holding units may give them back, and for each request whether
+/// its key made an order.
+struct Read {
+    units_left: Option<i32>,
+    units_may_return: bool,
+    key_used: Vec<bool>,
+}
+
+impl Read {
+    /// A read that failed: every request goes to the door.
+    fn failed(batch: usize) -> Self {
+        Self { units_left: None, units_may_return: true, key_used: vec![true; batch] }
+    }
+}
+
+/// A batch's read, ONE statement (`sold_out.sql`).
+async fn read_batch(pool: &Pool, product: &Sku, batch: &[Waiter]) -> sqlx::Result<Read> {
     let users: Vec<&str> = batch.iter().map(|w| w.user.as_str()).collect();
     let keys: Vec<&str> = batch.iter().map(|w| w.key.as_str()).collect();
     let rows = sqlx::query_file!(
@@ -226,18 +279,54 @@ async fn read_batch(
     )
     .fetch_all(pool)
     .await?;
-    let mut verdicts = vec![Verdict::Door; batch.len()];
-    let (mut left, mut may_return) = (None, false);
+    let mut read = Read { units_left: None, units_may_return: false, key_used: vec![false; batch.len()] };
     for row in rows {
-        let (Some(units_left), Some(units_may_return)) = (row.units_left, row.units_may_return) else {
-            continue;
-        };
-        (left, may_return) = (Some(units_left), units_may_return);
-        let i = usize::try_from(row.n - 1).ok();
-        let Some((i, waiter)) = i.and_then(|i| batch.get(i).map(|w| (i, w))) else { continue };
-        if !row.key_used && units_left < waiter.quantity.get() {
-            verdicts[i] = Verdict::SoldOut { units_may_return };
+        if let (Some(units_left), Some(units_may_return)) = (row.units_left, row.units_may_return) {
+            (read.units_left, read.units_may_return) = (Some(units_left), units_may_return);
+        }
+        if let Some(used) = usize::try_from(row.n - 1).ok().and_then(|i| read.key_used.get_mut(i)) {
+            *used = row.key_used;
         }
     }
-    Ok((left, may_return, verdicts))
+    Ok(read)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SOLD_OUT: Allotted = Allotted::Answer(Verdict::SoldOut { units_may_return: true });
+    const DOOR: Allotted = Allotted::Answer(Verdict::Door);
+
+    #[test]
+    fn the_units_left_go_to_the_first_requests_and_the_rest_wait_for_the_next_read() {
+        let asked = [(1, false), (2, false), (1, false), (3, false)];
+        let (answers, plenty) = allot(&asked, Some(2), true);
+        assert_eq!(answers, [DOOR, Allotted::Again, DOOR, SOLD_OUT]);
+        assert!(!plenty);
+    }
+
+    #[test]
+    fn a_key_with_an_order_goes_to_the_door_and_takes_no_unit_even_sold_out() {
+        let (answers, _) = allot(&[(1, true), (1, false)], Some(1), true);
+        assert_eq!(answers, [DOOR, DOOR]);
+        let (answers, plenty) = allot(&[(1, true), (1, false)], Some(0), false);
+        assert_eq!(answers, [DOOR, Allotted::Answer(Verdict::SoldOut { units_may_return: false })]);
+        assert!(!plenty);
+    }
+
+    #[test]
+    fn units_beyond_the_batch_send_the_requests_after_it_to_the_door() {
+        let (answers, plenty) = allot(&[(1, false)], Some(5), true);
+        assert_eq!((answers, plenty), (vec![DOOR], true));
+    }
+
+    #[test]
+    fn no_such_product_or_a_failed_read_sends_everyone_to_the_door() {
+        let (answers, plenty) = allot(&[(1, false), (1, true)], None, false);
+        assert_eq!((answers, plenty), (vec![DOOR, DOOR], true));
+        let failed = Read::failed(2);
+        let asked: Vec<(i32, bool)> = failed.key_used.iter().map(|used| (1, *used)).collect();
+        assert_eq!(allot(&asked, failed.units_left, true).0, [DOOR, DOOR]);
+    }
 }
