@@ -9,8 +9,11 @@
 //! door turns away never takes the lock at all: the row version they see already fails the
 //! condition.
 //!
-//! [`admit`] is the one way in, and answers an [`Admission`]. It makes at most two passes, the
-//! second chosen once from what the first saw:
+//! [`admit`] is the one way in, and answers an [`Admission`]. A request for a product this
+//! process has seen sold out first waits for a read of the product shared by the requests
+//! waiting with it (`sold_out`, [`SoldOutReads`]), which answers `sold_out` without a statement
+//! of its own; any other request, and one the read sends on, goes through the door, in at most
+//! two passes, the second chosen once from what the first saw:
 //!
 //! | the first pass saw | the second pass |
 //! |---|---|
