@@ -41,7 +41,8 @@ use crate::runtime::db::Pool;
 /// The most requests one read answers; more waiting are the next batch's.
 const MOST_A_BATCH: usize = 4_096;
 
-/// The most products a process keeps batches for; a request for one more goes to the door.
+/// The most products a process keeps batches for (each one the door said was sold out); past
+/// it, a product newly sold out keeps sending its requests to the door.
 const MOST_PRODUCTS: usize = 10_000;
 
 /// The least time from one read of a product to the next in a process: under a herd, a read
@@ -89,10 +90,9 @@ struct Batch {
 }
 
 impl Default for Batch {
-    /// A product this process has not seen answered: its requests go to the door until the
-    /// door says it is sold out.
+    /// A product the door has just said is sold out: its requests wait for reads.
     fn default() -> Self {
-        Self { waiting: Vec::new(), leading: false, units_left: true, last_began: None, last_read: None }
+        Self { waiting: Vec::new(), leading: false, units_left: false, last_began: None, last_read: None }
     }
 }
 
@@ -124,10 +124,8 @@ impl SoldOutReads {
         let (verdict, answered) = oneshot::channel();
         let lead = {
             let mut products = self.products.lock().unwrap_or_else(PoisonError::into_inner);
-            if products.len() >= MOST_PRODUCTS && !products.contains_key(entry.product_id) {
-                return Verdict::Door;
-            }
-            let batch = products.entry(entry.product_id.clone()).or_default();
+            // A product the door never said was sold out (or no such product) has no batch.
+            let Some(batch) = products.get_mut(entry.product_id) else { return Verdict::Door };
             if batch.units_left {
                 return Verdict::Door;
             }
@@ -153,6 +151,8 @@ impl SoldOutReads {
         let mut products = self.products.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(batch) = products.get_mut(product) {
             batch.units_left = false;
+        } else if products.len() < MOST_PRODUCTS {
+            products.insert(product.clone(), Batch::default());
         }
     }
 
@@ -160,6 +160,10 @@ impl SoldOutReads {
     /// and answers each. Runs as a task of its own, so a request that goes away does not take
     /// the read of the others with it.
     async fn lead(self: Arc<Self>, pool: Pool, product: Sku) {
+        // However the leader ends (a panic, the runtime shutting down mid-read), the product
+        // gets a leader again with its next request, and every request left waiting goes to
+        // the door rather than waiting for a read that will not come.
+        let mut ended = Ended { reads: &self, product: &product, normally: false };
         loop {
             let spaced = {
                 let products = self.products.lock().unwrap_or_else(PoisonError::into_inner);
@@ -173,16 +177,26 @@ impl SoldOutReads {
                 let mut products = self.products.lock().unwrap_or_else(PoisonError::into_inner);
                 let Some(batch) = products.get_mut(&product) else { return };
                 if batch.waiting.is_empty() {
+                    // Under the lock: a request that comes next finds no leader and starts one.
                     batch.leading = false;
+                    ended.normally = true;
                     return;
                 }
                 batch.last_began = Some(Instant::now());
+                // A request gone (its deadline passed, its buyer hung up) asks nothing.
+                batch.waiting.retain(|waiter| !waiter.verdict.is_closed());
                 let end = batch.waiting.len().min(MOST_A_BATCH);
                 batch.waiting.drain(..end).collect::<Vec<_>>()
             };
+            if batch.is_empty() {
+                continue;
+            }
             metrics::counter!("intake_sold_out_reads_total").increment(1);
             metrics::histogram!("intake_sold_out_read_requests").record(batch.len() as f64);
-            let read = match read_batch(&pool, &product, &batch).await {
+            // Bounded: the leader outlives the requests' own deadlines, and a connection frozen
+            // mid-read would otherwise keep the product's requests waiting until they time out.
+            let reading = async { read_batch(&pool, &product, &batch).await.map_err(anyhow::Error::from) };
+            let read = match crate::runtime::db::bounded("the sold-out read", reading).await {
                 Ok(read) => read,
                 Err(error) => {
                     tracing::warn!(%error, "the sold-out read failed; its requests go to the door");
@@ -211,6 +225,30 @@ impl SoldOutReads {
     }
 }
 
+/// A leader's end other than the normal one ([`SoldOutReads::lead`]): no leader for the
+/// product, and its waiting requests sent to the door.
+struct Ended<'a> {
+    reads: &'a SoldOutReads,
+    product: &'a Sku,
+    /// Ended with nobody waiting, `leading` reset under the lock: nothing to do.
+    normally: bool,
+}
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        if self.normally {
+            return;
+        }
+        let mut products = self.reads.products.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(batch) = products.get_mut(self.product) {
+            batch.leading = false;
+            for waiter in batch.waiting.drain(..) {
+                let _ = waiter.verdict.send(Verdict::Door);
+            }
+        }
+    }
+}
+
 /// What a read's snapshot says to one request of its batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Allotted {
@@ -226,8 +264,8 @@ enum Allotted {
 /// units left go to the door's requests in arrival order, as many as they cover; a request
 /// they do not cover but that the units left would have covered alone waits for the next
 /// read; any other is sold out. `None` units (no such product) send every request to the
-/// door. With whether units are left beyond the batch's, so that the requests after it go
-/// straight to the door.
+/// door. With whether units are left beyond the batch's (none of it waiting again), so that
+/// the requests after it go straight to the door.
 fn allot(asked: &[(i32, bool)], units_left: Option<i32>, units_may_return: bool) -> (Vec<Allotted>, bool) {
     let Some(units_left) = units_left else {
         return (vec![Allotted::Answer(Verdict::Door); asked.len()], true);
@@ -247,8 +285,9 @@ fn allot(asked: &[(i32, bool)], units_left: Option<i32>, units_may_return: bool)
                 Allotted::Answer(Verdict::SoldOut { units_may_return })
             }
         })
-        .collect();
-    (answers, left > 0)
+        .collect::<Vec<_>>();
+    let plenty = left > 0 && !answers.contains(&Allotted::Again);
+    (answers, plenty)
 }
 
 /// What a batch's read saw: the product's units left (`None`: no such product, or the read
@@ -313,6 +352,13 @@ mod tests {
         let (answers, plenty) = allot(&[(1, true), (1, false)], Some(0), false);
         assert_eq!(answers, [DOOR, Allotted::Answer(Verdict::SoldOut { units_may_return: false })]);
         assert!(!plenty);
+    }
+
+    #[test]
+    fn units_left_over_while_a_request_waits_again_do_not_send_later_requests_ahead_of_it() {
+        let (answers, plenty) = allot(&[(2, false), (2, false)], Some(3), true);
+        assert_eq!(answers, [DOOR, Allotted::Again]);
+        assert!(!plenty, "the request waiting again comes before later ones");
     }
 
     #[test]

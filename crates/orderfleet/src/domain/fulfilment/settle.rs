@@ -202,7 +202,24 @@ impl Fulfilment {
             mark_released().await?;
             return Ok(Ok(()));
         };
-        let cancelled = self.payments.cancel(order.intent(intent)).await;
+        let cancelled = match self.payments.cancel(order.intent(intent)).await {
+            // A saved 5xx that `Payments::cancel` did not get past (it sends the cancel again
+            // under a fresh key while the intent can still be cancelled): the intent says what
+            // became of it; one captured meanwhile is the cancel's refusal, for a person.
+            Err(PaymentError::AttemptFailed(reason)) => {
+                match self.payments.what_the_attempt_did(intent, IntentStatus::Canceled).await {
+                    Ok(AttemptDid::Done(now)) => Ok(now),
+                    Ok(AttemptDid::Elsewhere(now)) => Err(PaymentError::Refused {
+                        code: "payment_intent_unexpected_state".into(),
+                        message: format!("{reason}; the intent is now {:?}", now.status),
+                        status: 400,
+                    }),
+                    Ok(AttemptDid::Nothing(_)) => Err(PaymentError::AttemptFailed(reason)),
+                    Err(e) => Err(PaymentError::Unavailable(format!("{reason}; then {e}"))),
+                }
+            }
+            other => other,
+        };
         match cancelled {
             Ok(_) => {
                 mark_released().await?;
