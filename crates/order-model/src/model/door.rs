@@ -157,16 +157,13 @@ impl OrderProtocol {
         buyer % self.scenario.intakes
     }
 
-    /// A request arrives at an intake that reads the product: a retry whose key made an order
-    /// goes to the door (which answers from the order); any other waits for a read that starts
-    /// after now, or, under [`SoldOutRule::LastRead`], is answered from the last read ended.
+    /// A request arrives at an intake that reads the product: it waits for a read that starts
+    /// after now (which sends a retry whose key made an order to the door, to be answered from
+    /// the order), or, under [`SoldOutRule::LastRead`], is answered from the last read ended.
     fn arrive(&self, s: &mut State, buyer: Buyer) {
         let sold_out = self.sold_out_for(s, buyer);
         let b = &mut s.buyers[usize::from(buyer)];
         b.sold_out_since_sent = sold_out;
-        if s.orders[usize::from(buyer)].is_some() {
-            return;
-        }
         b.request = Request::Waiting;
         let last = s.reads[usize::from(self.intake_of(buyer))].last;
         if let (SoldOutRule::LastRead, Some(units_left)) = (self.rules.sold_out, last) {
