@@ -483,11 +483,20 @@ async fn an_order_whose_commit_the_database_refuses_for_good_leaves_no_hold_and_
     let ann = step.place("ann", "key-ann").await;
     let bob = step.place("bob", "key-bob").await;
 
-    // Assert: Ann's hold released and her order failed with the database's reason (before the
-    // fix: a 500, the order pending with its unit promised, and the hold live at Stripe); Bob,
-    // behind her, is served.
-    assert!(matches!(ann, Ok(Placed::Declined { .. })), "{ann:?}");
+    // Assert: Ann's hold released and her order failed with the database's reason, told as the
+    // fleet's fault (`500 order_refused`), not her card's, and so again to a retry of her key;
+    // Bob, behind her, is served.
+    use order_intake::error::ApiError;
+    assert!(
+        matches!(ann, Ok(Placed::Declined { error: ApiError::OrderRefused, replayed: false })),
+        "{ann:?}"
+    );
     assert!(matches!(bob, Ok(Placed::Accepted { .. })), "{bob:?}");
+    let again = step.place("ann", "key-ann").await;
+    assert!(
+        matches!(again, Ok(Placed::Declined { error: ApiError::OrderRefused, replayed: true })),
+        "{again:?}"
+    );
     let order = step.order_id_of("ann").await;
     let (status, reason, detail): (String, String, String) =
         sqlx::query_as("SELECT status::text, failure_reason, decline_detail FROM orders WHERE id = $1")
@@ -501,6 +510,139 @@ async fn an_order_whose_commit_the_database_refuses_for_good_leaves_no_hold_and_
     let own: Vec<_> = intents.iter().filter(|(_, _, o)| *o == order.to_string()).collect();
     assert_eq!(own.len(), 1, "{intents:?}");
     assert_eq!(own[0].1, "canceled", "{intents:?}");
+    assert!(!counted_as_a_decline(&step, order).await, "the card gate counted the fleet's fault");
+    step.db.drop().await.unwrap();
+}
+
+/// Whether the card gate counts `order` as a declined card (`counts_as_decline`).
+async fn counted_as_a_decline(step: &Step, order: Uuid) -> bool {
+    sqlx::query_scalar("SELECT counts_as_decline(status, failure_reason) FROM orders WHERE id = $1")
+        .bind(order)
+        .fetch_one(&step.db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_card_gate_counts_declined_cards_and_failed_authentications_alone() {
+    // Arrange: one order, its status and reason set to each a payment can end with.
+    let step = Step::new().await;
+    let order = step.authorized_order("ola").await;
+    let cases = [
+        ("payment_declined", Some("payment_declined"), true),
+        ("payment_declined", Some("authentication_failed"), true),
+        ("payment_declined", Some("order_refused"), false),
+        ("payment_declined", Some("authorization_incomplete"), false),
+        ("payment_declined", Some("authentication_timed_out"), false),
+        ("payment_declined", Some("payment_canceled"), false),
+        ("payment_declined", Some("card_limit_reached"), false),
+        ("capture_failed", Some("capture_failed"), false),
+    ];
+    for (status, reason, counted) in cases {
+        // Act
+        sqlx::query("UPDATE orders SET status = $2::order_status, failure_reason = $3 WHERE id = $1")
+            .bind(order)
+            .bind(status)
+            .bind(reason)
+            .execute(&step.db.pool)
+            .await
+            .unwrap();
+
+        // Assert
+        assert_eq!(counted_as_a_decline(&step, order).await, counted, "{status} {reason:?}");
+    }
+    step.db.drop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_order_with_a_failure_reason_from_another_version_loads_and_shows_it() {
+    // Arrange: an order a later version ended with a reason this one does not know (read
+    // after a rollback).
+    let step = Step::new().await;
+    let order = step.authorized_order("ola").await;
+    sqlx::query(
+        "UPDATE orders SET status = 'payment_declined', failure_reason = 'a_later_reason' WHERE id = $1",
+    )
+    .bind(order)
+    .execute(&step.db.pool)
+    .await
+    .unwrap();
+
+    // Act
+    let loaded = orderfleet::domain::order::load(&step.db.pool, OrderId::from_uuid(order)).await;
+
+    // Assert: it loads (before the fix: a decode error, and every read of the order a 500),
+    // and shows its reason as stored.
+    let loaded = loaded.expect("the order loads").expect("the order is there");
+    assert_eq!(loaded.failure_reason.map(|r| r.as_str()), Some("a_later_reason"));
+    step.db.drop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_owed_on_a_refused_pending_order_is_made_by_the_next_pass() {
+    // Arrange: the database refuses every change of Ann's order, and Stripe answers none of
+    // the cancels of its hold: the release is owed, and the order stays pending.
+    use orderfleet::domain::strays;
+    let step = Step::new().await;
+    refuse_for(&step, "ann", "true").await;
+    arm(&step.stripe_base, "cancel", "error_500", 20).await;
+    let ann = step.place("ann", "key-ann").await;
+    assert!(matches!(ann, Err(order_intake::error::ApiError::OrderRefused)), "{ann:?}");
+    let order = step.order_id_of("ann").await;
+    assert_eq!(step.status(order).await, "pending_authorization");
+    let intents = step.intents().await;
+    assert_eq!((intents.len(), intents[0].1.as_str()), (1, "requires_capture"), "{intents:?}");
+    arm(&step.stripe_base, "cancel", "error_500", 0).await;
+    let payments = payments(&step.db.pool, &step.stripe_base);
+    let stop = tokio_util::sync::CancellationToken::new();
+
+    // Act: the reconciliation's next pass.
+    strays::reconcile(&step.db.pool, &payments, Duration::ZERO, &stop).await.unwrap().unwrap();
+
+    // Assert: released though the order is pending (before the fix: left waiting for a move
+    // the database will never allow, the hold live), and no longer owed.
+    let intents = step.intents().await;
+    assert_eq!(intents[0].1, "canceled", "{intents:?}");
+    let owed: i64 = sqlx::query_scalar("SELECT count(*) FROM intent_releases_owed")
+        .fetch_one(&step.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(owed, 0);
+    step.db.drop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_end_of_a_refused_capture_releases_the_order_not_the_dlq() {
+    // Arrange: Ann's hold lapses before its capture, and the database refuses her order the
+    // move that records it (`authorization_canceled`).
+    let step = Step::new().await;
+    let order = step.authorized_order("ann").await;
+    let own = step.own_intent(order).await;
+    let expired = reqwest::Client::new()
+        .post(format!("{}/_sim/payment_intents/{own}/expire", step.stripe_base))
+        .send()
+        .await
+        .unwrap();
+    assert!(expired.status().is_success());
+    refuse_for(&step, "ann", "NEW.status = 'authorization_canceled'").await;
+
+    // Act
+    let outcome = step.step.handle_one(&stock_check(order, EventType::StockCheckRequested)).await;
+
+    // Assert: the order ends failed with the database's reason, its unit back to the stock
+    // and the line, and the message is done (before the fix: a permanent failure for the DLQ,
+    // the order left `stock_reserved` on a hold that is gone).
+    assert_eq!(outcome, Ok(()));
+    let (status, reason): (String, String) =
+        sqlx::query_as("SELECT status::text, failure_reason FROM orders WHERE id = $1")
+            .bind(order)
+            .fetch_one(&step.db.pool)
+            .await
+            .unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("capture_failed", "order_refused"));
+    let (stock, promised): (i32, i32) =
+        sqlx::query_as("SELECT stock, units_promised FROM products").fetch_one(&step.db.pool).await.unwrap();
+    assert_eq!((stock, promised), (5, 0));
     step.db.drop().await.unwrap();
 }
 

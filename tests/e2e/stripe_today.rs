@@ -557,3 +557,37 @@ async fn a_card_declined_after_its_buyer_authenticates_ends_payment_declined_wit
     assert_eq!(fleet.holds_without_a_unit().await.unwrap(), 0);
     fleet.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_abandoned_3ds_is_released_at_its_deadline_not_the_next_sweep() {
+    // Arrange: no webhooks, a 6 s deadline, and a sweep only every ten minutes.
+    let mut fleet = Fleet::prepare("3ds-deadline").await.unwrap();
+    fleet.set_env("STRIPE_WEBHOOK_SECRET", "");
+    fleet.set_env("PAYMENT_ACTION_TIMEOUT_SECONDS", "6");
+    fleet.set_env("SWEEP_INTERVAL_SECONDS", "600");
+    fleet.spawn_all(1).await.unwrap();
+    fleet.product("sku-1", 1500, 3).await.unwrap();
+    let first = fleet.post_order("eve", "k-1", "sku-1", 1, "pm_card_threeDSecure2Required").await.unwrap();
+    assert_eq!(first.body["status"], "requires_action", "{}", first.body);
+    let order = order_id(&first.body);
+    let deadline: chrono::DateTime<chrono::Utc> =
+        first.body["payment"]["action_expires_at"].as_str().unwrap().parse().unwrap();
+
+    // Act: the buyer never authenticates.
+    let (status, reason) = status_becomes(&fleet, &order, "payment_declined", Duration::from_secs(60)).await;
+
+    // Assert: released within seconds of its deadline (before the fix: at the next sweep, up to
+    // its period later), its hold cancelled and its unit back.
+    assert_eq!((status.as_str(), reason.as_deref()), ("payment_declined", Some("authentication_timed_out")));
+    let released: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT updated_at FROM orders WHERE id = $1::uuid")
+            .bind(&order)
+            .fetch_one(&fleet.pool)
+            .await
+            .unwrap();
+    let late = released - deadline;
+    assert!(late < chrono::TimeDelta::seconds(15), "released {late} after its deadline");
+    assert_eq!(fleet.intents().await.unwrap()[0]["status"], "canceled");
+    assert_eq!(units_promised(&fleet, "sku-1").await, 0);
+    fleet.stop().await.unwrap();
+}

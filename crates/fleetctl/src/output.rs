@@ -130,6 +130,7 @@ pub(crate) fn resolved(
             };
             format!("payment_declined; {units} of {} back for the next buyer{why}", order.product_id)
         }
+        Recorded::Refused(words) => format!("payment_declined (order_refused); its hold released: {words}"),
         Recorded::MovedElsewhere => {
             anyhow::bail!("order {} moved on to {} meanwhile; nothing was recorded", order.id, order.status)
         }

@@ -74,6 +74,10 @@ pub enum ApiError {
     /// Never the issuer's reason: that would make the intake a card-testing oracle.
     #[error("the payment was declined; nothing was charged")]
     PaymentDeclined,
+    /// `500 order_refused`: the database refuses the order's record for good (a constraint, a
+    /// trigger); its hold is released and it holds no unit. Not the buyer's card.
+    #[error("the order cannot be recorded; nothing was charged")]
+    OrderRefused,
     #[error("the payment provider is unavailable; retry with the same Idempotency-Key")]
     /// `503 payment_unavailable`, with `Retry-After`: the order stays pending.
     PaymentUnavailable {
@@ -125,6 +129,7 @@ impl ApiError {
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::RequestTimeout => "request_timeout",
             ApiError::PaymentDeclined => "payment_declined",
+            ApiError::OrderRefused => "order_refused",
             ApiError::PaymentUnavailable { .. } => "payment_unavailable",
             ApiError::OrderNotFound => "order_not_found",
             ApiError::NotFound => "not_found",
@@ -162,7 +167,7 @@ impl ApiError {
             | ApiError::WebhookUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::OrderNotFound | ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::OrderRefused | ApiError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -188,6 +193,7 @@ impl ApiError {
             ApiError::RateLimited { retry_after_seconds: 1 },
             ApiError::PurchaseLimitReached,
             ApiError::PaymentDeclined,
+            ApiError::OrderRefused,
             ApiError::PaymentUnavailable { retry_after_seconds: 2 },
             ApiError::OrderNotFound,
             ApiError::NotFound,
@@ -201,7 +207,7 @@ impl ApiError {
 
     #[cfg(test)]
     /// How many variants there are: one more than [`ApiError::ordinal`]'s last arm.
-    const VARIANTS: usize = 25;
+    const VARIANTS: usize = 26;
 
     /// The variant's place in [`ApiError::one_of_each`].
     #[cfg(test)]
@@ -224,14 +230,15 @@ impl ApiError {
             ApiError::RateLimited { .. } => 14,
             ApiError::PurchaseLimitReached => 15,
             ApiError::PaymentDeclined => 16,
-            ApiError::PaymentUnavailable { .. } => 17,
-            ApiError::OrderNotFound => 18,
-            ApiError::NotFound => 19,
-            ApiError::MethodNotAllowed => 20,
-            ApiError::Unavailable(_) => 21,
-            ApiError::InvalidSignature(_) => 22,
-            ApiError::WebhookUnavailable(_) => 23,
-            ApiError::Unexpected(_) => 24,
+            ApiError::OrderRefused => 17,
+            ApiError::PaymentUnavailable { .. } => 18,
+            ApiError::OrderNotFound => 19,
+            ApiError::NotFound => 20,
+            ApiError::MethodNotAllowed => 21,
+            ApiError::Unavailable(_) => 22,
+            ApiError::InvalidSignature(_) => 23,
+            ApiError::WebhookUnavailable(_) => 24,
+            ApiError::Unexpected(_) => 25,
         }
     }
 

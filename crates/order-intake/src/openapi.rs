@@ -361,7 +361,7 @@ fn refusals(errors: &[ApiError]) -> BTreeMap<String, Response> {
                         .build(),
                 );
             }
-            if errors.iter().any(|e| matches!(e, ApiError::PaymentDeclined)) {
+            if errors.iter().any(|e| matches!(e, ApiError::PaymentDeclined | ApiError::OrderRefused)) {
                 response = response.header("Idempotent-Replayed", replayed_header());
             }
             (status.to_string(), response.build())

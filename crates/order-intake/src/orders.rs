@@ -44,9 +44,10 @@ pub enum Placed {
         /// Whether an earlier request with the key made the order.
         replayed: bool,
     },
-    /// A refusal the key keeps (a decline); `replayed` as for `Accepted`.
+    /// A refusal the key keeps (a decline, an order the database refused); `replayed` as for
+    /// `Accepted`.
     Declined {
-        /// The refusal (`402 payment_declined`).
+        /// The refusal (`402 payment_declined`, `500 order_refused`).
         error: ApiError,
         /// Whether an earlier request with the key was refused so.
         replayed: bool,
@@ -65,6 +66,9 @@ fn answer(order: &Order, replayed: bool) -> Option<Placed> {
     }
     match order.status {
         OrderStatus::PendingAuthorization | OrderStatus::RequiresAction => None,
+        OrderStatus::PaymentDeclined if order.failure_reason == Some(FailureReason::OrderRefused) => {
+            Some(Placed::Declined { error: ApiError::OrderRefused, replayed })
+        }
         OrderStatus::PaymentDeclined => Some(Placed::Declined { error: ApiError::PaymentDeclined, replayed }),
         _ => Some(Placed::Accepted {
             body: Accepted {
@@ -181,6 +185,11 @@ impl Intake<'_> {
             },
             // Someone else moved it (a racing retry, the sweeper) and decided the answer.
             // The card needs 3-D Secure: the order as recorded, with what the buyer's page needs.
+            Ok(Recorded::Refused(_words)) => Order {
+                status: OrderStatus::PaymentDeclined,
+                failure_reason: Some(FailureReason::OrderRefused),
+                ..order
+            },
             Ok(Recorded::MovedElsewhere | Recorded::RequiresAction) => self.reload(order.id).await?,
             Err(
                 AuthorizationError::ProviderUnavailable(reason) | AuthorizationError::LookupRefused(reason),
@@ -189,6 +198,13 @@ impl Intake<'_> {
                 return Err(ApiError::PaymentUnavailable {
                     retry_after_seconds: self.wait_ahead(&order).await,
                 });
+            }
+            // The database refuses the order and its end: its hold is released (or owed), and
+            // the same key answers the same until a person mends the row or the rule.
+            Err(AuthorizationError::OrderRefused(reason)) => {
+                tracing::error!(reason, "the database refuses the order; it needs a person");
+                give_back_when_able(self.pool.clone(), order);
+                return Err(ApiError::OrderRefused);
             }
             Err(AuthorizationError::Database(e)) => {
                 give_back_when_able(self.pool.clone(), order);

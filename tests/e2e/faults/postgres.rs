@@ -274,3 +274,70 @@ async fn postgres_restarted_twice_mid_burst_loses_nothing_and_does_nothing_twice
     assert!(dlqs_are_empty(&fleet).await, "a restart pushed a message to a DLQ");
     fleet.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_3ds_settle_releases_its_hold_and_the_next_still_lapses() {
+    // Arrange: no webhooks, so the sweeper settles 3-D Secure (every 2 s, deadlines of 10 s);
+    // a trigger refuses the buyer `refused`'s 3-D Secure order any move but its failure.
+    let mut fleet = Fleet::prepare("refused-settle").await.unwrap();
+    fleet.set_env("STRIPE_WEBHOOK_SECRET", "");
+    fleet.set_env("PAYMENT_ACTION_TIMEOUT_SECONDS", "10");
+    fleet.set_env("SWEEP_INTERVAL_SECONDS", "2");
+    fleet.spawn_all(1).await.unwrap();
+    fleet.product("sku-1", 1000, 5).await.unwrap();
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_settle() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.user_id = 'refused' AND OLD.status = 'requires_action'
+                AND NEW.status IN ('authorized', 'stock_reserved') THEN
+                 RAISE EXCEPTION 'refused by a test trigger' USING ERRCODE = 'check_violation';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER refuse_settle BEFORE UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION refuse_settle();",
+    )
+    .execute(&fleet.pool)
+    .await
+    .unwrap();
+    let card = "pm_card_threeDSecure2Required";
+    let refused = fleet.post_order("refused", "key", "sku-1", 1, card).await.unwrap();
+    let abandoned = fleet.post_order("abandoned", "key", "sku-1", 1, card).await.unwrap();
+    for answer in [&refused, &abandoned] {
+        assert_eq!(
+            (answer.status, answer.body["status"].as_str()),
+            (202, Some("requires_action")),
+            "{answer:?}"
+        );
+    }
+    let (refused, abandoned) =
+        (refused.body["order_id"].as_str().unwrap(), abandoned.body["order_id"].as_str().unwrap());
+
+    // Act: the first buyer authenticates; the second never does.
+    fleet.authenticate_order(refused).await.unwrap();
+
+    // Assert: the refused order ends failed with the database's reason, its hold released
+    // (before the fix: `requires_action`, its hold live, and every later sweep ended at it);
+    // the abandoned order behind it is still released at its deadline.
+    let settled = eventually("both orders settled", Duration::from_secs(60), || async {
+        let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
+            "SELECT id::text, status::text, failure_reason FROM orders WHERE status <> 'requires_action'",
+        )
+        .fetch_all(&fleet.pool)
+        .await
+        .unwrap();
+        (rows.len() == 2).then_some(rows)
+    })
+    .await;
+    let rows = match settled {
+        Ok(rows) => rows,
+        Err(e) => panic!("{e:#}: {:?}", fleet.statuses().await.unwrap()),
+    };
+    let of = |id: &str| rows.iter().find(|r| r.0 == id).map(|r| (r.1.as_str(), r.2.as_deref())).unwrap();
+    assert_eq!(of(refused), ("payment_declined", Some("order_refused")));
+    assert_eq!(of(abandoned), ("payment_declined", Some("authentication_timed_out")));
+    let intents = fleet.intents().await.unwrap();
+    assert_eq!(intents.len(), 2, "{intents:?}");
+    assert!(intents.iter().all(|i| i["status"] == "canceled"), "a hold is left: {intents:?}");
+    assert_eq!(fleet.units("sku-1").await.unwrap().2, 0, "a unit is still promised");
+    fleet.stop().await.unwrap();
+}

@@ -19,6 +19,10 @@
 //! finished a moment before) is what the order becomes. Every failure gives the units back
 //! to the line, with `order.rejected`.
 //!
+//! A settle's move the database refuses for good (a trigger, a constraint) takes the one rule
+//! of [`crate::domain::refusal`]: the hold cancelled, the order ended `payment_declined` with
+//! `order_refused` where the database allows it, the other orders untouched.
+//!
 //! Whoever settles holds the order's lease (`intake_lease_until`, as for a pending order), so
 //! the webhook and the sweeper never settle one order at once.
 
@@ -31,6 +35,7 @@ use crate::domain::authorization::AuthorizationError;
 use crate::domain::order::{FailureReason, Order, OrderNotification, OrderStatus, StripeEvent, Transition};
 use crate::domain::outbox::EventType;
 use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
+use crate::domain::refusal::{self, Ended};
 
 /// What settling did to the order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +48,9 @@ pub enum Settled {
     Waiting,
     /// Someone else moved it first.
     MovedElsewhere,
+    /// The database refused its move for good: its hold released, it ended `payment_declined`
+    /// with `order_refused` ([`crate::domain::refusal`]); the database's words.
+    Refused(String),
 }
 
 /// Takes the lease of a `requires_action` order nobody is settling, for `lease`.
@@ -95,7 +103,10 @@ pub async fn settle(
     event: Option<StripeEvent<'_>>,
 ) -> Result<Settled, AuthorizationError> {
     let settled = settle_leased(pool, payments, order, event).await;
-    if !matches!(settled, Ok(Settled::Authorized | Settled::Declined(_) | Settled::MovedElsewhere)) {
+    if !matches!(
+        settled,
+        Ok(Settled::Authorized | Settled::Declined(_) | Settled::MovedElsewhere | Settled::Refused(_))
+    ) {
         release(pool, order).await?;
     }
     settled
@@ -113,16 +124,16 @@ async fn settle_leased(
     let now = payments.retrieve(intent_id).await.map_err(unavailable)?;
     let past_deadline = order.action_expires_at.is_none_or(|until| until <= chrono::Utc::now());
     match decide(order, &now, past_deadline) {
-        Decision::Authorize => authorize(pool, order, &now, event).await,
+        Decision::Authorize => authorize(pool, payments, order, &now, event).await,
         Decision::Wait => Ok(Settled::Waiting),
-        Decision::Decline(reason) => decline(pool, order, reason, event).await,
+        Decision::Decline(reason) => decline(pool, payments, order, reason, event).await,
         Decision::Release(reason) => {
             // Released first, then recorded: if the record is lost, the next settle finds the
             // intent cancelled. Past the deadline, a buyer who finished before the intent was
             // read is authorized; one who finishes after is released by the cancel, and
             // nothing is charged: never both.
             release_intent(payments, order, intent_id).await?;
-            decline(pool, order, reason, event).await
+            decline(pool, payments, order, reason, event).await
         }
     }
 }
@@ -189,6 +200,7 @@ fn unavailable(error: PaymentError) -> AuthorizationError {
 /// accepted order sends.
 async fn authorize(
     pool: &Pool,
+    payments: &Payments,
     order: &Order,
     hold: &Intent,
     event: Option<StripeEvent<'_>>,
@@ -200,7 +212,13 @@ async fn authorize(
         .with_message(EventType::OrderAccepted, &accepted)
         .with_event(event)
         .commit(pool)
-        .await?;
+        .await;
+    let moved = match moved {
+        Err(e) if crate::runtime::db::refused_for_good(&e) => {
+            return refused(pool, payments, order, &e).await;
+        }
+        moved => moved?,
+    };
     if moved {
         tracing::info!(payment_intent = hold.id, "the buyer completed 3-D Secure; the order is authorized");
     }
@@ -211,6 +229,7 @@ async fn authorize(
 /// line, and `order.rejected`.
 async fn decline(
     pool: &Pool,
+    payments: &Payments,
     order: &Order,
     reason: FailureReason,
     event: Option<StripeEvent<'_>>,
@@ -222,11 +241,35 @@ async fn decline(
         .giving_units_back(reason.as_str())
         .with_event(event)
         .commit(pool)
-        .await?;
+        .await;
+    let moved = match moved {
+        Err(e) if crate::runtime::db::refused_for_good(&e) => {
+            return refused(pool, payments, order, &e).await;
+        }
+        moved => moved?,
+    };
     if moved {
         tracing::info!(%reason, "3-D Secure did not complete; the order's units go back to the line");
     }
     Ok(if moved { Settled::Declined(reason) } else { Settled::MovedElsewhere })
+}
+
+/// The database refused a settle's move for good: the one rule of [`crate::domain::refusal`],
+/// as on every path. The order's hold is cancelled (or owed), and the order ends
+/// `payment_declined` with `order_refused` where the database allows it, or is for a person
+/// ([`AuthorizationError::OrderRefused`]), its hold released all the same.
+async fn refused(
+    pool: &Pool,
+    payments: &Payments,
+    order: &Order,
+    refusal: &sqlx::Error,
+) -> Result<Settled, AuthorizationError> {
+    let target = (order, OrderStatus::RequiresAction, order.payment_intent_id.as_deref());
+    match refusal::end_refused(pool, payments, target, refusal, refusal::Path::Settle).await {
+        Ended::Failed(words) => Ok(Settled::Refused(words)),
+        Ended::MovedElsewhere => Ok(Settled::MovedElsewhere),
+        Ended::Stuck(reason) => Err(AuthorizationError::OrderRefused(reason)),
+    }
 }
 
 #[cfg(test)]

@@ -14,6 +14,8 @@
 //! - [`authorization`]: the Stripe hold of a pending order, and resuming one after a crash or
 //!   an outage without a second hold. (Not to be confused with [`tokens`]: who the buyer is.)
 //! - [`fulfilment`]: reserve in line, capture or cancel; resumed from the order's status.
+//! - [`refusal`]: the one rule for an order whose move the database refuses for good: its hold
+//!   released, the order ended failed or left for a person, the other orders untouched.
 //! - [`sweeper`]: finishes orders that stopped moving, without their buyer.
 //! - [`resolution`]: an operator settles a pending order the sweeper cannot, from what
 //!   Stripe's Dashboard shows (`fleetctl order resolve`).
@@ -36,6 +38,7 @@ pub mod order;
 pub mod outbox;
 pub mod payments;
 pub mod product;
+pub mod refusal;
 pub mod resolution;
 pub mod status;
 pub mod strays;

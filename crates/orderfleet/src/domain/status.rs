@@ -116,7 +116,7 @@ impl std::fmt::Display for OrderStatus {
 
 /// Why an order failed, as its buyer and the notifications read it (`failure_reason`): a code,
 /// never the provider's words, which go to the operators' `decline_detail` column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FailureReason {
     /// Every unit went to orders ahead of it (`rejected_out_of_stock`).
@@ -138,11 +138,77 @@ pub enum FailureReason {
     /// Its hold expired or was cancelled outside the fleet before capture
     /// (`authorization_canceled`).
     AuthorizationCanceled,
+    /// The fleet's own attempt never confirmed its PaymentIntent (a 5xx on the way), which was
+    /// then cancelled (`payment_declined`): not the buyer's card.
+    AuthorizationIncomplete,
+    /// A code this version does not write: one a later version added, read from an order that
+    /// version ended (after a rollback). It reads and shows as its code.
+    #[serde(untagged)]
+    Other(OtherReason),
 }
 
+/// A failure reason's code this version does not know, kept as read: interned, so that
+/// [`FailureReason`] stays `Copy` and an order that carries it loads and shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OtherReason(&'static str);
+
+impl OtherReason {
+    /// The most distinct unknown codes one process keeps; past it, every other reads as
+    /// `unknown` (a later version adds a handful, not thousands).
+    const MOST: usize = 64;
+
+    fn intern(code: &str) -> Self {
+        use std::collections::HashSet;
+        use std::sync::{Mutex, OnceLock, PoisonError};
+        static SEEN: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+        let mut seen = SEEN.get_or_init(Default::default).lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(known) = seen.get(code) {
+            return OtherReason(known);
+        }
+        if seen.len() >= Self::MOST {
+            return OtherReason("unknown");
+        }
+        let code: &'static str = Box::leak(code.to_owned().into_boxed_str());
+        seen.insert(code);
+        OtherReason(code)
+    }
+}
+
+impl Serialize for OtherReason {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for OtherReason {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let code = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+        Ok(OtherReason::intern(&code))
+    }
+}
+
+/// In the API's description, one of the codes this version writes: a code from another
+/// version is the exception an operator's rollback makes.
+impl utoipa::PartialSchema for FailureReason {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(
+                "Why an order failed, as its buyer and the notifications read it (`failure_reason`): a code,\n\
+                 never the provider's words, which go to the operators' `decline_detail` column. An order\n\
+                 another version ended may carry a code of that version's.",
+            ))
+            .enum_values(Some(FailureReason::ALL.map(FailureReason::as_str)))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for FailureReason {}
+
 impl FailureReason {
-    /// Every reason.
-    pub const ALL: [FailureReason; 8] = [
+    /// Every reason this version writes.
+    pub const ALL: [FailureReason; 9] = [
         FailureReason::OutOfStock,
         FailureReason::PaymentDeclined,
         FailureReason::OrderRefused,
@@ -151,6 +217,7 @@ impl FailureReason {
         FailureReason::PaymentCanceled,
         FailureReason::CaptureFailed,
         FailureReason::AuthorizationCanceled,
+        FailureReason::AuthorizationIncomplete,
     ];
 
     /// Its code in the database, the API and the notifications.
@@ -164,6 +231,8 @@ impl FailureReason {
             FailureReason::PaymentCanceled => "payment_canceled",
             FailureReason::CaptureFailed => "capture_failed",
             FailureReason::AuthorizationCanceled => "authorization_canceled",
+            FailureReason::AuthorizationIncomplete => "authorization_incomplete",
+            FailureReason::Other(OtherReason(code)) => code,
         }
     }
 }
@@ -182,11 +251,23 @@ pub struct UnknownReason(String);
 impl std::str::FromStr for FailureReason {
     type Err = UnknownReason;
 
+    /// One of the codes this version writes ([`FailureReason::ALL`]); any other is refused
+    /// (an operator's or a client's typo). What the database holds is read with
+    /// [`FailureReason::read`].
     fn from_str(code: &str) -> Result<Self, Self::Err> {
         FailureReason::ALL
             .into_iter()
             .find(|r| r.as_str() == code)
             .ok_or_else(|| UnknownReason(code.to_owned()))
+    }
+}
+
+impl FailureReason {
+    /// The reason a stored code names: one this version writes, or [`FailureReason::Other`]
+    /// for one another version wrote. Never an error: an order must load whatever version
+    /// ended it.
+    pub fn read(code: &str) -> Self {
+        code.parse().unwrap_or_else(|_| FailureReason::Other(OtherReason::intern(code)))
     }
 }
 
@@ -212,7 +293,7 @@ impl sqlx::Encode<'_, sqlx::Postgres> for FailureReason {
 
 impl sqlx::Decode<'_, sqlx::Postgres> for FailureReason {
     fn decode(value: sqlx::postgres::PgValueRef<'_>) -> Result<Self, sqlx::error::BoxDynError> {
-        Ok(<&str as sqlx::Decode<sqlx::Postgres>>::decode(value)?.parse()?)
+        Ok(FailureReason::read(<&str as sqlx::Decode<sqlx::Postgres>>::decode(value)?))
     }
 }
 
@@ -227,5 +308,17 @@ mod tests {
             assert_eq!(serde_json::to_value(reason).unwrap(), reason.as_str());
         }
         assert!("payed".parse::<FailureReason>().is_err());
+    }
+
+    #[test]
+    fn a_reason_another_version_wrote_reads_and_shows_as_its_code() {
+        let later = FailureReason::read("card_limit_reached_in_a_later_version");
+        assert!(matches!(later, FailureReason::Other(_)), "{later:?}");
+        assert_eq!(later.as_str(), "card_limit_reached_in_a_later_version");
+        assert_eq!(serde_json::to_value(later).unwrap(), "card_limit_reached_in_a_later_version");
+        assert_eq!(FailureReason::read("later_reason_again"), FailureReason::read("later_reason_again"));
+        let back: FailureReason = serde_json::from_value(serde_json::json!("another_later_one")).unwrap();
+        assert_eq!(back.as_str(), "another_later_one");
+        assert_eq!(FailureReason::read("out_of_stock"), FailureReason::OutOfStock);
     }
 }

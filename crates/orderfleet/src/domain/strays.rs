@@ -288,7 +288,7 @@ async fn release_owed(
             break;
         }
         let intent = row.payment_intent_id.as_str();
-        let settled = match owed_now(row.status, row.recorded.as_deref(), intent) {
+        let settled = match owed_now(row.status, row.recorded.as_deref(), intent, &row.found) {
             Owed::Wait => continue,
             Owed::Drop => None,
             Owed::Cancel => {
@@ -320,10 +320,16 @@ enum Owed {
     Wait,
 }
 
-fn owed_now(status: Option<OrderStatus>, recorded: Option<&str>, intent: &str) -> Owed {
+/// A release owed `found` so was written because the database refused the order's move for
+/// good ([`crate::domain::refusal`]): no one will ever move the order, so whether it is pending
+/// changes nothing.
+const REFUSED: &str = "order_refused";
+
+fn owed_now(status: Option<OrderStatus>, recorded: Option<&str>, intent: &str, found: &str) -> Owed {
     match status {
         None => Owed::Cancel,
         Some(status) if status.set() == StatusSet::Failed => Owed::Cancel,
+        Some(_) if found == REFUSED && status.is_some_and(OrderStatus::awaits_authorization) => Owed::Cancel,
         Some(_) if recorded == Some(intent) => Owed::Drop,
         Some(OrderStatus::PendingAuthorization) => Owed::Wait,
         Some(_) => Owed::Cancel,
@@ -411,11 +417,32 @@ mod tests {
     #[test]
     fn a_release_owed_is_never_made_of_the_live_own_hold_of_an_order_that_has_not_failed() {
         let pi = "pi_1";
-        assert_eq!(owed_now(Some(OrderStatus::Authorized), Some(pi), pi), Owed::Drop);
-        assert_eq!(owed_now(Some(OrderStatus::StockReserved), Some(pi), pi), Owed::Drop);
-        assert_eq!(owed_now(Some(OrderStatus::PaymentDeclined), Some(pi), pi), Owed::Cancel);
-        assert_eq!(owed_now(Some(OrderStatus::Authorized), Some("pi_2"), pi), Owed::Cancel);
-        assert_eq!(owed_now(Some(OrderStatus::PendingAuthorization), None, pi), Owed::Wait);
-        assert_eq!(owed_now(None, None, pi), Owed::Cancel);
+        assert_eq!(owed_now(Some(OrderStatus::Authorized), Some(pi), pi, "reconciliation"), Owed::Drop);
+        assert_eq!(owed_now(Some(OrderStatus::StockReserved), Some(pi), pi, "reconciliation"), Owed::Drop);
+        assert_eq!(
+            owed_now(Some(OrderStatus::PaymentDeclined), Some(pi), pi, "reconciliation"),
+            Owed::Cancel
+        );
+        assert_eq!(owed_now(Some(OrderStatus::Authorized), Some("pi_2"), pi, "reconciliation"), Owed::Cancel);
+        assert_eq!(owed_now(Some(OrderStatus::PendingAuthorization), None, pi, "reconciliation"), Owed::Wait);
+        assert_eq!(owed_now(None, None, pi, "reconciliation"), Owed::Cancel);
+    }
+
+    #[test]
+    fn a_release_owed_on_an_order_the_database_refused_is_made_though_it_is_pending() {
+        let pi = "pi_1";
+        let pending = Some(OrderStatus::PendingAuthorization);
+        assert_eq!(owed_now(pending, None, pi, REFUSED), Owed::Cancel);
+        assert_eq!(owed_now(Some(OrderStatus::RequiresAction), Some(pi), pi, REFUSED), Owed::Cancel);
+        assert_eq!(
+            owed_now(pending, None, pi, "reconciliation"),
+            Owed::Wait,
+            "a stray of a live lease waits"
+        );
+        assert_eq!(
+            owed_now(Some(OrderStatus::Authorized), Some(pi), pi, REFUSED),
+            Owed::Drop,
+            "mended since"
+        );
     }
 }

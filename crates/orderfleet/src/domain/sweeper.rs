@@ -43,6 +43,15 @@ use crate::domain::order::OrderStatus;
 use crate::domain::payments::Payments;
 use crate::runtime::failure::Kind;
 
+/// How soon after a 3-D Secure deadline the sweeper settles the order, at the latest (its wake
+/// at the deadline, [`Sweeper::run`]), and how long it leaves one it could not settle before it
+/// looks again.
+pub const DEADLINE_SLACK: Duration = Duration::from_secs(1);
+
+/// How long after a try that did not settle it an order past its 3-D Secure deadline wakes the
+/// sweeper again: Stripe away, or the order refused, is not asked about every second.
+const LOOK_AGAIN: Duration = Duration::from_secs(10);
+
 /// When an order counts as stopped, and how much one sweep takes on.
 #[derive(Debug, Clone, Copy)]
 pub struct SweepPolicy {
@@ -156,13 +165,19 @@ impl Sweeper {
                     span.in_scope(|| tracing::error!(reason, "order cannot advance; it needs a person"));
                     report.stuck.push((id, reason))
                 }
-                // One order the database refuses to record (a constraint, a trigger) is that
-                // order's, for a person; it holds up no other.
+                // One order the database refuses (a constraint, a trigger) is that order's, for
+                // a person; it holds up no other. Its hold was released, or its release is owed,
+                // as the reason says (`crate::domain::refusal`).
+                Err(AuthorizationError::OrderRefused(reason)) => {
+                    let reason = format!("{reason} (fix the row or the rule, and the next sweep ends it)");
+                    span.in_scope(|| tracing::error!(reason, "order cannot advance; it needs a person"));
+                    report.stuck.push((id, reason))
+                }
+                // Refused before any move could be tried (its lease, say): nothing of it was
+                // touched, and the next sweep tries it again.
                 Err(AuthorizationError::Database(e)) if crate::runtime::db::refused_for_good(&e) => {
-                    let reason = format!(
-                        "the database refuses to record the order: {e} (its hold is released; fix the \
-                         row or the rule, and the next sweep ends it)"
-                    );
+                    let reason =
+                        format!("the database refuses to touch the order: {e} (fix the row or the rule)");
                     span.in_scope(|| tracing::error!(reason, "order cannot advance; it needs a person"));
                     report.stuck.push((id, reason))
                 }
@@ -201,15 +216,23 @@ impl Sweeper {
                 Ok(None) => continue, // a webhook is settling it
                 Ok(Some(Settled::Waiting)) | Err(AuthorizationError::ProviderUnavailable(_)) => {
                     report.actions_waiting += 1;
-                    sqlx::query!("UPDATE orders SET swept_at = now() WHERE id = $1", id as _)
-                        .execute(&self.pool)
-                        .await
-                        .context("failed to stamp a swept order")?;
+                    self.stamp(id).await?;
                 }
                 Ok(Some(_)) => report.actions_settled += 1,
-                Err(AuthorizationError::LookupRefused(reason)) => {
+                // One order's refusal (Stripe's, or the database's for good: its hold released
+                // or owed, `crate::domain::refusal`) is that order's, for a person; the pass goes
+                // on with the others, and looks at it again a pass later.
+                Err(AuthorizationError::LookupRefused(reason) | AuthorizationError::OrderRefused(reason)) => {
                     span.in_scope(|| tracing::error!(reason, "order cannot advance; it needs a person"));
-                    report.stuck.push((id, reason))
+                    report.stuck.push((id, reason));
+                    self.stamp(id).await?;
+                }
+                Err(AuthorizationError::Database(e)) if crate::runtime::db::refused_for_good(&e) => {
+                    let reason =
+                        format!("the database refuses to touch the order: {e} (fix the row or the rule)");
+                    span.in_scope(|| tracing::error!(reason, "order cannot advance; it needs a person"));
+                    report.stuck.push((id, reason));
+                    self.stamp(id).await?;
                 }
                 Err(AuthorizationError::Database(e)) => return Err(e).context("failed to settle 3-D Secure"),
             }
@@ -254,20 +277,60 @@ impl Sweeper {
                 Err(_) => report.fulfilments_blocked += 1,
             }
             // Tried and not settled: to the back of the next pass.
-            sqlx::query!("UPDATE orders SET swept_at = now() WHERE id = $1", id as _)
-                .execute(&self.pool)
-                .await
-                .context("failed to stamp a swept order")?;
+            self.stamp(id).await?;
         }
         Ok(())
     }
 
-    /// Sweeps every `every` (jittered, so replicas spread out) until `cancel` fires.
+    /// Stamps an order tried and not settled (`swept_at`), so the next pass takes the others
+    /// first. A stamp the database refuses for good (a trigger on the very row) is that order's:
+    /// logged, and the pass goes on; the database unreachable ends the pass.
+    async fn stamp(&self, id: OrderId) -> anyhow::Result<()> {
+        let stamped = sqlx::query!("UPDATE orders SET swept_at = now() WHERE id = $1", id as _)
+            .execute(&self.pool)
+            .await;
+        match stamped {
+            Ok(_) => Ok(()),
+            Err(e) if crate::runtime::db::refused_for_good(&e) => {
+                tracing::warn!(order_id = %id, error = %e, "the database refuses to stamp a swept order");
+                Ok(())
+            }
+            Err(e) => Err(e).context("failed to stamp a swept order"),
+        }
+    }
+
+    /// Sweeps every `every` (jittered, so replicas spread out) until `cancel` fires. Between
+    /// sweeps it also wakes at the next 3-D Secure deadline ([`Sweeper::next_deadline`]) and
+    /// settles the orders past theirs, so an abandoned authentication gives its units back
+    /// within about [`DEADLINE_SLACK`] of its deadline, whatever `every` is (SPEC §1.1: "for at
+    /// most `PAYMENT_ACTION_TIMEOUT_SECONDS`").
     pub async fn run(self, every: Duration, cancel: CancellationToken) {
         loop {
             let jitter = crate::runtime::backoff::Backoff::new(every, every).delay(0);
-            if !crate::runtime::tasks::sleep_or_stop(&cancel, jitter).await {
-                return;
+            let next_sweep = tokio::time::Instant::now() + jitter;
+            loop {
+                // An order made after this read has its deadline at least the action timeout
+                // from now: reading again that often sees it before its deadline.
+                let read_again =
+                    tokio::time::Instant::now() + self.payments.action_timeout().max(DEADLINE_SLACK);
+                let wake = match self.next_deadline().await {
+                    Some(deadline) => next_sweep.min(deadline).min(read_again),
+                    None => next_sweep.min(read_again),
+                };
+                let nap = wake.saturating_duration_since(tokio::time::Instant::now());
+                if !crate::runtime::tasks::sleep_or_stop(&cancel, nap).await {
+                    return;
+                }
+                if tokio::time::Instant::now() >= next_sweep {
+                    break;
+                }
+                let mut report = SweepReport::default();
+                if let Err(e) = self.sweep_actions(&mut report, &cancel).await {
+                    tracing::warn!(error = format!("{e:#}"), "settling 3-D Secure past its deadline failed");
+                }
+                if report != SweepReport::default() {
+                    tracing::info!(?report, "3-D Secure deadlines");
+                }
             }
             crate::runtime::failpoint::panic_at("sweeper_panics");
             match self.sweep_until(&cancel).await {
@@ -277,6 +340,33 @@ impl Sweeper {
                 Err(e) => tracing::warn!(error = format!("{e:#}"), "sweep failed; trying again next time"),
             }
         }
+    }
+
+    /// When the next 3-D Secure order nobody is settling passes its deadline, as this process's
+    /// clock reads it: ONE statement (an index scan of the orders awaiting authorization), read
+    /// again after every wake. `None` when there is none, or the database does not answer (the
+    /// next sweep tries again). One already past, whose settle did not end it (Stripe away, a
+    /// refusal), is looked at again [`LOOK_AGAIN`] after it was tried.
+    async fn next_deadline(&self) -> Option<tokio::time::Instant> {
+        let next = sqlx::query_scalar!(
+            r#"SELECT min(GREATEST(action_expires_at, COALESCE(swept_at, '-infinity') + $2 * interval '1 ms'))
+                 FROM orders
+                WHERE status = $1 AND action_expires_at IS NOT NULL
+                  AND (intake_lease_until IS NULL OR intake_lease_until < now())"#,
+            OrderStatus::RequiresAction as _,
+            LOOK_AGAIN.as_millis() as i64,
+        )
+        .fetch_one(&self.pool)
+        .await;
+        let next = match next {
+            Ok(next) => next?,
+            Err(e) => {
+                tracing::debug!(error = %e, "could not read the next 3-D Secure deadline");
+                return None;
+            }
+        };
+        let from_now = (next - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO);
+        Some(tokio::time::Instant::now() + from_now.max(DEADLINE_SLACK))
     }
 }
 

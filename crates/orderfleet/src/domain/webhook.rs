@@ -219,6 +219,7 @@ async fn settle_action(
         Ok(None) => Err(WebhookError::Unavailable("the order is being settled by the sweeper".into())),
         Ok(Some(Settled::Authorized)) => Ok("authorized"),
         Ok(Some(Settled::Declined(reason))) => Ok(reason.as_str()),
+        Ok(Some(Settled::Refused(_))) => Ok(FailureReason::OrderRefused.as_str()),
         Ok(Some(Settled::Waiting | Settled::MovedElsewhere)) => {
             record(pool, event, Some(order.id), NO_CHANGE).await
         }
@@ -228,6 +229,16 @@ async fn settle_action(
                 reason,
                 event = event.id,
                 "a webhook's order cannot be settled; it needs a person"
+            );
+            record(pool, event, Some(order.id), "unresolved").await
+        }
+        // Delivered again, the event would meet the same refusal: the order is for a person
+        // (its hold released, or owed), and the event is recorded as seen.
+        Err(AuthorizationError::OrderRefused(reason)) => {
+            tracing::error!(
+                reason,
+                event = event.id,
+                "a webhook's order is refused by the database; it needs a person"
             );
             record(pool, event, Some(order.id), "unresolved").await
         }

@@ -34,6 +34,11 @@ pub enum AuthorizationError {
     /// pending for a person (`fleetctl sweep` lists it as stuck).
     #[error("cannot look the order up at Stripe: {0}")]
     LookupRefused(String),
+    /// The database refuses the order's move for good, and its end as failed too
+    /// ([`crate::domain::refusal`]): the order is for a person, with why; its hold is released
+    /// (or its release owed) all the same.
+    #[error("the database refuses the order: {0}")]
+    OrderRefused(String),
     /// The database failed; the order keeps its lease until it expires.
     #[error("database error")]
     Database(#[from] sqlx::Error),
@@ -101,6 +106,9 @@ pub enum Recorded {
     Declined(String),
     /// This call moved it to `requires_action`: the buyer completes 3-D Secure.
     RequiresAction,
+    /// The database refused its move for good: this call released its hold and ended it
+    /// `payment_declined` with `order_refused` ([`crate::domain::refusal`]); the database's words.
+    Refused(String),
     /// Someone else (a racing retry, the sweeper) had already moved it; read it again.
     MovedElsewhere,
 }

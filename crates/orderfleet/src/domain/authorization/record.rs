@@ -1,13 +1,14 @@
 //! Recording what Stripe said of an order's authorization, in ONE statement each: the hold
 //! (`authorized`, with its outbox rows), a card that needs 3-D Secure (`requires_action`), a
-//! decline (`payment_declined`, its units back), a commit the database refuses for good (its
-//! hold released, `order_refused`), or an answer that leaves the order pending (its lease given
-//! back, for a resume to finish).
+//! decline (`payment_declined`, its units back), a commit the database refuses for good (the
+//! rule of [`crate::domain::refusal`]: its hold released, `order_refused`), or an answer that
+//! leaves the order pending (its lease given back, for a resume to finish).
 
 use crate::domain::OrderId;
 use crate::domain::order::{FailureReason, Order, OrderNotification, OrderStatus, Transition};
 use crate::domain::outbox::EventType;
 use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
+use crate::domain::refusal::{self, Ended};
 use crate::runtime::db::Pool;
 
 use super::{AuthorizationError, Recorded, release, release_after_a_5xx};
@@ -88,12 +89,12 @@ async fn committed(
 }
 
 /// The database refused the commit of the order's authorization for good (an integrity or
-/// check violation, a trigger's exception): a failure of this order, not of the fleet. Its hold
-/// is cancelled first (a cancel that does not take effect is owed to the reconciliation of
-/// strays, `intent_releases_owed`), then the order ends `payment_declined` with
-/// [`ORDER_REFUSED`] and the database's words. Where the database refuses that too, the order
-/// stays pending for a person (the sweeper lists it as stuck, with the reason), its hold
-/// released all the same. Other buyers go on.
+/// check violation, a trigger's exception): a failure of this order, not of the fleet. The one
+/// rule for it ([`crate::domain::refusal`]): its hold cancelled (or its release owed), then the
+/// order ends `payment_declined` with [`FailureReason::OrderRefused`] and the database's words;
+/// where the database refuses that too, it stays pending for a person
+/// ([`AuthorizationError::OrderRefused`]: the sweeper lists it as stuck, with the reason), its
+/// hold released all the same. Other buyers go on.
 async fn refused_by_database(
     pool: &Pool,
     payments: &Payments,
@@ -101,24 +102,11 @@ async fn refused_by_database(
     intent: &Intent,
     refusal: &sqlx::Error,
 ) -> Result<Recorded, AuthorizationError> {
-    let reason = format!("the database refused the order's commit: {refusal}");
-    metrics::counter!("orders_refused_by_database_total").increment(1);
-    tracing::error!(payment_intent = intent.id, reason, "the order cannot be recorded; its hold is released");
-    if let Err(why) = payments.cancel(order.intent(&intent.id)).await
-        && let Err(e) =
-            crate::domain::strays::owe(pool, order.id, &intent.id, FailureReason::OrderRefused.as_str(), &why)
-                .await
-    {
-        tracing::error!(payment_intent = intent.id, error = %e, "neither released nor owed: cancel it in Stripe's Dashboard");
-    }
-    payments.not_held_here(&intent.id);
-    match fail(pool, order.id, FailureReason::OrderRefused, &reason, Some(&intent.id)).await {
-        Ok(true) => Ok(Recorded::Declined(reason)),
-        Ok(false) => Ok(Recorded::MovedElsewhere),
-        Err(e) => {
-            tracing::error!(error = %e, reason, "the database refuses to end the order too; it needs a person");
-            Err(AuthorizationError::Database(e))
-        }
+    let target = (order, OrderStatus::PendingAuthorization, Some(intent.id.as_str()));
+    match refusal::end_refused(pool, payments, target, refusal, refusal::Path::Authorization).await {
+        Ended::Failed(words) => Ok(Recorded::Refused(words)),
+        Ended::MovedElsewhere => Ok(Recorded::MovedElsewhere),
+        Ended::Stuck(reason) => Err(AuthorizationError::OrderRefused(reason)),
     }
 }
 
@@ -172,8 +160,12 @@ async fn never_confirmed(
             intent.id
         )));
     }
-    let reason = format!("authorization_incomplete: {} never confirmed; cancelled", intent.id);
-    let moved = decline(pool, order.id, &reason, Some(&intent.id)).await?;
+    // Not the buyer's card: the fleet's own attempt never ran its confirm (a 5xx on the way),
+    // so the order ends with a reason of its own, which the card gate does not count.
+    let reason =
+        format!("{}: {} never confirmed; cancelled", FailureReason::AuthorizationIncomplete, intent.id);
+    let incomplete = FailureReason::AuthorizationIncomplete;
+    let moved = fail(pool, order.id, incomplete, &reason, Some(&intent.id)).await?;
     Ok(if moved { Recorded::Declined(reason) } else { Recorded::MovedElsewhere })
 }
 
@@ -221,8 +213,7 @@ pub(crate) async fn decline(
 }
 
 /// [`decline`] with `failure_reason` as given: [`FailureReason::PaymentDeclined`], or
-/// [`FailureReason::OrderRefused`] for an order whose commit the database refused for good (a
-/// constraint, a trigger), its hold released and the database's words in `decline_detail`.
+/// [`FailureReason::AuthorizationIncomplete`] for an intent that never confirmed, released.
 async fn fail(
     pool: &Pool,
     id: OrderId,

@@ -40,6 +40,7 @@ use crate::domain::OrderId;
 use crate::domain::order::{self, Order, OrderNotification, OrderStatus, StatusSet};
 use crate::domain::outbox::ReservedAtCommit;
 use crate::domain::payments::{OrderIntent, PaymentError, Payments};
+use crate::domain::refusal::{self, Ended};
 use crate::runtime::failure::{Failure, Outcome, Source};
 pub use line::{fits_in_line, fits_whatever_the_pending_do};
 use reserve::{Arrival, Reserved};
@@ -122,7 +123,14 @@ impl Fulfilment {
         // Every database step is bounded ([`crate::runtime::db::bounded`]): a connection frozen
         // mid-exchange is an outage, not a message held forever. The first step loads the
         // order and, if `authorized`, reserves its units: one statement.
-        let arrived = crate::runtime::db::bounded("failed to reserve stock", self.arrive(order_id)).await?;
+        let arrived =
+            match crate::runtime::db::bounded("failed to reserve stock", self.arrive(order_id)).await {
+                Ok(arrived) => arrived,
+                Err(e) => match refusal_in(&e) {
+                    Some(refusal) => return self.arrival_refused(order_id, refusal).await,
+                    None => return Err(e),
+                },
+            };
         let Some((mut order, mut arrival)) = arrived else {
             let reason = format!("unknown order {order_id}");
             return Ok(Err(Failure::permanent(Source::Message, "unknown_order", reason)));
@@ -149,6 +157,8 @@ impl Fulfilment {
                     Captured::Blocked(why) => {
                         return Ok(Err(Failure::outage(Source::Stripe, "unavailable", why)));
                     }
+                    Captured::Refused(Ok(())) => None,
+                    Captured::Refused(Err(stuck)) => return Ok(Err(stuck)),
                 },
                 // Ended holding funds, or on a hold past its deadline (Stripe cancelled it; a cancel
                 // under the order's key makes sure): released unless it is already.
@@ -202,12 +212,26 @@ impl Fulfilment {
                 Arrival::Reserved | Arrival::AsItWas => self.reserve(order).await,
             }
         };
-        Ok(match crate::runtime::db::bounded("failed to reserve stock", reserved).await? {
+        let reserved = match crate::runtime::db::bounded("failed to reserve stock", reserved).await {
+            Ok(reserved) => reserved,
+            Err(e) => match refusal_in(&e) {
+                Some(refusal) => return Ok(self.refused(order, refusal).await.map(|()| None)),
+                None => return Err(e),
+            },
+        };
+        Ok(match reserved {
             Reserved::Moved(status) => Ok(Some(status)),
             Reserved::Lost => Ok(None),
             Reserved::Lapsed => {
-                let lapsed = crate::runtime::db::bounded("failed to end a lapsed hold", self.lapse(order));
-                Ok(lapsed.await?.then_some(OrderStatus::AuthorizationCanceled))
+                let lapsed =
+                    crate::runtime::db::bounded("failed to end a lapsed hold", self.lapse(order)).await;
+                match lapsed {
+                    Ok(lapsed) => Ok(lapsed.then_some(OrderStatus::AuthorizationCanceled)),
+                    Err(e) => match refusal_in(&e) {
+                        Some(refusal) => self.refused(order, refusal).await.map(|()| None),
+                        None => return Err(e),
+                    },
+                }
             }
             Reserved::Waiting(reason) => {
                 let waiting = Failure::transient(Source::Order, WAITING_FOR_THE_LINE, reason);
@@ -215,4 +239,39 @@ impl Fulfilment {
             }
         })
     }
+
+    /// A move of `order` the database refused for good: the one rule of
+    /// [`crate::domain::refusal`] (its hold cancelled, the order ended failed with
+    /// `order_refused` where the database allows it). `Err`: the database refuses that end
+    /// too, and the message goes to the DLQ with the reason, for a person; its hold is
+    /// released all the same, and the worker goes on with its other messages.
+    pub(super) async fn refused(&self, order: &Order, refusal: &sqlx::Error) -> Result<(), Failure> {
+        let target = (order, order.status, order.payment_intent_id.as_deref());
+        match refusal::end_refused(&self.pool, &self.payments, target, refusal, refusal::Path::Fulfilment)
+            .await
+        {
+            Ended::Failed(_) | Ended::MovedElsewhere => Ok(()),
+            Ended::Stuck(reason) => Err(Failure::permanent(Source::Order, "order_refused", reason)),
+        }
+    }
+
+    /// A delivery's first statement ([`Fulfilment::arrive`]) refused for good: the order,
+    /// read as it is, takes the rule of [`Fulfilment::refused`] if it is `authorized` (its
+    /// reservation was refused); in any other status the refusal is the message's, for a
+    /// person.
+    async fn arrival_refused(&self, order_id: OrderId, refusal: &sqlx::Error) -> anyhow::Result<Outcome> {
+        let reason = format!("the database refuses order {order_id}'s step: {refusal}");
+        match self.load(order_id).await? {
+            Some(order) if order.status == OrderStatus::Authorized => Ok(self.refused(&order, refusal).await),
+            _ => Ok(Err(Failure::permanent(Source::Order, "order_refused", reason))),
+        }
+    }
+}
+
+/// The database's refusal for good in `error`'s chain, if that is what it is.
+fn refusal_in(error: &anyhow::Error) -> Option<&sqlx::Error> {
+    error
+        .chain()
+        .filter_map(|cause| cause.downcast_ref::<sqlx::Error>())
+        .find(|e| crate::runtime::db::refused_for_good(e))
 }

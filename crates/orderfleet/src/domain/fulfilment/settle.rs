@@ -22,6 +22,9 @@ pub(super) enum Captured {
     Lost,
     /// Stripe did not answer.
     Blocked(String),
+    /// The database refused the record of a refused capture for good: the order took the
+    /// rule of [`crate::domain::refusal`] (`Err`: it is for a person).
+    Refused(Result<(), Failure>),
 }
 
 impl Fulfilment {
@@ -59,11 +62,18 @@ impl Fulfilment {
                     Err(e) if e.is_transient() => return Ok(Captured::Blocked(e.to_string())),
                     Err(_) => OrderStatus::CaptureFailed,
                 };
-                crate::runtime::db::bounded(
+                let recorded = crate::runtime::db::bounded(
                     "failed to record the refused capture",
                     self.fail_capture(order, &detail, ended),
                 )
-                .await
+                .await;
+                match recorded {
+                    Err(e) => match super::refusal_in(&e) {
+                        Some(refusal) => Ok(Captured::Refused(self.refused(order, refusal).await)),
+                        None => Err(e),
+                    },
+                    recorded => recorded,
+                }
             }
         }
     }
