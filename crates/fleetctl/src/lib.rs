@@ -212,12 +212,12 @@ mod tests {
         token(TokenArgs { user: UserId::parse(user).unwrap(), ttl_seconds: 60 }, env)
     }
 
-    #[test]
-    fn a_token_is_for_the_user_named_and_verifies_under_the_same_settings() {
+    #[tokio::test]
+    async fn a_token_is_for_the_user_named_and_verifies_under_the_same_settings() {
         let env = Env::from_pairs([("AUTH_JWT_SECRET", SECRET)]);
         let token = token_for("u-1", &env).unwrap();
         let verifier = TokenVerifier::new(&AuthConfig::from_env(&env).unwrap());
-        assert_eq!(verifier.verify(&token).unwrap().as_str(), "u-1");
+        assert_eq!(verifier.verify(&token).await.unwrap().as_str(), "u-1");
     }
 
     #[test]

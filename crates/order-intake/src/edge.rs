@@ -33,7 +33,7 @@ pub(crate) async fn token_first(
     if path != "/v1" && !path.starts_with("/v1/") {
         return next.run(request).await;
     }
-    let user = match authenticate(&edge.verifier, request.headers()) {
+    let user = match authenticate(&edge.verifier, request.headers()).await {
         Ok(user) => user,
         Err(refused) => {
             metrics::counter!("intake_unauthorized_total").increment(1);
@@ -64,7 +64,7 @@ pub(crate) async fn over_everyones_rate(
     }
 }
 
-fn authenticate(verifier: &TokenVerifier, headers: &HeaderMap) -> Result<UserId, ApiError> {
+async fn authenticate(verifier: &TokenVerifier, headers: &HeaderMap) -> Result<UserId, ApiError> {
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -72,7 +72,7 @@ fn authenticate(verifier: &TokenVerifier, headers: &HeaderMap) -> Result<UserId,
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token)
         .ok_or(ApiError::Unauthorized)?;
-    verifier.verify(token.trim()).map_err(|_| ApiError::Unauthorized)
+    verifier.verify(token.trim()).await.map_err(|_| ApiError::Unauthorized)
 }
 
 /// Reads the body under the 16 KiB limit. The body is JSON whatever the Content-Type says

@@ -174,7 +174,7 @@ impl AppState {
         Ok(Self(Arc::new(Shared {
             pool,
             payments,
-            verifier: Arc::new(TokenVerifier::new(&config.auth)),
+            verifier: Arc::new(verifier(&config.auth)?),
             lease: config.lease,
             limits: Arc::new(Limits::new(config.limits)),
             caller_trace: config.caller_trace,
@@ -184,6 +184,29 @@ impl AppState {
             sold_out_reads: Arc::default(),
         })))
     }
+}
+
+/// The bearer tokens' verifier: HS256 under the secret, and, with `AUTH_JWKS_URL`, the identity
+/// provider's keys, whose set is fetched now, in the background (a provider unreachable at start
+/// refuses its tokens until a token's `kid` fetches the set again; HS256 ones are unaffected).
+fn verifier(auth: &orderfleet::runtime::config::AuthConfig) -> anyhow::Result<TokenVerifier> {
+    use orderfleet::domain::tokens::jwks::KeySet;
+    let verifier = TokenVerifier::new(auth);
+    let Some(url) = auth.jwks_url.as_deref() else { return Ok(verifier) };
+    let keys = Arc::new(KeySet::new(url)?);
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let fetching = keys.clone();
+        runtime.spawn(async move {
+            match fetching.fetch().await {
+                Ok(count) => tracing::info!(keys = count, "fetched the identity provider's keys"),
+                Err(e) => tracing::warn!(
+                    error = format!("{e:#}"),
+                    "could not fetch the identity provider's keys at start"
+                ),
+            }
+        });
+    }
+    Ok(verifier.with_provider(keys))
 }
 
 /// The per-user buckets of quiet users are dropped every minute, so memory follows the users

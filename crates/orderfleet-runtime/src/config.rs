@@ -410,6 +410,9 @@ pub struct AuthConfig {
     pub issuer: String,
     /// `AUTH_JWT_AUDIENCE`: the `aud` a token must carry.
     pub audience: String,
+    /// `AUTH_JWKS_URL`: the buyers' identity provider's JSON Web Key Set, whose RS256 and ES256
+    /// keys the intake also accepts tokens from (unset: HS256 tokens alone).
+    pub jwks_url: Option<String>,
 }
 
 impl AuthConfig {
@@ -431,7 +434,21 @@ impl AuthConfig {
         }
         let issuer = claim_value(env, "AUTH_JWT_ISSUER", Self::DEFAULT_ISSUER)?;
         let audience = claim_value(env, "AUTH_JWT_AUDIENCE", Self::DEFAULT_AUDIENCE)?;
-        Ok(Self { jwt_secret, issuer, audience })
+        let jwks_url = env.optional::<String>("AUTH_JWKS_URL")?.map(|url| key_set_url(&url)).transpose()?;
+        Ok(Self { jwt_secret, issuer, audience, jwks_url })
+    }
+}
+
+/// `AUTH_JWKS_URL`: an `https://` URL (`http://` for a provider on this machine, as in tests).
+fn key_set_url(value: &str) -> Result<String, ConfigError> {
+    let malformed =
+        |reason: &str| ConfigError::Malformed { name: "AUTH_JWKS_URL", reason: reason.to_owned() };
+    let url = url::Url::parse(value).map_err(|e| malformed(&format!("not a URL: {e}")))?;
+    let local = matches!(url.host_str(), Some("127.0.0.1" | "localhost" | "[::1]"));
+    match url.scheme() {
+        "https" => Ok(value.to_owned()),
+        "http" if local => Ok(value.to_owned()),
+        _ => Err(malformed("expected an https:// URL (the provider's keys must come over TLS)")),
     }
 }
 

@@ -46,6 +46,7 @@ impl Fleet {
             jwt_secret: secrecy::SecretString::from(self.jwt_secret.clone()),
             issuer: orderfleet::runtime::config::AuthConfig::DEFAULT_ISSUER.into(),
             audience: orderfleet::runtime::config::AuthConfig::DEFAULT_AUDIENCE.into(),
+            jwks_url: None,
         };
         tokens::issue_token(&config, &UserId::parse(user).unwrap(), Duration::from_secs(600)).unwrap()
     }

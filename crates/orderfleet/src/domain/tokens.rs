@@ -1,10 +1,15 @@
-//! Bearer tokens: HS256 JWTs whose `sub` is the user (SPEC §4). `fleetctl token` issues them;
-//! the intake verifies them.
+//! Bearer tokens: JWTs whose `sub` is the user (SPEC §4). `fleetctl token` issues HS256 ones
+//! under `AUTH_JWT_SECRET`; the intake verifies them, and, with `AUTH_JWKS_URL`, RS256 and
+//! ES256 ones signed by a key of the buyers' identity provider ([`jwks`]).
 //!
 //! A token is bound to this service: it must carry exactly the configured `iss` and `aud`
 //! (`AUTH_JWT_ISSUER`, `AUTH_JWT_AUDIENCE`), an `exp`, and is refused before its `nbf`. The
-//! algorithm is pinned to HS256, so a token signed with `none` or another algorithm is refused
-//! whatever its header says. Tokens live at most `MAX_TOKEN_TTL`.
+//! algorithm is pinned by the key, never taken from the token: HS256 under the secret, and
+//! under a provider's key the algorithm of that key, so a token signed with `none`, or an HS256
+//! one "signed" with a provider's public key, is refused whatever its header says. Tokens live
+//! at most `MAX_TOKEN_TTL`.
+
+pub mod jwks;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -62,10 +67,12 @@ struct Subject {
     exp: u64,
 }
 
-/// Verifies an HS256 token (signature, expiry) and returns its user.
+/// Verifies a token (signature, expiry, issuer, audience) and returns its user.
 pub struct TokenVerifier {
     key: DecodingKey,
     validation: Validation,
+    /// The identity provider's keys, with `AUTH_JWKS_URL`.
+    provider: Option<std::sync::Arc<jwks::KeySet>>,
 }
 
 impl TokenVerifier {
@@ -77,13 +84,36 @@ impl TokenVerifier {
         validation.set_audience(&[&config.audience]);
         validation.validate_nbf = true;
         validation.leeway = 5;
-        Self { key: DecodingKey::from_secret(config.jwt_secret.expose_secret().as_bytes()), validation }
+        let key = DecodingKey::from_secret(config.jwt_secret.expose_secret().as_bytes());
+        Self { key, validation, provider: None }
+    }
+
+    /// This verifier, also accepting tokens signed by a key of `provider`'s set.
+    pub fn with_provider(self, provider: std::sync::Arc<jwks::KeySet>) -> Self {
+        Self { provider: Some(provider), ..self }
     }
 
     /// The user a valid token is for, or why it is not valid.
-    pub fn verify(&self, token: &str) -> Result<UserId, String> {
-        let data =
-            jsonwebtoken::decode::<Subject>(token, &self.key, &self.validation).map_err(|e| e.to_string())?;
+    pub async fn verify(&self, token: &str) -> Result<UserId, String> {
+        let header = jsonwebtoken::decode_header(token).map_err(|e| e.to_string())?;
+        let data = match (header.alg, &self.provider) {
+            (Algorithm::HS256, _) => jsonwebtoken::decode::<Subject>(token, &self.key, &self.validation),
+            (Algorithm::RS256 | Algorithm::ES256, Some(provider)) => {
+                let kid = header.kid.ok_or("the token names no key (kid)")?;
+                let key = provider
+                    .key(&kid)
+                    .await
+                    .ok_or_else(|| format!("no key {kid:?} in the provider's set"))?;
+                if key.algorithm != header.alg {
+                    return Err(format!("key {kid:?} is for {:?}, not {:?}", key.algorithm, header.alg));
+                }
+                let mut validation = self.validation.clone();
+                validation.algorithms = vec![key.algorithm];
+                jsonwebtoken::decode::<Subject>(token, &key.key, &validation)
+            }
+            (alg, _) => return Err(format!("tokens signed with {alg:?} are not accepted")),
+        }
+        .map_err(|e| e.to_string())?;
         // A token made elsewhere with the same secret may not outlive what `fleetctl token` allows.
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?.as_secs();
         if data.claims.exp > now + MAX_TOKEN_TTL.as_secs() + self.validation.leeway {
@@ -105,6 +135,7 @@ mod tests {
             jwt_secret: SecretString::from(secret.to_owned()),
             issuer: AuthConfig::DEFAULT_ISSUER.into(),
             audience: AuthConfig::DEFAULT_AUDIENCE.into(),
+            jwks_url: None,
         }
     }
 
@@ -122,32 +153,32 @@ mod tests {
         json!({ "sub": "alice", "iss": "orderfleet", "aud": "orderfleet-api", "iat": now(), "nbf": now(), "exp": now() + 60 })
     }
 
-    #[test]
-    fn a_token_verifies_to_its_user() {
+    #[tokio::test]
+    async fn a_token_verifies_to_its_user() {
         let c = config(&"k".repeat(32));
         let user = UserId::parse("alice").unwrap();
         let token = issue_token(&c, &user, Duration::from_secs(60)).unwrap();
-        assert_eq!(TokenVerifier::new(&c).verify(&token).unwrap(), user);
-        assert_eq!(TokenVerifier::new(&c).verify(&signed(&c, good_claims())).unwrap(), user);
+        assert_eq!(TokenVerifier::new(&c).verify(&token).await.unwrap(), user);
+        assert_eq!(TokenVerifier::new(&c).verify(&signed(&c, good_claims())).await.unwrap(), user);
     }
 
-    #[test]
-    fn a_token_signed_with_another_secret_is_refused() {
+    #[tokio::test]
+    async fn a_token_signed_with_another_secret_is_refused() {
         let user = UserId::parse("alice").unwrap();
         let token = issue_token(&config(&"a".repeat(32)), &user, Duration::from_secs(60)).unwrap();
-        assert!(TokenVerifier::new(&config(&"b".repeat(32))).verify(&token).is_err());
+        assert!(TokenVerifier::new(&config(&"b".repeat(32))).verify(&token).await.is_err());
     }
 
-    #[test]
-    fn an_expired_token_is_refused() {
+    #[tokio::test]
+    async fn an_expired_token_is_refused() {
         let c = config(&"k".repeat(32));
         let mut claims = good_claims();
         claims["exp"] = json!(2);
-        assert!(TokenVerifier::new(&c).verify(&signed(&c, claims)).is_err());
+        assert!(TokenVerifier::new(&c).verify(&signed(&c, claims)).await.is_err());
     }
 
-    #[test]
-    fn a_token_without_or_with_another_issuer_or_audience_is_refused() {
+    #[tokio::test]
+    async fn a_token_without_or_with_another_issuer_or_audience_is_refused() {
         let c = config(&"k".repeat(32));
         let verifier = TokenVerifier::new(&c);
         for (claim, value) in
@@ -158,36 +189,36 @@ mod tests {
                 None => claims.as_object_mut().unwrap().remove(claim),
                 Some(v) => claims.as_object_mut().unwrap().insert(claim.into(), json!(v)),
             };
-            assert!(verifier.verify(&signed(&c, claims)).is_err(), "{claim} = {value:?} was accepted");
+            assert!(verifier.verify(&signed(&c, claims)).await.is_err(), "{claim} = {value:?} was accepted");
         }
     }
 
-    #[test]
-    fn a_token_before_its_not_before_time_is_refused() {
+    #[tokio::test]
+    async fn a_token_before_its_not_before_time_is_refused() {
         let c = config(&"k".repeat(32));
         let mut claims = good_claims();
         claims["nbf"] = json!(now() + 600);
-        assert!(TokenVerifier::new(&c).verify(&signed(&c, claims)).is_err());
+        assert!(TokenVerifier::new(&c).verify(&signed(&c, claims)).await.is_err());
     }
 
-    #[test]
-    fn a_token_signed_with_none_is_refused() {
+    #[tokio::test]
+    async fn a_token_signed_with_none_is_refused() {
         let c = config(&"k".repeat(32));
         let header = base64_url(r#"{"alg":"none","typ":"JWT"}"#);
         let token = format!("{header}.{}.", base64_url(&good_claims().to_string()));
-        assert!(TokenVerifier::new(&c).verify(&token).is_err());
+        assert!(TokenVerifier::new(&c).verify(&token).await.is_err());
     }
 
-    #[test]
-    fn a_token_valid_for_longer_than_a_day_is_refused_wherever_it_was_made() {
+    #[tokio::test]
+    async fn a_token_valid_for_longer_than_a_day_is_refused_wherever_it_was_made() {
         let c = config(&"k".repeat(32));
         let mut claims = good_claims();
         claims["exp"] = json!(now() + 2 * 24 * 3600);
-        assert!(TokenVerifier::new(&c).verify(&signed(&c, claims)).is_err());
+        assert!(TokenVerifier::new(&c).verify(&signed(&c, claims)).await.is_err());
     }
 
-    #[test]
-    fn tokens_live_a_day_at_most() {
+    #[tokio::test]
+    async fn tokens_live_a_day_at_most() {
         let c = config(&"k".repeat(32));
         let user = UserId::parse("alice").unwrap();
         assert!(issue_token(&c, &user, MAX_TOKEN_TTL).is_ok());
@@ -206,5 +237,136 @@ mod tests {
             }
         }
         out
+    }
+
+    /// An ES256 key of the provider's, named `kid`: its signing half, and the JWK it publishes.
+    fn provider_key(kid: &str) -> (EncodingKey, jsonwebtoken::jwk::Jwk) {
+        use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair};
+        let pair = EcdsaKeyPair::generate(&ECDSA_P256_SHA256_FIXED_SIGNING).unwrap();
+        let signing = EncodingKey::from_ec_der(pair.to_pkcs8v1().unwrap().as_ref());
+        let mut jwk = jsonwebtoken::jwk::Jwk::from_encoding_key(&signing, Algorithm::ES256).unwrap();
+        jwk.common.key_id = Some(kid.to_owned());
+        (signing, jwk)
+    }
+
+    fn provider_token(signing: &EncodingKey, kid: &str, claims: &serde_json::Value) -> String {
+        let header = Header { kid: Some(kid.to_owned()), ..Header::new(Algorithm::ES256) };
+        jsonwebtoken::encode(&header, claims, signing).unwrap()
+    }
+
+    /// A provider's key-set endpoint on a port of its own: what it serves (`None`: a 500), and
+    /// how many times it was asked.
+    struct Provider {
+        url: String,
+        set: std::sync::Arc<std::sync::Mutex<Option<Vec<jsonwebtoken::jwk::Jwk>>>>,
+        asked: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Provider {
+        async fn serving(keys: Vec<jsonwebtoken::jwk::Jwk>) -> Self {
+            use std::sync::atomic::Ordering;
+            let set = std::sync::Arc::new(std::sync::Mutex::new(Some(keys)));
+            let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let (served, counted) = (set.clone(), asked.clone());
+            let app = axum::Router::new().route(
+                "/.well-known/jwks.json",
+                axum::routing::get(move || {
+                    let (served, counted) = (served.clone(), counted.clone());
+                    async move {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        match served.lock().unwrap().clone() {
+                            Some(keys) => Ok(axum::Json(json!({ "keys": keys }))),
+                            None => Err(axum::http::StatusCode::INTERNAL_SERVER_ERROR),
+                        }
+                    }
+                }),
+            );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("http://{}/.well-known/jwks.json", listener.local_addr().unwrap());
+            tokio::spawn(async move { axum::serve(listener, app).await });
+            Self { url, set, asked }
+        }
+
+        fn serve(&self, keys: Option<Vec<jsonwebtoken::jwk::Jwk>>) {
+            *self.set.lock().unwrap() = keys;
+        }
+
+        fn asked(&self) -> usize {
+            self.asked.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    async fn verifier_of(provider: &Provider, refetch_every: Duration) -> TokenVerifier {
+        let keys = jwks::KeySet::refetched_every(&provider.url, refetch_every).unwrap();
+        keys.fetch().await.unwrap();
+        TokenVerifier::new(&config(&"k".repeat(32))).with_provider(std::sync::Arc::new(keys))
+    }
+
+    #[tokio::test]
+    async fn a_token_signed_by_a_key_of_the_provider_s_set_verifies_under_the_same_rules() {
+        // Arrange
+        let (signing, jwk) = provider_key("k1");
+        let provider = Provider::serving(vec![jwk]).await;
+        let verifier = verifier_of(&provider, Duration::ZERO).await;
+
+        // Act
+        let good = verifier.verify(&provider_token(&signing, "k1", &good_claims())).await;
+        let mut other_issuer = good_claims();
+        other_issuer["iss"] = json!("someone-else");
+        let foreign = verifier.verify(&provider_token(&signing, "k1", &other_issuer)).await;
+        let (stranger, _) = provider_key("k1");
+        let forged = verifier.verify(&provider_token(&stranger, "k1", &good_claims())).await;
+        let hs256 = verifier.verify(&signed(&config(&"k".repeat(32)), good_claims())).await;
+
+        // Assert: the provider's token verifies; the iss, aud and exp rules hold for it; a token
+        // signed by another key under the same kid is refused; HS256 ones still verify.
+        assert_eq!(good.unwrap().as_str(), "alice");
+        assert!(foreign.is_err(), "another issuer's token was accepted");
+        assert!(forged.is_err(), "a token signed by a key outside the set was accepted");
+        assert_eq!(hs256.unwrap().as_str(), "alice");
+    }
+
+    #[tokio::test]
+    async fn a_rotated_key_is_fetched_and_a_dropped_one_is_refused() {
+        // Arrange: the provider rotates from k1 to k2.
+        let (old, old_jwk) = provider_key("k1");
+        let (new, new_jwk) = provider_key("k2");
+        let provider = Provider::serving(vec![old_jwk]).await;
+        let verifier = verifier_of(&provider, Duration::ZERO).await;
+        assert!(verifier.verify(&provider_token(&old, "k1", &good_claims())).await.is_ok());
+        provider.serve(Some(vec![new_jwk]));
+
+        // Act
+        let rotated = verifier.verify(&provider_token(&new, "k2", &good_claims())).await;
+        let dropped = verifier.verify(&provider_token(&old, "k1", &good_claims())).await;
+
+        // Assert: no restart needed for the new key; the old one is gone with the new set.
+        assert!(rotated.is_ok(), "{rotated:?}");
+        assert!(dropped.is_err(), "a key the provider dropped was accepted");
+    }
+
+    #[tokio::test]
+    async fn an_unknown_kid_fetches_at_most_once_a_minute_and_an_unreachable_set_keeps_the_keys() {
+        // Arrange
+        let (signing, jwk) = provider_key("k1");
+        let provider = Provider::serving(vec![jwk]).await;
+        let verifier = verifier_of(&provider, jwks::KeySet::REFETCH_EVERY).await;
+        let eager = verifier_of(&provider, Duration::ZERO).await;
+        assert_eq!(provider.asked(), 2, "each fetched at start");
+
+        // Act: tokens naming keys the set does not hold; then, with the provider failing, one
+        // more (a fetch that fails) and the kept key.
+        for kid in ["x1", "x2", "x3"] {
+            assert!(verifier.verify(&provider_token(&signing, kid, &good_claims())).await.is_err());
+        }
+        let asked_in_the_minute = provider.asked();
+        provider.serve(None);
+        assert!(eager.verify(&provider_token(&signing, "x4", &good_claims())).await.is_err());
+        let kept = eager.verify(&provider_token(&signing, "k1", &good_claims())).await;
+
+        // Assert: no fetch within the minute after the last; a failed fetch keeps the keys.
+        assert_eq!(asked_in_the_minute, 2);
+        assert_eq!(provider.asked(), 3, "the eager verifier tried");
+        assert!(kept.is_ok(), "{kept:?}");
     }
 }
