@@ -107,12 +107,31 @@ fn summary(model: &OrderProtocol, s: &State) -> String {
         if o.stuck {
             line.push_str(" stuck");
         }
+        if o.refused {
+            line.push_str(" refused");
+        }
+        if o.release_owed {
+            line.push_str(" release owed");
+        }
         if o.lapsed {
             line.push_str(" lapsed");
         }
         if o.old {
             line.push_str(" old");
         }
+    }
+    for (b, buyer) in s.buyers.iter().enumerate() {
+        if buyer.request == Request::Waiting {
+            let _ = write!(line, " | {} waits for a read", NAMES[b]);
+        }
+    }
+    for (i, reads) in s.reads.iter().enumerate() {
+        if reads.fast {
+            let _ = write!(line, " | intake {i}'s fast path on");
+        }
+    }
+    if s.sweeps_halted {
+        line.push_str(" | the sweeps end at an error");
     }
     for (order, attempt) in &s.stripe.running {
         let _ = write!(line, " | {}'s create (attempt {attempt}) executing", NAMES[usize::from(*order)]);

@@ -20,8 +20,10 @@
 //! the stock worker capturing such an order from its message; a create Stripe is still
 //! executing, its key in use (`409 idempotency_key_in_use`) before it has made anything and its
 //! intent listed before its confirm ends (the order left pending, not declined); the safety net
-//! that cancels a live intent of a failed order; and a taken-over order whose key is surely kept
-//! sending its create again with no list first.
+//! that cancels a live intent of a failed order; a taken-over order whose key is surely kept
+//! sending its create again with no list first; intakes answering a herd `sold_out` from
+//! shared reads, and their fast path straight to the door; and a 3-D Secure settle whose move
+//! the database refuses for good.
 //! [Stateright](https://docs.rs/stateright) visits every interleaving of those steps within a
 //! scenario's bounds ([`scenarios`]) and checks each property ([`properties`]) in every state it
 //! reaches.
@@ -39,7 +41,8 @@
 //! ([`model::Rules::NOW`]), [`model::Rules`] keeps the rules the code followed before some of its
 //! fixes, and defects planted on purpose (a 3-D Secure settle that does not cancel first, a
 //! merged commit blind to a cut, a key in use read as a failed attempt, a resume that sends a
-//! key Stripe may have forgotten); the tests show the checker finds each.
+//! key Stripe may have forgotten, a `sold_out` cache, a fast path that lets later arrivals
+//! pass, a settle's refusal answered as an error); the tests show the checker finds each.
 
 pub mod check;
 pub mod model;

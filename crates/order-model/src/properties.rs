@@ -17,12 +17,18 @@ pub const ONE_CAPTURE: &str = "§8.2 at most one capture, and only with the stoc
 pub const UNITS: &str = "§8.3 units sold never exceed the total, and the counters add up";
 /// The property an order lost at the end breaks.
 pub const EVERY_ORDER_ENDS: &str = "§8.4 every accepted order ends, or is visible to a person (at the end)";
-/// The property a hold left on a failed order breaks.
-pub const NO_HOLD_LEFT: &str = "§8.5 no hold left on a failed order (at the end)";
+/// The property a hold left on a failed order, or on an order the database refused, breaks.
+pub const NO_HOLD_LEFT: &str = "§8.5 no hold left on a failed or refused order (at the end)";
+/// The property an order held up behind one the database refused breaks.
+pub const NO_ONE_HELD_UP: &str =
+    "§8.4 an order the database refused holds up no other: each ends, or is visible (at the end)";
 /// The property a position out of arrival order breaks.
 pub const ARRIVAL: &str = "§8.7 positions follow arrival";
 /// The property a rejection out of line order breaks.
 pub const REJECTED_IN_LINE: &str = "§8.7 rejected only when every unit went to orders ahead (at the end)";
+/// The property a request passing an earlier one at its intake breaks.
+pub const LINE_AT_AN_INTAKE: &str =
+    "§8.7 the line inside an intake: no request goes to the door ahead of an earlier arrival there";
 /// The property a wrong `sold_out` breaks.
 pub const SOLD_OUT: &str = "§8.7 sold_out only when every unit is promised ahead or sold";
 /// The property an intent made without a promised unit breaks.
@@ -49,7 +55,9 @@ pub fn all() -> Vec<Property<OrderProtocol>> {
             !m.is_final(s) || every_order_ended(m, s)
         }),
         Property::always(NO_HOLD_LEFT, |m: &OrderProtocol, s: &State| !m.is_final(s) || no_hold_left(s)),
+        Property::always(NO_ONE_HELD_UP, |m: &OrderProtocol, s: &State| !m.is_final(s) || no_one_held_up(s)),
         Property::always(ARRIVAL, |_, s: &State| !s.seen.position_out_of_arrival),
+        Property::always(LINE_AT_AN_INTAKE, |_, s: &State| !s.seen.passed_in_line),
         Property::always(REJECTED_IN_LINE, |m: &OrderProtocol, s: &State| {
             !m.is_final(s) || rejected_in_line(m, s)
         }),
@@ -107,20 +115,36 @@ fn visible(s: &State, id: Buyer, o: &Order) -> bool {
 }
 
 fn every_order_ended(_: &OrderProtocol, s: &State) -> bool {
-    s.existing().all(|(id, o)| {
-        let released = !o.status.has_failed() || o.released || o.status == Status::PaymentDeclined;
-        (o.status.is_terminal() && released) || visible(s, id, o)
-    })
+    s.existing().all(|(id, o)| ended(s, id, o))
+}
+
+/// Terminal (a failed order with its hold released), or visible to a person.
+fn ended(s: &State, id: Buyer, o: &Order) -> bool {
+    let released = !o.status.has_failed() || o.released || o.status == Status::PaymentDeclined;
+    (o.status.is_terminal() && released) || visible(s, id, o)
 }
 
 /// Every hold is captured or cancelled, but for an order a person must look at (a failed
 /// order's, `authorization_canceled` included; an order still holding units has none at the
-/// end, by §8.4).
+/// end, by §8.4). An order the database refused has its hold released even so, and its intent
+/// waits for no buyer who could still complete it: whatever becomes of the order, the hold is
+/// the fleet's to release (SPEC §8.5).
 fn no_hold_left(s: &State) -> bool {
     s.stripe.intents.iter().all(|i| {
         let o = s.orders[usize::from(i.order)].as_ref().expect("an intent's order exists");
-        i.status != IntentStatus::RequiresCapture || visible(s, i.order, o)
+        let live = matches!(i.status, IntentStatus::RequiresCapture | IntentStatus::RequiresAction);
+        let held = i.status == IntentStatus::RequiresCapture;
+        !(o.refused && live) && (!held || visible(s, i.order, o))
     })
+}
+
+/// Once the database refused an order, every other order still ends, or is visible: the
+/// refusal is that order's alone (a sweep, a webhook, a batch goes on with the others).
+fn no_one_held_up(s: &State) -> bool {
+    if !s.existing().any(|(_, o)| o.refused) {
+        return true;
+    }
+    s.existing().filter(|(_, o)| !o.refused).all(|(id, o)| ended(s, id, o))
 }
 
 /// An order rejected out of stock could not have had its units from the total of the time,

@@ -3,7 +3,7 @@
 //! both line-order defects need two orders and a cut. What each scenario lets go wrong is its
 //! [`Budget`]; together they cover every kind of failure the model has a step for.
 
-use crate::model::{OrderProtocol, Rules, Scenario, Sweeps};
+use crate::model::{OrderProtocol, Refuses, Rules, Scenario, Sweeps};
 use crate::state::{Budget, Card};
 
 /// A cut while orders are in line: three buyers of one unit each, the first to arrive may be
@@ -139,10 +139,13 @@ pub fn a_slow_confirm_of_other_cards() -> Scenario {
 }
 
 /// A herd at two intakes (issue 46): three buyers of one unit each, one unit; each intake
-/// answers `sold_out` from reads of its own (buyers A and C at the first, B at the second).
-/// The unit comes back while buyers are waiting or told: A's card declines, and the operator
-/// may raise the total to two; each buyer may retry once. A `sold_out` must be true at some
-/// moment between the request and the answer (§8.7).
+/// answers `sold_out` from reads of its own (buyers A and C at the first, B at the second),
+/// each starting as after its door said sold out; a read that sees units beyond its batch's
+/// turns its intake's fast path on (requests straight to the door) until the door says sold
+/// out again. The unit comes back while buyers are waiting or told: A's card declines, and the
+/// operator may raise the total to two; one buyer may retry once. A `sold_out` must be true at
+/// some moment between the request and the answer, and no request passes an earlier one at
+/// its intake on its way to the door (§8.7).
 pub fn a_herd_at_two_intakes() -> Scenario {
     Scenario::new(
         "a herd at two intakes, units coming back",
@@ -152,6 +155,37 @@ pub fn a_herd_at_two_intakes() -> Scenario {
     .with_intakes(2)
     .with_upserts(vec![2])
     .with_budget(Budget { retries: 1, ..Budget::default() })
+}
+
+/// A settle the database refuses for good: two buyers whose cards need 3-D Secure, two units;
+/// a trigger refuses A's order the moves `refuses` says (its move to `authorized`, after its
+/// buyer authenticated, or every move of its status). Each buyer authenticates, fails or
+/// walks away at any moment, each deadline passes at any moment, and the webhook and the
+/// sweeper settle either order; Stripe gives up one event (the refused order's, say, which
+/// the webhook answered 503). A's hold must be released, A must end or be visible, and B,
+/// behind it in the sweeper's passes, must still be settled, or released at its deadline.
+pub fn a_settle_the_database_refuses(refuses: Refuses) -> Scenario {
+    Scenario::new(
+        "3-D Secure: a settle the database refuses",
+        vec![(1, Card::ThreeDSecure), (1, Card::ThreeDSecure)],
+        2,
+    )
+    .with_refused(0, refuses)
+    .with_webhooks()
+    .with_budget(Budget { lost_events: 1, ..Budget::default() })
+}
+
+/// The same with the sweeper settling alone (no webhooks) and Stripe failing once: the
+/// refused order's cancel may go unanswered, its release then owed to the reconciliation,
+/// which makes it whatever the order's status.
+pub fn a_settle_the_database_refuses_while_stripe_fails(refuses: Refuses) -> Scenario {
+    Scenario::new(
+        "3-D Secure: a settle the database refuses, Stripe failing",
+        vec![(1, Card::ThreeDSecure), (1, Card::ThreeDSecure)],
+        2,
+    )
+    .with_refused(0, refuses)
+    .with_budget(Budget { faults: 1, ..Budget::default() })
 }
 
 /// Every scenario, as checked by `make test`.
@@ -170,6 +204,8 @@ pub fn all() -> Vec<Scenario> {
         a_slow_confirm(),
         a_slow_confirm_of_other_cards(),
         a_herd_at_two_intakes(),
+        a_settle_the_database_refuses(Refuses::TheMoveToAuthorized),
+        a_settle_the_database_refuses_while_stripe_fails(Refuses::TheMoveToAuthorized),
     ]
 }
 

@@ -133,6 +133,13 @@ pub struct Order {
     pub lapsed: bool,
     /// A permanent failure was recorded for a person (the DLQ's reason, `fleetctl sweep`).
     pub stuck: bool,
+    /// History: the database refused one of its moves for good (the scenario's trigger), so
+    /// its hold must be released whatever else becomes of it (§8.5).
+    pub refused: bool,
+    /// A release of its intent is owed to the reconciliation of strays
+    /// (`intent_releases_owed`, found `order_refused`): its cancel went unanswered. Made
+    /// whatever the order's status.
+    pub release_owed: bool,
     pub outbox: OutboxRow,
     /// What its stock-check message says (one row, so every copy says the same): `Some` of the
     /// attempt at the commit when the commit took its units (issue 34's merged commit), and the
@@ -384,6 +391,13 @@ pub enum Settle {
     Decline,
     /// `authorized`, its stock check to send.
     Authorize,
+    /// The database refused the settle's move for good: the order's hold cancelled, and the
+    /// answer read (`refusal::end_refused`).
+    ReleaseRefused,
+    /// Then ONE statement: `payment_declined` with `order_refused`, the units back, where the
+    /// database allows it; else the order left for a person. `released`: Stripe shows the
+    /// hold cancelled.
+    EndRefused { released: bool },
 }
 
 /// A webhook's `payment_intent.canceled` for an `authorized` or `stock_reserved` order ([`orderfleet::domain::webhook`]).
@@ -461,6 +475,10 @@ pub struct IntakeReads {
     pub in_flight: Option<ProductRead>,
     /// The units left as the last read that ended saw them (what a cache would keep).
     pub last: Option<u8>,
+    /// The fast path (`units_left` in `SoldOutReads`): a read saw units beyond its batch's,
+    /// so requests go straight to the door, without a read, until the door answers one
+    /// `sold_out`.
+    pub fast: bool,
 }
 
 /// A read of the product, for a batch of waiting requests.
@@ -534,6 +552,9 @@ pub struct Seen {
     pub position_out_of_arrival: bool,
     /// A retried key answered other than its first answer (§8.1).
     pub answer_changed: bool,
+    /// A request sent to the door while an earlier arrival at its intake, asking no more
+    /// units, still waited for a read (§8.7's line inside one intake).
+    pub passed_in_line: bool,
 }
 
 impl State {
@@ -562,6 +583,9 @@ pub struct State {
     /// By worker: the receive count of the message it holds, and its job.
     pub workers: Vec<Option<(u8, Job)>>,
     pub sweeper: Option<Job>,
+    /// The sweeper's passes end at an error: each meets the same refused order first, so it
+    /// takes up nothing after it (a pending order, swept before it, aside).
+    pub sweeps_halted: bool,
     /// The webhook's handler: the event it is applying, and its job.
     pub webhook: Option<(Event, Job)>,
     /// Stripe's events not yet applied (kept sorted), each delivered until it is.

@@ -1,21 +1,23 @@
 //! `make test` runs these. Every scenario under the code's rules keeps every property (each
 //! prints the states it visited and the time it took). Under the rules the code followed before
-//! some of its fixes, and under five defects planted on purpose (among them a key in use read
-//! as a failed attempt, and a resume that sends a key Stripe may have forgotten), the checker
-//! finds the defect, and prints the path.
+//! some of its fixes, and under defects planted on purpose (among them a key in use read as a
+//! failed attempt, a resume that sends a key Stripe may have forgotten, a fast path that lets
+//! later arrivals pass, and a settle's refusal answered as an error), the checker finds the
+//! defect, and prints the path.
 
 use std::collections::{HashSet, VecDeque};
 
 use order_model::check::{check, find_a_counterexample, narrate};
 use order_model::model::Action;
 use order_model::model::{
-    CommitRule, CutRule, IdempotencyRule, InUseRule, LineRule, MessageRule, ResumeLookup, ResumeRule,
-    Scenario, SettleRule, SoldOutRule,
+    CommitRule, CutRule, FastPathRule, IdempotencyRule, InUseRule, LineRule, MessageRule, RefusalRule,
+    Refuses, ResumeLookup, ResumeRule, Scenario, SettleRule, SoldOutRule,
 };
 use order_model::properties::{
-    NEVER_A_DECLINE, NO_HOLD_LEFT, ONE_AUTHORIZATION, REJECTED_IN_LINE, SOLD_OUT, THREE_D_SECURE,
+    LINE_AT_AN_INTAKE, NEVER_A_DECLINE, NO_HOLD_LEFT, NO_ONE_HELD_UP, ONE_AUTHORIZATION, REJECTED_IN_LINE,
+    SOLD_OUT, THREE_D_SECURE,
 };
-use order_model::state::{IntentId, IntentStatus, Lifecycle, Op, Reply, State, Status};
+use order_model::state::{IntentId, IntentStatus, Lifecycle, Op, Order, Reply, State, Status};
 use order_model::{OrderProtocol, Rules, scenarios};
 use stateright::{Checker, HasDiscoveries, Model, Property};
 
@@ -650,4 +652,152 @@ fn an_intake_answering_from_its_last_read_tells_a_buyer_sold_out_while_a_unit_th
     assert!(came_back.is_some(), "a unit comes back after the read: {told}");
     let fixed = check(OrderProtocol { scenario: scenarios::a_herd_at_two_intakes(), rules: Rules::NOW });
     assert!(fixed.counterexamples.is_empty(), "{:?}", fixed.counterexamples);
+}
+
+/// The fast path as the code had it, planted (`FastPathRule::LaterArrivalsFirst`): a read
+/// that sees units beyond its batch's turns the intake's fast path on, and requests arriving
+/// after it go straight to the door, while a request that arrived during that read still
+/// waits for the next one: it is passed at its own intake (§8.7). Here A's read sees two
+/// units after the raise, C arrives while it is in flight and waits; A goes to the door, its
+/// card declines, and A's retry goes straight to the door ahead of C. (The scenario's only
+/// later arrival at C's intake is a retry; with a third buyer there, a new order would take
+/// C's place in line, as the end-to-end herd saw.)
+#[test]
+fn a_fast_path_leaving_the_read_s_latecomers_waiting_lets_later_ones_pass() {
+    let planted = Rules { fast_path: FastPathRule::LaterArrivalsFirst, ..Rules::NOW };
+    let told = broken_under(scenarios::a_herd_at_two_intakes(), planted, LINE_AT_AN_INTAKE);
+    let read = told.find("ReadEnds").expect("a read ends");
+    let end = told.lines().last().expect("a path");
+    assert!(told[read..].contains("Send("), "an arrival after the read: {told}");
+    assert!(end.contains("waits for a read") && end.contains("fast path on"), "{told}");
+}
+
+/// The code's fast path: the read that turns it on sends every request still waiting at its
+/// intake to the door with its own batch, so no arrival after can pass them (checked in full
+/// by [`every_scenario_keeps_every_guarantee`]). Here, that it does happen: A, arrived while
+/// C's read was in flight, goes to the door at that read's end, beside C.
+#[test]
+fn now_a_read_turning_the_fast_path_on_sends_the_waiting_with_its_batch() {
+    let model = OrderProtocol { scenario: scenarios::a_herd_at_two_intakes(), rules: Rules::NOW };
+    let released_together = |s: &State| {
+        use order_model::state::Request;
+        s.reads[0].fast && [0, 2].iter().all(|&b| s.buyers[b].request == Request::Sent)
+    };
+    let told = shortest_path(&model, released_together);
+    eprintln!("A and C sent to the door by one read, {} steps:\n{told}", steps(&told));
+    let last = told.lines().rev().nth(1).expect("a step");
+    assert!(last.contains("ReadEnds(0)"), "{told}");
+}
+
+/// The settle's refusal as the code had it, planted (`RefusalRule::AnError`): the database
+/// refuses A's move to `authorized` after its buyer authenticated; the settle answers the
+/// error, so A's hold stays live (§8.5), the webhook answers 503 until Stripe gives up, and the
+/// sweeper's pass ends at A, as does every pass after (A, never stamped, comes first): B,
+/// abandoned behind it, is never released at its deadline.
+#[test]
+fn a_settle_refusal_as_an_error_keeps_the_hold_and_stops_the_sweeper() {
+    let planted = Rules { settle_refusal: RefusalRule::AnError, ..Rules::NOW };
+    let scenario = scenarios::a_settle_the_database_refuses(Refuses::TheMoveToAuthorized);
+    let report = check(OrderProtocol { scenario, rules: planted });
+    eprintln!("{report} (under {planted:?})");
+    let told = |property: &str| {
+        let (_, told) = report
+            .counterexamples
+            .iter()
+            .find(|(p, _)| *p == property)
+            .unwrap_or_else(|| panic!("no counterexample of {property:?}: {:?}", report.counterexamples));
+        eprintln!("{property}, broken by a path of {} steps:\n{told}", steps(told));
+        told.clone()
+    };
+    let hold = told(NO_HOLD_LEFT);
+    assert!(hold.contains("CommitRefused"), "{hold}");
+    let end = hold.lines().last().expect("a path");
+    assert!(end.contains("x1 RequiresAction") && end.contains(" A: RequiresCapture"), "{hold}");
+    let held_up = told(NO_ONE_HELD_UP);
+    assert!(held_up.contains("CommitRefused") && held_up.contains("DeadlinePasses(1)"), "{held_up}");
+    let end = held_up.lines().last().expect("a path");
+    let b_waits = end.split(" | ").any(|o| o.starts_with("B#") && o.ends_with("x1 RequiresAction"));
+    assert!(b_waits && end.contains(" B: RequiresAction"), "{held_up}");
+}
+
+/// The code's rule for a settle the database refuses, where the database does not let the
+/// order end either (a trigger on every move of its status): the order is left for a person,
+/// its hold released all the same, or owed to the reconciliation, which releases it whatever
+/// the order's status; the other order is settled. Every property holds, with the webhook and
+/// with the sweeper alone while Stripe fails; and the paths are there: A left for a person
+/// with its hold cancelled, and a release owed and then made.
+#[test]
+fn now_a_settle_refused_every_move_leaves_its_order_visible_and_released() {
+    for scenario in [
+        scenarios::a_settle_the_database_refuses(Refuses::EveryMove),
+        scenarios::a_settle_the_database_refuses_while_stripe_fails(Refuses::EveryMove),
+    ] {
+        let report = check(OrderProtocol { scenario, rules: Rules::NOW });
+        eprintln!("{report} (every move of A refused)");
+        for (property, told) in &report.counterexamples {
+            eprintln!("\n{property}, broken by:\n{told}");
+        }
+        assert!(report.counterexamples.is_empty(), "{report}");
+    }
+    let scenario = scenarios::a_settle_the_database_refuses(Refuses::EveryMove);
+    let model = OrderProtocol { scenario, rules: Rules::NOW };
+    let left_for_a_person = |s: &State| {
+        let a = s.orders[0].as_ref();
+        let cancelled = |i: IntentId| s.stripe.intents[usize::from(i)].status == IntentStatus::Canceled;
+        a.is_some_and(|a| a.status == Status::RequiresAction && a.stuck && a.intent.is_some_and(cancelled))
+    };
+    let told = shortest_path(&model, left_for_a_person);
+    eprintln!("A left for a person, its hold cancelled, {} steps:\n{told}", steps(&told));
+    assert!(told.contains("CommitRefused") && told.contains("ReleaseRefused"), "{told}");
+    // The refusal's cancel never reached Stripe (nothing saved under its key), and the
+    // intent is cancelled: by the reconciliation, though the order is `requires_action`.
+    let owed_then_made = |s: &State| {
+        let Some(a) = s.orders[0].as_ref() else { return false };
+        let cancelled = |i: IntentId| s.stripe.intents[usize::from(i)].status == IntentStatus::Canceled;
+        let unsent = s.stripe.saved((Op::Cancel, 0, a.attempt)).is_none();
+        a.status == Status::RequiresAction && a.release_owed && unsent && a.intent.is_some_and(cancelled)
+    };
+    let scenario = scenarios::a_settle_the_database_refuses_while_stripe_fails(Refuses::EveryMove);
+    let model = OrderProtocol { scenario, rules: Rules::NOW };
+    let told = shortest_path(&model, owed_then_made);
+    eprintln!("A's release owed, then made, {} steps:\n{told}", steps(&told));
+    assert!(told.contains("Fault(Unreachable)") && told.contains("ReleaseFailedHold"), "{told}");
+}
+
+/// The code's rule where the database lets the refused order end (checked in full by
+/// [`every_scenario_keeps_every_guarantee`]): here, that the sweeper goes on. With the sweeper
+/// settling alone, A's move to `authorized` is refused, its hold cancelled, and it ends
+/// `payment_declined`, while B waits past its deadline; from there, B is released.
+#[test]
+fn now_a_refused_settle_ends_and_the_sweeper_still_releases_the_other() {
+    let scenario = scenarios::a_settle_the_database_refuses_while_stripe_fails(Refuses::TheMoveToAuthorized);
+    let model = OrderProtocol { scenario, rules: Rules::NOW };
+    let intent_of = |s: &State, o: &Order| o.intent.map(|i| s.stripe.intents[usize::from(i)].status);
+    let a_ended_b_waiting = |s: &State| {
+        let intent_of = |o: &Order| o.intent.map(|i| s.stripe.intents[usize::from(i)].status);
+        let (Some(a), Some(b)) = (s.orders[0].as_ref(), s.orders[1].as_ref()) else { return false };
+        a.refused
+            && a.status == Status::PaymentDeclined
+            && intent_of(a) == Some(IntentStatus::Canceled)
+            && b.status == Status::RequiresAction
+            && b.past_deadline
+            && intent_of(b) == Some(IntentStatus::RequiresAction)
+            && s.sweeper.is_none()
+    };
+    let probe = Probe { model: model.clone(), looking_for: a_ended_b_waiting };
+    let checker = probe.checker().threads(1).finish_when(HasDiscoveries::Any).spawn_bfs().join();
+    let path = checker.discovery("the state looked for").expect("A ended, B waiting");
+    let from = path.last_state().clone();
+    let told = narrate(&model, path);
+    eprintln!("A ended after its refusal, B waiting past its deadline, {} steps:\n{told}", steps(&told));
+    assert!(
+        told.contains("CommitRefused Step(Sweeper") && told.contains("EndRefused Step(Sweeper"),
+        "{told}"
+    );
+    let reachable = reachable_while_stripe_keeps_its_keys(&model, from);
+    let released = reachable.iter().any(|s| {
+        let b = s.orders[1].as_ref().expect("B's order");
+        b.status == Status::PaymentDeclined && intent_of(s, b) == Some(IntentStatus::Canceled)
+    });
+    assert!(released, "B is never released in the {} states reachable from there", reachable.len());
 }

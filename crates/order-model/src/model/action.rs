@@ -2,10 +2,13 @@
 //! the webhook, whichever holds the order's lease: authorized once its buyer passed; declined
 //! once its intent is cancelled, the fleet cancelling it first when its buyer failed or its
 //! deadline passed; a cancel answered a saved 5xx moves the order to its next attempt unless
-//! the intent is cancelled. Mirrors the fleet's `domain::action` (the model's own
+//! the intent is cancelled. A move the database refuses for good (the scenario's trigger) is
+//! the one rule of the fleet's `domain::refusal` (the hold cancelled, the order ended
+//! `payment_declined` where the database allows it, else left for a person), or, under the
+//! rule before it, an error. Mirrors the fleet's `domain::action` (the model's own
 //! [`Action`](super::Action), every step, is `mod.rs`'s).
 
-use super::{Done, Next, OrderProtocol, SettleRule};
+use super::{Done, Next, OrderProtocol, RefusalRule, SettleRule};
 use crate::state::*;
 
 impl OrderProtocol {
@@ -32,6 +35,10 @@ impl OrderProtocol {
                     _ => Next::End(Done::Later),
                 }
             }
+            Settle::Decline if self.refused_now(s, order, false) => self.commit_refused(s, order),
+            Settle::Authorize if self.refused_now(s, order, true) => self.commit_refused(s, order),
+            Settle::ReleaseRefused => self.release_refused(s, order, net),
+            Settle::EndRefused { released } => self.end_refused(s, order, released),
             Settle::Decline => {
                 let quantity = self.quantity(order);
                 let o = s.order_mut(order);
@@ -49,7 +56,7 @@ impl OrderProtocol {
                 Next::End(Done::Settled)
             }
         };
-        if let Next::End(Done::Later | Done::GaveUp) = next {
+        if let Next::End(Done::Later | Done::GaveUp | Done::DatabaseError) = next {
             let o = s.order_mut(order);
             if o.status == Status::RequiresAction {
                 o.lease = None;
@@ -75,6 +82,68 @@ impl OrderProtocol {
             o.attempt_failed = false;
         }
         Next::End(Done::Later)
+    }
+
+    /// Whether the settle's commit of `order`'s move (to `authorized`, or else to
+    /// `payment_declined`) is refused for good now: the order is still `requires_action` (a
+    /// commit that finds it moved changes nothing, and is not refused) and the database
+    /// refuses that move.
+    fn refused_now(&self, s: &State, order: Buyer, to_authorized: bool) -> bool {
+        s.order(order).status == Status::RequiresAction && self.refuses(order, to_authorized)
+    }
+
+    /// The settle's commit refused for good: nothing written. The code's rule cancels the
+    /// hold next ([`RefusalRule::EndTheOrder`]); the rule before answers the error.
+    fn commit_refused(&self, s: &mut State, order: Buyer) -> Next<Settle> {
+        s.order_mut(order).refused = true;
+        match self.rules.settle_refusal {
+            RefusalRule::EndTheOrder => Next::Go(Settle::ReleaseRefused),
+            RefusalRule::AnError => Next::End(Done::DatabaseError),
+        }
+    }
+
+    /// The refused order's hold cancelled under its key, and the answer read
+    /// (`refusal::release`, through `Payments::cancel`): cancelled, or already so; refused
+    /// otherwise, for a person; anything else (no answer, a 5xx) owed to the reconciliation.
+    /// (A saved 5xx's read and cancel under a fresh key, `Payments::cancel_again`, is folded
+    /// into the owed release, which comes to the same end.)
+    fn release_refused(&self, s: &mut State, order: Buyer, net: Net) -> Next<Settle> {
+        let (attempt, intent) = Self::attempt_and_intent(s, order);
+        let released = match self.cancel(s, order, attempt, intent, net) {
+            Reply::Intent(..) => true,
+            Reply::Refused if s.stripe.intents[usize::from(intent)].status == IntentStatus::Canceled => true,
+            Reply::Refused => {
+                s.order_mut(order).stuck = true;
+                false
+            }
+            _ => {
+                s.order_mut(order).release_owed = true;
+                false
+            }
+        };
+        Next::Go(Settle::EndRefused { released })
+    }
+
+    /// ONE statement (`refusal::end`): the order, still `requires_action`, ends
+    /// `payment_declined` with `order_refused`, its units back and its hold recorded released
+    /// if it is. Where the database refuses that too, the order is left for a person (counted,
+    /// logged, listed by every sweep), its lease given back, its hold released or owed all the
+    /// same; the settler goes on with the other orders.
+    fn end_refused(&self, s: &mut State, order: Buyer, released: bool) -> Next<Settle> {
+        if s.order(order).status != Status::RequiresAction {
+            return Next::End(Done::Settled);
+        }
+        if self.refuses(order, false) {
+            s.order_mut(order).stuck = true;
+            return Next::End(Done::GaveUp);
+        }
+        let quantity = self.quantity(order);
+        let o = s.order_mut(order);
+        o.status = Status::PaymentDeclined;
+        o.released |= released;
+        o.lease = None;
+        s.product.promised -= quantity;
+        Next::End(Done::Settled)
     }
 
     /// The order's attempt and recorded intent.

@@ -5,7 +5,7 @@
 //! intake's `Intake::place` and `Intake::resume` (`crates/order-intake/src/orders.rs`); the
 //! authorization a request goes on with is `authorization.rs`'s.
 
-use super::{Action, Done, Next, OrderProtocol, Proc, SoldOutRule};
+use super::{Action, Done, FastPathRule, Next, OrderProtocol, Proc, SoldOutRule};
 use crate::state::*;
 
 impl OrderProtocol {
@@ -26,8 +26,8 @@ impl OrderProtocol {
 
     /// A buyer sends its request (again, within the retry budget), remembering which
     /// buyers had been accepted before it (§8.7's arrival order). At an intake that reads the
-    /// product, it waits for a read (or, under [`SoldOutRule::LastRead`], is answered from the
-    /// last one).
+    /// product, it goes to the door on the fast path, or waits for a read (or, under
+    /// [`SoldOutRule::LastRead`], is answered `sold_out` from the last one).
     pub(super) fn send(&self, s: &mut State, b: Buyer) {
         let accepted_before = s
             .buyers
@@ -82,6 +82,10 @@ impl OrderProtocol {
             if !self.sold_out_for(s, buyer) {
                 s.seen.sold_out_with_a_unit_left = true;
             }
+            // The intake's next requests wait for reads (`SoldOutReads::door_sold_out`).
+            if !s.reads.is_empty() {
+                s.reads[usize::from(self.intake_of(buyer))].fast = false;
+            }
             return Self::answer(s, buyer, Answer::SoldOut);
         }
         let p = &mut s.product;
@@ -107,6 +111,8 @@ impl OrderProtocol {
             past_deadline: false,
             lapsed: false,
             stuck: false,
+            refused: false,
+            release_owed: false,
             outbox: OutboxRow::None,
             reserved_at_commit: None,
             accepted: false,
@@ -157,18 +163,45 @@ impl OrderProtocol {
         buyer % self.scenario.intakes
     }
 
-    /// A request arrives at an intake that reads the product: it waits for a read that starts
-    /// after now (which sends a retry whose key made an order to the door, to be answered from
-    /// the order), or, under [`SoldOutRule::LastRead`], is answered from the last read ended.
+    /// A request arrives at an intake that reads the product (`SoldOutReads::arrive`):
+    /// straight to the door while the intake's fast path is on; otherwise it waits for a read
+    /// that starts after now (which sends a retry whose key made an order to the door, to be
+    /// answered from the order), behind every request waiting there, or, under
+    /// [`SoldOutRule::LastRead`], is answered `sold_out` from the last read ended.
     fn arrive(&self, s: &mut State, buyer: Buyer) {
         let sold_out = self.sold_out_for(s, buyer);
         let b = &mut s.buyers[usize::from(buyer)];
         b.sold_out_since_sent = sold_out;
         b.request = Request::Waiting;
-        let last = s.reads[usize::from(self.intake_of(buyer))].last;
-        if let (SoldOutRule::LastRead, Some(units_left)) = (self.rules.sold_out, last) {
-            self.answer_from_a_read(s, buyer, units_left, false);
+        let intake = self.intake_of(buyer);
+        let reads = s.reads[usize::from(intake)];
+        if reads.fast {
+            // Every request waiting there arrived before this one.
+            let earlier = self.waiting_at(s, intake) & !(1 << buyer);
+            return self.to_the_door(s, buyer, earlier);
         }
+        if let (SoldOutRule::LastRead, Some(units_left)) = (self.rules.sold_out, reads.last)
+            && units_left < self.quantity(buyer)
+        {
+            Self::sold_out_from_a_read(s, buyer);
+        }
+    }
+
+    /// A request goes to the door from its intake; `earlier`: the requests (one bit each) that
+    /// arrived at the same intake before it. One of those still waiting for a read, asking no
+    /// more units than it, is passed (§8.7's line inside one intake); one asking more may be
+    /// passed by the units left, as the stock worker's line passes an order too large.
+    fn to_the_door(&self, s: &mut State, buyer: Buyer, earlier: u8) {
+        let quantity = self.quantity(buyer);
+        let passed = (0..s.buyers.len() as u8).any(|e| {
+            earlier & 1 << e != 0
+                && s.buyers[usize::from(e)].request == Request::Waiting
+                && self.quantity(e) <= quantity
+        });
+        if passed {
+            s.seen.passed_in_line = true;
+        }
+        s.buyers[usize::from(buyer)].request = Request::Sent;
     }
 
     /// Each intake with requests waiting and no read in flight may begin one; each read in
@@ -205,39 +238,52 @@ impl OrderProtocol {
         s.reads[usize::from(intake)].in_flight = Some(ProductRead { batch, units_left, ordered });
     }
 
-    /// An intake's read ends: each request it covers that is still waiting is answered from it
-    /// (`allot`): a key that made an order goes to the door; the units left go to the door's
-    /// requests, as many as they cover (buyer order standing for arrival order); a request
-    /// they would have covered alone waits for the next read; any other is sold out.
+    /// An intake's read ends (`SoldOutReads::answer_batch`): each request it covers that is
+    /// still waiting is answered from it (`allot`): a key that made an order goes to the door;
+    /// the units left go to the door's requests, as many as they cover (buyer order standing
+    /// for arrival order); a request they would have covered alone waits for the next read;
+    /// any other is sold out. Units left beyond the batch's, none of it waiting again, turn the
+    /// intake's fast path on; under [`FastPathRule::WaitersFirst`] every request still waiting
+    /// there (each arrived while the read was in flight) goes to the door with it.
     pub(super) fn read_ends(&self, s: &mut State, intake: u8) {
         let reads = &mut s.reads[usize::from(intake)];
         let read = reads.in_flight.take().expect("a read in flight ends");
         reads.last = Some(read.units_left);
         let mut left = read.units_left;
+        let mut again = false;
         for b in 0..s.buyers.len() as u8 {
             if read.batch & 1 << b == 0 || s.buyers[usize::from(b)].request != Request::Waiting {
                 continue;
             }
             let quantity = self.quantity(b);
+            let ahead = read.batch & ((1 << b) - 1);
             if read.ordered & 1 << b != 0 {
-                s.buyers[usize::from(b)].request = Request::Sent;
+                self.to_the_door(s, b, ahead);
             } else if quantity <= left {
                 left -= quantity;
-                s.buyers[usize::from(b)].request = Request::Sent;
+                self.to_the_door(s, b, ahead);
             } else if quantity > read.units_left {
-                self.answer_from_a_read(s, b, read.units_left, false);
+                Self::sold_out_from_a_read(s, b);
+            } else {
+                again = true;
+            }
+        }
+        if left == 0 || again {
+            return;
+        }
+        s.reads[usize::from(intake)].fast = true;
+        if self.rules.fast_path == FastPathRule::WaitersFirst {
+            let waiting = self.waiting_at(s, intake);
+            for b in (0..s.buyers.len() as u8).filter(|b| waiting & 1 << b != 0) {
+                // Released together, after the batch, each arrived before anyone who comes next.
+                self.to_the_door(s, b, read.batch);
             }
         }
     }
 
-    /// A waiting request answered from a read: its key made an order, or units are left for
-    /// it: the door, as without the read; otherwise `sold_out`, which §8.7 allows only if the
+    /// A waiting request answered `sold_out` from a read, which §8.7 allows only if the
     /// product was sold out for it at some moment since it sent.
-    fn answer_from_a_read(&self, s: &mut State, buyer: Buyer, units_left: u8, ordered: bool) {
-        if ordered || units_left >= self.quantity(buyer) {
-            s.buyers[usize::from(buyer)].request = Request::Sent;
-            return;
-        }
+    fn sold_out_from_a_read(s: &mut State, buyer: Buyer) {
         if !s.buyers[usize::from(buyer)].sold_out_since_sent {
             s.seen.sold_out_with_a_unit_left = true;
         }

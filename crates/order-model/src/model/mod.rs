@@ -36,8 +36,8 @@ mod webhook;
 use stateright::{Model, Property};
 
 pub use self::rules::{
-    CommitRule, CutRule, IdempotencyRule, InUseRule, LapseRule, LineRule, LookupRule, MessageRule,
-    ResumeLookup, ResumeRule, Rules, SettleRule, SoldOutRule,
+    CommitRule, CutRule, FastPathRule, IdempotencyRule, InUseRule, LapseRule, LineRule, LookupRule,
+    MessageRule, RefusalRule, ResumeLookup, ResumeRule, Rules, SettleRule, SoldOutRule,
 };
 pub use self::transition::Transition;
 use crate::state::*;
@@ -66,6 +66,20 @@ pub struct Scenario {
     /// `b % intakes`); 0: every request goes straight to the door's statement, as the model's
     /// other scenarios have it (the read only adds a way to be told `sold_out`).
     pub intakes: u8,
+    /// A buyer whose order the database refuses to move out of `requires_action` (a trigger,
+    /// say), and which moves it refuses.
+    pub refused: Option<(Buyer, Refuses)>,
+}
+
+/// Which of an order's moves out of `requires_action` the database refuses for good.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refuses {
+    /// The move to `authorized` (after its buyer authenticated): its end as
+    /// `payment_declined` is allowed.
+    TheMoveToAuthorized,
+    /// Every move of its status (its lease may still be taken and given back): its end as
+    /// `payment_declined` too, so it is left for a person.
+    EveryMove,
 }
 
 impl Scenario {
@@ -84,7 +98,13 @@ impl Scenario {
             budget: Budget::default(),
             webhooks: false,
             intakes: 0,
+            refused: None,
         }
+    }
+
+    /// The database refuses `buyer`'s order the moves `refuses` says.
+    pub fn with_refused(self, buyer: Buyer, refuses: Refuses) -> Self {
+        Self { refused: Some((buyer, refuses)), ..self }
     }
 
     /// Buyers sent to `intakes` intakes, each answering `sold_out` from reads of its own.
@@ -235,6 +255,9 @@ enum Done {
     /// Logged for a person, the order left as it was: the sweeper looks again on its next
     /// pass (a settle whose cancel Stripe refused).
     GaveUp,
+    /// The database refused the step, and the error goes up: a webhook answers 503 (Stripe
+    /// delivers the event again), and the sweeper's pass ends there ([`RefusalRule::AnError`]).
+    DatabaseError,
 }
 
 /// A step's result: the job goes on, or it ended.
@@ -252,6 +275,16 @@ impl OrderProtocol {
         self.scenario.buyers[usize::from(order)].1
     }
 
+    /// Whether the database refuses `order`'s move out of `requires_action`: to `authorized`
+    /// (or `stock_reserved`, the same commit), or else to `payment_declined`.
+    fn refuses(&self, order: Buyer, to_authorized: bool) -> bool {
+        match self.scenario.refused {
+            Some((refused, Refuses::TheMoveToAuthorized)) => refused == order && to_authorized,
+            Some((refused, Refuses::EveryMove)) => refused == order,
+            None => false,
+        }
+    }
+
     fn step_actions(state: &State, proc: Proc, job: Option<Job>, actions: &mut Vec<Action>) {
         let mut nets = Vec::new();
         match job.and_then(|job| Self::stripe_request(state, job)) {
@@ -264,7 +297,10 @@ impl OrderProtocol {
         }
     }
 
-    /// Whether nothing can happen any more: where "eventually" is judged.
+    /// Whether nothing can happen any more: where "eventually" is judged. A buyer who comes
+    /// back to a 3-D Secure page past the order's deadline, the order still `requires_action`,
+    /// does not count: by then the fleet must have released the order (§8.11), and a buyer
+    /// who never comes back would otherwise keep every such state from being judged.
     pub fn is_final(&self, state: &State) -> bool {
         // Most states are plainly not final: a buyer still to send, a request or a job under
         // way (their steps always move), a message to relay or receive.
@@ -278,7 +314,14 @@ impl OrderProtocol {
         }
         let mut actions = Vec::new();
         self.actions(state, &mut actions);
-        actions.into_iter().all(|action| self.next_state(state, action).is_none())
+        let late_return = |action: &Action| match *action {
+            Action::Authenticate { intent, .. } => {
+                let o = state.order(state.stripe.intents[usize::from(intent)].order);
+                o.status == Status::RequiresAction && o.past_deadline
+            }
+            _ => false,
+        };
+        actions.into_iter().filter(|a| !late_return(a)).all(|action| self.next_state(state, action).is_none())
     }
 
     /// A job's next step; `None` when it cannot be taken now.
@@ -333,6 +376,7 @@ impl Model for OrderProtocol {
             messages: vec![Messages::default(); n],
             workers: vec![None; usize::from(self.scenario.workers)],
             sweeper: None,
+            sweeps_halted: false,
             webhook: None,
             events: vec![],
             stripe: Stripe::default(),

@@ -53,7 +53,7 @@ impl OrderProtocol {
                 Some(Some((Op::Capture, order, attempt)))
             }
             Job::Advance(order, Advance::Cancel { attempt, .. }) => Some(Some((Op::Cancel, order, attempt))),
-            Job::Settle(order, Settle::Release { .. }) => {
+            Job::Settle(order, Settle::Release { .. } | Settle::ReleaseRefused) => {
                 Some(Some((Op::Cancel, order, state.order(order).attempt)))
             }
             Job::Authorize(_, Auth::List { .. })
@@ -205,9 +205,12 @@ impl OrderProtocol {
                 actions.push(Action::ConfirmEnds(i));
             }
             // The safety net: a failed order's own intent holding funds, or waiting for its
-            // buyer, is cancelled by the reconciliation or the webhook.
+            // buyer, is cancelled by the reconciliation or the webhook; and a release owed on
+            // an order the database refused is made by the reconciliation whatever the
+            // order's status (`strays::owed_now`).
             let live = matches!(intent.status, IntentStatus::RequiresCapture | IntentStatus::RequiresAction);
-            if self.rules.safety_net && live && o.status.has_failed() && o.intent == Some(i) {
+            let netted = self.rules.safety_net && o.status.has_failed();
+            if live && (netted || o.release_owed) && o.intent == Some(i) {
                 actions.push(Action::ReleaseFailedHold(i));
             }
         }

@@ -2,7 +2,8 @@
 //! stock worker's line after a cut, which cuts an upsert accepts, a resumed authorization, a
 //! 3-D Secure settle past its deadline, a create's `idempotency_error` and `409`, the commit of
 //! an authorization, a capture from a message, a hold past its deadline, a lookup that finds an
-//! intent mid-confirm, the safety net). [`Rules::NOW`] is the code as it is; the other
+//! intent mid-confirm, the safety net, the `sold_out` answer and the fast path at an intake, a
+//! settle the database refuses). [`Rules::NOW`] is the code as it is; the other
 //! constants are the code before a fix, and some variants are defects planted so that the
 //! checker shows it finds them. Each variant names the fleet's function that decides its way.
 
@@ -40,6 +41,40 @@ pub struct Rules {
     /// Which read of the product a `sold_out` answer may come from, at an intake that reads
     /// it (a scenario with intakes).
     pub sold_out: SoldOutRule,
+    /// What a read that turns an intake's fast path on does with the requests still waiting.
+    pub fast_path: FastPathRule,
+    /// What a 3-D Secure settle does when the database refuses its move for good.
+    pub settle_refusal: RefusalRule,
+}
+
+/// What a read that sees units beyond its batch's does, at an intake whose requests then go
+/// straight to the door (`SoldOutReads`'s `units_left`, the fast path), with the requests that
+/// arrived while it was in flight and still wait for the next read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FastPathRule {
+    /// The code (`SoldOutReads::answer_batch`): they go to the door with it, under the lock
+    /// that turns the fast path on, before any request that arrives after.
+    WaitersFirst,
+    /// The code before, planted to show the checker finds it: they wait for the next read
+    /// while later arrivals go straight to the door ahead of them.
+    LaterArrivalsFirst,
+}
+
+/// What a 3-D Secure settle (the webhook's or the sweeper's) does when the database refuses
+/// its move out of `requires_action` for good (a trigger, a constraint).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefusalRule {
+    /// The code (`action::authorize`, `action::decline`, then `refusal::end_refused`): the
+    /// order's hold cancelled and the answer read (one Stripe does not answer owed to the
+    /// reconciliation, which releases it whatever the order's status); the order ended
+    /// `payment_declined` with `order_refused`, its units back, where the database allows it,
+    /// else left for a person; and the settler goes on with the other orders.
+    EndTheOrder,
+    /// The code before, planted to show the checker finds it: the settle answers the
+    /// database's error. Its hold stays live; the webhook answers 503 (Stripe delivers again
+    /// until it gives up); the sweeper's pass ends there, and every pass after, which meets
+    /// the same order first.
+    AnError,
 }
 
 /// Which read of the product an intake may answer `sold_out` from
@@ -49,9 +84,10 @@ pub enum SoldOutRule {
     /// Only a read that began after the request arrived: one in flight per intake, shared by
     /// every request that arrived before it began (the code).
     ReadAfterArrival,
-    /// A defect planted on purpose: the last read that ended, however old, as a cache with a
-    /// time to live answers. A unit that came back since (a decline, a lapsed hold, a raise)
-    /// is missed.
+    /// A defect planted on purpose: `sold_out` from the last read that ended, however old, as a
+    /// cache with a time to live answers (the end-to-end suite's `sold_out_cache`); a request
+    /// it does not answer waits for a read. A unit that came back since (a decline, a lapsed
+    /// hold, a raise) is missed.
     LastRead,
 }
 
@@ -99,8 +135,12 @@ impl Rules {
         safety_net: false,
         resume_lookup: ResumeLookup::ListAlways,
         in_use: InUseRule::AWait,
-        // No scenario of the code before issue 46 has intakes that read the product.
+        // No scenario of the code these rules stand for has intakes that read the product, or
+        // a settle the database refuses: for the `sold_out` read, the herd's fast path and a
+        // refused settle, they take the code's rules.
         sold_out: SoldOutRule::ReadAfterArrival,
+        fast_path: FastPathRule::WaitersFirst,
+        settle_refusal: RefusalRule::EndTheOrder,
     };
 }
 

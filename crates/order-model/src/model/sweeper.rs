@@ -9,7 +9,8 @@ use crate::state::*;
 
 impl OrderProtocol {
     /// A busy sweeper takes its job's next step; an idle one takes up an order with no lease
-    /// left pending, or (when it sweeps everything) one left unsettled.
+    /// left pending, or (when it sweeps everything) one left unsettled. Passes that end at an
+    /// error take up only pending orders (`sweep_pending` comes first in a pass).
     pub(super) fn sweeper_actions(&self, s: &State, actions: &mut Vec<Action>) {
         if let Some(job) = s.sweeper {
             return Self::step_actions(s, Proc::Sweeper, Some(job), actions);
@@ -18,8 +19,17 @@ impl OrderProtocol {
             if o.status == Status::PendingAuthorization && o.lease.is_none() {
                 actions.push(Action::SweepPending(id));
             }
-            // Past its deadline, or not looked at for a while: any moment.
-            if o.status == Status::RequiresAction && o.lease.is_none() {
+            if s.sweeps_halted {
+                continue;
+            }
+            // Past its deadline, or not looked at for a while: any moment. An order left for a
+            // person after a refusal, its hold cancelled, is listed again by each pass and
+            // nothing else: no step.
+            let listed_only = o.refused
+                && o.stuck
+                && o.intent
+                    .is_some_and(|i| s.stripe.intents[usize::from(i)].status == IntentStatus::Canceled);
+            if o.status == Status::RequiresAction && o.lease.is_none() && !listed_only {
                 actions.push(Action::SweepAction(id));
             }
             // Failed holding a hold not yet released (`authorization_canceled` only for a hold
@@ -48,8 +58,11 @@ impl OrderProtocol {
             Next::Go(job) => s.sweeper = Some(job),
             Next::End(done) => {
                 s.sweeper = None;
-                if let Done::Stuck = done {
-                    s.order_mut(job.order()).stuck = true;
+                match done {
+                    Done::Stuck => s.order_mut(job.order()).stuck = true,
+                    // The pass ends at the error, and each pass after meets the same order first.
+                    Done::DatabaseError => s.sweeps_halted = true,
+                    Done::Settled | Done::Later | Done::GaveUp => {}
                 }
             }
         }

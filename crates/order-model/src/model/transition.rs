@@ -55,11 +55,14 @@ pub enum Transition {
     ReleaseFailedHold,
     ReadStarts,
     ReadEnds,
+    CommitRefused,
+    ReleaseRefused,
+    EndRefused,
 }
 
 impl Transition {
     /// Every kind, for the map's test.
-    pub const ALL: [Transition; 43] = [
+    pub const ALL: [Transition; 46] = [
         Transition::Send,
         Transition::Door,
         Transition::Resume,
@@ -103,6 +106,9 @@ impl Transition {
         Transition::ReleaseFailedHold,
         Transition::ReadStarts,
         Transition::ReadEnds,
+        Transition::CommitRefused,
+        Transition::ReleaseRefused,
+        Transition::EndRefused,
     ];
 }
 
@@ -150,8 +156,15 @@ impl OrderProtocol {
 
     /// The kind of a job's next step in a state: a commit that accepts the order and takes its
     /// units in the same statement is [`Transition::ReserveAtCommit`]; a reservation that ends
-    /// an order on a hold past its deadline is [`Transition::Lapse`].
+    /// an order on a hold past its deadline is [`Transition::Lapse`]; a settle's commit the
+    /// database refuses is [`Transition::CommitRefused`].
     fn transition_of_step(&self, state: &State, job: Job) -> Transition {
+        if let Job::Settle(order, step @ (Settle::Authorize | Settle::Decline)) = job
+            && state.order(order).status == Status::RequiresAction
+            && self.refuses(order, step == Settle::Authorize)
+        {
+            return Transition::CommitRefused;
+        }
         if let Job::Advance(order, Advance::Reserve) = job
             && self.lapses(state.order(order))
         {
@@ -189,6 +202,8 @@ impl OrderProtocol {
             Job::Settle(_, Settle::Read) => Transition::ReadAction,
             Job::Settle(_, Settle::Release { .. }) => Transition::ReleaseAction,
             Job::Settle(_, Settle::Decline | Settle::Authorize) => Transition::RecordAction,
+            Job::Settle(_, Settle::ReleaseRefused) => Transition::ReleaseRefused,
+            Job::Settle(_, Settle::EndRefused { .. }) => Transition::EndRefused,
             Job::Hook(_, Hook::Read) => Transition::ReadHold,
             Job::Hook(_, Hook::LoseHold) => Transition::LoseHold,
         }

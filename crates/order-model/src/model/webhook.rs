@@ -57,7 +57,8 @@ impl OrderProtocol {
             Next::Go(job) => s.webhook = Some((event, job)),
             Next::End(done) => {
                 s.webhook = None;
-                if let Done::Later = done {
+                // A 503: Stripe delivers the event again.
+                if let Done::Later | Done::DatabaseError = done {
                     s.events.push(event);
                     s.events.sort_unstable();
                 }

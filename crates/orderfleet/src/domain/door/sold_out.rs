@@ -26,7 +26,12 @@
 //! the door. Going to the door is never wrong, only dearer: so a process sends a product's
 //! requests straight to the door until the door answers one `sold_out`, and again after a
 //! read saw more units left than its batch asked for (a raise, say), until the door says sold
-//! out once more. Only a sold-out product's requests wait for a read.
+//! out once more. Only a sold-out product's requests wait for a read. The line inside the
+//! process holds through that turn: the read that turns the fast path on sends every request
+//! still waiting (those that arrived while it was in flight) to the door with its own batch,
+//! before any request that arrives after it goes straight there
+//! ([`SoldOutReads::answer_batch`]; the order model plants the rule before and finds the
+//! request it lets pass, `FastPathRule::LaterArrivalsFirst`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -117,33 +122,52 @@ struct Waiter {
     verdict: oneshot::Sender<Verdict>,
 }
 
+/// Where a request stands once it has asked ([`SoldOutReads::arrive`]).
+#[derive(Debug)]
+enum Arrival {
+    /// Answered at once: the door (the fast path, or no batch for the product), or the
+    /// defect the end-to-end suite plants.
+    Answered(Verdict),
+    /// In the product's batch, for a read that begins after now; `lead`: this request starts
+    /// the product's leader.
+    Waits { answered: oneshot::Receiver<Verdict>, lead: bool },
+}
+
 impl SoldOutReads {
     /// What a read that begins after this call says to `entry`: [`Verdict::SoldOut`] only
     /// from such a read; [`Verdict::Door`] at once while this process last saw units left.
     pub async fn ask(self: &Arc<Self>, pool: &Pool, entry: &Entry<'_>) -> Verdict {
-        let (verdict, answered) = oneshot::channel();
-        let lead = {
-            let mut products = self.products.lock().unwrap_or_else(PoisonError::into_inner);
-            // A product the door never said was sold out (or no such product) has no batch.
-            let Some(batch) = products.get_mut(entry.product_id) else { return Verdict::Door };
-            if batch.units_left {
-                return Verdict::Door;
+        match self.arrive(entry) {
+            Arrival::Answered(verdict) => verdict,
+            Arrival::Waits { answered, lead } => {
+                if lead {
+                    tokio::spawn(Arc::clone(self).lead(pool.clone(), entry.product_id.clone()));
+                }
+                answered.await.unwrap_or(Verdict::Door)
             }
-            if let Some(cached) = batch.planted_cache(entry.quantity) {
-                return cached;
-            }
-            batch.waiting.push(Waiter {
-                user: entry.user.clone(),
-                key: entry.key.to_owned(),
-                quantity: entry.quantity,
-                verdict,
-            });
-            !std::mem::replace(&mut batch.leading, true)
-        };
-        if lead {
-            tokio::spawn(Arc::clone(self).lead(pool.clone(), entry.product_id.clone()));
         }
-        answered.await.unwrap_or(Verdict::Door)
+    }
+
+    /// `entry` arrives at its product's batch, under the lock: straight to the door while the
+    /// fast path is on, else into the batch, behind every request already there.
+    fn arrive(&self, entry: &Entry<'_>) -> Arrival {
+        let mut products = self.products.lock().unwrap_or_else(PoisonError::into_inner);
+        // A product the door never said was sold out (or no such product) has no batch.
+        let Some(batch) = products.get_mut(entry.product_id) else { return Arrival::Answered(Verdict::Door) };
+        if batch.units_left {
+            return Arrival::Answered(Verdict::Door);
+        }
+        if let Some(cached) = batch.planted_cache(entry.quantity) {
+            return Arrival::Answered(cached);
+        }
+        let (verdict, answered) = oneshot::channel();
+        batch.waiting.push(Waiter {
+            user: entry.user.clone(),
+            key: entry.key.to_owned(),
+            quantity: entry.quantity,
+            verdict,
+        });
+        Arrival::Waits { answered, lead: !std::mem::replace(&mut batch.leading, true) }
     }
 
     /// The door answered a request for `product` `sold_out`: its next requests wait for reads.
@@ -173,20 +197,9 @@ impl SoldOutReads {
             if let Some(next) = spaced {
                 tokio::time::sleep_until(next.into()).await;
             }
-            let batch = {
-                let mut products = self.products.lock().unwrap_or_else(PoisonError::into_inner);
-                let Some(batch) = products.get_mut(&product) else { return };
-                if batch.waiting.is_empty() {
-                    // Under the lock: a request that comes next finds no leader and starts one.
-                    batch.leading = false;
-                    ended.normally = true;
-                    return;
-                }
-                batch.last_began = Some(Instant::now());
-                // A request gone (its deadline passed, its buyer hung up) asks nothing.
-                batch.waiting.retain(|waiter| !waiter.verdict.is_closed());
-                let end = batch.waiting.len().min(MOST_A_BATCH);
-                batch.waiting.drain(..end).collect::<Vec<_>>()
+            let Some(batch) = self.take_batch(&product) else {
+                ended.normally = true;
+                return;
             };
             if batch.is_empty() {
                 continue;
@@ -203,21 +216,54 @@ impl SoldOutReads {
                     Read::failed(batch.len())
                 }
             };
-            let asked: Vec<(i32, bool)> =
-                batch.iter().zip(&read.key_used).map(|(w, used)| (w.quantity.get(), *used)).collect();
-            let (answers, plenty) = allot(&asked, read.units_left, read.units_may_return);
-            let mut again = Vec::new();
-            for (waiter, answer) in batch.into_iter().zip(answers) {
-                match answer {
-                    // A request gone (its deadline passed) needs no answer.
-                    Allotted::Answer(verdict) => _ = waiter.verdict.send(verdict),
-                    Allotted::Again => again.push(waiter),
-                }
+            self.answer_batch(&product, batch, &read);
+        }
+    }
+
+    /// A read begins: the requests waiting for `product` (up to [`MOST_A_BATCH`]) are its
+    /// batch, and those that arrive from now on wait for the next. `None` when nobody waits:
+    /// the leader ends, under the lock, so that the next request starts one.
+    fn take_batch(&self, product: &Sku) -> Option<Vec<Waiter>> {
+        let mut products = self.products.lock().unwrap_or_else(PoisonError::into_inner);
+        let batch = products.get_mut(product)?;
+        if batch.waiting.is_empty() {
+            batch.leading = false;
+            return None;
+        }
+        batch.last_began = Some(Instant::now());
+        // A request gone (its deadline passed, its buyer hung up) asks nothing.
+        batch.waiting.retain(|waiter| !waiter.verdict.is_closed());
+        let end = batch.waiting.len().min(MOST_A_BATCH);
+        Some(batch.waiting.drain(..end).collect())
+    }
+
+    /// A read ended: each request of its `batch` answered from it ([`allot`]), and what it saw
+    /// kept for the requests that come next. Units left beyond the batch's turn the fast path
+    /// on; then every request still waiting (each arrived while the read was in flight, so
+    /// before any that comes after) goes to the door now, under the same lock, and no later
+    /// arrival passes it on the way there.
+    fn answer_batch(&self, product: &Sku, batch: Vec<Waiter>, read: &Read) {
+        let asked: Vec<(i32, bool)> =
+            batch.iter().zip(&read.key_used).map(|(w, used)| (w.quantity.get(), *used)).collect();
+        let (answers, plenty) = allot(&asked, read.units_left, read.units_may_return);
+        let mut again = Vec::new();
+        for (waiter, answer) in batch.into_iter().zip(answers) {
+            match answer {
+                // A request gone (its deadline passed) needs no answer.
+                Allotted::Answer(verdict) => _ = waiter.verdict.send(verdict),
+                Allotted::Again => again.push(waiter),
             }
-            let mut products = self.products.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(batch) = products.get_mut(&product) {
-                batch.units_left |= plenty;
-                batch.last_read = Some((Instant::now(), read.units_left, read.units_may_return));
+        }
+        let mut products = self.products.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(batch) = products.get_mut(product) {
+            batch.last_read = Some((Instant::now(), read.units_left, read.units_may_return));
+            if plenty {
+                // None waits again (`allot`), and these came before anyone the fast path lets by.
+                for waiter in batch.waiting.drain(..) {
+                    let _ = waiter.verdict.send(Verdict::Door);
+                }
+                batch.units_left = true;
+            } else {
                 // Ahead of the requests that came after them: the next read answers them.
                 batch.waiting.splice(..0, again);
             }
@@ -365,6 +411,46 @@ mod tests {
     fn units_beyond_the_batch_send_the_requests_after_it_to_the_door() {
         let (answers, plenty) = allot(&[(1, false)], Some(5), true);
         assert_eq!((answers, plenty), (vec![DOOR], true));
+    }
+
+    /// A request for `product` by `user`, of one unit.
+    fn one_unit<'a>(user: &'a UserId, product: &'a Sku) -> Entry<'a> {
+        Entry {
+            user,
+            key: user.as_str(),
+            product_id: product,
+            quantity: Quantity::parse(1).unwrap(),
+            payment_method: "pm_card_visa",
+            fingerprint: b"",
+            lease: Duration::from_secs(30),
+            traceparent: "",
+        }
+    }
+
+    #[test]
+    fn a_read_turning_the_fast_path_on_sends_its_waiters_before_later_ones() {
+        // Arrange: the door said sold out; A waits and its read begins; B arrives during it.
+        let reads = SoldOutReads::default();
+        let product = Sku::parse("herd").unwrap();
+        let [a, b, c] = ["a", "b", "c"].map(|user| UserId::parse(user).unwrap());
+        reads.door_sold_out(&product);
+        let Arrival::Waits { lead: true, .. } = reads.arrive(&one_unit(&a, &product)) else {
+            panic!("the first request waits, and leads");
+        };
+        let batch = reads.take_batch(&product).expect("A's read begins");
+        let Arrival::Waits { answered: mut b_answered, lead: false } = reads.arrive(&one_unit(&b, &product))
+        else {
+            panic!("B waits for the next read");
+        };
+
+        // Act: A's read sees units beyond its batch (a raise), and C arrives after it.
+        let units_beyond = Read { units_left: Some(5), units_may_return: true, key_used: vec![false] };
+        reads.answer_batch(&product, batch, &units_beyond);
+        let c_arrival = reads.arrive(&one_unit(&c, &product));
+
+        // Assert: C goes straight to the door, and B, ahead of it, was sent there first.
+        assert!(matches!(c_arrival, Arrival::Answered(Verdict::Door)), "{c_arrival:?}");
+        assert_eq!(b_answered.try_recv(), Ok(Verdict::Door), "B, which came before C, still waits");
     }
 
     #[test]
