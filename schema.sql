@@ -84,8 +84,7 @@ $$;
 CREATE FUNCTION public.counts_as_decline(status public.order_status, failure_reason text) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$ SELECT status = 'payment_declined'
-             AND failure_reason IS DISTINCT FROM 'authentication_timed_out'
-             AND failure_reason IS DISTINCT FROM 'payment_canceled' $$;
+             AND (failure_reason IS NULL OR failure_reason IN ('payment_declined', 'authentication_failed')) $$;
 
 --
 -- Name: failed(public.order_status); Type: FUNCTION; Schema: public; Owner: -

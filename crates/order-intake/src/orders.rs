@@ -161,7 +161,14 @@ impl Intake<'_> {
 
     /// Takes the lease of a pending order nobody is working on.
     async fn take_over(&self, id: OrderId) -> Result<Option<Order>, ApiError> {
-        authorization::take_over(self.pool, id, self.lease).await.map_err(database_error)
+        authorization::take_over(self.pool, id, self.lease).await.map_err(|e| {
+            // An order the database refuses even its lease answers as any refused order does.
+            if orderfleet::runtime::db::refused_for_good(&e) {
+                ApiError::OrderRefused
+            } else {
+                database_error(e)
+            }
+        })
     }
 
     /// Authorizes outside any transaction, then records the result (see
@@ -203,6 +210,12 @@ impl Intake<'_> {
             // the same key answers the same until a person mends the row or the rule.
             Err(AuthorizationError::OrderRefused(reason)) => {
                 tracing::error!(reason, "the database refuses the order; it needs a person");
+                give_back_when_able(self.pool.clone(), order);
+                return Err(ApiError::OrderRefused);
+            }
+            // Refused outside the rule's move (a decline's record, say): the same answer.
+            Err(AuthorizationError::Database(e)) if orderfleet::runtime::db::refused_for_good(&e) => {
+                tracing::error!(error = %e, "the database refuses the order; it needs a person");
                 give_back_when_able(self.pool.clone(), order);
                 return Err(ApiError::OrderRefused);
             }

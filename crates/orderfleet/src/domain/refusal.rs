@@ -67,7 +67,9 @@ pub enum Ended {
 pub fn failed_status(from: OrderStatus) -> Option<OrderStatus> {
     match from {
         OrderStatus::PendingAuthorization | OrderStatus::RequiresAction => Some(OrderStatus::PaymentDeclined),
-        OrderStatus::Authorized => Some(OrderStatus::RejectedOutOfStock),
+        // Never `rejected_out_of_stock`: that says the units ran out before the order's turn
+        // (§8.7), which they did not. Its hold is cancelled: the arrow of a cancelled hold.
+        OrderStatus::Authorized => Some(OrderStatus::AuthorizationCanceled),
         OrderStatus::StockReserved => Some(OrderStatus::CaptureFailed),
         _ => None,
     }

@@ -154,7 +154,7 @@ pub struct OtherReason(&'static str);
 
 impl OtherReason {
     /// The most distinct unknown codes one process keeps; past it, every other reads as
-    /// `unknown` (a later version adds a handful, not thousands).
+    /// `unrecognized_reason` (a later version adds a handful, not thousands).
     const MOST: usize = 64;
 
     fn intern(code: &str) -> Self {
@@ -166,7 +166,7 @@ impl OtherReason {
             return OtherReason(known);
         }
         if seen.len() >= Self::MOST {
-            return OtherReason("unknown");
+            return OtherReason("unrecognized_reason");
         }
         let code: &'static str = Box::leak(code.to_owned().into_boxed_str());
         seen.insert(code);

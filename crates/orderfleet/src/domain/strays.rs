@@ -355,7 +355,9 @@ pub(crate) async fn owe(
         "INSERT INTO intent_releases_owed (payment_intent_id, order_id, found, last_error)
          VALUES ($1, $2, $3, $4)
          ON CONFLICT (payment_intent_id) DO UPDATE
-            SET tries = intent_releases_owed.tries + 1, last_tried_at = now(), last_error = EXCLUDED.last_error",
+            SET tries = intent_releases_owed.tries + 1, last_tried_at = now(), last_error = EXCLUDED.last_error,
+                found = CASE WHEN EXCLUDED.found = 'order_refused' THEN EXCLUDED.found
+                             ELSE intent_releases_owed.found END",
         payment_intent,
         order as _,
         found,

@@ -43,9 +43,8 @@ use crate::domain::order::OrderStatus;
 use crate::domain::payments::Payments;
 use crate::runtime::failure::Kind;
 
-/// How soon after a 3-D Secure deadline the sweeper settles the order, at the latest (its wake
-/// at the deadline, [`Sweeper::run`]), and how long it leaves one it could not settle before it
-/// looks again.
+/// The least time between two of the sweeper's wakes for 3-D Secure deadlines
+/// ([`Sweeper::run`]): an order is settled within about this of its deadline.
 pub const DEADLINE_SLACK: Duration = Duration::from_secs(1);
 
 /// How long after a try that did not settle it an order past its 3-D Secure deadline wakes the
@@ -173,11 +172,9 @@ impl Sweeper {
                     span.in_scope(|| tracing::error!(reason, "order cannot advance; it needs a person"));
                     report.stuck.push((id, reason))
                 }
-                // Refused before any move could be tried (its lease, say): nothing of it was
-                // touched, and the next sweep tries it again.
+                // Refused outside a move (its lease, say): its hold released all the same.
                 Err(AuthorizationError::Database(e)) if crate::runtime::db::refused_for_good(&e) => {
-                    let reason =
-                        format!("the database refuses to touch the order: {e} (fix the row or the rule)");
+                    let reason = self.untouchable(id, &e).await;
                     span.in_scope(|| tracing::error!(reason, "order cannot advance; it needs a person"));
                     report.stuck.push((id, reason))
                 }
@@ -196,13 +193,15 @@ impl Sweeper {
         let orders = sqlx::query!(
             r#"SELECT id AS "id: OrderId", traceparent FROM orders
               WHERE status = $1
-                AND (action_expires_at < now()
+                AND ((action_expires_at < now()
+                      AND COALESCE(swept_at, '-infinity') < now() - $4 * interval '1 ms')
                      OR COALESCE(swept_at, updated_at) < now() - $2 * interval '1 ms')
                 AND (intake_lease_until IS NULL OR intake_lease_until < now())
-              ORDER BY action_expires_at LIMIT $3"#,
+              ORDER BY swept_at NULLS FIRST, action_expires_at LIMIT $3"#,
             OrderStatus::RequiresAction as _,
             self.policy.pending_after.as_millis() as i64,
             self.policy.batch,
+            LOOK_AGAIN.as_millis() as i64,
         )
         .fetch_all(&self.pool)
         .await
@@ -228,8 +227,7 @@ impl Sweeper {
                     self.stamp(id).await?;
                 }
                 Err(AuthorizationError::Database(e)) if crate::runtime::db::refused_for_good(&e) => {
-                    let reason =
-                        format!("the database refuses to touch the order: {e} (fix the row or the rule)");
+                    let reason = self.untouchable(id, &e).await;
                     span.in_scope(|| tracing::error!(reason, "order cannot advance; it needs a person"));
                     report.stuck.push((id, reason));
                     self.stamp(id).await?;
@@ -280,6 +278,36 @@ impl Sweeper {
             self.stamp(id).await?;
         }
         Ok(())
+    }
+
+    /// An order the database refuses even its lease (a trigger on every change of the row):
+    /// no move can be tried, so its recorded hold is released here, as the rule of
+    /// [`crate::domain::refusal`] would (a cancel Stripe does not answer is owed to the
+    /// reconciliation, which makes it whatever the order's status). Why, for the stuck list.
+    async fn untouchable(&self, id: OrderId, refusal: &sqlx::Error) -> String {
+        let order = match crate::domain::order::load(&self.pool, id).await {
+            Ok(Some(order)) => order,
+            Ok(None) => return format!("the database refuses to touch order {id}: {refusal}"),
+            Err(e) => {
+                return format!("the database refuses to touch the order: {refusal}; and to read it: {e}");
+            }
+        };
+        let Some(intent) = order.payment_intent_id.as_deref() else {
+            return format!("the database refuses to touch the order: {refusal} (it holds no PaymentIntent)");
+        };
+        let released = match self.payments.cancel(order.intent(intent)).await {
+            Ok(_) => "its hold is released",
+            Err(why) if why.is_transient() => {
+                match crate::domain::strays::owe(&self.pool, id, intent, "order_refused", &why).await {
+                    Ok(()) => "its hold's release is owed: the reconciliation of strays cancels it",
+                    Err(_) => {
+                        "its hold could not be cancelled nor its release recorded: cancel it in Stripe's Dashboard"
+                    }
+                }
+            }
+            Err(_) => "Stripe refused to cancel its hold: cancel it in Stripe's Dashboard",
+        };
+        format!("the database refuses to touch the order: {refusal} ({released}; fix the row or the rule)")
     }
 
     /// Stamps an order tried and not settled (`swept_at`), so the next pass takes the others

@@ -28,8 +28,9 @@
 //! read saw more units left than its batch asked for (a raise, say), until the door says sold
 //! out once more. Only a sold-out product's requests wait for a read. The line inside the
 //! process holds through that turn: the read that turns the fast path on sends every request
-//! still waiting (those that arrived while it was in flight) to the door with its own batch,
-//! before any request that arrives after it goes straight there
+//! still waiting (those that arrived while it was in flight) on to the door with its own
+//! batch, told so before any request that arrives after it is let straight through (the door's
+//! statements then race as any concurrent requests do, and §8.7 orders them by their answers)
 //! ([`SoldOutReads::answer_batch`]; the order model plants the rule before and finds the
 //! request it lets pass, `FastPathRule::LaterArrivalsFirst`).
 
@@ -240,8 +241,8 @@ impl SoldOutReads {
     /// A read ended: each request of its `batch` answered from it ([`allot`]), and what it saw
     /// kept for the requests that come next. Units left beyond the batch's turn the fast path
     /// on; then every request still waiting (each arrived while the read was in flight, so
-    /// before any that comes after) goes to the door now, under the same lock, and no later
-    /// arrival passes it on the way there.
+    /// before any that comes after) is sent on to the door now, under the same lock, before any
+    /// later arrival is let straight through.
     fn answer_batch(&self, product: &Sku, batch: Vec<Waiter>, read: &Read) {
         let asked: Vec<(i32, bool)> =
             batch.iter().zip(&read.key_used).map(|(w, used)| (w.quantity.get(), *used)).collect();

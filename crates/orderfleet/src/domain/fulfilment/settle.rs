@@ -57,6 +57,13 @@ impl Fulfilment {
                 // A hold that is gone (it lapsed, or was cancelled in the Dashboard) is not a
                 // failed capture: the order ends `authorization_canceled` (SPEC §5).
                 let ended = match self.payments.retrieve(intent).await {
+                    // Captured already (an earlier capture whose record was lost or refused, its
+                    // key's saved answer expired since): the unit is sold, and never given back.
+                    Ok(now) if now.status == IntentStatus::Succeeded => {
+                        let paid = OrderNotification::of(order, OrderStatus::Paid, None);
+                        let moved = self.record_paid(order.id, paid).await?;
+                        return Ok(if moved { Captured::Moved(OrderStatus::Paid) } else { Captured::Lost });
+                    }
                     Ok(now) if now.status == IntentStatus::Canceled => OrderStatus::AuthorizationCanceled,
                     Ok(_) => OrderStatus::CaptureFailed,
                     Err(e) if e.is_transient() => return Ok(Captured::Blocked(e.to_string())),

@@ -20,7 +20,7 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use jsonwebtoken::jwk::{Jwk, JwkSet, KeyAlgorithm};
+use jsonwebtoken::jwk::{Jwk, KeyAlgorithm};
 use jsonwebtoken::{Algorithm, DecodingKey};
 use tokio::sync::{Mutex, RwLock};
 use tokio::time::Instant;
@@ -74,22 +74,30 @@ impl KeySet {
     /// says why.
     pub async fn fetch(&self) -> anyhow::Result<usize> {
         let mut fetched = self.fetched.lock().await;
+        let count = self.fetch_locked().await?;
         *fetched = Some(Instant::now());
-        self.fetch_locked().await
+        Ok(count)
     }
 
     async fn fetch_locked(&self) -> anyhow::Result<usize> {
         let set = tokio::time::timeout(FETCH_TIMEOUT, self.get())
             .await
             .map_err(|_| anyhow::anyhow!("no answer within {FETCH_TIMEOUT:?}"))??;
-        let keys: HashMap<String, Key> = set.keys.iter().filter_map(usable).collect();
+        // Key by key: one the library cannot read (another curve, an encryption key) is left
+        // out, never the whole set with it.
+        let keys: HashMap<String, Key> = set
+            .keys
+            .into_iter()
+            .filter_map(|key| serde_json::from_value::<Jwk>(key).ok())
+            .filter_map(|jwk| usable(&jwk))
+            .collect();
         let count = keys.len();
         *self.keys.write().await = keys;
         metrics::counter!("intake_jwks_fetches_total", "outcome" => "fetched").increment(1);
         Ok(count)
     }
 
-    async fn get(&self) -> anyhow::Result<JwkSet> {
+    async fn get(&self) -> anyhow::Result<RawSet> {
         let answer = self.http.get(self.url.clone()).await?;
         anyhow::ensure!(answer.status().is_success(), "the provider answered {}", answer.status());
         let body = http_body_util::Limited::new(answer.into_body(), MOST_BYTES)
@@ -111,11 +119,16 @@ impl KeySet {
         if let Some(key) = self.keys.read().await.get(kid) {
             return Some(key.clone());
         }
+        // Until a fetch has succeeded, every unknown `kid` may try (one at a time, each bounded
+        // by the fetch's timeout): a provider away at start is not waited for a minute.
         if fetched.is_some_and(|at| at.elapsed() < self.refetch_every) {
             return None;
         }
-        *fetched = Some(Instant::now());
-        if let Err(e) = self.fetch_locked().await {
+        let tried = self.fetch_locked().await;
+        if tried.is_ok() || fetched.is_some() {
+            *fetched = Some(Instant::now());
+        }
+        if let Err(e) = tried {
             metrics::counter!("intake_jwks_fetches_total", "outcome" => "failed").increment(1);
             tracing::warn!(
                 error = format!("{e:#}"),
@@ -126,10 +139,19 @@ impl KeySet {
     }
 }
 
+/// A key set as served: its keys read one by one ([`KeySet::fetch`]).
+#[derive(serde::Deserialize)]
+struct RawSet {
+    keys: Vec<serde_json::Value>,
+}
+
 /// A key of the set the intake can verify with: one with a `kid`, for RS256 or ES256 (as its
 /// `alg` says, or as its type implies when it names none).
 fn usable(jwk: &Jwk) -> Option<(String, Key)> {
-    use jsonwebtoken::jwk::AlgorithmParameters;
+    use jsonwebtoken::jwk::{AlgorithmParameters, PublicKeyUse};
+    if matches!(jwk.common.public_key_use, Some(PublicKeyUse::Encryption)) {
+        return None;
+    }
     let kid = jwk.common.key_id.clone()?;
     let algorithm = match (jwk.common.key_algorithm, &jwk.algorithm) {
         (Some(KeyAlgorithm::RS256), _) | (None, AlgorithmParameters::RSA(_)) => Algorithm::RS256,
