@@ -22,6 +22,8 @@ pub(super) enum Captured {
     Lost,
     /// Stripe did not answer.
     Blocked(String),
+    /// Stripe held the intent for another request through every retry.
+    Locked(String),
 }
 
 impl Fulfilment {
@@ -43,6 +45,7 @@ impl Fulfilment {
             Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
                 Ok(Captured::Blocked(reason))
             }
+            Err(PaymentError::Locked(reason)) => Ok(Captured::Locked(reason)),
             Err(refused) => {
                 // The provider will not capture (the authorization expired or was cancelled):
                 // the order fails cleanly, its units go back, and the user hears of it. The
@@ -228,6 +231,7 @@ impl Fulfilment {
             Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
                 Ok(Err(Failure::outage(Source::Stripe, "unavailable", reason)))
             }
+            Err(PaymentError::Locked(reason)) => Ok(Err(PaymentError::locked_failure(reason))),
             Err(refused) => {
                 let reason = format!("cannot cancel the authorization of order {}: {refused}", order.id);
                 Ok(Err(Failure::permanent(Source::Stripe, "cancel_refused", reason)))
