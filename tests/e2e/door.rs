@@ -606,6 +606,36 @@ async fn an_upsert_without_a_cap_removes_it() {
     fleet.stop().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upsert_below_stripe_s_minimum_charge_is_refused_and_changes_nothing() {
+    // Arrange: a product at a price Stripe charges.
+    let fleet = Fleet::prepare("upsert-minimum-charge").await.unwrap();
+    let upsert = |id: &'static str, price: &'static str, currency: &'static str| {
+        let args = ["product", "upsert", "--id", id, "--name", id, "--price", price];
+        let fleet = &fleet;
+        async move { fleet.fleetctl(&[&args[..], &["--currency", currency, "--stock", "5"]].concat(), &[]).await }
+    };
+    upsert("kettle", "1000", "usd").await.unwrap();
+
+    // Act: a new product at one cent, the kettle cut to 49 cents, a new one at ¥49.
+    let new = upsert("penny", "1", "usd").await.unwrap_err().to_string();
+    let cut = upsert("kettle", "49", "usd").await.unwrap_err().to_string();
+    let yen = upsert("yen", "49", "jpy").await.unwrap_err().to_string();
+
+    // Assert: each refused, naming Stripe's minimum (docs.stripe.com/currencies), and nothing
+    // written: no new product, the kettle's price as it was. At the minimum it is taken.
+    assert!(new.contains("the price 1 is below Stripe's minimum charge for USD, 50 (0.50 USD)"), "{new}");
+    assert!(cut.contains("the price 49 is below Stripe's minimum charge for USD, 50 (0.50 USD)"), "{cut}");
+    assert!(yen.contains("the price 49 is below Stripe's minimum charge for JPY, 50 (50 JPY)"), "{yen}");
+    let products: Vec<(String, i64)> = sqlx::query_as("SELECT id, price_minor FROM products ORDER BY id")
+        .fetch_all(&fleet.pool)
+        .await
+        .unwrap();
+    assert_eq!(products, [("kettle".to_owned(), 1000)]);
+    upsert("yen", "50", "jpy").await.unwrap();
+    fleet.stop().await.unwrap();
+}
+
 /// `fleetctl product upsert` for sku `product` with `stock` units: its output, or its error.
 async fn upsert_stock(fleet: &Fleet, product: &str, stock: &str) -> anyhow::Result<String> {
     let args = ["product", "upsert", "--id", product, "--name", product, "--price", "1000"];

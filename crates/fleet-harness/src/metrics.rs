@@ -10,7 +10,8 @@ pub fn sum_by_label(texts: &[String], metric: &str, label: &str) -> BTreeMap<Str
         for line in text.lines() {
             let Some(rest) = line.strip_prefix(metric) else { continue };
             let Some(rest) = rest.strip_prefix('{') else { continue };
-            let Some((labels, value)) = rest.split_once('}') else { continue };
+            // The last brace: a label's value may hold one (`GET /v1/payment_intents/{id}`).
+            let Some((labels, value)) = rest.rsplit_once('}') else { continue };
             let Ok(value) = value.trim().parse::<f64>() else { continue };
             let key = labels
                 .split(',')
@@ -35,5 +36,13 @@ mod tests {
         let sums = sum_by_label(&[a, b], "aws_requests_total", "operation");
         assert_eq!(sums["SendMessageBatch"], 5.0);
         assert_eq!(sums["Publish"], 1.0);
+    }
+
+    #[test]
+    fn a_label_value_may_hold_braces() {
+        let text =
+            "stripe_rate_limited_total{endpoint=\"POST /v1/payment_intents/{id}/capture\"} 2\n".to_owned();
+        let sums = sum_by_label(&[text], "stripe_rate_limited_total", "endpoint");
+        assert_eq!(sums["POST /v1/payment_intents/{id}/capture"], 2.0);
     }
 }

@@ -152,6 +152,7 @@ async fn faulted_read(sim: &SimState, fault: Mode) -> Response {
             retryable(error_response(&StripeError::internal()))
         }
         Mode::Error429 => retryable(error_response(&StripeError::injected_rate_limit())),
+        Mode::LockTimeout => retryable(error_response(&StripeError::lock_timeout())),
         Mode::Error400 => error_response(&StripeError::injected_invalid_request()),
         Mode::Timeout | Mode::SlowConfirm => {
             sim.hang().await;
@@ -321,6 +322,8 @@ async fn struck_before_running(
         Mode::Error500 if scope.is_none() => retryable(error_response(&StripeError::internal())),
         Mode::Error500Unsaved => retryable(error_response(&StripeError::internal())),
         Mode::Error429 => retryable(error_response(&StripeError::injected_rate_limit())),
+        // The object's lock was not had, so nothing ran and nothing is saved under the key.
+        Mode::LockTimeout => retryable(error_response(&StripeError::lock_timeout())),
         // Refused before it runs, as a request that fails validation is: nothing saved.
         Mode::Error400 => error_response(&StripeError::injected_invalid_request()),
         Mode::Timeout => {

@@ -225,6 +225,22 @@ impl StripeError {
         .with_code("parameter_unknown")
     }
 
+    /// Stripe's 429 for a request that waited in vain for the object it changes, held by
+    /// another request or by Stripe's own processing: an `invalid_request_error` with code
+    /// `lock_timeout`, in Stripe's words (docs.stripe.com/rate-limits#object-lock-timeouts,
+    /// docs.stripe.com/error-codes#lock-timeout). Not a rate limit: it is about one object.
+    pub(crate) fn lock_timeout() -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorType::InvalidRequest,
+            "This object cannot be accessed right now because another API request or Stripe process is \
+             currently accessing it. If you see this error intermittently, retry the request. If you see this \
+             error frequently and are making multiple concurrent requests to a single object, make your \
+             requests serially or at a lower rate.",
+        )
+        .with_code("lock_timeout")
+    }
+
     /// Stripe's 429: an `invalid_request_error` with code `rate_limit`, which Stripe's client
     /// libraries (any 429, in fact) turn into their rate-limit error.
     fn too_many_requests(message: &'static str) -> Self {

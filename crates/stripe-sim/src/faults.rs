@@ -84,6 +84,13 @@ pub(crate) enum Mode {
     /// results only after the execution of an endpoint begins",
     /// docs.stripe.com/api/idempotent_requests).
     Error500Unsaved,
+    /// Answer 429 `lock_timeout`: another request, or Stripe's own processing, holds the
+    /// object the request changes, and the request waited for it in vain
+    /// (docs.stripe.com/rate-limits#object-lock-timeouts; docs.stripe.com/error-codes#lock-timeout).
+    /// The operation does not run and nothing is saved under its key, so the retry Stripe
+    /// advises, with the same key, runs it (Stripe's own libraries retry a lock timeout that
+    /// way).
+    LockTimeout,
 }
 
 /// How long a request struck by `slow_confirm` goes on executing (unless
@@ -91,7 +98,7 @@ pub(crate) enum Mode {
 pub(crate) const SLOW_CONFIRM: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Mode {
-    const ALL: [Mode; 8] = [
+    const ALL: [Mode; 9] = [
         Mode::Error500,
         Mode::Error429,
         Mode::Timeout,
@@ -100,6 +107,7 @@ impl Mode {
         Mode::Error400,
         Mode::SlowConfirm,
         Mode::Error500Unsaved,
+        Mode::LockTimeout,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -112,6 +120,7 @@ impl Mode {
             Mode::Error400 => "error_400",
             Mode::SlowConfirm => "slow_confirm",
             Mode::Error500Unsaved => "error_500_unsaved",
+            Mode::LockTimeout => "lock_timeout",
         }
     }
 
@@ -119,7 +128,8 @@ impl Mode {
         Self::ALL.into_iter().find(|mode| mode.as_str() == raw).ok_or_else(|| {
             format!(
                 "unknown mode {raw:?}: expected one of \"error_500\", \"error_429\", \"timeout\", \
-                 \"drop_after_success\", \"error_500_after_success\", \"error_400\", \"slow_confirm\", \"error_500_unsaved\""
+                 \"drop_after_success\", \"error_500_after_success\", \"error_400\", \"slow_confirm\", \"error_500_unsaved\", \
+                 \"lock_timeout\""
             )
         })
     }

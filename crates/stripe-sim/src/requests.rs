@@ -18,7 +18,7 @@ mod values;
 use std::collections::BTreeMap;
 
 pub(crate) use checks::REDIRECT_NEEDS_RETURN_URL;
-use checks::{amount, currency, off_session, payment_method, payment_methods};
+use checks::{amount, at_least_the_minimum, currency, off_session, payment_method, payment_methods};
 use fields::{boolean, integer, metadata, non_empty, one_of, positive_integer};
 use values::AllowRedirects;
 pub(crate) use values::{
@@ -62,6 +62,7 @@ impl CreateRequest {
         parameters::create_known_only(params)?;
         let amount = amount(params)?;
         let currency = currency(params)?;
+        at_least_the_minimum(amount, &currency)?;
         let capture_method = one_of(params, "capture_method", &CaptureMethod::ALL, CaptureMethod::as_str)?
             // Stripe's default for new integrations.
             .unwrap_or(CaptureMethod::AutomaticAsync);
@@ -290,7 +291,7 @@ mod tests {
         // issue 33, and what a create naming its card types still sends.
         for types in ["payment_method_types[]=card", "payment_method_types[0]=card"] {
             for extra in ["", "&automatic_payment_methods[enabled]=false"] {
-                let body = format!("amount=10&currency=usd&payment_method=pm_card_visa&{types}{extra}");
+                let body = format!("amount=1000&currency=usd&payment_method=pm_card_visa&{types}{extra}");
                 let refused = create(&body).unwrap_err();
                 assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{body}");
                 assert_eq!(refused.code, Some("payment_method_types_no_longer_supported"), "{body}");
@@ -301,11 +302,11 @@ mod tests {
 
     #[test]
     fn a_parameter_the_create_does_not_take_is_refused_as_unknown() {
-        let refused = create("amount=10&currency=usd&card_types[0]=visa").unwrap_err();
+        let refused = create("amount=1000&currency=usd&card_types[0]=visa").unwrap_err();
         assert_eq!((refused.code, refused.param()), (Some("parameter_unknown"), Some("card_types")));
         assert_eq!(refused.message, "Received unknown parameter: card_types");
         assert!(
-            create("amount=10&currency=usd&allowed_payment_method_types[]=card&radar_options[session]=s")
+            create("amount=1000&currency=usd&allowed_payment_method_types[]=card&radar_options[session]=s")
                 .is_ok()
         );
     }

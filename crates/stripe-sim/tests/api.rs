@@ -120,6 +120,26 @@ async fn missing_or_invalid_amounts_and_currencies_name_the_parameter() {
 }
 
 #[tokio::test]
+async fn an_amount_below_stripe_s_minimum_charge_is_refused_as_amount_too_small() {
+    let sim = TestSim::start().await;
+
+    let refused =
+        sim.post("/v1/payment_intents", &AUTHORIZE.replace("amount=2500", "amount=1"), Some("k-1")).await;
+    let again = sim.post("/v1/payment_intents", AUTHORIZE, Some("k-1")).await;
+
+    // Stripe's answer (docs.stripe.com/currencies, "Minimum and maximum charge amounts";
+    // docs.stripe.com/error-codes#amount-too-small): a 400 on `amount`, no intent made, and
+    // nothing saved under the key, so the key's next request with a real price runs.
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.raw);
+    assert_eq!(refused.error_type(), "invalid_request_error");
+    assert_eq!(refused.error_code(), "amount_too_small");
+    assert_eq!(refused.body["error"]["param"], "amount");
+    assert_eq!(refused.body["error"]["message"], "Amount must be at least $0.50 usd");
+    assert_eq!(again.status, StatusCode::OK, "{}", again.raw);
+    assert_eq!(sim.intents().await.len(), 1);
+}
+
+#[tokio::test]
 async fn capturing_twice_is_refused_and_both_attempts_are_counted() {
     let sim = TestSim::start().await;
     let id = sim.authorized().await;

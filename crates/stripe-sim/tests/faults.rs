@@ -83,6 +83,34 @@ async fn an_error_429_fault_answers_rate_limit_without_effect() {
 }
 
 #[tokio::test]
+async fn a_lock_timeout_fault_answers_stripe_s_lock_timeout_and_saves_nothing() {
+    let sim = TestSim::start().await;
+    let id = sim.authorized().await;
+    sim.arm("capture", "lock_timeout", 2).await;
+
+    let first = sim.capture(&id, Some("cap")).await;
+    let second = sim.capture(&id, Some("cap")).await;
+    let third = sim.capture(&id, Some("cap")).await;
+
+    // Stripe's 429 for an object another request holds (docs.stripe.com/error-codes#lock-timeout):
+    // its own code, not `rate_limit`, in Stripe's words.
+    for faulted in [&first, &second] {
+        assert_eq!(faulted.status, StatusCode::TOO_MANY_REQUESTS, "{}", faulted.raw);
+        assert_eq!(faulted.error_type(), "invalid_request_error");
+        assert_eq!(faulted.error_code(), "lock_timeout");
+        let message = faulted.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with("This object cannot be accessed right now"), "{message}");
+        assert_eq!(faulted.header("idempotent-replayed"), None);
+    }
+    // Nothing ran and nothing was saved under the key: its retry captures, once.
+    assert_eq!(third.status, StatusCode::OK, "{}", third.raw);
+    assert_eq!(third.header("idempotent-replayed"), None);
+    let listed = sim.intent(&id).await;
+    assert_eq!(listed["status"], "succeeded");
+    assert_eq!(listed["capture_count"], 1);
+}
+
+#[tokio::test]
 async fn a_timeout_fault_hangs_past_the_clients_timeout_without_effect() {
     let sim = TestSim::start().await;
     let id = sim.authorized().await;

@@ -826,3 +826,53 @@ async fn stuck_gauge(fleet: &Fleet, metrics_url: &str) -> Option<f64> {
     let line = text.lines().find(|l| l.starts_with("orders_pending_authorization_stuck "))?;
     line.rsplit(' ').next()?.parse().ok()
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lock_timeouts_on_captures_are_retried_and_never_slow_or_pause_the_fleet() {
+    // Arrange: twenty-one units; five of the stock worker's captures among twenty orders meet
+    // an intent Stripe holds for another request (429 lock_timeout,
+    // docs.stripe.com/rate-limits#object-lock-timeouts).
+    let fleet = Fleet::start("lock-timeout", 1).await.unwrap();
+    fleet.product("sku-1", 1000, 21).await.unwrap();
+    fleet.fault("capture", "lock_timeout", 5).await.unwrap();
+
+    // Act: the twenty; then one more, alone, whose capture meets a held intent at each of the
+    // worker's three tries of one request, so the step itself ends on the lock.
+    for i in 0..20 {
+        assert_eq!(place(&fleet, &format!("buyer-{i}"), "key", "sku-1").await.status, 202);
+    }
+    fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    fleet.fault("capture", "lock_timeout", 3).await.unwrap();
+    assert_eq!(place(&fleet, "last", "key", "sku-1").await.status, 202);
+    let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+
+    // Assert: every order paid; the eight lock timeouts were met and retried, none taken for
+    // a rate limit (no cut of any operation's limit for the fleet, no 429 counted as one) nor
+    // for a Stripe outage that stops the stock worker receiving (before the fix: the capture's
+    // limit halved for every process, and the worker paused as if Stripe were down).
+    assert_eq!(statuses.get("paid"), Some(&21), "{statuses:?}");
+    let metrics = fleet.scrape_metrics().await;
+    let sum = |metric, label| fleet_harness::metrics::sum_by_label(&metrics, metric, label);
+    let outcomes = sum("messages_handled_total", "outcome");
+    let rate_limited = sum("stripe_rate_limited_total", "endpoint");
+    let lock_timeouts = sum("stripe_lock_timeouts_total", "operation");
+    // A message an outage stopped is held, not settled: it shows here, not as an outcome.
+    let held_for_outages = sum("messages_held_total", "queue");
+    println!(
+        "lock-timeout: outcomes {outcomes:?}, held for outages {held_for_outages:?}, rate limited \
+         {rate_limited:?}, lock timeouts {lock_timeouts:?}"
+    );
+    let cuts: Vec<(String, f64)> = sqlx::query_as("SELECT endpoint, factor FROM stripe_budget_slowdowns")
+        .fetch_all(&fleet.pool)
+        .await
+        .unwrap();
+    assert_eq!(cuts, [], "a lock_timeout slowed the fleet");
+    assert!(rate_limited.values().all(|&n| n == 0.0), "{rate_limited:?}");
+    assert_eq!(outcomes.get("outage").copied().unwrap_or(0.0), 0.0, "{outcomes:?}");
+    assert!(held_for_outages.values().all(|&n| n == 0.0), "the worker paused: {held_for_outages:?}");
+    assert_eq!(lock_timeouts.get("capture").copied(), Some(8.0), "{lock_timeouts:?}");
+    let intents = fleet.intents().await.unwrap();
+    assert!(intents.iter().all(|i| i["capture_count"] == 1), "{intents:?}");
+    audit(&fleet, "lock-timeout-captures", "sku-1", 8, 42).await;
+    fleet.stop().await.unwrap();
+}

@@ -30,8 +30,9 @@
 //!   ([`LEASE`], counted from before it asked): its requests wait, the intake answers `503
 //!   payment_unavailable` and the workers leave their messages for later. A member killed
 //!   holds its share until its lease and a window have passed, then its row is deleted.
-//! - **A 429 slows the whole fleet.** A `429` from Stripe (a limit lowered, a `lock_timeout`)
-//!   halves the process's own share on that endpoint at once, and, at its next tick, the
+//! - **A 429 slows the whole fleet.** A `429` `rate_limit` from Stripe (a limit lowered; a
+//!   `lock_timeout` is about one object, and its caller never reports it here) halves the
+//!   process's own share on that endpoint at once, and, at its next tick, the
 //!   endpoint's limit for every member (`stripe_budget_slowdowns`, at most once a second); the
 //!   limit then grows back by a thirtieth a second. `stripe_rate_limited_total` counts them,
 //!   and the alarm in `infra/services.yaml` watches it.

@@ -189,9 +189,9 @@ const FAILED_AUTHENTICATION: &str = "payment_intent_authentication_failure";
 
 fn unavailable(error: PaymentError) -> AuthorizationError {
     match error {
-        PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason) => {
-            AuthorizationError::ProviderUnavailable(reason)
-        }
+        PaymentError::Unavailable(reason)
+        | PaymentError::AttemptFailed(reason)
+        | PaymentError::Locked(reason) => AuthorizationError::ProviderUnavailable(reason),
         refused => AuthorizationError::LookupRefused(refused.to_string()),
     }
 }

@@ -112,9 +112,38 @@ pub enum UpsertError {
         /// The units the orders up to it hold: the smallest total it accepts.
         least: i32,
     },
+    #[error(
+        "refused: the price {price} is below Stripe's minimum charge for {currency}, {minimum} ({major} {currency}): \
+         Stripe refuses every payment under it (amount_too_small, docs.stripe.com/currencies), so no buyer \
+         could pay; nothing was changed"
+    )]
+    /// A price Stripe will not charge in its currency.
+    BelowMinimumCharge {
+        /// The price asked for, in minor units.
+        price: i64,
+        /// The currency, upper case as people write it.
+        currency: String,
+        /// Stripe's minimum in the currency, in minor units.
+        minimum: i64,
+        /// The same, in major units (`0.50`).
+        major: String,
+    },
     #[error(transparent)]
     /// The database failed.
     Database(#[from] anyhow::Error),
+}
+
+/// A price under Stripe's minimum charge for its currency
+/// ([`crate::runtime::minimum_charge`]); a currency Stripe lists no minimum for is Stripe's to
+/// judge.
+fn below_minimum_charge(product: &ProductUpsert) -> Option<UpsertError> {
+    let minimum = crate::runtime::minimum_charge::minimum_charge(product.currency.as_str())?;
+    (product.price_minor < minimum.minor).then(|| UpsertError::BelowMinimumCharge {
+        price: product.price_minor,
+        currency: minimum.currency.to_ascii_uppercase(),
+        minimum: minimum.minor,
+        major: minimum.major(),
+    })
 }
 
 /// Creates the product, or sets its name, price, currency, total units and per-buyer cap (an
@@ -124,12 +153,17 @@ pub enum UpsertError {
 /// last in line. But a cut may reject only orders *behind* every order already served: the
 /// total must cover every order still in line up to the last one that took its units
 /// (SPEC §8.7), or an order ahead of one already reserved or sold would lose its unit to it.
-/// Anything less is refused, naming the smallest total accepted, and changes nothing.
+/// Anything less is refused, naming the smallest total accepted, and changes nothing. So is a
+/// price below Stripe's minimum charge for the currency: every order of it would be refused by
+/// Stripe.
 ///
 /// ONE short transaction: the product row is locked first (as a stock worker's reservation
 /// locks it), so the line read next sees every reservation committed before it and none can
 /// slip in between the check and the update.
 pub async fn upsert(pool: &Pool, product: &ProductUpsert) -> Result<Units, UpsertError> {
+    if let Some(refused) = below_minimum_charge(product) {
+        return Err(refused);
+    }
     let mut tx = crate::runtime::db::begin(pool).await.context("failed to begin the upsert")?;
     // A new product has no row to lock yet: its insert takes the lock.
     sqlx::query!("SELECT 1 AS locked FROM products WHERE id = $1 FOR UPDATE", product.id.as_str())
@@ -218,5 +252,31 @@ mod tests {
     fn currencies_are_lower_cased_iso_codes() {
         assert_eq!(Currency::parse("USD").unwrap().as_str(), "usd");
         assert!(Currency::parse("dollars").is_err());
+    }
+
+    fn priced(price_minor: i64, currency: &str) -> ProductUpsert {
+        ProductUpsert {
+            id: Sku::parse("sku-1").unwrap(),
+            name: "Kettle".into(),
+            price_minor,
+            currency: Currency::parse(currency).unwrap(),
+            units_total: 5,
+            max_per_buyer: None,
+        }
+    }
+
+    #[test]
+    fn a_price_below_stripe_s_minimum_charge_is_refused_naming_the_minimum() {
+        let refused = below_minimum_charge(&priced(1, "usd")).expect("1 cent is below Stripe's minimum");
+        let message = refused.to_string();
+        assert!(
+            message.contains("the price 1 is below Stripe's minimum charge for USD, 50 (0.50 USD)"),
+            "{message}"
+        );
+        assert!(message.contains("nothing was changed"), "{message}");
+        assert!(below_minimum_charge(&priced(49, "jpy")).is_some());
+        for accepted in [priced(50, "usd"), priced(30, "gbp"), priced(50, "jpy"), priced(1, "isk")] {
+            assert!(below_minimum_charge(&accepted).is_none(), "{accepted:?}");
+        }
     }
 }

@@ -112,7 +112,7 @@ pub async fn reconcile(
             record_progress(pool, from, false).await?;
             let why = failure.to_string();
             match failure {
-                PaymentError::Unavailable(_) | PaymentError::AttemptFailed(_) => {
+                PaymentError::Unavailable(_) | PaymentError::AttemptFailed(_) | PaymentError::Locked(_) => {
                     tracing::warn!(
                         why,
                         "Stripe did not answer the reconciliation of strays; it tries again next time"
@@ -386,7 +386,9 @@ pub(crate) async fn release(
             tracing::warn!(order_id = %order, payment_intent, found, "released a stray PaymentIntent");
             Ok(())
         }
-        Err(e @ (PaymentError::Unavailable(_) | PaymentError::AttemptFailed(_))) => Err(e),
+        Err(
+            e @ (PaymentError::Unavailable(_) | PaymentError::AttemptFailed(_) | PaymentError::Locked(_)),
+        ) => Err(e),
         Err(refused) => {
             metrics::counter!("stray_intents_cancel_refused_total").increment(1);
             let why = refused.to_string();

@@ -1,9 +1,9 @@
 //! The rules Stripe's documentation sets on a create's single values, each refused with
-//! Stripe's error: the amount (at most eight digits), the currency (three letters), the
-//! payment method (an unknown one is `resource_missing`; a confirm needs one), `off_session`,
-//! and automatic payment methods (on unless turned off, `enabled` required in the hash);
-//! and Stripe's message for a confirm that could redirect with no
-//! `return_url`, which the create's parse refuses.
+//! Stripe's error: the amount (at most eight digits, and at least the currency's minimum
+//! charge), the currency (three letters), the payment method (an unknown one is
+//! `resource_missing`; a confirm needs one), `off_session`, and automatic payment methods (on
+//! unless turned off, `enabled` required in the hash); and Stripe's message for a confirm that
+//! could redirect with no `return_url`, which the create's parse refuses.
 
 use axum::http::StatusCode;
 
@@ -85,6 +85,29 @@ pub(super) fn amount(params: &Params) -> Result<i64, StripeError> {
     Ok(amount)
 }
 
+/// At least Stripe's minimum charge for the currency (docs.stripe.com/currencies, "Minimum and
+/// maximum charge amounts"; the table is the fleet's own, [`orderfleet_runtime::minimum_charge`]),
+/// or Stripe's `400` `amount_too_small` on `amount` (docs.stripe.com/error-codes#amount-too-small),
+/// in Stripe's words ("Amount must be at least €0.50 eur"). A currency Stripe lists no minimum
+/// for is let through.
+pub(super) fn at_least_the_minimum(amount: i64, currency: &str) -> Result<(), StripeError> {
+    let Some(minimum) = orderfleet_runtime::minimum_charge::minimum_charge(currency) else { return Ok(()) };
+    if amount >= minimum.minor {
+        return Ok(());
+    }
+    let symbol = match minimum.currency {
+        "usd" | "aud" | "cad" | "hkd" | "mxn" | "nzd" | "sgd" => "$",
+        "eur" => "€",
+        "gbp" => "£",
+        "jpy" => "¥",
+        "inr" => "₹",
+        _ => "",
+    };
+    let at_least = format!("{symbol}{} {}", minimum.major(), minimum.currency);
+    Err(StripeError::invalid_param("amount", format!("Amount must be at least {at_least}"))
+        .with_code("amount_too_small"))
+}
+
 /// The currency: required, three letters, lower-cased as Stripe answers it.
 pub(super) fn currency(params: &Params) -> Result<String, StripeError> {
     let currency = params
@@ -129,18 +152,18 @@ mod tests {
 
     #[test]
     fn payment_method_types_are_never_filled_in_unless_automatic_payment_methods_are_turned_off() {
-        let automatic = create("amount=10&currency=usd").unwrap();
+        let automatic = create("amount=1000&currency=usd").unwrap();
         let always = AutomaticPaymentMethods { allow_redirects: AllowRedirects::Always };
         assert_eq!(
             (automatic.automatic_payment_methods, automatic.payment_method_types.len()),
             (Some(always), 0)
         );
-        let off = create("amount=10&currency=usd&automatic_payment_methods[enabled]=false").unwrap();
+        let off = create("amount=1000&currency=usd&automatic_payment_methods[enabled]=false").unwrap();
         assert_eq!(
             (off.automatic_payment_methods, off.payment_method_types),
             (None, vec!["card".to_owned()])
         );
-        let bad = create("amount=10&currency=usd&automatic_payment_methods[enabled]=true&automatic_payment_methods[allow_redirects]=sometimes")
+        let bad = create("amount=1000&currency=usd&automatic_payment_methods[enabled]=true&automatic_payment_methods[allow_redirects]=sometimes")
             .unwrap_err();
         assert_eq!(bad.param(), Some("automatic_payment_methods[allow_redirects]"));
     }
@@ -158,8 +181,24 @@ mod tests {
     }
 
     #[test]
+    fn an_amount_below_the_currency_s_minimum_charge_is_too_small() {
+        let cent = create("amount=1&currency=usd").unwrap_err();
+        assert_eq!(
+            (cent.status, cent.code, cent.param()),
+            (StatusCode::BAD_REQUEST, Some("amount_too_small"), Some("amount"))
+        );
+        assert_eq!(cent.message, "Amount must be at least $0.50 usd");
+        let yen = create("amount=49&currency=jpy").unwrap_err();
+        assert_eq!(yen.message, "Amount must be at least ¥50 jpy");
+        assert!(create("amount=50&currency=usd").is_ok());
+        assert!(create("amount=30&currency=gbp").is_ok());
+        // A currency Stripe lists no minimum for is Stripe's to judge.
+        assert!(create("amount=1&currency=isk").is_ok());
+    }
+
+    #[test]
     fn an_unknown_payment_method_is_a_missing_resource() {
-        let error = create("amount=10&currency=usd&payment_method=pm_nope").unwrap_err();
+        let error = create("amount=1000&currency=usd&payment_method=pm_nope").unwrap_err();
         assert_eq!(error.status, StatusCode::BAD_REQUEST);
         assert_eq!((error.code, error.param()), (Some("resource_missing"), Some("payment_method")));
     }

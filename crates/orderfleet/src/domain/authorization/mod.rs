@@ -238,7 +238,11 @@ pub async fn resume(pool: &Pool, payments: &Payments, order: &Order) -> Result<R
             let again = call_stripe(payments, order).await;
             record(pool, payments, order, again).await
         }
-        Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
+        Err(
+            PaymentError::Unavailable(reason)
+            | PaymentError::AttemptFailed(reason)
+            | PaymentError::Locked(reason),
+        ) => {
             release(pool, order).await?;
             Err(AuthorizationError::ProviderUnavailable(reason))
         }

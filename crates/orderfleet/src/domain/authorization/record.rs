@@ -54,7 +54,7 @@ pub async fn record(
         Err(PaymentError::Refused { code, message, .. }) => (None, format!("{code}: {message}")),
         // Unanswered: the order stays pending, its lease released; a retry or the sweeper
         // looks it up and goes on (see `resume`).
-        Err(PaymentError::Unavailable(reason)) => {
+        Err(PaymentError::Unavailable(reason) | PaymentError::Locked(reason)) => {
             release(pool, order).await?;
             return Err(AuthorizationError::ProviderUnavailable(reason));
         }
@@ -189,8 +189,9 @@ async fn moved_or_stray(
     let now = crate::domain::order::load(pool, order.id).await?;
     if now.is_some_and(|now| now.payment_intent_id.as_deref() != Some(intent.id.as_str())) {
         // The order had moved on to another intent (or none): this one is a stray.
-        if let Err(e @ (PaymentError::Unavailable(_) | PaymentError::AttemptFailed(_))) =
-            crate::domain::strays::release(payments, order.id, &intent.id, "at_commit").await
+        if let Err(
+            e @ (PaymentError::Unavailable(_) | PaymentError::AttemptFailed(_) | PaymentError::Locked(_)),
+        ) = crate::domain::strays::release(payments, order.id, &intent.id, "at_commit").await
         {
             tracing::warn!(payment_intent = intent.id, error = %e, "a stray intent could not be released now; the reconciliation will");
         }

@@ -103,6 +103,7 @@ impl Fulfilment {
             Err(PaymentError::Unavailable(why)) => {
                 return Err(Failure::outage(Source::Stripe, "unavailable", why));
             }
+            Err(PaymentError::Locked(why)) => return Err(PaymentError::locked_failure(why)),
             Err(_) => return self.advance(order.order_id).await,
         }
         let paid = OrderNotification { status: OrderStatus::Paid, reason: None, ..order.clone() };
@@ -159,6 +160,7 @@ impl Fulfilment {
                     }
                     Captured::Refused(Ok(())) => None,
                     Captured::Refused(Err(stuck)) => return Ok(Err(stuck)),
+                    Captured::Locked(why) => return Ok(Err(PaymentError::locked_failure(why))),
                 },
                 // Ended holding funds, or on a hold past its deadline (Stripe cancelled it; a cancel
                 // under the order's key makes sure): released unless it is already.

@@ -25,6 +25,8 @@ pub(super) enum Captured {
     /// The database refused the record of a refused capture for good: the order took the
     /// rule of [`crate::domain::refusal`] (`Err`: it is for a person).
     Refused(Result<(), Failure>),
+    /// Stripe held the intent for another request through every retry.
+    Locked(String),
 }
 
 impl Fulfilment {
@@ -46,6 +48,7 @@ impl Fulfilment {
             Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
                 Ok(Captured::Blocked(reason))
             }
+            Err(PaymentError::Locked(reason)) => Ok(Captured::Locked(reason)),
             Err(refused) => {
                 // The provider will not capture (the authorization expired or was cancelled):
                 // the order fails cleanly, its units go back, and the user hears of it. The
@@ -245,6 +248,7 @@ impl Fulfilment {
             Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
                 Ok(Err(Failure::outage(Source::Stripe, "unavailable", reason)))
             }
+            Err(PaymentError::Locked(reason)) => Ok(Err(PaymentError::locked_failure(reason))),
             Err(refused) => {
                 let reason = format!("cannot cancel the authorization of order {}: {refused}", order.id);
                 Ok(Err(Failure::permanent(Source::Stripe, "cancel_refused", reason)))

@@ -11,6 +11,7 @@ use stripe::{ApiErrorsCode, ApiErrorsType, StripeError};
 use crate::domain::OrderId;
 use crate::runtime::backoff::Backoff;
 use crate::runtime::budget::Endpoint;
+use crate::runtime::failure::{Failure, Source};
 
 /// The operations that carry their own idempotency key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +93,13 @@ pub enum PaymentError {
     /// Unreachable, timing out, rate-limiting or failing with 5xx after the bounded retries.
     #[error("payment provider unavailable: {0}")]
     Unavailable(String),
+    /// Stripe held the PaymentIntent for another request or for its own processing (`429`
+    /// `lock_timeout`) through every retry: a wait on that one object, not Stripe down and not
+    /// a rate limit (docs.stripe.com/rate-limits#object-lock-timeouts). The request did not
+    /// run, so trying it again soon, with the same key, can succeed: transient for that one
+    /// request or message, never an outage, never a decline.
+    #[error("the payment provider holds the PaymentIntent for another request: {0}")]
+    Locked(String),
     /// Stripe answered 5xx to this attempt's request and saved that answer under its key (a
     /// retry with the key gets it again for 24 hours), or answered `idempotency_error` (the key
     /// ran before, with other parameters). What the attempt did is unknown until Stripe is
@@ -103,8 +111,37 @@ pub enum PaymentError {
 impl PaymentError {
     /// Whether trying again later can succeed.
     pub(crate) fn is_transient(&self) -> bool {
-        matches!(self, PaymentError::Unavailable(_) | PaymentError::AttemptFailed(_))
+        matches!(
+            self,
+            PaymentError::Unavailable(_) | PaymentError::AttemptFailed(_) | PaymentError::Locked(_)
+        )
     }
+}
+
+/// How long a worker's step that Stripe held the intent through ([`PaymentError::Locked`])
+/// waits before it goes again: Stripe holds an object while another request on it runs.
+pub const LOCK_WAIT: Duration = Duration::from_secs(1);
+
+impl PaymentError {
+    /// The failure a worker's step ends with when Stripe held the intent through every retry
+    /// ([`PaymentError::Locked`]): the message waits on another request's work, not on Stripe
+    /// being down, so it is kept in hand and handled again after [`LOCK_WAIT`] while the
+    /// worker goes on receiving (never an outage, and no receive spent).
+    pub fn locked_failure(reason: String) -> Failure {
+        Failure::transient(Source::Stripe, "lock_timeout", reason).retry_in(LOCK_WAIT).kept_in_hand()
+    }
+}
+
+/// Whether Stripe's answer is a `429` about the request rate (a limit lowered, another system
+/// on the account), which slows the whole fleet. A `429` with code `lock_timeout` is about one
+/// object that another request or Stripe's own processing holds, whatever the rate
+/// (docs.stripe.com/rate-limits#object-lock-timeouts), and slows nothing.
+pub(super) fn is_rate_limit(error: &StripeError) -> bool {
+    matches!(error, StripeError::Stripe(api, 429) if !is_lock_timeout(api))
+}
+
+fn is_lock_timeout(api: &stripe::ApiErrors) -> bool {
+    matches!(api.code, Some(ApiErrorsCode::LockTimeout))
 }
 
 /// How hard to try before calling the provider unavailable.
@@ -194,6 +231,11 @@ pub(super) fn classify(error: StripeError) -> PaymentError {
                 (ApiErrorsType::IdempotencyError, _) => {
                     PaymentError::AttemptFailed(format!("HTTP {status} idempotency_error: {message}"))
                 }
+                // Told apart by its code: the request waited for the object in vain and did not
+                // run, so the same request, with the same key, goes again after a short pause.
+                _ if status == 429 && is_lock_timeout(&api) => {
+                    PaymentError::Locked(format!("HTTP {status} {code}: {message}"))
+                }
                 _ if status == 429 => PaymentError::Unavailable(format!("HTTP {status} {code}: {message}")),
                 // A revoked, rotated or wrong key is our problem, not the customer's: nothing
                 // is declined or failed for it; the work waits until an operator fixes the key.
@@ -275,6 +317,19 @@ mod tests {
         }
         let reused = stripe_error(ApiErrorsType::IdempotencyError, None, 400);
         assert!(matches!(classify(reused), PaymentError::AttemptFailed(_)));
+    }
+
+    #[test]
+    fn a_lock_timeout_is_a_wait_on_one_object_and_not_a_rate_limit() {
+        let lock = || stripe_error(ApiErrorsType::InvalidRequestError, Some(ApiErrorsCode::LockTimeout), 429);
+        let rate = || stripe_error(ApiErrorsType::InvalidRequestError, Some(ApiErrorsCode::RateLimit), 429);
+        assert!(!is_rate_limit(&lock()));
+        assert!(is_rate_limit(&rate()));
+        // A 429 with a code of no kind the fleet knows slows the fleet, as Stripe advises.
+        assert!(is_rate_limit(&stripe_error(ApiErrorsType::InvalidRequestError, None, 429)));
+        let locked = classify(lock());
+        assert!(matches!(locked, PaymentError::Locked(_)) && locked.is_transient(), "{locked:?}");
+        assert!(matches!(classify(rate()), PaymentError::Unavailable(_)));
     }
 
     #[test]

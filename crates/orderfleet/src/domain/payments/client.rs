@@ -1,8 +1,9 @@
 //! The Stripe client of one process, [`Payments`]: its construction, the turn of the fleet's
 //! Stripe budget that each request takes, the calls (authorize, capture, cancel, retrieve, the
 //! probe) and the retries around them (`with_retries`, with the same key, as [`RetryPolicy`]
-//! bounds them). What a request's failure means is read in `classify`; what an intent is, in
-//! `intent`.
+//! bounds them). A capture or a cancel also waits for its intent's turn (`one_at_a_time`), so
+//! this process never sends two changes to one intent at once. What a request's failure means
+//! is read in `classify`; what an intent is, in `intent`.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -16,9 +17,10 @@ use stripe_core::payment_intent::{
 };
 use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod};
 
-use super::classify::{Operation, PaymentError, RetryPolicy, classify, is_saved_failure};
+use super::classify::{Operation, PaymentError, RetryPolicy, classify, is_rate_limit, is_saved_failure};
 use super::held_here::HeldHere;
 use super::intent::{AttemptDid, EXPAND, Intent, IntentStatus};
+use super::one_at_a_time::OneAtATime;
 use crate::domain::hold::OrderIntent;
 use crate::domain::{Money, OrderId, UserId};
 use crate::runtime::budget::{Endpoint, FleetLimits, StripeBudget};
@@ -56,6 +58,8 @@ pub struct Payments {
     action_timeout: Duration,
     /// Shared by every clone: the PaymentIntents this process created that held funds at once.
     held_here: std::sync::Arc<HeldHere>,
+    /// Shared by every clone: each intent's turn, so its changes go one at a time.
+    one_at_a_time: std::sync::Arc<OneAtATime>,
 }
 
 impl std::fmt::Debug for Payments {
@@ -79,7 +83,8 @@ impl Payments {
         let budget = StripeBudget::new(&pool, limits, retry.budget_wait);
         let action_timeout = config.action_timeout.0;
         let held_here = std::sync::Arc::default();
-        Ok(Self { client, retry, budget, action_timeout, held_here })
+        let one_at_a_time = std::sync::Arc::default();
+        Ok(Self { client, retry, budget, action_timeout, held_here, one_at_a_time })
     }
 
     /// Whether this process created `payment_intent_id` holding funds at once ([`HeldHere`]).
@@ -211,7 +216,7 @@ impl Payments {
     where
         R: StripeRequest<Output = PaymentIntent>,
     {
-        match self.send_settle(operation, key, &request).await {
+        match self.send_settle(operation, key, payment_intent_id, &request).await {
             Ok(intent) => Ok(intent),
             Err(error) if operation == Operation::Cancel => {
                 self.cancel_again(key, payment_intent_id, &request, error).await
@@ -220,15 +225,19 @@ impl Payments {
         }
     }
 
+    /// Sends one change to `payment_intent_id` under `key`, with retries, in the intent's turn:
+    /// a `lock_timeout` from Stripe is then never this process racing itself.
     async fn send_settle<R>(
         &self,
         operation: Operation,
         key: &str,
+        payment_intent_id: &str,
         request: &R,
     ) -> Result<Intent, PaymentError>
     where
         R: StripeRequest<Output = PaymentIntent>,
     {
+        let _turn = self.one_at_a_time.turn(payment_intent_id).await;
         self.with_retries(operation, || {
             request
                 .customize()
@@ -269,7 +278,7 @@ impl Payments {
         let fresh = format!("{key}-{}", chrono::Utc::now().timestamp_millis());
         metrics::counter!("stripe_cancels_resent_total").increment(1);
         tracing::warn!(payment_intent = payment_intent_id, %error, "the cancel's key holds a failure and the intent is live; cancelling under a fresh key");
-        match self.send_settle(Operation::Cancel, &fresh, request).await {
+        match self.send_settle(Operation::Cancel, &fresh, payment_intent_id, request).await {
             Ok(intent) => Ok(intent),
             Err(again) if is_saved_failure(&again) => {
                 match self.what_the_attempt_did(payment_intent_id, IntentStatus::Canceled).await? {
@@ -331,6 +340,8 @@ impl Payments {
             .await;
         match result.map_err(classify) {
             Ok(_) | Err(PaymentError::Refused { .. }) | Err(PaymentError::Declined { .. }) => Ok(()),
+            // An object held at Stripe is an answer: Stripe is up.
+            Err(PaymentError::Locked(_)) => Ok(()),
             Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
                 Err(format!("Stripe: {reason}"))
             }
@@ -386,7 +397,11 @@ impl Payments {
                     .increment(1);
                 return Err(error);
             }
-            let outcome = if error.is_transient() { "transient" } else { "permanent" };
+            let outcome = match &error {
+                PaymentError::Locked(_) => "lock_timeout",
+                e if e.is_transient() => "transient",
+                _ => "permanent",
+            };
             metrics::counter!("stripe_requests_total", "operation" => operation.as_str(), "outcome" => outcome)
                 .increment(1);
             attempt += 1;
@@ -401,10 +416,13 @@ impl Payments {
 }
 
 impl Payments {
-    /// A 429 (the limit, or a concurrent update's `lock_timeout`) slows the fleet down.
+    /// A 429 about the rate (a limit lowered) slows the fleet down; a `lock_timeout` is about
+    /// one object, so it is only counted here, and the request goes again after its backoff.
     fn counted_429(&self, operation: Operation, error: StripeError) -> StripeError {
-        if matches!(error, StripeError::Stripe(_, 429)) {
+        if is_rate_limit(&error) {
             self.budget.rate_limited(operation.endpoint());
+        } else if matches!(error, StripeError::Stripe(_, 429)) {
+            metrics::counter!("stripe_lock_timeouts_total", "operation" => operation.as_str()).increment(1);
         }
         error
     }

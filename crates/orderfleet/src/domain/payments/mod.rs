@@ -9,6 +9,15 @@
 //! connections are transient and retried, with the same key, a bounded number of times
 //! before the caller sees [`PaymentError::Unavailable`].
 //!
+//! A **`429 lock_timeout`** is told apart from a rate limit by its code: another request, or
+//! Stripe's own processing, held the intent (docs.stripe.com/rate-limits#object-lock-timeouts,
+//! docs.stripe.com/error-codes#lock-timeout). It says nothing about the rate, so it never
+//! slows the fleet's budget; the same request goes again after the short jittered backoff, and
+//! if the intent is still held after the bounded retries the caller sees
+//! [`PaymentError::Locked`], a wait for that one request, never an outage. Within a process, a
+//! capture or a cancel waits for the intent's turn, so its changes go one at a time, as Stripe
+//! advises.
+//!
 //! A **5xx** is different. Stripe saves the answer of a request that began executing, a 500
 //! included, under its key for 24 hours, and replays it to every retry with that key
 //! (docs.stripe.com/api/idempotent_requests): retrying with the same key can only get the 500
@@ -28,15 +37,17 @@
 //! its calls and their retries; `classify` says what a request is and what its failure means
 //! ([`Operation`] and its keys, [`PaymentError`], [`RetryPolicy`]); `intent` is a PaymentIntent
 //! as the fleet reads it ([`Intent`]); `list` finds intents by the window they were created in;
-//! `held_here` remembers the holds this process made.
+//! `held_here` remembers the holds this process made; `one_at_a_time` gives each intent its
+//! turn.
 
 mod classify;
 mod client;
 mod held_here;
 mod intent;
 mod list;
+mod one_at_a_time;
 
 pub use crate::domain::hold::OrderIntent;
-pub use classify::{Operation, PaymentError, RetryPolicy};
+pub use classify::{LOCK_WAIT, Operation, PaymentError, RetryPolicy};
 pub use client::{AuthorizeRequest, Payments};
 pub use intent::{Action, AttemptDid, ChargeState, Intent, IntentStatus};
