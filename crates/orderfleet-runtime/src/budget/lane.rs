@@ -227,6 +227,33 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_ceiling_holds_over_every_lane_together() {
+        // Arrange: three endpoints with a share of 2 each, in a process with a ceiling of 2.
+        let ceiling = Arc::new(Ceiling::new(2));
+        let lanes = [lane(2), lane(2), lane(2)];
+
+        // Act: six requests on each at once.
+        let started = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for lane in &lanes {
+            for _ in 0..6 {
+                let (lane, ceiling) = (lane.clone(), ceiling.clone());
+                tasks.spawn(async move {
+                    assert!(lane.acquire(Duration::from_secs(60), 25, Some(&ceiling)).await);
+                    started.elapsed()
+                });
+            }
+        }
+        let mut sent = tasks.join_all().await;
+        sent.sort();
+
+        // Assert: no window holds three of the process's requests.
+        for w in sent.windows(3) {
+            assert!(w[2] - w[0] >= WINDOW, "{sent:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_lowered_share_spaces_the_next_request_at_once() {
         let lane = lane(10);
         assert!(lane.acquire(Duration::from_secs(1), 25, None).await);
