@@ -770,7 +770,7 @@ mod tests {
     }
 
     #[test]
-    fn a_process_ceiling_of_two_serves_each_of_three_operations_within_seconds() {
+    fn a_ceiling_of_two_serves_each_of_three_operations_within_seconds() {
         let limits = FleetLimits { ceiling: Some(2), ..STRIPE };
         let longest = simulate(
             1,
