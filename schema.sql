@@ -283,6 +283,21 @@ CREATE TABLE public.products (
 );
 
 --
+-- Name: stripe_budget_ledger; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.stripe_budget_ledger (
+    singleton boolean DEFAULT true NOT NULL,
+    tick bigint NOT NULL,
+    round bigint NOT NULL,
+    round_ms bigint NOT NULL,
+    CONSTRAINT stripe_budget_ledger_round_check CHECK ((round >= 0)),
+    CONSTRAINT stripe_budget_ledger_round_ms_check CHECK ((round_ms >= 0)),
+    CONSTRAINT stripe_budget_ledger_singleton_check CHECK (singleton),
+    CONSTRAINT stripe_budget_ledger_tick_check CHECK ((tick >= 0))
+);
+
+--
 -- Name: stripe_budget_members; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -294,7 +309,9 @@ CREATE TABLE public.stripe_budget_members (
     held jsonb NOT NULL,
     held_until timestamp with time zone NOT NULL,
     expires_at timestamp with time zone NOT NULL,
-    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    renewed_tick bigint DEFAULT 0 NOT NULL,
+    held_tick bigint DEFAULT 0 NOT NULL
 );
 
 --
@@ -407,6 +424,13 @@ ALTER TABLE public.orders
 
 ALTER TABLE ONLY public.products
     ADD CONSTRAINT products_pkey PRIMARY KEY (id);
+
+--
+-- Name: stripe_budget_ledger stripe_budget_ledger_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.stripe_budget_ledger
+    ADD CONSTRAINT stripe_budget_ledger_pkey PRIMARY KEY (singleton);
 
 --
 -- Name: stripe_budget_members stripe_budget_members_pkey; Type: CONSTRAINT; Schema: public; Owner: -

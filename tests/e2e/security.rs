@@ -288,7 +288,9 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
                 ("orders", "S,I,U"),
                 ("outbox", OUTBOX_INSERT),
                 ("products", "S,U(last_position,stock,units_promised,updated_at)"),
-                // The fleet's Stripe budget: its own row, and the others' read (issue 44).
+                // The fleet's Stripe budget: its own row, and the others' read (issue 44);
+                // the ledger's tick and round, advanced by every tick.
+                ("stripe_budget_ledger", "S,I,U"),
                 ("stripe_budget_members", "S,I,U,D"),
                 ("stripe_budget_slowdowns", "S,I,U,D"),
                 // Stripe's webhooks, recorded as applied (issue 33).
@@ -318,7 +320,9 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
                 ("orders", "S,U"),
                 ("outbox", OUTBOX_INSERT),
                 ("products", "S,U(stock,units_promised,updated_at)"),
-                // The fleet's Stripe budget: its own row, and the others' read (issue 44).
+                // The fleet's Stripe budget: its own row, and the others' read (issue 44);
+                // the ledger's tick and round, advanced by every tick.
+                ("stripe_budget_ledger", "S,I,U"),
                 ("stripe_budget_members", "S,I,U,D"),
                 ("stripe_budget_slowdowns", "S,I,U,D"),
                 // The reconciliation of stray PaymentIntents: where it has read up to (issue 35).
@@ -334,7 +338,9 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
                 ("orders", "S,U"),
                 ("outbox", "S,I,U"),
                 ("products", "S,I,U"),
-                // The fleet's Stripe budget: its own row, and the others' read (issue 44).
+                // The fleet's Stripe budget: its own row, and the others' read (issue 44);
+                // the ledger's tick and round, advanced by every tick.
+                ("stripe_budget_ledger", "S,I,U"),
                 ("stripe_budget_members", "S,I,U,D"),
                 ("stripe_budget_slowdowns", "S,I,U,D"),
                 ("stripe_reconciliation", "S,U"),
@@ -361,6 +367,7 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_ow
             "outbox",
             "outbox_archive",
             "products",
+            "stripe_budget_ledger",
             "stripe_budget_members",
             "stripe_budget_slowdowns",
             "stripe_reconciliation",

@@ -314,3 +314,101 @@ async fn a_limit_stripe_lowers_mid_drop_slows_the_whole_fleet_within_seconds_and
     Audit::of(&fleet, "drop", &notes).await.unwrap().assert_guarantees();
     fleet.stop().await.unwrap();
 }
+
+/// One buyer bound to one intake, as a client: the same request again after a `503`, a key in
+/// flight, a `429` or a `408`, after the `Retry-After` it was told (a second after a failed
+/// connection). Returns the final status, and when it came, from `started`.
+async fn bound_buyer(http: reqwest::Client, token: String, url: String, started: Instant) -> (u16, Duration) {
+    let body = serde_json::json!({ "product_id": "drop", "quantity": 1, "payment_method": "pm_card_visa" });
+    loop {
+        let answer = http
+            .post(format!("{url}/v1/orders"))
+            .bearer_auth(&token)
+            .header("idempotency-key", "k")
+            .json(&body)
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await;
+        let Ok(answer) = answer else {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        };
+        let status = answer.status().as_u16();
+        let retry_after: Option<u64> =
+            answer.headers().get("retry-after").and_then(|v| v.to_str().ok()?.parse().ok());
+        let code = answer.json::<Value>().await.unwrap_or(Value::Null)["error"]["code"].clone();
+        let again = matches!(status, 503 | 429 | 408) || (status == 409 && code == "idempotency_key_in_use");
+        if !again || started.elapsed() > Duration::from_secs(180) {
+            return (status, started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_secs(retry_after.unwrap_or(1).min(60))).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn six_intakes_at_a_limit_of_four_each_sell_and_no_buyer_waits_a_minute() {
+    // Arrange: six intakes and two stock workers, the fleet's limit on each operation 4 a
+    // second and stripe-sim's too (as STRIPE_SIM_ENDPOINT_RATE_LIMIT=4 sets it), so more
+    // intakes want creates than there are units of it: they must take turns. Fifteen buyers
+    // are bound to each intake, a unit for each.
+    const INTAKES: usize = 6;
+    const BUYERS_EACH: usize = 15;
+    const UNITS: i64 = (INTAKES * BUYERS_EACH) as i64;
+    let mut fleet = Fleet::prepare("stripe-budget-six").await.unwrap();
+    fleet.stripe_rate_limits(ACCOUNT as u32, 4).await.unwrap();
+    fleet.set_env("STRIPE_ENDPOINT_REQUESTS_PER_SECOND", "4");
+    fleet.spawn("order-intake", "order-intake", &[]).unwrap();
+    let mut intakes = vec![fleet.intake_url.clone()];
+    for i in 2..=INTAKES {
+        intakes.push(fleet.spawn_intake(&format!("order-intake-{i}"), &[]).unwrap());
+    }
+    for i in 0..2 {
+        fleet.spawn(&format!("stock-worker-{i}"), "stock-worker", &[]).unwrap();
+    }
+    fleet.spawn("outbox-relay", "outbox-relay", &[]).unwrap();
+    fleet.spawn("notification-worker", "notification-worker", &[]).unwrap();
+    fleet.wait_intake().await.unwrap();
+    for url in &intakes[1..] {
+        healthy(&fleet, url).await;
+    }
+    fleet.product("drop", 1000, UNITS as i32).await.unwrap();
+
+    // Act: every buyer at once, each through its own intake only.
+    let started = Instant::now();
+    let buyers: Vec<_> = (0..INTAKES * BUYERS_EACH)
+        .map(|i| {
+            let url = intakes[i % INTAKES].clone();
+            tokio::spawn(bound_buyer(fleet.http.clone(), fleet.token(&format!("buyer-{i}")), url, started))
+        })
+        .collect();
+    let answers: Vec<(u16, Duration)> =
+        futures::future::join_all(buyers).await.into_iter().map(Result::unwrap).collect();
+    let statuses = fleet.wait_settled(Duration::from_secs(180)).await.unwrap();
+
+    // Assert: within the limit, every buyer of every intake sold to, and none waiting a minute
+    // for its answer. (When each intake first sells follows its buyers' places in the line:
+    // a buyer told to come back later by `Retry-After` asks for no turn meanwhile.)
+    let stats = fleet.stripe_stats().await.unwrap();
+    let by_intake: Vec<(usize, Duration, Duration)> = (0..INTAKES)
+        .map(|n| {
+            let mine: Vec<&(u16, Duration)> = answers.iter().skip(n).step_by(INTAKES).collect();
+            let sold = mine.iter().filter(|(status, _)| *status == 202).count();
+            let first = mine.iter().filter(|(status, _)| *status == 202).map(|(_, at)| *at).min();
+            (sold, first.unwrap_or(Duration::MAX), mine.iter().map(|(_, at)| *at).max().unwrap())
+        })
+        .collect();
+    println!(
+        "stripe-budget-six: by intake (sold, first sale, last answer) {by_intake:?}; {statuses:?}; stripe-sim {stats}"
+    );
+    assert_eq!(stats["rate_limited"], 0, "{stats}");
+    let by_endpoint = stats["max_requests_in_one_second_by_endpoint"].as_object().unwrap();
+    assert!(by_endpoint.values().all(|n| n.as_u64().unwrap() <= 4), "{stats}");
+    for (n, (sold, _, last)) in by_intake.iter().enumerate() {
+        assert_eq!(*sold, BUYERS_EACH, "intake {n}: {by_intake:?}");
+        assert!(*last <= Duration::from_secs(60), "intake {n}'s last buyer waited {last:?}: {by_intake:?}");
+    }
+    assert_eq!(statuses.get("paid"), Some(&UNITS), "{statuses:?}");
+    let notes = fleet.notifications((UNITS * 2) as usize, Duration::from_secs(120)).await.unwrap();
+    Audit::of(&fleet, "drop", &notes).await.unwrap().assert_guarantees();
+    fleet.stop().await.unwrap();
+}

@@ -26,10 +26,22 @@
 //!   up at their next tick and a window has passed: while shares settle, the fleet runs
 //!   under the limit, never over it. The window is [`WINDOW`], 10 % over Stripe's second, for
 //!   the jitter between a request leaving here and reaching Stripe.
+//! - **Leases by each process's own clock.** A member stops sending at its lease by its own
+//!   monotonic clock, and the others count that lease from when they first saw its renewal,
+//!   on theirs; the ledger's tick number tells one renewal from the next ([`ledger`]). No
+//!   lease is judged by the database's clock, so a step of that clock, or a failover to a
+//!   primary whose clock differs, lets no member take a share another still sends on.
+//! - **Nobody starves.** When more members want an endpoint than its limit has units (30
+//!   intakes at 25 a second, or 6 after a 429 cut the limit to 4), the units go round: the
+//!   ledger's round moves them on by one member every [`ROUND`], so each member wanting is
+//!   served within as many rounds as there are members left out. A process's
+//!   `STRIPE_MAX_REQUESTS_PER_SECOND` goes round its endpoints the same way, and is paced
+//!   over all of them together: no window holds more of the process's requests than it.
 //! - **When the database cannot be reached.** A member sends nothing past its lease
 //!   ([`LEASE`], counted from before it asked): its requests wait, the intake answers `503
 //!   payment_unavailable` and the workers leave their messages for later. A member killed
-//!   holds its share until its lease and a window have passed, then its row is deleted.
+//!   holds its share until its lease and a window have passed, then its row is deleted. What
+//!   a failed tick read (the demand, the 429s) stays counted for the next.
 //! - **A 429 slows the whole fleet.** A `429` `rate_limit` from Stripe (a limit lowered; a
 //!   `lock_timeout` is about one object, and its caller never reports it here) halves the
 //!   process's own share on that endpoint at once, and, at its next tick, the
@@ -44,7 +56,7 @@ mod lane;
 mod ledger;
 mod share;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -73,6 +85,12 @@ const WAKE_GAP: Duration = Duration::from_millis(50);
 /// not stop Stripe requests, and a killed process's share is free again 2.6 s after its last
 /// renewal.
 pub const LEASE: Duration = Duration::from_millis(1_500);
+
+/// How long a limit too small to go round stays with the same members before it moves on by
+/// one ([`share::water_fill`]): a unit that moves is lost to the fleet for about a window (the
+/// member giving it up still claims it), so a round is long beside a window, and short enough
+/// that with 30 members wanting an endpoint limited to 25, each waits 10 s at most.
+pub const ROUND: Duration = Duration::from_secs(2);
 
 /// The named operations Stripe limits apart, as Stripe (and stripe-sim's stats) name them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,8 +150,10 @@ pub struct Exhausted {
 /// This process's part of the fleet's Stripe budget. Clones of the client share one.
 pub struct StripeBudget {
     lanes: [lane::Lane; Endpoint::COUNT],
-    /// 429s seen on each endpoint since the last tick.
-    limited: [AtomicBool; Endpoint::COUNT],
+    /// `STRIPE_MAX_REQUESTS_PER_SECOND`, paced over every endpoint together.
+    ceiling: Option<lane::Ceiling>,
+    /// 429s seen on each endpoint that no tick has written down yet.
+    limited: [AtomicU32; Endpoint::COUNT],
     /// Wakes the ticker: demand after a quiet spell, or a 429.
     wake: Arc<Notify>,
     ticker: AtomicBool,
@@ -144,6 +164,8 @@ pub struct StripeBudget {
     pool: Pool,
     /// What the last tick saw: the fleet's limits as slowed, and when this member ticked.
     seen: Mutex<Seen>,
+    /// When this process first saw each member's renewal: their leases, by its clock.
+    sightings: Mutex<ledger::Sightings>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -180,6 +202,7 @@ impl StripeBudget {
         let pool = pool.sibling(&format!("{process} stripe-budget"), one);
         Arc::new(Self {
             lanes: Default::default(),
+            ceiling: limits.ceiling.map(lane::Ceiling::new),
             limited: Default::default(),
             wake: Arc::new(Notify::new()),
             ticker: AtomicBool::new(false),
@@ -195,6 +218,7 @@ impl StripeBudget {
                 members: 1,
                 ticked: Instant::now(),
             }),
+            sightings: Mutex::default(),
         })
     }
 
@@ -208,11 +232,15 @@ impl StripeBudget {
         let started = Instant::now();
         // The share this process is headed for: its target at the last tick (the endpoint's
         // limit before the first), an even part of the limit among the members it saw (after
-        // a quiet spell, its target is nothing), or the share in force, whichever is largest.
+        // a quiet spell, its target is nothing), or the share in force, whichever is largest,
+        // and never more than the process's ceiling.
         let seen = *self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let fair = seen.endpoint_limit[endpoint as usize] / seen.members.max(1);
-        let headed_for = seen.target[endpoint as usize].max(fair).max(lane.share());
-        let granted = lane.acquire(self.max_wait, headed_for).await;
+        let headed_for = seen.target[endpoint as usize]
+            .max(fair)
+            .max(lane.share())
+            .min(self.limits.ceiling.unwrap_or(u32::MAX));
+        let granted = lane.acquire(self.max_wait, headed_for, self.ceiling.as_ref()).await;
         metrics::histogram!("stripe_budget_wait_seconds", "endpoint" => endpoint.name())
             .record(started.elapsed().as_secs_f64());
         if granted {
@@ -228,7 +256,7 @@ impl StripeBudget {
         metrics::counter!("stripe_rate_limited_total", "endpoint" => endpoint.name()).increment(1);
         let lane = &self.lanes[endpoint as usize];
         lane.set(lane.share() / 2, None);
-        self.limited[endpoint as usize].store(true, Ordering::Release);
+        self.limited[endpoint as usize].fetch_add(1, Ordering::AcqRel);
         self.wake.notify_one();
     }
 
@@ -249,7 +277,7 @@ impl StripeBudget {
     /// Whether it has nothing to renew: no share, nothing asked for or waiting, no 429.
     fn idle(&self) -> bool {
         self.lanes.iter().all(|l| l.share() == 0 && !l.busy())
-            && self.limited.iter().all(|l| !l.load(Ordering::Acquire))
+            && self.limited.iter().all(|l| l.load(Ordering::Acquire) == 0)
     }
 }
 
@@ -294,5 +322,30 @@ async fn run(budget: Weak<StripeBudget>, wake: Arc<Notify>) {
             }
         };
         metrics::counter!("stripe_budget_ticks_total", "outcome" => outcome).increment(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_ceiling_of_one_spaces_a_create_and_a_retrieve_a_window_apart() {
+        // Arrange: a process with a ceiling of 1, whose one unit moves from creates to
+        // retrieves between two requests.
+        let limits = FleetLimits { account: 100, endpoint: 25, ceiling: Some(1) };
+        let budget = StripeBudget::new(&crate::db::unreachable_pool(), limits, Duration::from_secs(4));
+        let lease = Some(Instant::now() + Duration::from_secs(3600));
+        budget.lanes[Endpoint::Create as usize].set(1, lease);
+
+        // Act
+        budget.acquire(Endpoint::Create).await.unwrap();
+        let created = Instant::now();
+        budget.lanes[Endpoint::Create as usize].set(0, None);
+        budget.lanes[Endpoint::Retrieve as usize].set(1, lease);
+        budget.acquire(Endpoint::Retrieve).await.unwrap();
+
+        // Assert
+        assert!(created.elapsed() >= WINDOW, "{:?} apart", created.elapsed());
     }
 }
