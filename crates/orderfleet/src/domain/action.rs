@@ -31,7 +31,7 @@ use std::time::Duration;
 use crate::runtime::db::Pool;
 
 use crate::domain::OrderId;
-use crate::domain::authorization::AuthorizationError;
+use crate::domain::leased::AuthorizationError;
 use crate::domain::order::{FailureReason, Order, OrderNotification, OrderStatus, StripeEvent, Transition};
 use crate::domain::outbox::EventType;
 use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
@@ -91,7 +91,7 @@ pub async fn take_and_settle(
         let Some(order) = take(pool, id, lease).await? else { return Ok(None) };
         settle(pool, payments, &order, event).await.map(Some)
     };
-    crate::domain::authorization::within(deadline, work).await
+    crate::domain::leased::within(deadline, work).await
 }
 
 /// Settles a `requires_action` order whose lease the caller holds, from its intent read fresh

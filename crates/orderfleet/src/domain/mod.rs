@@ -14,6 +14,7 @@
 //! - [`authorization`]: the Stripe hold of a pending order, and resuming one after a crash or
 //!   an outage without a second hold. (Not to be confused with [`tokens`]: who the buyer is.)
 //! - [`fulfilment`]: reserve in line, capture or cancel; resumed from the order's status.
+//! - [`leased`]: work on an order under its lease, within its deadline, and why it stopped.
 //! - [`refusal`]: the one rule for an order whose move the database refuses for good: its hold
 //!   released, the order ended failed or left for a person, the other orders untouched.
 //! - [`sweeper`]: finishes orders that stopped moving, without their buyer.
@@ -34,6 +35,7 @@ pub mod authorization;
 pub mod door;
 pub mod fulfilment;
 pub mod hold;
+pub mod leased;
 pub mod order;
 pub mod outbox;
 pub mod payments;

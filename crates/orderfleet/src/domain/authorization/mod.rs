@@ -16,33 +16,13 @@ mod record;
 use crate::domain::OrderId;
 use crate::runtime::db::Pool;
 
+pub use crate::domain::leased::AuthorizationError;
+pub(crate) use crate::domain::leased::within;
 pub(crate) use record::decline;
 pub use record::{UNSETTLED_FOR, record, unsettled_too_long};
 
 use crate::domain::order::{Order, OrderStatus};
 use crate::domain::payments::{AuthorizeRequest, Intent, PaymentError, Payments};
-
-/// Why authorizing did not record an answer.
-#[derive(Debug, thiserror::Error)]
-pub enum AuthorizationError {
-    /// Stripe could not be reached (or kept failing) after the bounded retries. The order stays
-    /// `pending_authorization` with its lease released: a retry or the sweeper finishes it.
-    #[error("payment provider unavailable: {0}")]
-    ProviderUnavailable(String),
-    /// Stripe refused to say whether the order already has a PaymentIntent (its list
-    /// failed for good): authorizing again could place a second hold, so the order stays
-    /// pending for a person (`fleetctl sweep` lists it as stuck).
-    #[error("cannot look the order up at Stripe: {0}")]
-    LookupRefused(String),
-    /// The database refuses the order's move for good, and its end as failed too
-    /// ([`crate::domain::refusal`]): the order is for a person, with why; its hold is released
-    /// (or its release owed) all the same.
-    #[error("the database refuses the order: {0}")]
-    OrderRefused(String),
-    /// The database failed; the order keeps its lease until it expires.
-    #[error("database error")]
-    Database(#[from] sqlx::Error),
-}
 
 /// Takes the lease of a `pending_authorization` order nobody works on (no lease, or an
 /// expired one), for `lease`.
@@ -81,20 +61,6 @@ pub async fn take_over_and_resume(
         resume(pool, payments, &order).await.map(Some)
     };
     within(deadline, work).await
-}
-
-/// Runs a leased order's `work` within `deadline`; past it the work is dropped (a Stripe call in
-/// flight is abandoned as a timeout is, a statement's connection is closed) and the order keeps
-/// its lease until the lease lapses: Stripe answered too slowly to finish now.
-pub(crate) async fn within<T>(
-    deadline: Duration,
-    work: impl Future<Output = Result<T, AuthorizationError>>,
-) -> Result<T, AuthorizationError> {
-    tokio::time::timeout(deadline, work).await.unwrap_or_else(|_| {
-        Err(AuthorizationError::ProviderUnavailable(format!(
-            "the work on the order did not finish within {deadline:?}; its lease lapses"
-        )))
-    })
 }
 
 /// What authorizing did to the order.
