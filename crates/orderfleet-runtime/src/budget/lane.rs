@@ -98,6 +98,16 @@ impl Lane {
         self.changed.notify_waiters();
     }
 
+    /// Half the share in force, in one step under the pace's lock: a new share set meanwhile
+    /// (a tick's) is halved, never overwritten by a half of the one before it.
+    pub fn halve(&self) {
+        {
+            let mut pace = self.pace();
+            pace.share /= 2;
+        }
+        self.changed.notify_waiters();
+    }
+
     /// A share no higher than the one in force, and a new lease.
     pub fn set_at_most(&self, share: u32, lease_until: Instant) {
         {

@@ -254,9 +254,9 @@ impl StripeBudget {
     /// its next tick, now, slows the fleet down.
     pub fn rate_limited(&self, endpoint: Endpoint) {
         metrics::counter!("stripe_rate_limited_total", "endpoint" => endpoint.name()).increment(1);
-        let lane = &self.lanes[endpoint as usize];
-        lane.set(lane.share() / 2, None);
+        // Counted first, so a tick that reads the count after the halving also repeats it.
         self.limited[endpoint as usize].fetch_add(1, Ordering::AcqRel);
+        self.lanes[endpoint as usize].halve();
         self.wake.notify_one();
     }
 

@@ -69,6 +69,7 @@ impl Fulfilment {
                     }
                     Ok(now) if now.status == IntentStatus::Canceled => OrderStatus::AuthorizationCanceled,
                     Ok(_) => OrderStatus::CaptureFailed,
+                    Err(PaymentError::Locked(reason)) => return Ok(Captured::Locked(reason)),
                     Err(e) if e.is_transient() => return Ok(Captured::Blocked(e.to_string())),
                     Err(_) => OrderStatus::CaptureFailed,
                 };
@@ -159,6 +160,10 @@ impl Fulfilment {
                 }));
             }
             Ok(AttemptDid::Nothing(now)) => now,
+            // The intent held by another request: that one intent's, never an outage.
+            Err(PaymentError::Locked(why)) => {
+                return Ok(Err(PaymentError::Locked(format!("{reason}; then {why}"))));
+            }
             Err(e) => return Ok(Err(PaymentError::Unavailable(format!("{reason}; then {e}")))),
         };
         debug_assert_eq!(now.status, IntentStatus::RequiresCapture);
@@ -235,6 +240,9 @@ impl Fulfilment {
                         status: 400,
                     }),
                     Ok(AttemptDid::Nothing(_)) => Err(PaymentError::AttemptFailed(reason)),
+                    Err(PaymentError::Locked(why)) => {
+                        Err(PaymentError::Locked(format!("{reason}; then {why}")))
+                    }
                     Err(e) => Err(PaymentError::Unavailable(format!("{reason}; then {e}"))),
                 }
             }

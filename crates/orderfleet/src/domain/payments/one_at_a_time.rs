@@ -33,13 +33,13 @@ pub(super) struct Turn<'a> {
 impl OneAtATime {
     /// Waits for `payment_intent_id`'s turn.
     pub(super) async fn turn(&self, payment_intent_id: &str) -> Turn<'_> {
-        let turn = Arc::clone(
-            self.turns
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .entry(payment_intent_id.to_owned())
-                .or_default(),
-        );
+        let turn = {
+            let mut turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
+            // A waiter cancelled before its turn came (a deadline, a client gone) leaves its
+            // intent's entry behind with no one holding or awaiting it: forgotten here.
+            turns.retain(|_, turn| Arc::strong_count(turn) > 1);
+            Arc::clone(turns.entry(payment_intent_id.to_owned()).or_default())
+        };
         let held = Arc::clone(&turn).lock_owned().await;
         Turn { held: Some(held), turn, payment_intent_id: payment_intent_id.to_owned(), of: self }
     }
