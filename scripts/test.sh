@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make test`: `make up`, then every check CI runs, in order of cost. Fails on the first
-# failure. Each step prints its seconds, and the run ends with all of them (README.md gives
+# failure. Each step prints its seconds, and the run ends with all of them (docs/build.md gives
 # what each costs, cold and warm).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
