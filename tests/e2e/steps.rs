@@ -157,9 +157,9 @@ async fn with_stripe_unreachable_advancing_is_an_outage_and_the_order_waits_rese
     };
 
     // Act
-    let cut = unreachable.advance(OrderId::from_uuid(order)).await.unwrap_err();
+    let cut = unreachable.advance(OrderId::from_uuid(order)).await.outcome().unwrap_err();
     let status_meanwhile = step.status(order).await;
-    let resumed = step.step.fulfilment.advance(OrderId::from_uuid(order)).await;
+    let resumed = step.step.fulfilment.advance(OrderId::from_uuid(order)).await.outcome();
 
     // Assert: an outage (the worker pauses and probes), the units kept, then paid once.
     assert_eq!((cut.kind, cut.source), (Kind::Outage, Source::Stripe), "{cut}");
@@ -189,7 +189,7 @@ async fn with_the_database_unreachable_advancing_is_an_outage_of_the_database() 
     };
 
     // Act
-    let cut = unreachable.advance(OrderId::from_uuid(order)).await.unwrap_err();
+    let cut = unreachable.advance(OrderId::from_uuid(order)).await.outcome().unwrap_err();
 
     // Assert
     assert_eq!((cut.kind, cut.source), (Kind::Outage, Source::Database), "{cut}");

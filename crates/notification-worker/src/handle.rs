@@ -165,7 +165,7 @@ impl Notifier {
                 Some((false, left)) => {
                     let reason = "another worker holds this message's claim";
                     let again = Duration::from_secs_f64(left + 1.0).min(CLAIM_LOOKED_AT_EVERY);
-                    Err(Failure::transient(Source::Inbox, "claimed", reason).retry_in(again).kept_in_hand())
+                    Err(Failure::transient(Source::Inbox, "claimed", reason).hold_in_hand(again))
                 }
                 // Claimed a moment ago and gone since: try again soon.
                 None => Err(Failure::transient(
@@ -194,7 +194,7 @@ impl Notifier {
         for r in &unknown {
             let reason = "PublishBatch's answer lists the entry neither as published nor as failed";
             let failure = Failure::transient(Source::Sns, "missing_from_answer", reason)
-                .retry_in(Duration::from_secs(CLAIM_SECONDS as u64));
+                .retry_after(Duration::from_secs(CLAIM_SECONDS as u64));
             outcomes.set(r, Err(failure));
         }
         if !refused.is_empty() {
@@ -244,7 +244,7 @@ impl Notifier {
 /// worker, which would publish it again; through a stop too, for the grace period, before it is
 /// handed back. (A crash hands it back.)
 fn unrecorded(e: &anyhow::Error) -> Failure {
-    db::failure(e).retry_in(Duration::from_secs(1)).kept_through_stop()
+    db::failure(e).hold_through_stop(Duration::from_secs(1))
 }
 
 /// A message delivered twice within one batch is handled once: the later copies are done.

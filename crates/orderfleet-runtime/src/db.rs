@@ -10,8 +10,12 @@
 //! check`; `write` renews it). No statement of the fleet's is text put together at run time.
 //! The rules a statement follows:
 //! - a set of order statuses is one of SPEC §5's, a function of migration `status_sets`
-//!   (`holds_units(status)`, …); one status a compare-and-set expects is bound typed
-//!   (`OrderStatus::Authorized as _`);
+//!   (`holds_units(status)`, …); one status a compare-and-set expects is written in the
+//!   statement (`status = 'authorized'`), never passed: PostgreSQL refuses a misspelt one
+//!   when the macro prepares the statement, and a status that varies is bound typed
+//!   (`$2::order_status`, `from as _`);
+//! - a statement of more than five arguments is a file beside its module (`transition.sql`),
+//!   its arguments named once in its `args` row;
 //! - a typed parameter (`OrderId`, `Sku`, an enum) is bound `as _`, and a typed column is
 //!   named with its Rust type (`id AS "id: OrderId"`);
 //! - a number of milliseconds multiplies `interval '1 ms'` as `$n::int8`.

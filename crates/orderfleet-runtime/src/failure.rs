@@ -93,8 +93,30 @@ impl Source {
 /// done, or the failure that stopped it. The one result every loop settles.
 pub type Outcome = Result<(), Failure>;
 
-/// A classified failure: its kind, where it happened, a short code and the reason a person
-/// reads.
+/// What the loop does with the work after a failure, beyond what the failure's kind says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Then {
+    /// Hand it back; the loop's own backoff (by the message's receive count, the row's retry
+    /// budget) says when it comes again.
+    #[default]
+    Backoff,
+    /// Hand it back, to come again after this long: the failure says when trying again can
+    /// succeed (another worker's claim ends then).
+    RetryAfter(Duration),
+    /// The message waits on someone else's work, not on a failure of its own: the consumer
+    /// keeps it in hand, invisible under the heartbeat, and handles it again after this long,
+    /// while the worker goes on receiving. Handed back, it would spend a receive per wait and
+    /// reach the DLQ through no fault of its own (SPEC §8.10). Only a stop hands it back.
+    HoldInHand(Duration),
+    /// Held in hand, and through a stop too: the message's effect has happened (SNS took the
+    /// notification) and only its record failed, so handed back it would be done again by
+    /// the next worker. At the stop signal the consumer goes on handling it, every this long,
+    /// until it is settled or the grace period ends; only then is it handed back.
+    HoldThroughStop(Duration),
+}
+
+/// A classified failure: its kind, where it happened, a short code, the reason a person
+/// reads, and what the loop does with the work next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
     /// What it means for the work.
@@ -102,33 +124,18 @@ pub struct Failure {
     /// Where it happened.
     pub source: Source,
     /// Short and machine-readable: an SQLSTATE, an AWS error code, `timeout`, `unknown_order`…
+    /// For people and metrics only: no loop decides by it.
     pub code: String,
     /// What a person reads: what failed and why, in words.
     pub reason: String,
-    /// How long until trying again can succeed, when the failure says (another worker's claim
-    /// ends then); otherwise the loop's own backoff decides.
-    pub retry_in: Option<Duration>,
-    /// The message waits on someone else's work, not on a failure of its own: kept in hand
-    /// ([`Failure::kept_in_hand`]) rather than handed back.
-    pub in_hand: bool,
-    /// The message's own work is done and only its record is left: at a stop, the consumer
-    /// keeps trying it within the grace period before handing it back
-    /// ([`Failure::kept_through_stop`]).
-    pub through_stop: bool,
+    /// What the loop does with the work next.
+    pub then: Then,
 }
 
 impl Failure {
     /// A failure of `kind` from `source`.
     pub fn new(kind: Kind, source: Source, code: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self {
-            kind,
-            source,
-            code: code.into(),
-            reason: reason.into(),
-            retry_in: None,
-            in_hand: false,
-            through_stop: false,
-        }
+        Self { kind, source, code: code.into(), reason: reason.into(), then: Then::Backoff }
     }
 
     /// A passing failure of this piece of work ([`Kind::Transient`]).
@@ -146,31 +153,39 @@ impl Failure {
         Self::new(Kind::Permanent, source, code, reason)
     }
 
-    /// The same failure, to be tried again after `delay`.
-    pub fn retry_in(mut self, delay: Duration) -> Self {
-        self.retry_in = Some(delay);
-        self
+    /// The same failure, to be tried again after `delay` ([`Then::RetryAfter`]).
+    pub fn retry_after(self, delay: Duration) -> Self {
+        Self { then: Then::RetryAfter(delay), ..self }
     }
 
-    /// The message waits on someone else's work (another worker's claim on it), not on a
-    /// failure of its own: the consumer keeps it in hand, invisible under the heartbeat, and
-    /// handles it again after [`Failure::retry_in`], while the worker goes on receiving. Handed
-    /// back, it would spend a receive per wait and reach the DLQ through no fault of its own
-    /// (SPEC §8.10). Only a stop hands it back.
-    pub fn kept_in_hand(mut self) -> Self {
-        self.in_hand = true;
-        self
+    /// The same failure, its message kept in hand and tried again after `delay`
+    /// ([`Then::HoldInHand`]).
+    pub fn hold_in_hand(self, delay: Duration) -> Self {
+        Self { then: Then::HoldInHand(delay), ..self }
     }
 
-    /// Kept in hand ([`Failure::kept_in_hand`]), and through a stop too: the message's effect
-    /// has happened (SNS took the notification) and only its record failed, so handed back it
-    /// would be done again by the next worker. At the stop signal the consumer goes on handling
-    /// it, every [`Failure::retry_in`], until it is settled or the grace period ends; only then
-    /// is it handed back.
-    pub fn kept_through_stop(mut self) -> Self {
-        self.in_hand = true;
-        self.through_stop = true;
-        self
+    /// The same failure, its message kept in hand through a stop, tried again every `delay`
+    /// ([`Then::HoldThroughStop`]).
+    pub fn hold_through_stop(self, delay: Duration) -> Self {
+        Self { then: Then::HoldThroughStop(delay), ..self }
+    }
+
+    /// When trying again can succeed, if the failure says.
+    pub fn retry_in(&self) -> Option<Duration> {
+        match self.then {
+            Then::Backoff => None,
+            Then::RetryAfter(d) | Then::HoldInHand(d) | Then::HoldThroughStop(d) => Some(d),
+        }
+    }
+
+    /// Whether its message is kept in hand ([`Then::HoldInHand`], [`Then::HoldThroughStop`]).
+    pub fn in_hand(&self) -> bool {
+        matches!(self.then, Then::HoldInHand(_) | Then::HoldThroughStop(_))
+    }
+
+    /// Whether its message is kept through a stop ([`Then::HoldThroughStop`]).
+    pub fn through_stop(&self) -> bool {
+        matches!(self.then, Then::HoldThroughStop(_))
     }
 }
 

@@ -144,7 +144,7 @@ impl Lane {
             Ok(outcomes) => outcomes,
             Err(_) => {
                 let reason = format!("the send round took longer than {limit:?}");
-                let failure = Failure::outage(Source::Sqs, "timeout", reason).retry_in(send::OUTAGE_RETRY);
+                let failure = Failure::outage(Source::Sqs, "timeout", reason).retry_after(send::OUTAGE_RETRY);
                 claimed.into_iter().map(|row| (row, Err(failure.clone()))).collect()
             }
         }

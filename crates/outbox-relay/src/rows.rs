@@ -81,14 +81,8 @@ pub(crate) async fn record(
     let delays_ms: Vec<i64> = failed.iter().map(|(_, r)| r.delay.as_millis() as i64).collect();
     let claims: Vec<chrono::DateTime<chrono::Utc>> =
         failed.iter().map(|(row, _)| row.claimed_until).collect();
-    sqlx::query!(
-        "UPDATE outbox o
-            SET status = u.status::outbox_status, retry_count = u.retry_count,
-                last_error_code = u.code, last_error_reason = u.reason,
-                next_attempt_at = now() + u.delay_ms * interval '1 ms', updated_at = now()
-           FROM UNNEST($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::bigint[], $7::timestamptz[])
-             AS u(id, status, retry_count, code, reason, delay_ms, claimed_until)
-          WHERE o.id = u.id AND o.status = 'processing' AND o.next_attempt_at = u.claimed_until",
+    sqlx::query_file!(
+        "src/failed.sql",
         &ids,
         &statuses as _,
         &retries,
@@ -158,7 +152,7 @@ impl<'a> Retry<'a> {
             Kind::Permanent => ("dead", attempts, Duration::ZERO),
             Kind::Transient if attempts >= tuning.max_attempts => ("dead", attempts, Duration::ZERO),
             Kind::Transient => ("failed", attempts, tuning.retry_backoff.delay(row.retry_count as u32)),
-            Kind::Outage => ("pending", row.retry_count, failure.retry_in.unwrap_or(send::OUTAGE_RETRY)),
+            Kind::Outage => ("pending", row.retry_count, failure.retry_in().unwrap_or(send::OUTAGE_RETRY)),
         };
         if status == "dead" {
             let (code, reason) = (&failure.code, &failure.reason);

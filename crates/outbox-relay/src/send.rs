@@ -264,14 +264,16 @@ where
             if permanent.iter().any(|p| code == *p || code.ends_with(p)) {
                 Failure::permanent(Source::Sqs, code, reason)
             } else {
-                Failure::outage(Source::Sqs, code, reason).retry_in(OUTAGE_RETRY)
+                Failure::outage(Source::Sqs, code, reason).retry_after(OUTAGE_RETRY)
             }
         }
-        SdkError::TimeoutError(_) => Failure::outage(Source::Sqs, "timeout", reason).retry_in(OUTAGE_RETRY),
-        SdkError::DispatchFailure(_) => {
-            Failure::outage(Source::Sqs, "unreachable", reason).retry_in(OUTAGE_RETRY)
+        SdkError::TimeoutError(_) => {
+            Failure::outage(Source::Sqs, "timeout", reason).retry_after(OUTAGE_RETRY)
         }
-        _ => Failure::outage(Source::Sqs, "response_error", reason).retry_in(OUTAGE_RETRY),
+        SdkError::DispatchFailure(_) => {
+            Failure::outage(Source::Sqs, "unreachable", reason).retry_after(OUTAGE_RETRY)
+        }
+        _ => Failure::outage(Source::Sqs, "response_error", reason).retry_after(OUTAGE_RETRY),
     }
 }
 

@@ -18,7 +18,7 @@ pub mod service;
 
 use line::Line;
 use orderfleet::domain::OrderId;
-use orderfleet::domain::fulfilment::{Fulfilment, WAITING_FOR_THE_LINE};
+use orderfleet::domain::fulfilment::{Fulfilment, Step};
 use orderfleet::domain::outbox::{Destination, Envelope};
 use orderfleet::runtime::consumer::{Handler, Outcome, Received};
 use orderfleet::runtime::failure::{Failure, Source};
@@ -73,10 +73,9 @@ impl StockCheck {
     /// with, its order waiting in the [`Line`] (or, when that is full, for the sweeper), so that
     /// it pins no permit and spends no receive.
     pub(crate) async fn handle_message(&self, body: &str) -> Outcome {
-        let (order_id, outcome) = self.handle_one_of(body).await;
-        match (order_id, outcome) {
-            (Some(order_id), Err(failure)) if failure.code == WAITING_FOR_THE_LINE => {
-                let reason = failure.reason;
+        let (order_id, step) = self.handle_one_of(body).await;
+        match (order_id, step) {
+            (Some(order_id), Step::WaitsForTheLine(reason)) => {
                 if self.line.wait(order_id) {
                     tracing::info!(reason, "the order waits for the line here; its stock check is done with");
                 } else {
@@ -84,30 +83,33 @@ impl StockCheck {
                 }
                 Ok(())
             }
-            (_, outcome) => outcome,
+            (_, step) => step.outcome(),
         }
     }
 
     /// Handles one message body. Public so tests can drive it without SQS.
     pub async fn handle_one(&self, body: &str) -> Outcome {
-        self.handle_one_of(body).await.1
+        self.handle_one_of(body).await.1.outcome()
     }
 
     /// [`StockCheck::handle_one`], with the order's id when the body is a stock check.
-    async fn handle_one_of(&self, body: &str) -> (Option<OrderId>, Outcome) {
+    async fn handle_one_of(&self, body: &str) -> (Option<OrderId>, Step) {
         let envelope = match Envelope::parse(body, Destination::StockCheck) {
             Ok(envelope) => envelope,
             Err(refused) => {
-                return (None, Err(Failure::permanent(Source::Message, refused.code, refused.reason)));
+                return (
+                    None,
+                    Step::Failed(Failure::permanent(Source::Message, refused.code, refused.reason)),
+                );
             }
         };
         let order_id = envelope.order_id;
-        let outcome = match envelope.captures_from_its_payload(chrono::Utc::now()) {
+        let step = match envelope.captures_from_its_payload(chrono::Utc::now()) {
             // The commit took the order's units: capture it from what the message says.
             Some(reserved) => self.fulfilment.capture_reserved(reserved).await,
             None => self.fulfilment.advance(order_id).await,
         };
-        (Some(order_id), outcome)
+        (Some(order_id), step)
     }
 }
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use orderfleet::domain::OrderId;
-use orderfleet::domain::fulfilment::{Fulfilment, WAITING_FOR_THE_LINE};
+use orderfleet::domain::fulfilment::{Fulfilment, Step};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -108,15 +108,14 @@ impl Line {
     async fn try_again(&self, order_id: OrderId, waiting: Waiting) {
         let span = waiting.span;
         match self.fulfilment.advance(order_id).instrument(span.clone()).await {
-            Err(failure) if failure.code == WAITING_FOR_THE_LINE => {
+            Step::WaitsForTheLine(reason) => {
                 if waiting.since.elapsed() < self.patience {
                     return;
                 }
-                let reason = failure.reason;
                 span.in_scope(|| tracing::warn!(reason, "waited too long for the line; left to the sweeper"));
             }
-            Ok(()) => {}
-            Err(failure) => {
+            Step::Done => {}
+            Step::Failed(failure) => {
                 let (code, reason) = (failure.code, failure.reason);
                 span.in_scope(|| {
                     tracing::warn!(

@@ -31,6 +31,8 @@ pub use api::{Answer, OrderPost};
 pub use os::{PORT_CLAIMS_KEPT, free_port};
 pub use stripe::{create_at_stripe, hold_at_stripe};
 
+/// How long a fleet's start waits for its intake's first PostgreSQL connection.
+const CONNECTED_WITHIN: Duration = Duration::from_secs(20);
 /// Where the fleet runs: its database, queues and topic, and how to reach AWS (LocalStack).
 #[derive(Debug, Clone)]
 pub struct Stack {
@@ -210,7 +212,29 @@ impl Fleet {
         for url in health {
             self.wait_http(&url).await?;
         }
+        self.wait_intake_connected().await;
         Ok(())
+    }
+
+    /// Waits, for [`CONNECTED_WITHIN`] at most, until the intake holds a PostgreSQL connection:
+    /// it opens its pool in the background, and on a machine running several fleets at once
+    /// its first connections can take seconds (PostgreSQL forking and authenticating backends
+    /// for every process starting), so a test's first order would meet a cold pool and answer
+    /// `503`. A fleet started while the database is away goes on after the wait.
+    async fn wait_intake_connected(&self) {
+        let Some(url) = self.metrics_url("order-intake").map(str::to_owned) else { return };
+        let deadline = Instant::now() + CONNECTED_WITHIN;
+        while Instant::now() < deadline {
+            if let Ok(response) = self.http.get(&url).timeout(Duration::from_secs(2)).send().await
+                && let Ok(text) = response.text().await
+                && crate::metrics::sum_by_label(&[text], "db_pool_connections", "pool")
+                    .values()
+                    .any(|n| *n >= 1.0)
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// In the image, waits until the process last spawned answers `/healthz`: two `buildah run`
@@ -380,7 +404,9 @@ impl Fleet {
 
     /// Waits until the intake answers (after spawning it by hand).
     pub async fn wait_intake(&self) -> anyhow::Result<()> {
-        self.wait_http(&format!("{}/healthz", self.intake_url)).await
+        self.wait_http(&format!("{}/healthz", self.intake_url)).await?;
+        self.wait_intake_connected().await;
+        Ok(())
     }
 
     async fn wait_http(&self, url: &str) -> anyhow::Result<()> {

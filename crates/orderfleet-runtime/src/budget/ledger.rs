@@ -282,32 +282,8 @@ async fn read(tx: &mut crate::pool::Tx, budget: &StripeBudget) -> sqlx::Result<F
 /// This member's row, the cuts, the ledger's next tick and round, and the rows gone.
 async fn write(tx: &mut crate::pool::Tx, budget: &StripeBudget, decision: &Decision) -> sqlx::Result<()> {
     let (cut_endpoints, cut_factors): (Vec<&str>, Vec<f64>) = decision.cuts.iter().copied().unzip();
-    sqlx::query!(
-        r#"WITH me AS (
-               INSERT INTO stripe_budget_members AS m
-                      (member, process, demand, share, held, held_until, held_tick, expires_at, renewed_tick)
-               VALUES ($1, $2, $3, $4, $5,
-                       clock_timestamp() + CASE WHEN $6::bool THEN $7::int8 ELSE 0 END * interval '1 ms', $8,
-                       clock_timestamp() + $9::int8 * interval '1 ms', $8)
-               ON CONFLICT (member) DO UPDATE
-                   SET demand = excluded.demand, share = excluded.share, held = excluded.held,
-                       held_until = CASE WHEN $6 THEN excluded.held_until ELSE m.held_until END,
-                       held_tick = CASE WHEN $6 THEN excluded.held_tick ELSE m.held_tick END,
-                       expires_at = excluded.expires_at, renewed_tick = excluded.renewed_tick,
-                       updated_at = clock_timestamp()
-               RETURNING 1
-           ), cut AS (
-               INSERT INTO stripe_budget_slowdowns (endpoint, factor, cut_at)
-               SELECT endpoint, factor, clock_timestamp() FROM unnest($10::text[], $11::float8[]) AS c(endpoint, factor)
-               ON CONFLICT (endpoint) DO UPDATE SET factor = excluded.factor, cut_at = excluded.cut_at
-               RETURNING 1
-           ), ledger AS (
-               INSERT INTO stripe_budget_ledger AS l (tick, round, round_ms) VALUES ($8, $12, $13)
-               ON CONFLICT (singleton) DO UPDATE
-                   SET tick = excluded.tick, round = excluded.round, round_ms = excluded.round_ms
-               RETURNING 1
-           )
-           DELETE FROM stripe_budget_members WHERE member = ANY($14)"#,
+    sqlx::query_file!(
+        "src/budget/write.sql",
         budget.member,
         budget.process,
         Json(by_name(decision.demand)) as _,

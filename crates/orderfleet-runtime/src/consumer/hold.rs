@@ -25,10 +25,10 @@
 //! the held messages are settled as they are: they come back after a backoff, to another
 //! worker.
 //!
-//! A message **kept in hand** ([`Failure::kept_in_hand`]) waits on someone else's work, not on
+//! A message **kept in hand** ([`Then::HoldInHand`](crate::failure::Then::HoldInHand)) waits on someone else's work, not on
 //! a dependency: another worker's claim on it, say. It is held the same way, but the worker
 //! keeps receiving: it is handled again once its `retry_in` has passed, for as long as it says
-//! so, and only a stop hands it back; one kept through the stop ([`Failure::kept_through_stop`]:
+//! so, and only a stop hands it back; one kept through the stop ([`Then::HoldThroughStop`](crate::failure::Then::HoldThroughStop):
 //! its effect happened, only its record is left) is handled again until it is settled or the
 //! grace period ends ([`BatchTask::finish_through_stop`]), and only then handed back.
 
@@ -125,7 +125,7 @@ impl<H: Handler> BatchTask<H> {
                 drop(permits.split(settled_now.min(permits.num_permits())));
             }
             // Messages kept in hand wait on another's work; only an outage pauses the worker.
-            let outage = held.iter().any(|(_, failure)| !failure.in_hand);
+            let outage = held.iter().any(|(_, failure)| !failure.in_hand());
             if outage && self.gate.pause() {
                 let failure = &held[0].1;
                 tracing::warn!(
@@ -156,7 +156,7 @@ impl<H: Handler> BatchTask<H> {
                 // Stopping: the held messages come back after a backoff, to another worker;
                 // those whose effect happened are first given the grace period to be recorded.
                 let (finish, give_back): (Vec<_>, Vec<_>) =
-                    held.into_iter().partition(|(_, f)| f.through_stop);
+                    held.into_iter().partition(|(_, f)| f.through_stop());
                 let settled =
                     give_back.into_iter().map(|(m, failure)| (Delivered::of(&m), Err(failure))).collect();
                 self.settle.batch(settled).await;
@@ -174,7 +174,7 @@ impl<H: Handler> BatchTask<H> {
     /// (`finish_in_flight`).
     async fn finish_through_stop(&self, mut kept: Vec<(Received, Failure)>) {
         while !kept.is_empty() {
-            let pause = kept.iter().filter_map(|(_, f)| f.retry_in).min().unwrap_or(Duration::from_secs(1));
+            let pause = kept.iter().filter_map(|(_, f)| f.retry_in()).min().unwrap_or(Duration::from_secs(1));
             let receipts: Vec<String> = kept.iter().map(|(m, _)| m.receipt_handle.clone()).collect();
             self.heartbeat(tokio::time::sleep(pause), &receipts).await;
             let pending: Vec<Received> = kept.into_iter().map(|(m, _)| m).collect();
@@ -182,7 +182,7 @@ impl<H: Handler> BatchTask<H> {
             let (again, settled): (Vec<_>, Vec<_>) = pending
                 .into_iter()
                 .zip(outcomes)
-                .partition(|(_, outcome)| outcome.as_ref().is_err_and(|f| f.through_stop));
+                .partition(|(_, outcome)| outcome.as_ref().is_err_and(|f| f.through_stop()));
             let settled = settled.into_iter().map(|(m, outcome)| (Delivered::of(&m), outcome)).collect();
             self.settle.batch(settled).await;
             kept = again.into_iter().filter_map(|(m, outcome)| Some((m, outcome.err()?))).collect();
@@ -231,7 +231,7 @@ impl<H: Handler> BatchTask<H> {
         let (mut held, mut settled) = (Vec::new(), Vec::new());
         for (message, outcome) in batch.into_iter().zip(outcomes) {
             match outcome {
-                Err(failure) if failure.in_hand => held.push((message, failure)),
+                Err(failure) if failure.in_hand() => held.push((message, failure)),
                 Err(failure)
                     if failure.kind == Kind::Outage
                         || (may_hold_inferred && outage_seen && is_dependencys(&failure)) =>
@@ -246,7 +246,7 @@ impl<H: Handler> BatchTask<H> {
 
     /// Waits until the soonest of the messages kept in hand may go on; false at the stop signal.
     async fn wait_in_hand(&self, kept: &[(Received, Failure)]) -> bool {
-        let soonest = kept.iter().filter_map(|(_, f)| f.retry_in).min().unwrap_or(Duration::from_secs(1));
+        let soonest = kept.iter().filter_map(|(_, f)| f.retry_in()).min().unwrap_or(Duration::from_secs(1));
         sleep_or_stop(&self.cancel, soonest).await
     }
 
@@ -260,7 +260,7 @@ impl<H: Handler> BatchTask<H> {
 /// A dependency's passing failure that did not name when to try again: the kind an outage in
 /// an unforeseen shape takes.
 fn is_dependencys(failure: &Failure) -> bool {
-    failure.kind == Kind::Transient && failure.source.is_dependency() && failure.retry_in.is_none()
+    failure.kind == Kind::Transient && failure.source.is_dependency() && failure.retry_in().is_none()
 }
 
 #[cfg(test)]

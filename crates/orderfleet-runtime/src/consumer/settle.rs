@@ -108,7 +108,7 @@ impl Settle {
         // Every failure leaves the message to come back: when the failure says it can go on,
         // or after a backoff sized by its receive count.
         let delay = failure
-            .retry_in
+            .retry_in()
             .unwrap_or_else(|| self.backoff.delay(message.receive_count.saturating_sub(1)))
             .min(MAX_VISIBILITY);
         // After the stop signal this worker's own long polls may still be open (up to their
@@ -127,7 +127,7 @@ impl Settle {
         let (queue, receive_count) = (&self.queue, message.receive_count);
         let (source, code, reason) = (failure.source.as_str(), &failure.code, &failure.reason);
         match failure.kind {
-            Kind::Transient if failure.retry_in.is_some() => {
+            Kind::Transient if failure.retry_in().is_some() => {
                 tracing::info!(
                     queue,
                     receive_count,
@@ -192,14 +192,8 @@ async fn record_failures(pool: &crate::db::Pool, queue: &str, failures: &[(Deliv
     let reasons: Vec<String> =
         by_key.iter().map(|(_, f, _)| format!("{} {}: {}", f.source.as_str(), f.code, f.reason)).collect();
     let times: Vec<i32> = by_key.iter().map(|(_, _, n)| *n).collect();
-    let recorded = sqlx::query!(
-        "INSERT INTO message_failures (queue, message_key, sqs_message_id, receive_count, outcome, reason, failures)
-         SELECT $1, k, id, n, o, r, t
-           FROM UNNEST($2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::int[]) AS f(k, id, n, o, r, t)
-         ON CONFLICT (queue, message_key) DO UPDATE
-            SET sqs_message_id = EXCLUDED.sqs_message_id, receive_count = EXCLUDED.receive_count,
-                outcome = EXCLUDED.outcome, reason = EXCLUDED.reason,
-                failures = message_failures.failures + EXCLUDED.failures, updated_at = now()",
+    let recorded = sqlx::query_file!(
+        "src/consumer/failures.sql",
         queue,
         &keys as _,
         &ids as _,

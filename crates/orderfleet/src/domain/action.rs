@@ -32,8 +32,7 @@ use crate::runtime::db::Pool;
 
 use crate::domain::OrderId;
 use crate::domain::leased::AuthorizationError;
-use crate::domain::order::{FailureReason, Order, OrderNotification, OrderStatus, StripeEvent, Transition};
-use crate::domain::outbox::EventType;
+use crate::domain::order::{FailureReason, Order, OrderStatus, StripeEvent, Transition};
 use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
 use crate::domain::refusal::{self, Ended};
 
@@ -205,11 +204,7 @@ async fn authorize(
     hold: &Intent,
     event: Option<StripeEvent<'_>>,
 ) -> Result<Settled, AuthorizationError> {
-    let accepted = OrderNotification::of(order, OrderStatus::Authorized, None);
-    let moved = Transition::new(order.id, OrderStatus::RequiresAction, OrderStatus::Authorized)
-        .with_hold(hold.hold())
-        .with_message(EventType::StockCheckRequested, &accepted)
-        .with_message(EventType::OrderAccepted, &accepted)
+    let moved = Transition::authorized(order, OrderStatus::RequiresAction, hold.hold())
         .with_event(event)
         .commit(pool)
         .await;
@@ -234,14 +229,7 @@ async fn decline(
     reason: FailureReason,
     event: Option<StripeEvent<'_>>,
 ) -> Result<Settled, AuthorizationError> {
-    let rejected = OrderNotification::of(order, OrderStatus::PaymentDeclined, Some(reason));
-    let moved = Transition::new(order.id, OrderStatus::RequiresAction, OrderStatus::PaymentDeclined)
-        .with_reason(reason)
-        .with_message(EventType::OrderRejected, &rejected)
-        .giving_units_back(reason.as_str())
-        .with_event(event)
-        .commit(pool)
-        .await;
+    let moved = Transition::authentication_failed(order, reason).with_event(event).commit(pool).await;
     let moved = match moved {
         Err(e) if crate::runtime::db::refused_for_good(&e) => {
             return refused(pool, payments, order, &e).await;

@@ -171,17 +171,9 @@ pub async fn upsert(pool: &Pool, product: &ProductUpsert) -> Result<Units, Upser
         .await
         .with_context(|| format!("failed to lock product {}", product.id.as_str()))?;
     let (last_served, least) = line_served(&mut tx, &product.id).await?;
-    let units = sqlx::query_as!(
+    let units = sqlx::query_file_as!(
         Units,
-        r#"INSERT INTO products (id, name, price_minor, currency, units_total, stock, max_per_buyer)
-         VALUES ($1, $2, $3, $4, $5, $5, $6)
-         ON CONFLICT (id) DO UPDATE
-            SET name = EXCLUDED.name, price_minor = EXCLUDED.price_minor, currency = EXCLUDED.currency,
-                stock = products.stock + (EXCLUDED.units_total - products.units_total),
-                units_total = EXCLUDED.units_total, max_per_buyer = EXCLUDED.max_per_buyer,
-                updated_at = now()
-          WHERE products.units_total - products.stock <= EXCLUDED.units_total AND $7 <= EXCLUDED.units_total
-         RETURNING units_total AS total, units_total - stock AS "taken!", units_promised AS promised"#,
+        "src/domain/upsert.sql",
         product.id.as_str(),
         &product.name,
         product.price_minor,
@@ -219,7 +211,7 @@ async fn line_served(tx: &mut sqlx::PgConnection, id: &Sku) -> anyhow::Result<(O
     let served = sqlx::query!(
         r#"WITH served AS (
              SELECT max(position) AS position FROM orders
-              WHERE product_id = $1 AND (status = $2 OR sold(status))
+              WHERE product_id = $1 AND (status = 'stock_reserved' OR sold(status))
          )
          SELECT served.position AS last_served,
                 COALESCE((SELECT sum(quantity) FROM orders
@@ -227,7 +219,6 @@ async fn line_served(tx: &mut sqlx::PgConnection, id: &Sku) -> anyhow::Result<(O
                              AND NOT failed(status)), 0)::int8 AS "least!"
            FROM served"#,
         id.as_str(),
-        crate::domain::order::OrderStatus::StockReserved as _,
     )
     .fetch_one(tx)
     .await

@@ -23,8 +23,7 @@
 //! is taken by then, so there is no hold to cancel, and ending the order failed would give back
 //! a unit that is sold; its message goes to the DLQ with the reason, for a person.
 
-use crate::domain::order::{FailureReason, Hold, Order, OrderNotification, OrderStatus, Transition};
-use crate::domain::outbox::EventType;
+use crate::domain::order::{FailureReason, Hold, Move, Order, OrderStatus, Transition};
 use crate::domain::payments::Payments;
 use crate::runtime::db::Pool;
 
@@ -62,19 +61,6 @@ pub enum Ended {
     Stuck(String),
 }
 
-/// The failed status an order in `from` ends in when the database refuses its move
-/// (SPEC §5's arrows out of `from`), or `None` where no such arrow exists.
-pub fn failed_status(from: OrderStatus) -> Option<OrderStatus> {
-    match from {
-        OrderStatus::PendingAuthorization | OrderStatus::RequiresAction => Some(OrderStatus::PaymentDeclined),
-        // Never `rejected_out_of_stock`: that says the units ran out before the order's turn
-        // (§8.7), which they did not. Its hold is cancelled: the arrow of a cancelled hold.
-        OrderStatus::Authorized => Some(OrderStatus::AuthorizationCanceled),
-        OrderStatus::StockReserved => Some(OrderStatus::CaptureFailed),
-        _ => None,
-    }
-}
-
 /// The rule of this module for `order`, found in `from`, whose move the database refused with
 /// `refusal`: its hold (`intent`, if it has one) cancelled or owed, then the order ended
 /// failed if the database lets it, else left for a person.
@@ -96,10 +82,10 @@ pub async fn end_refused(
         Some(intent) => release(pool, payments, order, intent).await,
         None => Released::NothingHeld,
     };
-    let Some(failed) = failed_status(from) else {
+    let Some((_, failed)) = Move::failing(from).map(Move::arrow) else {
         return Ended::Stuck(format!("{words} ({})", released.said()));
     };
-    let ended = end(pool, order, (from, failed), intent, &words, released == Released::Cancelled).await;
+    let ended = end(pool, order, from, intent, &words, released == Released::Cancelled).await;
     match ended {
         Ok(true) => Ended::Failed(words),
         Ok(false) => Ended::MovedElsewhere,
@@ -109,6 +95,26 @@ pub async fn end_refused(
             Ended::Stuck(reason)
         }
     }
+}
+
+/// The rule for an order the database refuses even its lease (a trigger on every change of
+/// its row): no move can be tried, so only its recorded hold is released, as [`end_refused`]
+/// would (a cancel Stripe does not answer is owed to the reconciliation of strays, which makes
+/// it whatever the order's status). Why it is left for a person, for the sweeper's stuck list.
+pub async fn release_untouchable(
+    pool: &Pool,
+    payments: &Payments,
+    order: &Order,
+    refusal: &sqlx::Error,
+) -> String {
+    let released = match order.payment_intent_id.as_deref() {
+        Some(intent) => release(pool, payments, order, intent).await,
+        None => Released::NothingHeld,
+    };
+    format!(
+        "the database refuses to touch the order: {refusal} ({}; fix the row or the rule)",
+        released.said()
+    )
 }
 
 /// What became of the order's hold.
@@ -182,43 +188,17 @@ async fn release(pool: &Pool, payments: &Payments, order: &Order, intent: &str) 
 async fn end(
     pool: &Pool,
     order: &Order,
-    (from, failed): (OrderStatus, OrderStatus),
+    from: OrderStatus,
     intent: Option<&str>,
     words: &str,
     hold_released: bool,
 ) -> sqlx::Result<bool> {
-    let reason = FailureReason::OrderRefused;
-    let mut ending = Transition::new(order.id, from, failed).with_reason(reason).giving_units_back(words);
+    let Some(mut ending) = Transition::refused(order, from, words) else { return Ok(false) };
     if let Some(intent_id) = intent {
         ending = ending.with_hold(Hold { intent_id, capture_before: None });
     }
     if hold_released {
         ending = ending.with_hold_released();
     }
-    if from != OrderStatus::PendingAuthorization {
-        ending =
-            ending.with_message(EventType::OrderRejected, OrderNotification::of(order, failed, Some(reason)));
-    }
     ending.apply(pool).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_refused_order_ends_failed_along_an_arrow_of_the_spec() {
-        use crate::domain::status::StatusSet;
-        for from in [
-            OrderStatus::PendingAuthorization,
-            OrderStatus::RequiresAction,
-            OrderStatus::Authorized,
-            OrderStatus::StockReserved,
-        ] {
-            let failed = failed_status(from).expect("an order holding units can fail");
-            assert_eq!(failed.set(), StatusSet::Failed, "{from} → {failed}");
-        }
-        assert_eq!(failed_status(OrderStatus::Paid), None, "a sold unit is never given back");
-        assert_eq!(failed_status(OrderStatus::PaymentDeclined), None);
-    }
 }

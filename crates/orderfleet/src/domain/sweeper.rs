@@ -38,8 +38,7 @@ use tracing::Instrument;
 
 use crate::domain::action::{self, Settled};
 use crate::domain::authorization::{self, AuthorizationError};
-use crate::domain::fulfilment::Fulfilment;
-use crate::domain::order::OrderStatus;
+use crate::domain::fulfilment::{Fulfilment, Step};
 use crate::domain::payments::Payments;
 use crate::runtime::failure::Kind;
 
@@ -136,12 +135,11 @@ impl Sweeper {
     async fn sweep_pending(&self, report: &mut SweepReport, stop: &CancellationToken) -> anyhow::Result<()> {
         let orders = sqlx::query!(
             r#"SELECT id AS "id: OrderId", traceparent FROM orders
-              WHERE status = $3 AND updated_at < now() - $1 * interval '1 ms'
+              WHERE status = 'pending_authorization' AND updated_at < now() - $1 * interval '1 ms'
                 AND (intake_lease_until IS NULL OR intake_lease_until < now())
               ORDER BY updated_at LIMIT $2"#,
             self.policy.pending_after.as_millis() as i64,
             self.policy.batch,
-            OrderStatus::PendingAuthorization as _,
         )
         .fetch_all(&self.pool)
         .await
@@ -192,13 +190,12 @@ impl Sweeper {
     async fn sweep_actions(&self, report: &mut SweepReport, stop: &CancellationToken) -> anyhow::Result<()> {
         let orders = sqlx::query!(
             r#"SELECT id AS "id: OrderId", traceparent FROM orders
-              WHERE status = $1
+              WHERE status = 'requires_action'
                 AND ((action_expires_at < now()
-                      AND COALESCE(swept_at, '-infinity') < now() - $4 * interval '1 ms')
-                     OR COALESCE(swept_at, updated_at) < now() - $2 * interval '1 ms')
+                      AND COALESCE(swept_at, '-infinity') < now() - $3 * interval '1 ms')
+                     OR COALESCE(swept_at, updated_at) < now() - $1 * interval '1 ms')
                 AND (intake_lease_until IS NULL OR intake_lease_until < now())
-              ORDER BY swept_at NULLS FIRST, action_expires_at LIMIT $3"#,
-            OrderStatus::RequiresAction as _,
+              ORDER BY swept_at NULLS FIRST, action_expires_at LIMIT $2"#,
             self.policy.pending_after.as_millis() as i64,
             self.policy.batch,
             LOOK_AGAIN.as_millis() as i64,
@@ -248,11 +245,10 @@ impl Sweeper {
             r#"SELECT id AS "id: OrderId", traceparent FROM orders
               WHERE updated_at < now() - $1 * interval '1 ms'
                 AND ((holds_units(status) AND NOT awaiting_authorization(status))
-                     OR (failed(status) AND status <> $3 AND authorization_released_at IS NULL))
+                     OR (failed(status) AND status <> 'payment_declined' AND authorization_released_at IS NULL))
               ORDER BY swept_at NULLS FIRST, updated_at LIMIT $2"#,
             self.policy.fulfilment_after.as_millis() as i64,
             self.policy.batch,
-            OrderStatus::PaymentDeclined as _,
         )
         .fetch_all(&self.pool)
         .await
@@ -263,16 +259,16 @@ impl Sweeper {
         for (id, traceparent) in orders.take_while(|_| !stop.is_cancelled()) {
             let span = crate::runtime::trace::order_span(id, traceparent.as_deref());
             match fulfilment.advance(id).instrument(span.clone()).await {
-                Ok(()) => {
+                Step::Done => {
                     report.fulfilments_settled += 1;
                     continue;
                 }
-                Err(failure) if failure.kind == Kind::Permanent => {
+                Step::Failed(failure) if failure.kind == Kind::Permanent => {
                     let reason = &failure.reason;
                     span.in_scope(|| tracing::error!(reason, "order cannot advance; it needs a person"));
                     report.stuck.push((id, failure.reason))
                 }
-                Err(_) => report.fulfilments_blocked += 1,
+                Step::Failed(_) | Step::WaitsForTheLine(_) => report.fulfilments_blocked += 1,
             }
             // Tried and not settled: to the back of the next pass.
             self.stamp(id).await?;
@@ -280,34 +276,16 @@ impl Sweeper {
         Ok(())
     }
 
-    /// An order the database refuses even its lease (a trigger on every change of the row):
-    /// no move can be tried, so its recorded hold is released here, as the rule of
-    /// [`crate::domain::refusal`] would (a cancel Stripe does not answer is owed to the
-    /// reconciliation, which makes it whatever the order's status). Why, for the stuck list.
+    /// An order the database refuses even its lease: its hold released by the rule of
+    /// [`crate::domain::refusal`]; why, for the stuck list.
     async fn untouchable(&self, id: OrderId, refusal: &sqlx::Error) -> String {
-        let order = match crate::domain::order::load(&self.pool, id).await {
-            Ok(Some(order)) => order,
-            Ok(None) => return format!("the database refuses to touch order {id}: {refusal}"),
-            Err(e) => {
-                return format!("the database refuses to touch the order: {refusal}; and to read it: {e}");
+        match crate::domain::order::load(&self.pool, id).await {
+            Ok(Some(order)) => {
+                crate::domain::refusal::release_untouchable(&self.pool, &self.payments, &order, refusal).await
             }
-        };
-        let Some(intent) = order.payment_intent_id.as_deref() else {
-            return format!("the database refuses to touch the order: {refusal} (it holds no PaymentIntent)");
-        };
-        let released = match self.payments.cancel(order.intent(intent)).await {
-            Ok(_) => "its hold is released",
-            Err(why) if why.is_transient() => {
-                match crate::domain::strays::owe(&self.pool, id, intent, "order_refused", &why).await {
-                    Ok(()) => "its hold's release is owed: the reconciliation of strays cancels it",
-                    Err(_) => {
-                        "its hold could not be cancelled nor its release recorded: cancel it in Stripe's Dashboard"
-                    }
-                }
-            }
-            Err(_) => "Stripe refused to cancel its hold: cancel it in Stripe's Dashboard",
-        };
-        format!("the database refuses to touch the order: {refusal} ({released}; fix the row or the rule)")
+            Ok(None) => format!("the database refuses to touch order {id}: {refusal}"),
+            Err(e) => format!("the database refuses to touch the order: {refusal}; and to read it: {e}"),
+        }
     }
 
     /// Stamps an order tried and not settled (`swept_at`), so the next pass takes the others
@@ -377,11 +355,10 @@ impl Sweeper {
     /// refusal), is looked at again [`LOOK_AGAIN`] after it was tried.
     async fn next_deadline(&self) -> Option<tokio::time::Instant> {
         let next = sqlx::query_scalar!(
-            r#"SELECT min(GREATEST(action_expires_at, COALESCE(swept_at, '-infinity') + $2 * interval '1 ms'))
+            r#"SELECT min(GREATEST(action_expires_at, COALESCE(swept_at, '-infinity') + $1 * interval '1 ms'))
                  FROM orders
-                WHERE status = $1 AND action_expires_at IS NOT NULL
+                WHERE status = 'requires_action' AND action_expires_at IS NOT NULL
                   AND (intake_lease_until IS NULL OR intake_lease_until < now())"#,
-            OrderStatus::RequiresAction as _,
             LOOK_AGAIN.as_millis() as i64,
         )
         .fetch_one(&self.pool)

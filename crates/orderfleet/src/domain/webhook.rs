@@ -38,10 +38,7 @@ use serde::Deserialize;
 use crate::domain::OrderId;
 use crate::domain::action::{self, Settled};
 use crate::domain::authorization::AuthorizationError;
-use crate::domain::order::{
-    self, FailureReason, Order, OrderNotification, OrderStatus, StripeEvent, Transition, query_order,
-};
-use crate::domain::outbox::EventType;
+use crate::domain::order::{self, FailureReason, Order, OrderStatus, StripeEvent, Transition, query_order};
 use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
 use crate::domain::status::StatusSet;
 use crate::domain::strays;
@@ -286,16 +283,9 @@ async fn lose_hold_from(
     from: OrderStatus,
     event: Option<StripeEvent<'_>>,
 ) -> sqlx::Result<bool> {
-    let reason = FailureReason::AuthorizationCanceled;
-    let rejected = OrderNotification::of(order, OrderStatus::AuthorizationCanceled, Some(reason));
-    let moved = Transition::new(order.id, from, OrderStatus::AuthorizationCanceled)
-        .with_reason(reason)
-        .with_message(EventType::OrderRejected, &rejected)
-        .giving_units_back("the hold expired or was cancelled outside the fleet before capture")
-        .with_hold_released()
-        .with_event(event)
-        .commit(pool)
-        .await?;
+    let gone = "the hold expired or was cancelled outside the fleet before capture";
+    let Some(moved) = Transition::hold_lost(order, from, gone) else { return Ok(false) };
+    let moved = moved.with_event(event).commit(pool).await?;
     if moved {
         tracing::warn!(status = %order.status, "the order's hold is gone; its units go back to the line");
     }
@@ -318,11 +308,7 @@ async fn refunded(
     };
     let mut tx = pool.begin().await?;
     let effect = if refunded >= order.amount.minor {
-        let notification = OrderNotification::of(order, OrderStatus::Refunded, None);
-        let moved = Transition::new(order.id, OrderStatus::Paid, OrderStatus::Refunded)
-            .with_message(EventType::OrderRefunded, &notification)
-            .apply(&mut *tx)
-            .await?;
+        let moved = Transition::refunded(order).apply(&mut *tx).await?;
         if moved { "refunded" } else { NO_CHANGE }
     } else {
         "partially_refunded"

@@ -225,15 +225,14 @@ pub async fn resume(pool: &Pool, payments: &Payments, order: &Order) -> Result<R
 /// made before this 5xx came back, so a list begun after this sees it ([`resume`]).
 async fn release_after_a_5xx(pool: &Pool, order: &Order) -> sqlx::Result<()> {
     sqlx::query!(
-        "UPDATE orders SET intake_lease_until = CASE WHEN intake_lease_until = $4 THEN NULL
+        "UPDATE orders SET intake_lease_until = CASE WHEN intake_lease_until = $3 THEN NULL
                                                      ELSE intake_lease_until END,
                            payment_attempt_failed = payment_attempt_failed OR payment_attempt = $2,
                            payment_attempt_at = CASE WHEN payment_attempt = $2 THEN now()
                                                      ELSE payment_attempt_at END
-          WHERE id = $1 AND status = $3",
+          WHERE id = $1 AND status = 'pending_authorization'",
         order.id as _,
         order.payment_attempt,
-        OrderStatus::PendingAuthorization as _,
         order.intake_lease_until,
     )
     .execute(pool)
@@ -246,10 +245,9 @@ async fn release_after_a_5xx(pool: &Pool, order: &Order) -> sqlx::Result<()> {
 /// to wait. ONE statement, on the 503 path only.
 pub async fn waiting_ahead(pool: &Pool, order: &Order) -> sqlx::Result<i64> {
     sqlx::query_scalar!(
-        r#"SELECT count(*) AS "ahead!" FROM orders WHERE product_id = $1 AND position < $2 AND status = $3"#,
+        r#"SELECT count(*) AS "ahead!" FROM orders WHERE product_id = $1 AND position < $2 AND status = 'pending_authorization'"#,
         &order.product_id as _,
         order.position,
-        OrderStatus::PendingAuthorization as _,
     )
     .fetch_one(pool)
     .await

@@ -5,8 +5,7 @@
 //! leaves the order pending (its lease given back, for a resume to finish).
 
 use crate::domain::OrderId;
-use crate::domain::order::{FailureReason, Order, OrderNotification, OrderStatus, Transition};
-use crate::domain::outbox::EventType;
+use crate::domain::order::{FailureReason, Order, OrderStatus, Transition};
 use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
 use crate::domain::refusal::{self, Ended};
 use crate::runtime::db::Pool;
@@ -226,10 +225,10 @@ async fn fail(
     tracing::info!(detail, "authorization declined");
     let moved = sqlx::query_scalar!(
         r#"WITH moved AS (
-             UPDATE orders SET status = $6, failure_reason = $4, decline_detail = $2,
+             UPDATE orders SET status = 'payment_declined', failure_reason = $4, decline_detail = $2,
                                payment_intent_id = COALESCE($3, payment_intent_id),
                                intake_lease_until = NULL, updated_at = now()
-              WHERE id = $1 AND status = $5
+              WHERE id = $1 AND status = 'pending_authorization'
           RETURNING product_id, quantity
          ), given_back AS (
              UPDATE products p SET units_promised = p.units_promised - moved.quantity
@@ -240,8 +239,6 @@ async fn fail(
         detail,
         payment_intent_id,
         failure_reason.as_str(),
-        OrderStatus::PendingAuthorization as _,
-        OrderStatus::PaymentDeclined as _,
     )
     .fetch_one(pool)
     .await?;
@@ -259,13 +256,8 @@ async fn commit_authorized(
     order: &Order,
     hold: &Intent,
 ) -> sqlx::Result<bool> {
-    let accepted = OrderNotification::of(order, OrderStatus::Authorized, None);
-    let moved = Transition::new(order.id, OrderStatus::PendingAuthorization, OrderStatus::Authorized)
-        .with_hold(hold.hold())
-        .with_message(EventType::StockCheckRequested, &accepted)
-        .with_message(EventType::OrderAccepted, &accepted)
-        .apply(pool)
-        .await;
+    let moved =
+        Transition::authorized(order, OrderStatus::PendingAuthorization, hold.hold()).apply(pool).await;
     if !matches!(moved, Ok(true)) {
         payments.not_held_here(&hold.id);
     }
@@ -285,9 +277,5 @@ async fn commit_requires_action(
     let timeout = chrono::TimeDelta::from_std(payments.action_timeout()).unwrap_or(chrono::TimeDelta::MAX);
     let until = chrono::Utc::now() + timeout;
     tracing::info!(payment_intent = intent.id, %until, "the card needs 3-D Secure; the buyer completes it");
-    Transition::new(order.id, OrderStatus::PendingAuthorization, OrderStatus::RequiresAction)
-        .with_hold(intent.hold())
-        .with_action(action.for_buyer(until))
-        .apply(pool)
-        .await
+    Transition::asks_for_action(order, intent.hold(), action.for_buyer(until)).apply(pool).await
 }

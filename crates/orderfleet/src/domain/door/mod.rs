@@ -218,7 +218,7 @@ enum Rule {
 }
 
 impl Rule {
-    /// The door statement's `$10` (any product, capped or not) and `$11` (the card gate's limit).
+    /// The door statement's `any_product` (capped or not) and `gate` (the card gate's limit).
     fn parameters(self) -> (bool, u32) {
         match self {
             Rule::Uncapped { gate } => (false, gate),
@@ -240,37 +240,8 @@ impl Rule {
 /// it saw [`Seen::Closed`], and [`why`] looks again.
 async fn door<'e>(executor: impl PgExecutor<'e>, entry: Entry<'_>, rule: Rule) -> anyhow::Result<Seen> {
     let (any_product, gate) = rule.parameters();
-    let row = sqlx::query!(
-        r#"WITH used AS (
-             SELECT EXISTS (SELECT 1 FROM orders WHERE user_id = $2 AND idempotency_key = $3) AS used
-         ), seen AS (
-             SELECT units_total - units_promised AS units_left, max_per_buyer FROM products WHERE id = $5
-         ), promised AS (
-             UPDATE products SET units_promised = units_promised + $6, last_position = last_position + 1
-              WHERE id = $5 AND units_promised + $6 <= units_total
-                AND (max_per_buyer IS NULL OR $10)
-                AND CASE WHEN $11::int8 > 0 THEN card_attempts($2) < $11 ELSE true END
-                AND NOT (SELECT used FROM used)
-          RETURNING id, price_minor, currency, last_position
-         ), admitted AS (
-             INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity,
-                                 amount_minor, currency, payment_method, intake_lease_until, position, traceparent)
-             SELECT $1, $2, $3, $4, p.id, $6, p.price_minor * $6, p.currency, $7,
-                    now() + $8::int8 * interval '1 ms', p.last_position, $9
-               FROM promised p
-             RETURNING *
-         )
-         SELECT a.id AS "id?: OrderId", a.user_id AS "user_id?: UserId", a.request_hash AS "request_hash?",
-                a.product_id AS "product_id?: Sku", a.quantity AS "quantity?: Quantity",
-                a.amount_minor AS "amount_minor?", a.currency AS "currency?: Currency",
-                a.payment_method AS "payment_method?", a.status AS "status?: OrderStatus", a.position AS "position?",
-                a.payment_intent_id, a.failure_reason AS "failure_reason: crate::domain::status::FailureReason", a.authorization_released_at, a.traceparent,
-                a.payment_attempt AS "payment_attempt?", a.payment_attempt_failed AS "payment_attempt_failed?", a.payment_attempt_at AS "payment_attempt_at?",
-                a.client_secret, a.next_action, a.action_expires_at, a.intake_lease_until, a.created_at AS "created_at?", a.updated_at AS "updated_at?", (SELECT used FROM used) AS "key_used!",
-                seen.units_left AS "units_left?", seen.max_per_buyer AS "max_per_buyer?",
-                CASE WHEN a.id IS NULL AND seen.units_left < $6 THEN
-                    EXISTS (SELECT 1 FROM orders WHERE product_id = $5 AND holds_units(status)) END AS units_may_return
-           FROM (SELECT) AS one LEFT JOIN seen ON true LEFT JOIN admitted a ON true"#,
+    let row = sqlx::query_file!(
+        "src/domain/door/door.sql",
         OrderId::new() as _,
         entry.user as _,
         entry.key,

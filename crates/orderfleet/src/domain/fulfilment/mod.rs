@@ -46,8 +46,51 @@ pub use line::{fits_in_line, fits_whatever_the_pending_do};
 use reserve::{Arrival, Reserved};
 use settle::Captured;
 
-/// The code of the failure that says an order's turn waits on a pending order ahead of it.
-pub const WAITING_FOR_THE_LINE: &str = "waiting_for_the_line";
+/// What a fulfilment step came to: the one result the stock worker and the sweeper read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// The order needs nothing more from this message.
+    Done,
+    /// The order's turn waits on a pending order ahead of it in line (after a stock cut): why.
+    WaitsForTheLine(String),
+    /// It could not go on; the failure says why, and so what becomes of the message.
+    Failed(Failure),
+}
+
+impl Step {
+    /// The message's outcome: done, or the failure. An order waiting for the line is tried
+    /// again in 5 s (the worker's line keeps it instead, when it has room).
+    pub fn outcome(self) -> Outcome {
+        match self {
+            Step::Done => Ok(()),
+            Step::WaitsForTheLine(reason) => {
+                Err(Failure::transient(Source::Order, "waiting_for_the_line", reason)
+                    .retry_after(Duration::from_secs(5)))
+            }
+            Step::Failed(failure) => Err(failure),
+        }
+    }
+
+    fn stuck(code: &str, reason: String) -> Self {
+        Step::Failed(Failure::permanent(Source::Order, code, reason))
+    }
+}
+
+impl From<Outcome> for Step {
+    fn from(outcome: Outcome) -> Self {
+        outcome.map_or_else(Step::Failed, |()| Step::Done)
+    }
+}
+
+/// What one pass of [`Fulfilment::try_advance`]'s loop did.
+enum Next {
+    /// The order moved to this status.
+    Moved(OrderStatus),
+    /// Another delivery moved it first: read it again.
+    ReadAgain,
+    /// The step ends here.
+    End(Step),
+}
 
 /// The stock worker's steps for an authorized order.
 #[derive(Clone)]
@@ -66,8 +109,8 @@ impl Fulfilment {
     /// worker pauses and probes), a data or integrity error is this order's for good (its
     /// message goes to the DLQ with the reason, the worker goes on), anything else comes back
     /// soon.
-    pub async fn advance(&self, order_id: OrderId) -> Outcome {
-        self.try_advance(order_id).await.unwrap_or_else(|e| Err(crate::runtime::db::failure(&e)))
+    pub async fn advance(&self, order_id: OrderId) -> Step {
+        self.try_advance(order_id).await.unwrap_or_else(|e| Step::Failed(crate::runtime::db::failure(&e)))
     }
 
     /// A stock check whose authorization's commit took the order's units (nothing was cut):
@@ -85,7 +128,7 @@ impl Fulfilment {
     /// message that kept capturing under its own would never get past it:
     /// `crates/order-model`, `MessageRule::OnToTheOrdersAttempt`.) A captured intent that
     /// is not the order's (a message that lies) records nothing and is left to a person.
-    pub async fn capture_reserved(&self, reserved: &ReservedAtCommit) -> Outcome {
+    pub async fn capture_reserved(&self, reserved: &ReservedAtCommit) -> Step {
         let order = &reserved.order;
         let intent = OrderIntent {
             order_id: order.order_id,
@@ -97,30 +140,29 @@ impl Fulfilment {
             Ok(captured) if captured.order_id.as_deref().is_some_and(|o| o != order.order_id.to_string()) => {
                 let reason = format!("the message's PaymentIntent {} is not this order's", captured.id);
                 tracing::error!(reason, "a stock check names another order's PaymentIntent");
-                return Err(Failure::permanent(Source::Message, "not_the_orders_intent", reason));
+                return Step::Failed(Failure::permanent(Source::Message, "not_the_orders_intent", reason));
             }
             Ok(_) => {}
             Err(PaymentError::Unavailable(why)) => {
-                return Err(Failure::outage(Source::Stripe, "unavailable", why));
+                return Step::Failed(Failure::outage(Source::Stripe, "unavailable", why));
             }
-            Err(PaymentError::Locked(why)) => return Err(PaymentError::locked_failure(why)),
+            Err(PaymentError::Locked(why)) => return Step::Failed(PaymentError::locked_failure(why)),
             Err(_) => return self.advance(order.order_id).await,
         }
         let paid = OrderNotification { status: OrderStatus::Paid, reason: None, ..order.clone() };
         match self.record_paid(order.order_id, paid).await {
             Ok(true) => {
                 crate::runtime::failpoint::hit("after_paid");
-                Ok(())
+                Step::Done
             }
             // Another delivery moved it: what is left, if anything, is read from the order.
             Ok(false) => self.advance(order.order_id).await,
-            Err(e) => Err(crate::runtime::db::failure(&e)),
+            Err(e) => Step::Failed(crate::runtime::db::failure(&e)),
         }
     }
 
     /// The steps; `Err` is a database error, classified by [`Fulfilment::advance`].
-    async fn try_advance(&self, order_id: OrderId) -> anyhow::Result<Outcome> {
-        let stuck = |code: &str, reason: String| Ok(Err(Failure::permanent(Source::Order, code, reason)));
+    async fn try_advance(&self, order_id: OrderId) -> anyhow::Result<Step> {
         // Every database step is bounded ([`crate::runtime::db::bounded`]): a connection frozen
         // mid-exchange is an outage, not a message held forever. The first step loads the
         // order and, if `authorized`, reserves its units: one statement.
@@ -134,7 +176,7 @@ impl Fulfilment {
             };
         let Some((mut order, mut arrival)) = arrived else {
             let reason = format!("unknown order {order_id}");
-            return Ok(Err(Failure::permanent(Source::Message, "unknown_order", reason)));
+            return Ok(Step::Failed(Failure::permanent(Source::Message, "unknown_order", reason)));
         };
         // Each pass does one step; one that lost its compare-and-set reads the order again. The
         // longest path takes three passes; the bound only guards against a bug looping.
@@ -144,47 +186,44 @@ impl Fulfilment {
                     // The first step may have found stock cut (the line must be read), or the
                     // hold past its deadline.
                     let arrival = std::mem::replace(&mut arrival, Arrival::AsItWas);
-                    match self.reserve_step(&order, arrival).await? {
-                        Ok(moved) => moved,
-                        Err(waiting) => return Ok(Err(waiting)),
-                    }
+                    self.reserve_step(&order, arrival).await?
                 }
-                OrderStatus::StockReserved if order.payment_intent_id.is_none() => {
-                    return stuck("no_payment_intent", format!("order {order_id} has no payment intent"));
-                }
+                OrderStatus::StockReserved if order.payment_intent_id.is_none() => Next::End(Step::stuck(
+                    "no_payment_intent",
+                    format!("order {order_id} has no payment intent"),
+                )),
                 OrderStatus::StockReserved => match self.capture(&order).await? {
-                    Captured::Moved(status) => Some(status),
-                    Captured::Lost => None,
+                    Captured::Moved(status) => Next::Moved(status),
+                    Captured::Lost => Next::ReadAgain,
                     Captured::Blocked(why) => {
-                        return Ok(Err(Failure::outage(Source::Stripe, "unavailable", why)));
+                        Next::End(Step::Failed(Failure::outage(Source::Stripe, "unavailable", why)))
                     }
-                    Captured::Refused(Ok(())) => None,
-                    Captured::Refused(Err(stuck)) => return Ok(Err(stuck)),
-                    Captured::Locked(why) => return Ok(Err(PaymentError::locked_failure(why))),
+                    Captured::Refused(Ok(())) => Next::ReadAgain,
+                    Captured::Refused(Err(stuck)) => Next::End(Step::Failed(stuck)),
+                    Captured::Locked(why) => Next::End(Step::Failed(PaymentError::locked_failure(why))),
                 },
                 // Ended holding funds, or on a hold past its deadline (Stripe cancelled it; a cancel
                 // under the order's key makes sure): released unless it is already.
                 OrderStatus::RejectedOutOfStock
                 | OrderStatus::CaptureFailed
-                | OrderStatus::AuthorizationCanceled => {
-                    return self.release_authorization(&order).await;
-                }
+                | OrderStatus::AuthorizationCanceled => Next::End(self.release_authorization(&order).await?),
                 // Ended, and holding nothing: a cancelled hold is gone already.
-                status if status.set() != StatusSet::HoldsUnits => return Ok(Ok(())),
+                status if status.set() != StatusSet::HoldsUnits => Next::End(Step::Done),
                 // Fulfilment starts only after the move to `authorized`.
-                _ => {
-                    return stuck(
-                        "not_authorized",
-                        format!("order {order_id} is still pending authorization"),
-                    );
-                }
+                _ => Next::End(Step::stuck(
+                    "not_authorized",
+                    format!("order {order_id} is still pending authorization"),
+                )),
             };
             match moved {
-                Some(status) => order.status = status,
-                None => match self.load(order_id).await? {
+                Next::Moved(status) => order.status = status,
+                Next::ReadAgain => match self.load(order_id).await? {
                     Some(now) => order = now,
-                    None => return stuck("order_disappeared", format!("order {order_id} disappeared")),
+                    None => {
+                        return Ok(Step::stuck("order_disappeared", format!("order {order_id} disappeared")));
+                    }
                 },
+                Next::End(step) => return Ok(step),
             }
         }
         anyhow::bail!("order {order_id} did not settle")
@@ -200,13 +239,9 @@ impl Fulfilment {
 
     /// The `authorized` step: the reservation, with the line read when the first step found
     /// stock short, or the end of an order whose hold the first step found past its deadline.
-    /// `Some` of the status it moved the order to, `None` when another delivery moved it
-    /// first, `Err` when the order waits for an order ahead still pending.
-    async fn reserve_step(
-        &self,
-        order: &Order,
-        arrival: Arrival,
-    ) -> anyhow::Result<Result<Option<OrderStatus>, Failure>> {
+    /// The status it moved the order to, that another delivery moved it first, or the end of
+    /// the step: the order waits for an order ahead still pending, or its refusal's end.
+    async fn reserve_step(&self, order: &Order, arrival: Arrival) -> anyhow::Result<Next> {
         let reserved = async {
             match arrival {
                 Arrival::Short => self.reserve_in_line(order).await,
@@ -217,29 +252,35 @@ impl Fulfilment {
         let reserved = match crate::runtime::db::bounded("failed to reserve stock", reserved).await {
             Ok(reserved) => reserved,
             Err(e) => match refusal_in(&e) {
-                Some(refusal) => return Ok(self.refused(order, refusal).await.map(|()| None)),
+                Some(refusal) => return Ok(self.after_refusal(order, refusal).await),
                 None => return Err(e),
             },
         };
         Ok(match reserved {
-            Reserved::Moved(status) => Ok(Some(status)),
-            Reserved::Lost => Ok(None),
+            Reserved::Moved(status) => Next::Moved(status),
+            Reserved::Lost => Next::ReadAgain,
             Reserved::Lapsed => {
                 let lapsed =
                     crate::runtime::db::bounded("failed to end a lapsed hold", self.lapse(order)).await;
                 match lapsed {
-                    Ok(lapsed) => Ok(lapsed.then_some(OrderStatus::AuthorizationCanceled)),
+                    Ok(true) => Next::Moved(OrderStatus::AuthorizationCanceled),
+                    Ok(false) => Next::ReadAgain,
                     Err(e) => match refusal_in(&e) {
-                        Some(refusal) => self.refused(order, refusal).await.map(|()| None),
+                        Some(refusal) => self.after_refusal(order, refusal).await,
                         None => return Err(e),
                     },
                 }
             }
-            Reserved::Waiting(reason) => {
-                let waiting = Failure::transient(Source::Order, WAITING_FOR_THE_LINE, reason);
-                Err(waiting.retry_in(Duration::from_secs(5)))
-            }
+            Reserved::Waiting(reason) => Next::End(Step::WaitsForTheLine(reason)),
         })
+    }
+
+    /// [`Fulfilment::refused`], then the order read again (it ended), or the step's end.
+    async fn after_refusal(&self, order: &Order, refusal: &sqlx::Error) -> Next {
+        match self.refused(order, refusal).await {
+            Ok(()) => Next::ReadAgain,
+            Err(stuck) => Next::End(Step::Failed(stuck)),
+        }
     }
 
     /// A move of `order` the database refused for good: the one rule of
@@ -261,11 +302,13 @@ impl Fulfilment {
     /// read as it is, takes the rule of [`Fulfilment::refused`] if it is `authorized` (its
     /// reservation was refused); in any other status the refusal is the message's, for a
     /// person.
-    async fn arrival_refused(&self, order_id: OrderId, refusal: &sqlx::Error) -> anyhow::Result<Outcome> {
+    async fn arrival_refused(&self, order_id: OrderId, refusal: &sqlx::Error) -> anyhow::Result<Step> {
         let reason = format!("the database refuses order {order_id}'s step: {refusal}");
         match self.load(order_id).await? {
-            Some(order) if order.status == OrderStatus::Authorized => Ok(self.refused(&order, refusal).await),
-            _ => Ok(Err(Failure::permanent(Source::Order, "order_refused", reason))),
+            Some(order) if order.status == OrderStatus::Authorized => {
+                Ok(self.refused(&order, refusal).await.into())
+            }
+            _ => Ok(Step::stuck("order_refused", reason)),
         }
     }
 }

@@ -13,7 +13,6 @@ use super::Fulfilment;
 use super::line::fits_whatever_the_pending_do;
 use crate::domain::OrderId;
 use crate::domain::order::{self, FailureReason, Order, OrderNotification, OrderStatus};
-use crate::domain::outbox::EventType;
 
 /// What the reservation statement ([`Fulfilment::arrive`]) did, and so what is left to do.
 pub(super) enum Arrival {
@@ -57,7 +56,7 @@ impl Fulfilment {
         let row = sqlx::query!(
             r#"WITH claim AS (
                  SELECT id, product_id, quantity, (authorization_expires_at < now()) IS TRUE AS lapsed
-                   FROM orders WHERE id = $1 AND status = $2 FOR UPDATE
+                   FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE
              ), taken AS (
                  UPDATE products p SET stock = p.stock - c.quantity, updated_at = now()
                    FROM claim c
@@ -65,14 +64,14 @@ impl Fulfilment {
                     AND p.units_promised <= p.units_total AND p.stock >= c.quantity
               RETURNING p.id
              ), moved AS (
-                 UPDATE orders SET status = $3, updated_at = now()
+                 UPDATE orders SET status = 'stock_reserved', updated_at = now()
                   WHERE id IN (SELECT id FROM claim) AND EXISTS (SELECT 1 FROM taken)
               RETURNING updated_at
              )
              SELECT id AS "id: OrderId", user_id AS "user_id: crate::domain::UserId", request_hash,
                     product_id AS "product_id: crate::domain::Sku", quantity AS "quantity: crate::domain::Quantity",
                     amount_minor, currency AS "currency: crate::domain::Currency", payment_method,
-                    CASE WHEN EXISTS (SELECT 1 FROM moved) THEN $3 ELSE status END AS "status!: OrderStatus",
+                    CASE WHEN EXISTS (SELECT 1 FROM moved) THEN 'stock_reserved'::order_status ELSE status END AS "status!: OrderStatus",
                     position, payment_intent_id, failure_reason AS "failure_reason: FailureReason",
                     authorization_released_at, traceparent,
                     payment_attempt, payment_attempt_failed, payment_attempt_at, client_secret, next_action, action_expires_at,
@@ -81,8 +80,6 @@ impl Fulfilment {
                     EXISTS (SELECT 1 FROM claim WHERE lapsed) AS "lapsed!"
                FROM orders WHERE id = $1"#,
             order_id as _,
-            OrderStatus::Authorized as _,
-            OrderStatus::StockReserved as _,
         )
         .fetch_optional(&self.pool)
         .await
@@ -147,9 +144,8 @@ impl Fulfilment {
         let mut tx = crate::runtime::db::begin(&self.pool).await.context("failed to begin a reservation")?;
         let locked = sqlx::query!(
             r#"SELECT position, (authorization_expires_at < now()) IS TRUE AS "lapsed!"
-                 FROM orders WHERE id = $1 AND status = $2 FOR UPDATE"#,
+                 FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE"#,
             order.id as _,
-            OrderStatus::Authorized as _,
         )
         .fetch_optional(&mut *tx)
         .await
@@ -170,10 +166,11 @@ impl Fulfilment {
         .await
         .context("failed to lock the product")?;
         let fits = match fits_after_the_line(&mut tx, order, position, stock).await? {
-            Ok(fits) => fits,
-            Err(waiting) => {
+            Fit::Fits => true,
+            Fit::Short => false,
+            Fit::Waits(reason) => {
                 tx.rollback().await.context("failed to end the reservation")?;
-                return Ok(waiting);
+                return Ok(Reserved::Waiting(reason));
             }
         };
         let status = record_reservation(&mut tx, order, fits).await?;
@@ -185,33 +182,40 @@ impl Fulfilment {
     }
 }
 
+/// Whether an order fits in its line: its units there, short, or not known while an order
+/// ahead is still pending authorization (why).
+enum Fit {
+    Fits,
+    Short,
+    Waits(String),
+}
+
 /// Whether the order's units are there after every order ahead of it in line that has not taken its
 /// own ([`fits_in_line`](super::fits_in_line)), read inside the reservation's transaction after the
-/// product row is locked: `Err` of [`Reserved::Waiting`] when it depends on an order ahead still
-/// pending authorization. In a drop with no cut the units always cover the line, so the line itself
+/// product row is locked, or that it waits while that depends on an order ahead still pending
+/// authorization. In a drop with no cut the units always cover the line, so the line itself
 /// is read only when its sum does not.
 async fn fits_after_the_line(
     tx: &mut sqlx::PgConnection,
     order: &Order,
     position: i64,
     stock: i32,
-) -> anyhow::Result<Result<bool, Reserved>> {
+) -> anyhow::Result<Fit> {
     // The units promised to the orders ahead of it that have not taken theirs: pending ones,
     // and authorized ones, but for a hold past its deadline, which will never take its units.
     let units_ahead = sqlx::query_scalar!(
         r#"SELECT COALESCE(sum(quantity), 0)::int8 AS "units!" FROM orders
             WHERE product_id = $1 AND position < $2
               AND (awaiting_authorization(status)
-                   OR (status = $3 AND (authorization_expires_at < now()) IS NOT TRUE))"#,
+                   OR (status = 'authorized' AND (authorization_expires_at < now()) IS NOT TRUE))"#,
         &order.product_id as _,
         position,
-        OrderStatus::Authorized as _,
     )
     .fetch_one(&mut *tx)
     .await
     .context("failed to sum the units ahead")?;
     if i64::from(stock) - units_ahead >= i64::from(order.quantity.get()) {
-        return Ok(Ok(true));
+        return Ok(Fit::Fits);
     }
     // A pending order ahead may yet take its units or be declined and take none. When the
     // two agree the answer is known; when they do not, this order waits for it.
@@ -219,11 +223,10 @@ async fn fits_after_the_line(
         r#"SELECT quantity, awaiting_authorization(status) AS "pending!" FROM orders
             WHERE product_id = $1 AND position < $2
               AND (awaiting_authorization(status)
-                   OR (status = $3 AND (authorization_expires_at < now()) IS NOT TRUE))
+                   OR (status = 'authorized' AND (authorization_expires_at < now()) IS NOT TRUE))
             ORDER BY position"#,
         &order.product_id as _,
         position,
-        OrderStatus::Authorized as _,
     )
     .fetch_all(&mut *tx)
     .await
@@ -231,18 +234,22 @@ async fn fits_after_the_line(
     .into_iter()
     .map(|ahead| (ahead.quantity, ahead.pending))
     .collect();
-    Ok(fits_whatever_the_pending_do(stock, &line, order.quantity.get()).ok_or_else(|| {
-        let pending = line.iter().filter(|(_, pending)| *pending).count();
-        Reserved::Waiting(format!(
-            "whether order {} gets its units depends on {pending} order(s) ahead of it still pending authorization",
-            order.id
-        ))
-    }))
+    Ok(match fits_whatever_the_pending_do(stock, &line, order.quantity.get()) {
+        Some(true) => Fit::Fits,
+        Some(false) => Fit::Short,
+        None => {
+            let pending = line.iter().filter(|(_, pending)| *pending).count();
+            Fit::Waits(format!(
+                "whether order {} gets its units depends on {pending} order(s) ahead of it still pending authorization",
+                order.id
+            ))
+        }
+    })
 }
 
-/// The reservation's decision, in ONE statement: `$9` (`stock_reserved`) with the units out
-/// of stock when it `fits` (`$3`), else `$10` (`rejected_out_of_stock`) with its promised
-/// units back and its `order.rejected` message.
+/// The reservation's decision, in ONE statement (`reserve.sql`): `stock_reserved` with the
+/// units out of stock when it `fits`, else `rejected_out_of_stock` with its promised units back
+/// and its `order.rejected` message.
 /// Returns the status the order moved to.
 async fn record_reservation(
     tx: &mut sqlx::PgConnection,
@@ -251,37 +258,14 @@ async fn record_reservation(
 ) -> anyhow::Result<OrderStatus> {
     let reason = FailureReason::OutOfStock;
     let rejected = OrderNotification::of(order, OrderStatus::RejectedOutOfStock, Some(reason));
-    sqlx::query_scalar!(
-        r#"WITH product AS (
-         UPDATE products
-            SET stock = stock - CASE WHEN $3 THEN $4 ELSE 0 END,
-                units_promised = units_promised - CASE WHEN $3 THEN 0 ELSE $4 END,
-                updated_at = now()
-          WHERE id = $2
-     ), moved AS (
-         UPDATE orders
-            SET status = CASE WHEN $3 THEN $9::order_status ELSE $10::order_status END,
-                failure_reason = CASE WHEN $3 THEN failure_reason ELSE $11 END,
-                updated_at = now()
-          WHERE id = $1
-      RETURNING id, status, traceparent
-     ), rejection AS (
-         INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
-         SELECT $5, 'order', moved.id, $7, $8, $6, moved.traceparent
-           FROM moved WHERE moved.status = $10::order_status
-         ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING
-     )
-     SELECT status AS "status: OrderStatus" FROM moved"#,
+    sqlx::query_file_scalar!(
+        "src/domain/fulfilment/reserve.sql",
         order.id as _,
         &order.product_id as _,
         fits,
         order.quantity as _,
         Uuid::now_v7(),
         serde_json::to_value(&rejected).context("a notification serializes")?,
-        EventType::OrderRejected as _,
-        EventType::OrderRejected.destination() as _,
-        OrderStatus::StockReserved as _,
-        OrderStatus::RejectedOutOfStock as _,
         reason.as_str(),
     )
     .fetch_one(tx)

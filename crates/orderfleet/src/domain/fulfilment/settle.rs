@@ -7,12 +7,11 @@
 
 use std::time::Duration;
 
-use super::Fulfilment;
+use super::{Fulfilment, Step};
 use crate::domain::OrderId;
-use crate::domain::order::{self, FailureReason, Order, OrderNotification, OrderStatus, Transition};
-use crate::domain::outbox::EventType;
+use crate::domain::order::{self, Order, OrderNotification, OrderStatus, Transition};
 use crate::domain::payments::{AttemptDid, Intent, IntentStatus, PaymentError};
-use crate::runtime::failure::{Failure, Outcome, Source};
+use crate::runtime::failure::{Failure, Source};
 
 /// What a capture step did.
 pub(super) enum Captured {
@@ -29,6 +28,15 @@ pub(super) enum Captured {
     Locked(String),
 }
 
+/// Why a capture did not end in a captured intent, once a saved 5xx was looked into
+/// ([`Fulfilment::after_a_failed_capture`]).
+enum AfterCapture {
+    /// Stripe's answer, or what the attempt did.
+    Stripe(PaymentError),
+    /// The database refused or failed the start of the next attempt.
+    Database(anyhow::Error),
+}
+
 impl Fulfilment {
     /// Captures outside any transaction, then records the result in one statement.
     pub(super) async fn capture(&self, order: &Order) -> anyhow::Result<Captured> {
@@ -37,7 +45,11 @@ impl Fulfilment {
             anyhow::bail!("order {} has no payment intent", order.id);
         };
         let captured = self.payments.capture(order.intent(intent)).await;
-        let captured = self.after_a_failed_capture(order, intent, captured).await?;
+        let captured = match self.after_a_failed_capture(order, intent, captured).await {
+            Ok(intent) => Ok(intent),
+            Err(AfterCapture::Stripe(e)) => Err(e),
+            Err(AfterCapture::Database(e)) => return Err(e),
+        };
         match captured {
             Ok(_) => {
                 let moved =
@@ -97,9 +109,7 @@ impl Fulfilment {
         paid: OrderNotification,
     ) -> anyhow::Result<bool> {
         crate::runtime::failpoint::hit("after_capture");
-        let record = Transition::new(order_id, OrderStatus::StockReserved, OrderStatus::Paid)
-            .with_message(EventType::OrderPaid, paid)
-            .apply(&self.pool);
+        let record = Transition::captured(order_id, paid).apply(&self.pool);
         crate::runtime::db::bounded("failed to record the capture", async {
             record.await.map_err(anyhow::Error::from)
         })
@@ -116,18 +126,12 @@ impl Fulfilment {
         detail: &str,
         ended: OrderStatus,
     ) -> anyhow::Result<Captured> {
-        let reason = match ended {
-            OrderStatus::AuthorizationCanceled => FailureReason::AuthorizationCanceled,
-            _ => FailureReason::CaptureFailed,
-        };
-        let failed = OrderNotification::of(order, ended, Some(reason));
-        let transition = Transition::new(order.id, OrderStatus::StockReserved, ended)
-            .with_reason(reason)
-            .with_message(EventType::OrderRejected, failed)
-            .giving_units_back(detail);
         let transition = match ended {
-            OrderStatus::AuthorizationCanceled => transition.with_hold_released(),
-            _ => transition,
+            OrderStatus::AuthorizationCanceled => {
+                Transition::hold_lost(order, OrderStatus::StockReserved, detail)
+                    .expect("a reserved order's hold can be lost")
+            }
+            _ => Transition::capture_failed(order, detail),
         };
         Ok(match transition.apply(&self.pool).await? {
             true => Captured::Moved(ended),
@@ -147,13 +151,16 @@ impl Fulfilment {
         order: &Order,
         intent: &str,
         result: Result<Intent, PaymentError>,
-    ) -> anyhow::Result<Result<Intent, PaymentError>> {
-        let Err(PaymentError::AttemptFailed(reason)) = result else { return Ok(result) };
+    ) -> Result<Intent, AfterCapture> {
+        let reason = match result {
+            Err(PaymentError::AttemptFailed(reason)) => reason,
+            other => return other.map_err(AfterCapture::Stripe),
+        };
         let now = match self.payments.what_the_attempt_did(intent, IntentStatus::Succeeded).await {
-            Ok(AttemptDid::Done(now)) => return Ok(Ok(now)),
+            Ok(AttemptDid::Done(now)) => return Ok(now),
             Ok(AttemptDid::Elsewhere(now)) => {
                 let message = format!("{reason}; the intent is now {:?}", now.status);
-                return Ok(Err(PaymentError::Refused {
+                return Err(AfterCapture::Stripe(PaymentError::Refused {
                     code: "payment_intent_unexpected_state".into(),
                     message,
                     status: 400,
@@ -162,9 +169,11 @@ impl Fulfilment {
             Ok(AttemptDid::Nothing(now)) => now,
             // The intent held by another request: that one intent's, never an outage.
             Err(PaymentError::Locked(why)) => {
-                return Ok(Err(PaymentError::Locked(format!("{reason}; then {why}"))));
+                return Err(AfterCapture::Stripe(PaymentError::Locked(format!("{reason}; then {why}"))));
             }
-            Err(e) => return Ok(Err(PaymentError::Unavailable(format!("{reason}; then {e}")))),
+            Err(e) => {
+                return Err(AfterCapture::Stripe(PaymentError::Unavailable(format!("{reason}; then {e}"))));
+            }
         };
         debug_assert_eq!(now.status, IntentStatus::RequiresCapture);
         let next = crate::runtime::db::bounded("failed to start the next payment attempt", async {
@@ -178,13 +187,15 @@ impl Fulfilment {
             .await
             .map_err(anyhow::Error::from)
         })
-        .await?;
+        .await
+        .map_err(AfterCapture::Database)?;
         tracing::warn!(
             attempt = next,
             reason,
             "Stripe saved a failure under this attempt's key and did nothing; the next attempt has new keys"
         );
-        Ok(Err(PaymentError::AttemptFailed(format!("{reason}; nothing done, the next attempt has new keys"))))
+        let nothing_done = format!("{reason}; nothing done, the next attempt has new keys");
+        Err(AfterCapture::Stripe(PaymentError::AttemptFailed(nothing_done)))
     }
 
     /// An `authorized` order whose hold is past the deadline Stripe gave for it
@@ -195,16 +206,8 @@ impl Fulfilment {
     /// released under the order's key ([`Fulfilment::release_authorization`]). Whether this
     /// call made the move.
     pub(super) async fn lapse(&self, order: &Order) -> anyhow::Result<bool> {
-        let reason = FailureReason::AuthorizationCanceled;
-        let ended = OrderNotification::of(order, OrderStatus::AuthorizationCanceled, Some(reason));
-        let moved = Transition::new(order.id, OrderStatus::Authorized, OrderStatus::AuthorizationCanceled)
-            .with_reason(reason)
-            .with_message(EventType::OrderRejected, ended)
-            .giving_units_back(
-                "the hold passed the deadline Stripe gave for it before the order's units were reserved",
-            )
-            .apply(&self.pool)
-            .await?;
+        let lapsed = "the hold passed the deadline Stripe gave for it before the order's units were reserved";
+        let moved = Transition::lapsed(order, lapsed).apply(&self.pool).await?;
         if moved {
             tracing::warn!(
                 "the order's hold is past its deadline; it takes no units, which go back to the line"
@@ -214,9 +217,9 @@ impl Fulfilment {
     }
 
     /// Cancels the authorization of an order that will not be captured, once.
-    pub(super) async fn release_authorization(&self, order: &Order) -> anyhow::Result<Outcome> {
+    pub(super) async fn release_authorization(&self, order: &Order) -> anyhow::Result<Step> {
         if order.authorization_released_at.is_some() {
-            return Ok(Ok(()));
+            return Ok(Step::Done);
         }
         let mark_released = || {
             crate::runtime::db::bounded("failed to record the released authorization", async {
@@ -225,7 +228,7 @@ impl Fulfilment {
         };
         let Some(intent) = order.payment_intent_id.as_deref() else {
             mark_released().await?;
-            return Ok(Ok(()));
+            return Ok(Step::Done);
         };
         let cancelled = match self.payments.cancel(order.intent(intent)).await {
             // A saved 5xx that `Payments::cancel` did not get past (it sends the cancel again
@@ -251,15 +254,15 @@ impl Fulfilment {
         match cancelled {
             Ok(_) => {
                 mark_released().await?;
-                Ok(Ok(()))
+                Ok(Step::Done)
             }
             Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
-                Ok(Err(Failure::outage(Source::Stripe, "unavailable", reason)))
+                Ok(Step::Failed(Failure::outage(Source::Stripe, "unavailable", reason)))
             }
-            Err(PaymentError::Locked(reason)) => Ok(Err(PaymentError::locked_failure(reason))),
+            Err(PaymentError::Locked(reason)) => Ok(Step::Failed(PaymentError::locked_failure(reason))),
             Err(refused) => {
                 let reason = format!("cannot cancel the authorization of order {}: {refused}", order.id);
-                Ok(Err(Failure::permanent(Source::Stripe, "cancel_refused", reason)))
+                Ok(Step::Failed(Failure::permanent(Source::Stripe, "cancel_refused", reason)))
             }
         }
     }

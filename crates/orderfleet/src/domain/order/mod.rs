@@ -9,11 +9,13 @@ use sqlx::PgExecutor;
 
 use crate::domain::{Money, OrderId, Quantity, Sku, UserId};
 
+mod moves;
 mod transition;
 
 pub use crate::domain::hold::{BuyerAction, Hold, OrderIntent};
 pub use crate::domain::outbox::OrderNotification;
 pub use crate::domain::status::{FailureReason, OrderStatus, StatusSet};
+pub use moves::Move;
 pub use transition::{StripeEvent, Transition, record_event};
 
 /// An order as stored: the one shape every part reads (the intake, the authorization, the

@@ -12,33 +12,33 @@ use crate::domain::outbox::{Destination, EventType};
 use super::{BuyerAction, FailureReason, Hold, OrderStatus};
 
 /// A move of one order from one status to the next, with what the move records and the
-/// outbox messages it causes: a value, built with [`Transition::new`] and the `with_` methods,
+/// outbox messages it causes: a value, built by the constructors of `moves.rs`, one per arrow of SPEC §5,
 /// then applied (`Transition::apply`) in one statement.
 #[derive(Debug, Clone)]
 pub struct Transition<'a> {
     /// The order it moves.
-    pub order_id: OrderId,
+    pub(super) order_id: OrderId,
     /// The status it must still be in; if it is not, the move writes nothing.
-    pub from: OrderStatus,
+    pub(super) from: OrderStatus,
     /// The status it moves to.
-    pub to: OrderStatus,
+    pub(super) to: OrderStatus,
     /// What the buyer is told of a failure (`failure_reason`).
-    pub failure_reason: Option<FailureReason>,
+    pub(super) failure_reason: Option<FailureReason>,
     /// The authorization hold, recorded with the move.
-    pub hold: Option<Hold<'a>>,
+    pub(super) hold: Option<Hold<'a>>,
     /// The outbox messages the move causes, committed with it.
-    pub messages: Vec<crate::domain::outbox::NewMessage>,
+    pub(super) messages: Vec<crate::domain::outbox::NewMessage>,
     /// For a move to `requires_action`: what the buyer's page needs, and until when.
-    pub action: Option<BuyerAction<'a>>,
+    pub(super) action: Option<BuyerAction<'a>>,
     /// The move ends the order without a sale: its promised units go back to the door, and
     /// from `stock_reserved`, its units to the stock too, in the same statement.
-    pub gives_units_back: bool,
+    pub(super) gives_units_back: bool,
     /// What operators are told of the failure (`decline_detail`), beside the buyer's code.
-    pub detail: Option<&'a str>,
+    pub(super) detail: Option<&'a str>,
     /// The Stripe webhook event that caused the move, recorded with it ([`Transition::commit`]).
-    pub event: Option<StripeEvent<'a>>,
+    pub(super) event: Option<StripeEvent<'a>>,
     /// The order's hold is gone (cancelled, or lapsed): `authorization_released_at` is set.
-    pub hold_released: bool,
+    pub(super) hold_released: bool,
 }
 
 /// A Stripe webhook event, by its id and type: recorded in `webhook_events` with its effect,
@@ -72,23 +72,6 @@ pub async fn record_event<'e>(
 }
 
 impl<'a> Transition<'a> {
-    /// A move of `order_id` from `from` to `to` with nothing else recorded, yet.
-    pub fn new(order_id: OrderId, from: OrderStatus, to: OrderStatus) -> Self {
-        Self {
-            order_id,
-            from,
-            to,
-            failure_reason: None,
-            hold: None,
-            messages: Vec::new(),
-            action: None,
-            gives_units_back: false,
-            detail: None,
-            event: None,
-            hold_released: false,
-        }
-    }
-
     /// Records that the order's hold is gone with the move.
     pub(crate) fn with_hold_released(self) -> Self {
         Self { hold_released: true, ..self }
@@ -114,17 +97,17 @@ impl<'a> Transition<'a> {
     }
 
     /// Records what the buyer's page needs to complete 3-D Secure, and its deadline.
-    pub(crate) fn with_action(self, action: BuyerAction<'a>) -> Self {
+    pub(super) fn with_action(self, action: BuyerAction<'a>) -> Self {
         Self { action: Some(action), ..self }
     }
 
     /// Gives the order's promised units back, keeping `detail` for operators.
-    pub(crate) fn giving_units_back(self, detail: &'a str) -> Self {
+    pub(super) fn giving_units_back(self, detail: &'a str) -> Self {
         Self { gives_units_back: true, detail: Some(detail), ..self }
     }
 
     /// Records what the buyer is told of the failure.
-    pub(crate) fn with_reason(self, failure_reason: FailureReason) -> Self {
+    pub(super) fn with_reason(self, failure_reason: FailureReason) -> Self {
         Self { failure_reason: Some(failure_reason), ..self }
     }
 
@@ -134,7 +117,7 @@ impl<'a> Transition<'a> {
     }
 
     /// A message the move causes, for its event type's queue.
-    pub(crate) fn with_message(mut self, event_type: EventType, payload: impl Serialize) -> Self {
+    pub(super) fn with_message(mut self, event_type: EventType, payload: impl Serialize) -> Self {
         self.messages.push(crate::domain::outbox::NewMessage::new(event_type, self.order_id, payload));
         self
     }

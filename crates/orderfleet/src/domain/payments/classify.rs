@@ -128,7 +128,7 @@ impl PaymentError {
     /// being down, so it is kept in hand and handled again after [`LOCK_WAIT`] while the
     /// worker goes on receiving (never an outage, and no receive spent).
     pub fn locked_failure(reason: String) -> Failure {
-        Failure::transient(Source::Stripe, "lock_timeout", reason).retry_in(LOCK_WAIT).kept_in_hand()
+        Failure::transient(Source::Stripe, "lock_timeout", reason).hold_in_hand(LOCK_WAIT)
     }
 }
 
