@@ -29,6 +29,9 @@ python3 scripts/check-spec.py
 step "no import loops; the domain's longest import chain within 6 modules (clippy keeps functions within 60 lines)"
 python3 scripts/check-shape.py
 
+step "end-to-end test names: at most 10 over 70 characters (one claim each; a second in the doc comment)"
+python3 scripts/check-test-names.py
+
 step "cfn-lint infra/*.yaml"
 venv=$("$root/localstack/host.sh" venv)
 "$venv/bin/cfn-lint" infra/*.yaml

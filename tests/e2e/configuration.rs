@@ -61,8 +61,9 @@ fn started_with(bin: &str, name: &str, value: &str) -> std::process::Output {
         .unwrap()
 }
 
+/// A budget of zero, a negative one or a word.
 #[test]
-fn a_stripe_budget_of_zero_a_negative_one_or_a_word_stops_each_stripe_caller_with_one_line() {
+fn a_bad_stripe_budget_stops_each_stripe_caller_with_one_line() {
     for bin in ["order-intake", "stock-worker"] {
         for bad in ["0", "-3", "fast"] {
             let out = started_with(bin, "STRIPE_MAX_REQUESTS_PER_SECOND", bad);
@@ -79,8 +80,9 @@ fn a_stripe_budget_of_zero_a_negative_one_or_a_word_stops_each_stripe_caller_wit
     }
 }
 
+/// So does a 3-D Secure deadline that is not a number of seconds.
 #[test]
-fn a_webhook_secret_that_is_not_stripe_s_or_a_deadline_that_is_not_seconds_stops_the_binary_with_one_line() {
+fn a_webhook_secret_not_stripe_s_stops_the_binary_with_one_line() {
     for (bin, name, bad) in [
         ("order-intake", "STRIPE_WEBHOOK_SECRET", "sk_test_not_a_signing_secret"),
         ("order-intake", "STRIPE_WEBHOOK_SECRET", "whsec_new,whsec_"),
@@ -113,8 +115,9 @@ fn a_token_lives_a_day_at_most() {
     assert!(stderr.contains("--ttl-seconds"), "{stderr}");
 }
 
+/// So does Stripe over plain HTTP.
 #[test]
-fn a_database_elsewhere_without_verified_tls_or_stripe_over_http_stops_the_binary_with_one_line() {
+fn a_remote_database_without_verified_tls_stops_the_binary_in_one_line() {
     let (ok, stderr) =
         run_without_environment(&["migrate"], &[("DATABASE_URL", "postgres://u:pw@db.example.com/orders")]);
     assert!(!ok);

@@ -82,8 +82,9 @@ fn summary(output: &str) -> String {
         .join("\n")
 }
 
+/// The document the intake serves is the committed one (docs/openapi.json).
 #[tokio::test(flavor = "multi_thread")]
-async fn the_served_document_is_the_committed_one_and_schemathesis_finds_no_answer_outside_it() {
+async fn schemathesis_finds_no_answer_outside_the_committed_document() {
     // Arrange: a product with plenty of units, and a buyer's token.
     let mut fleet = Fleet::prepare("contract").await.unwrap();
     fleet.spawn_all(1).await.unwrap();

@@ -36,8 +36,9 @@ async fn audit(fleet: &Fleet, product: &str, notifications: usize) -> Audit {
     audit
 }
 
+/// A replay of the answer, and the order's GET, give the same position.
 #[tokio::test(flavor = "multi_thread")]
-async fn positions_follow_arrival_and_come_back_in_replays_and_in_get() {
+async fn positions_follow_arrival() {
     // Arrange
     let fleet = Fleet::start("positions", 1).await.unwrap();
     fleet.product("sku-1", 1000, 10).await.unwrap();
@@ -102,8 +103,9 @@ async fn declined_cards_give_their_units_back_to_later_buyers() {
     fleet.stop().await.unwrap();
 }
 
+/// A stock cut below what was promised, whatever order the stock checks arrive in.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_stock_cut_below_what_was_promised_rejects_exactly_the_last_in_line_whatever_the_arrival_order() {
+async fn a_cut_rejects_exactly_the_last_in_line_whatever_the_arrival_order() {
     // Arrange: ten buyers in line for ten units while no stock worker runs, each on a card
     // that needs 3-D Secure, so that every order is still pending (`requires_action`, holding
     // its unit and its place) when the operator cuts; a commit that authorizes an order with
@@ -285,7 +287,7 @@ async fn a_full_line_handled_all_at_once_by_two_workers_rejects_no_one() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn after_a_cut_an_order_too_large_for_what_is_left_does_not_hold_back_a_smaller_one_behind_it() {
+async fn an_order_too_large_after_a_cut_holds_back_no_smaller_one_behind_it() {
     // Arrange: quantities 2, 3, 1, 1 in line for 7 units, waiting for 3-D Secure.
     let mut fleet =
         without_stock_workers("cut-mixed-quantities", &[("PAYMENT_ACTION_TIMEOUT_SECONDS", "300")]).await;
@@ -336,8 +338,9 @@ async fn the_same_key_20_times_at_once_for_the_last_unit_never_answers_sold_out(
     fleet.stop().await.unwrap();
 }
 
+/// A total below the units sold is refused.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_repeated_upsert_sells_nothing_twice_and_a_total_below_the_units_sold_is_refused() {
+async fn a_repeated_upsert_sells_nothing_twice() {
     // Arrange: five units, three sold.
     let fleet = Fleet::start("upsert-total", 1).await.unwrap();
     let upsert = |stock: &str| {
@@ -389,8 +392,9 @@ async fn a_repeated_upsert_sells_nothing_twice_and_a_total_below_the_units_sold_
     fleet.stop().await.unwrap();
 }
 
+/// Under a burst of 80 buyers for 30 units.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_fleets_stripe_budgets_keep_a_rate_limited_stripe_from_answering_429_under_a_burst() {
+async fn the_stripe_budgets_keep_a_rate_limited_stripe_from_answering_429() {
     // Arrange: stripe-sim allows 10 requests a second; the fleet's budget, which the intake and
     // the stock worker (sweeper included) share, is 8 for the account and on each endpoint: a
     // margin for a loaded machine's late requests (stripe-sim counts any one-second window).
@@ -452,8 +456,9 @@ async fn the_fleets_stripe_budgets_keep_a_rate_limited_stripe_from_answering_429
     fleet.stop().await.unwrap();
 }
 
+/// Its order keeps its units and its place in line meanwhile.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_request_that_gets_no_stripe_slot_answers_503_keeps_its_units_and_completes_on_retry() {
+async fn a_request_with_no_stripe_slot_answers_503_then_completes_on_retry() {
     // Arrange: one Stripe request a second, so a burst of eight queues past the 4 s wait;
     // stripe-sim allows 3, so that a request a loaded machine sends late is not a 429.
     let fleet = without_stock_workers("budget-refusal", &[("STRIPE_MAX_REQUESTS_PER_SECOND", "1")]).await;
@@ -504,8 +509,9 @@ async fn a_request_that_gets_no_stripe_slot_answers_503_keeps_its_units_and_comp
     fleet.stop().await.unwrap();
 }
 
+/// A declined order does not count toward the limit.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_bot_firing_at_once_gets_only_its_limit_per_customer_and_a_declined_order_does_not_count() {
+async fn a_bot_firing_at_once_gets_only_its_limit_per_buyer() {
     // Arrange: 50 units, at most 2 per buyer.
     let fleet = Fleet::start("max-per-buyer", 1).await.unwrap();
     let upsert = [
@@ -606,8 +612,9 @@ async fn an_upsert_without_a_cap_removes_it() {
     fleet.stop().await.unwrap();
 }
 
+/// It writes nothing: no new product, and no price changed.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_upsert_below_stripe_s_minimum_charge_is_refused_and_changes_nothing() {
+async fn an_upsert_below_stripe_s_minimum_charge_is_refused() {
     // Arrange: a product at a price Stripe charges.
     let fleet = Fleet::prepare("upsert-minimum-charge").await.unwrap();
     let upsert = |id: &'static str, price: &'static str, currency: &'static str| {
@@ -642,9 +649,9 @@ async fn upsert_stock(fleet: &Fleet, product: &str, stock: &str) -> anyhow::Resu
     fleet.fleetctl(&[&args[..], &["--currency", "usd", "--stock", stock]].concat(), &[]).await
 }
 
+/// When the one ahead is declined, the order behind it gets the unit.
 #[tokio::test(flavor = "multi_thread")]
-async fn after_a_cut_an_order_whose_turn_depends_on_a_pending_order_ahead_waits_and_gets_the_unit_it_declines()
- {
+async fn after_a_cut_an_order_behind_a_pending_one_waits_for_its_outcome() {
     // Arrange: A (first in line, a card that will be declined) stays pending: its
     // authorization meets a 500, which Stripe saves under its key. B (second) is authorized;
     // no stock worker runs yet.
@@ -685,8 +692,9 @@ async fn after_a_cut_an_order_whose_turn_depends_on_a_pending_order_ahead_waits_
     fleet.stop().await.unwrap();
 }
 
+/// A SIGTERM while it waits spends none of its message's receives.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_order_waiting_for_the_line_holds_up_no_other_order_and_a_sigterm_spends_no_receive() {
+async fn an_order_waiting_for_the_line_holds_up_no_other_order() {
     // Arrange: after a cut to one unit, B (second in line) waits for A (first, pending after a
     // saved 500). One stock worker, handling one message at a time, takes B's stock check
     // (issue 35, point 1); its sweeper is off, so only the check's handling can move B.
@@ -762,9 +770,9 @@ async fn an_order_waiting_for_the_line_holds_up_no_other_order_and_a_sigterm_spe
     fleet.stop().await.unwrap();
 }
 
+/// The hold passed its deadline, with no webhook to say so.
 #[tokio::test(flavor = "multi_thread")]
-async fn after_a_cut_an_order_ahead_whose_hold_passed_its_deadline_takes_no_unit_and_the_order_behind_is_served()
- {
+async fn after_a_cut_a_lapsed_hold_ahead_leaves_its_unit_to_the_one_behind() {
     // Arrange: A and B in line for two units, on 3-D Secure cards, cut to one unit, then both
     // authenticated (each commit finds the cut, so both stay `authorized`). A's hold passes
     // its deadline, which the fleet recorded from Stripe; Stripe cancels it. No webhooks: the
@@ -818,8 +826,9 @@ async fn after_a_cut_an_order_ahead_whose_hold_passed_its_deadline_takes_no_unit
     fleet.stop().await.unwrap();
 }
 
+/// The refusal names the smallest total the product accepts.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_cut_that_would_reject_an_order_ahead_of_one_already_served_is_refused_naming_the_smallest_total() {
+async fn a_cut_that_would_reject_an_order_ahead_of_a_served_one_is_refused() {
     // Arrange: three in line for three units; A, first, stays pending (a saved 500), while B
     // and C behind it are reserved and paid.
     let mut fleet = without_stock_workers("cut-ahead-of-served", &[]).await;
@@ -878,7 +887,7 @@ async fn counted_intake_with(name: &str, webhooks: bool) -> (Fleet, PgCounter) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_webhooks_of_an_order_the_intake_authorized_itself_cost_it_no_statement() {
+async fn webhooks_about_an_order_the_intake_authorized_cost_it_no_statement() {
     // Arrange: webhooks on, the intake's statements counted.
     let (mut fleet, counter) = counted_intake_with("webhooks-per-order", true).await;
     // Each event after its request's answer, as Stripe sends them (stripe-sim otherwise may
@@ -910,8 +919,9 @@ async fn the_webhooks_of_an_order_the_intake_authorized_itself_cost_it_no_statem
     fleet.stop().await.unwrap();
 }
 
+/// A sold-out answer costs the intake one.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_order_costs_the_intake_two_statements_and_the_stock_worker_one_and_a_sold_out_answer_one() {
+async fn an_order_costs_two_statements_at_the_intake_one_at_the_stock_worker() {
     // Arrange: two units; the intake's statements counted on their way to PostgreSQL.
     let (mut fleet, counter) = counted_intake("statements-per-answer").await;
     fleet.product("sku-1", 1000, 2).await.unwrap();

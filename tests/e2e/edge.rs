@@ -32,8 +32,9 @@ async fn send(
     (status, allow, content_type, body)
 }
 
+/// The token is checked before the path: without one, any `/v1` path is a 401.
 #[tokio::test(flavor = "multi_thread")]
-async fn every_answer_is_in_the_error_shape_and_the_token_is_checked_before_the_path() {
+async fn every_answer_is_in_the_error_shape() {
     // Arrange
     let fleet = Fleet::start("error-shape", 1).await.unwrap();
 
@@ -177,8 +178,9 @@ async fn twenty_declined_cards_sent_at_once_reach_stripe_at_most_five_times() {
     fleet.stop().await.unwrap();
 }
 
+/// It is never answered 429.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_twin_request_one_decline_short_of_the_limit_answers_from_its_order_never_429() {
+async fn a_twin_one_decline_short_of_the_limit_is_answered_from_its_order() {
     // Arrange: a buyer four declines into the default limit of five.
     let fleet = behind_the_card_gate("card-gate-twins").await;
     for i in 0..4 {
@@ -212,8 +214,9 @@ async fn a_twin_request_one_decline_short_of_the_limit_answers_from_its_order_ne
     fleet.stop().await.unwrap();
 }
 
+/// Twenty orders by one buyer with a good card, all at once, while units are left.
 #[tokio::test(flavor = "multi_thread")]
-async fn twenty_good_orders_at_once_behind_the_card_gate_are_never_told_sold_out_while_units_are_left() {
+async fn good_orders_at_once_behind_the_card_gate_are_never_told_sold_out() {
     // Arrange: the default card-testing limit, units for everyone.
     let fleet = behind_the_card_gate("card-gate-good-cards").await;
 
@@ -245,8 +248,10 @@ async fn twenty_good_orders_at_once_behind_the_card_gate_are_never_told_sold_out
     fleet.stop().await.unwrap();
 }
 
+/// The twin commits while the door waits for the buyer's card lock; the door answers from the
+/// twin's order, never a 429.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_twin_that_commits_while_a_capped_door_waits_for_the_card_lock_is_answered_from_never_429() {
+async fn a_capped_door_behind_a_twin_s_card_lock_answers_from_the_twin() {
     // Arrange: the card gate at five, a buyer four declines in, and a product capped per buyer.
     let fleet = behind_the_card_gate("card-gate-capped-twin").await;
     let upsert = ["product", "upsert", "--id", "capped", "--name", "Capped", "--price", "1000"];

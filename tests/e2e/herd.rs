@@ -192,7 +192,7 @@ async fn herd(name: &str, intake_env: &[(&str, &str)]) -> Herd {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn units_that_come_back_mid_herd_go_to_buyers_who_ask_after_them_at_either_intake() {
+async fn units_that_come_back_go_to_later_buyers_at_either_intake() {
     // Arrange and act
     let Herd { fleet, asked, returns } = herd("herd", &[]).await;
 
@@ -232,7 +232,7 @@ async fn units_that_come_back_mid_herd_go_to_buyers_who_ask_after_them_at_either
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_sold_out_cache_planted_in_the_intakes_is_caught_telling_buyers_sold_out_while_a_unit_is_back() {
+async fn a_planted_sold_out_cache_is_caught_saying_sold_out_with_a_unit_back() {
     // Arrange and act: the same herd, with the intakes answering from a read up to two seconds
     // old (the failpoint `sold_out_cache`: a cache with a time to live).
     let planted = [("ORDERFLEET_FAILPOINTS", "sold_out_cache")];

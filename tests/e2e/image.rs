@@ -84,7 +84,7 @@ fn buildah(args: &[&str]) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the image: `make image` builds it and runs this (scripts/image-test.sh)"]
-async fn the_fleet_run_from_its_image_pays_an_order_as_a_user_that_is_not_root() {
+async fn the_fleet_pays_an_order_as_a_user_that_is_not_root() {
     // Arrange: a container of the image, and the fleet's binaries started inside it.
     let image = std::env::var("ORDERFLEET_IMAGE").expect("ORDERFLEET_IMAGE names the image to test");
     let container = Container::from(&image);

@@ -176,7 +176,7 @@ async fn every_malformed_request_gets_its_code_and_writes_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_unavailable_provider_answers_503_and_a_retry_with_the_same_key_completes() {
+async fn an_unavailable_provider_answers_503_then_the_same_key_completes() {
     let fleet = Fleet::start("provider-down", 1).await.unwrap();
     fleet.product("sku-1", 1500, 10).await.unwrap();
     // Stripe answers the authorization 500, and saves that answer under its key.

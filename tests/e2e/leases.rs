@@ -64,8 +64,9 @@ fn payments(pool: &orderfleet::runtime::db::Pool) -> Payments {
     Payments::new(&StripeConfig::from_env(&env).unwrap(), RetryPolicy::default(), pool.clone()).unwrap()
 }
 
+/// A holder whose lease lapsed and was taken over by another.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_holder_whose_lease_lapsed_and_was_taken_over_gives_back_nothing_of_the_new_holder_s() {
+async fn a_lapsed_holder_gives_back_nothing_of_the_new_holder_s() {
     // Arrange: three orders, each taken for a moment by a first holder and, once that lapsed,
     // by a second: a pending one (the intake's request, then a retry or the sweeper), another
     // whose first holder's Stripe key answers a 5xx, and one awaiting 3-D Secure (the webhook,

@@ -53,8 +53,9 @@ async fn fleetctl_migrate_is_safe_to_repeat() {
     database.drop().await.unwrap();
 }
 
+/// An idempotency key holds one order per user.
 #[tokio::test]
-async fn stock_cannot_go_negative_and_an_idempotency_key_holds_one_order_per_user() {
+async fn stock_cannot_go_negative() {
     let database = TestDatabase::migrated().await.unwrap();
     let pool = &database.pool;
     sqlx::query(
@@ -86,8 +87,9 @@ async fn stock_cannot_go_negative_and_an_idempotency_key_holds_one_order_per_use
     database.drop().await.unwrap();
 }
 
+/// Old ones go whether processed or abandoned; recent ones of either kind stay.
 #[tokio::test]
-async fn retention_deletes_old_inbox_records_processed_or_abandoned_and_keeps_recent_ones() {
+async fn retention_deletes_only_old_inbox_records() {
     // Arrange: four inbox rows, by age and by whether they were processed.
     let database = TestDatabase::migrated().await.unwrap();
     let pool = &database.pool;
@@ -158,7 +160,7 @@ async fn the_status_sets_of_the_database_are_the_code_s() {
 /// `order_status` enum, so a misspelt status is refused before anything runs, and `make test`
 /// fails at its clippy step.
 #[tokio::test]
-async fn a_status_misspelt_in_a_statement_is_refused_when_the_statement_is_prepared() {
+async fn a_misspelt_status_is_refused_when_the_statement_is_prepared() {
     use orderfleet::domain::order::OrderStatus;
     use sqlx::{Connection, Executor};
     let database = TestDatabase::migrated().await.unwrap();

@@ -59,8 +59,9 @@ async fn order(fleet: &Fleet, user: &str, key: &str, traceparent: Option<&str>) 
     body["order_id"].as_str().unwrap_or_else(|| panic!("not accepted: {body}")).to_owned()
 }
 
+/// It is on the order's notifications too.
 #[tokio::test(flavor = "multi_thread")]
-async fn one_orders_trace_id_is_on_every_line_about_it_in_every_process_and_on_its_notifications() {
+async fn one_order_s_trace_id_is_on_every_line_about_it_in_every_process() {
     // Arrange: the fleet logging JSON, its intake trusting callers' traces (behind a gateway of
     // the operator's own); one order continues a caller's trace, one starts its own.
     let mut fleet = Fleet::prepare("trace-context").await.unwrap();
@@ -123,8 +124,9 @@ async fn one_orders_trace_id_is_on_every_line_about_it_in_every_process_and_on_i
     }
 }
 
+/// It is kept as a link.
 #[tokio::test(flavor = "multi_thread")]
-async fn by_default_a_callers_traceparent_starts_no_trace_of_ours_and_is_kept_as_a_link() {
+async fn by_default_a_caller_s_traceparent_starts_no_trace_of_ours() {
     // Arrange: the intake at its default: a client's trace context is not trusted.
     let mut fleet = Fleet::prepare("trace-untrusted").await.unwrap();
     fleet.set_env("LOG_FORMAT", "json");
@@ -203,8 +205,9 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
+/// With an OTLP endpoint set, under the caller's trace.
 #[tokio::test(flavor = "multi_thread")]
-async fn with_an_otlp_endpoint_every_process_exports_its_spans_of_the_order_under_the_callers_trace() {
+async fn every_process_exports_the_order_s_spans_over_otlp() {
     // Arrange: every binary exporting to a collector of the test's own.
     let (endpoint, mut exported) = collector().await;
     let mut fleet = Fleet::prepare("otlp-export").await.unwrap();
@@ -256,8 +259,9 @@ fn cloudwatch_maximum(namespace: &str, metric: &str) -> Option<f64> {
     answer["Datapoints"].as_array()?.iter().filter_map(|d| d["Maximum"].as_f64()).reduce(f64::max)
 }
 
+/// Its dead rows, and the age of its oldest pending row.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_relay_puts_the_outboxs_dead_rows_and_oldest_pending_age_to_cloudwatch_for_the_alarms() {
+async fn the_relay_puts_the_outbox_s_state_to_cloudwatch_for_the_alarms() {
     // Arrange: a row the relay gave up on (dead) and a row written an hour ago and not yet
     // due (it waits, pending); the relay publishing every second to a namespace of its own.
     let namespace = format!("orderfleet/test-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);

@@ -290,8 +290,8 @@ macro_rules! second_outage_tests {
 }
 
 second_outage_tests! {
-    postgres_away_twice_on_one_fleet_costs_no_message_more_than_one_receive: Postgres;
-    sqs_away_twice_on_one_fleet_costs_no_message_more_than_one_receive: Sqs;
-    sns_away_twice_on_one_fleet_costs_no_message_more_than_one_receive: Sns;
-    stripe_away_twice_on_one_fleet_costs_no_message_more_than_one_receive: Stripe;
+    postgres_away_twice_costs_no_message_more_than_one_receive: Postgres;
+    sqs_away_twice_costs_no_message_more_than_one_receive: Sqs;
+    sns_away_twice_costs_no_message_more_than_one_receive: Sns;
+    stripe_away_twice_costs_no_message_more_than_one_receive: Stripe;
 }

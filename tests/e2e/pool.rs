@@ -70,7 +70,7 @@ const WRITE: &str = "INSERT INTO products (id, name, price_minor, currency, unit
                      VALUES ('next-user', 'written after the cut', 1000, 'usd', 1, 1)";
 
 #[tokio::test]
-async fn sqlx_s_pool_keeps_a_connection_whose_begin_was_cut_off_inside_its_transaction() {
+async fn sqlx_s_pool_keeps_a_connection_a_cut_off_begin_left_in_a_transaction() {
     // Arrange: sqlx's pool with one connection, opened and warm, configured as the fleet had it
     // (no ping when a connection is handed out, so the held answer is the BEGIN's).
     let window = Window::new().await;
@@ -104,8 +104,9 @@ async fn sqlx_s_pool_keeps_a_connection_whose_begin_was_cut_off_inside_its_trans
     window.db.drop().await.unwrap();
 }
 
+/// The next write commits.
 #[tokio::test]
-async fn the_fleet_s_pool_closes_a_connection_whose_begin_was_cut_off_and_the_next_write_commits() {
+async fn the_fleet_s_pool_closes_a_connection_whose_begin_was_cut_off() {
     // Arrange: the fleet's pool with one connection, opened and warm.
     let window = Window::new().await;
     let pool = fleet_harness::fleet_pool(&window.url, 1).await.unwrap();
@@ -127,9 +128,9 @@ async fn the_fleet_s_pool_closes_a_connection_whose_begin_was_cut_off_and_the_ne
 /// Buyers who hang up at random points during a drop. The requests' futures are
 /// dropped mid-flight (at the door, during the Stripe call, at the commit); each buyer then
 /// retries with the same key, as a client does.
+/// Every order is left whole.
 #[tokio::test(flavor = "multi_thread")]
-async fn buyers_who_hang_up_at_random_points_in_a_drop_leave_no_session_in_a_transaction_and_every_order_whole()
- {
+async fn buyers_hanging_up_at_random_leave_no_session_in_a_transaction() {
     use rand::{Rng, SeedableRng};
     // Arrange: 90 buyers for 30 units; each hangs up after 0–400 ms (with 90 buyers at once, a
     // placement takes about that long here), from a seed the log shows.
@@ -198,7 +199,7 @@ async fn buyers_who_hang_up_at_random_points_in_a_drop_leave_no_session_in_a_tra
 /// with a FATAL error, SQLSTATE 57P01, and is closed. The pool must not keep it for the next
 /// user: a worker retrying the failed statement would otherwise meet the same dead connection.
 #[tokio::test]
-async fn a_connection_the_server_terminated_fails_one_statement_and_is_not_handed_out_again() {
+async fn a_connection_the_server_terminated_is_not_handed_out_again() {
     // Arrange: the fleet's pool with one connection, opened and warm.
     let db = TestDatabase::migrated().await.unwrap();
     let pool = fleet_harness::fleet_pool(&db.url, 1).await.unwrap();

@@ -43,8 +43,9 @@ async fn stock_checks_handled(fleet: &Fleet) -> f64 {
     handled.get(queue).copied().unwrap_or(0.0)
 }
 
+/// A message for the paid order is then deleted without effect.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_same_stock_check_delivered_5_times_captures_once_and_a_paid_orders_message_is_deleted() {
+async fn the_same_stock_check_delivered_5_times_captures_once() {
     // Arrange: an authorized order whose messages have not been relayed (no relay runs).
     let mut fleet = Fleet::prepare("redelivery").await.unwrap();
     fleet.spawn("order-intake", "order-intake", &[]).unwrap();

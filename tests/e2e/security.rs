@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 
 use orderfleet_tests::Fleet;
 
+/// The flood is 200 requests a second from one user.
 #[tokio::test(flavor = "multi_thread")]
-async fn one_user_firing_200_requests_a_second_gets_429s_while_another_users_order_goes_through() {
+async fn one_user_s_flood_gets_429s_while_another_user_s_order_goes_through() {
     // Arrange: the default limits (5 a second per user, bursts of 10).
     let fleet = Fleet::builder("user-rate-limit").default_limits().start(1).await.unwrap();
     fleet.product("drop", 1000, 500).await.unwrap();
@@ -55,8 +56,9 @@ async fn one_user_firing_200_requests_a_second_gets_429s_while_another_users_ord
     fleet.stop().await.unwrap();
 }
 
+/// Each decline tells the buyer only payment_declined.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_decline_tells_the_buyer_only_payment_declined_and_a_card_tester_is_stopped_before_stripe() {
+async fn a_card_tester_is_stopped_before_stripe() {
     // Arrange
     let fleet = Fleet::builder("card-testing").default_limits().start(1).await.unwrap();
     fleet.product("sku-1", 1000, 50).await.unwrap();
@@ -116,8 +118,9 @@ async fn a_decline_tells_the_buyer_only_payment_declined_and_a_card_tester_is_st
     fleet.stop().await.unwrap();
 }
 
+/// Nor do they stay open past the header timeout.
 #[tokio::test(flavor = "multi_thread")]
-async fn five_hundred_idle_connections_neither_stop_a_real_order_nor_stay_open_past_the_header_timeout() {
+async fn five_hundred_idle_connections_do_not_stop_a_real_order() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     // Arrange: a 15 s header timeout (long enough for a loaded machine to open the 500 and
@@ -184,9 +187,9 @@ async fn five_hundred_idle_connections_neither_stop_a_real_order_nor_stay_open_p
     fleet.stop().await.unwrap();
 }
 
+/// Idle past a load balancer's 60 s; half a request is still cut at 5 s.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_keep_alive_connection_idle_past_a_load_balancers_60_s_still_serves_while_half_a_request_is_cut_at_5_s()
- {
+async fn a_keep_alive_connection_idle_for_over_60_s_still_serves() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     // Arrange: the intake at its defaults (idle 75 s, headers 5 s), as an ALB's target.
@@ -261,8 +264,9 @@ async fn table_rights(
     rows.into_iter().filter_map(|(table, rights)| Some((table, rights?))).collect()
 }
 
+/// It owns nothing.
 #[tokio::test]
-async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses_and_owns_nothing() {
+async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses() {
     // Arrange
     let database = orderfleet_tests::TestDatabase::migrated().await.unwrap();
 
@@ -405,8 +409,9 @@ async fn refusal_codes(url: &str, binary: &str, statements: &[&'static str]) -> 
     codes
 }
 
+/// Nor the outbox; and the intake's role cannot change a product's price or total.
 #[tokio::test]
-async fn the_notification_workers_role_cannot_touch_products_orders_or_the_outbox_nor_the_intakes_reprice() {
+async fn the_notification_worker_s_role_cannot_touch_products_or_orders() {
     // Arrange: a product.
     let database = orderfleet_tests::TestDatabase::migrated().await.unwrap();
     sqlx::query("INSERT INTO products (id, name, price_minor, currency, units_total, stock) VALUES ('drop', 'Drop', 500, 'usd', 5, 5)")

@@ -102,8 +102,9 @@ fn stock_check(order_id: Uuid, event_type: EventType) -> String {
     .unwrap()
 }
 
+/// A duplicate delivery is ok, with no second capture.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_stock_check_pays_its_order_and_a_duplicate_delivery_is_ok_without_a_second_capture() {
+async fn a_stock_check_pays_its_order_once_however_often_it_comes() {
     // Arrange
     let step = Step::new().await;
     let order = step.authorized_order("ola").await;
@@ -146,8 +147,9 @@ async fn what_the_stock_step_cannot_use_is_a_permanent_failure_of_the_message() 
     step.db.drop().await.unwrap();
 }
 
+/// The order waits, reserved, for the next try.
 #[tokio::test(flavor = "multi_thread")]
-async fn with_stripe_unreachable_advancing_is_an_outage_and_the_order_waits_reserved_for_the_next_try() {
+async fn with_stripe_unreachable_advancing_is_an_outage_of_stripe() {
     // Arrange: the order is authorized; the step's Stripe is a port nobody listens on.
     let step = Step::new().await;
     let order = step.authorized_order("ola").await;
@@ -205,8 +207,9 @@ async fn hold_made_elsewhere(stripe_base: &str, order: Uuid) -> String {
     made["id"].as_str().unwrap().to_owned()
 }
 
+/// Its commit finds the order on another intent.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_hold_whose_commit_finds_the_order_moved_on_to_another_intent_is_cancelled() {
+async fn a_hold_whose_order_moved_on_to_another_intent_is_cancelled() {
     // Arrange: an order accepted on its PaymentIntent; a second holder of its authorization
     // (its lease lapsed under it) made another for it, and records it with the order as it
     // last read it, pending (issue 35, point 6).
@@ -278,9 +281,9 @@ impl Step {
     }
 }
 
+/// Once the intent holds, the order is authorized.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_intent_found_mid_confirm_leaves_its_order_pending_not_declined_and_it_is_authorized_once_it_holds()
- {
+async fn an_intent_found_mid_confirm_leaves_its_order_pending_not_declined() {
     // Arrange: Stripe is slow: the create runs, but for a few seconds its intent reads
     // `requires_payment_method` with no error (its confirm not ended), and neither of the
     // intake's tries is answered.
@@ -313,8 +316,9 @@ async fn an_intent_found_mid_confirm_leaves_its_order_pending_not_declined_and_i
     step.db.drop().await.unwrap();
 }
 
+/// A 5xx that is no replay of the key's saved answer: nothing ran.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_5xx_that_is_no_replay_of_the_key_s_saved_answer_is_tried_again_under_the_same_key() {
+async fn an_unsaved_5xx_is_tried_again_under_the_same_key() {
     // Arrange: a 500 from in front of Stripe's idempotency layer: nothing ran, nothing saved.
     let step = Step::new().await;
     arm(&step.stripe_base, "create", "error_500_unsaved", 1).await;
@@ -353,8 +357,9 @@ async fn a_stray_cancel_whose_key_holds_a_saved_500_goes_on_under_a_fresh_key() 
     step.db.drop().await.unwrap();
 }
 
+/// A stray whose cancel Stripe does not answer is passed over, not waited for.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_reconciliation_passes_over_a_stray_stripe_does_not_answer_for_and_releases_it_next_pass() {
+async fn the_reconciliation_releases_an_unanswered_stray_on_the_next_pass() {
     // Arrange: two orders on their intents. A's order has failed while its own intent holds
     // funds (the safety net's case); B has a stray. Stripe answers no cancel for now.
     use orderfleet::domain::strays;
@@ -472,9 +477,9 @@ async fn refuse_for(step: &Step, user: &str, refused: &str) {
     .unwrap();
 }
 
+/// It ends failed, with the reason.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_order_whose_commit_the_database_refuses_for_good_leaves_no_hold_and_ends_failed_with_the_reason()
-{
+async fn an_order_whose_commit_is_refused_for_good_leaves_no_hold() {
     // Arrange: the database refuses one buyer's order the move that records its authorization.
     let step = Step::new().await;
     refuse_for(&step, "ann", "NEW.status IN ('authorized', 'stock_reserved')").await;
@@ -646,8 +651,9 @@ async fn a_refused_end_of_a_refused_capture_releases_the_order_not_the_dlq() {
     step.db.drop().await.unwrap();
 }
 
+/// It keeps no hold.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_order_the_database_refuses_to_end_too_keeps_no_hold_and_is_left_for_a_person() {
+async fn an_order_the_database_refuses_to_end_too_is_left_for_a_person() {
     // Arrange: the database refuses every change of one buyer's order.
     let step = Step::new().await;
     refuse_for(&step, "ann", "true").await;
@@ -666,8 +672,9 @@ async fn an_order_the_database_refuses_to_end_too_keeps_no_hold_and_is_left_for_
     step.db.drop().await.unwrap();
 }
 
+/// The order has since recorded the intent.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_release_owed_of_an_intent_its_order_has_since_recorded_and_holds_cancels_nothing() {
+async fn a_release_owed_of_an_intent_its_order_now_holds_cancels_nothing() {
     // Arrange: an order whose commit the database once refused owed its intent's release
     // (Stripe did not answer the cancel); an operator mended the rule, and the order was then
     // authorized on that very intent.

@@ -123,8 +123,9 @@ fn selling(seen: &[(Duration, i64)], units: i64) -> (Duration, Duration, i64) {
     (seen[from].0, seen[last].0, seen[last].1 - seen[from].1)
 }
 
+/// It uses them, too, while one intake is killed and another joins.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_fleet_keeps_to_stripe_s_limits_and_uses_them_while_an_intake_is_killed_and_another_joins() {
+async fn the_fleet_keeps_to_stripe_s_limits_while_intakes_leave_and_join() {
     // Arrange: stripe-sim limits as Stripe's live mode does; three intakes, three stock
     // workers, the relay and the notification worker, all with the defaults.
     const BUYERS: usize = 2_000;
@@ -251,8 +252,9 @@ async fn stripe_counts_over_time(
     seen
 }
 
+/// Stripe lowers it; nothing is declined.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_limit_stripe_lowers_mid_drop_slows_the_whole_fleet_within_seconds_and_declines_nothing() {
+async fn a_limit_lowered_mid_drop_slows_the_whole_fleet_within_seconds() {
     // Arrange: two intakes and two stock workers with the defaults, stripe-sim at Stripe's
     // live limits.
     const BUYERS: usize = 600;
@@ -345,8 +347,9 @@ async fn bound_buyer(http: reqwest::Client, token: String, url: String, started:
     }
 }
 
+/// No buyer waits a minute for an answer.
 #[tokio::test(flavor = "multi_thread")]
-async fn six_intakes_at_a_limit_of_four_each_sell_and_no_buyer_waits_a_minute() {
+async fn six_intakes_at_a_limit_of_four_each_sell_within_a_minute() {
     // Arrange: six intakes and two stock workers, the fleet's limit on each operation 4 a
     // second and stripe-sim's too (as STRIPE_SIM_ENDPOINT_RATE_LIMIT=4 sets it), so more
     // intakes want creates than there are units of it: they must take turns. Fifteen buyers

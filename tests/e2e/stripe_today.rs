@@ -51,8 +51,9 @@ fn order_id(body: &Value) -> String {
     body["order_id"].as_str().expect("an order id").to_owned()
 }
 
+/// It is first accepted as requires_action.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_card_that_needs_3_d_secure_is_accepted_as_requires_action_and_paid_once_its_buyer_authenticates() {
+async fn a_3ds_order_is_paid_once_its_buyer_authenticates() {
     // Arrange: until issue 33 this was a 402 (and counted as card testing).
     let fleet = Fleet::start("3ds-succeeds", 1).await.unwrap();
     fleet.product("sku-1", 1500, 3).await.unwrap();
@@ -100,8 +101,9 @@ async fn a_card_that_needs_3_d_secure_is_accepted_as_requires_action_and_paid_on
     fleet.stop().await.unwrap();
 }
 
+/// It counts as a decline at the card gate.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_failed_authentication_declines_the_order_gives_its_unit_back_and_counts_as_a_decline() {
+async fn a_failed_authentication_declines_the_order_with_its_unit_back() {
     // Arrange: three units, and a card-testing limit of one decline an hour.
     let mut fleet = Fleet::builder("3ds-fails").default_limits().prepare().await.unwrap();
     fleet.set_env("INTAKE_DECLINES_PER_HOUR", "1");
@@ -129,9 +131,9 @@ async fn a_failed_authentication_declines_the_order_gives_its_unit_back_and_coun
     fleet.stop().await.unwrap();
 }
 
+/// Without webhooks, the sweeper releases it by its deadline.
 #[tokio::test(flavor = "multi_thread")]
-async fn without_webhooks_the_sweeper_releases_an_abandoned_3_d_secure_order_by_its_deadline_and_it_counts_as_nothing()
- {
+async fn an_abandoned_3ds_released_by_the_sweeper_counts_as_no_decline() {
     // Arrange: no webhook secret (the endpoint answers 503), a 2 s deadline, a sweeper every
     // second, and a card-testing limit of one.
     let mut fleet = Fleet::builder("3ds-abandoned").default_limits().prepare().await.unwrap();
@@ -164,8 +166,9 @@ async fn without_webhooks_the_sweeper_releases_an_abandoned_3_d_secure_order_by_
     fleet.stop().await.unwrap();
 }
 
+/// Its unit comes back.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_hold_that_lapses_before_capture_ends_the_order_authorization_canceled_with_its_unit_back() {
+async fn a_hold_that_lapses_before_capture_ends_authorization_canceled() {
     // Arrange: no stock worker, so the order stays authorized.
     let mut fleet = Fleet::prepare("hold-lapses").await.unwrap();
     for bin in ["order-intake", "outbox-relay", "notification-worker"] {
@@ -191,8 +194,9 @@ async fn a_hold_that_lapses_before_capture_ends_the_order_authorization_canceled
     fleet.stop().await.unwrap();
 }
 
+/// A dispute is counted.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_refund_in_the_dashboard_is_recorded_and_notified_and_a_dispute_is_counted() {
+async fn a_refund_in_the_dashboard_is_recorded_and_notified() {
     // Arrange: two paid orders, one on a card whose payment is disputed after capture.
     let fleet = Fleet::start("refund-and-dispute", 1).await.unwrap();
     fleet.product("sku-1", 1500, 5).await.unwrap();
@@ -236,8 +240,9 @@ async fn a_refund_in_the_dashboard_is_recorded_and_notified_and_a_dispute_is_cou
     fleet.stop().await.unwrap();
 }
 
+/// It is answered 400.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_forged_stale_altered_or_unsigned_webhook_gets_400_and_changes_nothing() {
+async fn a_forged_stale_altered_or_unsigned_webhook_changes_nothing() {
     // Arrange: an order awaiting 3-D Secure, and an event that would settle it.
     let fleet = Fleet::start("webhook-abuse", 1).await.unwrap();
     fleet.product("sku-1", 1500, 1).await.unwrap();
@@ -298,9 +303,9 @@ async fn a_forged_stale_altered_or_unsigned_webhook_gets_400_and_changes_nothing
     fleet.stop().await.unwrap();
 }
 
+/// No buyer who lost is left with a hold.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_drop_with_a_third_of_its_buyers_on_3_d_secure_keeps_every_guarantee_and_leaves_no_hold_on_a_loser()
-{
+async fn a_drop_with_a_third_of_its_buyers_on_3ds_keeps_every_guarantee() {
     // Arrange: 60 buyers for 30 units, 18 of them (30 %) on a card that needs 3-D Secure: a
     // third authenticate, a third fail, a third abandon (a 10 s deadline). The 3-D Secure
     // buyers arrive at once, then the 42 others at once. Stripe delivers every webhook twice,
@@ -357,9 +362,9 @@ async fn a_drop_with_a_third_of_its_buyers_on_3_d_secure_keeps_every_guarantee_a
     fleet.stop().await.unwrap();
 }
 
+/// It cannot be applied yet: answered 503, with nothing written.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_webhook_that_cannot_be_applied_now_gets_503_nothing_written_and_is_applied_when_stripe_delivers_it_again()
- {
+async fn a_webhook_refused_with_503_is_applied_when_stripe_sends_it_again() {
     // Arrange: an order awaiting 3-D Secure, whose lease another settler (the sweeper, here
     // played by the test) holds for three seconds: the webhook cannot settle it now.
     let fleet = Fleet::start("webhook-503", 1).await.unwrap();
@@ -395,8 +400,9 @@ async fn a_webhook_that_cannot_be_applied_now_gets_503_nothing_written_and_is_ap
     fleet.stop().await.unwrap();
 }
 
+/// Its unit comes back.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_settle_whose_cancel_meets_a_saved_500_still_declines_the_order_and_gives_its_unit_back() {
+async fn a_settle_whose_cancel_meets_a_saved_500_still_declines_the_order() {
     // Arrange: an order awaiting 3-D Secure; Stripe will answer the next cancel 500, and save
     // that answer under its key (found by the model checker: every later settle re-sent the
     // key, heard the 500 again, and the order stayed requires_action for a day).
@@ -417,9 +423,9 @@ async fn a_settle_whose_cancel_meets_a_saved_500_still_declines_the_order_and_gi
     fleet.stop().await.unwrap();
 }
 
+/// The create still executes at Stripe, which answers the retries 409 idempotency_key_in_use.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_create_still_executing_at_stripe_answers_the_retries_409_and_the_order_is_authorized_on_its_one_intent()
- {
+async fn an_order_whose_key_is_in_use_at_stripe_is_authorized_on_one_intent() {
     // Arrange: Stripe is slow on the first authorization: the create runs, and its request
     // goes on executing for 10 s after the intake's client gave up (5 s), so the intake's
     // retries under the order's key are answered `409 idempotency_key_in_use` meanwhile.
@@ -457,8 +463,9 @@ async fn a_create_still_executing_at_stripe_answers_the_retries_409_and_the_orde
     fleet.stop().await.unwrap();
 }
 
+/// The sweeper settles it by the deadline.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_event_stripe_gives_up_on_leaves_the_sweeper_to_settle_its_order_by_the_deadline() {
+async fn an_event_stripe_gives_up_on_leaves_its_order_to_the_sweeper() {
     // Arrange: Stripe as a sandbox gives an event up after three attempts (stripe-sim's take
     // 0.3 s); the sweeper runs every second; an order awaiting 3-D Secure whose lease another
     // settler holds for three seconds, so the intake answers the event 503 each time.
@@ -521,8 +528,9 @@ async fn an_event_stripe_gives_up_on_leaves_the_sweeper_to_settle_its_order_by_t
     fleet.stop().await.unwrap();
 }
 
+/// Its unit comes back.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_card_declined_after_its_buyer_authenticates_ends_payment_declined_with_its_unit_back() {
+async fn a_card_declined_after_authentication_ends_payment_declined() {
     // Arrange: one unit; Stripe's test card 4000 0082 6000 3178, which asks for 3-D Secure and,
     // once the buyer has authenticated, is declined for insufficient funds.
     let fleet = Fleet::start("3ds-then-declined", 1).await.unwrap();

@@ -4,8 +4,9 @@
 use super::*;
 use orderfleet::domain::outbox::{Envelope, EventType};
 
+/// A fixed one, redriven, is handled once.
 #[tokio::test(flavor = "multi_thread")]
-async fn poison_messages_reach_the_dlq_while_work_goes_on_and_a_fixed_one_is_redriven_once() {
+async fn messages_reach_the_dlq_while_work_goes_on() {
     // Arrange
     let fleet = Fleet::start("poison", 1).await.unwrap();
     fleet.product("sku-1", 1000, 5).await.unwrap();
@@ -93,8 +94,9 @@ async fn poison_messages_reach_the_dlq_while_work_goes_on_and_a_fixed_one_is_red
     fleet.stop().await.unwrap();
 }
 
+/// A redrive gives the message a new SQS id.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_messages_failures_are_kept_under_its_envelope_id_when_a_redrive_gives_it_a_new_sqs_id() {
+async fn a_message_s_failures_follow_its_envelope_id_across_a_redrive() {
     // Arrange: a stock check for an order that does not exist, which can never succeed. On AWS
     // a redrive (StartMessageMoveTask) puts the same body back under a new SQS message id;
     // here the body is sent twice, two SQS ids for one envelope. (LocalStack 4.13.1 keeps the
@@ -146,9 +148,9 @@ async fn a_messages_failures_are_kept_under_its_envelope_id_when_a_redrive_gives
     fleet.stop().await.unwrap();
 }
 
+/// The dead-lettered stock check is redriven with the AWS CLI, as the console does.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_dead_lettered_stock_check_redriven_with_the_aws_cli_as_the_console_does_ends_paid_with_one_capture()
- {
+async fn a_console_redrive_of_a_stock_check_ends_paid_with_one_capture() {
     // Arrange: a trigger refuses one buyer's order its move to paid, so the capture goes
     // through at Stripe and its record fails on every receive, until the DLQ.
     let fleet = Fleet::start("console-redrive", 1).await.unwrap();

@@ -96,8 +96,9 @@ async fn the_sweeper_reaches_an_orphaned_order_behind_200_it_cannot_settle() {
     fleet.stop().await.unwrap();
 }
 
+/// Its message goes toward the DLQ while the other orders are paid.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_data_error_for_one_order_sends_its_message_toward_the_dlq_without_pausing_the_worker() {
+async fn a_data_error_for_one_order_does_not_pause_the_worker() {
     // Arrange: a trigger refuses one buyer's order its move to paid (the stock worker's step:
     // the commit that authorized it took its unit), as a constraint or a bad row would.
     let fleet = Fleet::start("data-error", 1).await.unwrap();
@@ -130,9 +131,9 @@ async fn a_data_error_for_one_order_sends_its_message_toward_the_dlq_without_pau
     fleet.stop().await.unwrap();
 }
 
+/// Once the database is writable again, the worker leaves its read-only sessions.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_read_only_database_dead_letters_nothing_and_once_writable_the_worker_leaves_its_read_only_sessions()
- {
+async fn a_read_only_database_dead_letters_nothing() {
     // Arrange: a server of the test's own (changing a role on the shared one would reach every
     // test beside this one). The stock worker's sessions turn read-only, as on a writer a
     // failover demoted: its role is set read-only and its sessions ended, so it reconnects
@@ -201,7 +202,7 @@ async fn wait_for_a_statement_waiting_on_a_lock(fleet: &Fleet) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn postgres_restarted_twice_mid_burst_loses_nothing_and_does_nothing_twice() {
+async fn two_restarts_mid_burst_lose_nothing_and_do_nothing_twice() {
     // Arrange: a PostgreSQL server of the test's own (restarting the shared one would cut
     // every test beside this one), and the whole fleet on it.
     let server = std::sync::Arc::new(PostgresServer::start().unwrap());
@@ -275,8 +276,9 @@ async fn postgres_restarted_twice_mid_burst_loses_nothing_and_does_nothing_twice
     fleet.stop().await.unwrap();
 }
 
+/// The next 3-D Secure order still lapses at its deadline.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_refused_3ds_settle_releases_its_hold_and_the_next_still_lapses() {
+async fn a_refused_3ds_settle_still_releases_its_hold() {
     // Arrange: no webhooks, so the sweeper settles 3-D Secure (every 2 s, deadlines of 10 s);
     // a trigger refuses the buyer `refused`'s 3-D Secure order any move but its failure.
     let mut fleet = Fleet::prepare("refused-settle").await.unwrap();

@@ -37,22 +37,25 @@ async fn a_stock_worker_killed_at(point: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_stock_worker_killed_after_reserving_stock_is_resumed_to_one_capture() {
+async fn a_stock_worker_killed_after_reserving_is_resumed_to_one_capture() {
     a_stock_worker_killed_at("after_reserve").await;
 }
 
+/// Killed after Stripe captured, before its commit.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_stock_worker_killed_after_the_capture_before_its_commit_is_resumed_to_one_capture() {
+async fn a_stock_worker_killed_after_the_capture_is_resumed_to_one_capture() {
     a_stock_worker_killed_at("after_capture").await;
 }
 
+/// Killed after its commit, before it deletes the message.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_stock_worker_killed_after_its_commit_before_the_delete_is_resumed_to_one_capture() {
+async fn a_stock_worker_killed_before_its_delete_is_resumed_to_one_capture() {
     a_stock_worker_killed_at("after_paid").await;
 }
 
+/// Killed after Stripe authorized, before its commit.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_intake_killed_between_authorizing_and_committing_is_finished_by_the_sweeper() {
+async fn an_intake_killed_after_authorizing_is_finished_by_the_sweeper() {
     // Arrange: the intake dies right after Stripe authorizes; its lease is 8 s.
     let mut fleet = Fleet::prepare("intake-killed").await.unwrap();
     fleet.product("sku-1", 1000, 5).await.unwrap();
@@ -140,8 +143,9 @@ async fn sigterm_stops_a_sweep_in_a_stripe_outage_after_the_order_in_hand() {
     fleet.stop().await.unwrap();
 }
 
+/// Each order is still captured once.
 #[tokio::test(flavor = "multi_thread")]
-async fn sigterm_to_every_worker_mid_burst_dead_letters_nothing_and_captures_once() {
+async fn sigterm_to_every_worker_mid_burst_dead_letters_nothing() {
     // Arrange
     let mut fleet = Fleet::start("sigterm-burst", 2).await.unwrap();
     fleet.product("drop", 1000, 150).await.unwrap();

@@ -36,9 +36,9 @@ async fn refuse_inbox_records(fleet: &Fleet) {
     }
 }
 
+/// Nothing is published twice either.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_sns_publish_outage_with_the_topic_still_answering_dead_letters_nothing_and_publishes_nothing_twice()
- {
+async fn a_publish_outage_with_the_topic_up_dead_letters_nothing() {
     // Arrange: Publish and PublishBatch lose their connection; everything else answers.
     let (fleet, proxy) = fleet_with_publish_proxy("publish-outage").await;
     fleet.product("sku-1", 1000, 40).await.unwrap();
@@ -70,9 +70,9 @@ async fn an_sns_publish_outage_with_the_topic_still_answering_dead_letters_nothi
     fleet.stop().await.unwrap();
 }
 
+/// The notification worker, during a Publish outage.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_notification_worker_stopped_and_then_killed_during_a_publish_outage_leaves_nothing_dead_lettered()
-{
+async fn a_worker_stopped_then_killed_mid_outage_dead_letters_nothing() {
     // Arrange: Publish is down, and ten orders' notifications are in the worker's hands.
     let (mut fleet, proxy) = fleet_with_publish_proxy("publish-outage-stop-and-crash").await;
     fleet.product("sku-1", 1000, 10).await.unwrap();
@@ -106,8 +106,10 @@ async fn a_notification_worker_stopped_and_then_killed_during_a_publish_outage_l
     fleet.stop().await.unwrap();
 }
 
+/// SNS's answers to Publish are withheld for 45 s, so the worker publishes again; the
+/// notification id tells the copies apart.
 #[tokio::test(flavor = "multi_thread")]
-async fn publish_answers_withheld_for_45_s_repeat_notifications_which_their_notification_id_tells_apart() {
+async fn a_repeat_after_withheld_publish_answers_is_told_apart_by_its_id() {
     // Arrange: SNS takes every PublishBatch, but for 45 s its answers never arrive (the calls
     // time out after SNS published): the one case besides a crash in which a notification can
     // go out twice (SPEC §1.4).
@@ -153,8 +155,9 @@ async fn publish_answers_withheld_for_45_s_repeat_notifications_which_their_noti
     fleet.stop().await.unwrap();
 }
 
+/// The failure falls between the publish and its record.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_database_failure_between_a_publish_and_its_record_publishes_nothing_again() {
+async fn a_database_failure_after_a_publish_publishes_nothing_again() {
     // Arrange: SNS answers, but the inbox's record of a publish fails for 40 s as a database
     // outage would (a trigger raises SQLSTATE 57P03, `cannot_connect_now`): no crash, no
     // answer lost, so SPEC §1.4 allows no repeat (issue 35, point 3). 40 s is past the inbox
@@ -184,9 +187,9 @@ async fn a_database_failure_between_a_publish_and_its_record_publishes_nothing_a
     fleet.stop().await.unwrap();
 }
 
+/// Stopped while its records fail (a database outage); nothing is published again.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_worker_stopped_while_its_records_fail_keeps_recording_within_its_grace_and_nothing_is_published_again()
- {
+async fn a_stopped_worker_keeps_recording_its_publishes_within_its_grace() {
     // Arrange: SNS answers, but the inbox's record of a publish fails as a database outage
     // would (a trigger raises SQLSTATE 57P03); one order's two notifications go out and are
     // kept in hand, their records failing. The worker's grace is 30 s: longer than its polls
@@ -223,8 +226,9 @@ async fn a_worker_stopped_while_its_records_fail_keeps_recording_within_its_grac
     fleet.stop().await.unwrap();
 }
 
+/// The first copy is held through a Publish outage.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_second_copy_of_a_notification_held_in_a_publish_outage_is_kept_in_hand_not_handed_back() {
+async fn a_held_notification_s_second_copy_is_kept_in_hand_not_handed_back() {
     // Arrange: two orders' four notifications, each in the queue twice (SQS delivers at least
     // once; the relay may send a row again), and Publish taken away while the topic answers.
     // One message a receive, so the copies are handled apart: the first copy of each is held

@@ -4,8 +4,9 @@
 use super::*;
 use fleet_harness::proxy::{FilterProxy, Proxy};
 
+/// SQS is unreachable; everything drains afterwards.
 #[tokio::test(flavor = "multi_thread")]
-async fn with_sqs_unreachable_the_intake_keeps_accepting_and_everything_drains_afterwards() {
+async fn the_intake_keeps_accepting_through_an_outage() {
     // Arrange: every fleet process reaches SQS and SNS only through a proxy.
     let proxy = Proxy::start(localstack_addr()).await.unwrap();
     let mut fleet = Fleet::prepare("sqs-outage").await.unwrap();
@@ -59,8 +60,9 @@ async fn with_sqs_unreachable_the_intake_keeps_accepting_and_everything_drains_a
     fleet.stop().await.unwrap();
 }
 
+/// It is retried once the queue is fixed.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_permanent_outbox_failure_is_dead_with_its_reason_and_retried_after_the_fix() {
+async fn a_permanent_outbox_failure_is_dead_with_its_reason() {
     // Arrange: the relay is configured with a notification queue that does not exist.
     let mut fleet = Fleet::prepare("dead-outbox").await.unwrap();
     let missing = format!("{}-missing", fleet.notification.url);
@@ -104,8 +106,9 @@ async fn a_permanent_outbox_failure_is_dead_with_its_reason_and_retried_after_th
     fleet.stop().await.unwrap();
 }
 
+/// Nor does it repeat a notification.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_hung_delete_message_batch_neither_keeps_a_worker_from_stopping_nor_repeats_a_notification() {
+async fn a_hung_delete_message_batch_keeps_no_worker_from_stopping() {
     // Arrange: the notification worker reaches SQS through a proxy that never answers
     // DeleteMessageBatch (its connections held open); everything else answers.
     let proxy = FilterProxy::start(localstack_addr()).await.unwrap();

@@ -4,8 +4,9 @@
 
 use super::*;
 
+/// Authorize, capture and cancel, each failing with a 500, a 429, a timeout or a lost answer.
 #[tokio::test(flavor = "multi_thread")]
-async fn stripe_failing_on_authorize_capture_and_cancel_is_retried_with_the_same_key_and_no_second_effect() {
+async fn every_failed_call_is_retried_under_its_key_with_no_second_effect() {
     let mut fleet = Fleet::start("stripe-faults", 1).await.unwrap();
     fleet.product("in-stock", 1000, 100).await.unwrap();
     let modes = ["error_500", "error_429", "timeout", "drop_after_success"];
@@ -79,8 +80,9 @@ async fn ida_s_intake_dies_after_authorizing(fleet: &mut Fleet) {
     assert!(!fleet.wait_exit("doomed-intake", Duration::from_secs(10)).await.unwrap().success());
 }
 
+/// The hold is cancelled in Stripe's Dashboard while the order is pending.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_retry_after_the_hold_was_cancelled_at_stripe_is_not_authorized_on_the_key_s_old_answer() {
+async fn a_retry_after_a_cancel_is_not_authorized_on_the_key_s_saved_answer() {
     // Arrange: the intake dies right after Stripe authorizes; while the order is pending,
     // someone cancels its PaymentIntent in Stripe's Dashboard. Stripe still keeps the key,
     // whose saved answer is the intent as it was: holding funds.
@@ -115,8 +117,10 @@ async fn a_retry_after_the_hold_was_cancelled_at_stripe_is_not_authorized_on_the
     fleet.stop().await.unwrap();
 }
 
+/// The intake died mid-authorization, and Stripe has forgotten the key; the retry makes no
+/// second hold.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_retry_a_day_after_an_intake_died_mid_authorization_finds_the_first_hold_and_makes_no_second() {
+async fn a_retry_a_day_after_an_intake_died_finds_the_first_hold() {
     // Arrange: the intake dies right after Stripe authorizes; the order stays pending with its
     // PaymentIntent at Stripe; a day passes and Stripe forgets the authorization's key.
     let mut fleet = Fleet::prepare("retry-after-a-day").await.unwrap();
@@ -164,9 +168,9 @@ async fn accepted_orders(fleet: &Fleet, n: usize) -> Vec<(uuid::Uuid, String)> {
     .unwrap()
 }
 
+/// Its order ends authorization_canceled.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_hold_past_its_deadline_is_not_captured_and_without_webhooks_its_order_ends_authorization_canceled()
-{
+async fn without_webhooks_a_hold_past_its_deadline_is_not_captured() {
     // Arrange: one unit, one buyer, and no stock worker yet: the stock check waits. No
     // webhooks: the stock worker finds the hold gone when it captures (with webhooks, the
     // intake moves the order at once: stripe_today::a_hold_that_lapses_before_capture_…).
@@ -216,8 +220,9 @@ async fn a_hold_past_its_deadline_is_not_captured_and_without_webhooks_its_order
     fleet.stop().await.unwrap();
 }
 
+/// The hold deadline Stripe gives is recorded with the order.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_hold_deadline_stripe_gives_is_recorded_and_dlq_stats_warns_when_a_dead_lettered_one_nears_it() {
+async fn dlq_stats_warns_of_a_dead_lettered_order_near_its_hold_deadline() {
     // Arrange: two orders accepted; no stock worker, so their stock checks wait.
     let mut fleet = Fleet::prepare("hold-deadline").await.unwrap();
     for label in ["order-intake", "outbox-relay"] {
@@ -310,7 +315,7 @@ async fn audit_saved_500s(fleet: &Fleet, case: &str, product: &str, orders: usiz
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_500_stripe_saved_under_an_authorizations_key_is_followed_by_a_new_attempt() {
+async fn a_saved_500_on_an_authorization_is_followed_by_a_new_attempt() {
     // Arrange: the first attempt's create answers 500, saved under its key.
     let fleet = fleet_for_saved_500s("stripe-saved-500-authorize").await;
     fleet.product("sku-1", 1000, 1).await.unwrap();
@@ -330,8 +335,9 @@ async fn a_500_stripe_saved_under_an_authorizations_key_is_followed_by_a_new_att
     fleet.stop().await.unwrap();
 }
 
+/// Its own key answers a 500 after the create took effect.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_resumed_authorization_whose_own_key_answers_a_500_after_taking_effect_places_no_second_hold() {
+async fn a_resumed_authorization_whose_500_took_effect_places_no_second_hold() {
     // Arrange: the first request's creates never reach Stripe's idempotency layer (429s), so
     // the order stays pending with nothing at Stripe; the next create takes effect and then
     // answers 500, which Stripe saves under its key (a 500's result is indeterminate:
@@ -359,8 +365,9 @@ async fn a_resumed_authorization_whose_own_key_answers_a_500_after_taking_effect
     fleet.stop().await.unwrap();
 }
 
+/// The create runs long after its attempt was last dated.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_create_that_runs_long_after_its_attempt_was_dated_and_answers_500_places_no_second_hold() {
+async fn a_late_create_that_answers_500_places_no_second_hold() {
     // Arrange: Stripe's search lags its writes (as Stripe's does, by up to an hour in an
     // incident); the fleet lists instead, which does not lag. The first request's creates never reach Stripe's
     // idempotency layer (429s). The retry's create hangs past the client's timeout, and its
@@ -393,7 +400,7 @@ async fn a_create_that_runs_long_after_its_attempt_was_dated_and_answers_500_pla
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_500_stripe_saved_under_a_captures_key_is_followed_by_a_new_attempt() {
+async fn a_saved_500_on_a_capture_is_followed_by_a_new_attempt() {
     // Arrange: the first capture answers 500, saved under its key.
     let fleet = fleet_for_saved_500s("stripe-saved-500-capture").await;
     fleet.product("sku-1", 1000, 1).await.unwrap();
@@ -413,7 +420,7 @@ async fn a_500_stripe_saved_under_a_captures_key_is_followed_by_a_new_attempt() 
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_500_stripe_saved_under_a_cancels_key_is_followed_by_a_cancel_under_a_fresh_key() {
+async fn a_saved_500_on_a_cancel_is_followed_by_one_under_a_fresh_key() {
     // Arrange: an order awaiting 3-D Secure, its stock cut, then authenticated with no worker
     // running, so that its authorization must be cancelled; the first cancel answers 500,
     // saved under its key.
@@ -439,7 +446,7 @@ async fn a_500_stripe_saved_under_a_cancels_key_is_followed_by_a_cancel_under_a_
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_buyer_whose_authorization_hit_a_saved_500_is_accepted_on_the_first_same_key_retry() {
+async fn a_buyer_after_a_saved_500_is_accepted_on_the_first_same_key_retry() {
     // Arrange: Stripe's search lags by an hour, as in the incidents that bring 500s, and the
     // first create answers 500, saved under its key. Until issue 33 the fleet searched, and
     // trusted an empty answer only two minutes (STRIPE_SEARCH_LAG_SECONDS) after the 500: the
@@ -507,8 +514,9 @@ async fn across_a_deploy(case: &str, fault: &str) -> (Fleet, uuid::Uuid, fleet_h
     (fleet, order, answer, before)
 }
 
+/// It is never a decline.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_idempotency_error_across_a_deploy_is_never_a_decline_and_the_hold_the_key_made_is_the_orders() {
+async fn an_idempotency_error_across_a_deploy_keeps_the_hold_its_key_made() {
     let case = "stripe-idempotency-error-hold";
     let (fleet, order, _, _) = across_a_deploy(case, "error_500_after_success").await;
 
@@ -519,8 +527,9 @@ async fn an_idempotency_error_across_a_deploy_is_never_a_decline_and_the_hold_th
     fleet.stop().await.unwrap();
 }
 
+/// Across a deploy, as in the test above; here Stripe held nothing for the key.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_idempotency_error_across_a_deploy_whose_key_made_nothing_moves_the_order_to_a_new_attempt() {
+async fn an_idempotency_error_whose_key_made_nothing_moves_to_a_new_attempt() {
     let case = "stripe-idempotency-error-nothing";
     let (fleet, order, _, _) = across_a_deploy(case, "error_500").await;
 
@@ -531,8 +540,9 @@ async fn an_idempotency_error_across_a_deploy_whose_key_made_nothing_moves_the_o
     fleet.stop().await.unwrap();
 }
 
+/// A page of Stripe's list per hundred intents in the attempt's window.
 #[tokio::test(flavor = "multi_thread")]
-async fn finding_what_an_attempt_did_costs_a_page_of_stripes_list_per_hundred_intents_in_its_window() {
+async fn finding_what_an_attempt_did_costs_a_list_page_per_100_intents() {
     // Arrange: two buyers' first requests fail: ann's create answers a saved 500 (dated: her
     // key made its intent, if any, before that answer), bob's meets only 429s (nothing dated:
     // his window stays open). Twelve seconds later the drop's other buyers make 250 intents
@@ -649,7 +659,7 @@ async fn hold_made_elsewhere(fleet: &Fleet, order_id: uuid::Uuid) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_reconciliation_releases_a_stray_intent_planted_for_an_order_and_nothing_else() {
+async fn the_reconciliation_releases_only_the_stray_planted_for_an_order() {
     // Arrange: an order paid; then a second PaymentIntent holding funds, made for it outside
     // the fleet (a stray no commit and no webhook saw: webhooks off), and one for an order this
     // fleet does not know (another fleet on the same Stripe account) (issue 35, point 6).
@@ -696,7 +706,7 @@ async fn the_reconciliation_releases_a_stray_intent_planted_for_an_order_and_not
 /// (and its alarm) counts it; an operator who looked at Stripe's Dashboard resolves it with
 /// `fleetctl order resolve`, which reads the intent named by id (a retrieve, not a list).
 #[tokio::test(flavor = "multi_thread")]
-async fn an_order_stripe_will_not_list_keeps_its_units_until_an_operator_resolves_it_from_the_dashboard() {
+async fn an_order_stripe_will_not_list_waits_with_its_units_for_an_operator() {
     // Arrange: A's create took effect and answered a saved 500 (a hold the fleet does not
     // know of), B's answered 500 and did nothing, C was accepted; then Stripe refuses lists.
     let mut fleet = Fleet::prepare("stripe-list-refused").await.unwrap();
@@ -827,8 +837,9 @@ async fn stuck_gauge(fleet: &Fleet, metrics_url: &str) -> Option<f64> {
     line.rsplit(' ').next()?.parse().ok()
 }
 
+/// Nor do they slow it.
 #[tokio::test(flavor = "multi_thread")]
-async fn lock_timeouts_on_captures_are_retried_and_never_slow_or_pause_the_fleet() {
+async fn lock_timeouts_on_captures_are_retried_without_pausing_the_fleet() {
     // Arrange: twenty-one units; five of the stock worker's captures among twenty orders meet
     // an intent Stripe holds for another request (429 lock_timeout,
     // docs.stripe.com/rate-limits#object-lock-timeouts).
