@@ -5,8 +5,13 @@
   modules of a crate reach each other through `crate::`, `super::`, `self::` or child paths.
   A module naming its own ancestor (`super::Handler` in a child of the module that defines
   `Handler`) is part of that ancestor and does not count.
-- The longest chain of imports in the domain (`crates/orderfleet/src/domain`) is printed, and
-  is at most `LONGEST_CHAIN` modules: a reader follows a step down at most that many files.
+- The domain's layers (`crates/orderfleet/src/domain`, one folder each) are printed in their
+  order, and every import in the domain goes down that order or stays in its layer (`LAYERS`:
+  what each layer may import), and no module makes an import `NEVER` forbids. A planted
+  back-import (a record calling Stripe, a step running the sweeper) fails here, naming the
+  file; the script first checks itself on such a plant.
+- The longest chain of imports in the domain is printed, and is at most `LONGEST_CHAIN`
+  modules: a reader follows a step down at most that many files.
 
 Rules the compiler can keep are kept there instead: clippy bounds every function to 60 lines
 (clippy.toml) and refuses unchecked statements; PostgreSQL refuses a misspelt status when the
@@ -25,6 +30,26 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOT_PRODUCTION = ("fleet-harness", "order-model")
 # The longest chain of imports allowed in the domain, in modules.
 LONGEST_CHAIN = 6
+# The domain's layers, bottom first, and the layers each may import (its own always): the table
+# in crates/orderfleet/src/domain/mod.rs.
+LAYERS = {
+    "words": set(),
+    "tokens": {"words"},
+    "records": {"words"},
+    "payments": {"words"},
+    "door": {"words", "records"},
+    "steps": {"words", "records", "payments"},
+    "recovery": {"words", "records", "payments", "steps"},
+}
+# Imports no module makes even within what its layer allows: (importer, imported) prefixes.
+NEVER = [
+    # Fulfilment works on an authorized order; how it was authorized is not its business.
+    (("domain", "steps", "fulfilment"), ("domain", "steps", "authorization")),
+    # The door answers before any payment call, and records are rows.
+    (("domain", "door"), ("domain", "steps")),
+]
+# The folders that hold a layer of several modules: a unit of the chain is one module in them.
+LAYER_FOLDERS = {"words", "records", "steps", "recovery"}
 
 
 def item_end(lines, start):
@@ -139,15 +164,54 @@ def import_loops():
             yield f"crates/{crate}: an import loop between {', '.join(names)}"
 
 
+def layer_problems(edges, paths):
+    """Every import in the domain that goes up the layers, or that `NEVER` forbids."""
+    problems = []
+    for module, targets in sorted(edges.items()):
+        if module[:1] != ("domain",) or len(module) < 2:
+            continue
+        for target in sorted(targets):
+            if target[:1] != ("domain",) or len(target) < 2:
+                continue
+            (mine, theirs) = (module[1], target[1])
+            if mine not in LAYERS or theirs not in LAYERS:
+                problems.append(f"{paths.get(module, module)}: {'::'.join(module)} or {'::'.join(target)} "
+                                f"is in no layer of LAYERS")
+            elif theirs != mine and theirs not in LAYERS[mine]:
+                problems.append(f"{paths.get(module, module)}: the layer {mine} imports {'::'.join(target)}, "
+                                f"of the layer {theirs}, which it may not (it may: {', '.join(sorted(LAYERS[mine])) or 'nothing'})")
+            for importer, imported in NEVER:
+                if module[: len(importer)] == importer and target[: len(imported)] == imported:
+                    problems.append(f"{paths.get(module, module)}: {'::'.join(module)} imports "
+                                    f"{'::'.join(target)}, which it never may")
+    return problems
+
+
+def check_itself():
+    """The layer check on two planted back-imports: a record calling Stripe, a step running the
+    sweeper. Both must be found, or the check proves nothing."""
+    planted = {
+        ("domain", "records", "order"): {("domain", "payments")},
+        ("domain", "steps", "refusal"): {("domain", "recovery", "sweeper")},
+        ("domain", "steps", "fulfilment"): {("domain", "steps", "authorization")},
+    }
+    found = layer_problems(planted, {})
+    if len(found) != 3:
+        sys.exit(f"check-shape: the layer check missed a planted back-import: {found}")
+
+
 def longest_chain(edges, within):
     """The longest chain of imports among the modules right under `within` (a module path), as
     the list of their names: how many modules a reader follows down from one of them. A module
     split into files (`payments/client.rs`, …) counts as one: its files' imports of each other
     are its own."""
     def top(m):
+        if len(m) > len(within) + 1 and m[len(within)] in LAYER_FOLDERS:
+            return m[: len(within) + 2]
         return m[: len(within) + 1]
 
-    inside = {top(m) for m in edges if m[: len(within)] == within and len(m) > len(within)}
+    inside = {top(m) for m in edges if m[: len(within)] == within and len(m) > len(within)
+              and not (len(m) == len(within) + 1 and m[-1] in LAYER_FOLDERS)}
     below = {m: set() for m in inside}
     for m, targets in edges.items():
         if top(m) in inside:
@@ -164,8 +228,14 @@ def longest_chain(edges, within):
 
 
 def main():
+    check_itself()
     problems = list(import_loops())
-    edges = module_edges(crate_modules("orderfleet"))
+    modules = crate_modules("orderfleet")
+    edges = module_edges(modules)
+    paths = {m: os.path.relpath(p, ROOT) for m, p in modules.items()}
+    order = " < ".join(LAYERS)
+    print(f"check-shape: the domain's layers, bottom first: {order}")
+    problems += layer_problems(edges, paths)
     domain = longest_chain(edges, ("domain",))
     names = " → ".join(m[-1] for m in domain)
     print(f"check-shape: the longest import chain in the domain is {len(domain)} modules: {names}")
@@ -176,7 +246,8 @@ def main():
         print(problem, file=sys.stderr)
     if problems:
         sys.exit(f"check-shape: {len(problems)} problem(s)")
-    print("check-shape: no import loops, and the domain's import chains within their bound")
+    print("check-shape: no import loops, every import in the domain goes down its layers, "
+          "and its import chains within their bound")
 
 
 if __name__ == "__main__":

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use fleet_harness::eventually;
 use orderfleet::domain::OrderId;
-use orderfleet::domain::action;
-use orderfleet::domain::authorization;
-use orderfleet::domain::order::Order;
 use orderfleet::domain::payments::{PaymentError, Payments, RetryPolicy};
+use orderfleet::domain::records::order::Order;
+use orderfleet::domain::steps::authorization;
+use orderfleet::domain::steps::three_d_secure;
 use orderfleet::runtime::config::{Env, StripeConfig};
 use orderfleet::runtime::db::Pool;
 use orderfleet_tests::TestDatabase;
@@ -85,14 +85,14 @@ async fn a_lapsed_holder_gives_back_nothing_of_the_new_holder_s() {
     let (first_pending, _) = taken_twice(take_pending(pending)).await;
     let (first_failed, _) = taken_twice(take_pending(failed)).await;
     let (first_waiting, _) =
-        taken_twice(|lease| async move { action::take(pool, waiting, lease).await.unwrap() }).await;
+        taken_twice(|lease| async move { three_d_secure::take(pool, waiting, lease).await.unwrap() }).await;
 
     // Act: each first holder, late, gives back what it believes is its lease.
     authorization::release(pool, &first_pending).await.unwrap();
     let saved_500 = Err(PaymentError::AttemptFailed("HTTP 500 api_error".into()));
     let recorded = authorization::record(pool, &payments(pool), &first_failed, saved_500).await;
     assert!(recorded.is_err(), "a saved 5xx records no answer: {recorded:?}");
-    action::release(pool, &first_waiting).await.unwrap();
+    three_d_secure::release(pool, &first_waiting).await.unwrap();
 
     // Assert: each second holder still holds its lease: nobody else can take the order.
     let mut given_away = Vec::new();
@@ -102,7 +102,7 @@ async fn a_lapsed_holder_gives_back_nothing_of_the_new_holder_s() {
     if authorization::take_over(pool, failed, LONG).await.unwrap().is_some() {
         given_away.push("a pending order's, by the first holder's record of a saved 5xx");
     }
-    if action::take(pool, waiting, LONG).await.unwrap().is_some() {
+    if three_d_secure::take(pool, waiting, LONG).await.unwrap().is_some() {
         given_away.push("a 3-D Secure order's, by the first settler's release");
     }
     assert!(given_away.is_empty(), "the second holder's lease was given away: {given_away:?}");

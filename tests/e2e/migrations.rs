@@ -126,7 +126,7 @@ async fn retention_deletes_only_old_inbox_records() {
 
 #[tokio::test]
 async fn the_status_sets_of_the_database_are_the_code_s() {
-    use orderfleet::domain::order::{OrderStatus, StatusSet};
+    use orderfleet::domain::words::status::{OrderStatus, StatusSet};
     let database = TestDatabase::migrated().await.unwrap();
 
     // The database's enum has the code's statuses, in the code's order.
@@ -161,7 +161,7 @@ async fn the_status_sets_of_the_database_are_the_code_s() {
 /// fails at its clippy step.
 #[tokio::test]
 async fn a_misspelt_status_is_refused_when_the_statement_is_prepared() {
-    use orderfleet::domain::order::OrderStatus;
+    use orderfleet::domain::words::status::OrderStatus;
     use sqlx::{Connection, Executor};
     let database = TestDatabase::migrated().await.unwrap();
     let mut conn = sqlx::PgConnection::connect(&database.url).await.unwrap();

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use orderfleet::domain::payments::{AuthorizeRequest, OrderIntent, Payments, RetryPolicy};
+use orderfleet::domain::payments::{AuthorizeRequest, Payments, RetryPolicy};
+use orderfleet::domain::words::hold::OrderIntent;
 use orderfleet::domain::{Currency, Money, OrderId, UserId};
 use orderfleet::runtime::config::{Env, StripeConfig};
 

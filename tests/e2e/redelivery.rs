@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use orderfleet::domain::outbox::{Envelope, EventType};
+use orderfleet::domain::records::outbox::{Envelope, EventType};
 use orderfleet_tests::Fleet;
 
 /// The envelope the relay would send for the order's outbox row of `event_type`.

@@ -9,10 +9,10 @@ use std::time::Duration;
 use order_intake::orders::{Intake, Placed};
 use order_intake::request::{IdempotencyKey, OrderRequest};
 use orderfleet::domain::OrderId;
-use orderfleet::domain::fulfilment::Fulfilment;
-use orderfleet::domain::outbox::{Envelope, EventType};
+use orderfleet::domain::UserId;
 use orderfleet::domain::payments::{Payments, RetryPolicy};
-use orderfleet::domain::tokens::UserId;
+use orderfleet::domain::records::outbox::{Envelope, EventType};
+use orderfleet::domain::steps::fulfilment::Fulfilment;
 use orderfleet::runtime::config::{Env, StripeConfig};
 use orderfleet::runtime::failure::{Kind, Source};
 use orderfleet::runtime::trace::Trace;
@@ -85,8 +85,10 @@ impl Step {
 
     /// The PaymentIntent the order recorded.
     async fn own_intent(&self, id: Uuid) -> String {
-        let order =
-            orderfleet::domain::order::load(&self.db.pool, OrderId::from_uuid(id)).await.unwrap().unwrap();
+        let order = orderfleet::domain::records::order::load(&self.db.pool, OrderId::from_uuid(id))
+            .await
+            .unwrap()
+            .unwrap();
         order.payment_intent_id.unwrap()
     }
 }
@@ -213,15 +215,17 @@ async fn a_hold_whose_order_moved_on_to_another_intent_is_cancelled() {
     // Arrange: an order accepted on its PaymentIntent; a second holder of its authorization
     // (its lease lapsed under it) made another for it, and records it with the order as it
     // last read it, pending (issue 35, point 6).
-    use orderfleet::domain::authorization::{self, Recorded};
     use orderfleet::domain::payments::IntentStatus;
+    use orderfleet::domain::steps::authorization::{self, Recorded};
     let step = Step::new().await;
     let id = step.authorized_order("ola").await;
     let payments = &step.step.fulfilment.payments;
-    let mut stale =
-        orderfleet::domain::order::load(&step.db.pool, OrderId::from_uuid(id)).await.unwrap().unwrap();
+    let mut stale = orderfleet::domain::records::order::load(&step.db.pool, OrderId::from_uuid(id))
+        .await
+        .unwrap()
+        .unwrap();
     let own = stale.payment_intent_id.clone().unwrap();
-    stale.status = orderfleet::domain::order::OrderStatus::PendingAuthorization;
+    stale.status = orderfleet::domain::words::status::OrderStatus::PendingAuthorization;
     let other = payments.retrieve(&hold_made_elsewhere(&step.stripe_base, id).await).await.unwrap();
 
     // Act
@@ -362,7 +366,7 @@ async fn a_stray_cancel_whose_key_holds_a_saved_500_goes_on_under_a_fresh_key() 
 async fn the_reconciliation_releases_an_unanswered_stray_on_the_next_pass() {
     // Arrange: two orders on their intents. A's order has failed while its own intent holds
     // funds (the safety net's case); B has a stray. Stripe answers no cancel for now.
-    use orderfleet::domain::strays;
+    use orderfleet::domain::recovery::strays;
     let step = Step::new().await;
     let a = step.authorized_order("ann").await;
     let b = step.authorized_order("bob").await;
@@ -421,7 +425,7 @@ async fn the_reconciliation_releases_an_unanswered_stray_on_the_next_pass() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_webhook_about_the_live_intent_of_a_failed_order_cancels_it() {
     // Arrange: an order whose own intent holds funds, though the order has failed.
-    use orderfleet::domain::webhook;
+    use orderfleet::domain::steps::webhook;
     let step = Step::new().await;
     let id = step.authorized_order("ola").await;
     sqlx::query("UPDATE orders SET status = 'payment_declined' WHERE id = $1")
@@ -574,7 +578,7 @@ async fn an_order_with_a_failure_reason_from_another_version_loads_and_shows_it(
     .unwrap();
 
     // Act
-    let loaded = orderfleet::domain::order::load(&step.db.pool, OrderId::from_uuid(order)).await;
+    let loaded = orderfleet::domain::records::order::load(&step.db.pool, OrderId::from_uuid(order)).await;
 
     // Assert: it loads (before the fix: a decode error, and every read of the order a 500),
     // and shows its reason as stored.
@@ -587,7 +591,7 @@ async fn an_order_with_a_failure_reason_from_another_version_loads_and_shows_it(
 async fn a_release_owed_on_a_refused_pending_order_is_made_by_the_next_pass() {
     // Arrange: the database refuses every change of Ann's order, and Stripe answers none of
     // the cancels of its hold: the release is owed, and the order stays pending.
-    use orderfleet::domain::strays;
+    use orderfleet::domain::recovery::strays;
     let step = Step::new().await;
     refuse_for(&step, "ann", "true").await;
     arm(&step.stripe_base, "cancel", "error_500", 20).await;
@@ -678,7 +682,7 @@ async fn a_release_owed_of_an_intent_its_order_now_holds_cancels_nothing() {
     // Arrange: an order whose commit the database once refused owed its intent's release
     // (Stripe did not answer the cancel); an operator mended the rule, and the order was then
     // authorized on that very intent.
-    use orderfleet::domain::strays;
+    use orderfleet::domain::recovery::strays;
     let step = Step::new().await;
     let id = step.authorized_order("ola").await;
     let own = step.own_intent(id).await;

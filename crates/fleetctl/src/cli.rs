@@ -3,9 +3,10 @@
 
 use clap::{Args, Parser, Subcommand};
 use orderfleet::domain::OrderId;
-use orderfleet::domain::product::{self, Currency, Sku};
-use orderfleet::domain::resolution::{Evidence, PaymentIntentId};
-use orderfleet::domain::tokens::UserId;
+use orderfleet::domain::UserId;
+use orderfleet::domain::records::product;
+use orderfleet::domain::recovery::resolution::{Evidence, PaymentIntentId};
+use orderfleet::domain::{Currency, Sku};
 
 use crate::dlq;
 

@@ -15,7 +15,7 @@ use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
 };
-use orderfleet::domain::outbox::{Destination, Envelope};
+use orderfleet::domain::records::outbox::{Destination, Envelope};
 use orderfleet::runtime::db::Pool;
 
 /// One of the fleet's queue pairs.

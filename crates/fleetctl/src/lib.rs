@@ -19,11 +19,11 @@ use cli::{
     Cli, Command, DlqCommand, OrderCommand, OutboxCommand, ProductCommand, ResolveArgs, SweepArgs, TokenArgs,
     UpsertArgs,
 };
-use orderfleet::domain::order;
 use orderfleet::domain::payments::{Payments, RetryPolicy};
-use orderfleet::domain::product::{self, ProductUpsert};
-use orderfleet::domain::resolution;
-use orderfleet::domain::sweeper::{SweepPolicy, Sweeper};
+use orderfleet::domain::records::order;
+use orderfleet::domain::records::product::{self, ProductUpsert};
+use orderfleet::domain::recovery::resolution;
+use orderfleet::domain::recovery::sweeper::{SweepPolicy, Sweeper};
 use orderfleet::domain::tokens;
 use orderfleet::runtime::aws::Aws;
 use orderfleet::runtime::config::{AuthConfig, DatabaseConfig, Env, QueueConfig, StripeConfig};
@@ -202,7 +202,8 @@ async fn warn_of_holds_ending(env: &Env, sample: &[dlq::Peeked]) {
 
 #[cfg(test)]
 mod tests {
-    use orderfleet::domain::tokens::{TokenVerifier, UserId};
+    use orderfleet::domain::UserId;
+    use orderfleet::domain::tokens::TokenVerifier;
 
     use super::*;
 

@@ -3,7 +3,7 @@
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use orderfleet::domain::OrderId;
-use orderfleet::domain::outbox::{Destination, EventType};
+use orderfleet::domain::records::outbox::{Destination, EventType};
 use orderfleet::runtime::db::Pool;
 use uuid::Uuid;
 

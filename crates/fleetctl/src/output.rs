@@ -3,11 +3,12 @@
 //! Each returns its lines joined by newlines, without a trailing one.
 
 use chrono::{DateTime, Utc};
-use orderfleet::domain::authorization;
-use orderfleet::domain::order::{Order, OrderStatus};
-use orderfleet::domain::product::{ProductUpsert, Units};
-use orderfleet::domain::resolution::Evidence;
-use orderfleet::domain::sweeper::SweepReport;
+use orderfleet::domain::records::order::Order;
+use orderfleet::domain::records::product::{ProductUpsert, Units};
+use orderfleet::domain::recovery::resolution::Evidence;
+use orderfleet::domain::recovery::sweeper::SweepReport;
+use orderfleet::domain::steps::authorization;
+use orderfleet::domain::words::status::OrderStatus;
 use orderfleet::runtime::config::ConfigError;
 
 use crate::dlq::{self, HoldEnding, Pair, Peeked, Recorded};
@@ -201,8 +202,8 @@ pub(crate) fn holds_ending(ending: &[HoldEnding], now: DateTime<Utc>) -> String 
 mod tests {
     use chrono::TimeZone;
     use orderfleet::domain::OrderId;
-    use orderfleet::domain::outbox::{Destination, EventType};
-    use orderfleet::domain::product::{Currency, Sku};
+    use orderfleet::domain::records::outbox::{Destination, EventType};
+    use orderfleet::domain::{Currency, Sku};
 
     use super::*;
 

@@ -5,8 +5,8 @@
 
 use chrono::{DateTime, Utc};
 use orderfleet::domain::OrderId;
-use orderfleet::domain::order::OrderNotification;
-use orderfleet::domain::outbox::{Destination, Envelope, EventType, Payload};
+use orderfleet::domain::records::outbox::OrderNotification;
+use orderfleet::domain::records::outbox::{Destination, Envelope, EventType, Payload};
 use orderfleet::runtime::consumer::Received;
 use orderfleet::runtime::failure::{Failure, Source};
 use serde::{Deserialize, Serialize};
@@ -75,7 +75,7 @@ pub struct Notification {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use orderfleet::domain::order::{FailureReason, OrderStatus};
+    use orderfleet::domain::words::status::{FailureReason, OrderStatus};
     use orderfleet::domain::{Currency, Quantity, Sku, UserId};
     use orderfleet::runtime::failure::Kind;
 

@@ -68,7 +68,7 @@ pub struct IntakeConfig {
     pub auth: AuthConfig,
     /// How long a request holds an order's lease (its key) before a retry or the sweeper may
     /// take over: the request timeout, past which the placement is dropped, and the margin
-    /// ([`orderfleet::domain::order::lease_for`]).
+    /// ([`orderfleet::domain::records::order::lease_for`]).
     pub lease: Duration,
     /// The rate limits, slow-client timeouts and the card-testing gate.
     pub limits: LimitsConfig,
@@ -94,7 +94,7 @@ impl Service for IntakeConfig {
             // The placement's own Stripe calls (27.6 s each at their longest) may need longer
             // than the timeout only when it resumes an order: then it is cut off, and the order
             // waits for its lease.
-            lease: orderfleet::domain::order::lease_for(limits.request_timeout),
+            lease: orderfleet::domain::records::order::lease_for(limits.request_timeout),
             limits,
             caller_trace: env.or_default("INTAKE_CALLER_TRACE", CallerTrace::Link)?,
             webhook_secrets: webhook::WebhookSecrets::from_env(env)?,

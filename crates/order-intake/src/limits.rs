@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
-use orderfleet::domain::tokens::UserId;
+use orderfleet::domain::UserId;
 use orderfleet::runtime::config::{ConfigError, Env, Seconds};
 
 use crate::error::ApiError;

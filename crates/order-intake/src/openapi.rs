@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 
 use axum::http::header;
 use axum::response::IntoResponse;
-use orderfleet::domain::order::OrderStatus;
+use orderfleet::domain::words::status::OrderStatus;
 use serde_json::json;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::link::LinkBuilder;

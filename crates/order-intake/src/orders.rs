@@ -17,11 +17,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use orderfleet::domain::OrderId;
-use orderfleet::domain::authorization::{self, AuthorizationError, Recorded};
+use orderfleet::domain::UserId;
 use orderfleet::domain::door::{self, Admission, Refusal, SoldOutReads};
-use orderfleet::domain::order::{FailureReason, Order, OrderStatus};
 use orderfleet::domain::payments::Payments;
-use orderfleet::domain::tokens::UserId;
+use orderfleet::domain::records::order::Order;
+use orderfleet::domain::steps::authorization::{self, Recorded};
+use orderfleet::domain::steps::leased::AuthorizationError;
+use orderfleet::domain::words::status::{FailureReason, OrderStatus};
 use orderfleet::runtime::db::Pool;
 use orderfleet::runtime::failure::Kind;
 
@@ -172,7 +174,7 @@ impl Intake<'_> {
     }
 
     /// Authorizes outside any transaction, then records the result (see
-    /// [`orderfleet::domain::authorization`]), and answers from what the order has become. An order
+    /// [`orderfleet::domain::steps::authorization`]), and answers from what the order has become. An order
     /// taken over from an earlier request is first looked up at Stripe, so that a retry a day
     /// later, after Stripe forgot the key, finds the first PaymentIntent instead of making a
     /// second; a new order cannot have one yet, and costs one Stripe request.
@@ -241,7 +243,7 @@ impl Intake<'_> {
     }
 
     async fn reload(&self, id: OrderId) -> Result<Order, ApiError> {
-        orderfleet::domain::order::load(self.pool, id)
+        orderfleet::domain::records::order::load(self.pool, id)
             .await
             .map_err(database_error)?
             .ok_or_else(|| ApiError::Unexpected(anyhow::anyhow!("order {id} is gone")))

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use orderfleet::domain::OrderId;
-use orderfleet::domain::tokens::UserId;
+use orderfleet::domain::UserId;
 use orderfleet::runtime::trace::{TRACEPARENT, Trace};
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -185,7 +185,7 @@ async fn get_order(
 async fn look_up_order(state: &AppState, user: &UserId, order_id: &str) -> Result<Json<OrderView>, ApiError> {
     // An id that is not a UUID names no order; the answer is the same as for someone else's.
     let order_id = Uuid::parse_str(order_id).map_err(|_| ApiError::OrderNotFound)?;
-    let order = orderfleet::domain::order::load(&state.pool, OrderId::from_uuid(order_id))
+    let order = orderfleet::domain::records::order::load(&state.pool, OrderId::from_uuid(order_id))
         .await
         .map_err(database_error)?;
     // Someone else's order is answered as no order at all.

@@ -3,7 +3,8 @@
 //! [`Order`]; their doc comments are the OpenAPI schemas' descriptions.
 
 use chrono::{DateTime, Utc};
-use orderfleet::domain::order::{FailureReason, Order, OrderStatus};
+use orderfleet::domain::records::order::Order;
+use orderfleet::domain::words::status::{FailureReason, OrderStatus};
 use orderfleet::domain::{Currency, OrderId, Quantity, Sku};
 use serde::Serialize;
 

@@ -1,5 +1,5 @@
 //! `POST /webhooks/stripe` (SPEC §4): Stripe's signed events, checked here, applied by
-//! [`orderfleet::domain::webhook`].
+//! [`orderfleet::domain::steps::webhook`].
 //!
 //! **The signature.** `Stripe-Signature: t=<unix time>,v1=<hex>[,v1=<hex>…]`, each `v1` an
 //! HMAC-SHA256 of `"{t}.{raw body}"` keyed with an endpoint's signing secret
@@ -25,7 +25,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hmac::{Hmac, KeyInit, Mac};
-use orderfleet::domain::webhook::{self, Applied, Event, WebhookError};
+use orderfleet::domain::steps::webhook::{self, Applied, Event, WebhookError};
 use orderfleet::runtime::config::{ConfigError, Env};
 use secrecy::{ExposeSecret, SecretString};
 use tracing::Instrument;

@@ -37,7 +37,7 @@
 //! - [`check`]: running the checker and telling a counterexample step by step.
 //!
 //! The stock worker's decision after a cut is not copied: the model calls the code's own
-//! [`orderfleet::domain::fulfilment::fits_whatever_the_pending_do`]. Beside the code's rules
+//! [`orderfleet::domain::steps::fulfilment::fits_whatever_the_pending_do`]. Beside the code's rules
 //! ([`model::Rules::NOW`]), [`model::Rules`] keeps the rules the code followed before some of its
 //! fixes, and defects planted on purpose (a 3-D Secure settle that does not cancel first, a
 //! merged commit blind to a cut, a key in use read as a failed attempt, a resume that sends a

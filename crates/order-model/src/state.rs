@@ -15,8 +15,8 @@ pub type IntentId = u8;
 
 /// SPEC §5's statuses: the code's own enum, so that a status added there must be handled here;
 /// and its sets (holds units, sold, failed), the code's own too.
-pub use orderfleet::domain::order::OrderStatus as Status;
-pub use orderfleet::domain::status::StatusSet;
+pub use orderfleet::domain::words::status::OrderStatus as Status;
+pub use orderfleet::domain::words::status::StatusSet;
 
 /// What the properties ask of a status.
 pub trait Lifecycle {
@@ -308,7 +308,7 @@ pub enum Answer {
     Dropped,
 }
 
-/// Authorizing a pending order ([`orderfleet::domain::authorization`]): a request's, or the sweeper's.
+/// Authorizing a pending order ([`orderfleet::domain::steps::authorization`]): a request's, or the sweeper's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Auth {
     /// A create under the attempt's key. `resumed`: the order was taken over, its list found
@@ -345,7 +345,7 @@ pub enum After {
     Refused,
 }
 
-/// Fulfilling an authorized order ([`orderfleet::domain::fulfilment::Fulfilment::advance`]): a stock
+/// Fulfilling an authorized order ([`orderfleet::domain::steps::fulfilment::Fulfilment::advance`]): a stock
 /// worker's, for a message, or the sweeper's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Advance {
@@ -379,7 +379,7 @@ pub enum Advance {
     MarkReleased,
 }
 
-/// Settling a `requires_action` order whose lease is held ([`orderfleet::domain::action::settle`]):
+/// Settling a `requires_action` order whose lease is held ([`orderfleet::domain::steps::three_d_secure::settle`]):
 /// the webhook's or the sweeper's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Settle {
@@ -400,7 +400,7 @@ pub enum Settle {
     EndRefused { released: bool },
 }
 
-/// A webhook's `payment_intent.canceled` for an `authorized` or `stock_reserved` order ([`orderfleet::domain::webhook`]).
+/// A webhook's `payment_intent.canceled` for an `authorized` or `stock_reserved` order ([`orderfleet::domain::steps::webhook`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Hook {
     /// The order's intent read fresh.

@@ -17,7 +17,7 @@
 //! | dependency | classifier | how it decides |
 //! |---|---|---|
 //! | PostgreSQL | [`crate::db::failure`] | by SQLSTATE class, and by what the error is not: an error about the connection, whatever its variant, is an outage |
-//! | Stripe | `classify` in `orderfleet::domain::payments`, into a `PaymentError`; `orderfleet::domain::fulfilment` makes that a [`Failure`] | a decline or a refusal is final; a 429, a timeout, a dropped connection or a bad key is unavailable (an outage to the workers); a 429 `lock_timeout` (Stripe holds that one intent) is a wait for that one message, kept in hand; a 5xx ends the attempt |
+//! | Stripe | `classify` in `orderfleet::domain::payments`, into a `PaymentError`; `orderfleet::domain::steps::fulfilment` makes that a [`Failure`] | a decline or a refusal is final; a 429, a timeout, a dropped connection or a bad key is unavailable (an outage to the workers); a 429 `lock_timeout` (Stripe holds that one intent) is a wait for that one message, kept in hand; a 5xx ends the attempt |
 //! | SQS | `classify_call` and `classify_entry` in `outbox_relay::send` | a missing queue, a denial or an entry SQS blames is permanent; an entry that failed for a passing reason is transient; a whole call that says "not now" is an outage |
 //! | SNS | `classify` in `notification_worker` | a `PublishBatch` SNS refuses as malformed is permanent; anything else is an outage of Publish |
 //!

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use orderfleet::domain::OrderId;
-use orderfleet::domain::outbox::{Destination, EventType};
+use orderfleet::domain::records::outbox::{Destination, EventType};
 use orderfleet::runtime::db::Pool;
 use orderfleet::runtime::failure::{Failure, Kind, Outcome};
 use uuid::Uuid;

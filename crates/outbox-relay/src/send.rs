@@ -16,7 +16,7 @@ use aws_sdk_sqs::Client;
 use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use futures::future::join_all;
-use orderfleet::domain::outbox::{Destination, Envelope};
+use orderfleet::domain::records::outbox::{Destination, Envelope};
 use orderfleet::runtime::config::QueueConfig;
 use orderfleet::runtime::failure::{Failure, Kind, Outcome, Source};
 

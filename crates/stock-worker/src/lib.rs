@@ -1,6 +1,6 @@
 #![warn(missing_docs)]
 //! `stock-worker`: for each stock-check message, reserve the order's stock, then capture its
-//! payment or cancel it — [`orderfleet::domain::fulfilment`], which resumes from the order's status,
+//! payment or cancel it — [`orderfleet::domain::steps::fulfilment`], which resumes from the order's status,
 //! so a redelivered, duplicated or redriven message continues where the last attempt stopped
 //! and never does a step twice. This crate only reads the message; what the step says is the
 //! message's outcome as it is ([`orderfleet::runtime::failure`]): settled → delete; an outage (Stripe
@@ -18,8 +18,8 @@ pub mod service;
 
 use line::Line;
 use orderfleet::domain::OrderId;
-use orderfleet::domain::fulfilment::{Fulfilment, Step};
-use orderfleet::domain::outbox::{Destination, Envelope};
+use orderfleet::domain::records::outbox::{Destination, Envelope};
+use orderfleet::domain::steps::fulfilment::{Fulfilment, Step};
 use orderfleet::runtime::consumer::{Handler, Outcome, Received};
 use orderfleet::runtime::failure::{Failure, Source};
 use std::sync::Arc;

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use orderfleet::domain::OrderId;
-use orderfleet::domain::fulfilment::{Fulfilment, Step};
+use orderfleet::domain::steps::fulfilment::{Fulfilment, Step};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;

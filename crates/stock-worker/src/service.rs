@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use orderfleet::domain::fulfilment::Fulfilment;
 use orderfleet::domain::payments::{Payments, RetryPolicy};
-use orderfleet::domain::sweeper::{SweepPolicy, Sweeper};
+use orderfleet::domain::recovery::sweeper::{SweepPolicy, Sweeper};
+use orderfleet::domain::steps::fulfilment::Fulfilment;
 use orderfleet::runtime::aws::Aws;
 use orderfleet::runtime::config::{ConfigError, Env, RuntimeConfig, Seconds, StripeConfig, WorkerConfig};
 use orderfleet::runtime::consumer::{self, ConsumerConfig};

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use orderfleet::domain::fulfilment::Fulfilment;
 use orderfleet::domain::payments::{Payments, RetryPolicy};
+use orderfleet::domain::steps::fulfilment::Fulfilment;
 use orderfleet::runtime::config::{DatabaseConfig, Env, StripeConfig};
 use orderfleet::runtime::failure::{Kind, Source};
 use proptest::prelude::*;

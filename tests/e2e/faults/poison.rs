@@ -2,7 +2,7 @@
 //! goes on, keep their failures under their envelope id, and are redriven once fixed.
 
 use super::*;
-use orderfleet::domain::outbox::{Envelope, EventType};
+use orderfleet::domain::records::outbox::{Envelope, EventType};
 
 /// A fixed one, redriven, is handled once.
 #[tokio::test(flavor = "multi_thread")]

@@ -417,8 +417,8 @@ impl Settled {
                    FROM orders WHERE product_id = $1 AND client_secret IS NOT NULL",
             )
             .bind(sku)
-            .bind(orderfleet::domain::order::FailureReason::AuthenticationFailed)
-            .bind(orderfleet::domain::order::FailureReason::AuthenticationTimedOut)
+            .bind(orderfleet::domain::words::status::FailureReason::AuthenticationFailed)
+            .bind(orderfleet::domain::words::status::FailureReason::AuthenticationTimedOut)
             .fetch_one(&fleet.pool)
             .await?,
         })

@@ -3,7 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use orderfleet::domain::tokens::{self, UserId};
+use orderfleet::domain::UserId;
+use orderfleet::domain::tokens;
 use serde_json::Value;
 
 use super::Fleet;
@@ -27,16 +28,16 @@ impl Fleet {
     /// Seeds a product with `units` for sale in all (or sets its total, as `fleetctl product
     /// upsert --stock` does).
     pub async fn product(&self, id: &str, price_minor: i64, units: i32) -> anyhow::Result<()> {
-        let product = orderfleet::domain::product::ProductUpsert {
-            id: orderfleet::domain::product::Sku::parse(id).map_err(anyhow::Error::msg)?,
+        let product = orderfleet::domain::records::product::ProductUpsert {
+            id: orderfleet::domain::Sku::parse(id).map_err(anyhow::Error::msg)?,
             name: id.to_owned(),
             price_minor,
-            currency: orderfleet::domain::product::Currency::parse("usd").map_err(anyhow::Error::msg)?,
+            currency: orderfleet::domain::Currency::parse("usd").map_err(anyhow::Error::msg)?,
             units_total: units,
             max_per_buyer: None,
         };
         let pool = crate::fleet_pool(&self.stack.database_url, 1).await?;
-        orderfleet::domain::product::upsert(&pool, &product).await?;
+        orderfleet::domain::records::product::upsert(&pool, &product).await?;
         Ok(())
     }
 

@@ -13,7 +13,7 @@ use crate::state::*;
 
 impl OrderProtocol {
     /// Settling a `requires_action` order whose lease is held, from its intent read fresh
-    /// ([`orderfleet::domain::action::settle`]). The lease is given back unless the order moved.
+    /// ([`orderfleet::domain::steps::three_d_secure::settle`]). The lease is given back unless the order moved.
     pub(super) fn settle_step(&self, s: &mut State, order: Buyer, step: Settle, net: Net) -> Next<Settle> {
         let next = match step {
             Settle::Read => self.settle_read(s, order, net),
@@ -153,7 +153,7 @@ impl OrderProtocol {
     }
 
     /// The intent read fresh, and the clock: the module table of
-    /// [`orderfleet::domain::action`] (every intent in the model is its order's own).
+    /// [`orderfleet::domain::steps::three_d_secure`] (every intent in the model is its order's own).
     fn settle_read(&self, s: &mut State, order: Buyer, net: Net) -> Next<Settle> {
         if net != Net::Ok {
             s.budget.faults -= 1;

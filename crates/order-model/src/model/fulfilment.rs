@@ -6,7 +6,7 @@
 //! fleet's `domain::fulfilment` (`Fulfilment::advance`, which the stock worker and the sweeper
 //! both run) and the stock worker's receive (`crates/stock-worker/src/lib.rs`).
 
-use orderfleet::domain::fulfilment::{fits_in_line, fits_whatever_the_pending_do};
+use orderfleet::domain::steps::fulfilment::{fits_in_line, fits_whatever_the_pending_do};
 
 use super::{Action, Done, LapseRule, LineRule, MessageRule, Next, OrderProtocol, Proc};
 use crate::state::*;

@@ -17,7 +17,7 @@ impl OrderProtocol {
         }
     }
 
-    /// `fleetctl product upsert`'s check ([`orderfleet::domain::product::upsert`]).
+    /// `fleetctl product upsert`'s check ([`orderfleet::domain::records::product::upsert`]).
     fn upsert_accepted(&self, s: &State, asked: u8) -> bool {
         let taken = s.product.total as i8 - s.product.stock;
         if (asked as i8) < taken {

@@ -211,7 +211,7 @@ impl Default for Rules {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CommitRule {
     /// Before issue 34: `authorized`, with its stock-check message; the stock worker reads the
-    /// order and reserves it ([`orderfleet::domain::fulfilment`]'s `arrive`), then captures.
+    /// order and reserves it ([`orderfleet::domain::steps::fulfilment`]'s `arrive`), then captures.
     Authorize,
     /// Issue 34's merge: in the same statement, when nothing was cut (`units_promised <=
     /// units_total`) and `stock >= quantity` (`arrive`'s own condition), the units are taken and
@@ -276,7 +276,7 @@ pub enum LineRule {
     /// Before e5dc31d: an order ahead still pending authorization counts as taking its units.
     PendingAheadTakes,
     /// Now: when the answer depends on a pending order ahead, wait for it
-    /// ([`fits_whatever_the_pending_do`](orderfleet::domain::fulfilment::fits_whatever_the_pending_do)).
+    /// ([`fits_whatever_the_pending_do`](orderfleet::domain::steps::fulfilment::fits_whatever_the_pending_do)).
     WaitForPendingAhead,
 }
 
@@ -315,7 +315,7 @@ impl ResumeRule {
 /// past the deadline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SettleRule {
-    /// Now ([`orderfleet::domain::action`]): cancel the intent first, then record
+    /// Now ([`orderfleet::domain::steps::three_d_secure`]): cancel the intent first, then record
     /// `authentication_timed_out` with the units back; a cancel answered a saved 5xx reads the
     /// intent, and moves the order to its next attempt unless the intent is released.
     CancelFirst,

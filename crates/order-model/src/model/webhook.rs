@@ -24,7 +24,7 @@ impl OrderProtocol {
         }
     }
 
-    /// Stripe delivers an event ([`orderfleet::domain::webhook::apply`]): about the order's own
+    /// Stripe delivers an event ([`orderfleet::domain::steps::webhook::apply`]): about the order's own
     /// intent, it settles a `requires_action` order (taking its lease: `None`, a 503 and a
     /// redelivery, while another holds it) or looks at an `authorized` or `stock_reserved` one's cancelled hold;
     /// anything else changes nothing (a stray intent's release is not modelled).
@@ -69,7 +69,7 @@ impl OrderProtocol {
     /// `payment_intent.canceled` for an `authorized` or `stock_reserved` order (most orders
     /// are `stock_reserved` from their commit): its intent read fresh, and if it is cancelled,
     /// `authorization_canceled` with the units back, and the stock too if it was taken
-    /// ([`orderfleet::domain::webhook`]'s `hold_canceled`, `lose_hold`).
+    /// ([`orderfleet::domain::steps::webhook`]'s `hold_canceled`, `lose_hold`).
     pub(super) fn hook_step(&self, s: &mut State, order: Buyer, step: Hook, net: Net) -> Next<Hook> {
         match step {
             Hook::Read => {

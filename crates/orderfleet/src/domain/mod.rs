@@ -1,49 +1,27 @@
-//! What an order is and the rules it moves by.
+//! What an order is and the rules it moves by, in layers. Each folder is one; a module imports
+//! only from the layers listed under it here, never from one above (`scripts/check-shape.py`
+//! holds the code to this list, and prints it):
 //!
-//! - The words as types ([`OrderId`], [`UserId`], [`Sku`], [`Quantity`], [`Currency`],
-//!   [`Money`]), checked once where they enter (`ids.rs`).
-//! - [`status`] and [`hold`]: the words every module below shares: an order's statuses and
-//!   failure reasons, and a payment hold as the order sees it.
-//! - [`order`]: the one [`order::Order`] and [`order::Transition`]: a move and
-//!   the outbox messages it causes, in one statement. Every move of an order is a
-//!   compare-and-set on its status, whether through a `Transition` or in the statements of
-//!   its own that the door, the decline and the reservation need.
-//! - [`door`]: where an order is promised its units and its place in line, before any payment
-//!   call, or refused (sold out, over the cap, card testing) with nothing written.
-//! - [`product`]: what is for sale, at what price, and its unit counters (`fleetctl product`).
-//! - [`authorization`]: the Stripe hold of a pending order, and resuming one after a crash or
-//!   an outage without a second hold. (Not to be confused with [`tokens`]: who the buyer is.)
-//! - [`fulfilment`]: reserve in line, capture or cancel; resumed from the order's status.
-//! - [`leased`]: work on an order under its lease, within its deadline, and why it stopped.
-//! - [`refusal`]: the one rule for an order whose move the database refuses for good: its hold
-//!   released, the order ended failed or left for a person, the other orders untouched.
-//! - [`sweeper`]: finishes orders that stopped moving, without their buyer.
-//! - [`resolution`]: an operator settles a pending order the sweeper cannot, from what
-//!   Stripe's Dashboard shows (`fleetctl order resolve`).
-//! - [`payments`]: Stripe's PaymentIntents through async-stripe — the keys per attempt, the
-//!   retries, what a saved 5xx means — within the process's Stripe request budget
-//!   ([`crate::runtime::budget`]).
-//! - [`outbox`]: the messages an order's moves cause, and the envelope they travel in.
-//! - [`tokens`]: bearer tokens (HS256 JWTs) that the intake verifies and `fleetctl` issues.
+//! | layer | what it holds | imports from |
+//! |---|---|---|
+//! | [`words`] | the checked values an order is made of ([`OrderId`], [`UserId`], [`Sku`], [`Quantity`], [`Currency`], [`Money`]), its statuses and failure reasons, a payment hold as the order sees it | nothing |
+//! | [`tokens`] | the buyers' bearer tokens: the intake verifies them (HS256, or a JWKS), `fleetctl` issues them | words |
+//! | [`records`] | the rows and their moves: the order and SPEC §5's arrows (`records/order/moves.rs`), the outbox, the product and its unit counters | words |
+//! | [`payments`] | Stripe's PaymentIntents through async-stripe, within the fleet's Stripe budget | words |
+//! | [`door`] | where an order is promised its units and its place in line, before any payment call, or refused with nothing written | words, records |
+//! | [`steps`] | the steps an order takes with Stripe: the authorization, 3-D Secure, fulfilment, webhooks, and the rule for a refused move | words, records, payments |
+//! | [`recovery`] | what finishes orders that stopped: the sweeper, the reconciliation of strays, an operator's resolution | words, records, payments, steps |
+//!
+//! So the records and the door never call Stripe, and a step never runs the sweeper. Inside
+//! `steps`, fulfilment never imports the authorization: an authorized order is all it needs.
 
-mod ids;
+pub mod words;
 
-pub use ids::{Currency, Money, OrderId, Quantity, Sku, UserId};
+pub use words::ids::{Currency, Money, OrderId, Quantity, Sku, UserId};
 
-pub mod action;
-pub mod authorization;
 pub mod door;
-pub mod fulfilment;
-pub mod hold;
-pub mod leased;
-pub mod order;
-pub mod outbox;
 pub mod payments;
-pub mod product;
-pub mod refusal;
-pub mod resolution;
-pub mod status;
-pub mod strays;
-pub mod sweeper;
+pub mod records;
+pub mod recovery;
+pub mod steps;
 pub mod tokens;
-pub mod webhook;

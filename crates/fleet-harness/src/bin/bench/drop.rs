@@ -28,8 +28,8 @@ use fleet_harness::audit::Audit;
 use futures::StreamExt;
 use order_intake::limits::LimitsConfig;
 use order_intake::request::OrderRequest;
+use orderfleet::domain::UserId;
 use orderfleet::domain::door::{self, Admission};
-use orderfleet::domain::tokens::UserId;
 
 use fleet_harness::percentile;
 
@@ -404,14 +404,14 @@ fn door_statement_figures(metrics: &[String]) -> String {
 /// row takes when every buyer queues on it).
 async fn hot_row(database_url: &str) -> anyhow::Result<String> {
     let pool = &fleet_harness::fleet_pool(database_url, 32).await?;
-    orderfleet::domain::product::upsert(
+    orderfleet::domain::records::product::upsert(
         pool,
-        &orderfleet::domain::product::ProductUpsert {
-            id: orderfleet::domain::product::Sku::parse("hot-row").map_err(anyhow::Error::msg)?,
+        &orderfleet::domain::records::product::ProductUpsert {
+            id: orderfleet::domain::Sku::parse("hot-row").map_err(anyhow::Error::msg)?,
             name: "hot row".into(),
             price_minor: 1000,
-            currency: orderfleet::domain::product::Currency::parse("usd").map_err(anyhow::Error::msg)?,
-            units_total: orderfleet::domain::product::MAX_UNITS,
+            currency: orderfleet::domain::Currency::parse("usd").map_err(anyhow::Error::msg)?,
+            units_total: orderfleet::domain::records::product::MAX_UNITS,
             max_per_buyer: None,
         },
     )

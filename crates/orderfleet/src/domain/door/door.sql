@@ -49,7 +49,7 @@ SELECT a.id AS "id?: OrderId", a.user_id AS "user_id?: UserId", a.request_hash A
        a.product_id AS "product_id?: Sku", a.quantity AS "quantity?: Quantity",
        a.amount_minor AS "amount_minor?", a.currency AS "currency?: Currency",
        a.payment_method AS "payment_method?", a.status AS "status?: OrderStatus", a.position AS "position?",
-       a.payment_intent_id, a.failure_reason AS "failure_reason: crate::domain::status::FailureReason",
+       a.payment_intent_id, a.failure_reason AS "failure_reason: crate::domain::words::status::FailureReason",
        a.authorization_released_at, a.traceparent,
        a.payment_attempt AS "payment_attempt?", a.payment_attempt_failed AS "payment_attempt_failed?",
        a.payment_attempt_at AS "payment_attempt_at?",

@@ -38,7 +38,8 @@ use std::time::{Duration, Instant};
 use crate::runtime::db::Pool;
 use sqlx::{PgConnection, PgExecutor};
 
-use crate::domain::order::{self, Order, OrderStatus};
+use crate::domain::records::order::{self, Order};
+use crate::domain::words::status::OrderStatus;
 use crate::domain::{Currency, OrderId, Quantity, Sku, UserId};
 
 pub use sold_out::{SoldOutReads, Verdict};

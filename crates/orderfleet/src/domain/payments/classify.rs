@@ -184,7 +184,7 @@ impl RetryPolicy {
     /// moment) and its whole `timeout` for the answer, and every pause between two attempts is
     /// its backoff's ceiling. The intake's: 3 × (4 s + 5 s) + 0.2 s + 0.4 s = 27.6 s; the
     /// workers': 3 × (60 s + 5 s) + 0.2 s + 0.4 s = 195.6 s. What holds an order's lease
-    /// through Stripe calls counts its calls in these ([`crate::domain::order::lease_for`]).
+    /// through Stripe calls counts its calls in these ([`crate::domain::records::order::lease_for`]).
     pub fn longest_call(&self) -> Duration {
         let attempts = self.attempts.max(1);
         let pauses: Duration = (0..attempts - 1).map(|n| self.backoff.ceiling(n)).sum();

@@ -21,7 +21,7 @@ use super::classify::{Operation, PaymentError, RetryPolicy, classify, is_rate_li
 use super::held_here::HeldHere;
 use super::intent::{AttemptDid, EXPAND, Intent, IntentStatus};
 use super::one_at_a_time::OneAtATime;
-use crate::domain::hold::OrderIntent;
+use crate::domain::words::hold::OrderIntent;
 use crate::domain::{Money, OrderId, UserId};
 use crate::runtime::budget::{Endpoint, FleetLimits, StripeBudget};
 use crate::runtime::config::StripeConfig;

@@ -1,11 +1,11 @@
 //! A PaymentIntent as the fleet reads it: [`Intent`], its [`IntentStatus`], the buyer's
 //! [`Action`] and its [`ChargeState`], mapped from async-stripe's `PaymentIntent`, and put in
-//! the order's words (`crate::domain::hold`). Every call that reads an intent answers one of
+//! the order's words (`crate::domain::words::hold`). Every call that reads an intent answers one of
 //! these, so the mapping is in one place.
 
 use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod, PaymentIntentStatus};
 
-use crate::domain::hold::{BuyerAction, Hold};
+use crate::domain::words::hold::{BuyerAction, Hold};
 use crate::domain::{Money, OrderId};
 
 /// The state of a PaymentIntent that matters to the fleet.

@@ -78,7 +78,7 @@ impl Payments {
 
     /// Every PaymentIntent Stripe's list shows created from `since` to `until` (this machine's
     /// clock, placed on Stripe's, and opened [`WINDOW_MARGIN`] early): every page. For the
-    /// reconciliation of strays (`crate::domain::strays`).
+    /// reconciliation of strays (`crate::domain::recovery::strays`).
     pub(crate) async fn list_created(
         &self,
         since: chrono::DateTime<chrono::Utc>,

@@ -25,7 +25,7 @@
 //! ([`PaymentError::AttemptFailed`]), and the caller asks Stripe what the attempt did — the
 //! intent itself for a capture or a cancel, the intents listed since the order was made, by
 //! `metadata[order_id]`, for an authorization — and moves the order to its next attempt, with new keys, only when the
-//! attempt did nothing (`crate::domain::order::next_payment_attempt`). An `idempotency_error`
+//! attempt did nothing (`crate::domain::records::order::next_payment_attempt`). An `idempotency_error`
 //! (the key ran before, with other parameters: a deploy changed the request while one was in
 //! flight) ends the attempt the same way, and is never a decline.
 //!
@@ -47,7 +47,6 @@ mod intent;
 mod list;
 mod one_at_a_time;
 
-pub use crate::domain::hold::OrderIntent;
 pub use classify::{LOCK_WAIT, Operation, PaymentError, RetryPolicy};
 pub use client::{AuthorizeRequest, Payments};
 pub use intent::{Action, AttemptDid, ChargeState, Intent, IntentStatus};

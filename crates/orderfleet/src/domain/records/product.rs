@@ -1,0 +1,273 @@
+//! Products: what is for sale, at what price, and how many units are left.
+//!
+//! ## The unit counters, and every statement that moves them
+//!
+//! A product row carries `units_total` (for sale, sold ones included), `units_promised`
+//! (held by orders that have not failed: the door's count), `stock` (not yet taken out by a
+//! reservation) and `last_position` (the line's end). SPEC §8.3 is that they always add up:
+//! `units_promised` is the units of the product's orders in `pending_authorization`,
+//! `authorized`, `stock_reserved` or `paid`; `units_total - stock` is those in
+//! `stock_reserved` or `paid`. Each counter moves only in the same statement as the order
+//! move that changes those sums — never in a statement of its own — so no crash between
+//! two statements can leave them apart. These are all the statements that move them:
+//!
+//! | the order's move | counters | statement |
+//! |---|---|---|
+//! | admitted at the door (a new `pending_authorization`) | `units_promised` += q, `last_position` += 1 | `door::door` |
+//! | `pending_authorization` → `payment_declined` | `units_promised` −= q | `authorization::decline` |
+//! | → `authorized`, and on to `stock_reserved` when nothing was cut (the commit of an authorization) | `stock` −= q if it went on | `order::Transition::apply` (`transition.sql`) |
+//! | `authorized` → `stock_reserved` (after a cut) | `stock` −= q | `fulfilment::Fulfilment::reserve` (and `reserve_in_line`) |
+//! | `authorized` → `rejected_out_of_stock` | `units_promised` −= q | `reserve_in_line` |
+//! | `stock_reserved` → `capture_failed` or `authorization_canceled` | `stock` += q, `units_promised` −= q | `order::Transition::apply` (from `fulfilment::Fulfilment::fail_capture`, or the webhook's `lose_hold`) |
+//! | `authorized` → `authorization_canceled` (the webhook's `lose_hold`) | `units_promised` −= q | `order::Transition::apply` |
+//! | the total changed (`fleetctl product upsert`) | `units_total` and `stock` by the change | [`upsert`] |
+//!
+//! The door lives in the intake because it is one statement with the order's insert and the
+//! idempotency key's check; the others live with the moves they belong to. The suite's audit
+//! (`fleet_harness::audit`, its `stock_mismatch` and `promised_mismatch`) checks the sums
+//! after every end-to-end and fault case, and the order model checks them in every state
+//! (`order_model::properties::UNITS`).
+
+use crate::runtime::db::Pool;
+use anyhow::Context;
+
+use crate::domain::{Currency, Sku};
+
+/// The most units a product may be given: far beyond any drop, and far from the limits of the
+/// counters (`integer`) however many orders are promised on top.
+pub const MAX_UNITS: i32 = 100_000_000;
+
+/// What `fleetctl product upsert` writes.
+#[derive(Debug, Clone)]
+pub struct ProductUpsert {
+    /// The product's id.
+    pub id: Sku,
+    /// Its name, for people.
+    pub name: String,
+    /// The price in the currency's minor units (cents), > 0.
+    pub price_minor: i64,
+    /// The price's currency.
+    pub currency: Currency,
+    /// The product's total units for sale, sold ones included (0..=[`MAX_UNITS`]). Repeating
+    /// an upsert therefore changes nothing, and never sells a unit twice.
+    pub units_total: i32,
+    /// The most units one buyer may hold in this product's orders that have not failed
+    /// ("limit N per customer"); `None`: no cap.
+    pub max_per_buyer: Option<i32>,
+}
+
+/// The highest `--max-per-buyer` taken: a cap above any drop's stock is no cap at all.
+pub const MAX_PER_BUYER: i32 = 1_000_000;
+
+/// A product's units after an upsert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub struct Units {
+    /// For sale in all, sold ones included.
+    pub total: i32,
+    /// Taken by orders: reserved or sold. Never more than `total`.
+    pub taken: i32,
+    /// Promised at the door to orders that have not failed (sold ones included). More than
+    /// `total` only after a cut, until the stock worker rejects the orders last in line.
+    pub promised: i32,
+}
+
+impl Units {
+    /// Units promised beyond the total: the orders last in line that will be rejected.
+    pub fn overpromised(&self) -> i32 {
+        (self.promised - self.total).max(0)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+/// Why `fleetctl product upsert` refused a total, or could not write it.
+pub enum UpsertError {
+    #[error(
+        "refused: product {sku} has {taken} units sold or reserved, so --stock (its total units for sale, \
+         sold ones included) cannot be {asked}; the smallest total it accepts is {least}; nothing was changed"
+    )]
+    /// A total below the units already sold or reserved.
+    BelowTaken {
+        /// The product.
+        sku: String,
+        /// The total asked for.
+        asked: i32,
+        /// Its units sold or reserved.
+        taken: i32,
+        /// The smallest total it accepts.
+        least: i32,
+    },
+    #[error(
+        "refused: product {sku} has an order reserved or sold at place {position} in line, and the orders up to \
+         it hold {least} units, so --stock {asked} would reject an order ahead of one already served; the \
+         smallest total it accepts is {least}; nothing was changed"
+    )]
+    /// A total that would reject an order ahead in line of one already served.
+    BelowLine {
+        /// The product.
+        sku: String,
+        /// The total asked for.
+        asked: i32,
+        /// The place in line of the last order reserved or sold.
+        position: i64,
+        /// The units the orders up to it hold: the smallest total it accepts.
+        least: i32,
+    },
+    #[error(
+        "refused: the price {price} is below Stripe's minimum charge for {currency}, {minimum} ({major} {currency}): \
+         Stripe refuses every payment under it (amount_too_small, docs.stripe.com/currencies), so no buyer \
+         could pay; nothing was changed"
+    )]
+    /// A price Stripe will not charge in its currency.
+    BelowMinimumCharge {
+        /// The price asked for, in minor units.
+        price: i64,
+        /// The currency, upper case as people write it.
+        currency: String,
+        /// Stripe's minimum in the currency, in minor units.
+        minimum: i64,
+        /// The same, in major units (`0.50`).
+        major: String,
+    },
+    #[error(transparent)]
+    /// The database failed.
+    Database(#[from] anyhow::Error),
+}
+
+/// A price under Stripe's minimum charge for its currency
+/// ([`crate::runtime::minimum_charge`]); a currency Stripe lists no minimum for is Stripe's to
+/// judge.
+fn below_minimum_charge(product: &ProductUpsert) -> Option<UpsertError> {
+    let minimum = crate::runtime::minimum_charge::minimum_charge(product.currency.as_str())?;
+    (product.price_minor < minimum.minor).then(|| UpsertError::BelowMinimumCharge {
+        price: product.price_minor,
+        currency: minimum.currency.to_ascii_uppercase(),
+        minimum: minimum.minor,
+        major: minimum.major(),
+    })
+}
+
+/// Creates the product, or sets its name, price, currency, total units and per-buyer cap (an
+/// upsert without a cap removes it). The units not yet
+/// taken (`stock`) move by the change of the total, so units already sold or reserved stay
+/// sold. A total below the units promised is allowed: the stock worker then rejects the orders
+/// last in line. But a cut may reject only orders *behind* every order already served: the
+/// total must cover every order still in line up to the last one that took its units
+/// (SPEC §8.7), or an order ahead of one already reserved or sold would lose its unit to it.
+/// Anything less is refused, naming the smallest total accepted, and changes nothing. So is a
+/// price below Stripe's minimum charge for the currency: every order of it would be refused by
+/// Stripe.
+///
+/// ONE short transaction: the product row is locked first (as a stock worker's reservation
+/// locks it), so the line read next sees every reservation committed before it and none can
+/// slip in between the check and the update.
+pub async fn upsert(pool: &Pool, product: &ProductUpsert) -> Result<Units, UpsertError> {
+    if let Some(refused) = below_minimum_charge(product) {
+        return Err(refused);
+    }
+    let mut tx = crate::runtime::db::begin(pool).await.context("failed to begin the upsert")?;
+    // A new product has no row to lock yet: its insert takes the lock.
+    sqlx::query!("SELECT 1 AS locked FROM products WHERE id = $1 FOR UPDATE", product.id.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .with_context(|| format!("failed to lock product {}", product.id.as_str()))?;
+    let (last_served, least) = line_served(&mut tx, &product.id).await?;
+    let units = sqlx::query_file_as!(
+        Units,
+        "src/domain/records/upsert.sql",
+        product.id.as_str(),
+        &product.name,
+        product.price_minor,
+        product.currency.as_str(),
+        product.units_total,
+        product.max_per_buyer,
+        least,
+    )
+    .fetch_optional(&mut *tx)
+    .await
+    .with_context(|| format!("failed to upsert product {}", product.id.as_str()))?;
+    if let Some(units) = units {
+        tx.commit().await.context("failed to commit the upsert")?;
+        return Ok(units);
+    }
+    let taken = sqlx::query_scalar!(
+        r#"SELECT units_total - stock AS "taken!" FROM products WHERE id = $1"#,
+        product.id.as_str()
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .with_context(|| format!("failed to read product {}", product.id.as_str()))?;
+    tx.rollback().await.context("failed to end the refused upsert")?;
+    let (sku, asked) = (product.id.as_str().to_owned(), product.units_total);
+    Err(match last_served {
+        Some(position) if asked >= taken => UpsertError::BelowLine { sku, asked, position, least },
+        _ => UpsertError::BelowTaken { sku, asked, taken, least: least.max(taken) },
+    })
+}
+
+/// The last place in the product's line that took its units (reserved or sold), and the units
+/// the orders up to it hold; read inside the upsert's transaction after the product row is
+/// locked.
+async fn line_served(tx: &mut sqlx::PgConnection, id: &Sku) -> anyhow::Result<(Option<i64>, i32)> {
+    let served = sqlx::query!(
+        r#"WITH served AS (
+             SELECT max(position) AS position FROM orders
+              WHERE product_id = $1 AND (status = 'stock_reserved' OR sold(status))
+         )
+         SELECT served.position AS last_served,
+                COALESCE((SELECT sum(quantity) FROM orders
+                           WHERE product_id = $1 AND position <= served.position
+                             AND NOT failed(status)), 0)::int8 AS "least!"
+           FROM served"#,
+        id.as_str(),
+    )
+    .fetch_one(tx)
+    .await
+    .with_context(|| format!("failed to read the line of product {}", id.as_str()))?;
+    Ok((served.last_served, i32::try_from(served.least).unwrap_or(i32::MAX)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skus_are_checked() {
+        assert!(Sku::parse("sku-1").is_ok());
+        assert!(Sku::parse("").is_err());
+        assert!(Sku::parse("-x").is_err());
+        assert!(Sku::parse("a b").is_err());
+        assert!(Sku::parse(&"a".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn currencies_are_lower_cased_iso_codes() {
+        assert_eq!(Currency::parse("USD").unwrap().as_str(), "usd");
+        assert!(Currency::parse("dollars").is_err());
+    }
+
+    fn priced(price_minor: i64, currency: &str) -> ProductUpsert {
+        ProductUpsert {
+            id: Sku::parse("sku-1").unwrap(),
+            name: "Kettle".into(),
+            price_minor,
+            currency: Currency::parse(currency).unwrap(),
+            units_total: 5,
+            max_per_buyer: None,
+        }
+    }
+
+    #[test]
+    fn a_price_below_stripe_s_minimum_charge_is_refused_naming_the_minimum() {
+        let refused = below_minimum_charge(&priced(1, "usd")).expect("1 cent is below Stripe's minimum");
+        let message = refused.to_string();
+        assert!(
+            message.contains("the price 1 is below Stripe's minimum charge for USD, 50 (0.50 USD)"),
+            "{message}"
+        );
+        assert!(message.contains("nothing was changed"), "{message}");
+        assert!(below_minimum_charge(&priced(49, "jpy")).is_some());
+        for accepted in [priced(50, "usd"), priced(30, "gbp"), priced(50, "jpy"), priced(1, "isk")] {
+            assert!(below_minimum_charge(&accepted).is_none(), "{accepted:?}");
+        }
+    }
+}

@@ -1,0 +1,27 @@
+-- A product's upsert (`upsert` in crates/orderfleet/src/domain/records/product.rs), in the upsert's
+-- transaction, the product row locked and the line read already:
+--   args  the statement's arguments, by name; `least` is the fewest units the total may be:
+--         those of every order up to the last place in line that took its units
+-- A new product starts with its whole total in stock. An existing one takes the new name,
+-- price, currency, cap and total, its stock moved by the total's change, unless the total
+-- falls below the units taken (reserved or sold) or below `least`: then nothing is written and
+-- no row comes back.
+WITH args AS (
+    SELECT $1::text  AS id,
+           $2::text  AS name,
+           $3::int8  AS price_minor,
+           $4::text  AS currency,
+           $5::int4  AS units_total,
+           $6::int4  AS max_per_buyer,
+           $7::int4  AS least
+)
+INSERT INTO products (id, name, price_minor, currency, units_total, stock, max_per_buyer)
+SELECT id, name, price_minor, currency, units_total, units_total, max_per_buyer FROM args
+ON CONFLICT (id) DO UPDATE
+   SET name = EXCLUDED.name, price_minor = EXCLUDED.price_minor, currency = EXCLUDED.currency,
+       stock = products.stock + (EXCLUDED.units_total - products.units_total),
+       units_total = EXCLUDED.units_total, max_per_buyer = EXCLUDED.max_per_buyer,
+       updated_at = now()
+ WHERE products.units_total - products.stock <= EXCLUDED.units_total
+   AND (SELECT least FROM args) <= EXCLUDED.units_total
+RETURNING units_total AS total, units_total - stock AS "taken!", units_promised AS promised

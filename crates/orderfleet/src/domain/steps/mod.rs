@@ -1,0 +1,14 @@
+//! The steps an order takes with Stripe, each a short statement before or after a call, never
+//! a call inside a transaction: the authorization of a pending order ([`authorization`]), the
+//! buyer's 3-D Secure ([`three_d_secure`]), reserving and capturing ([`fulfilment`]), Stripe's
+//! webhooks ([`webhook`]), the one rule for a move the database refuses ([`refusal`]), and
+//! the release of a hold no order keeps ([`releases`]).
+//! [`leased`] is the lease and deadline the authorization and the 3-D Secure settle share.
+
+pub mod authorization;
+pub mod fulfilment;
+pub mod leased;
+pub mod refusal;
+pub mod releases;
+pub mod three_d_secure;
+pub mod webhook;
