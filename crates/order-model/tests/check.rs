@@ -77,7 +77,7 @@ fn the_upserts_rule_before_e5dc31d_lets_a_cut_reject_an_order_ahead_of_one_alrea
 /// that took effect and answered 500 went unseen, and the next attempt held the funds again.
 /// With the rules before issue 44, which list before every re-send: the defect trusted a list.
 fn the_resume_rule_places_a_second_hold(resume: ResumeRule) {
-    let rules = Rules { resume, ..Rules::BEFORE_ISSUE_44 };
+    let rules = Rules { resume, ..Rules::ALWAYS_LIST_FIRST };
     let told = broken_under(scenarios::stripe_failing(), rules, ONE_AUTHORIZATION);
     assert!(told.contains("Error500AfterEffect"), "{told}");
 }
@@ -338,7 +338,7 @@ fn now_a_capture_from_the_message_goes_on_under_the_orders_attempt_after_a_saved
 /// an `authorized` order ahead as certain to take its units, and it is not: its hold can go.
 #[test]
 fn a_cut_then_a_hold_lost_on_an_authorized_order_ahead_rejects_the_order_behind_for_a_unit_left_unsold() {
-    for rules in [Rules::NOW, Rules::BEFORE_ISSUE_34] {
+    for rules in [Rules::NOW, Rules::COMMIT_WITHOUT_RESERVING] {
         let scenario = scenarios::holds_cancelled_outside().with_upserts(vec![1]);
         let told = broken_under(scenario, rules, REJECTED_IN_LINE);
         assert!(told.contains("LoseHold"), "{told}");
@@ -360,7 +360,7 @@ fn a_cut_then_a_hold_lost_on_an_authorized_order_ahead_rejects_the_order_behind_
 fn before_issue_35_an_order_ahead_on_a_hold_past_its_deadline_has_the_order_behind_rejected_for_a_unit_left_unsold()
  {
     let told =
-        broken_under(scenarios::hold_lapsing_after_a_cut(), Rules::BEFORE_ISSUE_35_POINT_8, REJECTED_IN_LINE);
+        broken_under(scenarios::hold_lapsing_after_a_cut(), Rules::HOLD_DEADLINE_UNREAD, REJECTED_IN_LINE);
     assert!(told.contains("HoldLapses") && told.contains("FailCapture"), "{told}");
     let end = told.lines().last().expect("a path");
     // The unit is back in stock and unsold: the first in line lost its hold, the second was
@@ -448,7 +448,7 @@ fn now_a_hold_lapsing_after_a_cut_keeps_every_guarantee_with_the_webhook_racing_
 /// buyer told no, which nothing releases.
 #[test]
 fn before_issue_43_an_order_declined_on_an_intent_mid_confirm_is_left_with_a_live_hold() {
-    let told = broken_under(scenarios::a_slow_confirm(), Rules::BEFORE_ISSUE_43, NO_HOLD_LEFT);
+    let told = broken_under(scenarios::a_slow_confirm(), Rules::DECLINE_MID_CONFIRM, NO_HOLD_LEFT);
     assert!(told.contains("Fault(SlowConfirm)") && told.contains("List"), "{told}");
     assert!(told.contains("ConfirmEnds"), "{told}");
     let end = told.lines().last().expect("a path");
@@ -467,7 +467,7 @@ fn after_issue_43_the_pending_lookup_keeps_every_guarantee_and_the_safety_net_al
     eprintln!("{report} (under {pending:?})");
     assert!(report.counterexamples.is_empty(), "{:?}", report.counterexamples);
 
-    let net_alone = Rules { safety_net: true, ..Rules::BEFORE_ISSUE_43 };
+    let net_alone = Rules { safety_net: true, ..Rules::DECLINE_MID_CONFIRM };
     let report = check(OrderProtocol { scenario: scenarios::a_slow_confirm(), rules: net_alone });
     eprintln!("{report} (under {net_alone:?})");
     let broken: Vec<&str> = report.counterexamples.iter().map(|(p, _)| *p).collect();
@@ -491,7 +491,7 @@ fn a_failed_order_holding_funds(s: &State) -> bool {
 /// cancels its hold, a step later.
 #[test]
 fn a_hold_on_a_failed_order_is_reached_for_a_while_with_the_net_and_now_so_8_5_is_judged_at_the_end() {
-    let net_alone = Rules { safety_net: true, ..Rules::BEFORE_ISSUE_43 };
+    let net_alone = Rules { safety_net: true, ..Rules::DECLINE_MID_CONFIRM };
     for (scenario, rules, then) in [
         (scenarios::a_slow_confirm(), net_alone, "ConfirmEnds"),
         (scenarios::a_cut_in_the_line(), Rules::NOW, "RejectedOutOfStock"),
@@ -517,14 +517,14 @@ fn a_hold_on_a_failed_order_is_reached_for_a_while_with_the_net_and_now_so_8_5_i
 #[test]
 fn before_issue_43_a_card_needing_3d_secure_is_declined_mid_confirm_and_the_net_cannot_undo_it() {
     let scenario = scenarios::a_slow_confirm_of_other_cards();
-    let told = broken_under(scenario.clone(), Rules::BEFORE_ISSUE_43, THREE_D_SECURE);
+    let told = broken_under(scenario.clone(), Rules::DECLINE_MID_CONFIRM, THREE_D_SECURE);
     assert!(told.contains("Fault(SlowConfirm)") && told.contains("List"), "{told}");
     // Declined while its intent is mid-confirm (the path may go on past that state).
     let a_declined =
         |line: &str| line.split(" | ").any(|o| o.starts_with("A#") && o.ends_with("x1 PaymentDeclined"));
     assert!(told.lines().any(|line| a_declined(line) && line.contains(" A: Confirming")), "{told}");
 
-    let net_alone = Rules { safety_net: true, ..Rules::BEFORE_ISSUE_43 };
+    let net_alone = Rules { safety_net: true, ..Rules::DECLINE_MID_CONFIRM };
     let report = check(OrderProtocol { scenario: scenario.clone(), rules: net_alone });
     eprintln!("{report} (under {net_alone:?})");
     let broken: Vec<&str> = report.counterexamples.iter().map(|(p, _)| *p).collect();
@@ -583,7 +583,7 @@ fn a_second_hold_at_the_end(told: &str) -> bool {
 /// ([`every_scenario_keeps_every_guarantee`]).
 #[test]
 fn a_key_in_use_read_as_a_failed_attempt_places_a_second_hold_behind_a_create_still_executing() {
-    for rules in [Rules::NOW, Rules::BEFORE_ISSUE_44] {
+    for rules in [Rules::NOW, Rules::ALWAYS_LIST_FIRST] {
         let planted = Rules { in_use: InUseRule::AsAFailedAttempt, ..rules };
         let told = broken_under(scenarios::a_slow_confirm(), planted, ONE_AUTHORIZATION);
         assert!(told.contains("Fault(SlowConfirm)") && told.contains("AuthorizeNextAttempt"), "{told}");
@@ -626,7 +626,7 @@ fn a_resume_that_sends_its_key_again_after_stripe_forgot_it_places_a_second_hold
 fn before_issue_44_every_scenario_keeps_every_guarantee_too() {
     let mut broken = Vec::new();
     for model in scenarios::models() {
-        let report = check(OrderProtocol { rules: Rules::BEFORE_ISSUE_44, ..model });
+        let report = check(OrderProtocol { rules: Rules::ALWAYS_LIST_FIRST, ..model });
         eprintln!("{report} (before issue 44)");
         for (property, told) in &report.counterexamples {
             eprintln!("\n{property}, broken by:\n{told}");
