@@ -153,8 +153,8 @@ fn no_one_held_up(s: &State) -> bool {
 /// already past it could never be sold its units, so a unit it took after did not go to an
 /// order ahead; one whose hold was still within it counts as taking its units even if the hold
 /// lapses before it is reserved (time's work, as a capture refused after the rejection is: the
-/// rules before issue 35 took the unit and gave it back). A hold cancelled outside the fleet
-/// before its deadline (the Dashboard) is not excused: see README.md's known limits.
+/// rules that never read the deadline take the unit and give it back). A hold cancelled outside
+/// the fleet before its deadline (the Dashboard) is not excused: see README.md's known limits.
 fn rejected_in_line(m: &OrderProtocol, s: &State) -> bool {
     let quantity = |id: Buyer| i16::from(m.scenario.buyers[usize::from(id)].0);
     s.existing().all(|(id, o)| {

@@ -97,23 +97,22 @@ pub fn holds_cancelled_outside() -> Scenario {
     .with_budget(Budget { crashes: 1, expiries: 1, lost_events: 1, ..Budget::default() })
 }
 
-/// A hold lapsing after a cut (issue 35, point 8): two buyers of one unit each, two units, a
-/// cut to one, so that both orders commit `authorized` and wait for the line; one hold passes
-/// the deadline the fleet recorded for it, and Stripe cancels it. No webhooks: the fleet must
-/// know from the deadline alone, and the order behind a lapsed one must not be rejected for
-/// a unit that then goes to nobody.
+/// A hold lapsing after a cut: two buyers of one unit each, two units, a cut to one, so that
+/// both orders commit `authorized` and wait for the line; one hold passes the deadline the
+/// fleet recorded for it, and Stripe cancels it. No webhooks: the fleet must know from the
+/// deadline alone, and the order behind a lapsed one must not be rejected for a unit that then
+/// goes to nobody.
 pub fn hold_lapsing_after_a_cut() -> Scenario {
     Scenario::new("a hold lapsing after a cut", vec![(1, Card::Good), (1, Card::Good)], 2)
         .with_upserts(vec![1])
         .with_budget(Budget { lapses: 1, ..Budget::default() })
 }
 
-/// A create that Stripe is slow to run and confirm (issues 43 and 44): no answer comes; for a
-/// while Stripe has made nothing for it, its key only in use, then its intent reads as made but
-/// not confirmed; the buyer retries, and the sweeper looks too. A re-send of its key meanwhile
-/// answers `409 idempotency_key_in_use`, which must be a wait (issue 44), and a lookup meeting
-/// the intent must not decline the order, since the confirm then places a hold (issue 43,
-/// point 1). One good card, one unit.
+/// A create that Stripe is slow to run and confirm: no answer comes; for a while Stripe has
+/// made nothing for it, its key only in use, then its intent reads as made but not confirmed;
+/// the buyer retries, and the sweeper looks too. A re-send of its key meanwhile answers `409
+/// idempotency_key_in_use`, which must be a wait, and a lookup meeting the intent must not
+/// decline the order, since the confirm then places a hold. One good card, one unit.
 pub fn a_slow_confirm() -> Scenario {
     Scenario::new("a create slow to confirm", vec![(1, Card::Good)], 1).with_budget(Budget {
         slow_confirms: 1,
@@ -122,12 +121,12 @@ pub fn a_slow_confirm() -> Scenario {
     })
 }
 
-/// The other two ends of a slow confirm (issue 43, point 1): a card needing 3-D Secure, whose
-/// confirm ends waiting for its buyer, and a declining card, whose confirm ends declined; two
-/// units, Stripe's webhooks on, one create slow to confirm (either buyer's), one retry, the
-/// sweeper at any moment. A lookup meeting the 3-D Secure card's intent mid-confirm must not
-/// decline it (its buyer never hears `402`), and one meeting the declining card's must leave
-/// its order pending only until the confirm ends, then decline it (§8.4: no order left pending).
+/// The other two ends of a slow confirm: a card needing 3-D Secure, whose confirm ends waiting
+/// for its buyer, and a declining card, whose confirm ends declined; two units, Stripe's
+/// webhooks on, one create slow to confirm (either buyer's), one retry, the sweeper at any
+/// moment. A lookup meeting the 3-D Secure card's intent mid-confirm must not decline it (its
+/// buyer never hears `402`), and one meeting the declining card's must leave its order pending
+/// only until the confirm ends, then decline it (§8.4: no order left pending).
 pub fn a_slow_confirm_of_other_cards() -> Scenario {
     Scenario::new(
         "a create slow to confirm: 3-D Secure, a decline",
@@ -138,14 +137,14 @@ pub fn a_slow_confirm_of_other_cards() -> Scenario {
     .with_budget(Budget { slow_confirms: 1, retries: 1, ..Budget::default() })
 }
 
-/// A herd at two intakes (issue 46): three buyers of one unit each, one unit; each intake
-/// answers `sold_out` from reads of its own (buyers A and C at the first, B at the second),
-/// each starting as after its door said sold out; a read that sees units beyond its batch's
-/// turns its intake's fast path on (requests straight to the door) until the door says sold
-/// out again. The unit comes back while buyers are waiting or told: A's card declines, and the
+/// A herd at two intakes: three buyers of one unit each, one unit; each intake answers
+/// `sold_out` from reads of its own (buyers A and C at the first, B at the second), each
+/// starting as after its door said sold out; a read that sees units beyond its batch's turns
+/// its intake's fast path on (requests straight to the door) until the door says sold out
+/// again. The unit comes back while buyers are waiting or told: A's card declines, and the
 /// operator may raise the total to two; one buyer may retry once. A `sold_out` must be true at
-/// some moment between the request and the answer, and no request passes an earlier one at
-/// its intake on its way to the door (§8.7).
+/// some moment between the request and the answer, and no request passes an earlier one at its
+/// intake on its way to the door (§8.7).
 pub fn a_herd_at_two_intakes() -> Scenario {
     Scenario::new(
         "a herd at two intakes, units coming back",

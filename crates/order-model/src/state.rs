@@ -142,9 +142,9 @@ pub struct Order {
     pub release_owed: bool,
     pub outbox: OutboxRow,
     /// What its stock-check message says (one row, so every copy says the same): `Some` of the
-    /// attempt at the commit when the commit took its units (issue 34's merged commit), and the
-    /// stock worker captures under that attempt's key without reading the order; `None` when
-    /// it says `authorized`, and the worker reads the order and reserves it as before.
+    /// attempt at the commit when the commit took its units (the merged commit), and the stock
+    /// worker captures under that attempt's key without reading the order; `None` when it says
+    /// `authorized`, and the worker reads the order and reserves it as before.
     pub reserved_at_commit: Option<u8>,
     /// History: the order was accepted (`authorized`), and so owed an end (§8.4).
     pub accepted: bool,
@@ -314,7 +314,7 @@ pub enum Auth {
     /// A create under the attempt's key. `resumed`: the order was taken over, its list found
     /// nothing, and this is the attempt's own key again; with the attempt's date
     /// ([`Order::dated`]) when the list ran. A taken-over order that sends its key again
-    /// without a list (issue 44) has `None`: nothing was listed.
+    /// without a list has `None`: nothing was listed.
     Create { attempt: u8, resumed: Option<u8> },
     /// A taken-over order: Stripe's list of intents by `metadata[order_id]` first; with the
     /// attempt and whether its key had answered a 5xx, as read when the order was taken over.

@@ -58,7 +58,7 @@ fn every_scenario_keeps_every_guarantee() {
 }
 
 #[test]
-fn the_stock_workers_rule_before_e5dc31d_rejects_an_order_behind_a_pending_one_that_is_then_declined() {
+fn a_pending_order_ahead_counted_as_taking_rejects_the_one_behind() {
     let rules = Rules { line: LineRule::PendingAheadTakes, ..Rules::NOW };
     let told = broken_under(scenarios::a_cut_behind_a_pending_order(), rules, REJECTED_IN_LINE);
     // The order behind (B) is rejected while the one ahead (A) is pending; A is then declined.
@@ -67,7 +67,7 @@ fn the_stock_workers_rule_before_e5dc31d_rejects_an_order_behind_a_pending_one_t
 }
 
 #[test]
-fn the_upserts_rule_before_e5dc31d_lets_a_cut_reject_an_order_ahead_of_one_already_served() {
+fn a_cut_judged_by_units_taken_rejects_an_order_ahead_of_one_served() {
     let rules = Rules { cut: CutRule::AboveTaken, ..Rules::NOW };
     let told = broken_under(scenarios::a_cut_after_a_later_order_was_served(), rules, REJECTED_IN_LINE);
     assert!(told.contains("Upsert"), "{told}");
@@ -75,25 +75,25 @@ fn the_upserts_rule_before_e5dc31d_lets_a_cut_reject_an_order_ahead_of_one_alrea
 
 /// The second hold both resume rules before 6376119 let through: Stripe failing, a create
 /// that took effect and answered 500 went unseen, and the next attempt held the funds again.
-/// With the rules before issue 44, which list before every re-send: the defect trusted a list.
+/// With the rules that list before every re-send ([`Rules::ALWAYS_LIST_FIRST`]): the defect
+/// trusted a list.
 fn the_resume_rule_places_a_second_hold(resume: ResumeRule) {
-    let rules = Rules { resume, ..Rules::BEFORE_ISSUE_44 };
+    let rules = Rules { resume, ..Rules::ALWAYS_LIST_FIRST };
     let told = broken_under(scenarios::stripe_failing(), rules, ONE_AUTHORIZATION);
     assert!(told.contains("Error500AfterEffect"), "{told}");
 }
 
 #[test]
-fn the_resume_rule_before_bbf9d45_places_a_second_hold_when_its_resent_key_answers_a_500_after_taking_effect()
-{
+fn trusting_a_list_made_before_the_resend_places_a_second_hold() {
     the_resume_rule_places_a_second_hold(ResumeRule::ListBeforeTheResend);
 }
 
 /// A defect planted on purpose: past the deadline, a settle that records
-/// `authentication_timed_out` and gives the units back without cancelling the intent first.
-/// The buyer completes 3-D Secure at the deadline, after the record: a hold is left on a
-/// declined order, whose unit went to the next buyer. Checked without issue 43's safety net,
-/// which catches it: the reconciliation (or the webhook) cancels the live intent of the failed
-/// order, and the property holds again.
+/// `authentication_timed_out` and gives the units back without cancelling the intent first. The
+/// buyer completes 3-D Secure at the deadline, after the record: a hold is left on a declined
+/// order, whose unit went to the next buyer. Checked without the safety net, which catches it:
+/// the reconciliation (or the webhook) cancels the live intent of the failed order, and the
+/// property holds again.
 #[test]
 fn a_settle_that_times_out_without_cancelling_first_leaves_a_hold_on_a_declined_order() {
     let netted = Rules { settle: SettleRule::TimeOutWithoutCancel, ..Rules::NOW };
@@ -121,11 +121,11 @@ fn an_idempotency_error_read_as_a_decline_declines_a_card_that_authorized() {
     assert!(told.lines().last().is_some_and(|end| end.contains("A#1 x1 PaymentDeclined")), "{told}");
 }
 
-/// Issue 34's wrong merge, planted on purpose: the commit of an authorization takes the
-/// order's units on `stock >= quantity` alone, without `arrive`'s `units_promised <=
-/// units_total`. After a cut below what the door promised, the stock left is no longer every
-/// promised order's: a later order whose authorization commits first takes the unit, and the
-/// order ahead of it, still pending then, is rejected out of stock (§8.7).
+/// A wrong merge, planted on purpose: the commit of an authorization takes the order's units on
+/// `stock >= quantity` alone, without `arrive`'s `units_promised <= units_total`. After a cut
+/// below what the door promised, the stock left is no longer every promised order's: a later
+/// order whose authorization commits first takes the unit, and the order ahead of it, still
+/// pending then, is rejected out of stock (§8.7).
 #[test]
 fn a_commit_that_reserves_on_stock_alone_gives_the_unit_of_an_order_ahead_to_a_later_one_after_a_cut() {
     let rules = Rules { commit: CommitRule::ReserveOnStockAlone, ..Rules::NOW };
@@ -138,9 +138,9 @@ fn a_commit_that_reserves_on_stock_alone_gives_the_unit_of_an_order_ahead_to_a_l
     eprintln!("the planted wrong merge: a counterexample of {} steps", steps(&told));
 }
 
-/// The same merge with `arrive`'s whole condition (the code's rule since issue 34) keeps the line
-/// in that scenario: checked in full by [`every_scenario_keeps_every_guarantee`]; here, that
-/// the commit does take units there, so the check is not vacuous.
+/// The same merge with `arrive`'s whole condition (the code's rule) keeps the line in that
+/// scenario: checked in full by [`every_scenario_keeps_every_guarantee`]; here, that the commit
+/// does take units there, so the check is not vacuous.
 #[test]
 fn the_merged_commit_takes_units_in_the_scenarios() {
     let model = OrderProtocol { scenario: scenarios::a_cut_in_the_line(), rules: Rules::NOW };
@@ -196,17 +196,17 @@ fn a_cancel_500_saved_on_a_failed_authentication(s: &State) -> bool {
         && s.stripe.saved((Op::Cancel, 0, a.attempt)) == Some(Reply::Error500)
 }
 
-/// Found by modelling issue 33 (a liveness defect, which the properties "at the end" cannot
-/// judge: the sweeper can always go round again). On the rule before the fix
+/// A liveness defect the model found, which the properties "at the end" cannot judge (the
+/// sweeper can always go round again). On the rule before the fix
 /// (`SettleRule::CancelFirstSameKeyAfterA5xx`), a settle's cancel that Stripe answers 500 is
-/// not followed by a new key, as every cancel is now
-/// (`Payments::what_the_attempt_did`): every later settle re-sends it under the same key
-/// and gets the saved 500 again, for as long as Stripe keeps the key (24 h). Here the buyer
-/// failed 3-D Secure, and the order stays `requires_action`, its unit held and counted as
-/// pending ahead in line, whatever the sweeper and the webhook do, until Stripe forgets the
-/// key. The fix (`action::release_intent`) is checked by the next test.
+/// not followed by a new key, as every cancel is now (`Payments::what_the_attempt_did`): every
+/// later settle re-sends it under the same key and gets the saved 500 again, for as long as
+/// Stripe keeps the key (24 h). Here the buyer failed 3-D Secure, and the order stays
+/// `requires_action`, its unit held and counted as pending ahead in line, whatever the sweeper
+/// and the webhook do, until Stripe forgets the key. The fix (`action::release_intent`) is
+/// checked by the next test.
 #[test]
-fn the_settle_rule_before_the_fix_keeps_an_order_requires_action_after_its_cancel_answered_a_saved_500() {
+fn resending_a_saved_500_cancel_keeps_an_order_requires_action() {
     let rules = Rules { settle: SettleRule::CancelFirstSameKeyAfterA5xx, ..Rules::NOW };
     let model = OrderProtocol { scenario: scenarios::three_d_secure(), rules };
     let probe = Probe { model: model.clone(), looking_for: a_cancel_500_saved_on_a_failed_authentication };
@@ -282,7 +282,7 @@ fn a_message_naming_an_attempt_left_after_a_saved_500(s: &State) -> bool {
         && s.stripe.saved((Op::Capture, 0, named)) == Some(Reply::Error500)
 }
 
-/// Found by modelling issue 34 (a liveness defect, like the settle's above): the merge as first
+/// A liveness defect the model found, like the settle's above: the merged commit as first
 /// written has the stock worker capture a reserved order under the attempt its message names,
 /// without reading the order. One capture that Stripe answers 500, having done nothing, moves
 /// the order to its next attempt (`Fulfilment::after_a_failed_capture`), as it should; but the
@@ -313,9 +313,9 @@ fn a_capture_under_the_messages_attempt_keeps_an_order_stock_reserved_after_one_
     );
 }
 
-/// The fix (`MessageRule::OnToTheOrdersAttempt`, the code's rule since issue 34): from the same
-/// state, a handling of the message that meets the saved 500 and finds the order on a later
-/// attempt goes on under that attempt's key, and A is paid.
+/// The fix (`MessageRule::OnToTheOrdersAttempt`, the code's rule): from the same state, a
+/// handling of the message that meets the saved 500 and finds the order on a later attempt goes
+/// on under that attempt's key, and A is paid.
 #[test]
 fn now_a_capture_from_the_message_goes_on_under_the_orders_attempt_after_a_saved_500() {
     let model = OrderProtocol { scenario: scenarios::messages_without_the_sweeper(), rules: Rules::NOW };
@@ -328,17 +328,18 @@ fn now_a_capture_from_the_message_goes_on_under_the_orders_attempt_after_a_saved
     assert!(paid, "A is never paid in the {} states reachable from it", reachable.len());
 }
 
-/// Found while modelling issue 34, and not caused by it: the rules before issue 34 break it the
-/// same way. Since issue 34 a commit with nothing cut reserves at once, so "3-D Secure in line,
-/// holds cancelled outside" no longer has an `authorized` order lose its hold (the webhook's
-/// `LoseHold`): an order stays `authorized` only after a cut. With a cut added to restore
-/// that, the checker finds a rejection out of line order: B is rejected because A, ahead of it
-/// and `authorized`, counts as taking the one unit left; then A's hold, cancelled outside the
-/// fleet, ends A `authorization_canceled`, and the unit goes to nobody. The stock worker counts
-/// an `authorized` order ahead as certain to take its units, and it is not: its hold can go.
+/// Found while modelling the merged commit, and not caused by it: the rules before it
+/// ([`Rules::COMMIT_WITHOUT_RESERVING`]) break it the same way. A commit with nothing cut
+/// reserves at once, so "3-D Secure in line, holds cancelled outside" no longer has an
+/// `authorized` order lose its hold (the webhook's `LoseHold`): an order stays `authorized`
+/// only after a cut. With a cut added to restore that, the checker finds a rejection out of
+/// line order: B is rejected because A, ahead of it and `authorized`, counts as taking the one
+/// unit left; then A's hold, cancelled outside the fleet, ends A `authorization_canceled`, and
+/// the unit goes to nobody. The stock worker counts an `authorized` order ahead as certain to
+/// take its units, and it is not: its hold can go.
 #[test]
 fn a_cut_then_a_hold_lost_on_an_authorized_order_ahead_rejects_the_order_behind_for_a_unit_left_unsold() {
-    for rules in [Rules::NOW, Rules::BEFORE_ISSUE_34] {
+    for rules in [Rules::NOW, Rules::COMMIT_WITHOUT_RESERVING] {
         let scenario = scenarios::holds_cancelled_outside().with_upserts(vec![1]);
         let told = broken_under(scenario, rules, REJECTED_IN_LINE);
         assert!(told.contains("LoseHold"), "{told}");
@@ -350,17 +351,17 @@ fn a_cut_then_a_hold_lost_on_an_authorized_order_ahead_rejects_the_order_behind_
     }
 }
 
-/// Issue 35, point 8, on the rule before it (`LapseRule::TakesItsUnits`: fulfilment never read
-/// the deadline Stripe gave for a hold, which the fleet records). After a cut both orders wait
-/// `authorized` for the line; the hold of the first passes its deadline and Stripe cancels it.
-/// The second is rejected because the first, ahead of it, counts as taking the one unit left;
-/// the first then takes it, its capture is refused, and the unit comes back to nobody. No
-/// webhook is needed: the fleet's own row said the hold was gone.
+/// On the rules that never read a hold's deadline in fulfilment
+/// ([`Rules::HOLD_DEADLINE_UNREAD`], `LapseRule::TakesItsUnits`: the deadline Stripe gives for
+/// a hold, which the fleet records). After a cut both orders wait `authorized` for the line;
+/// the hold of the first passes its deadline and Stripe cancels it. The second is rejected
+/// because the first, ahead of it, counts as taking the one unit left; the first then takes it,
+/// its capture is refused, and the unit comes back to nobody. No webhook is needed: the fleet's
+/// own row said the hold was gone.
 #[test]
-fn before_issue_35_an_order_ahead_on_a_hold_past_its_deadline_has_the_order_behind_rejected_for_a_unit_left_unsold()
- {
+fn a_hold_deadline_unread_rejects_the_order_behind_for_a_unit_left_unsold() {
     let told =
-        broken_under(scenarios::hold_lapsing_after_a_cut(), Rules::BEFORE_ISSUE_35_POINT_8, REJECTED_IN_LINE);
+        broken_under(scenarios::hold_lapsing_after_a_cut(), Rules::HOLD_DEADLINE_UNREAD, REJECTED_IN_LINE);
     assert!(told.contains("HoldLapses") && told.contains("FailCapture"), "{told}");
     let end = told.lines().last().expect("a path");
     // The unit is back in stock and unsold: the first in line lost its hold, the second was
@@ -372,10 +373,10 @@ fn before_issue_35_an_order_ahead_on_a_hold_past_its_deadline_has_the_order_behi
     );
 }
 
-/// The fix (`LapseRule::KnownDeadline`, the code's rule since issue 35, point 8): in the same
-/// scenario every property holds (checked in full by [`every_scenario_keeps_every_guarantee`]),
-/// and the order behind a lapsed one is served: the first ends `authorization_canceled`
-/// without taking a unit, and the second is paid with it.
+/// The fix (`LapseRule::KnownDeadline`, the code's rule): in the same scenario every property
+/// holds (checked in full by [`every_scenario_keeps_every_guarantee`]), and the order behind a
+/// lapsed one is served: the first ends `authorization_canceled` without taking a unit, and the
+/// second is paid with it.
 #[test]
 fn now_an_order_ahead_on_a_hold_past_its_deadline_takes_no_unit_and_the_order_behind_is_served() {
     let model = OrderProtocol { scenario: scenarios::hold_lapsing_after_a_cut(), rules: Rules::NOW };
@@ -396,7 +397,7 @@ fn now_an_order_ahead_on_a_hold_past_its_deadline_takes_no_unit_and_the_order_be
     assert!(told.contains("Lapse Step"), "{told}");
 }
 
-/// What issue 35 (point 8) leaves, on the code's rules: the order behind is rejected while
+/// What the known deadline leaves, on the code's rules: the order behind is rejected while
 /// the order ahead is `authorized` on a hold still within its deadline (it counts as taking the
 /// unit left), and that hold lapses before the order ahead is reserved: it ends
 /// `authorization_canceled` without taking the unit, which goes back on sale with its buyer
@@ -442,13 +443,13 @@ fn now_a_hold_lapsing_after_a_cut_keeps_every_guarantee_with_the_webhook_racing_
     assert!(report.counterexamples.is_empty(), "{report}");
 }
 
-/// Issue 43, point 1, on the rules before it: a create is slow to confirm and its answer never
-/// comes; the buyer's retry (or the sweeper) lists the order's intents, finds the intent not yet
-/// confirmed, and declines the order; the confirm then ends and places a hold on the card of a
-/// buyer told no, which nothing releases.
+/// On the rules that decline mid-confirm ([`Rules::DECLINE_MID_CONFIRM`]): a create is slow to
+/// confirm and its answer never comes; the buyer's retry (or the sweeper) lists the order's
+/// intents, finds the intent not yet confirmed, and declines the order; the confirm then ends
+/// and places a hold on the card of a buyer told no, which nothing releases.
 #[test]
-fn before_issue_43_an_order_declined_on_an_intent_mid_confirm_is_left_with_a_live_hold() {
-    let told = broken_under(scenarios::a_slow_confirm(), Rules::BEFORE_ISSUE_43, NO_HOLD_LEFT);
+fn an_order_declined_mid_confirm_is_left_with_a_live_hold() {
+    let told = broken_under(scenarios::a_slow_confirm(), Rules::DECLINE_MID_CONFIRM, NO_HOLD_LEFT);
     assert!(told.contains("Fault(SlowConfirm)") && told.contains("List"), "{told}");
     assert!(told.contains("ConfirmEnds"), "{told}");
     let end = told.lines().last().expect("a path");
@@ -461,13 +462,13 @@ fn before_issue_43_an_order_declined_on_an_intent_mid_confirm_is_left_with_a_liv
 /// hold left, but not §8.11: the buyer of a card that authorizes was still told no. So the
 /// safety net is a net, and the lookup is the fix.
 #[test]
-fn after_issue_43_the_pending_lookup_keeps_every_guarantee_and_the_safety_net_alone_only_the_hold() {
+fn the_pending_lookup_keeps_every_guarantee_and_the_net_alone_the_hold() {
     let pending = Rules { safety_net: false, ..Rules::NOW };
     let report = check(OrderProtocol { scenario: scenarios::a_slow_confirm(), rules: pending });
     eprintln!("{report} (under {pending:?})");
     assert!(report.counterexamples.is_empty(), "{:?}", report.counterexamples);
 
-    let net_alone = Rules { safety_net: true, ..Rules::BEFORE_ISSUE_43 };
+    let net_alone = Rules { safety_net: true, ..Rules::DECLINE_MID_CONFIRM };
     let report = check(OrderProtocol { scenario: scenarios::a_slow_confirm(), rules: net_alone });
     eprintln!("{report} (under {net_alone:?})");
     let broken: Vec<&str> = report.counterexamples.iter().map(|(p, _)| *p).collect();
@@ -481,9 +482,9 @@ fn a_failed_order_holding_funds(s: &State) -> bool {
     s.existing().any(|(_, o)| o.status.has_failed() && o.intent.is_some_and(holds))
 }
 
-/// Why §8.5's property is judged at the end, and what the safety net can and cannot restore.
-/// On the rules before issue 43 with the safety net added, the state the defect leads to (a
-/// declined order, its intent holding funds once the confirm ends) is still reached: the net
+/// Why §8.5's property is judged at the end, and what the safety net can and cannot restore. On
+/// the rules that decline mid-confirm with the safety net added, the state the defect leads to
+/// (a declined order, its intent holding funds once the confirm ends) is still reached: the net
 /// is not instant (a pass of the reconciliation, or a webhook's delivery, later), so "never a
 /// hold on a failed order" in every state would still break; it is "no hold left once nothing
 /// more can happen" that the net restores (checked above). Nor would the code's own rules keep
@@ -491,7 +492,7 @@ fn a_failed_order_holding_funds(s: &State) -> bool {
 /// cancels its hold, a step later.
 #[test]
 fn a_hold_on_a_failed_order_is_reached_for_a_while_with_the_net_and_now_so_8_5_is_judged_at_the_end() {
-    let net_alone = Rules { safety_net: true, ..Rules::BEFORE_ISSUE_43 };
+    let net_alone = Rules { safety_net: true, ..Rules::DECLINE_MID_CONFIRM };
     for (scenario, rules, then) in [
         (scenarios::a_slow_confirm(), net_alone, "ConfirmEnds"),
         (scenarios::a_cut_in_the_line(), Rules::NOW, "RejectedOutOfStock"),
@@ -506,8 +507,8 @@ fn a_hold_on_a_failed_order_is_reached_for_a_while_with_the_net_and_now_so_8_5_i
     }
 }
 
-/// Issue 43, point 1, for the other cards (`a_slow_confirm_of_other_cards`). On the rules
-/// before it, a lookup meeting the intent of a card needing 3-D Secure mid-confirm declines
+/// The same for the other cards (`a_slow_confirm_of_other_cards`). On the rules that decline
+/// mid-confirm, a lookup meeting the intent of a card needing 3-D Secure mid-confirm declines
 /// the order, and its buyer hears `402` (§8.11); the safety net, which cancels the intent once
 /// its confirm ends waiting for the buyer, cannot take the answer back. The lookup that leaves
 /// the order pending keeps every guarantee there without the net: the 3-D Secure order goes
@@ -515,16 +516,16 @@ fn a_hold_on_a_failed_order_is_reached_for_a_while_with_the_net_and_now_so_8_5_i
 /// left pending: §8.4). Under the code's rules, net and all, by
 /// [`every_scenario_keeps_every_guarantee`].
 #[test]
-fn before_issue_43_a_card_needing_3d_secure_is_declined_mid_confirm_and_the_net_cannot_undo_it() {
+fn a_3d_secure_card_declined_mid_confirm_is_a_no_the_net_cannot_undo() {
     let scenario = scenarios::a_slow_confirm_of_other_cards();
-    let told = broken_under(scenario.clone(), Rules::BEFORE_ISSUE_43, THREE_D_SECURE);
+    let told = broken_under(scenario.clone(), Rules::DECLINE_MID_CONFIRM, THREE_D_SECURE);
     assert!(told.contains("Fault(SlowConfirm)") && told.contains("List"), "{told}");
     // Declined while its intent is mid-confirm (the path may go on past that state).
     let a_declined =
         |line: &str| line.split(" | ").any(|o| o.starts_with("A#") && o.ends_with("x1 PaymentDeclined"));
     assert!(told.lines().any(|line| a_declined(line) && line.contains(" A: Confirming")), "{told}");
 
-    let net_alone = Rules { safety_net: true, ..Rules::BEFORE_ISSUE_43 };
+    let net_alone = Rules { safety_net: true, ..Rules::DECLINE_MID_CONFIRM };
     let report = check(OrderProtocol { scenario: scenario.clone(), rules: net_alone });
     eprintln!("{report} (under {net_alone:?})");
     let broken: Vec<&str> = report.counterexamples.iter().map(|(p, _)| *p).collect();
@@ -577,13 +578,13 @@ fn a_second_hold_at_the_end(told: &str) -> bool {
 /// and failed. A's create is still executing at Stripe, nothing made yet, when the sweeper
 /// sends it again; the 409 marks the attempt failed, the next list (begun after that) finds
 /// nothing, and the order moves to a new attempt whose create holds the funds. Then Stripe
-/// makes the first create's intent, and its confirm holds them again (§8.1). The rules before
-/// issue 44, which list first, meet the 409 after a list that found nothing, to the same end.
+/// makes the first create's intent, and its confirm holds them again (§8.1). The rules that
+/// always list first meet the 409 after a list that found nothing, to the same end.
 /// With the 409 a wait (the code's rule), the scenario keeps every guarantee
 /// ([`every_scenario_keeps_every_guarantee`]).
 #[test]
 fn a_key_in_use_read_as_a_failed_attempt_places_a_second_hold_behind_a_create_still_executing() {
-    for rules in [Rules::NOW, Rules::BEFORE_ISSUE_44] {
+    for rules in [Rules::NOW, Rules::ALWAYS_LIST_FIRST] {
         let planted = Rules { in_use: InUseRule::AsAFailedAttempt, ..rules };
         let told = broken_under(scenarios::a_slow_confirm(), planted, ONE_AUTHORIZATION);
         assert!(told.contains("Fault(SlowConfirm)") && told.contains("AuthorizeNextAttempt"), "{told}");
@@ -603,7 +604,7 @@ fn a_key_in_use_read_as_a_failed_attempt_places_a_second_hold_behind_a_create_st
     }
 }
 
-/// Why issue 44 sends the create again only while the order is young (`KEY_KEPT`), planted
+/// Why a resume sends the create again only while the order is young (`KEY_KEPT`), planted
 /// (`ResumeLookup::ListOnlyAfterAFailure`): a create that held funds and whose answer was
 /// lost, then Stripe forgetting the key (a day on); the retry sends the create again under
 /// the key, which runs again and holds the funds a second time (§8.1). The list, which the
@@ -617,31 +618,31 @@ fn a_resume_that_sends_its_key_again_after_stripe_forgot_it_places_a_second_hold
     assert!(a_second_hold_at_the_end(&told), "{told}");
 }
 
-/// The rules before issue 44 on this model (a resumed authorization always lists first, the
-/// 409 a wait) keep every guarantee in every scenario, as the code's do; the states each
-/// visits are in CHANGELOG.md, appendix C. Ignored by `make test`: every scenario a
-/// second time (about 25 s); `cargo test -p order-model -- --ignored` runs it.
+/// The rules that always list first ([`Rules::ALWAYS_LIST_FIRST`]: a resumed authorization
+/// lists before anything else, the 409 a wait) keep every guarantee in every scenario, as the
+/// code's do; the states each visits are in CHANGELOG.md, appendix C. Ignored by `make test`:
+/// every scenario a second time (about 25 s); `cargo test -p order-model -- --ignored` runs it.
 #[test]
 #[ignore = "every scenario a second time, about 25 s: run with -- --ignored"]
-fn before_issue_44_every_scenario_keeps_every_guarantee_too() {
+fn every_scenario_keeps_every_guarantee_always_listing_first() {
     let mut broken = Vec::new();
     for model in scenarios::models() {
-        let report = check(OrderProtocol { rules: Rules::BEFORE_ISSUE_44, ..model });
-        eprintln!("{report} (before issue 44)");
+        let report = check(OrderProtocol { rules: Rules::ALWAYS_LIST_FIRST, ..model });
+        eprintln!("{report} (always listing first)");
         for (property, told) in &report.counterexamples {
             eprintln!("\n{property}, broken by:\n{told}");
             broken.push(format!("{}: {property}", report.name));
         }
     }
-    assert!(broken.is_empty(), "broken before issue 44: {broken:?}");
+    assert!(broken.is_empty(), "broken, always listing first: {broken:?}");
 }
 
-/// Why the intake answers `sold_out` only from a read that began after the request arrived
-/// (issue 46), planted (`SoldOutRule::LastRead`): an intake that answers from its last read,
-/// however old, as a cache with a time to live does. A's order holds the one unit when the
-/// intake reads the product; A's card then declines and the unit comes back; a buyer who
-/// sends after that is told `sold_out` from the old read, while the unit is left for them the
-/// whole time (§8.7). The code's rule keeps it in every interleaving, at both intakes
+/// Why the intake answers `sold_out` only from a read that began after the request arrived,
+/// planted (`SoldOutRule::LastRead`): an intake that answers from its last read, however old,
+/// as a cache with a time to live does. A's order holds the one unit when the intake reads the
+/// product; A's card then declines and the unit comes back; a buyer who sends after that is
+/// told `sold_out` from the old read, while the unit is left for them the whole time (§8.7).
+/// The code's rule keeps it in every interleaving, at both intakes
 /// (`every_scenario_keeps_every_guarantee`).
 #[test]
 fn an_intake_answering_from_its_last_read_tells_a_buyer_sold_out_while_a_unit_that_came_back_is_left() {

@@ -76,7 +76,7 @@ impl OrderProtocol {
         let mine = || s.stripe.intents.iter().enumerate().filter(|(_, i)| i.order == order);
         let live = mine().find(|(_, i)| i.status == IntentStatus::RequiresCapture);
         if let Some((id, intent)) = live.or_else(|| mine().next_back()) {
-            // Made, its confirm not ended: not final (issue 43, point 1).
+            // Made, its confirm not ended: not final.
             if intent.status == IntentStatus::Confirming && self.rules.lookup == LookupRule::LeavePending {
                 return Next::Go(Auth::Record(Found::Failed(None)));
             }
@@ -159,7 +159,7 @@ impl OrderProtocol {
 
     /// The commit that accepts an order (its compare-and-set already passed): `authorized`,
     /// or, when the commit rule takes its units here, `stock_reserved` with the units out of
-    /// stock; either way with its stock-check message, which says which (issue 34).
+    /// stock; either way with its stock-check message, which says which.
     pub(super) fn accept(&self, s: &mut State, order: Buyer) {
         let quantity = self.quantity(order);
         let reserves = self.rules.commit.reserves(&s.product, quantity);

@@ -35,7 +35,7 @@ impl OrderProtocol {
     /// A worker receives a visible copy, unless it has been received too often: then SQS
     /// moves it to the DLQ instead of delivering it. A message that says the order was
     /// reserved at its commit is captured at once, under the attempt it names, without reading
-    /// the order (issue 34); any other is gone on with from the order as read.
+    /// the order; any other is gone on with from the order as read.
     pub(super) fn receive(s: &mut State, worker: u8, order: Buyer, receives: u8) {
         let m = &mut s.messages[usize::from(order)];
         let at = m.visible.iter().position(|r| *r == receives).expect("a visible copy");
@@ -214,10 +214,11 @@ impl OrderProtocol {
     }
 
     /// The stock check's first read: where the order's row says to go on from. A failed order
-    /// whose hold is not released yet is released: one rejected, one whose capture failed, and
-    /// (since issue 35, point 8) one `authorization_canceled` for a hold past its deadline. The
-    /// other moves to `authorization_canceled` record the hold released with them; before, the
-    /// code released none of them (no such order was unreleased then).
+    /// whose hold is not released yet is released: one rejected, one whose capture failed, and,
+    /// under [`LapseRule::KnownDeadline`], one `authorization_canceled` for a hold past its
+    /// deadline. Every other move to `authorization_canceled` records the hold released with
+    /// it, so under [`LapseRule::TakesItsUnits`] no `authorization_canceled` order is left to
+    /// release here.
     fn load(&self, s: &State, order: Buyer) -> Next<Advance> {
         let o = s.order(order);
         let left_alone =

@@ -91,38 +91,43 @@ pub enum SoldOutRule {
     LastRead,
 }
 
+/// The rule sets the code followed, newest first. Each after [`Rules::NOW`] is the one above it
+/// with one more of the code's fixes undone, and is named by what that leaves.
 impl Rules {
-    /// The code's rules: since issue 44, a taken-over order whose attempt answered no 5xx and
-    /// whose keys are surely kept sends the create again under its attempt's key, with no list
-    /// first ([`ResumeLookup::ListOnlyAfterAFailureOrAnExpiredKey`]).
-    pub const NOW: Rules =
-        Rules { resume_lookup: ResumeLookup::ListOnlyAfterAFailureOrAnExpiredKey, ..Rules::BEFORE_ISSUE_44 };
-
-    /// The code after issue 43 and before issue 44: a lookup that finds the order's intent
-    /// before its confirm ends leaves the order pending ([`LookupRule::LeavePending`]), the
-    /// safety net cancels a live intent of a failed order, and a resumed authorization always
-    /// lists first ([`ResumeLookup::ListAlways`]).
-    pub const BEFORE_ISSUE_44: Rules =
-        Rules { lookup: LookupRule::LeavePending, safety_net: true, ..Rules::BEFORE_ISSUE_43 };
-
-    /// The code after issue 35 and before issue 43: a lookup that finds the order's intent
-    /// before its confirm ends declines the order ([`LookupRule::Decline`]), and nothing
-    /// cancels a live intent of a failed order.
-    pub const BEFORE_ISSUE_43: Rules =
-        Rules { lapse: LapseRule::KnownDeadline, ..Rules::BEFORE_ISSUE_35_POINT_8 };
-
-    /// The code after issue 34 and before issue 35 (point 8): the commit of an authorization
-    /// takes the order's units when nothing was cut ([`CommitRule::ReserveWhenNothingCut`]),
-    /// and fulfilment never reads the deadline of a hold.
-    pub const BEFORE_ISSUE_35_POINT_8: Rules = Rules {
-        commit: CommitRule::ReserveWhenNothingCut,
-        message: MessageRule::OnToTheOrdersAttempt,
-        ..Rules::BEFORE_ISSUE_34
+    /// The code's rules: a taken-over order whose attempt answered no 5xx and whose keys are
+    /// surely kept sends the create again under its attempt's key, with no list first
+    /// ([`ResumeLookup::ListOnlyAfterAFailureOrAnExpiredKey`]).
+    pub const NOW: Rules = Rules {
+        resume_lookup: ResumeLookup::ListOnlyAfterAFailureOrAnExpiredKey,
+        ..Rules::ALWAYS_LIST_FIRST
     };
 
-    /// The code before issue 34: the commit moves the order to `authorized`, and the stock
-    /// worker reads it and reserves it.
-    pub const BEFORE_ISSUE_34: Rules = Rules {
+    /// [`Rules::NOW`], but a resumed authorization always lists first
+    /// ([`ResumeLookup::ListAlways`]). A lookup that finds the order's intent before its confirm
+    /// ends leaves the order pending ([`LookupRule::LeavePending`]), and the safety net cancels
+    /// a live intent of a failed order.
+    pub const ALWAYS_LIST_FIRST: Rules =
+        Rules { lookup: LookupRule::LeavePending, safety_net: true, ..Rules::DECLINE_MID_CONFIRM };
+
+    /// [`Rules::ALWAYS_LIST_FIRST`], but a lookup that finds the order's intent before its
+    /// confirm ends declines the order ([`LookupRule::Decline`]), and nothing cancels a live
+    /// intent of a failed order (no safety net).
+    pub const DECLINE_MID_CONFIRM: Rules =
+        Rules { lapse: LapseRule::KnownDeadline, ..Rules::HOLD_DEADLINE_UNREAD };
+
+    /// [`Rules::DECLINE_MID_CONFIRM`], but fulfilment never reads the deadline of a hold
+    /// ([`LapseRule::TakesItsUnits`]). The commit of an authorization takes the order's units
+    /// when nothing was cut ([`CommitRule::ReserveWhenNothingCut`]).
+    pub const HOLD_DEADLINE_UNREAD: Rules = Rules {
+        commit: CommitRule::ReserveWhenNothingCut,
+        message: MessageRule::OnToTheOrdersAttempt,
+        ..Rules::COMMIT_WITHOUT_RESERVING
+    };
+
+    /// [`Rules::HOLD_DEADLINE_UNREAD`], but the commit of an authorization only moves the order
+    /// to `authorized` ([`CommitRule::Authorize`]), and the stock worker reads it and reserves
+    /// it.
+    pub const COMMIT_WITHOUT_RESERVING: Rules = Rules {
         line: LineRule::WaitForPendingAhead,
         cut: CutRule::KeepTheLineServed,
         resume: ResumeRule::NOW,
@@ -145,10 +150,11 @@ impl Rules {
 }
 
 /// When a taken-over pending order (a buyer's retry, the sweeper) asks Stripe's list what its
-/// attempt did, and when it sends the create again under the attempt's key at once (issue 44).
+/// attempt did, and when it sends the create again under the attempt's key at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ResumeLookup {
-    /// Before issue 44: the list first, always; the create again only if it finds nothing.
+    /// The list first, always ([`Rules::ALWAYS_LIST_FIRST`]); the create again only if it
+    /// finds nothing.
     ListAlways,
     /// Now (`authorization::resume`, `key_kept`): while no 5xx is known for the attempt and the
     /// order is younger than `KEY_KEPT` (23 h, [`Order::old`]), the create again under the
@@ -173,12 +179,13 @@ impl ResumeLookup {
 }
 
 /// What the fleet makes of `409 idempotency_key_in_use`: a request under a key whose first
-/// request Stripe is still executing, saved nothing for (issue 44).
+/// request Stripe is still executing, saved nothing for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InUseRule {
     /// Now (`payments::classify`): a wait, whatever Stripe types it; the order stays pending,
-    /// its lease given back, and the same key later gets the first request's answer. The rules
-    /// before issue 44 keep it too: until then the model folded the 409 into "unanswered".
+    /// its lease given back, and the same key later gets the first request's answer. The older
+    /// rule sets ([`Rules::ALWAYS_LIST_FIRST`] and those below it) keep it too: the models they
+    /// stand for did not tell a 409 from no answer.
     AWait,
     /// The code until 247134b, planted to show the checker finds it: a 409 Stripe types
     /// `idempotency_error` is read by its type, as a key that ran and failed (a saved 5xx);
@@ -189,11 +196,12 @@ pub enum InUseRule {
 
 /// What a resumed authorization does when Stripe's list shows the order's intent made, its
 /// confirm not ended (`requires_payment_method` with no error, for a moment while a create and
-/// confirm is still executing at Stripe) (issue 43, point 1).
+/// confirm is still executing at Stripe).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LookupRule {
-    /// Before issue 43: declined on it, its units back; the confirm may then place a hold on
-    /// the card of a buyer told no, which nothing looks at again.
+    /// The code before ([`Rules::DECLINE_MID_CONFIRM`]): declined on it, its units back; the
+    /// confirm may then place a hold on the card of a buyer told no, which nothing looks at
+    /// again.
     Decline,
     /// Now (`authorization::record`'s `left_pending`): the order stays pending, its lease given
     /// back; a retry or the sweeper looks again.
@@ -207,13 +215,14 @@ impl Default for Rules {
 }
 
 /// What the commit that moves an order to `authorized` (the intake's, a resumed request's, the
-/// sweeper's, a 3-D Secure settle's, the webhook's) does with its units (issue 34).
+/// sweeper's, a 3-D Secure settle's, the webhook's) does with its units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CommitRule {
-    /// Before issue 34: `authorized`, with its stock-check message; the stock worker reads the
-    /// order and reserves it ([`orderfleet::domain::steps::fulfilment`]'s `arrive`), then captures.
+    /// The code before ([`Rules::COMMIT_WITHOUT_RESERVING`]): `authorized`, with its
+    /// stock-check message; the stock worker reads the order and reserves it
+    /// ([`orderfleet::domain::steps::fulfilment`]'s `arrive`), then captures.
     Authorize,
-    /// Issue 34's merge: in the same statement, when nothing was cut (`units_promised <=
+    /// Now, the merged commit: in the same statement, when nothing was cut (`units_promised <=
     /// units_total`) and `stock >= quantity` (`arrive`'s own condition), the units are taken and
     /// the order goes straight to `stock_reserved`; its message says so, with the attempt, and
     /// the stock worker captures under that attempt's key without reading the order first,
@@ -227,29 +236,30 @@ pub enum CommitRule {
 
 /// What a capture does after Stripe answered a 5xx it saved under the attempt's key and the
 /// intent still holds funds (nothing was done), when the order is already on a later attempt:
-/// another handling moved it there after that same 5xx. Before issue 34 the stock worker read
-/// the order on every handling, so its key was always the order's attempt; a capture from a
-/// message that says reserved (issue 34) uses the attempt the message names.
+/// another handling moved it there after that same 5xx. A stock worker that reads the order on
+/// every handling (under [`CommitRule::Authorize`]) always captures under the order's attempt;
+/// a capture from a message that says reserved uses the attempt the message names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MessageRule {
-    /// As before issue 34 (`Fulfilment::after_a_failed_capture`): the handling ends, for later.
+    /// The merged commit's capture as first designed (`Fulfilment::after_a_failed_capture`):
+    /// the handling ends, for later.
     /// With a capture from the message, the next handling uses the message's attempt again and
     /// meets the same saved 5xx, for as long as Stripe keeps the key (24 h): only a handling
     /// that reads the order (the sweeper's) goes on.
     TheMessagesAttempt,
-    /// The fix the model asks of issue 34: the capture goes on from the order as read, under
-    /// the attempt the order is on.
+    /// Now, the fix the model found: the capture goes on from the order as read, under the
+    /// attempt the order is on.
     OnToTheOrdersAttempt,
 }
 
 /// What fulfilment makes of an `authorized` order whose hold is past the deadline Stripe gave
 /// for it (`capture_before`), which the fleet recorded (`authorization_expires_at`): Stripe
-/// has cancelled that hold, so the order can never be captured (issue 35, point 8).
+/// has cancelled that hold, so the order can never be captured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LapseRule {
-    /// Before issue 35 (point 8): the deadline is never read in fulfilment. The order takes its
-    /// units like any other, its capture is refused and the units come back; reading the line
-    /// after a cut, it counts as taking its units.
+    /// The code before ([`Rules::HOLD_DEADLINE_UNREAD`]): the deadline is never read in
+    /// fulfilment. The order takes its units like any other, its capture is refused and the
+    /// units come back; reading the line after a cut, it counts as taking its units.
     TakesItsUnits,
     /// Now (`Fulfilment::arrive`, `Fulfilment::reserve_in_line`, `Fulfilment::lapse`): the
     /// reservation takes none of its units and ends it `authorization_canceled`, its promised
@@ -295,9 +305,8 @@ pub enum ResumeRule {
     /// Before bbf9d45, restated for a list that does not lag: after the attempt's own key,
     /// re-sent, answers a 5xx, move on trusting the list made before that send.
     ListBeforeTheResend,
-    /// Now (bbf9d45, 6376119, issue 33): a 5xx marks the attempt and ends its sends, dated when
-    /// it comes back; a marked attempt moves on only when a list begun after that date finds
-    /// nothing.
+    /// Now (bbf9d45, 6376119): a 5xx marks the attempt and ends its sends, dated when it comes
+    /// back; a marked attempt moves on only when a list begun after that date finds nothing.
     DatedByTheFailure,
 }
 
