@@ -211,8 +211,9 @@ impl Sweeper {
         for order in orders.into_iter().take_while(|_| !stop.is_cancelled()) {
             let (id, traceparent) = (order.id, order.traceparent);
             let span = crate::runtime::trace::order_span(id, traceparent.as_deref());
-            let settled =
-                three_d_secure::take_and_settle(&self.pool, &self.payments, id, None).instrument(span.clone()).await;
+            let settled = three_d_secure::take_and_settle(&self.pool, &self.payments, id, None)
+                .instrument(span.clone())
+                .await;
             match settled {
                 Ok(None) => continue, // a webhook is settling it
                 Ok(Some(Settled::Waiting)) | Err(AuthorizationError::ProviderUnavailable(_)) => {
