@@ -109,10 +109,10 @@ pub async fn release_untouchable(
     order: &Order,
     refusal: &sqlx::Error,
 ) -> String {
-    let released = match order.payment_intent_id.as_deref() {
-        Some(intent) => release(pool, payments, order, intent).await,
-        None => Released::NothingHeld,
+    let Some(intent) = order.payment_intent_id.as_deref() else {
+        return format!("the database refuses to touch the order: {refusal} (it holds no PaymentIntent)");
     };
+    let released = release(pool, payments, order, intent).await;
     format!(
         "the database refuses to touch the order: {refusal} ({}; fix the row or the rule)",
         released.said()

@@ -8,8 +8,9 @@
 //!
 //! Two arrows are made by statements of their own, because they do more than move one row:
 //! `authorized` → `stock_reserved` and `authorized` → `rejected_out_of_stock` take or refuse
-//! units in line order (`fulfilment/reserve.sql`), and the decline of a pending order counts the
-//! card's attempts (`authorization/decline.sql`). They are named in [`Move`] all the same.
+//! units in line order (`steps/fulfilment/reserve.sql`), and the decline of a pending order
+//! records Stripe's words and the intent it declined on (`steps/authorization/record.rs`'s
+//! `fail`). They are named in [`Move`] all the same.
 
 use crate::domain::OrderId;
 use crate::domain::records::outbox::{EventType, OrderNotification};
