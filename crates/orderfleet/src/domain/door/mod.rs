@@ -13,23 +13,17 @@
 //! process has seen sold out first waits for a read of the product shared by the requests
 //! waiting with it (`sold_out`, [`SoldOutReads`]), which answers `sold_out` without a statement
 //! of its own; any other request, and one the read sends on, goes through the door, in at most
-//! two passes, the second chosen once from what the first saw:
-//!
-//! | the first pass saw | the second pass |
-//! |---|---|
-//! | admitted, the key used, sold out, no such product | none |
-//! | a product with a cap per buyer | [`capped`]'s transaction |
-//! | the units there, then gone (another request took them while this one waited for the row), or the card gate closed | one statement says why ([`Why`]); then the answer, or [`capped`], or the door again |
-//!
-//! A request whose second pass is closed too is answered from a last look: the units changed
-//! hands twice under it, so it hears `sold_out` with `Retry-After` (when the uncapped door
-//! closed twice behind the card gate: come back in a moment), never a third pass. A
-//! card-testing refusal first looks for a twin request's order under the same key, made while
-//! it waited for the buyer's lock, and answers from it.
+//! two passes. What each statement saw goes to the door's decision (`decision.rs`, pure and
+//! table-tested), which says what the buyer is told or which statement comes next: the capped
+//! door's transaction ([`capped`]), a look again ([`look_again`]) when the door closed for a
+//! reason its snapshot could not see, or the door again. A card-testing refusal first looks
+//! for a twin request's order under the same key, made while it waited for the buyer's lock,
+//! and answers from it.
 //!
 //! Every statement here is static text with bind parameters. Every path is timed in
 //! `intake_door_seconds`, by outcome.
 
+mod decision;
 mod sold_out;
 
 use std::sync::Arc;
@@ -42,6 +36,7 @@ use crate::domain::records::order::{self, Order};
 use crate::domain::words::status::OrderStatus;
 use crate::domain::{Currency, OrderId, Quantity, Sku, UserId};
 
+use decision::{Door, DoorSaw, LookAgain, Next, Pass, Told};
 pub use sold_out::{SoldOutReads, Verdict};
 
 /// What the door needs of a request.
@@ -95,29 +90,15 @@ pub enum Refusal {
     CardTesting(Duration),
 }
 
-/// A final answer, before the order a used key made is loaded.
+/// What one pass through a door came to.
 #[derive(Debug)]
-enum Outcome {
+enum Passed {
+    /// The order is let in.
     Admitted(Box<Order>),
-    KeyUsed,
-    Refused(Refusal),
-}
-
-/// What one pass through the door saw.
-#[derive(Debug)]
-enum Seen {
-    Final(Outcome),
-    /// The product has a cap per buyer (this one), and so a door of its own ([`capped`]).
-    Capped(i32),
-    /// Closed for a reason the statement could not see in its snapshot.
-    Closed,
-}
-
-/// The second pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Pass {
-    Capped(i32),
-    Again,
+    /// The door admitted nobody: what its statement saw.
+    Closed(DoorSaw),
+    /// Told before the door's statement (the capped door's own checks).
+    Told(Told),
 }
 
 /// Lets `request` in or says why not: `sold_out` from a read this process shares among the
@@ -154,51 +135,51 @@ pub async fn admit(
     admission
 }
 
+/// The walk of the module's table: each statement's sight goes to [`decision`], which says
+/// what the buyer is told or which statement comes next.
 async fn admit_untimed(pool: &Pool, entry: Entry<'_>, gate: u32) -> anyhow::Result<Admission> {
-    let second = match door(pool, entry, Rule::Uncapped { gate }).await? {
-        Seen::Final(outcome) => return answer(pool, entry, outcome).await,
-        Seen::Capped(cap) => Pass::Capped(cap),
-        Seen::Closed => match why(pool, entry, gate).await?.next(entry.quantity, gate) {
-            Next::Answer(outcome) => return answer(pool, entry, outcome).await,
-            Next::Pass(pass) => pass,
-        },
-    };
-    let seen = match second {
-        Pass::Capped(cap) => capped(pool, entry, cap, gate).await?,
-        Pass::Again => door(pool, entry, Rule::Uncapped { gate }).await?,
-    };
-    let last = match seen {
-        Seen::Final(outcome) => outcome,
-        Seen::Capped(_) | Seen::Closed => match why(pool, entry, gate).await?.next(entry.quantity, gate) {
-            Next::Answer(outcome) => outcome,
-            // No third pass. Behind the card gate, an uncapped door closed twice while units
-            // are left: the buyer's other orders are being decided right now, so never
-            // sold_out: come back in a moment. Otherwise the units changed hands twice under
-            // this request: sold out, and they may come back.
-            Next::Pass(_) if gate > 0 && second == Pass::Again => {
-                Outcome::Refused(Refusal::CardTesting(Duration::from_secs(2)))
-            }
-            Next::Pass(_) => Outcome::Refused(Refusal::SoldOut { units_may_return: true }),
-        },
-    };
-    answer(pool, entry, last).await
+    let quantity = i32::from(entry.quantity);
+    let mut pass = Pass::First;
+    let mut door = Door::Uncapped;
+    loop {
+        let passed = match door {
+            Door::Uncapped => statement(pool, entry, Rule::Uncapped { gate }).await?,
+            Door::Capped(cap) => capped(pool, entry, cap, gate).await?,
+        };
+        let next = match passed {
+            Passed::Admitted(order) => return Ok(Admission::Admitted(order)),
+            Passed::Told(told) => Next::Tell(told),
+            Passed::Closed(saw) => match decision::after_door(saw, quantity, pass) {
+                Next::LookAgain => {
+                    decision::after_look(&look_again(pool, entry, gate).await?, quantity, gate, pass)
+                }
+                next => next,
+            },
+        };
+        match next {
+            Next::Tell(told) => return answer(pool, entry, told).await,
+            Next::Through(second) => (pass, door) = (Pass::Second(second), second),
+            // The decision never asks for a look after a look: it tells, or names a door.
+            Next::LookAgain => unreachable!("a look again follows a door's statement only"),
+        }
+    }
 }
 
-/// The admission of an outcome: for a used key, with the order it made. A card-testing
-/// refusal looks the key up first, in a statement of its own: the twin request with this key
-/// whose pending order the gate counted may have committed while this one waited for the
-/// buyer's lock, after the snapshot that looked for it; this request answers from its order.
-async fn answer(pool: &Pool, entry: Entry<'_>, outcome: Outcome) -> anyhow::Result<Admission> {
-    Ok(match outcome {
-        Outcome::Admitted(order) => Admission::Admitted(order),
-        Outcome::Refused(refusal @ Refusal::CardTesting(_)) => {
+/// The admission of what the buyer is told: for a used key, with the order it made. A
+/// card-testing refusal looks the key up first, in a statement of its own: the twin request
+/// with this key whose pending order the gate counted may have committed while this one waited
+/// for the buyer's lock, after the snapshot that looked for it; this request answers from its
+/// order.
+async fn answer(pool: &Pool, entry: Entry<'_>, told: Told) -> anyhow::Result<Admission> {
+    Ok(match told {
+        Told::Refused(refusal @ Refusal::CardTesting(_)) => {
             match order::find_by_key(pool, entry.user, entry.key).await? {
                 Some(twin_s) => Admission::KeyUsed(Box::new(twin_s)),
                 None => Admission::Refused(refusal),
             }
         }
-        Outcome::Refused(refusal) => Admission::Refused(refusal),
-        Outcome::KeyUsed => {
+        Told::Refused(refusal) => Admission::Refused(refusal),
+        Told::KeyUsed => {
             let order = order::find_by_key(pool, entry.user, entry.key)
                 .await?
                 .ok_or_else(|| anyhow::anyhow!("an idempotency key conflicted with no order"))?;
@@ -238,8 +219,12 @@ impl Rule {
 /// it. So when the snapshot already shows the units gone and the key unused, the answer is
 /// `sold_out` for certain: a twin request with this key that took them would be in the
 /// snapshot too. When the snapshot shows the units there but the `UPDATE` found them gone,
-/// it saw [`Seen::Closed`], and [`why`] looks again.
-async fn door<'e>(executor: impl PgExecutor<'e>, entry: Entry<'_>, rule: Rule) -> anyhow::Result<Seen> {
+/// the decision looks again ([`look_again`]).
+async fn statement<'e>(
+    executor: impl PgExecutor<'e>,
+    entry: Entry<'_>,
+    rule: Rule,
+) -> anyhow::Result<Passed> {
     let (any_product, gate) = rule.parameters();
     let row = sqlx::query_file!(
         "src/domain/door/door.sql",
@@ -261,13 +246,15 @@ async fn door<'e>(executor: impl PgExecutor<'e>, entry: Entry<'_>, rule: Rule) -
         Ok(row) => row,
         // The statement failed as a whole, so the promise it made is undone with it: a twin
         // with this key inserted its order after this statement's snapshot.
-        Err(e) if is_twin_s_key(&e) => return Ok(Seen::Final(Outcome::KeyUsed)),
+        Err(e) if is_twin_s_key(&e) => return Ok(Passed::Told(Told::KeyUsed)),
         Err(e) => return Err(anyhow::Error::new(e).context("the door's statement failed")),
     };
     let (key_used, units_left, max_per_buyer) = (row.key_used, row.units_left, row.max_per_buyer);
-    let saw = Saw { key_used, units_left, max_per_buyer, units_may_return: row.units_may_return };
-    let admitted = (move || Some(order::order_from!(row, ?)))();
-    Ok(saw.seen(admitted, entry.quantity, rule))
+    let saw = DoorSaw { key_used, units_left, max_per_buyer, units_may_return: row.units_may_return };
+    Ok(match (move || Some(order::order_from!(row, ?)))() {
+        Some(order) => Passed::Admitted(Box::new(order)),
+        None => Passed::Closed(saw),
+    })
 }
 
 /// Whether the door's insert met the order a twin request with its key made meanwhile.
@@ -275,63 +262,16 @@ fn is_twin_s_key(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(e) if e.constraint() == Some("orders_one_per_idempotency_key"))
 }
 
-/// What the door's statement saw of the key and the product, besides the order it admitted.
-#[derive(Debug, Clone, Copy)]
-struct Saw {
-    key_used: bool,
-    /// `None`: no such product.
-    units_left: Option<i32>,
-    max_per_buyer: Option<i32>,
-    /// Only when the door stayed closed for want of units.
-    units_may_return: Option<bool>,
-}
-
-impl Saw {
-    fn seen(self, admitted: Option<Order>, quantity: Quantity, rule: Rule) -> Seen {
-        if let Some(order) = admitted {
-            return Seen::Final(Outcome::Admitted(Box::new(order)));
-        }
-        match (self.key_used, self.units_left, self.max_per_buyer) {
-            (true, _, _) => Seen::Final(Outcome::KeyUsed),
-            (false, None, _) => Seen::Final(Outcome::Refused(Refusal::UnknownProduct)),
-            (false, Some(left), _) if left < i32::from(quantity) => {
-                let units_may_return = self.units_may_return.unwrap_or(true);
-                Seen::Final(Outcome::Refused(Refusal::SoldOut { units_may_return }))
-            }
-            (false, Some(_), Some(cap)) if matches!(rule, Rule::Uncapped { .. }) => Seen::Capped(cap),
-            (false, Some(_), _) => Seen::Closed,
-        }
-    }
-}
-
-/// What [`why`] saw.
-#[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
-struct Why {
-    twin: bool,
-    /// The buyer's card attempts, counted only with a card-testing limit.
-    attempts: Option<i64>,
-    declines: i64,
-    /// When the decline that keeps the gate closed is an hour old.
-    ages_out_in: Option<f64>,
-    /// `None`: no such product.
-    units_left: Option<i32>,
-    max_per_buyer: Option<i32>,
-    units_may_return: bool,
-}
-
-/// What follows a [`Why`].
-#[derive(Debug)]
-enum Next {
-    Answer(Outcome),
-    Pass(Pass),
-}
-
 /// Why a door closed that its snapshot saw open, in ONE statement: whether a twin with this
 /// key has made its order since, the buyer's card gate (with a limit: `card_attempts` takes the
 /// buyer's lock, then counts afresh), and the product as it is now.
-async fn why<'e>(executor: impl PgExecutor<'e>, entry: Entry<'_>, gate: u32) -> anyhow::Result<Why> {
+async fn look_again<'e>(
+    executor: impl PgExecutor<'e>,
+    entry: Entry<'_>,
+    gate: u32,
+) -> anyhow::Result<LookAgain> {
     let why = sqlx::query_as!(
-        Why,
+        LookAgain,
         r#"WITH recent AS (
              SELECT updated_at FROM orders
               WHERE user_id = $1 AND counts_as_decline(status, failure_reason)
@@ -358,72 +298,30 @@ async fn why<'e>(executor: impl PgExecutor<'e>, entry: Entry<'_>, gate: u32) -> 
     Ok(why)
 }
 
-impl Why {
-    /// The answer, or the pass to try. A twin's order comes first: it is what the gate counted
-    /// or what took the units, and this request answers from it, never `sold_out`.
-    fn next(&self, quantity: Quantity, gate: u32) -> Next {
-        if let Some(outcome) = self.before_the_units(gate) {
-            return Next::Answer(outcome);
-        }
-        match (self.units_left, self.max_per_buyer) {
-            (None, _) => Next::Answer(Outcome::Refused(Refusal::UnknownProduct)),
-            (Some(left), _) if left < i32::from(quantity) => {
-                Next::Answer(Outcome::Refused(Refusal::SoldOut { units_may_return: self.units_may_return }))
-            }
-            (Some(_), Some(cap)) => Next::Pass(Pass::Capped(cap)),
-            (Some(_), None) => Next::Pass(Pass::Again),
-        }
-    }
-
-    /// The answer that does not depend on the units: a twin's order (what the gate counted or
-    /// what took the units), or the card gate closed.
-    fn before_the_units(&self, gate: u32) -> Option<Outcome> {
-        if self.twin {
-            return Some(Outcome::KeyUsed);
-        }
-        self.gate_wait(gate).map(|wait| Outcome::Refused(Refusal::CardTesting(wait)))
-    }
-
-    /// How long until the buyer may try a card again, when the card-testing limit (`gate`)
-    /// closes the door: when the oldest counted decline is an hour old, or, while orders of
-    /// theirs are still being authorized, a moment (they end in a second or two).
-    fn gate_wait(&self, gate: u32) -> Option<Duration> {
-        let limit = i64::from(gate);
-        let attempts = self.attempts?;
-        if attempts < limit {
-            return None;
-        }
-        Some(match self.ages_out_in {
-            Some(seconds) if self.declines >= limit => Duration::from_secs_f64(seconds.max(1.0)),
-            _ => Duration::from_secs(2),
-        })
-    }
-}
-
 /// The door of a product with a cap per buyer: ONE short transaction that takes a lock of the
 /// buyer's own for this product (so a bot's hundred requests at once pass one at a time),
 /// counts the units the buyer's orders that have not failed hold, and runs the door's
 /// statement only if this order fits under the cap. The card gate's lock comes first, as in
 /// every door: locks are always taken in one order. Nothing is written for a refused order.
-async fn capped(pool: &Pool, entry: Entry<'_>, cap: i32, gate: u32) -> anyhow::Result<Seen> {
+async fn capped(pool: &Pool, entry: Entry<'_>, cap: i32, gate: u32) -> anyhow::Result<Passed> {
     // Ended by the server if this client goes quiet inside it: its locks never outlive it.
     let mut tx = crate::runtime::db::begin(pool).await?;
-    let seen = capped_in(&mut tx, entry, cap, gate).await?;
+    let passed = capped_in(&mut tx, entry, cap, gate).await?;
     // Nothing is written unless the order was let in.
-    if let Seen::Final(Outcome::Admitted(_)) = seen {
+    if let Passed::Admitted(_) = passed {
         tx.commit().await?;
     } else {
         tx.rollback().await?;
     }
-    Ok(seen)
+    Ok(passed)
 }
 
 /// [`capped`]'s statements, inside its transaction.
-async fn capped_in(tx: &mut PgConnection, entry: Entry<'_>, cap: i32, gate: u32) -> anyhow::Result<Seen> {
+async fn capped_in(tx: &mut PgConnection, entry: Entry<'_>, cap: i32, gate: u32) -> anyhow::Result<Passed> {
     if gate > 0
-        && let Some(outcome) = why(&mut *tx, entry, gate).await?.before_the_units(gate)
+        && let Some(told) = decision::before_the_units(&look_again(&mut *tx, entry, gate).await?, gate)
     {
-        return Ok(Seen::Final(outcome));
+        return Ok(Passed::Told(told));
     }
     sqlx::query!(
         "SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))",
@@ -445,62 +343,8 @@ async fn capped_in(tx: &mut PgConnection, entry: Entry<'_>, cap: i32, gate: u32)
     )
     .fetch_one(&mut *tx)
     .await?;
-    if held.twin {
-        return Ok(Seen::Final(Outcome::KeyUsed));
+    if let Some(told) = decision::capped(held.twin, held.units, i32::from(entry.quantity), cap) {
+        return Ok(Passed::Told(told));
     }
-    if held.units + i64::from(entry.quantity) > i64::from(cap) {
-        return Ok(Seen::Final(Outcome::Refused(Refusal::OverLimit)));
-    }
-    door(&mut *tx, entry, Rule::Checked).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn quantity(n: i64) -> Quantity {
-        Quantity::parse(n).unwrap()
-    }
-
-    fn open_product() -> Why {
-        Why { units_left: Some(5), ..Why::default() }
-    }
-
-    #[test]
-    fn a_twin_s_order_answers_before_the_gate_and_the_units() {
-        let why = Why { twin: true, attempts: Some(9), units_left: Some(0), ..Why::default() };
-        assert!(matches!(why.next(quantity(1), 3), Next::Answer(Outcome::KeyUsed)));
-    }
-
-    #[test]
-    fn a_closed_gate_waits_for_the_oldest_counted_decline_or_a_moment_while_orders_are_decided() {
-        let declined = Why { attempts: Some(3), declines: 3, ages_out_in: Some(1_200.4), ..open_product() };
-        assert!(matches!(
-            declined.next(quantity(1), 3),
-            Next::Answer(Outcome::Refused(Refusal::CardTesting(wait))) if wait == Duration::from_secs_f64(1_200.4)
-        ));
-        let deciding = Why { attempts: Some(3), declines: 1, ages_out_in: Some(1_200.0), ..open_product() };
-        assert_eq!(deciding.gate_wait(3), Some(Duration::from_secs(2)));
-        let almost_aged = Why { attempts: Some(3), declines: 3, ages_out_in: Some(0.2), ..open_product() };
-        assert_eq!(almost_aged.gate_wait(3), Some(Duration::from_secs(1)));
-        assert_eq!(Why { attempts: Some(2), ..open_product() }.gate_wait(3), None);
-        assert_eq!(Why { attempts: None, declines: 9, ..open_product() }.gate_wait(0), None);
-    }
-
-    #[test]
-    fn the_units_decide_when_the_gate_is_open() {
-        let unknown = Why { units_left: None, ..Why::default() };
-        assert!(matches!(
-            unknown.next(quantity(1), 0),
-            Next::Answer(Outcome::Refused(Refusal::UnknownProduct))
-        ));
-        let gone = Why { units_left: Some(1), units_may_return: false, ..Why::default() };
-        assert!(matches!(
-            gone.next(quantity(2), 0),
-            Next::Answer(Outcome::Refused(Refusal::SoldOut { units_may_return: false }))
-        ));
-        let capped = Why { max_per_buyer: Some(2), ..open_product() };
-        assert!(matches!(capped.next(quantity(2), 0), Next::Pass(Pass::Capped(2))));
-        assert!(matches!(open_product().next(quantity(5), 0), Next::Pass(Pass::Again)));
-    }
+    statement(&mut *tx, entry, Rule::Checked).await
 }

@@ -1,0 +1,266 @@
+//! The door's decision, pure: from what a statement saw to what the buyer is told, or the
+//! statement to run next. [`super::admit`] runs the statements; everything it decides is here,
+//! and tested as a table.
+//!
+//! A request makes at most two passes through a door, and a look after each door that closed
+//! for a reason its snapshot could not see:
+//!
+//! | the door's statement saw | next |
+//! |---|---|
+//! | the key used | tell: the key's order |
+//! | no such product | tell: `unknown_product` |
+//! | fewer units left than asked | tell: `sold_out`, with whether units may come back |
+//! | on the first pass, a product with a cap per buyer | the capped door |
+//! | the units there, but taken while it waited for the row; the card gate closed | look again |
+//!
+//! | the look again saw | next |
+//! |---|---|
+//! | a twin's order under the key | tell: the key's order |
+//! | the card gate closed | tell: card testing, after the wait it says |
+//! | no such product; fewer units left than asked | tell: `unknown_product`; `sold_out` |
+//! | on the first pass, a cap per buyer; none | the capped door; the door again |
+//! | on the second pass, the units there | tell: behind the card gate, after an uncapped door, come back in a moment (the buyer's other orders are being decided); else `sold_out`, the units may come back (they changed hands twice under this request) |
+//!
+//! The capped door, one transaction under a lock of the buyer's own, tells a twin's order or
+//! `purchase_limit_reached` before its door's statement when it can ([`capped`]).
+
+use std::time::Duration;
+
+use super::Refusal;
+
+/// What the door's statement saw, from its one snapshot, when it admitted nobody.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct DoorSaw {
+    /// An order under this buyer's key exists.
+    pub key_used: bool,
+    /// The units not yet promised; `None`: no such product.
+    pub units_left: Option<i32>,
+    /// The product's cap per buyer.
+    pub max_per_buyer: Option<i32>,
+    /// Whether an order holding units of the product may still give them back (read only when
+    /// the units did not fit).
+    pub units_may_return: Option<bool>,
+}
+
+/// What the look after a closed door saw, afresh: a twin's order, the buyer's card gate, and
+/// the product as it is now.
+#[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
+pub(super) struct LookAgain {
+    /// An order under this buyer's key exists (a twin request's, made meanwhile).
+    pub twin: bool,
+    /// The buyer's card attempts, counted only with a card-testing limit.
+    pub attempts: Option<i64>,
+    /// The buyer's declines of the last hour.
+    pub declines: i64,
+    /// When the decline that keeps the gate closed is an hour old, in seconds.
+    pub ages_out_in: Option<f64>,
+    /// The units not yet promised; `None`: no such product.
+    pub units_left: Option<i32>,
+    /// The product's cap per buyer.
+    pub max_per_buyer: Option<i32>,
+    /// Whether an order holding units of the product may still give them back.
+    pub units_may_return: bool,
+}
+
+/// A door a pass goes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Door {
+    /// The door's one statement, for products without a cap per buyer, behind the card gate.
+    Uncapped,
+    /// The capped door's transaction, for a product with this cap per buyer.
+    Capped(i32),
+}
+
+/// Which pass a request is on: the first, or the second, through this door.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pass {
+    First,
+    Second(Door),
+}
+
+/// What the buyer is told, before the order a used key made is read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Told {
+    /// The key's order: an earlier request's, or a twin's a moment ago.
+    KeyUsed,
+    /// Nothing was written, for this reason.
+    Refused(Refusal),
+}
+
+/// What a request does next.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Next {
+    /// Its answer.
+    Tell(Told),
+    /// A second pass, through this door.
+    Through(Door),
+    /// A look again ([`LookAgain`]): the door closed for a reason its snapshot did not show.
+    LookAgain,
+}
+
+/// After a door's statement that admitted nobody, on `pass`, for `quantity` units.
+pub(super) fn after_door(saw: DoorSaw, quantity: i32, pass: Pass) -> Next {
+    match (saw.key_used, saw.units_left, saw.max_per_buyer) {
+        (true, _, _) => Next::Tell(Told::KeyUsed),
+        (false, None, _) => Next::Tell(Told::Refused(Refusal::UnknownProduct)),
+        (false, Some(left), _) if left < quantity => {
+            let units_may_return = saw.units_may_return.unwrap_or(true);
+            Next::Tell(Told::Refused(Refusal::SoldOut { units_may_return }))
+        }
+        (false, Some(_), Some(cap)) if pass == Pass::First => Next::Through(Door::Capped(cap)),
+        (false, Some(_), _) => Next::LookAgain,
+    }
+}
+
+/// After a look again, on `pass`, for `quantity` units, with the card-testing limit `gate`.
+/// A twin's order comes first: it is what the gate counted or what took the units, and this
+/// request answers from it, never `sold_out`.
+pub(super) fn after_look(saw: &LookAgain, quantity: i32, gate: u32, pass: Pass) -> Next {
+    if let Some(told) = before_the_units(saw, gate) {
+        return Next::Tell(told);
+    }
+    match (saw.units_left, saw.max_per_buyer, pass) {
+        (None, _, _) => Next::Tell(Told::Refused(Refusal::UnknownProduct)),
+        (Some(left), _, _) if left < quantity => {
+            Next::Tell(Told::Refused(Refusal::SoldOut { units_may_return: saw.units_may_return }))
+        }
+        (Some(_), Some(cap), Pass::First) => Next::Through(Door::Capped(cap)),
+        (Some(_), None, Pass::First) => Next::Through(Door::Uncapped),
+        // No third pass. Behind the card gate, an uncapped door closed twice while units are
+        // left: the buyer's other orders are being decided right now, so never `sold_out`:
+        // come back in a moment. Otherwise the units changed hands twice under this request:
+        // sold out, and they may come back.
+        (Some(_), _, Pass::Second(Door::Uncapped)) if gate > 0 => {
+            Next::Tell(Told::Refused(Refusal::CardTesting(Duration::from_secs(2))))
+        }
+        (Some(_), _, Pass::Second(_)) => {
+            Next::Tell(Told::Refused(Refusal::SoldOut { units_may_return: true }))
+        }
+    }
+}
+
+/// The answer that does not depend on the units: a twin's order (what the gate counted or what
+/// took the units), or the card gate closed.
+pub(super) fn before_the_units(saw: &LookAgain, gate: u32) -> Option<Told> {
+    if saw.twin {
+        return Some(Told::KeyUsed);
+    }
+    gate_wait(saw, gate).map(|wait| Told::Refused(Refusal::CardTesting(wait)))
+}
+
+/// How long until the buyer may try a card again, when the card-testing limit (`gate`) closes
+/// the door: when the oldest counted decline is an hour old, or, while orders of theirs are
+/// still being authorized, a moment (they end in a second or two).
+pub(super) fn gate_wait(saw: &LookAgain, gate: u32) -> Option<Duration> {
+    let limit = i64::from(gate);
+    let attempts = saw.attempts?;
+    if attempts < limit {
+        return None;
+    }
+    Some(match saw.ages_out_in {
+        Some(seconds) if saw.declines >= limit => Duration::from_secs_f64(seconds.max(1.0)),
+        _ => Duration::from_secs(2),
+    })
+}
+
+/// The capped door's answer before its door's statement, from the units the buyer's orders of
+/// the product hold (`held`, counted under the buyer's lock) and whether a twin's order exists:
+/// `None` lets the order through to the statement.
+pub(super) fn capped(twin: bool, held: i64, quantity: i32, cap: i32) -> Option<Told> {
+    if twin {
+        return Some(Told::KeyUsed);
+    }
+    (held + i64::from(quantity) > i64::from(cap)).then_some(Told::Refused(Refusal::OverLimit))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SOLD_OUT: Next = Next::Tell(Told::Refused(Refusal::SoldOut { units_may_return: true }));
+    const SOLD_FOR_GOOD: Next = Next::Tell(Told::Refused(Refusal::SoldOut { units_may_return: false }));
+    const UNKNOWN: Next = Next::Tell(Told::Refused(Refusal::UnknownProduct));
+    const A_MOMENT: Next = Next::Tell(Told::Refused(Refusal::CardTesting(Duration::from_secs(2))));
+
+    fn door(key_used: bool, units_left: Option<i32>, cap: Option<i32>, may_return: Option<bool>) -> DoorSaw {
+        DoorSaw { key_used, units_left, max_per_buyer: cap, units_may_return: may_return }
+    }
+
+    fn look(units_left: Option<i32>, cap: Option<i32>) -> LookAgain {
+        LookAgain { units_left, max_per_buyer: cap, units_may_return: true, ..LookAgain::default() }
+    }
+
+    #[test]
+    fn after_the_door_s_statement() {
+        let second = Pass::Second(Door::Uncapped);
+        let rows = [
+            ("the key used", door(true, Some(0), None, None), Pass::First, Next::Tell(Told::KeyUsed)),
+            ("no such product", door(false, None, None, None), Pass::First, UNKNOWN),
+            ("too few, some may come back", door(false, Some(1), None, Some(true)), Pass::First, SOLD_OUT),
+            ("too few, every unit sold", door(false, Some(1), None, Some(false)), Pass::First, SOLD_FOR_GOOD),
+            ("too few, not asked", door(false, Some(0), None, None), Pass::First, SOLD_OUT),
+            (
+                "a cap, first pass",
+                door(false, Some(5), Some(3), None),
+                Pass::First,
+                Next::Through(Door::Capped(3)),
+            ),
+            ("a cap, second pass", door(false, Some(5), Some(3), None), second, Next::LookAgain),
+            ("units there, taken meanwhile", door(false, Some(5), None, None), Pass::First, Next::LookAgain),
+            ("taken again", door(false, Some(5), None, None), second, Next::LookAgain),
+        ];
+        for (case, saw, pass, next) in rows {
+            assert_eq!(after_door(saw, 2, pass), next, "{case}");
+        }
+    }
+
+    #[test]
+    fn after_a_look_again() {
+        let twin = LookAgain { twin: true, attempts: Some(9), units_left: Some(0), ..LookAgain::default() };
+        let gated =
+            LookAgain { attempts: Some(3), declines: 3, ages_out_in: Some(1_200.4), ..look(Some(5), None) };
+        let uncapped = Pass::Second(Door::Uncapped);
+        let capped = Pass::Second(Door::Capped(3));
+        let rows: [(&str, LookAgain, u32, Pass, Next); 10] = [
+            ("a twin's order before the gate and the units", twin, 3, Pass::First, Next::Tell(Told::KeyUsed)),
+            (
+                "the gate closed by declines",
+                gated,
+                3,
+                Pass::First,
+                Next::Tell(Told::Refused(Refusal::CardTesting(Duration::from_secs_f64(1_200.4)))),
+            ),
+            ("no such product", look(None, None), 0, Pass::First, UNKNOWN),
+            ("too few", look(Some(1), None), 0, Pass::First, SOLD_OUT),
+            ("a cap, first pass", look(Some(5), Some(2)), 0, Pass::First, Next::Through(Door::Capped(2))),
+            ("no cap, first pass", look(Some(5), None), 0, Pass::First, Next::Through(Door::Uncapped)),
+            ("second uncapped pass behind the gate", look(Some(5), None), 3, uncapped, A_MOMENT),
+            ("second uncapped pass, no gate", look(Some(5), None), 0, uncapped, SOLD_OUT),
+            ("second capped pass behind the gate", look(Some(5), Some(3)), 3, capped, SOLD_OUT),
+            ("second capped pass", look(Some(5), Some(3)), 0, capped, SOLD_OUT),
+        ];
+        for (case, saw, gate, pass, next) in rows {
+            assert_eq!(after_look(&saw, 2, gate, pass), next, "{case}");
+        }
+    }
+
+    #[test]
+    fn a_closed_gate_waits_for_the_oldest_counted_decline_or_a_moment_while_orders_are_decided() {
+        let open = look(Some(5), None);
+        let deciding =
+            LookAgain { attempts: Some(3), declines: 1, ages_out_in: Some(1_200.0), ..open.clone() };
+        assert_eq!(gate_wait(&deciding, 3), Some(Duration::from_secs(2)));
+        let almost_aged =
+            LookAgain { attempts: Some(3), declines: 3, ages_out_in: Some(0.2), ..open.clone() };
+        assert_eq!(gate_wait(&almost_aged, 3), Some(Duration::from_secs(1)));
+        assert_eq!(gate_wait(&LookAgain { attempts: Some(2), ..open.clone() }, 3), None);
+        assert_eq!(gate_wait(&LookAgain { attempts: None, declines: 9, ..open }, 0), None);
+    }
+
+    #[test]
+    fn the_capped_door_tells_a_twin_s_order_then_the_cap() {
+        assert_eq!(capped(true, 9, 1, 2), Some(Told::KeyUsed));
+        assert_eq!(capped(false, 1, 2, 2), Some(Told::Refused(Refusal::OverLimit)));
+        assert_eq!(capped(false, 0, 2, 2), None, "exactly at the cap");
+    }
+}
