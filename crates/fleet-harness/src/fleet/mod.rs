@@ -216,7 +216,8 @@ impl Fleet {
         Ok(())
     }
 
-    /// Waits, for [`CONNECTED_WITHIN`] at most, until the intake holds a PostgreSQL connection:
+    /// Waits, for [`CONNECTED_WITHIN`] at most, until each of the intake's pools (its steps', its
+    /// Stripe budget's) holds a PostgreSQL connection:
     /// it opens its pool in the background, and on a machine running several fleets at once
     /// its first connections can take seconds (PostgreSQL forking and authenticating backends
     /// for every process starting), so a test's first order would meet a cold pool and answer
@@ -229,9 +230,9 @@ impl Fleet {
         while Instant::now() < deadline {
             if let Ok(response) = self.http.get(&url).timeout(Duration::from_secs(2)).send().await
                 && let Ok(text) = response.text().await
-                && crate::metrics::sum_by_label(&[text], "db_pool_connections", "pool")
-                    .values()
-                    .any(|n| *n >= 1.0)
+                && let pools = crate::metrics::sum_by_label(&[text], "db_pool_connections", "pool")
+                && !pools.is_empty()
+                && pools.values().all(|n| *n >= 1.0)
             {
                 return;
             }

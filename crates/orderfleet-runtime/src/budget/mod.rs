@@ -191,14 +191,16 @@ impl std::fmt::Debug for StripeBudget {
 impl StripeBudget {
     /// This process's membership of the fleet's budget in `pool`'s database, on a connection
     /// of its own (`<process> stripe-budget`: a tick must not queue behind the process's
-    /// other steps while its lease runs); it first ticks when the first request asks for a
-    /// turn.
+    /// other steps while its lease runs), opened at once and kept: a tick waits at most a lease
+    /// for its connection, and on a busy host opening one (a backend forked, the password's
+    /// SCRAM exchange) took longer, so that a process's first Stripe request found no turn. It
+    /// first ticks when the first request asks for a turn.
     pub fn new(pool: &Pool, limits: FleetLimits, max_wait: Duration) -> Arc<Self> {
         let process = std::env::args()
             .next()
             .and_then(|p| std::path::Path::new(&p).file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_else(|| "orderfleet".to_owned());
-        let one = crate::pool::Limits { max_connections: 1, min_connections: 0, acquire_timeout: LEASE };
+        let one = crate::pool::Limits { max_connections: 1, min_connections: 1, acquire_timeout: LEASE };
         let pool = pool.sibling(&format!("{process} stripe-budget"), one);
         Arc::new(Self {
             lanes: Default::default(),
