@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use fleet_harness::eventually;
-use orderfleet::domain::OrderId;
 use orderfleet::domain::payments::{PaymentError, Payments, RetryPolicy};
 use orderfleet::domain::records::order::Order;
 use orderfleet::domain::steps::authorization;
@@ -14,6 +13,7 @@ use orderfleet::domain::steps::three_d_secure;
 use orderfleet::runtime::config::{Env, StripeConfig};
 use orderfleet::runtime::db::Pool;
 use orderfleet_tests::TestDatabase;
+use orderfleet_words::OrderId;
 
 /// A lease that lapses at once, and one that lasts the test.
 const MOMENT: Duration = Duration::from_millis(1);

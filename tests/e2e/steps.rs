@@ -8,8 +8,6 @@ use std::time::Duration;
 
 use order_intake::orders::{Intake, Placed};
 use order_intake::request::{IdempotencyKey, OrderRequest};
-use orderfleet::domain::OrderId;
-use orderfleet::domain::UserId;
 use orderfleet::domain::payments::{Payments, RetryPolicy};
 use orderfleet::domain::records::outbox::{Envelope, EventType};
 use orderfleet::domain::steps::fulfilment::Fulfilment;
@@ -17,6 +15,8 @@ use orderfleet::runtime::config::{Env, StripeConfig};
 use orderfleet::runtime::failure::{Kind, Source};
 use orderfleet::runtime::trace::Trace;
 use orderfleet_tests::TestDatabase;
+use orderfleet_words::OrderId;
+use orderfleet_words::UserId;
 use stock_worker::StockCheck;
 use uuid::Uuid;
 

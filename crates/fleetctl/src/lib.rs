@@ -202,8 +202,8 @@ async fn warn_of_holds_ending(env: &Env, sample: &[dlq::Peeked]) {
 
 #[cfg(test)]
 mod tests {
-    use orderfleet::domain::UserId;
     use orderfleet::domain::tokens::TokenVerifier;
+    use orderfleet_words::UserId;
 
     use super::*;
 

@@ -201,9 +201,9 @@ pub(crate) fn holds_ending(ending: &[HoldEnding], now: DateTime<Utc>) -> String 
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
-    use orderfleet::domain::OrderId;
     use orderfleet::domain::records::outbox::{Destination, EventType};
-    use orderfleet::domain::{Currency, Sku};
+    use orderfleet_words::OrderId;
+    use orderfleet_words::{Currency, Sku};
 
     use super::*;
 

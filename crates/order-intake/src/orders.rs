@@ -16,8 +16,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use orderfleet::domain::OrderId;
-use orderfleet::domain::UserId;
 use orderfleet::domain::door::{self, Admission, Refusal, SoldOutReads};
 use orderfleet::domain::payments::Payments;
 use orderfleet::domain::records::order::Order;
@@ -26,6 +24,8 @@ use orderfleet::domain::steps::leased::AuthorizationError;
 use orderfleet::domain::words::status::{FailureReason, OrderStatus};
 use orderfleet::runtime::db::Pool;
 use orderfleet::runtime::failure::Kind;
+use orderfleet_words::OrderId;
+use orderfleet_words::UserId;
 
 use crate::error::ApiError;
 

@@ -20,9 +20,7 @@
 //!   deep, and the fleet's Stripe request budget.
 //! - [`telemetry`], [`trace`] and [`ops`]: logs (text or JSON), one trace per order across
 //!   processes, and `/healthz` and `/metrics`.
-//! - [`stripe_http`]: the HTTP client Stripe's requests go through, its connections kept;
-//!   [`minimum_charge`]: Stripe's least charge per currency, which fleetctl and stripe-sim
-//!   both keep.
+//! - [`stripe_http`]: the HTTP client Stripe's requests go through, its connections kept.
 //! - [`failpoint`]: crash points for the fault-injection suite, off unless a test sets them.
 
 pub mod aws;
@@ -34,7 +32,6 @@ pub mod consumer;
 pub mod db;
 pub mod failpoint;
 pub mod failure;
-pub mod minimum_charge;
 pub mod ops;
 pub mod pool;
 pub mod service;

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use orderfleet::domain::OrderId;
 use orderfleet::domain::records::outbox::{Destination, EventType};
 use orderfleet::runtime::db::Pool;
 use orderfleet::runtime::failure::{Failure, Kind, Outcome};
+use orderfleet_words::OrderId;
 use uuid::Uuid;
 
 use crate::config::RelayTuning;

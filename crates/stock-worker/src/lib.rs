@@ -17,11 +17,11 @@ pub mod line;
 pub mod service;
 
 use line::Line;
-use orderfleet::domain::OrderId;
 use orderfleet::domain::records::outbox::{Destination, Envelope};
 use orderfleet::domain::steps::fulfilment::{Fulfilment, Step};
 use orderfleet::runtime::consumer::{Handler, Outcome, Received};
 use orderfleet::runtime::failure::{Failure, Source};
+use orderfleet_words::OrderId;
 use std::sync::Arc;
 use tracing::Instrument;
 

@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use orderfleet::domain::OrderId;
 use orderfleet::domain::steps::fulfilment::{Fulfilment, Step};
+use orderfleet_words::OrderId;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;

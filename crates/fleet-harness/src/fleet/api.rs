@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use orderfleet::domain::UserId;
 use orderfleet::domain::tokens;
+use orderfleet_words::UserId;
 use serde_json::Value;
 
 use super::Fleet;
@@ -29,10 +29,10 @@ impl Fleet {
     /// upsert --stock` does).
     pub async fn product(&self, id: &str, price_minor: i64, units: i32) -> anyhow::Result<()> {
         let product = orderfleet::domain::records::product::ProductUpsert {
-            id: orderfleet::domain::Sku::parse(id).map_err(anyhow::Error::msg)?,
+            id: orderfleet_words::Sku::parse(id).map_err(anyhow::Error::msg)?,
             name: id.to_owned(),
             price_minor,
-            currency: orderfleet::domain::Currency::parse("usd").map_err(anyhow::Error::msg)?,
+            currency: orderfleet_words::Currency::parse("usd").map_err(anyhow::Error::msg)?,
             units_total: units,
             max_per_buyer: None,
         };

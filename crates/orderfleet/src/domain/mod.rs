@@ -4,7 +4,7 @@
 //!
 //! | layer | what it holds | imports from |
 //! |---|---|---|
-//! | [`words`] | the checked values an order is made of ([`OrderId`], [`UserId`], [`Sku`], [`Quantity`], [`Currency`], [`Money`]), its statuses and failure reasons, a payment hold as the order sees it | nothing |
+//! | [`words`], with the `orderfleet-words` crate | the checked values an order is made of (`orderfleet_words::{OrderId, UserId, Sku, Quantity, Currency, Money}`) and a payment hold as the order sees it (`orderfleet_words::hold`), in a crate below the payments crate too; here, its statuses and failure reasons | nothing |
 //! | [`tokens`] | the buyers' bearer tokens: the intake verifies them (HS256, or a JWKS), `fleetctl` issues them | words |
 //! | [`records`] | the rows and their moves: the order and SPEC §5's arrows (`records/order/moves.rs`), the outbox, the product and its unit counters | words |
 //! | [`payments`] | Stripe's PaymentIntents through async-stripe, within the fleet's Stripe budget | words |
@@ -16,8 +16,6 @@
 //! `steps`, fulfilment never imports the authorization: an authorized order is all it needs.
 
 pub mod words;
-
-pub use words::ids::{Currency, Money, OrderId, Quantity, Sku, UserId};
 
 pub mod door;
 pub mod payments;

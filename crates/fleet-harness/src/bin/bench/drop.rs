@@ -28,8 +28,8 @@ use fleet_harness::audit::Audit;
 use futures::StreamExt;
 use order_intake::limits::LimitsConfig;
 use order_intake::request::OrderRequest;
-use orderfleet::domain::UserId;
 use orderfleet::domain::door::{self, Admission};
+use orderfleet_words::UserId;
 
 use fleet_harness::percentile;
 
@@ -407,10 +407,10 @@ async fn hot_row(database_url: &str) -> anyhow::Result<String> {
     orderfleet::domain::records::product::upsert(
         pool,
         &orderfleet::domain::records::product::ProductUpsert {
-            id: orderfleet::domain::Sku::parse("hot-row").map_err(anyhow::Error::msg)?,
+            id: orderfleet_words::Sku::parse("hot-row").map_err(anyhow::Error::msg)?,
             name: "hot row".into(),
             price_minor: 1000,
-            currency: orderfleet::domain::Currency::parse("usd").map_err(anyhow::Error::msg)?,
+            currency: orderfleet_words::Currency::parse("usd").map_err(anyhow::Error::msg)?,
             units_total: orderfleet::domain::records::product::MAX_UNITS,
             max_per_buyer: None,
         },

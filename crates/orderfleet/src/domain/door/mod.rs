@@ -40,7 +40,7 @@ use sqlx::{PgConnection, PgExecutor};
 
 use crate::domain::records::order::{self, Order};
 use crate::domain::words::status::OrderStatus;
-use crate::domain::{Currency, OrderId, Quantity, Sku, UserId};
+use orderfleet_words::{Currency, OrderId, Quantity, Sku, UserId};
 
 pub use sold_out::{SoldOutReads, Verdict};
 

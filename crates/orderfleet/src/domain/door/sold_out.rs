@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::Entry;
-use crate::domain::{Quantity, Sku, UserId};
 use crate::runtime::db::Pool;
+use orderfleet_words::{Quantity, Sku, UserId};
 
 /// The most requests one read answers; more waiting are the next batch's.
 const MOST_A_BATCH: usize = 4_096;

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use stripe::{ApiErrorsCode, ApiErrorsType, StripeError};
 
-use crate::domain::OrderId;
 use crate::runtime::backoff::Backoff;
 use crate::runtime::budget::Endpoint;
 use crate::runtime::failure::{Failure, Source};
+use orderfleet_words::OrderId;
 
 /// The operations that carry their own idempotency key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

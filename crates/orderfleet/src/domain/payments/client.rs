@@ -21,12 +21,12 @@ use super::classify::{Operation, PaymentError, RetryPolicy, classify, is_rate_li
 use super::held_here::HeldHere;
 use super::intent::{AttemptDid, EXPAND, Intent, IntentStatus};
 use super::one_at_a_time::OneAtATime;
-use crate::domain::words::hold::OrderIntent;
-use crate::domain::{Money, OrderId, UserId};
 use crate::runtime::budget::{Endpoint, FleetLimits, StripeBudget};
 use crate::runtime::config::StripeConfig;
 use crate::runtime::db::Pool;
 use crate::runtime::stripe_http::PooledStripe;
+use orderfleet_words::hold::OrderIntent;
+use orderfleet_words::{Money, OrderId, UserId};
 
 /// How much older than a create's send its intent must be to be a replay: Stripe's `created`
 /// is in whole seconds, and the clocks are placed on each other to about a second.

@@ -5,8 +5,8 @@
 
 use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod, PaymentIntentStatus};
 
-use crate::domain::words::hold::{BuyerAction, Hold};
-use crate::domain::{Money, OrderId};
+use orderfleet_words::hold::{BuyerAction, Hold};
+use orderfleet_words::{Money, OrderId};
 
 /// The state of a PaymentIntent that matters to the fleet.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,8 +12,8 @@ use stripe_types::{RangeBoundsTs, RangeQueryTs};
 use super::classify::{Operation, PaymentError};
 use super::client::Payments;
 use super::intent::{EXPAND, Intent, IntentStatus};
-use crate::domain::OrderId;
 use crate::runtime::stripe_http::PooledStripe;
+use orderfleet_words::OrderId;
 
 /// How much earlier than the order's creation, on Stripe's clock, a lookup's window opens: the
 /// database's clock (which dates the order) and this machine's may differ a little (both keep

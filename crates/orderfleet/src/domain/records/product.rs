@@ -31,7 +31,7 @@
 use crate::runtime::db::Pool;
 use anyhow::Context;
 
-use crate::domain::{Currency, Sku};
+use orderfleet_words::{Currency, Sku};
 
 /// The most units a product may be given: far beyond any drop, and far from the limits of the
 /// counters (`integer`) however many orders are promised on top.
@@ -134,10 +134,10 @@ pub enum UpsertError {
 }
 
 /// A price under Stripe's minimum charge for its currency
-/// ([`crate::runtime::minimum_charge`]); a currency Stripe lists no minimum for is Stripe's to
+/// ([`orderfleet_words::minimum_charge`]); a currency Stripe lists no minimum for is Stripe's to
 /// judge.
 fn below_minimum_charge(product: &ProductUpsert) -> Option<UpsertError> {
-    let minimum = crate::runtime::minimum_charge::minimum_charge(product.currency.as_str())?;
+    let minimum = orderfleet_words::minimum_charge::minimum_charge(product.currency.as_str())?;
     (product.price_minor < minimum.minor).then(|| UpsertError::BelowMinimumCharge {
         price: product.price_minor,
         currency: minimum.currency.to_ascii_uppercase(),

@@ -30,9 +30,9 @@
 
 use std::time::Duration;
 
-use crate::domain::OrderId;
 use crate::runtime::db::Pool;
 use anyhow::Context;
+use orderfleet_words::OrderId;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -211,8 +211,9 @@ impl Sweeper {
         for order in orders.into_iter().take_while(|_| !stop.is_cancelled()) {
             let (id, traceparent) = (order.id, order.traceparent);
             let span = crate::runtime::trace::order_span(id, traceparent.as_deref());
-            let settled =
-                three_d_secure::take_and_settle(&self.pool, &self.payments, id, None).instrument(span.clone()).await;
+            let settled = three_d_secure::take_and_settle(&self.pool, &self.payments, id, None)
+                .instrument(span.clone())
+                .await;
             match settled {
                 Ok(None) => continue, // a webhook is settling it
                 Ok(Some(Settled::Waiting)) | Err(AuthorizationError::ProviderUnavailable(_)) => {

@@ -25,9 +25,9 @@
 
 use crate::domain::payments::Payments;
 use crate::domain::records::order::{Move, Order, Transition};
-use crate::domain::words::hold::Hold;
 use crate::domain::words::status::{FailureReason, OrderStatus};
 use crate::runtime::db::Pool;
+use orderfleet_words::hold::Hold;
 
 /// Where the refused move was made: the label of `orders_refused_by_database_total{path}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

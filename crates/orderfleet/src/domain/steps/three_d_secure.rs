@@ -30,12 +30,12 @@ use std::time::Duration;
 
 use crate::runtime::db::Pool;
 
-use crate::domain::OrderId;
 use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
 use crate::domain::records::order::{Order, StripeEvent, Transition};
 use crate::domain::steps::leased::AuthorizationError;
 use crate::domain::steps::refusal::{self, Ended};
 use crate::domain::words::status::{FailureReason, OrderStatus};
+use orderfleet_words::OrderId;
 
 /// What settling did to the order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -264,17 +264,17 @@ async fn refused(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::Money;
+    use orderfleet_words::Money;
 
     fn order() -> Order {
         let now = chrono::Utc::now();
         Order {
             id: OrderId::new(),
-            user_id: crate::domain::UserId::parse("ann").unwrap(),
+            user_id: orderfleet_words::UserId::parse("ann").unwrap(),
             request_hash: Vec::new(),
-            product_id: crate::domain::Sku::parse("sku-1").unwrap(),
-            quantity: crate::domain::Quantity::parse(1).unwrap(),
-            amount: Money { minor: 1000, currency: crate::domain::Currency::parse("USD").unwrap() },
+            product_id: orderfleet_words::Sku::parse("sku-1").unwrap(),
+            quantity: orderfleet_words::Quantity::parse(1).unwrap(),
+            amount: Money { minor: 1000, currency: orderfleet_words::Currency::parse("USD").unwrap() },
             payment_method: "pm_card_threeDSecure2Required".into(),
             status: OrderStatus::RequiresAction,
             position: 1,

@@ -35,7 +35,6 @@
 use crate::runtime::db::Pool;
 use serde::Deserialize;
 
-use crate::domain::OrderId;
 use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
 use crate::domain::records::order::{self, Order, StripeEvent, Transition, query_order};
 use crate::domain::steps::leased::AuthorizationError;
@@ -43,6 +42,7 @@ use crate::domain::steps::releases;
 use crate::domain::steps::three_d_secure::{self, Settled};
 use crate::domain::words::status::StatusSet;
 use crate::domain::words::status::{FailureReason, OrderStatus};
+use orderfleet_words::OrderId;
 
 /// The event types the fleet applies (SPEC §4); any other is answered `200` and ignored.
 pub const HANDLED: [&str; 5] = [AMOUNT_CAPTURABLE_UPDATED, PAYMENT_FAILED, CANCELED, REFUNDED, DISPUTED];

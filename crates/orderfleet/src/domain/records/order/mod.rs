@@ -7,15 +7,15 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
-use crate::domain::{Money, OrderId, Quantity, Sku, UserId};
+use orderfleet_words::{Money, OrderId, Quantity, Sku, UserId};
 
 mod moves;
 mod transition;
 
 use crate::domain::records::outbox::OrderNotification;
-use crate::domain::words::hold::{BuyerAction, Hold, OrderIntent};
 use crate::domain::words::status::{FailureReason, OrderStatus};
 pub use moves::Move;
+use orderfleet_words::hold::{BuyerAction, Hold, OrderIntent};
 pub use transition::{StripeEvent, Transition, record_event};
 
 /// An order as stored: the one shape every part reads (the intake, the authorization, the
@@ -128,7 +128,7 @@ pub(crate) struct OrderRow {
     pub(crate) product_id: Sku,
     pub(crate) quantity: Quantity,
     pub(crate) amount_minor: i64,
-    pub(crate) currency: crate::domain::Currency,
+    pub(crate) currency: orderfleet_words::Currency,
     pub(crate) payment_method: String,
     pub(crate) status: OrderStatus,
     pub(crate) position: i64,
@@ -158,7 +158,7 @@ macro_rules! order_from {
             request_hash: $row.request_hash $($some)?,
             product_id: $row.product_id $($some)?,
             quantity: $row.quantity $($some)?,
-            amount: $crate::domain::Money { minor: $row.amount_minor $($some)?, currency: $row.currency $($some)? },
+            amount: orderfleet_words::Money { minor: $row.amount_minor $($some)?, currency: $row.currency $($some)? },
             payment_method: $row.payment_method $($some)?,
             status: $row.status $($some)?,
             position: $row.position $($some)?,
@@ -192,10 +192,10 @@ macro_rules! query_order {
     ($head:literal, $tail:literal $($args:tt)*) => {
         sqlx::query_as!(
             $crate::domain::records::order::OrderRow,
-            $head + r#" id AS "id: crate::domain::OrderId", user_id AS "user_id: crate::domain::UserId",
-                request_hash, product_id AS "product_id: crate::domain::Sku",
-                quantity AS "quantity: crate::domain::Quantity", amount_minor,
-                currency AS "currency: crate::domain::Currency", payment_method,
+            $head + r#" id AS "id: orderfleet_words::OrderId", user_id AS "user_id: orderfleet_words::UserId",
+                request_hash, product_id AS "product_id: orderfleet_words::Sku",
+                quantity AS "quantity: orderfleet_words::Quantity", amount_minor,
+                currency AS "currency: orderfleet_words::Currency", payment_method,
                 status AS "status: crate::domain::words::status::OrderStatus", position, payment_intent_id,
                 failure_reason AS "failure_reason: crate::domain::words::status::FailureReason",
                 authorization_released_at, traceparent, payment_attempt,

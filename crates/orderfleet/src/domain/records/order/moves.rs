@@ -11,10 +11,10 @@
 //! units in line order (`fulfilment/reserve.sql`), and the decline of a pending order counts the
 //! card's attempts (`authorization/decline.sql`). They are named in [`Move`] all the same.
 
-use crate::domain::OrderId;
 use crate::domain::records::outbox::{EventType, OrderNotification};
-use crate::domain::words::hold::{BuyerAction, Hold};
 use crate::domain::words::status::{FailureReason, OrderStatus};
+use orderfleet_words::OrderId;
+use orderfleet_words::hold::{BuyerAction, Hold};
 
 use super::{Order, Transition};
 

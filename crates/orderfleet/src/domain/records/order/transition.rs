@@ -6,8 +6,8 @@ use serde::Serialize;
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
-use crate::domain::OrderId;
 use crate::domain::records::outbox::{Destination, EventType};
+use orderfleet_words::OrderId;
 
 use super::{BuyerAction, FailureReason, Hold, OrderStatus};
 

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 mod record;
 
-use crate::domain::OrderId;
 use crate::runtime::db::Pool;
+use orderfleet_words::OrderId;
 
 use crate::domain::steps::leased::AuthorizationError;
 pub(crate) use crate::domain::steps::leased::within;

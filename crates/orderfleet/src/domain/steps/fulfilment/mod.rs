@@ -35,17 +35,17 @@ use std::time::Duration;
 
 use crate::runtime::db::Pool;
 
-use crate::domain::OrderId;
+use orderfleet_words::OrderId;
 
 use crate::domain::payments::{PaymentError, Payments};
 use crate::domain::records::order::{self, Order};
 use crate::domain::records::outbox::OrderNotification;
 use crate::domain::records::outbox::ReservedAtCommit;
 use crate::domain::steps::refusal::{self, Ended};
-use crate::domain::words::hold::OrderIntent;
 use crate::domain::words::status::{OrderStatus, StatusSet};
 use crate::runtime::failure::{Failure, Outcome, Source};
 pub use line::{fits_in_line, fits_whatever_the_pending_do};
+use orderfleet_words::hold::OrderIntent;
 use reserve::{Arrival, Reserved};
 use settle::Captured;
 

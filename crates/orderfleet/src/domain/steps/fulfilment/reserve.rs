@@ -11,10 +11,10 @@ use uuid::Uuid;
 
 use super::Fulfilment;
 use super::line::fits_whatever_the_pending_do;
-use crate::domain::OrderId;
 use crate::domain::records::order::{self, Order};
 use crate::domain::records::outbox::OrderNotification;
 use crate::domain::words::status::{FailureReason, OrderStatus};
+use orderfleet_words::OrderId;
 
 /// What the reservation statement ([`Fulfilment::arrive`]) did, and so what is left to do.
 pub(super) enum Arrival {
@@ -70,9 +70,9 @@ impl Fulfilment {
                   WHERE id IN (SELECT id FROM claim) AND EXISTS (SELECT 1 FROM taken)
               RETURNING updated_at
              )
-             SELECT id AS "id: OrderId", user_id AS "user_id: crate::domain::UserId", request_hash,
-                    product_id AS "product_id: crate::domain::Sku", quantity AS "quantity: crate::domain::Quantity",
-                    amount_minor, currency AS "currency: crate::domain::Currency", payment_method,
+             SELECT id AS "id: OrderId", user_id AS "user_id: orderfleet_words::UserId", request_hash,
+                    product_id AS "product_id: orderfleet_words::Sku", quantity AS "quantity: orderfleet_words::Quantity",
+                    amount_minor, currency AS "currency: orderfleet_words::Currency", payment_method,
                     CASE WHEN EXISTS (SELECT 1 FROM moved) THEN 'stock_reserved'::order_status ELSE status END AS "status!: OrderStatus",
                     position, payment_intent_id, failure_reason AS "failure_reason: FailureReason",
                     authorization_released_at, traceparent,

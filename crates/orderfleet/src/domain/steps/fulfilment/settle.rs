@@ -8,12 +8,12 @@
 use std::time::Duration;
 
 use super::{Fulfilment, Step};
-use crate::domain::OrderId;
 use crate::domain::payments::{AttemptDid, Intent, IntentStatus, PaymentError};
 use crate::domain::records::order::{self, Order, Transition};
 use crate::domain::records::outbox::OrderNotification;
 use crate::domain::words::status::OrderStatus;
 use crate::runtime::failure::{Failure, Source};
+use orderfleet_words::OrderId;
 
 /// What a capture step did.
 pub(super) enum Captured {
