@@ -6,12 +6,13 @@
 use std::time::Duration;
 
 use fleet_harness::eventually;
-use orderfleet::domain::payments::{PaymentError, Payments, RetryPolicy};
 use orderfleet::domain::records::order::Order;
 use orderfleet::domain::steps::authorization;
 use orderfleet::domain::steps::three_d_secure;
-use orderfleet::runtime::config::{Env, StripeConfig};
+use orderfleet::runtime::config::Env;
 use orderfleet::runtime::db::Pool;
+use orderfleet_payments::StripeConfig;
+use orderfleet_payments::{PaymentError, Payments, RetryPolicy};
 use orderfleet_tests::TestDatabase;
 use orderfleet_words::OrderId;
 

@@ -19,15 +19,16 @@ use cli::{
     Cli, Command, DlqCommand, OrderCommand, OutboxCommand, ProductCommand, ResolveArgs, SweepArgs, TokenArgs,
     UpsertArgs,
 };
-use orderfleet::domain::payments::{Payments, RetryPolicy};
 use orderfleet::domain::records::order;
 use orderfleet::domain::records::product::{self, ProductUpsert};
 use orderfleet::domain::recovery::resolution;
 use orderfleet::domain::recovery::sweeper::{SweepPolicy, Sweeper};
 use orderfleet::domain::tokens;
 use orderfleet::runtime::aws::Aws;
-use orderfleet::runtime::config::{AuthConfig, DatabaseConfig, Env, QueueConfig, StripeConfig};
+use orderfleet::runtime::config::{AuthConfig, DatabaseConfig, Env, QueueConfig};
 use orderfleet::runtime::db::{self, PoolSize};
+use orderfleet_payments::StripeConfig;
+use orderfleet_payments::{Payments, RetryPolicy};
 
 /// Runs the command line `args` (the program's name first, as `std::env::args_os` gives it).
 pub async fn main(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {

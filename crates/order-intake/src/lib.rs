@@ -40,17 +40,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use orderfleet::domain::door::SoldOutReads;
-use orderfleet::domain::payments::{Payments, RetryPolicy};
 use orderfleet::domain::tokens::TokenVerifier;
-use orderfleet::runtime::config::{
-    AuthConfig, ConfigError, DatabaseConfig, Env, RuntimeConfig, StripeConfig,
-};
+use orderfleet::runtime::config::{AuthConfig, ConfigError, DatabaseConfig, Env, RuntimeConfig};
 use orderfleet::runtime::db::Pool;
 use orderfleet::runtime::db::{self, PoolSize};
 use orderfleet::runtime::ops;
 use orderfleet::runtime::service::Service;
 use orderfleet::runtime::tasks::Tasks;
 use orderfleet::runtime::trace::CallerTrace;
+use orderfleet_payments::StripeConfig;
+use orderfleet_payments::{Payments, RetryPolicy};
 use tokio_util::sync::CancellationToken;
 
 use crate::limits::{Limits, LimitsConfig};

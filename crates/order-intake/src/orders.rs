@@ -17,13 +17,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use orderfleet::domain::door::{self, Admission, Refusal, SoldOutReads};
-use orderfleet::domain::payments::Payments;
 use orderfleet::domain::records::order::Order;
 use orderfleet::domain::steps::authorization::{self, Recorded};
 use orderfleet::domain::steps::leased::AuthorizationError;
 use orderfleet::domain::words::status::{FailureReason, OrderStatus};
 use orderfleet::runtime::db::Pool;
 use orderfleet::runtime::failure::Kind;
+use orderfleet_payments::Payments;
 use orderfleet_words::OrderId;
 use orderfleet_words::UserId;
 

@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
-use orderfleet::domain::payments::{Payments, RetryPolicy};
 use orderfleet::domain::steps::fulfilment::Fulfilment;
-use orderfleet::runtime::config::{DatabaseConfig, Env, StripeConfig};
+use orderfleet::runtime::config::{DatabaseConfig, Env};
 use orderfleet::runtime::failure::{Kind, Source};
+use orderfleet_payments::StripeConfig;
+use orderfleet_payments::{Payments, RetryPolicy};
 use proptest::prelude::*;
 use stock_worker::StockCheck;
 

@@ -292,7 +292,7 @@ impl DropFigures {
             budget.creates_per_second,
             budget.median_second,
             options.stripe_limit,
-            f64::from(options.stripe_limit) / orderfleet::runtime::budget::WINDOW.as_secs_f64(),
+            f64::from(options.stripe_limit) / orderfleet_payments::budget::WINDOW.as_secs_f64(),
             budget.busiest_by_endpoint,
             budget.ticks,
             budget.ticks * 5.0,

@@ -36,12 +36,12 @@ use orderfleet_words::OrderId;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::domain::payments::Payments;
 use crate::domain::steps::authorization;
 use crate::domain::steps::fulfilment::{Fulfilment, Step};
 use crate::domain::steps::leased::AuthorizationError;
 use crate::domain::steps::three_d_secure::{self, Settled};
 use crate::runtime::failure::Kind;
+use orderfleet_payments::Payments;
 
 /// The least time between two of the sweeper's wakes for 3-D Secure deadlines
 /// ([`Sweeper::run`]): an order is settled within about this of its deadline.
@@ -390,9 +390,10 @@ impl Sweeper {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::payments::RetryPolicy;
     use crate::domain::records::order::lease_for;
-    use crate::runtime::config::{Env, StripeConfig};
+    use crate::runtime::config::Env;
+    use orderfleet_payments::RetryPolicy;
+    use orderfleet_payments::StripeConfig;
 
     #[tokio::test]
     async fn the_sweeper_s_lease_outlasts_its_longest_work_on_an_order() {

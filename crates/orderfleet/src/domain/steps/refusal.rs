@@ -23,10 +23,10 @@
 //! is taken by then, so there is no hold to cancel, and ending the order failed would give back
 //! a unit that is sold; its message goes to the DLQ with the reason, for a person.
 
-use crate::domain::payments::Payments;
 use crate::domain::records::order::{Move, Order, Transition};
 use crate::domain::words::status::{FailureReason, OrderStatus};
 use crate::runtime::db::Pool;
+use orderfleet_payments::Payments;
 use orderfleet_words::hold::Hold;
 
 /// Where the refused move was made: the label of `orders_refused_by_database_total{path}`.

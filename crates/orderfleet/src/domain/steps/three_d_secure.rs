@@ -30,11 +30,11 @@ use std::time::Duration;
 
 use crate::runtime::db::Pool;
 
-use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
 use crate::domain::records::order::{Order, StripeEvent, Transition};
 use crate::domain::steps::leased::AuthorizationError;
 use crate::domain::steps::refusal::{self, Ended};
 use crate::domain::words::status::{FailureReason, OrderStatus};
+use orderfleet_payments::{Intent, IntentStatus, PaymentError, Payments};
 use orderfleet_words::OrderId;
 
 /// What settling did to the order.
@@ -314,8 +314,8 @@ mod tests {
     async fn a_webhook_s_settle_holds_its_lease_through_five_stripe_calls_at_their_longest() {
         // Arrange: the intake's Stripe client, which settles 3-D Secure for a webhook.
         let env = crate::runtime::config::Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_action")]);
-        let config = crate::runtime::config::StripeConfig::from_env(&env).unwrap();
-        let retry = crate::domain::payments::RetryPolicy::default();
+        let config = orderfleet_payments::StripeConfig::from_env(&env).unwrap();
+        let retry = orderfleet_payments::RetryPolicy::default();
         let payments = Payments::new(&config, retry, crate::runtime::db::unreachable_pool()).unwrap();
 
         // Act

@@ -35,13 +35,13 @@
 use crate::runtime::db::Pool;
 use serde::Deserialize;
 
-use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
 use crate::domain::records::order::{self, Order, StripeEvent, Transition, query_order};
 use crate::domain::steps::leased::AuthorizationError;
 use crate::domain::steps::releases;
 use crate::domain::steps::three_d_secure::{self, Settled};
 use crate::domain::words::status::StatusSet;
 use crate::domain::words::status::{FailureReason, OrderStatus};
+use orderfleet_payments::{Intent, IntentStatus, PaymentError, Payments};
 use orderfleet_words::OrderId;
 
 /// The event types the fleet applies (SPEC §4); any other is answered `200` and ignored.

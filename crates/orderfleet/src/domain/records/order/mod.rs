@@ -52,7 +52,7 @@ pub struct Order {
     pub authorization_released_at: Option<DateTime<Utc>>,
     /// The W3C trace context of the request that made the order ([`crate::runtime::trace`]).
     pub traceparent: Option<String>,
-    /// Its Stripe attempt, from 1 ([`crate::domain::payments::Operation::idempotency_key`]).
+    /// Its Stripe attempt, from 1 ([`orderfleet_payments::Operation::idempotency_key`]).
     pub payment_attempt: i32,
     /// The attempt's key has answered a 5xx, which Stripe saved under it
     /// ([`crate::domain::steps::authorization::resume`]).
@@ -216,7 +216,7 @@ pub const LEASE_MARGIN: std::time::Duration = crate::runtime::db::STATEMENT_TIME
 /// (60 s: a lease of 65 s); settling 3-D Secure makes five Stripe calls at most
 /// ([`crate::domain::steps::three_d_secure::settle_deadline`]), resuming a pending order six
 /// ([`crate::domain::steps::authorization::resume_deadline`]), each at most
-/// [`crate::domain::payments::RetryPolicy::longest_call`].
+/// [`orderfleet_payments::RetryPolicy::longest_call`].
 pub const fn lease_for(deadline: std::time::Duration) -> std::time::Duration {
     deadline.saturating_add(LEASE_MARGIN)
 }

@@ -21,9 +21,9 @@ pub(crate) use crate::domain::steps::leased::within;
 pub(crate) use record::decline;
 pub use record::{UNSETTLED_FOR, record, unsettled_too_long};
 
-use crate::domain::payments::{AuthorizeRequest, Intent, PaymentError, Payments};
 use crate::domain::records::order::Order;
 use crate::domain::words::status::OrderStatus;
+use orderfleet_payments::{AuthorizeRequest, Intent, PaymentError, Payments};
 
 /// Takes the lease of a `pending_authorization` order nobody works on (no lease, or an
 /// expired one), for `lease`.

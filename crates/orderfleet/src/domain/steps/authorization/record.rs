@@ -4,11 +4,11 @@
 //! rule of [`crate::domain::steps::refusal`]: its hold released, `order_refused`), or an answer that
 //! leaves the order pending (its lease given back, for a resume to finish).
 
-use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
 use crate::domain::records::order::{Order, Transition};
 use crate::domain::steps::refusal::{self, Ended};
 use crate::domain::words::status::{FailureReason, OrderStatus};
 use crate::runtime::db::Pool;
+use orderfleet_payments::{Intent, IntentStatus, PaymentError, Payments};
 use orderfleet_words::OrderId;
 
 use super::{AuthorizationError, Recorded, release, release_after_a_5xx};

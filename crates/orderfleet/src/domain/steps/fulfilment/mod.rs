@@ -37,7 +37,6 @@ use crate::runtime::db::Pool;
 
 use orderfleet_words::OrderId;
 
-use crate::domain::payments::{PaymentError, Payments};
 use crate::domain::records::order::{self, Order};
 use crate::domain::records::outbox::OrderNotification;
 use crate::domain::records::outbox::ReservedAtCommit;
@@ -45,6 +44,7 @@ use crate::domain::steps::refusal::{self, Ended};
 use crate::domain::words::status::{OrderStatus, StatusSet};
 use crate::runtime::failure::{Failure, Outcome, Source};
 pub use line::{fits_in_line, fits_whatever_the_pending_do};
+use orderfleet_payments::{PaymentError, Payments, STRIPE};
 use orderfleet_words::hold::OrderIntent;
 use reserve::{Arrival, Reserved};
 use settle::Captured;
@@ -147,7 +147,7 @@ impl Fulfilment {
             }
             Ok(_) => {}
             Err(PaymentError::Unavailable(why)) => {
-                return Step::Failed(Failure::outage(Source::Stripe, "unavailable", why));
+                return Step::Failed(Failure::outage(STRIPE, "unavailable", why));
             }
             Err(PaymentError::Locked(why)) => return Step::Failed(PaymentError::locked_failure(why)),
             Err(_) => return self.advance(order.order_id).await,
@@ -199,7 +199,7 @@ impl Fulfilment {
                     Captured::Moved(status) => Next::Moved(status),
                     Captured::Lost => Next::ReadAgain,
                     Captured::Blocked(why) => {
-                        Next::End(Step::Failed(Failure::outage(Source::Stripe, "unavailable", why)))
+                        Next::End(Step::Failed(Failure::outage(STRIPE, "unavailable", why)))
                     }
                     Captured::Refused(Ok(())) => Next::ReadAgain,
                     Captured::Refused(Err(stuck)) => Next::End(Step::Failed(stuck)),

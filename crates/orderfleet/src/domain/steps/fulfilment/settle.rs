@@ -8,11 +8,11 @@
 use std::time::Duration;
 
 use super::{Fulfilment, Step};
-use crate::domain::payments::{AttemptDid, Intent, IntentStatus, PaymentError};
 use crate::domain::records::order::{self, Order, Transition};
 use crate::domain::records::outbox::OrderNotification;
 use crate::domain::words::status::OrderStatus;
-use crate::runtime::failure::{Failure, Source};
+use crate::runtime::failure::Failure;
+use orderfleet_payments::{AttemptDid, Intent, IntentStatus, PaymentError, STRIPE};
 use orderfleet_words::OrderId;
 
 /// What a capture step did.
@@ -143,7 +143,7 @@ impl Fulfilment {
 
     /// After Stripe answered a capture with a 5xx, which it saved under the attempt's key:
     /// what the attempt did
-    /// ([`crate::domain::payments::Payments::what_the_attempt_did`]). Captured: done. Still
+    /// ([`orderfleet_payments::Payments::what_the_attempt_did`]). Captured: done. Still
     /// holding funds: the attempt did nothing, so the order moves to its next attempt, whose
     /// new keys the step uses when it runs again (the failure stays, and the message is held
     /// until Stripe answers). Gone elsewhere: the capture's refusal. Other results pass
@@ -259,12 +259,12 @@ impl Fulfilment {
                 Ok(Step::Done)
             }
             Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
-                Ok(Step::Failed(Failure::outage(Source::Stripe, "unavailable", reason)))
+                Ok(Step::Failed(Failure::outage(STRIPE, "unavailable", reason)))
             }
             Err(PaymentError::Locked(reason)) => Ok(Step::Failed(PaymentError::locked_failure(reason))),
             Err(refused) => {
                 let reason = format!("cannot cancel the authorization of order {}: {refused}", order.id);
-                Ok(Step::Failed(Failure::permanent(Source::Stripe, "cancel_refused", reason)))
+                Ok(Step::Failed(Failure::permanent(STRIPE, "cancel_refused", reason)))
             }
         }
     }
