@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use orderfleet::runtime::config::Env;
 use orderfleet_payments::StripeConfig;
 use orderfleet_payments::{AuthorizeRequest, Payments, RetryPolicy};
+use orderfleet_runtime::config::Env;
 use orderfleet_words::hold::OrderIntent;
 use orderfleet_words::{Currency, Money, OrderId, UserId};
 

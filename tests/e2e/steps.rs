@@ -10,11 +10,11 @@ use order_intake::orders::{Intake, Placed};
 use order_intake::request::{IdempotencyKey, OrderRequest};
 use orderfleet::domain::records::outbox::{Envelope, EventType};
 use orderfleet::domain::steps::fulfilment::Fulfilment;
-use orderfleet::runtime::config::Env;
-use orderfleet::runtime::failure::{Kind, Source};
-use orderfleet::runtime::trace::Trace;
 use orderfleet_payments::StripeConfig;
 use orderfleet_payments::{Payments, RetryPolicy};
+use orderfleet_runtime::config::Env;
+use orderfleet_runtime::failure::{Kind, Source};
+use orderfleet_runtime::trace::Trace;
 use orderfleet_tests::TestDatabase;
 use orderfleet_words::OrderId;
 use orderfleet_words::UserId;
@@ -29,7 +29,7 @@ struct Step {
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
-fn payments(pool: &orderfleet::runtime::db::Pool, api_base: &str) -> Payments {
+fn payments(pool: &orderfleet_runtime::db::Pool, api_base: &str) -> Payments {
     let env = Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_steps"), ("STRIPE_API_BASE", api_base)]);
     let quick = RetryPolicy { attempts: 2, timeout: Duration::from_secs(2), ..RetryPolicy::default() };
     Payments::new(&StripeConfig::from_env(&env).unwrap(), quick, pool.clone()).unwrap()
@@ -181,15 +181,15 @@ async fn with_the_database_unreachable_advancing_is_an_outage_of_the_database() 
     let step = Step::new().await;
     let order = step.authorized_order("ola").await;
     let url = format!("postgres://nobody@127.0.0.1:{}/none", fleet_harness::free_port());
-    let config = orderfleet::runtime::config::DatabaseConfig::from_env(&Env::from_pairs([(
+    let config = orderfleet_runtime::config::DatabaseConfig::from_env(&Env::from_pairs([(
         "DATABASE_URL",
         url.as_str(),
     )]))
     .unwrap();
     let size =
-        orderfleet::runtime::db::PoolSize { acquire_timeout: Duration::from_secs(1), ..Default::default() };
+        orderfleet_runtime::db::PoolSize { acquire_timeout: Duration::from_secs(1), ..Default::default() };
     let unreachable = Fulfilment {
-        pool: orderfleet::runtime::db::connect_lazy(&config, size).unwrap(),
+        pool: orderfleet_runtime::db::connect_lazy(&config, size).unwrap(),
         payments: payments(&step.db.pool, &step.stripe_base),
     };
 

@@ -3,7 +3,7 @@
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use orderfleet::domain::records::outbox::{Destination, EventType};
-use orderfleet::runtime::db::Pool;
+use orderfleet_runtime::db::Pool;
 use orderfleet_words::OrderId;
 use uuid::Uuid;
 

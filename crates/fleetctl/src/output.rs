@@ -9,7 +9,7 @@ use orderfleet::domain::recovery::resolution::Evidence;
 use orderfleet::domain::recovery::sweeper::SweepReport;
 use orderfleet::domain::steps::authorization;
 use orderfleet::domain::words::status::OrderStatus;
-use orderfleet::runtime::config::ConfigError;
+use orderfleet_runtime::config::ConfigError;
 
 use crate::dlq::{self, HoldEnding, Pair, Peeked, Recorded};
 use crate::outbox::DeadRow;

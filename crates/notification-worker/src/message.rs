@@ -6,8 +6,8 @@
 use chrono::{DateTime, Utc};
 use orderfleet::domain::records::outbox::OrderNotification;
 use orderfleet::domain::records::outbox::{Destination, Envelope, EventType, Payload};
-use orderfleet::runtime::consumer::Received;
-use orderfleet::runtime::failure::{Failure, Source};
+use orderfleet_runtime::consumer::Received;
+use orderfleet_runtime::failure::{Failure, Source};
 use orderfleet_words::OrderId;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -76,7 +76,7 @@ pub struct Notification {
 #[cfg(test)]
 pub(crate) mod tests {
     use orderfleet::domain::words::status::{FailureReason, OrderStatus};
-    use orderfleet::runtime::failure::Kind;
+    use orderfleet_runtime::failure::Kind;
     use orderfleet_words::{Currency, Quantity, Sku, UserId};
 
     use super::*;

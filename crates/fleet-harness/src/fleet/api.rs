@@ -43,10 +43,10 @@ impl Fleet {
 
     /// A token for `user` as `fleetctl token` makes it (the default issuer and audience).
     pub fn token(&self, user: &str) -> String {
-        let config = orderfleet::runtime::config::AuthConfig {
+        let config = orderfleet_runtime::config::AuthConfig {
             jwt_secret: secrecy::SecretString::from(self.jwt_secret.clone()),
-            issuer: orderfleet::runtime::config::AuthConfig::DEFAULT_ISSUER.into(),
-            audience: orderfleet::runtime::config::AuthConfig::DEFAULT_AUDIENCE.into(),
+            issuer: orderfleet_runtime::config::AuthConfig::DEFAULT_ISSUER.into(),
+            audience: orderfleet_runtime::config::AuthConfig::DEFAULT_AUDIENCE.into(),
             jwks_url: None,
         };
         tokens::issue_token(&config, &UserId::parse(user).unwrap(), Duration::from_secs(600)).unwrap()

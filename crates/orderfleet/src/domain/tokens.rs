@@ -18,7 +18,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 
-use crate::runtime::config::AuthConfig;
+use orderfleet_runtime::config::AuthConfig;
 
 /// The longest a token may live: a leaked one is useless after a day at most.
 pub(crate) const MAX_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);

@@ -445,14 +445,14 @@ async fn hot_row(database_url: &str) -> anyhow::Result<String> {
 /// One promise through the door for a buyer of their own, behind the card gate as the intake
 /// runs by default: its milliseconds.
 async fn promise(
-    pool: &orderfleet::runtime::db::Pool,
+    pool: &orderfleet_runtime::db::Pool,
     request: &OrderRequest,
     fingerprint: &[u8],
     user: String,
 ) -> anyhow::Result<f64> {
     let user = UserId::parse(&user).map_err(anyhow::Error::msg)?;
     let sent = Instant::now();
-    let traceparent = orderfleet::runtime::trace::Trace::random().traceparent();
+    let traceparent = orderfleet_runtime::trace::Trace::random().traceparent();
     let entry = door::Entry {
         user: &user,
         key: "k",

@@ -35,7 +35,7 @@ mod sold_out;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::runtime::db::Pool;
+use orderfleet_runtime::db::Pool;
 use sqlx::{PgConnection, PgExecutor};
 
 use crate::domain::records::order::{self, Order};
@@ -407,7 +407,7 @@ impl Why {
 /// every door: locks are always taken in one order. Nothing is written for a refused order.
 async fn capped(pool: &Pool, entry: Entry<'_>, cap: i32, gate: u32) -> anyhow::Result<Seen> {
     // Ended by the server if this client goes quiet inside it: its locks never outlive it.
-    let mut tx = crate::runtime::db::begin(pool).await?;
+    let mut tx = orderfleet_runtime::db::begin(pool).await?;
     let seen = capped_in(&mut tx, entry, cap, gate).await?;
     // Nothing is written unless the order was let in.
     if let Seen::Final(Outcome::Admitted(_)) = seen {

@@ -28,8 +28,8 @@
 //! after every end-to-end and fault case, and the order model checks them in every state
 //! (`order_model::properties::UNITS`).
 
-use crate::runtime::db::Pool;
 use anyhow::Context;
+use orderfleet_runtime::db::Pool;
 
 use orderfleet_words::{Currency, Sku};
 
@@ -164,7 +164,7 @@ pub async fn upsert(pool: &Pool, product: &ProductUpsert) -> Result<Units, Upser
     if let Some(refused) = below_minimum_charge(product) {
         return Err(refused);
     }
-    let mut tx = crate::runtime::db::begin(pool).await.context("failed to begin the upsert")?;
+    let mut tx = orderfleet_runtime::db::begin(pool).await.context("failed to begin the upsert")?;
     // A new product has no row to lock yet: its insert takes the lock.
     sqlx::query!("SELECT 1 AS locked FROM products WHERE id = $1 FOR UPDATE", product.id.as_str())
         .fetch_optional(&mut *tx)

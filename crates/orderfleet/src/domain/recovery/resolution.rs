@@ -22,8 +22,8 @@ use crate::domain::records::order::{self, Order};
 use crate::domain::steps::authorization::{self, Recorded};
 use crate::domain::steps::leased::AuthorizationError;
 use crate::domain::words::status::OrderStatus;
-use crate::runtime::db::Pool;
 use orderfleet_payments::{Intent, PaymentError, Payments};
+use orderfleet_runtime::db::Pool;
 use orderfleet_words::OrderId;
 
 /// What the operator found in Stripe's Dashboard for the order.

@@ -6,8 +6,8 @@
 
 use anyhow::Context;
 
-use crate::runtime::db::Pool;
 use orderfleet_payments::{PaymentError, Payments};
+use orderfleet_runtime::db::Pool;
 use orderfleet_words::OrderId;
 
 /// Writes down (or, if it was owed already, counts another try of) a release Stripe did not

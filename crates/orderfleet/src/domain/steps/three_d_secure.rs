@@ -28,7 +28,7 @@
 
 use std::time::Duration;
 
-use crate::runtime::db::Pool;
+use orderfleet_runtime::db::Pool;
 
 use crate::domain::records::order::{Order, StripeEvent, Transition};
 use crate::domain::steps::leased::AuthorizationError;
@@ -210,7 +210,7 @@ async fn authorize(
         .commit(pool)
         .await;
     let moved = match moved {
-        Err(e) if crate::runtime::db::refused_for_good(&e) => {
+        Err(e) if orderfleet_runtime::db::refused_for_good(&e) => {
             return refused(pool, payments, order, &e).await;
         }
         moved => moved?,
@@ -232,7 +232,7 @@ async fn decline(
 ) -> Result<Settled, AuthorizationError> {
     let moved = Transition::authentication_failed(order, reason).with_event(event).commit(pool).await;
     let moved = match moved {
-        Err(e) if crate::runtime::db::refused_for_good(&e) => {
+        Err(e) if orderfleet_runtime::db::refused_for_good(&e) => {
             return refused(pool, payments, order, &e).await;
         }
         moved => moved?,
@@ -313,10 +313,10 @@ mod tests {
     #[tokio::test]
     async fn a_webhook_s_settle_holds_its_lease_through_five_stripe_calls_at_their_longest() {
         // Arrange: the intake's Stripe client, which settles 3-D Secure for a webhook.
-        let env = crate::runtime::config::Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_action")]);
+        let env = orderfleet_runtime::config::Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_action")]);
         let config = orderfleet_payments::StripeConfig::from_env(&env).unwrap();
         let retry = orderfleet_payments::RetryPolicy::default();
-        let payments = Payments::new(&config, retry, crate::runtime::db::unreachable_pool()).unwrap();
+        let payments = Payments::new(&config, retry, orderfleet_runtime::db::unreachable_pool()).unwrap();
 
         // Act
         let lease = crate::domain::records::order::lease_for(settle_deadline(&payments));

@@ -32,7 +32,7 @@
 //! | `payment_intent.amount_capturable_updated` | failed (`payment_declined`, …) | a safety net: if the order's own intent is live (it holds funds after the order was failed), it is cancelled, counted in `failed_order_holds_released_total{found="webhook"}` |
 //! | anything else | | nothing, no Stripe request |
 
-use crate::runtime::db::Pool;
+use orderfleet_runtime::db::Pool;
 use serde::Deserialize;
 
 use crate::domain::records::order::{self, Order, StripeEvent, Transition, query_order};

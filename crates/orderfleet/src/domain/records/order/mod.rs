@@ -50,7 +50,7 @@ pub struct Order {
     pub failure_reason: Option<FailureReason>,
     /// When its hold was released (its PaymentIntent cancelled), if it was.
     pub authorization_released_at: Option<DateTime<Utc>>,
-    /// The W3C trace context of the request that made the order ([`crate::runtime::trace`]).
+    /// The W3C trace context of the request that made the order ([`orderfleet_runtime::trace`]).
     pub traceparent: Option<String>,
     /// Its Stripe attempt, from 1 ([`orderfleet_payments::Operation::idempotency_key`]).
     pub payment_attempt: i32,
@@ -209,7 +209,7 @@ pub(crate) use query_order;
 
 /// How much longer a lease lasts than the deadline its holder's work is cut off at: a statement
 /// the holder sent just before may still run on the server, for up to its statement timeout.
-pub const LEASE_MARGIN: std::time::Duration = crate::runtime::db::STATEMENT_TIMEOUT;
+pub const LEASE_MARGIN: std::time::Duration = orderfleet_runtime::db::STATEMENT_TIMEOUT;
 
 /// The lease for a holder whose work on the order (the take included) is cut off at `deadline`:
 /// the deadline and [`LEASE_MARGIN`]. The deadlines: a placement's is the request timeout
@@ -227,7 +227,7 @@ pub const fn lease_for(deadline: std::time::Duration) -> std::time::Duration {
 /// ([`release_lease`]). With `touch`, the take counts as the order's last change (`updated_at`),
 /// so a sweep by age looks at it again only later.
 pub(crate) async fn take_lease(
-    pool: &crate::runtime::db::Pool,
+    pool: &orderfleet_runtime::db::Pool,
     id: OrderId,
     status: OrderStatus,
     lease: std::time::Duration,
@@ -255,7 +255,7 @@ pub(crate) async fn take_lease(
 /// holder took (`order.intake_lease_until`, the token). A holder whose lease lapsed, and was
 /// taken by another, so leaves the other's alone.
 pub(crate) async fn release_lease(
-    pool: &crate::runtime::db::Pool,
+    pool: &orderfleet_runtime::db::Pool,
     order: &Order,
     status: OrderStatus,
 ) -> sqlx::Result<()> {

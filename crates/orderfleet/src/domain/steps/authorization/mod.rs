@@ -13,7 +13,7 @@ use std::time::Duration;
 
 mod record;
 
-use crate::runtime::db::Pool;
+use orderfleet_runtime::db::Pool;
 use orderfleet_words::OrderId;
 
 use crate::domain::steps::leased::AuthorizationError;
@@ -101,7 +101,7 @@ async fn call_stripe(payments: &Payments, order: &Order) -> Result<Intent, Payme
             payment_method: &order.payment_method,
         })
         .await;
-    crate::runtime::failpoint::hit("after_authorize");
+    orderfleet_runtime::failpoint::hit("after_authorize");
     result
 }
 

@@ -91,7 +91,7 @@ impl Fulfilment {
         let order = order::order_from!(row);
         let arrival = match (claimed, order.status) {
             (true, OrderStatus::StockReserved) => {
-                crate::runtime::failpoint::hit("after_reserve");
+                orderfleet_runtime::failpoint::hit("after_reserve");
                 Arrival::Reserved
             }
             (true, _) if lapsed => Arrival::Lapsed,
@@ -143,7 +143,8 @@ impl Fulfilment {
     /// lock is held for three short statements and the commit; no network call runs under it.
     /// Returns the move made, or that another delivery had already moved the order.
     pub(super) async fn reserve_in_line(&self, order: &Order) -> anyhow::Result<Reserved> {
-        let mut tx = crate::runtime::db::begin(&self.pool).await.context("failed to begin a reservation")?;
+        let mut tx =
+            orderfleet_runtime::db::begin(&self.pool).await.context("failed to begin a reservation")?;
         let locked = sqlx::query!(
             r#"SELECT position, (authorization_expires_at < now()) IS TRUE AS "lapsed!"
                  FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE"#,
@@ -178,7 +179,7 @@ impl Fulfilment {
         let status = record_reservation(&mut tx, order, fits).await?;
         tx.commit().await.context("failed to commit the reservation")?;
         if status == OrderStatus::StockReserved {
-            crate::runtime::failpoint::hit("after_reserve");
+            orderfleet_runtime::failpoint::hit("after_reserve");
         }
         Ok(Reserved::Moved(status))
     }
