@@ -5,11 +5,14 @@
   modules of a crate reach each other through `crate::`, `super::`, `self::` or child paths.
   A module naming its own ancestor (`super::Handler` in a child of the module that defines
   `Handler`) is part of that ancestor and does not count.
-- The domain's layers (`crates/orderfleet/src/domain`, one folder each) are printed in their
-  order, and every import in the domain goes down that order or stays in its layer (`LAYERS`:
-  what each layer may import), and no module makes an import `NEVER` forbids. A planted
-  back-import (a record calling Stripe, a step running the sweeper) fails here, naming the
-  file; the script first checks itself on such a plant.
+- The domain's layers (`crates/orderfleet/src/domain`, one folder each, and the crates below it
+  that `CRATE_LAYERS` names: the order's words, Stripe's client) are printed in their order,
+  and every import in the domain goes down that order or stays in its layer (`LAYERS`: what
+  each layer may import; naming a crate of `CRATE_LAYERS` imports its layer), and no module
+  makes an import `NEVER` forbids. A planted back-import (a record or the door naming the
+  payments crate, a step running the sweeper) fails here, naming the file; the script first
+  checks itself on such plants. What the crates below import is the compiler's to keep: each
+  depends on the runtime and the words alone.
 - The longest chain of imports in the domain is printed, and is at most `LONGEST_CHAIN`
   modules: a reader follows a step down at most that many files.
 
@@ -40,6 +43,11 @@ LAYERS = {
     "door": {"words", "records"},
     "steps": {"words", "records", "payments"},
     "recovery": {"words", "records", "payments", "steps"},
+}
+# The crates below the domain that are layers of it: a module naming one imports its layer.
+CRATE_LAYERS = {
+    "orderfleet_words": "words",
+    "orderfleet_payments": "payments",
 }
 # Imports no module makes even within what its layer allows: (importer, imported) prefixes.
 NEVER = [
@@ -164,9 +172,28 @@ def import_loops():
             yield f"crates/{crate}: an import loop between {', '.join(names)}"
 
 
-def layer_problems(edges, paths):
-    """Every import in the domain that goes up the layers, or that `NEVER` forbids."""
+def crate_imports(modules):
+    """Which crates of `CRATE_LAYERS` each module names, outside its tests."""
+    named = {}
+    for module, path in modules.items():
+        text = without_tests(open(path, encoding="utf-8").read())
+        named[module] = {c for c in CRATE_LAYERS if re.search(r"(?<![\w:])" + c + "::", text)}
+    return named
+
+
+def layer_problems(edges, paths, crates=None):
+    """Every import in the domain that goes up the layers, or that `NEVER` forbids; `crates`:
+    the crates of `CRATE_LAYERS` each module names."""
     problems = []
+    for module, named in sorted((crates or {}).items()):
+        if module[:1] != ("domain",) or len(module) < 2:
+            continue
+        mine = module[1]
+        for crate in sorted(named):
+            theirs = CRATE_LAYERS[crate]
+            if mine in LAYERS and theirs != mine and theirs not in LAYERS[mine]:
+                problems.append(f"{paths.get(module, module)}: the layer {mine} names {crate}, the layer "
+                                f"{theirs}, which it may not (it may: {', '.join(sorted(LAYERS[mine])) or 'nothing'})")
     for module, targets in sorted(edges.items()):
         if module[:1] != ("domain",) or len(module) < 2:
             continue
@@ -188,15 +215,20 @@ def layer_problems(edges, paths):
 
 
 def check_itself():
-    """The layer check on two planted back-imports: a record calling Stripe, a step running the
-    sweeper. Both must be found, or the check proves nothing."""
+    """The layer check on planted back-imports: a record and the door calling Stripe, a step
+    running the sweeper, fulfilment importing the authorization. Each must be found, or the
+    check proves nothing."""
     planted = {
-        ("domain", "records", "order"): {("domain", "payments")},
         ("domain", "steps", "refusal"): {("domain", "recovery", "sweeper")},
         ("domain", "steps", "fulfilment"): {("domain", "steps", "authorization")},
     }
-    found = layer_problems(planted, {})
-    if len(found) != 3:
+    calls_stripe = {
+        ("domain", "records", "order"): {"orderfleet_payments"},
+        ("domain", "door", "sold_out"): {"orderfleet_payments"},
+        ("domain", "steps", "webhook"): {"orderfleet_payments", "orderfleet_words"},
+    }
+    found = layer_problems(planted, {}, calls_stripe)
+    if len(found) != 4:
         sys.exit(f"check-shape: the layer check missed a planted back-import: {found}")
 
 
@@ -233,9 +265,13 @@ def main():
     modules = crate_modules("orderfleet")
     edges = module_edges(modules)
     paths = {m: os.path.relpath(p, ROOT) for m, p in modules.items()}
-    order = " < ".join(LAYERS)
+    folders = {m[1] for m in modules if m[:1] == ("domain",) and len(m) > 1}
+    below = {layer: crate for crate, layer in CRATE_LAYERS.items()}
+    order = " < ".join(
+        layer + (f" ({'and ' if layer in folders else ''}the crate {below[layer]})" if layer in below else "")
+        for layer in LAYERS)
     print(f"check-shape: the domain's layers, bottom first: {order}")
-    problems += layer_problems(edges, paths)
+    problems += layer_problems(edges, paths, crate_imports(modules))
     domain = longest_chain(edges, ("domain",))
     names = " → ".join(m[-1] for m in domain)
     print(f"check-shape: the longest import chain in the domain is {len(domain)} modules: {names}")

@@ -6,8 +6,8 @@ env_file="$run_dir/stack.env"
 stack_name=orderfleet-messaging
 localstack_url="http://127.0.0.1:4566"
 mkdir -p "$run_dir"
-# Cargo tools the scripts install once per machine (cargo-deny; cargo-nextest where the machine
-# has none), after whatever the machine already has.
+# Cargo tools the scripts install once per machine (cargo-deny, cargo-machete; cargo-nextest
+# where the machine has none), after whatever the machine already has.
 tools_dir="${XDG_CACHE_HOME:-$HOME/.cache}/orderfleet/tools"
 export PATH="$PATH:$tools_dir/bin"
 

@@ -11,7 +11,7 @@
 # Both describe every statement against the database of `make up` (migrated): the crates with
 # query macros are checked again, online, and the macros write what they saw to a scratch
 # directory. The check runs in the build's own target directory, so it compiles no dependency
-# a second time (`cargo clippy` checks the same ones right after): only the four crates are
+# a second time (`cargo clippy` checks the same ones right after): only those crates are
 # checked again. Cargo cannot know the database changed, so their roots are touched first and
 # given their times back after, which leaves the build's artifacts of them fresh.
 set -euo pipefail
@@ -23,7 +23,7 @@ mode=${1:-}
 database_url=$(grep '^DATABASE_URL=' "$env_file" | cut -d= -f2-)
 
 # The crates whose code has query macros.
-crates=(orderfleet-runtime orderfleet outbox-relay notification-worker fleetctl)
+crates=(orderfleet-payments orderfleet-runtime orderfleet outbox-relay notification-worker fleetctl)
 packages=()
 for crate in "${crates[@]}"; do packages+=(-p "$crate"); done
 

@@ -8,7 +8,7 @@ cd "$root"
 timed test
 
 # The tools besides cargo install (the first time on a machine) while the workspace builds.
-in_background tools "the tools' install (checkov, Schemathesis, hadolint, cargo-deny, buildah)" \
+in_background tools "the tools' install (checkov, Schemathesis, hadolint, cargo-deny, cargo-machete, buildah)" \
     "$run_dir/tools.log" "$root/scripts/tools.sh"
 
 ORDERFLEET_BUILD=tests "$root/scripts/up.sh"
@@ -54,6 +54,9 @@ done
 
 step "dependencies: advisories, duplicate versions, licenses, sources (cargo-deny)"
 "$root/scripts/audit.sh"
+
+step "no crate lists a dependency its code does not use (cargo-machete)"
+"$root/scripts/machete.sh"
 
 # One compile for both: clippy's, with the query macros online against the migrated schema.
 step "cargo clippy --all-targets -- -D warnings, and the query data (.sqlx/) is what the migrated schema says of every statement"

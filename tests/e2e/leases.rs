@@ -6,14 +6,15 @@
 use std::time::Duration;
 
 use fleet_harness::eventually;
-use orderfleet::domain::OrderId;
-use orderfleet::domain::payments::{PaymentError, Payments, RetryPolicy};
 use orderfleet::domain::records::order::Order;
 use orderfleet::domain::steps::authorization;
 use orderfleet::domain::steps::three_d_secure;
-use orderfleet::runtime::config::{Env, StripeConfig};
-use orderfleet::runtime::db::Pool;
+use orderfleet_payments::StripeConfig;
+use orderfleet_payments::{PaymentError, Payments, RetryPolicy};
+use orderfleet_runtime::config::Env;
+use orderfleet_runtime::db::Pool;
 use orderfleet_tests::TestDatabase;
+use orderfleet_words::OrderId;
 
 /// A lease that lapses at once, and one that lasts the test.
 const MOMENT: Duration = Duration::from_millis(1);
@@ -58,7 +59,7 @@ where
 }
 
 /// A Stripe client that is never called: recording a saved 5xx asks Stripe nothing.
-fn payments(pool: &orderfleet::runtime::db::Pool) -> Payments {
+fn payments(pool: &orderfleet_runtime::db::Pool) -> Payments {
     let env =
         Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_leases"), ("STRIPE_API_BASE", "http://127.0.0.1:9")]);
     Payments::new(&StripeConfig::from_env(&env).unwrap(), RetryPolicy::default(), pool.clone()).unwrap()

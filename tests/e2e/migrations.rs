@@ -1,9 +1,9 @@
 //! The schema: applied on an empty database, and again without change.
 
-use orderfleet::runtime::db;
+use orderfleet_runtime::db;
 use orderfleet_tests::TestDatabase;
 
-async fn schema_fingerprint(pool: &orderfleet::runtime::db::Pool) -> Vec<(String, String, String)> {
+async fn schema_fingerprint(pool: &orderfleet_runtime::db::Pool) -> Vec<(String, String, String)> {
     sqlx::query_as(
         "SELECT table_name::text, column_name::text, data_type::text
            FROM information_schema.columns WHERE table_schema = 'public'

@@ -3,10 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use orderfleet::domain::payments::{AuthorizeRequest, Payments, RetryPolicy};
-use orderfleet::domain::words::hold::OrderIntent;
-use orderfleet::domain::{Currency, Money, OrderId, UserId};
-use orderfleet::runtime::config::{Env, StripeConfig};
+use orderfleet_payments::StripeConfig;
+use orderfleet_payments::{AuthorizeRequest, Payments, RetryPolicy};
+use orderfleet_runtime::config::Env;
+use orderfleet_words::hold::OrderIntent;
+use orderfleet_words::{Currency, Money, OrderId, UserId};
 
 /// Every Stripe request on a new connection is a TLS handshake on real Stripe: tens to ~150 ms
 /// of latency and a millisecond of CPU each. async-stripe's own client keeps no idle

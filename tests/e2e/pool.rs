@@ -1,4 +1,4 @@
-//! The fleet's connection pool (`runtime::pool`) against sqlx's, in the window of upstream sqlx
+//! The fleet's connection pool (`orderfleet_runtime::pool`) against sqlx's, in the window of upstream sqlx
 //! #4393: a future dropped while its `BEGIN` is in flight (a buyer hangs up, a deadline fires).
 //!
 //! sqlx 0.9.0 counts a transaction only once `BEGIN` has been answered, so a future dropped

@@ -34,7 +34,7 @@ async fn wait_drained(fleet: &Fleet, queue_url: &str) {
 
 /// The stock checks the workers have handled so far, whatever the outcome (their metrics).
 async fn stock_checks_handled(fleet: &Fleet) -> f64 {
-    let queue = orderfleet::runtime::consumer::short_name(&fleet.stock.url);
+    let queue = orderfleet_runtime::consumer::short_name(&fleet.stock.url);
     let handled = fleet_harness::metrics::sum_by_label(
         &fleet.scrape_metrics().await,
         "messages_handled_total",

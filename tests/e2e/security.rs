@@ -235,7 +235,7 @@ async fn a_keep_alive_connection_idle_for_over_60_s_still_serves() {
 /// grants to the role, to PUBLIC, or ownership): `S`, `I`, `U`, `D` on the whole table,
 /// `S(a,b)` on those columns only; tables it holds nothing on are left out.
 async fn table_rights(
-    pool: &orderfleet::runtime::db::Pool,
+    pool: &orderfleet_runtime::db::Pool,
     role: &str,
 ) -> std::collections::BTreeMap<String, String> {
     let rows: Vec<(String, Option<String>)> = sqlx::query_as(

@@ -8,15 +8,16 @@ use std::time::Duration;
 
 use order_intake::orders::{Intake, Placed};
 use order_intake::request::{IdempotencyKey, OrderRequest};
-use orderfleet::domain::OrderId;
-use orderfleet::domain::UserId;
-use orderfleet::domain::payments::{Payments, RetryPolicy};
 use orderfleet::domain::records::outbox::{Envelope, EventType};
 use orderfleet::domain::steps::fulfilment::Fulfilment;
-use orderfleet::runtime::config::{Env, StripeConfig};
-use orderfleet::runtime::failure::{Kind, Source};
-use orderfleet::runtime::trace::Trace;
+use orderfleet_payments::StripeConfig;
+use orderfleet_payments::{Payments, RetryPolicy};
+use orderfleet_runtime::config::Env;
+use orderfleet_runtime::failure::{Kind, Source};
+use orderfleet_runtime::trace::Trace;
 use orderfleet_tests::TestDatabase;
+use orderfleet_words::OrderId;
+use orderfleet_words::UserId;
 use stock_worker::StockCheck;
 use uuid::Uuid;
 
@@ -28,7 +29,7 @@ struct Step {
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
-fn payments(pool: &orderfleet::runtime::db::Pool, api_base: &str) -> Payments {
+fn payments(pool: &orderfleet_runtime::db::Pool, api_base: &str) -> Payments {
     let env = Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_steps"), ("STRIPE_API_BASE", api_base)]);
     let quick = RetryPolicy { attempts: 2, timeout: Duration::from_secs(2), ..RetryPolicy::default() };
     Payments::new(&StripeConfig::from_env(&env).unwrap(), quick, pool.clone()).unwrap()
@@ -166,7 +167,7 @@ async fn with_stripe_unreachable_advancing_is_an_outage_of_stripe() {
     let resumed = step.step.fulfilment.advance(OrderId::from_uuid(order)).await.outcome();
 
     // Assert: an outage (the worker pauses and probes), the units kept, then paid once.
-    assert_eq!((cut.kind, cut.source), (Kind::Outage, Source::Stripe), "{cut}");
+    assert_eq!((cut.kind, cut.source), (Kind::Outage, orderfleet_payments::STRIPE), "{cut}");
     assert_eq!(status_meanwhile, "stock_reserved");
     assert_eq!(resumed, Ok(()));
     assert_eq!(step.status(order).await, "paid");
@@ -180,15 +181,15 @@ async fn with_the_database_unreachable_advancing_is_an_outage_of_the_database() 
     let step = Step::new().await;
     let order = step.authorized_order("ola").await;
     let url = format!("postgres://nobody@127.0.0.1:{}/none", fleet_harness::free_port());
-    let config = orderfleet::runtime::config::DatabaseConfig::from_env(&Env::from_pairs([(
+    let config = orderfleet_runtime::config::DatabaseConfig::from_env(&Env::from_pairs([(
         "DATABASE_URL",
         url.as_str(),
     )]))
     .unwrap();
     let size =
-        orderfleet::runtime::db::PoolSize { acquire_timeout: Duration::from_secs(1), ..Default::default() };
+        orderfleet_runtime::db::PoolSize { acquire_timeout: Duration::from_secs(1), ..Default::default() };
     let unreachable = Fulfilment {
-        pool: orderfleet::runtime::db::connect_lazy(&config, size).unwrap(),
+        pool: orderfleet_runtime::db::connect_lazy(&config, size).unwrap(),
         payments: payments(&step.db.pool, &step.stripe_base),
     };
 
@@ -215,8 +216,8 @@ async fn a_hold_whose_order_moved_on_to_another_intent_is_cancelled() {
     // Arrange: an order accepted on its PaymentIntent; a second holder of its authorization
     // (its lease lapsed under it) made another for it, and records it with the order as it
     // last read it, pending (issue 35, point 6).
-    use orderfleet::domain::payments::IntentStatus;
     use orderfleet::domain::steps::authorization::{self, Recorded};
+    use orderfleet_payments::IntentStatus;
     let step = Step::new().await;
     let id = step.authorized_order("ola").await;
     let payments = &step.step.fulfilment.payments;
@@ -354,10 +355,7 @@ async fn a_stray_cancel_whose_key_holds_a_saved_500_goes_on_under_a_fresh_key() 
 
     // Assert: released now (before the fix: the saved 500, again at every later try).
     assert!(released.is_ok(), "{released:?}");
-    assert_eq!(
-        payments.retrieve(&stray).await.unwrap().status,
-        orderfleet::domain::payments::IntentStatus::Canceled
-    );
+    assert_eq!(payments.retrieve(&stray).await.unwrap().status, orderfleet_payments::IntentStatus::Canceled);
     step.db.drop().await.unwrap();
 }
 
@@ -410,7 +408,7 @@ async fn the_reconciliation_releases_an_unanswered_stray_on_the_next_pass() {
     for intent in [step.own_intent(a).await, stray] {
         assert_eq!(
             payments.retrieve(&intent).await.unwrap().status,
-            orderfleet::domain::payments::IntentStatus::Canceled,
+            orderfleet_payments::IntentStatus::Canceled,
             "{intent}"
         );
     }
@@ -452,10 +450,7 @@ async fn a_webhook_about_the_live_intent_of_a_failed_order_cancels_it() {
 
     // Assert: the hold released (before the fix: no change, the hold left on the card).
     assert!(applied.is_ok(), "{applied:?}");
-    assert_eq!(
-        payments.retrieve(&own).await.unwrap().status,
-        orderfleet::domain::payments::IntentStatus::Canceled
-    );
+    assert_eq!(payments.retrieve(&own).await.unwrap().status, orderfleet_payments::IntentStatus::Canceled);
     step.db.drop().await.unwrap();
 }
 
@@ -705,7 +700,7 @@ async fn a_release_owed_of_an_intent_its_order_now_holds_cancels_nothing() {
     // could never be captured), and the release is no longer owed.
     assert_eq!(
         payments.retrieve(&own).await.unwrap().status,
-        orderfleet::domain::payments::IntentStatus::RequiresCapture
+        orderfleet_payments::IntentStatus::RequiresCapture
     );
     let owed: i64 = sqlx::query_scalar("SELECT count(*) FROM intent_releases_owed")
         .fetch_one(&step.db.pool)

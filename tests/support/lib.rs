@@ -9,9 +9,9 @@
 //! settings arrive as environment variables from `.run/stack.env`.
 
 use anyhow::Context;
-use orderfleet::runtime::aws::Aws;
-use orderfleet::runtime::config::{DatabaseConfig, Env};
-use orderfleet::runtime::db::{self, PoolSize};
+use orderfleet_runtime::aws::Aws;
+use orderfleet_runtime::config::{DatabaseConfig, Env};
+use orderfleet_runtime::db::{self, PoolSize};
 use secrecy::ExposeSecret;
 use sqlx::{Connection, PgConnection};
 

@@ -100,18 +100,18 @@ pub fn as_role(url: &str, role: &str) -> String {
     format!("{}{role}:{role}@{host}", &url[..scheme_end])
 }
 
-/// The fleet's own pool on `url` (`runtime::db::connect`), of up to `connections`: for the
+/// The fleet's own pool on `url` (`orderfleet_runtime::db::connect`), of up to `connections`: for the
 /// fleet's code run from a test or the bench (a product upsert, the door).
-pub async fn fleet_pool(url: &str, connections: u32) -> anyhow::Result<orderfleet::runtime::db::Pool> {
-    let env = orderfleet::runtime::config::Env::from_pairs([("DATABASE_URL", url)]);
-    let config = orderfleet::runtime::config::DatabaseConfig::from_env(&env)?;
-    let size = orderfleet::runtime::db::PoolSize {
+pub async fn fleet_pool(url: &str, connections: u32) -> anyhow::Result<orderfleet_runtime::db::Pool> {
+    let env = orderfleet_runtime::config::Env::from_pairs([("DATABASE_URL", url)]);
+    let config = orderfleet_runtime::config::DatabaseConfig::from_env(&env)?;
+    let size = orderfleet_runtime::db::PoolSize {
         max_connections: connections,
         min_connections: 0,
         application_name: "fleet-harness",
         ..Default::default()
     };
-    orderfleet::runtime::db::connect(&config, size).await
+    orderfleet_runtime::db::connect(&config, size).await
 }
 
 /// The `p`-th percentile (0–100) of `values`, sorting them; 0 for none.

@@ -126,7 +126,7 @@ impl Drop for PgCounter {
 }
 
 /// The `application_name` of the fleet's Stripe budget's own connections
-/// (`orderfleet::runtime::budget`): their ticks come with time, not with orders, so what an
+/// (`orderfleet_runtime::budget`): their ticks come with time, not with orders, so what an
 /// order costs is counted without them.
 const STRIPE_BUDGET: &[u8] = b"stripe-budget";
 

@@ -2,11 +2,11 @@
 //! command runs, so a handler only ever sees values already parsed into their domain types.
 
 use clap::{Args, Parser, Subcommand};
-use orderfleet::domain::OrderId;
-use orderfleet::domain::UserId;
 use orderfleet::domain::records::product;
 use orderfleet::domain::recovery::resolution::{Evidence, PaymentIntentId};
-use orderfleet::domain::{Currency, Sku};
+use orderfleet_words::OrderId;
+use orderfleet_words::UserId;
+use orderfleet_words::{Currency, Sku};
 
 use crate::dlq;
 

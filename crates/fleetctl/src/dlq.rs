@@ -16,7 +16,7 @@ use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
 };
 use orderfleet::domain::records::outbox::{Destination, Envelope};
-use orderfleet::runtime::db::Pool;
+use orderfleet_runtime::db::Pool;
 
 /// One of the fleet's queue pairs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -76,9 +76,9 @@ pub struct Peeked {
 
 impl Peeked {
     /// The key the workers recorded its failures under
-    /// ([`orderfleet::runtime::consumer::failure_key`]).
+    /// ([`orderfleet_runtime::consumer::failure_key`]).
     pub fn failure_key(&self) -> String {
-        orderfleet::runtime::consumer::failure_key(&self.body, &self.message_id)
+        orderfleet_runtime::consumer::failure_key(&self.body, &self.message_id)
     }
 }
 
@@ -181,7 +181,7 @@ pub struct Recorded {
 }
 
 /// The failures the workers recorded for each message, by its failure key
-/// ([`orderfleet::runtime::consumer::failure_key`]: the envelope's message id, kept through redrives).
+/// ([`orderfleet_runtime::consumer::failure_key`]: the envelope's message id, kept through redrives).
 pub async fn recorded_failures(pool: &Pool, keys: &[String]) -> anyhow::Result<HashMap<String, Recorded>> {
     let rows = sqlx::query!(
         "SELECT DISTINCT ON (message_key) message_key, receive_count, outcome, reason, failures

@@ -19,23 +19,24 @@ use cli::{
     Cli, Command, DlqCommand, OrderCommand, OutboxCommand, ProductCommand, ResolveArgs, SweepArgs, TokenArgs,
     UpsertArgs,
 };
-use orderfleet::domain::payments::{Payments, RetryPolicy};
 use orderfleet::domain::records::order;
 use orderfleet::domain::records::product::{self, ProductUpsert};
 use orderfleet::domain::recovery::resolution;
 use orderfleet::domain::recovery::sweeper::{SweepPolicy, Sweeper};
 use orderfleet::domain::tokens;
-use orderfleet::runtime::aws::Aws;
-use orderfleet::runtime::config::{AuthConfig, DatabaseConfig, Env, QueueConfig, StripeConfig};
-use orderfleet::runtime::db::{self, PoolSize};
+use orderfleet_payments::StripeConfig;
+use orderfleet_payments::{Payments, RetryPolicy};
+use orderfleet_runtime::aws::Aws;
+use orderfleet_runtime::config::{AuthConfig, DatabaseConfig, Env, QueueConfig};
+use orderfleet_runtime::db::{self, PoolSize};
 
 /// Runs the command line `args` (the program's name first, as `std::env::args_os` gives it).
 pub async fn main(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
     let cli = Cli::parse_from(args);
-    let telemetry = orderfleet::runtime::telemetry::init(Default::default(), "fleetctl");
+    let telemetry = orderfleet_runtime::telemetry::init(Default::default(), "fleetctl");
     let outcome = run(cli.command, &Env::process()).await;
     // At debug: a command's output stays its own (RUST_LOG=aws_operations=debug shows it).
-    orderfleet::runtime::aws::log_operations_called("fleetctl", tracing::Level::DEBUG);
+    orderfleet_runtime::aws::log_operations_called("fleetctl", tracing::Level::DEBUG);
     telemetry.shutdown().await;
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -47,7 +48,7 @@ pub async fn main(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCod
 }
 
 /// The database from `DATABASE_URL`, as every command that reads or writes it connects.
-async fn pool(env: &Env) -> anyhow::Result<orderfleet::runtime::db::Pool> {
+async fn pool(env: &Env) -> anyhow::Result<orderfleet_runtime::db::Pool> {
     db::connect(
         &DatabaseConfig::from_env(env)?,
         PoolSize { application_name: "fleetctl", ..PoolSize::default() },
@@ -202,8 +203,8 @@ async fn warn_of_holds_ending(env: &Env, sample: &[dlq::Peeked]) {
 
 #[cfg(test)]
 mod tests {
-    use orderfleet::domain::UserId;
     use orderfleet::domain::tokens::TokenVerifier;
+    use orderfleet_words::UserId;
 
     use super::*;
 

@@ -2,9 +2,9 @@
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
-use orderfleet::domain::OrderId;
 use orderfleet::domain::records::outbox::{Destination, EventType};
-use orderfleet::runtime::db::Pool;
+use orderfleet_runtime::db::Pool;
+use orderfleet_words::OrderId;
 use uuid::Uuid;
 
 /// A dead outbox row, as `fleetctl outbox dead` lists it.

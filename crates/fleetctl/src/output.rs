@@ -9,7 +9,7 @@ use orderfleet::domain::recovery::resolution::Evidence;
 use orderfleet::domain::recovery::sweeper::SweepReport;
 use orderfleet::domain::steps::authorization;
 use orderfleet::domain::words::status::OrderStatus;
-use orderfleet::runtime::config::ConfigError;
+use orderfleet_runtime::config::ConfigError;
 
 use crate::dlq::{self, HoldEnding, Pair, Peeked, Recorded};
 use crate::outbox::DeadRow;
@@ -201,9 +201,9 @@ pub(crate) fn holds_ending(ending: &[HoldEnding], now: DateTime<Utc>) -> String 
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
-    use orderfleet::domain::OrderId;
     use orderfleet::domain::records::outbox::{Destination, EventType};
-    use orderfleet::domain::{Currency, Sku};
+    use orderfleet_words::OrderId;
+    use orderfleet_words::{Currency, Sku};
 
     use super::*;
 

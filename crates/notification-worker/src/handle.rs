@@ -10,9 +10,9 @@ use std::time::Duration;
 use anyhow::Context;
 use aws_sdk_sns::error::DisplayErrorContext;
 use aws_sdk_sns::operation::publish_batch::PublishBatchOutput;
-use orderfleet::runtime::consumer::{Handler, Outcome, Received};
-use orderfleet::runtime::db;
-use orderfleet::runtime::failure::{Failure, Source};
+use orderfleet_runtime::consumer::{Handler, Outcome, Received};
+use orderfleet_runtime::db;
+use orderfleet_runtime::failure::{Failure, Source};
 use uuid::Uuid;
 
 use crate::message::Ready;
@@ -52,9 +52,9 @@ impl Handler for Notifier {
             // A database failure of the batch's inbox statements, classified where it
             // happened: unreachable pauses the worker until it answers. A permanent one is
             // the batch's statement's, not any message's, so it comes back too.
-            let mut failure = orderfleet::runtime::db::failure(&e);
-            if failure.kind == orderfleet::runtime::failure::Kind::Permanent {
-                failure.kind = orderfleet::runtime::failure::Kind::Transient;
+            let mut failure = orderfleet_runtime::db::failure(&e);
+            if failure.kind == orderfleet_runtime::failure::Kind::Permanent {
+                failure.kind = orderfleet_runtime::failure::Kind::Transient;
             }
             for outcome in outcomes.0.iter_mut().filter(|o| o.is_none()) {
                 *outcome = Some(Err(failure.clone()));

@@ -55,7 +55,7 @@ mod unrecorded;
 use std::sync::Arc;
 
 use aws_sdk_sns::Client;
-use orderfleet::runtime::db::Pool;
+use orderfleet_runtime::db::Pool;
 use tokio_util::sync::CancellationToken;
 
 pub use message::Notification;

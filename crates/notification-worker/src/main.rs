@@ -3,5 +3,5 @@
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    orderfleet::runtime::service::main::<notification_worker::service::NotificationWorker>().await
+    orderfleet_runtime::service::main::<notification_worker::service::NotificationWorker>().await
 }

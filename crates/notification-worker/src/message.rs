@@ -4,11 +4,11 @@
 //! here, before any inbox statement or publish.
 
 use chrono::{DateTime, Utc};
-use orderfleet::domain::OrderId;
 use orderfleet::domain::records::outbox::OrderNotification;
 use orderfleet::domain::records::outbox::{Destination, Envelope, EventType, Payload};
-use orderfleet::runtime::consumer::Received;
-use orderfleet::runtime::failure::{Failure, Source};
+use orderfleet_runtime::consumer::Received;
+use orderfleet_runtime::failure::{Failure, Source};
+use orderfleet_words::OrderId;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -18,8 +18,8 @@ pub(crate) struct Ready {
     pub(crate) index: usize,
     pub(crate) message_id: Uuid,
     pub(crate) event_type: EventType,
-    pub(crate) user_id: orderfleet::domain::UserId,
-    pub(crate) order_id: orderfleet::domain::OrderId,
+    pub(crate) user_id: orderfleet_words::UserId,
+    pub(crate) order_id: orderfleet_words::OrderId,
     pub(crate) body: String,
     /// The order's trace context, passed on as the `traceparent` attribute.
     pub(crate) traceparent: Option<String>,
@@ -76,8 +76,8 @@ pub struct Notification {
 #[cfg(test)]
 pub(crate) mod tests {
     use orderfleet::domain::words::status::{FailureReason, OrderStatus};
-    use orderfleet::domain::{Currency, Quantity, Sku, UserId};
-    use orderfleet::runtime::failure::Kind;
+    use orderfleet_runtime::failure::Kind;
+    use orderfleet_words::{Currency, Quantity, Sku, UserId};
 
     use super::*;
 

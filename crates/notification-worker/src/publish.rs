@@ -8,9 +8,9 @@ use std::time::Duration;
 use aws_sdk_sns::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_sns::operation::publish_batch::{PublishBatchError, PublishBatchOutput};
 use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
-use orderfleet::runtime::backoff::Backoff;
-use orderfleet::runtime::db;
-use orderfleet::runtime::failure::{Failure, Source};
+use orderfleet_runtime::backoff::Backoff;
+use orderfleet_runtime::db;
+use orderfleet_runtime::failure::{Failure, Source};
 use uuid::Uuid;
 
 use crate::message::Ready;
@@ -42,7 +42,7 @@ pub(super) fn classify(error: &SdkError<PublishBatchError>) -> (Failure, bool) {
 /// Its label in `notification_publish_failures_total{kind}`.
 pub(super) fn kind_label(failure: &Failure, nothing_published: bool) -> &'static str {
     match (failure.kind, nothing_published) {
-        (orderfleet::runtime::failure::Kind::Permanent, _) => "malformed",
+        (orderfleet_runtime::failure::Kind::Permanent, _) => "malformed",
         (_, true) => "refused",
         (_, false) => "no_answer",
     }
@@ -116,8 +116,8 @@ impl Notifier {
                     // repeats (SPEC §1.4).
                     .message_attributes("notification_id", string(&r.message_id.to_string()));
                 if let Some(traceparent) = &r.traceparent {
-                    entry = entry
-                        .message_attributes(orderfleet::runtime::trace::TRACEPARENT, string(traceparent));
+                    entry =
+                        entry.message_attributes(orderfleet_runtime::trace::TRACEPARENT, string(traceparent));
                 }
                 if fifo {
                     entry = entry
@@ -161,7 +161,7 @@ impl Notifier {
             };
             metrics::counter!("notification_publish_failures_total", "kind" => kind_label(&failure, nothing_published))
                 .increment(1);
-            if failure.kind == orderfleet::runtime::failure::Kind::Permanent {
+            if failure.kind == orderfleet_runtime::failure::Kind::Permanent {
                 self.release_claims(&ids).await;
                 return Err(failure);
             }
@@ -254,7 +254,7 @@ pub(super) enum InboxMove {
 #[cfg(test)]
 mod tests {
     use aws_sdk_sns::types::{BatchResultErrorEntry, PublishBatchResultEntry};
-    use orderfleet::runtime::failure::Kind;
+    use orderfleet_runtime::failure::Kind;
 
     use super::*;
     use crate::message::tests::ready;

@@ -1,11 +1,11 @@
 //! The `notification-worker` binary: its settings (SPEC §3) and what it runs until stopped.
 
-use orderfleet::runtime::aws::Aws;
-use orderfleet::runtime::config::{ConfigError, Env, RuntimeConfig, TopicConfig, WorkerConfig};
-use orderfleet::runtime::consumer::{self, ConsumerConfig};
-use orderfleet::runtime::db::{self, PoolSize};
-use orderfleet::runtime::service::Service;
-use orderfleet::runtime::tasks::Tasks;
+use orderfleet_runtime::aws::Aws;
+use orderfleet_runtime::config::{ConfigError, Env, RuntimeConfig, TopicConfig, WorkerConfig};
+use orderfleet_runtime::consumer::{self, ConsumerConfig};
+use orderfleet_runtime::db::{self, PoolSize};
+use orderfleet_runtime::service::Service;
+use orderfleet_runtime::tasks::Tasks;
 
 /// The notification queue gets two messages per order: more in flight than the stock worker,
 /// so it keeps up with a burst (more pollers only made the batches smaller).

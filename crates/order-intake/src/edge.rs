@@ -8,8 +8,8 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
-use orderfleet::domain::UserId;
 use orderfleet::domain::tokens::TokenVerifier;
+use orderfleet_words::UserId;
 
 use crate::error::ApiError;
 use crate::limits::Limits;

@@ -40,17 +40,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use orderfleet::domain::door::SoldOutReads;
-use orderfleet::domain::payments::{Payments, RetryPolicy};
 use orderfleet::domain::tokens::TokenVerifier;
-use orderfleet::runtime::config::{
-    AuthConfig, ConfigError, DatabaseConfig, Env, RuntimeConfig, StripeConfig,
-};
-use orderfleet::runtime::db::Pool;
-use orderfleet::runtime::db::{self, PoolSize};
-use orderfleet::runtime::ops;
-use orderfleet::runtime::service::Service;
-use orderfleet::runtime::tasks::Tasks;
-use orderfleet::runtime::trace::CallerTrace;
+use orderfleet_payments::StripeConfig;
+use orderfleet_payments::{Payments, RetryPolicy};
+use orderfleet_runtime::config::{AuthConfig, ConfigError, DatabaseConfig, Env, RuntimeConfig};
+use orderfleet_runtime::db::Pool;
+use orderfleet_runtime::db::{self, PoolSize};
+use orderfleet_runtime::ops;
+use orderfleet_runtime::service::Service;
+use orderfleet_runtime::tasks::Tasks;
+use orderfleet_runtime::trace::CallerTrace;
 use tokio_util::sync::CancellationToken;
 
 use crate::limits::{Limits, LimitsConfig};
@@ -189,7 +188,7 @@ impl AppState {
 /// The bearer tokens' verifier: HS256 under the secret, and, with `AUTH_JWKS_URL`, the identity
 /// provider's keys, whose set is fetched now, in the background (a provider unreachable at start
 /// refuses its tokens until a token's `kid` fetches the set again; HS256 ones are unaffected).
-fn verifier(auth: &orderfleet::runtime::config::AuthConfig) -> anyhow::Result<TokenVerifier> {
+fn verifier(auth: &orderfleet_runtime::config::AuthConfig) -> anyhow::Result<TokenVerifier> {
     use orderfleet::domain::tokens::jwks::KeySet;
     let verifier = TokenVerifier::new(auth);
     let Some(url) = auth.jwks_url.as_deref() else { return Ok(verifier) };
@@ -239,7 +238,7 @@ mod tests {
 
             // Assert: a placement runs until the request timeout at most (`routes`), and a
             // statement it sent just before may run on for the server's statement timeout.
-            let longest = config.limits.request_timeout + orderfleet::runtime::db::STATEMENT_TIMEOUT;
+            let longest = config.limits.request_timeout + orderfleet_runtime::db::STATEMENT_TIMEOUT;
             assert!(
                 config.lease >= longest,
                 "a lease of {:?} for a placement of up to {longest:?}",

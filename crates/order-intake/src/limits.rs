@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
-use orderfleet::domain::UserId;
-use orderfleet::runtime::config::{ConfigError, Env, Seconds};
+use orderfleet_runtime::config::{ConfigError, Env, Seconds};
+use orderfleet_words::UserId;
 
 use crate::error::ApiError;
 

@@ -2,5 +2,5 @@
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    orderfleet::runtime::service::main::<order_intake::IntakeConfig>().await
+    orderfleet_runtime::service::main::<order_intake::IntakeConfig>().await
 }

@@ -16,16 +16,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use orderfleet::domain::OrderId;
-use orderfleet::domain::UserId;
 use orderfleet::domain::door::{self, Admission, Refusal, SoldOutReads};
-use orderfleet::domain::payments::Payments;
 use orderfleet::domain::records::order::Order;
 use orderfleet::domain::steps::authorization::{self, Recorded};
 use orderfleet::domain::steps::leased::AuthorizationError;
 use orderfleet::domain::words::status::{FailureReason, OrderStatus};
-use orderfleet::runtime::db::Pool;
-use orderfleet::runtime::failure::Kind;
+use orderfleet_payments::Payments;
+use orderfleet_runtime::db::Pool;
+use orderfleet_runtime::failure::Kind;
+use orderfleet_words::OrderId;
+use orderfleet_words::UserId;
 
 use crate::error::ApiError;
 
@@ -103,7 +103,7 @@ pub struct Intake<'a> {
     /// Declined cards in the last hour after which a user's new orders are refused before any
     /// Stripe call (card testing); 0: no such limit.
     pub declines_per_hour: u32,
-    /// The request's trace context, stored on a new order ([`orderfleet::runtime::trace`]).
+    /// The request's trace context, stored on a new order ([`orderfleet_runtime::trace`]).
     pub traceparent: &'a str,
     /// The reads of a product this intake's requests share, for `sold_out`.
     pub sold_out_reads: &'a Arc<SoldOutReads>,
@@ -146,8 +146,7 @@ impl Intake<'_> {
         // This request's lines belong to the order's trace, which its first request started.
         let span = tracing::Span::current();
         span.record("order_id", tracing::field::display(existing.id));
-        if let Some(trace) =
-            existing.traceparent.as_deref().and_then(orderfleet::runtime::trace::Trace::parse)
+        if let Some(trace) = existing.traceparent.as_deref().and_then(orderfleet_runtime::trace::Trace::parse)
         {
             span.record("trace_id", trace.trace_id());
         }
@@ -165,7 +164,7 @@ impl Intake<'_> {
     async fn take_over(&self, id: OrderId) -> Result<Option<Order>, ApiError> {
         authorization::take_over(self.pool, id, self.lease).await.map_err(|e| {
             // An order the database refuses even its lease answers as any refused order does.
-            if orderfleet::runtime::db::refused_for_good(&e) {
+            if orderfleet_runtime::db::refused_for_good(&e) {
                 ApiError::OrderRefused
             } else {
                 database_error(e)
@@ -216,7 +215,7 @@ impl Intake<'_> {
                 return Err(ApiError::OrderRefused);
             }
             // Refused outside the rule's move (a decline's record, say): the same answer.
-            Err(AuthorizationError::Database(e)) if orderfleet::runtime::db::refused_for_good(&e) => {
+            Err(AuthorizationError::Database(e)) if orderfleet_runtime::db::refused_for_good(&e) => {
                 tracing::error!(error = %e, "the database refuses the order; it needs a person");
                 give_back_when_able(self.pool.clone(), order);
                 return Err(ApiError::OrderRefused);
@@ -282,7 +281,7 @@ fn refused(refusal: Refusal) -> ApiError {
     }
 }
 
-/// A database error, classified where it happens ([`orderfleet::runtime::db::failure`]): the database
+/// A database error, classified where it happens ([`orderfleet_runtime::db::failure`]): the database
 /// unreachable, shutting down or restarting (a statement cut off mid-flight), or a passing
 /// failure such as a deadlock, is a 503 — nothing was committed, retry with the same key; only
 /// a permanent one (a constraint, a data error) is a 500.
@@ -292,7 +291,7 @@ pub(crate) fn database_error(error: sqlx::Error) -> ApiError {
 
 /// [`database_error`] of an error already in a chain.
 pub(crate) fn database_error_of(error: anyhow::Error) -> ApiError {
-    match orderfleet::runtime::db::failure(&error).kind {
+    match orderfleet_runtime::db::failure(&error).kind {
         Kind::Outage | Kind::Transient => ApiError::Unavailable(
             error.context("the database is unavailable or the statement could not finish"),
         ),

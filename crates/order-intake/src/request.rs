@@ -5,7 +5,7 @@ use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use orderfleet::domain::{Quantity, Sku};
+use orderfleet_words::{Quantity, Sku};
 
 use crate::error::ApiError;
 

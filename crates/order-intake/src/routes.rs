@@ -10,9 +10,9 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use orderfleet::domain::OrderId;
-use orderfleet::domain::UserId;
-use orderfleet::runtime::trace::{TRACEPARENT, Trace};
+use orderfleet_runtime::trace::{TRACEPARENT, Trace};
+use orderfleet_words::OrderId;
+use orderfleet_words::UserId;
 use tracing::Instrument;
 use tracing::field::Empty;
 use uuid::Uuid;
@@ -61,7 +61,7 @@ pub fn router(state: AppState) -> Router {
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(state.limits.config.body_timeout))
         .with_state(state);
     api.merge(webhooks)
-        .merge(orderfleet::runtime::ops::router())
+        .merge(orderfleet_runtime::ops::router())
         .route("/openapi.json", get(openapi::serve))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
@@ -72,7 +72,7 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(edge, edge::token_first))
 }
 
-/// `POST /v1/orders`, in a span of its own that starts the order's trace ([`orderfleet::runtime::trace`]):
+/// `POST /v1/orders`, in a span of its own that starts the order's trace ([`orderfleet_runtime::trace`]):
 /// every line it logs carries the `trace_id`, and the `order_id` once the order is known.
 async fn create_order(
     State(state): State<AppState>,
@@ -126,7 +126,7 @@ async fn place_order(
     // The placement runs as a task of its own, which a buyer who hangs up cannot cut off:
     // hyper drops a request's future when its client goes, and with it would go whichever
     // database step or Stripe call was in flight. The steps would stay safe (a connection cut
-    // off mid-step is closed, and its transaction rolls back: `runtime::pool`), but the order
+    // off mid-step is closed, and its transaction rolls back: `orderfleet_runtime::pool`), but the order
     // would wait for its lease to lapse, and the buyer's retry with the same key for it. Run
     // to its end, the placement leaves the order answered for that retry, and its connections
     // in the pool. The task has the request's own bounds: at most `INTAKE_MAX_IN_FLIGHT` run

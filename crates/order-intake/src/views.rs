@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use orderfleet::domain::records::order::Order;
 use orderfleet::domain::words::status::{FailureReason, OrderStatus};
-use orderfleet::domain::{Currency, OrderId, Quantity, Sku};
+use orderfleet_words::{Currency, OrderId, Quantity, Sku};
 use serde::Serialize;
 
 /// The `202` body, and the first fields of an `Order`.

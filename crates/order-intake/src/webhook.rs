@@ -26,7 +26,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hmac::{Hmac, KeyInit, Mac};
 use orderfleet::domain::steps::webhook::{self, Applied, Event, WebhookError};
-use orderfleet::runtime::config::{ConfigError, Env};
+use orderfleet_runtime::config::{ConfigError, Env};
 use secrecy::{ExposeSecret, SecretString};
 use tracing::Instrument;
 

@@ -5,7 +5,7 @@
 use order_intake::error::ApiError;
 use order_intake::request::{IdempotencyKey, OrderRequest};
 use orderfleet::domain::tokens::TokenVerifier;
-use orderfleet::runtime::config::AuthConfig;
+use orderfleet_runtime::config::AuthConfig;
 use proptest::prelude::*;
 
 /// The codes a refused body may carry (SPEC §4).

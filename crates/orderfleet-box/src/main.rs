@@ -51,11 +51,11 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     match command.as_str() {
-        "order-intake" => run(orderfleet::runtime::service::main::<order_intake::IntakeConfig>()),
-        "outbox-relay" => run(orderfleet::runtime::service::main::<outbox_relay::OutboxRelay>()),
-        "stock-worker" => run(orderfleet::runtime::service::main::<stock_worker::service::StockWorker>()),
+        "order-intake" => run(orderfleet_runtime::service::main::<order_intake::IntakeConfig>()),
+        "outbox-relay" => run(orderfleet_runtime::service::main::<outbox_relay::OutboxRelay>()),
+        "stock-worker" => run(orderfleet_runtime::service::main::<stock_worker::service::StockWorker>()),
         "notification-worker" => {
-            run(orderfleet::runtime::service::main::<notification_worker::service::NotificationWorker>())
+            run(orderfleet_runtime::service::main::<notification_worker::service::NotificationWorker>())
         }
         "fleetctl" => run(fleetctl::main(args)),
         "healthcheck" => healthcheck(),

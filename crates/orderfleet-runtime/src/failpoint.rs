@@ -8,7 +8,7 @@
 //! and the variable means nothing, so no setting can make a production process abort.
 //! `scripts/test.sh` checks that no binary's own build pulls the feature in.
 //!
-//! The points: `after_authorize` (intake: Stripe authorized, nothing committed),
+//! The points: `after_authorize` (intake: the payment authorized, nothing committed),
 //! `after_reserve` (stock reserved and committed, not captured: a stock worker that reserved,
 //! or that took the message of an order reserved at its commit), `after_capture` (captured,
 //! not committed), `after_paid` (paid committed, message not deleted). One point plants a

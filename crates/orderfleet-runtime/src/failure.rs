@@ -1,12 +1,12 @@
 //! One vocabulary for every failure in the fleet, decided where the failure happens.
 //!
-//! Whatever failed — a database statement, a Stripe call, an SQS or SNS call, a message that
+//! Whatever failed — a database statement, a payment call, an SQS or SNS call, a message that
 //! cannot be read — the code next to it says which of three kinds it is, and from where:
 //!
 //! | kind | what it means | what the loops do with it |
 //! |---|---|---|
 //! | [`Kind::Transient`] | this piece of work failed for a passing reason (a deadlock, a throttled entry, another worker's claim) | try it again after a backoff (or after [`Failure::retry_in`] when that is known); the relay charges the row's budget |
-//! | [`Kind::Outage`] | a dependency is down (the database unreachable, Stripe or SQS not answering) | not the work's fault: a consumer stops receiving until its probe passes, the relay holds every row and charges none |
+//! | [`Kind::Outage`] | a dependency is down (the database unreachable, the payment service or SQS not answering) | not the work's fault: a consumer stops receiving until its probe passes, the relay holds every row and charges none |
 //! | [`Kind::Permanent`] | it fails the same way every time (unreadable, refused as invalid, an integrity error) | set aside for a person with its reason: the DLQ for a message, `dead` for an outbox row |
 //!
 //! The consumer ([`crate::consumer`]), the relay and the fulfilment steps all speak it, so no
@@ -17,12 +17,11 @@
 //! | dependency | classifier | how it decides |
 //! |---|---|---|
 //! | PostgreSQL | [`crate::db::failure`] | by SQLSTATE class, and by what the error is not: an error about the connection, whatever its variant, is an outage |
-//! | Stripe | `classify` in `orderfleet::domain::payments`, into a `PaymentError`; `orderfleet::domain::steps::fulfilment` makes that a [`Failure`] | a decline or a refusal is final; a 429, a timeout, a dropped connection or a bad key is unavailable (an outage to the workers); a 429 `lock_timeout` (Stripe holds that one intent) is a wait for that one message, kept in hand; a 5xx ends the attempt |
+//! | payments | `classify` in the `orderfleet-payments` crate, into a `PaymentError` (its failures' [`Source::Service`] is its own); `orderfleet::domain::steps::fulfilment` makes that a [`Failure`] | a decline or a refusal is final; a 429, a timeout, a dropped connection or a bad key is unavailable (an outage to the workers); a 429 `lock_timeout` (the service holds that one intent) is a wait for that one message, kept in hand; a 5xx ends the attempt |
 //! | SQS | `classify_call` and `classify_entry` in `outbox_relay::send` | a missing queue, a denial or an entry SQS blames is permanent; an entry that failed for a passing reason is transient; a whole call that says "not now" is an outage |
 //! | SNS | `classify` in `notification_worker` | a `PublishBatch` SNS refuses as malformed is permanent; anything else is an outage of Publish |
 //!
-//! The last two live in the binaries' crates, which depend on this one, so they are named here,
-//! not linked.
+//! The last three live in crates that depend on this one, so they are named here, not linked.
 
 use std::fmt;
 use std::time::Duration;
@@ -58,21 +57,22 @@ pub enum Source {
     Order,
     /// PostgreSQL.
     Database,
-    /// Stripe's API.
-    Stripe,
     /// Amazon SQS.
     Sqs,
     /// Amazon SNS.
     Sns,
     /// The notification inbox: another worker holds the message's claim.
     Inbox,
+    /// A service the fleet calls through a client of another crate, by the name its failures
+    /// are counted and stored under: the payments crate's is its own.
+    Service(&'static str),
 }
 
 impl Source {
-    /// A service the fleet calls, which can be down: the database, Stripe, SQS, SNS. A
-    /// failure from one of them may be the service's, not the work's.
+    /// A service the fleet calls, which can be down: the database, SQS, SNS, and each
+    /// [`Source::Service`]. A failure from one of them may be the service's, not the work's.
     pub(crate) fn is_dependency(self) -> bool {
-        matches!(self, Source::Database | Source::Stripe | Source::Sqs | Source::Sns)
+        matches!(self, Source::Database | Source::Sqs | Source::Sns | Source::Service(_))
     }
 
     /// Its name in logs, metrics and `message_failures`.
@@ -81,10 +81,10 @@ impl Source {
             Source::Message => "message",
             Source::Order => "order",
             Source::Database => "database",
-            Source::Stripe => "stripe",
             Source::Sqs => "sqs",
             Source::Sns => "sns",
             Source::Inbox => "inbox",
+            Source::Service(name) => name,
         }
     }
 }

@@ -194,8 +194,8 @@ impl Pool {
     }
 
     /// A pool of its own on the same database, its connections named `application_name`, for
-    /// steps that must not queue behind this pool's (the Stripe budget's ticks, which keep a
-    /// lease). It opens `limits.min_connections` in the background at once, and keeps them.
+    /// steps that must not queue behind this pool's (the payments crate's budget ticks, which
+    /// keep a lease). It opens `limits.min_connections` in the background at once, and keeps them.
     pub fn sibling(&self, application_name: &str, limits: Limits) -> Self {
         let options = (*self.options).clone().application_name(application_name);
         Self::lazy(options, limits)

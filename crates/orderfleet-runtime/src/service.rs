@@ -7,7 +7,7 @@
 //! `/metrics`, running until stopped, and one line saying how it ended — a task that ended
 //! early is named, and the process exits 1 so its supervisor (systemd, ECS) starts another.
 //!
-//! Each binary's `main.rs` is one line: `orderfleet::runtime::service::main::<stock_worker::StockWorker>()`.
+//! Each binary's `main.rs` is one line: `orderfleet_runtime::service::main::<stock_worker::StockWorker>()`.
 
 use std::process::ExitCode;
 

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use orderfleet::runtime::backoff::Backoff;
-use orderfleet::runtime::config::{ConfigError, DatabaseConfig, Env, QueueConfig, Setting};
+use orderfleet_runtime::backoff::Backoff;
+use orderfleet_runtime::config::{ConfigError, DatabaseConfig, Env, QueueConfig, Setting};
 
 use crate::gauges;
 use crate::retention::{RetentionMode, RetentionPolicy};
@@ -96,7 +96,7 @@ impl RelayConfig {
                 reason: "must be at least 1".into(),
             });
         }
-        let batching = orderfleet::runtime::config::batching(env)?;
+        let batching = orderfleet_runtime::config::batching(env)?;
         Ok(Self {
             database: DatabaseConfig::from_env(env)?,
             queues: QueueConfig::from_env(env)?,

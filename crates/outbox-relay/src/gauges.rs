@@ -27,7 +27,7 @@
 use std::time::Duration;
 
 use aws_sdk_cloudwatch::types::{MetricDatum, StandardUnit};
-use orderfleet::runtime::db::Pool;
+use orderfleet_runtime::db::Pool;
 use tokio_util::sync::CancellationToken;
 
 /// Where and how often the gauges go.
@@ -104,7 +104,7 @@ pub(crate) async fn run(
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
     while tokio::select! { _ = every.tick() => true, () = cancel.cancelled() => false } {
-        orderfleet::runtime::failpoint::panic_at("gauges_panics");
+        orderfleet_runtime::failpoint::panic_at("gauges_panics");
         match publish(&pool, &cloudwatch, config.namespace.as_deref()).await {
             Ok(()) => failing = false,
             Err(e) if !failing => {

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use orderfleet::runtime::backlog::Backlog;
-use orderfleet::runtime::backoff::Backoff;
-use orderfleet::runtime::db::Pool;
-use orderfleet::runtime::failure::{Failure, Kind, Outcome, Source};
+use orderfleet_runtime::backlog::Backlog;
+use orderfleet_runtime::backoff::Backoff;
+use orderfleet_runtime::db::Pool;
+use orderfleet_runtime::failure::{Failure, Kind, Outcome, Source};
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 

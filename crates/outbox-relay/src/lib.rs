@@ -19,7 +19,7 @@
 //!
 //! Under a burst one round at a time cannot keep up (a round waits on SQS), so a relay runs
 //! up to `RelayTuning::lanes` rounds at once; the extra lanes claim only while claims come
-//! back full ([`Backlog`](orderfleet::runtime::backlog::Backlog)), so a trickle is still sent
+//! back full ([`Backlog`](orderfleet_runtime::backlog::Backlog)), so a trickle is still sent
 //! by one lane in full batches.
 //!
 //! The modules, in the order a row meets them:
@@ -44,7 +44,7 @@ pub mod send;
 mod wait;
 
 use anyhow::Context;
-use orderfleet::runtime::config::{ConfigError, Env, RuntimeConfig};
+use orderfleet_runtime::config::{ConfigError, Env, RuntimeConfig};
 
 pub use rows::{Claimed, claim};
 pub use send::Sender;
@@ -54,27 +54,27 @@ use config::RelayConfig;
 /// The relay binary: the relay's lanes, the retention job and the backlog gauges.
 pub struct OutboxRelay {
     config: RelayConfig,
-    aws: orderfleet::runtime::aws::Aws,
+    aws: orderfleet_runtime::aws::Aws,
 }
 
-impl orderfleet::runtime::service::Service for OutboxRelay {
+impl orderfleet_runtime::service::Service for OutboxRelay {
     const NAME: &'static str = "outbox-relay";
 
     async fn load(env: &Env) -> Result<Self, ConfigError> {
-        Ok(Self { config: RelayConfig::from_env(env)?, aws: orderfleet::runtime::aws::Aws::load().await? })
+        Ok(Self { config: RelayConfig::from_env(env)?, aws: orderfleet_runtime::aws::Aws::load().await? })
     }
 
     async fn start(
         self,
         _: &RuntimeConfig,
-        tasks: &mut orderfleet::runtime::tasks::Tasks,
+        tasks: &mut orderfleet_runtime::tasks::Tasks,
     ) -> anyhow::Result<()> {
         let Self { config, aws } = self;
-        let pool = orderfleet::runtime::db::connect_lazy(
+        let pool = orderfleet_runtime::db::connect_lazy(
             &config.database,
             // A connection per lane, one each for the retention job and the gauges, two spare.
             // (Lane 0's LISTEN holds a connection of its own, outside the pool.)
-            orderfleet::runtime::db::PoolSize {
+            orderfleet_runtime::db::PoolSize {
                 max_connections: config.tuning.lanes.max(1) as u32 + 4,
                 application_name: "outbox-relay",
                 ..Default::default()

@@ -3,5 +3,5 @@
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    orderfleet::runtime::service::main::<outbox_relay::OutboxRelay>().await
+    orderfleet_runtime::service::main::<outbox_relay::OutboxRelay>().await
 }

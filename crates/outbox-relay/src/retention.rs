@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use orderfleet::runtime::db::Pool;
+use orderfleet_runtime::db::Pool;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,7 +115,7 @@ pub async fn sweep_consumer_records(pool: &Pool, batch: i64) -> sqlx::Result<u64
 /// Runs every `policy.every` until `cancel` fires, batch after batch until none is full.
 pub(crate) async fn run(pool: Pool, policy: RetentionPolicy, cancel: CancellationToken) {
     loop {
-        orderfleet::runtime::failpoint::panic_at("retention_panics");
+        orderfleet_runtime::failpoint::panic_at("retention_panics");
         loop {
             match sweep_batch(&pool, &policy).await {
                 Ok(n) => {

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use orderfleet::domain::OrderId;
 use orderfleet::domain::records::outbox::{Destination, EventType};
-use orderfleet::runtime::db::Pool;
-use orderfleet::runtime::failure::{Failure, Kind, Outcome};
+use orderfleet_runtime::db::Pool;
+use orderfleet_runtime::failure::{Failure, Kind, Outcome};
+use orderfleet_words::OrderId;
 use uuid::Uuid;
 
 use crate::config::RelayTuning;
@@ -130,7 +130,7 @@ impl Claimed {
             order_id = %self.aggregate_id,
             outbox_id = %self.id
         );
-        orderfleet::runtime::trace::follow(&span, self.traceparent.as_deref());
+        orderfleet_runtime::trace::follow(&span, self.traceparent.as_deref());
         span
     }
 }

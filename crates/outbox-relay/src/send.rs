@@ -1,7 +1,7 @@
 //! Sending claimed rows to SQS and classifying every failure where it happens.
 //!
 //! What became of one row's send is an [`Outcome`]: `Ok` when SQS took it, or why not
-//! ([`orderfleet::runtime::failure`]):
+//! ([`orderfleet_runtime::failure`]):
 //! - permanent: it will never succeed as it is (too large, a queue that does not exist or
 //!   denies us): `dead` at once;
 //! - transient: this entry failed for a passing reason: retried with backoff, charged to its
@@ -17,8 +17,8 @@ use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use futures::future::join_all;
 use orderfleet::domain::records::outbox::{Destination, Envelope};
-use orderfleet::runtime::config::QueueConfig;
-use orderfleet::runtime::failure::{Failure, Kind, Outcome, Source};
+use orderfleet_runtime::config::QueueConfig;
+use orderfleet_runtime::failure::{Failure, Kind, Outcome, Source};
 
 use crate::Claimed;
 
@@ -196,7 +196,7 @@ fn attributes(row: &Claimed) -> HashMap<String, MessageAttributeValue> {
         ("event_type".to_owned(), string(row.event_type.as_str().to_owned())),
     ]);
     if let Some(traceparent) = &row.traceparent {
-        attributes.insert(orderfleet::runtime::trace::TRACEPARENT.to_owned(), string(traceparent.clone()));
+        attributes.insert(orderfleet_runtime::trace::TRACEPARENT.to_owned(), string(traceparent.clone()));
     }
     attributes
 }
@@ -283,7 +283,7 @@ mod tests {
 
     #[test]
     fn entry_failures_are_permanent_only_when_the_sender_is_at_fault() {
-        use orderfleet::runtime::failure::Kind;
+        use orderfleet_runtime::failure::Kind;
         assert_eq!(classify_entry("InvalidMessageContents", "bad", true).kind, Kind::Permanent);
         assert_eq!(classify_entry("InternalError", "oops", false).kind, Kind::Transient);
         assert_eq!(classify_entry("RequestThrottled", "slow down", true).kind, Kind::Transient);
@@ -291,7 +291,7 @@ mod tests {
 
     #[test]
     fn an_entry_the_answer_lists_neither_as_sent_nor_as_failed_is_sent_again() {
-        use orderfleet::runtime::failure::Kind;
+        use orderfleet_runtime::failure::Kind;
         let failed = HashMap::from([("1".to_owned(), classify_entry("InternalError", "oops", false))]);
         let outcomes = entry_outcomes(3, &["0"], &failed);
         assert_eq!(outcomes[0], Ok(()));
@@ -303,7 +303,7 @@ mod tests {
     #[test]
     fn a_message_sqs_refuses_as_invalid_contents_unbatched_is_permanent() {
         use aws_sdk_sqs::operation::send_message::SendMessageError;
-        use orderfleet::runtime::failure::Kind;
+        use orderfleet_runtime::failure::Kind;
         let meta = aws_sdk_sqs::error::ErrorMetadata::builder()
             .code("InvalidMessageContents")
             .message("Invalid binary character '#x0' was found in the message body")

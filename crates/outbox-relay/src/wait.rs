@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use futures::FutureExt;
-use orderfleet::runtime::db::Pool;
+use orderfleet_runtime::db::Pool;
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 

@@ -3,7 +3,7 @@
 //! payment or cancel it — [`orderfleet::domain::steps::fulfilment`], which resumes from the order's status,
 //! so a redelivered, duplicated or redriven message continues where the last attempt stopped
 //! and never does a step twice. This crate only reads the message; what the step says is the
-//! message's outcome as it is ([`orderfleet::runtime::failure`]): settled → delete; an outage (Stripe
+//! message's outcome as it is ([`orderfleet_runtime::failure`]): settled → delete; an outage (Stripe
 //! or the database down) → come back after a backoff, and the worker stops receiving until
 //! both answer again ([`Handler::ready`]); permanent (a stuck order, or a message that is not
 //! a stock check) → left for the DLQ, with the reason. A stock check whose order must wait for
@@ -17,11 +17,11 @@ pub mod line;
 pub mod service;
 
 use line::Line;
-use orderfleet::domain::OrderId;
 use orderfleet::domain::records::outbox::{Destination, Envelope};
 use orderfleet::domain::steps::fulfilment::{Fulfilment, Step};
-use orderfleet::runtime::consumer::{Handler, Outcome, Received};
-use orderfleet::runtime::failure::{Failure, Source};
+use orderfleet_runtime::consumer::{Handler, Outcome, Received};
+use orderfleet_runtime::failure::{Failure, Source};
+use orderfleet_words::OrderId;
 use std::sync::Arc;
 use tracing::Instrument;
 
@@ -49,7 +49,7 @@ impl Handler for StockCheck {
 
     /// The database and Stripe both answer.
     async fn ready(&self) -> Result<(), String> {
-        orderfleet::runtime::db::probe(&self.fulfilment.pool).await?;
+        orderfleet_runtime::db::probe(&self.fulfilment.pool).await?;
         self.fulfilment.payments.probe().await
     }
 }

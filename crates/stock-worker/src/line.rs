@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use orderfleet::domain::OrderId;
 use orderfleet::domain::steps::fulfilment::{Fulfilment, Step};
+use orderfleet_words::OrderId;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -89,7 +89,7 @@ impl Line {
     /// Tries every waiting order again each [`Line::EVERY`] until `stop`; the orders still
     /// waiting then are left to the sweeper.
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
-        while orderfleet::runtime::tasks::sleep_or_stop(&stop, Self::EVERY).await {
+        while orderfleet_runtime::tasks::sleep_or_stop(&stop, Self::EVERY).await {
             let round: Vec<(OrderId, Waiting)> =
                 self.waiting.lock().expect("not poisoned").iter().map(|(id, w)| (*id, w.clone())).collect();
             futures::stream::iter(round)

@@ -2,5 +2,5 @@
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    orderfleet::runtime::service::main::<stock_worker::service::StockWorker>().await
+    orderfleet_runtime::service::main::<stock_worker::service::StockWorker>().await
 }

@@ -2,15 +2,16 @@
 
 use std::time::Duration;
 
-use orderfleet::domain::payments::{Payments, RetryPolicy};
 use orderfleet::domain::recovery::sweeper::{SweepPolicy, Sweeper};
 use orderfleet::domain::steps::fulfilment::Fulfilment;
-use orderfleet::runtime::aws::Aws;
-use orderfleet::runtime::config::{ConfigError, Env, RuntimeConfig, Seconds, StripeConfig, WorkerConfig};
-use orderfleet::runtime::consumer::{self, ConsumerConfig};
-use orderfleet::runtime::db::{self, PoolSize};
-use orderfleet::runtime::service::Service;
-use orderfleet::runtime::tasks::Tasks;
+use orderfleet_payments::StripeConfig;
+use orderfleet_payments::{Payments, RetryPolicy};
+use orderfleet_runtime::aws::Aws;
+use orderfleet_runtime::config::{ConfigError, Env, RuntimeConfig, Seconds, WorkerConfig};
+use orderfleet_runtime::consumer::{self, ConsumerConfig};
+use orderfleet_runtime::db::{self, PoolSize};
+use orderfleet_runtime::service::Service;
+use orderfleet_runtime::tasks::Tasks;
 
 /// What the stock worker reads at start.
 #[derive(Debug, Clone)]

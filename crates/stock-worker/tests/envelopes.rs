@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
-use orderfleet::domain::payments::{Payments, RetryPolicy};
 use orderfleet::domain::steps::fulfilment::Fulfilment;
-use orderfleet::runtime::config::{DatabaseConfig, Env, StripeConfig};
-use orderfleet::runtime::failure::{Kind, Source};
+use orderfleet_payments::StripeConfig;
+use orderfleet_payments::{Payments, RetryPolicy};
+use orderfleet_runtime::config::{DatabaseConfig, Env};
+use orderfleet_runtime::failure::{Kind, Source};
 use proptest::prelude::*;
 use stock_worker::StockCheck;
 
@@ -17,11 +18,11 @@ fn step() -> StockCheck {
         ("STRIPE_SECRET_KEY", "sk_test_envelopes"),
         ("STRIPE_API_BASE", "http://127.0.0.1:9"),
     ]);
-    let size = orderfleet::runtime::db::PoolSize {
+    let size = orderfleet_runtime::db::PoolSize {
         acquire_timeout: Duration::from_millis(200),
         ..Default::default()
     };
-    let pool = orderfleet::runtime::db::connect_lazy(&DatabaseConfig::from_env(&env).unwrap(), size).unwrap();
+    let pool = orderfleet_runtime::db::connect_lazy(&DatabaseConfig::from_env(&env).unwrap(), size).unwrap();
     let payments =
         Payments::new(&StripeConfig::from_env(&env).unwrap(), RetryPolicy::default(), pool.clone()).unwrap();
     StockCheck::new(Fulfilment { pool, payments }, 1)

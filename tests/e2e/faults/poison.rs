@@ -105,7 +105,7 @@ async fn a_message_s_failures_follow_its_envelope_id_across_a_redrive() {
     let envelope = Envelope {
         message_id: uuid::Uuid::now_v7(),
         event_type: EventType::StockCheckRequested,
-        order_id: orderfleet::domain::OrderId::new(),
+        order_id: orderfleet_words::OrderId::new(),
         occurred_at: chrono::Utc::now(),
         payload: serde_json::json!({}),
     };

@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use orderfleet::domain::UserId;
 use orderfleet::domain::tokens;
+use orderfleet_words::UserId;
 use serde_json::Value;
 
 use super::Fleet;
@@ -29,10 +29,10 @@ impl Fleet {
     /// upsert --stock` does).
     pub async fn product(&self, id: &str, price_minor: i64, units: i32) -> anyhow::Result<()> {
         let product = orderfleet::domain::records::product::ProductUpsert {
-            id: orderfleet::domain::Sku::parse(id).map_err(anyhow::Error::msg)?,
+            id: orderfleet_words::Sku::parse(id).map_err(anyhow::Error::msg)?,
             name: id.to_owned(),
             price_minor,
-            currency: orderfleet::domain::Currency::parse("usd").map_err(anyhow::Error::msg)?,
+            currency: orderfleet_words::Currency::parse("usd").map_err(anyhow::Error::msg)?,
             units_total: units,
             max_per_buyer: None,
         };
@@ -43,10 +43,10 @@ impl Fleet {
 
     /// A token for `user` as `fleetctl token` makes it (the default issuer and audience).
     pub fn token(&self, user: &str) -> String {
-        let config = orderfleet::runtime::config::AuthConfig {
+        let config = orderfleet_runtime::config::AuthConfig {
             jwt_secret: secrecy::SecretString::from(self.jwt_secret.clone()),
-            issuer: orderfleet::runtime::config::AuthConfig::DEFAULT_ISSUER.into(),
-            audience: orderfleet::runtime::config::AuthConfig::DEFAULT_AUDIENCE.into(),
+            issuer: orderfleet_runtime::config::AuthConfig::DEFAULT_ISSUER.into(),
+            audience: orderfleet_runtime::config::AuthConfig::DEFAULT_AUDIENCE.into(),
             jwks_url: None,
         };
         tokens::issue_token(&config, &UserId::parse(user).unwrap(), Duration::from_secs(600)).unwrap()

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tokio::process::{Child, Command};
 
-use orderfleet::runtime::aws::Aws;
+use orderfleet_runtime::aws::Aws;
 use sqlx::PgPool;
 
 use crate::binary;

@@ -9,7 +9,7 @@
 //!
 //! What counts as an outage is decided two ways:
 //! - **the failure says so**: [`Kind::Outage`], classified where it happened (the database
-//!   unreachable, Stripe not answering);
+//!   unreachable, the payment service not answering);
 //! - **the loop sees it**: a dependency's failure classified transient is an outage when the
 //!   probe fails right after it, or when it is the [`Breaker`]'s third different message
 //!   failing on that dependency within its window — what a cut looks like in a shape no
@@ -17,7 +17,7 @@
 //!
 //! A held message is handled again after a backoff and a passing probe, for as long as its
 //! failure is classified an outage: a dependency that answers the probe but not the work (a
-//! disk full under `SELECT 1`, Stripe failing captures while lookups answer) is still down, and
+//! disk full under `SELECT 1`, a service failing captures while lookups answer) is still down, and
 //! an outage never dead-letters good work. An outage only *inferred* (a transient failure, then
 //! a failing probe or the breaker) is held at most [`MAX_HOLDS`] times: one that keeps failing
 //! while its dependencies answer has a problem of its own, and is settled like any other
@@ -275,7 +275,7 @@ mod tests {
         // The same message again is still one message.
         assert!(!breaker.trips_at(Source::Database, "a", t0 + Duration::from_secs(1)));
         // Another dependency counts on its own.
-        assert!(!breaker.trips_at(Source::Stripe, "b", t0 + Duration::from_secs(1)));
+        assert!(!breaker.trips_at(Source::Sqs, "b", t0 + Duration::from_secs(1)));
         assert!(!breaker.trips_at(Source::Database, "b", t0 + Duration::from_secs(2)));
         assert!(breaker.trips_at(Source::Database, "c", t0 + Duration::from_secs(3)));
         // Tripped, it starts again; failures older than the window are forgotten.

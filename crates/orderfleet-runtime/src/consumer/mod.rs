@@ -290,7 +290,7 @@ fn stop_clock(cancel: &CancellationToken) -> Arc<std::sync::OnceLock<tokio::time
 
 /// Waits for the batches in flight until `stop_by`; what has not finished then is handed
 /// back to the queue at once rather than after its visibility timeout. A handler cut off
-/// mid-way is a crash to the next worker, which the status guards and Stripe keys make safe
+/// mid-way is a crash to the next worker, which the status guards and idempotency keys make safe
 /// to resume.
 async fn finish_in_flight(
     in_flight: &InFlight,

@@ -18,12 +18,12 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 
-use crate::runtime::config::AuthConfig;
+use orderfleet_runtime::config::AuthConfig;
 
 /// The longest a token may live: a leaked one is useless after a day at most.
 pub(crate) const MAX_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
 
-use crate::domain::UserId;
+use orderfleet_words::UserId;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Claims {

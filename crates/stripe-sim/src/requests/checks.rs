@@ -86,12 +86,12 @@ pub(super) fn amount(params: &Params) -> Result<i64, StripeError> {
 }
 
 /// At least Stripe's minimum charge for the currency (docs.stripe.com/currencies, "Minimum and
-/// maximum charge amounts"; the table is the fleet's own, [`orderfleet_runtime::minimum_charge`]),
+/// maximum charge amounts"; the table is the fleet's own, [`orderfleet_words::minimum_charge`]),
 /// or Stripe's `400` `amount_too_small` on `amount` (docs.stripe.com/error-codes#amount-too-small),
 /// in Stripe's words ("Amount must be at least €0.50 eur"). A currency Stripe lists no minimum
 /// for is let through.
 pub(super) fn at_least_the_minimum(amount: i64, currency: &str) -> Result<(), StripeError> {
-    let Some(minimum) = orderfleet_runtime::minimum_charge::minimum_charge(currency) else { return Ok(()) };
+    let Some(minimum) = orderfleet_words::minimum_charge::minimum_charge(currency) else { return Ok(()) };
     if amount >= minimum.minor {
         return Ok(());
     }

@@ -28,8 +28,8 @@ use fleet_harness::audit::Audit;
 use futures::StreamExt;
 use order_intake::limits::LimitsConfig;
 use order_intake::request::OrderRequest;
-use orderfleet::domain::UserId;
 use orderfleet::domain::door::{self, Admission};
+use orderfleet_words::UserId;
 
 use fleet_harness::percentile;
 
@@ -292,7 +292,7 @@ impl DropFigures {
             budget.creates_per_second,
             budget.median_second,
             options.stripe_limit,
-            f64::from(options.stripe_limit) / orderfleet::runtime::budget::WINDOW.as_secs_f64(),
+            f64::from(options.stripe_limit) / orderfleet_payments::budget::WINDOW.as_secs_f64(),
             budget.busiest_by_endpoint,
             budget.ticks,
             budget.ticks * 5.0,
@@ -407,10 +407,10 @@ async fn hot_row(database_url: &str) -> anyhow::Result<String> {
     orderfleet::domain::records::product::upsert(
         pool,
         &orderfleet::domain::records::product::ProductUpsert {
-            id: orderfleet::domain::Sku::parse("hot-row").map_err(anyhow::Error::msg)?,
+            id: orderfleet_words::Sku::parse("hot-row").map_err(anyhow::Error::msg)?,
             name: "hot row".into(),
             price_minor: 1000,
-            currency: orderfleet::domain::Currency::parse("usd").map_err(anyhow::Error::msg)?,
+            currency: orderfleet_words::Currency::parse("usd").map_err(anyhow::Error::msg)?,
             units_total: orderfleet::domain::records::product::MAX_UNITS,
             max_per_buyer: None,
         },
@@ -445,14 +445,14 @@ async fn hot_row(database_url: &str) -> anyhow::Result<String> {
 /// One promise through the door for a buyer of their own, behind the card gate as the intake
 /// runs by default: its milliseconds.
 async fn promise(
-    pool: &orderfleet::runtime::db::Pool,
+    pool: &orderfleet_runtime::db::Pool,
     request: &OrderRequest,
     fingerprint: &[u8],
     user: String,
 ) -> anyhow::Result<f64> {
     let user = UserId::parse(&user).map_err(anyhow::Error::msg)?;
     let sent = Instant::now();
-    let traceparent = orderfleet::runtime::trace::Trace::random().traceparent();
+    let traceparent = orderfleet_runtime::trace::Trace::random().traceparent();
     let entry = door::Entry {
         user: &user,
         key: "k",

@@ -36,7 +36,7 @@ use fleet_harness::audit::Audit;
 use fleet_harness::metrics::sum_by_label;
 use fleet_harness::{Fleet, Stack, percentile, replace_database};
 use futures::StreamExt;
-use orderfleet::runtime::aws::Aws;
+use orderfleet_runtime::aws::Aws;
 use sqlx::{Connection, PgConnection};
 
 struct Options {
@@ -199,10 +199,10 @@ async fn drop_database(admin: &mut PgConnection, database: &str) -> anyhow::Resu
 /// The bench database migrated, the stack's queues purged, stripe-sim started (no topic
 /// observer: a benchmark should not pay for SNS delivering to one more queue); no fleet
 /// binaries yet.
-async fn prepare_fleet(database_url: &str) -> anyhow::Result<(Fleet, orderfleet::runtime::db::Pool)> {
+async fn prepare_fleet(database_url: &str) -> anyhow::Result<(Fleet, orderfleet_runtime::db::Pool)> {
     let sqs = Aws::load().await?.sqs();
     let pool = fleet_harness::fleet_pool(database_url, 10).await?;
-    orderfleet::runtime::db::migrate(&pool).await?;
+    orderfleet_runtime::db::migrate(&pool).await?;
     let stack = Stack {
         database_url: database_url.to_owned(),
         stock_queue_url: var("STOCK_QUEUE_URL")?,

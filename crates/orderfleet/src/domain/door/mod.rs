@@ -29,12 +29,12 @@ mod sold_out;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::runtime::db::Pool;
+use orderfleet_runtime::db::Pool;
 use sqlx::{PgConnection, PgExecutor};
 
 use crate::domain::records::order::{self, Order};
 use crate::domain::words::status::OrderStatus;
-use crate::domain::{Currency, OrderId, Quantity, Sku, UserId};
+use orderfleet_words::{Currency, OrderId, Quantity, Sku, UserId};
 
 use decision::{Door, DoorSaw, LookAgain, Next, Pass, Told};
 pub use sold_out::{SoldOutReads, Verdict};
@@ -305,7 +305,7 @@ async fn look_again<'e>(
 /// every door: locks are always taken in one order. Nothing is written for a refused order.
 async fn capped(pool: &Pool, entry: Entry<'_>, cap: i32, gate: u32) -> anyhow::Result<Passed> {
     // Ended by the server if this client goes quiet inside it: its locks never outlive it.
-    let mut tx = crate::runtime::db::begin(pool).await?;
+    let mut tx = orderfleet_runtime::db::begin(pool).await?;
     let passed = capped_in(&mut tx, entry, cap, gate).await?;
     // Nothing is written unless the order was let in.
     if let Passed::Admitted(_) = passed {

@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::Entry;
-use crate::domain::{Quantity, Sku, UserId};
-use crate::runtime::db::Pool;
+use orderfleet_runtime::db::Pool;
+use orderfleet_words::{Quantity, Sku, UserId};
 
 /// The most requests one read answers; more waiting are the next batch's.
 const MOST_A_BATCH: usize = 4_096;
@@ -106,7 +106,7 @@ impl Batch {
     /// The defect the end-to-end suite plants (`sold_out_cache`, a failpoint, in no production
     /// build): `sold_out` from the last read if it is under two seconds old, whenever it began.
     fn planted_cache(&self, quantity: Quantity) -> Option<Verdict> {
-        if !crate::runtime::failpoint::planted("sold_out_cache") {
+        if !orderfleet_runtime::failpoint::planted("sold_out_cache") {
             return None;
         }
         let (at, Some(left), units_may_return) = self.last_read? else { return None };
@@ -210,7 +210,7 @@ impl SoldOutReads {
             // Bounded: the leader outlives the requests' own deadlines, and a connection frozen
             // mid-read would otherwise keep the product's requests waiting until they time out.
             let reading = async { read_batch(&pool, &product, &batch).await.map_err(anyhow::Error::from) };
-            let read = match crate::runtime::db::bounded("the sold-out read", reading).await {
+            let read = match orderfleet_runtime::db::bounded("the sold-out read", reading).await {
                 Ok(read) => read,
                 Err(error) => {
                     tracing::warn!(%error, "the sold-out read failed; its requests go to the door");

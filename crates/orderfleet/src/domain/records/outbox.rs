@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::domain::words::status::{FailureReason, OrderStatus};
-use crate::domain::{Currency, OrderId, Quantity, Sku, UserId};
+use orderfleet_words::{Currency, OrderId, Quantity, Sku, UserId};
 
 /// Where a message goes: the `outbox_destination` enum of the `destination` column. Stored by
 /// name; the relay maps it to a queue URL from configuration, so rows survive a change of
@@ -343,13 +343,13 @@ mod tests {
             Envelope::parse(&body("order.stock_check_requested", ""), Destination::StockCheck).unwrap();
         assert_eq!(stock_check.payload, Payload::StockCheck(None));
         let notification = OrderNotification {
-            user_id: crate::domain::UserId::parse("ola").unwrap(),
+            user_id: orderfleet_words::UserId::parse("ola").unwrap(),
             order_id: stock_check.order_id,
             status: crate::domain::words::status::OrderStatus::Paid,
-            product_id: crate::domain::Sku::parse("sku-1").unwrap(),
-            quantity: crate::domain::Quantity::parse(2).unwrap(),
+            product_id: orderfleet_words::Sku::parse("sku-1").unwrap(),
+            quantity: orderfleet_words::Quantity::parse(2).unwrap(),
             amount: 2_000,
-            currency: crate::domain::Currency::parse("jpy").unwrap(),
+            currency: orderfleet_words::Currency::parse("jpy").unwrap(),
             reason: None,
         };
         let written = Envelope {

@@ -28,10 +28,10 @@
 //! after every end-to-end and fault case, and the order model checks them in every state
 //! (`order_model::properties::UNITS`).
 
-use crate::runtime::db::Pool;
 use anyhow::Context;
+use orderfleet_runtime::db::Pool;
 
-use crate::domain::{Currency, Sku};
+use orderfleet_words::{Currency, Sku};
 
 /// The most units a product may be given: far beyond any drop, and far from the limits of the
 /// counters (`integer`) however many orders are promised on top.
@@ -134,10 +134,10 @@ pub enum UpsertError {
 }
 
 /// A price under Stripe's minimum charge for its currency
-/// ([`crate::runtime::minimum_charge`]); a currency Stripe lists no minimum for is Stripe's to
+/// ([`orderfleet_words::minimum_charge`]); a currency Stripe lists no minimum for is Stripe's to
 /// judge.
 fn below_minimum_charge(product: &ProductUpsert) -> Option<UpsertError> {
-    let minimum = crate::runtime::minimum_charge::minimum_charge(product.currency.as_str())?;
+    let minimum = orderfleet_words::minimum_charge::minimum_charge(product.currency.as_str())?;
     (product.price_minor < minimum.minor).then(|| UpsertError::BelowMinimumCharge {
         price: product.price_minor,
         currency: minimum.currency.to_ascii_uppercase(),
@@ -164,7 +164,7 @@ pub async fn upsert(pool: &Pool, product: &ProductUpsert) -> Result<Units, Upser
     if let Some(refused) = below_minimum_charge(product) {
         return Err(refused);
     }
-    let mut tx = crate::runtime::db::begin(pool).await.context("failed to begin the upsert")?;
+    let mut tx = orderfleet_runtime::db::begin(pool).await.context("failed to begin the upsert")?;
     // A new product has no row to lock yet: its insert takes the lock.
     sqlx::query!("SELECT 1 AS locked FROM products WHERE id = $1 FOR UPDATE", product.id.as_str())
         .fetch_optional(&mut *tx)

@@ -18,13 +18,13 @@
 //! resolution never runs beside a buyer's retry or the sweeper; anything refused before the
 //! record gives the lease back and changes nothing.
 
-use crate::domain::OrderId;
-use crate::domain::payments::{Intent, PaymentError, Payments};
 use crate::domain::records::order::{self, Order};
 use crate::domain::steps::authorization::{self, Recorded};
 use crate::domain::steps::leased::AuthorizationError;
 use crate::domain::words::status::OrderStatus;
-use crate::runtime::db::Pool;
+use orderfleet_payments::{Intent, PaymentError, Payments};
+use orderfleet_runtime::db::Pool;
+use orderfleet_words::OrderId;
 
 /// What the operator found in Stripe's Dashboard for the order.
 #[derive(Debug, Clone, PartialEq, Eq)]

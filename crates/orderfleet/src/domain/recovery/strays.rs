@@ -39,12 +39,12 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::domain::OrderId;
-use crate::domain::payments::{Intent, PaymentError, Payments};
 use crate::domain::steps::releases::{owe, release};
 use crate::domain::words::status::OrderStatus;
 use crate::domain::words::status::StatusSet;
-use crate::runtime::db::Pool;
+use orderfleet_payments::{Intent, PaymentError, Payments};
+use orderfleet_runtime::db::Pool;
+use orderfleet_words::OrderId;
 
 /// How long one sweeper holds the reconciliation: longer than a window's pages and cancels.
 const CLAIM: Duration = Duration::from_secs(600);

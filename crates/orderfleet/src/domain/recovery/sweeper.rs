@@ -30,18 +30,18 @@
 
 use std::time::Duration;
 
-use crate::domain::OrderId;
-use crate::runtime::db::Pool;
 use anyhow::Context;
+use orderfleet_runtime::db::Pool;
+use orderfleet_words::OrderId;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::domain::payments::Payments;
 use crate::domain::steps::authorization;
 use crate::domain::steps::fulfilment::{Fulfilment, Step};
 use crate::domain::steps::leased::AuthorizationError;
 use crate::domain::steps::three_d_secure::{self, Settled};
-use crate::runtime::failure::Kind;
+use orderfleet_payments::Payments;
+use orderfleet_runtime::failure::Kind;
 
 /// The least time between two of the sweeper's wakes for 3-D Secure deadlines
 /// ([`Sweeper::run`]): an order is settled within about this of its deadline.
@@ -151,7 +151,7 @@ impl Sweeper {
         .context("failed to find pending orders")?;
         for order in orders.into_iter().take_while(|_| !stop.is_cancelled()) {
             let (id, traceparent) = (order.id, order.traceparent);
-            let span = crate::runtime::trace::order_span(id, traceparent.as_deref());
+            let span = orderfleet_runtime::trace::order_span(id, traceparent.as_deref());
             let result = authorization::take_over_and_resume(&self.pool, &self.payments, id)
                 .instrument(span.clone())
                 .await;
@@ -176,7 +176,7 @@ impl Sweeper {
                     report.stuck.push((id, reason))
                 }
                 // Refused outside a move (its lease, say): its hold released all the same.
-                Err(AuthorizationError::Database(e)) if crate::runtime::db::refused_for_good(&e) => {
+                Err(AuthorizationError::Database(e)) if orderfleet_runtime::db::refused_for_good(&e) => {
                     let reason = self.untouchable(id, &e).await;
                     span.in_scope(|| tracing::error!(reason, "order cannot advance; it needs a person"));
                     report.stuck.push((id, reason))
@@ -210,7 +210,7 @@ impl Sweeper {
         .context("failed to find orders awaiting 3-D Secure")?;
         for order in orders.into_iter().take_while(|_| !stop.is_cancelled()) {
             let (id, traceparent) = (order.id, order.traceparent);
-            let span = crate::runtime::trace::order_span(id, traceparent.as_deref());
+            let span = orderfleet_runtime::trace::order_span(id, traceparent.as_deref());
             let settled = three_d_secure::take_and_settle(&self.pool, &self.payments, id, None)
                 .instrument(span.clone())
                 .await;
@@ -229,7 +229,7 @@ impl Sweeper {
                     report.stuck.push((id, reason));
                     self.stamp(id).await?;
                 }
-                Err(AuthorizationError::Database(e)) if crate::runtime::db::refused_for_good(&e) => {
+                Err(AuthorizationError::Database(e)) if orderfleet_runtime::db::refused_for_good(&e) => {
                     let reason = self.untouchable(id, &e).await;
                     span.in_scope(|| tracing::error!(reason, "order cannot advance; it needs a person"));
                     report.stuck.push((id, reason));
@@ -263,7 +263,7 @@ impl Sweeper {
         .map(|order| (order.id, order.traceparent));
         let fulfilment = Fulfilment { pool: self.pool.clone(), payments: self.payments.clone() };
         for (id, traceparent) in orders.take_while(|_| !stop.is_cancelled()) {
-            let span = crate::runtime::trace::order_span(id, traceparent.as_deref());
+            let span = orderfleet_runtime::trace::order_span(id, traceparent.as_deref());
             match fulfilment.advance(id).instrument(span.clone()).await {
                 Step::Done => {
                     report.fulfilments_settled += 1;
@@ -309,7 +309,7 @@ impl Sweeper {
             .await;
         match stamped {
             Ok(_) => Ok(()),
-            Err(e) if crate::runtime::db::refused_for_good(&e) => {
+            Err(e) if orderfleet_runtime::db::refused_for_good(&e) => {
                 tracing::warn!(order_id = %id, error = %e, "the database refuses to stamp a swept order");
                 Ok(())
             }
@@ -324,7 +324,7 @@ impl Sweeper {
     /// most `PAYMENT_ACTION_TIMEOUT_SECONDS`").
     pub async fn run(self, every: Duration, cancel: CancellationToken) {
         loop {
-            let jitter = crate::runtime::backoff::Backoff::new(every, every).delay(0);
+            let jitter = orderfleet_runtime::backoff::Backoff::new(every, every).delay(0);
             let next_sweep = tokio::time::Instant::now() + jitter;
             loop {
                 // An order made after this read has its deadline at least the action timeout
@@ -336,7 +336,7 @@ impl Sweeper {
                     None => next_sweep.min(read_again),
                 };
                 let nap = wake.saturating_duration_since(tokio::time::Instant::now());
-                if !crate::runtime::tasks::sleep_or_stop(&cancel, nap).await {
+                if !orderfleet_runtime::tasks::sleep_or_stop(&cancel, nap).await {
                     return;
                 }
                 if tokio::time::Instant::now() >= next_sweep {
@@ -350,7 +350,7 @@ impl Sweeper {
                     tracing::info!(?report, "3-D Secure deadlines");
                 }
             }
-            crate::runtime::failpoint::panic_at("sweeper_panics");
+            orderfleet_runtime::failpoint::panic_at("sweeper_panics");
             match self.sweep_until(&cancel).await {
                 // Each stuck order was logged in its own span, with its trace.
                 Ok(report) if report != SweepReport::default() => tracing::info!(?report, "sweep"),
@@ -390,9 +390,10 @@ impl Sweeper {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::payments::RetryPolicy;
     use crate::domain::records::order::lease_for;
-    use crate::runtime::config::{Env, StripeConfig};
+    use orderfleet_payments::RetryPolicy;
+    use orderfleet_payments::StripeConfig;
+    use orderfleet_runtime::config::Env;
 
     #[tokio::test]
     async fn the_sweeper_s_lease_outlasts_its_longest_work_on_an_order() {
@@ -404,7 +405,7 @@ mod tests {
         let payments = Payments::new(
             &StripeConfig::from_env(&env).unwrap(),
             retry,
-            crate::runtime::db::unreachable_pool(),
+            orderfleet_runtime::db::unreachable_pool(),
         )
         .unwrap();
         let pauses: Duration = (0..retry.attempts - 1).map(|n| retry.backoff.ceiling(n)).sum();

@@ -1,6 +1,6 @@
 //! The one rule for an order whose move the database refuses for good (SPEC §8.5): an
 //! integrity or check violation, a data exception, a trigger's exception
-//! ([`crate::runtime::db::refused_for_good`]). Running the move again refuses it again, so the
+//! ([`orderfleet_runtime::db::refused_for_good`]). Running the move again refuses it again, so the
 //! order has failed, not the fleet. Every path that moves an order with a hold comes here on
 //! such a refusal — the intake's first commit and a sweeper's resume
 //! ([`crate::domain::steps::authorization::record`]), a 3-D Secure settle by webhook or sweeper
@@ -23,11 +23,11 @@
 //! is taken by then, so there is no hold to cancel, and ending the order failed would give back
 //! a unit that is sold; its message goes to the DLQ with the reason, for a person.
 
-use crate::domain::payments::Payments;
 use crate::domain::records::order::{Move, Order, Transition};
-use crate::domain::words::hold::Hold;
 use crate::domain::words::status::{FailureReason, OrderStatus};
-use crate::runtime::db::Pool;
+use orderfleet_payments::Payments;
+use orderfleet_runtime::db::Pool;
+use orderfleet_words::hold::Hold;
 
 /// Where the refused move was made: the label of `orders_refused_by_database_total{path}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

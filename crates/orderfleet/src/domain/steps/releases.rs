@@ -6,9 +6,9 @@
 
 use anyhow::Context;
 
-use crate::domain::OrderId;
-use crate::domain::payments::{PaymentError, Payments};
-use crate::runtime::db::Pool;
+use orderfleet_payments::{PaymentError, Payments};
+use orderfleet_runtime::db::Pool;
+use orderfleet_words::OrderId;
 
 /// Writes down (or, if it was owed already, counts another try of) a release Stripe did not
 /// answer, so that the window moves on and the next pass tries it again.

@@ -28,14 +28,14 @@
 
 use std::time::Duration;
 
-use crate::runtime::db::Pool;
+use orderfleet_runtime::db::Pool;
 
-use crate::domain::OrderId;
-use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
 use crate::domain::records::order::{Order, StripeEvent, Transition};
 use crate::domain::steps::leased::AuthorizationError;
 use crate::domain::steps::refusal::{self, Ended};
 use crate::domain::words::status::{FailureReason, OrderStatus};
+use orderfleet_payments::{Intent, IntentStatus, PaymentError, Payments};
+use orderfleet_words::OrderId;
 
 /// What settling did to the order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,7 +210,7 @@ async fn authorize(
         .commit(pool)
         .await;
     let moved = match moved {
-        Err(e) if crate::runtime::db::refused_for_good(&e) => {
+        Err(e) if orderfleet_runtime::db::refused_for_good(&e) => {
             return refused(pool, payments, order, &e).await;
         }
         moved => moved?,
@@ -232,7 +232,7 @@ async fn decline(
 ) -> Result<Settled, AuthorizationError> {
     let moved = Transition::authentication_failed(order, reason).with_event(event).commit(pool).await;
     let moved = match moved {
-        Err(e) if crate::runtime::db::refused_for_good(&e) => {
+        Err(e) if orderfleet_runtime::db::refused_for_good(&e) => {
             return refused(pool, payments, order, &e).await;
         }
         moved => moved?,
@@ -264,17 +264,17 @@ async fn refused(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::Money;
+    use orderfleet_words::Money;
 
     fn order() -> Order {
         let now = chrono::Utc::now();
         Order {
             id: OrderId::new(),
-            user_id: crate::domain::UserId::parse("ann").unwrap(),
+            user_id: orderfleet_words::UserId::parse("ann").unwrap(),
             request_hash: Vec::new(),
-            product_id: crate::domain::Sku::parse("sku-1").unwrap(),
-            quantity: crate::domain::Quantity::parse(1).unwrap(),
-            amount: Money { minor: 1000, currency: crate::domain::Currency::parse("USD").unwrap() },
+            product_id: orderfleet_words::Sku::parse("sku-1").unwrap(),
+            quantity: orderfleet_words::Quantity::parse(1).unwrap(),
+            amount: Money { minor: 1000, currency: orderfleet_words::Currency::parse("USD").unwrap() },
             payment_method: "pm_card_threeDSecure2Required".into(),
             status: OrderStatus::RequiresAction,
             position: 1,
@@ -313,10 +313,10 @@ mod tests {
     #[tokio::test]
     async fn a_webhook_s_settle_holds_its_lease_through_five_stripe_calls_at_their_longest() {
         // Arrange: the intake's Stripe client, which settles 3-D Secure for a webhook.
-        let env = crate::runtime::config::Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_action")]);
-        let config = crate::runtime::config::StripeConfig::from_env(&env).unwrap();
-        let retry = crate::domain::payments::RetryPolicy::default();
-        let payments = Payments::new(&config, retry, crate::runtime::db::unreachable_pool()).unwrap();
+        let env = orderfleet_runtime::config::Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_action")]);
+        let config = orderfleet_payments::StripeConfig::from_env(&env).unwrap();
+        let retry = orderfleet_payments::RetryPolicy::default();
+        let payments = Payments::new(&config, retry, orderfleet_runtime::db::unreachable_pool()).unwrap();
 
         // Act
         let lease = crate::domain::records::order::lease_for(settle_deadline(&payments));

@@ -32,17 +32,17 @@
 //! | `payment_intent.amount_capturable_updated` | failed (`payment_declined`, …) | a safety net: if the order's own intent is live (it holds funds after the order was failed), it is cancelled, counted in `failed_order_holds_released_total{found="webhook"}` |
 //! | anything else | | nothing, no Stripe request |
 
-use crate::runtime::db::Pool;
+use orderfleet_runtime::db::Pool;
 use serde::Deserialize;
 
-use crate::domain::OrderId;
-use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
 use crate::domain::records::order::{self, Order, StripeEvent, Transition, query_order};
 use crate::domain::steps::leased::AuthorizationError;
 use crate::domain::steps::releases;
 use crate::domain::steps::three_d_secure::{self, Settled};
 use crate::domain::words::status::StatusSet;
 use crate::domain::words::status::{FailureReason, OrderStatus};
+use orderfleet_payments::{Intent, IntentStatus, PaymentError, Payments};
+use orderfleet_words::OrderId;
 
 /// The event types the fleet applies (SPEC §4); any other is answered `200` and ignored.
 pub const HANDLED: [&str; 5] = [AMOUNT_CAPTURABLE_UPDATED, PAYMENT_FAILED, CANCELED, REFUNDED, DISPUTED];

@@ -59,7 +59,7 @@ impl KeySet {
 
     /// [`KeySet::new`] with another spacing between fetches (tests).
     pub fn refetched_every(url: &str, refetch_every: Duration) -> anyhow::Result<Self> {
-        crate::install_crypto_provider();
+        orderfleet_runtime::install_crypto_provider();
         let url: hyper::Uri = url.parse().map_err(|e| anyhow::anyhow!("AUTH_JWKS_URL: {e}"))?;
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_webpki_roots()

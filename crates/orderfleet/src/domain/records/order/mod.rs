@@ -7,15 +7,15 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
-use crate::domain::{Money, OrderId, Quantity, Sku, UserId};
+use orderfleet_words::{Money, OrderId, Quantity, Sku, UserId};
 
 mod moves;
 mod transition;
 
 use crate::domain::records::outbox::OrderNotification;
-use crate::domain::words::hold::{BuyerAction, Hold, OrderIntent};
 use crate::domain::words::status::{FailureReason, OrderStatus};
 pub use moves::Move;
+use orderfleet_words::hold::{BuyerAction, Hold, OrderIntent};
 pub use transition::{StripeEvent, Transition, record_event};
 
 /// An order as stored: the one shape every part reads (the intake, the authorization, the
@@ -50,9 +50,9 @@ pub struct Order {
     pub failure_reason: Option<FailureReason>,
     /// When its hold was released (its PaymentIntent cancelled), if it was.
     pub authorization_released_at: Option<DateTime<Utc>>,
-    /// The W3C trace context of the request that made the order ([`crate::runtime::trace`]).
+    /// The W3C trace context of the request that made the order ([`orderfleet_runtime::trace`]).
     pub traceparent: Option<String>,
-    /// Its Stripe attempt, from 1 ([`crate::domain::payments::Operation::idempotency_key`]).
+    /// Its Stripe attempt, from 1 ([`orderfleet_payments::Operation::idempotency_key`]).
     pub payment_attempt: i32,
     /// The attempt's key has answered a 5xx, which Stripe saved under it
     /// ([`crate::domain::steps::authorization::resume`]).
@@ -128,7 +128,7 @@ pub(crate) struct OrderRow {
     pub(crate) product_id: Sku,
     pub(crate) quantity: Quantity,
     pub(crate) amount_minor: i64,
-    pub(crate) currency: crate::domain::Currency,
+    pub(crate) currency: orderfleet_words::Currency,
     pub(crate) payment_method: String,
     pub(crate) status: OrderStatus,
     pub(crate) position: i64,
@@ -158,7 +158,7 @@ macro_rules! order_from {
             request_hash: $row.request_hash $($some)?,
             product_id: $row.product_id $($some)?,
             quantity: $row.quantity $($some)?,
-            amount: $crate::domain::Money { minor: $row.amount_minor $($some)?, currency: $row.currency $($some)? },
+            amount: orderfleet_words::Money { minor: $row.amount_minor $($some)?, currency: $row.currency $($some)? },
             payment_method: $row.payment_method $($some)?,
             status: $row.status $($some)?,
             position: $row.position $($some)?,
@@ -192,10 +192,10 @@ macro_rules! query_order {
     ($head:literal, $tail:literal $($args:tt)*) => {
         sqlx::query_as!(
             $crate::domain::records::order::OrderRow,
-            $head + r#" id AS "id: crate::domain::OrderId", user_id AS "user_id: crate::domain::UserId",
-                request_hash, product_id AS "product_id: crate::domain::Sku",
-                quantity AS "quantity: crate::domain::Quantity", amount_minor,
-                currency AS "currency: crate::domain::Currency", payment_method,
+            $head + r#" id AS "id: orderfleet_words::OrderId", user_id AS "user_id: orderfleet_words::UserId",
+                request_hash, product_id AS "product_id: orderfleet_words::Sku",
+                quantity AS "quantity: orderfleet_words::Quantity", amount_minor,
+                currency AS "currency: orderfleet_words::Currency", payment_method,
                 status AS "status: crate::domain::words::status::OrderStatus", position, payment_intent_id,
                 failure_reason AS "failure_reason: crate::domain::words::status::FailureReason",
                 authorization_released_at, traceparent, payment_attempt,
@@ -209,14 +209,14 @@ pub(crate) use query_order;
 
 /// How much longer a lease lasts than the deadline its holder's work is cut off at: a statement
 /// the holder sent just before may still run on the server, for up to its statement timeout.
-pub const LEASE_MARGIN: std::time::Duration = crate::runtime::db::STATEMENT_TIMEOUT;
+pub const LEASE_MARGIN: std::time::Duration = orderfleet_runtime::db::STATEMENT_TIMEOUT;
 
 /// The lease for a holder whose work on the order (the take included) is cut off at `deadline`:
 /// the deadline and [`LEASE_MARGIN`]. The deadlines: a placement's is the request timeout
 /// (60 s: a lease of 65 s); settling 3-D Secure makes five Stripe calls at most
 /// ([`crate::domain::steps::three_d_secure::settle_deadline`]), resuming a pending order six
 /// ([`crate::domain::steps::authorization::resume_deadline`]), each at most
-/// [`crate::domain::payments::RetryPolicy::longest_call`].
+/// [`orderfleet_payments::RetryPolicy::longest_call`].
 pub const fn lease_for(deadline: std::time::Duration) -> std::time::Duration {
     deadline.saturating_add(LEASE_MARGIN)
 }
@@ -227,7 +227,7 @@ pub const fn lease_for(deadline: std::time::Duration) -> std::time::Duration {
 /// ([`release_lease`]). With `touch`, the take counts as the order's last change (`updated_at`),
 /// so a sweep by age looks at it again only later.
 pub(crate) async fn take_lease(
-    pool: &crate::runtime::db::Pool,
+    pool: &orderfleet_runtime::db::Pool,
     id: OrderId,
     status: OrderStatus,
     lease: std::time::Duration,
@@ -255,7 +255,7 @@ pub(crate) async fn take_lease(
 /// holder took (`order.intake_lease_until`, the token). A holder whose lease lapsed, and was
 /// taken by another, so leaves the other's alone.
 pub(crate) async fn release_lease(
-    pool: &crate::runtime::db::Pool,
+    pool: &orderfleet_runtime::db::Pool,
     order: &Order,
     status: OrderStatus,
 ) -> sqlx::Result<()> {

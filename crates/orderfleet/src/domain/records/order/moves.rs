@@ -12,10 +12,10 @@
 //! records Stripe's words and the intent it declined on (`steps/authorization/record.rs`'s
 //! `fail`). They are named in [`Move`] all the same.
 
-use crate::domain::OrderId;
 use crate::domain::records::outbox::{EventType, OrderNotification};
-use crate::domain::words::hold::{BuyerAction, Hold};
 use crate::domain::words::status::{FailureReason, OrderStatus};
+use orderfleet_words::OrderId;
+use orderfleet_words::hold::{BuyerAction, Hold};
 
 use super::{Order, Transition};
 

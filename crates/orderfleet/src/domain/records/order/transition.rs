@@ -6,8 +6,8 @@ use serde::Serialize;
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
-use crate::domain::OrderId;
 use crate::domain::records::outbox::{Destination, EventType};
+use orderfleet_words::OrderId;
 
 use super::{BuyerAction, FailureReason, Hold, OrderStatus};
 
@@ -84,7 +84,7 @@ impl<'a> Transition<'a> {
 
     /// Applies the move ([`Transition::apply`]), and, when a webhook event caused it, records
     /// the event in the same transaction: the effect and the event's id commit together.
-    pub(crate) async fn commit(self, pool: &crate::runtime::db::Pool) -> sqlx::Result<bool> {
+    pub(crate) async fn commit(self, pool: &orderfleet_runtime::db::Pool) -> sqlx::Result<bool> {
         let Some(event) = self.event else { return self.apply(pool).await };
         let (order_id, to) = (self.order_id, self.to);
         let mut tx = pool.begin().await?;

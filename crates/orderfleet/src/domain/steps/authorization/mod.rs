@@ -13,17 +13,17 @@ use std::time::Duration;
 
 mod record;
 
-use crate::domain::OrderId;
-use crate::runtime::db::Pool;
+use orderfleet_runtime::db::Pool;
+use orderfleet_words::OrderId;
 
 use crate::domain::steps::leased::AuthorizationError;
 pub(crate) use crate::domain::steps::leased::within;
 pub(crate) use record::decline;
 pub use record::{UNSETTLED_FOR, record, unsettled_too_long};
 
-use crate::domain::payments::{AuthorizeRequest, Intent, PaymentError, Payments};
 use crate::domain::records::order::Order;
 use crate::domain::words::status::OrderStatus;
+use orderfleet_payments::{AuthorizeRequest, Intent, PaymentError, Payments};
 
 /// Takes the lease of a `pending_authorization` order nobody works on (no lease, or an
 /// expired one), for `lease`.
@@ -101,7 +101,7 @@ async fn call_stripe(payments: &Payments, order: &Order) -> Result<Intent, Payme
             payment_method: &order.payment_method,
         })
         .await;
-    crate::runtime::failpoint::hit("after_authorize");
+    orderfleet_runtime::failpoint::hit("after_authorize");
     result
 }
 

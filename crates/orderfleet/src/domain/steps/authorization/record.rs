@@ -4,12 +4,12 @@
 //! rule of [`crate::domain::steps::refusal`]: its hold released, `order_refused`), or an answer that
 //! leaves the order pending (its lease given back, for a resume to finish).
 
-use crate::domain::OrderId;
-use crate::domain::payments::{Intent, IntentStatus, PaymentError, Payments};
 use crate::domain::records::order::{Order, Transition};
 use crate::domain::steps::refusal::{self, Ended};
 use crate::domain::words::status::{FailureReason, OrderStatus};
-use crate::runtime::db::Pool;
+use orderfleet_payments::{Intent, IntentStatus, PaymentError, Payments};
+use orderfleet_runtime::db::Pool;
+use orderfleet_words::OrderId;
 
 use super::{AuthorizationError, Recorded, release, release_after_a_5xx};
 
@@ -81,7 +81,7 @@ async fn committed(
     recorded: Recorded,
 ) -> Result<Recorded, AuthorizationError> {
     match moved {
-        Err(e) if crate::runtime::db::refused_for_good(&e) => {
+        Err(e) if orderfleet_runtime::db::refused_for_good(&e) => {
             refused_by_database(pool, payments, order, intent, &e).await
         }
         moved => moved_or_stray(pool, payments, order, intent, moved?, recorded).await,

@@ -33,19 +33,19 @@ mod settle;
 
 use std::time::Duration;
 
-use crate::runtime::db::Pool;
+use orderfleet_runtime::db::Pool;
 
-use crate::domain::OrderId;
+use orderfleet_words::OrderId;
 
-use crate::domain::payments::{PaymentError, Payments};
 use crate::domain::records::order::{self, Order};
 use crate::domain::records::outbox::OrderNotification;
 use crate::domain::records::outbox::ReservedAtCommit;
 use crate::domain::steps::refusal::{self, Ended};
-use crate::domain::words::hold::OrderIntent;
 use crate::domain::words::status::{OrderStatus, StatusSet};
-use crate::runtime::failure::{Failure, Outcome, Source};
 pub use line::{fits_in_line, fits_whatever_the_pending_do};
+use orderfleet_payments::{PaymentError, Payments, STRIPE};
+use orderfleet_runtime::failure::{Failure, Outcome, Source};
+use orderfleet_words::hold::OrderIntent;
 use reserve::{Arrival, Reserved};
 use settle::Captured;
 
@@ -108,12 +108,12 @@ impl Fulfilment {
     /// Moves the order forward until it needs nothing more (`Ok`), or says why it could not go
     /// on: Stripe or the database down (an outage), a passing database failure (transient), or
     /// a state no step can go on from (permanent: a person must look). A database error is classified
-    /// where it happens ([`crate::runtime::db::failure`]): the database unreachable is an outage (the
+    /// where it happens ([`orderfleet_runtime::db::failure`]): the database unreachable is an outage (the
     /// worker pauses and probes), a data or integrity error is this order's for good (its
     /// message goes to the DLQ with the reason, the worker goes on), anything else comes back
     /// soon.
     pub async fn advance(&self, order_id: OrderId) -> Step {
-        self.try_advance(order_id).await.unwrap_or_else(|e| Step::Failed(crate::runtime::db::failure(&e)))
+        self.try_advance(order_id).await.unwrap_or_else(|e| Step::Failed(orderfleet_runtime::db::failure(&e)))
     }
 
     /// A stock check whose authorization's commit took the order's units (nothing was cut):
@@ -138,7 +138,7 @@ impl Fulfilment {
             attempt: reserved.attempt,
             id: &reserved.payment_intent_id,
         };
-        crate::runtime::failpoint::hit("after_reserve");
+        orderfleet_runtime::failpoint::hit("after_reserve");
         match self.payments.capture(intent).await {
             Ok(captured) if captured.order_id.as_deref().is_some_and(|o| o != order.order_id.to_string()) => {
                 let reason = format!("the message's PaymentIntent {} is not this order's", captured.id);
@@ -147,7 +147,7 @@ impl Fulfilment {
             }
             Ok(_) => {}
             Err(PaymentError::Unavailable(why)) => {
-                return Step::Failed(Failure::outage(Source::Stripe, "unavailable", why));
+                return Step::Failed(Failure::outage(STRIPE, "unavailable", why));
             }
             Err(PaymentError::Locked(why)) => return Step::Failed(PaymentError::locked_failure(why)),
             Err(_) => return self.advance(order.order_id).await,
@@ -155,22 +155,22 @@ impl Fulfilment {
         let paid = OrderNotification { status: OrderStatus::Paid, reason: None, ..order.clone() };
         match self.record_paid(order.order_id, paid).await {
             Ok(true) => {
-                crate::runtime::failpoint::hit("after_paid");
+                orderfleet_runtime::failpoint::hit("after_paid");
                 Step::Done
             }
             // Another delivery moved it: what is left, if anything, is read from the order.
             Ok(false) => self.advance(order.order_id).await,
-            Err(e) => Step::Failed(crate::runtime::db::failure(&e)),
+            Err(e) => Step::Failed(orderfleet_runtime::db::failure(&e)),
         }
     }
 
     /// The steps; `Err` is a database error, classified by [`Fulfilment::advance`].
     async fn try_advance(&self, order_id: OrderId) -> anyhow::Result<Step> {
-        // Every database step is bounded ([`crate::runtime::db::bounded`]): a connection frozen
+        // Every database step is bounded ([`orderfleet_runtime::db::bounded`]): a connection frozen
         // mid-exchange is an outage, not a message held forever. The first step loads the
         // order and, if `authorized`, reserves its units: one statement.
         let arrived =
-            match crate::runtime::db::bounded("failed to reserve stock", self.arrive(order_id)).await {
+            match orderfleet_runtime::db::bounded("failed to reserve stock", self.arrive(order_id)).await {
                 Ok(arrived) => arrived,
                 Err(e) => match refusal_in(&e) {
                     Some(refusal) => return self.arrival_refused(order_id, refusal).await,
@@ -199,7 +199,7 @@ impl Fulfilment {
                     Captured::Moved(status) => Next::Moved(status),
                     Captured::Lost => Next::ReadAgain,
                     Captured::Blocked(why) => {
-                        Next::End(Step::Failed(Failure::outage(Source::Stripe, "unavailable", why)))
+                        Next::End(Step::Failed(Failure::outage(STRIPE, "unavailable", why)))
                     }
                     Captured::Refused(Ok(())) => Next::ReadAgain,
                     Captured::Refused(Err(stuck)) => Next::End(Step::Failed(stuck)),
@@ -234,7 +234,7 @@ impl Fulfilment {
 
     /// The order as it is now, read within the step deadline.
     async fn load(&self, order_id: OrderId) -> anyhow::Result<Option<Order>> {
-        crate::runtime::db::bounded("failed to load the order", async {
+        orderfleet_runtime::db::bounded("failed to load the order", async {
             order::load(&self.pool, order_id).await.map_err(anyhow::Error::from)
         })
         .await
@@ -252,7 +252,7 @@ impl Fulfilment {
                 Arrival::Reserved | Arrival::AsItWas => self.reserve(order).await,
             }
         };
-        let reserved = match crate::runtime::db::bounded("failed to reserve stock", reserved).await {
+        let reserved = match orderfleet_runtime::db::bounded("failed to reserve stock", reserved).await {
             Ok(reserved) => reserved,
             Err(e) => match refusal_in(&e) {
                 Some(refusal) => return Ok(self.after_refusal(order, refusal).await),
@@ -264,7 +264,7 @@ impl Fulfilment {
             Reserved::Lost => Next::ReadAgain,
             Reserved::Lapsed => {
                 let lapsed =
-                    crate::runtime::db::bounded("failed to end a lapsed hold", self.lapse(order)).await;
+                    orderfleet_runtime::db::bounded("failed to end a lapsed hold", self.lapse(order)).await;
                 match lapsed {
                     Ok(true) => Next::Moved(OrderStatus::AuthorizationCanceled),
                     Ok(false) => Next::ReadAgain,
@@ -321,5 +321,5 @@ fn refusal_in(error: &anyhow::Error) -> Option<&sqlx::Error> {
     error
         .chain()
         .filter_map(|cause| cause.downcast_ref::<sqlx::Error>())
-        .find(|e| crate::runtime::db::refused_for_good(e))
+        .find(|e| orderfleet_runtime::db::refused_for_good(e))
 }

@@ -11,10 +11,10 @@ use uuid::Uuid;
 
 use super::Fulfilment;
 use super::line::fits_whatever_the_pending_do;
-use crate::domain::OrderId;
 use crate::domain::records::order::{self, Order};
 use crate::domain::records::outbox::OrderNotification;
 use crate::domain::words::status::{FailureReason, OrderStatus};
+use orderfleet_words::OrderId;
 
 /// What the reservation statement ([`Fulfilment::arrive`]) did, and so what is left to do.
 pub(super) enum Arrival {
@@ -70,9 +70,9 @@ impl Fulfilment {
                   WHERE id IN (SELECT id FROM claim) AND EXISTS (SELECT 1 FROM taken)
               RETURNING updated_at
              )
-             SELECT id AS "id: OrderId", user_id AS "user_id: crate::domain::UserId", request_hash,
-                    product_id AS "product_id: crate::domain::Sku", quantity AS "quantity: crate::domain::Quantity",
-                    amount_minor, currency AS "currency: crate::domain::Currency", payment_method,
+             SELECT id AS "id: OrderId", user_id AS "user_id: orderfleet_words::UserId", request_hash,
+                    product_id AS "product_id: orderfleet_words::Sku", quantity AS "quantity: orderfleet_words::Quantity",
+                    amount_minor, currency AS "currency: orderfleet_words::Currency", payment_method,
                     CASE WHEN EXISTS (SELECT 1 FROM moved) THEN 'stock_reserved'::order_status ELSE status END AS "status!: OrderStatus",
                     position, payment_intent_id, failure_reason AS "failure_reason: FailureReason",
                     authorization_released_at, traceparent,
@@ -91,7 +91,7 @@ impl Fulfilment {
         let order = order::order_from!(row);
         let arrival = match (claimed, order.status) {
             (true, OrderStatus::StockReserved) => {
-                crate::runtime::failpoint::hit("after_reserve");
+                orderfleet_runtime::failpoint::hit("after_reserve");
                 Arrival::Reserved
             }
             (true, _) if lapsed => Arrival::Lapsed,
@@ -143,7 +143,8 @@ impl Fulfilment {
     /// lock is held for three short statements and the commit; no network call runs under it.
     /// Returns the move made, or that another delivery had already moved the order.
     pub(super) async fn reserve_in_line(&self, order: &Order) -> anyhow::Result<Reserved> {
-        let mut tx = crate::runtime::db::begin(&self.pool).await.context("failed to begin a reservation")?;
+        let mut tx =
+            orderfleet_runtime::db::begin(&self.pool).await.context("failed to begin a reservation")?;
         let locked = sqlx::query!(
             r#"SELECT position, (authorization_expires_at < now()) IS TRUE AS "lapsed!"
                  FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE"#,
@@ -178,7 +179,7 @@ impl Fulfilment {
         let status = record_reservation(&mut tx, order, fits).await?;
         tx.commit().await.context("failed to commit the reservation")?;
         if status == OrderStatus::StockReserved {
-            crate::runtime::failpoint::hit("after_reserve");
+            orderfleet_runtime::failpoint::hit("after_reserve");
         }
         Ok(Reserved::Moved(status))
     }

@@ -8,12 +8,12 @@
 use std::time::Duration;
 
 use super::{Fulfilment, Step};
-use crate::domain::OrderId;
-use crate::domain::payments::{AttemptDid, Intent, IntentStatus, PaymentError};
 use crate::domain::records::order::{self, Order, Transition};
 use crate::domain::records::outbox::OrderNotification;
 use crate::domain::words::status::OrderStatus;
-use crate::runtime::failure::{Failure, Source};
+use orderfleet_payments::{AttemptDid, Intent, IntentStatus, PaymentError, STRIPE};
+use orderfleet_runtime::failure::Failure;
+use orderfleet_words::OrderId;
 
 /// What a capture step did.
 pub(super) enum Captured {
@@ -56,7 +56,7 @@ impl Fulfilment {
             Ok(_) => {
                 let moved =
                     self.record_paid(order.id, OrderNotification::of(order, OrderStatus::Paid, None)).await?;
-                crate::runtime::failpoint::hit("after_paid");
+                orderfleet_runtime::failpoint::hit("after_paid");
                 Ok(if moved { Captured::Moved(OrderStatus::Paid) } else { Captured::Lost })
             }
             Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
@@ -87,7 +87,7 @@ impl Fulfilment {
                     Err(e) if e.is_transient() => return Ok(Captured::Blocked(e.to_string())),
                     Err(_) => OrderStatus::CaptureFailed,
                 };
-                let recorded = crate::runtime::db::bounded(
+                let recorded = orderfleet_runtime::db::bounded(
                     "failed to record the refused capture",
                     self.fail_capture(order, &detail, ended),
                 )
@@ -110,9 +110,9 @@ impl Fulfilment {
         order_id: OrderId,
         paid: OrderNotification,
     ) -> anyhow::Result<bool> {
-        crate::runtime::failpoint::hit("after_capture");
+        orderfleet_runtime::failpoint::hit("after_capture");
         let record = Transition::captured(order_id, paid).apply(&self.pool);
-        crate::runtime::db::bounded("failed to record the capture", async {
+        orderfleet_runtime::db::bounded("failed to record the capture", async {
             record.await.map_err(anyhow::Error::from)
         })
         .await
@@ -143,7 +143,7 @@ impl Fulfilment {
 
     /// After Stripe answered a capture with a 5xx, which it saved under the attempt's key:
     /// what the attempt did
-    /// ([`crate::domain::payments::Payments::what_the_attempt_did`]). Captured: done. Still
+    /// ([`orderfleet_payments::Payments::what_the_attempt_did`]). Captured: done. Still
     /// holding funds: the attempt did nothing, so the order moves to its next attempt, whose
     /// new keys the step uses when it runs again (the failure stays, and the message is held
     /// until Stripe answers). Gone elsewhere: the capture's refusal. Other results pass
@@ -178,7 +178,7 @@ impl Fulfilment {
             }
         };
         debug_assert_eq!(now.status, IntentStatus::RequiresCapture);
-        let next = crate::runtime::db::bounded("failed to start the next payment attempt", async {
+        let next = orderfleet_runtime::db::bounded("failed to start the next payment attempt", async {
             order::next_payment_attempt(
                 &self.pool,
                 order.id,
@@ -224,7 +224,7 @@ impl Fulfilment {
             return Ok(Step::Done);
         }
         let mark_released = || {
-            crate::runtime::db::bounded("failed to record the released authorization", async {
+            orderfleet_runtime::db::bounded("failed to record the released authorization", async {
                 order::mark_authorization_released(&self.pool, order.id).await.map_err(anyhow::Error::from)
             })
         };
@@ -259,12 +259,12 @@ impl Fulfilment {
                 Ok(Step::Done)
             }
             Err(PaymentError::Unavailable(reason) | PaymentError::AttemptFailed(reason)) => {
-                Ok(Step::Failed(Failure::outage(Source::Stripe, "unavailable", reason)))
+                Ok(Step::Failed(Failure::outage(STRIPE, "unavailable", reason)))
             }
             Err(PaymentError::Locked(reason)) => Ok(Step::Failed(PaymentError::locked_failure(reason))),
             Err(refused) => {
                 let reason = format!("cannot cancel the authorization of order {}: {refused}", order.id);
-                Ok(Step::Failed(Failure::permanent(Source::Stripe, "cancel_refused", reason)))
+                Ok(Step::Failed(Failure::permanent(STRIPE, "cancel_refused", reason)))
             }
         }
     }

@@ -253,7 +253,7 @@ pub(super) async fn tick(budget: &StripeBudget) -> sqlx::Result<()> {
 }
 
 /// Every member's row, the slowdowns and the ledger, the rows' times on this process's clock.
-async fn read(tx: &mut crate::pool::Tx, budget: &StripeBudget) -> sqlx::Result<Fleet> {
+async fn read(tx: &mut orderfleet_runtime::pool::Tx, budget: &StripeBudget) -> sqlx::Result<Fleet> {
     let read = sqlx::query!(
         r#"SELECT clock_timestamp() AS "now!",
                   (SELECT coalesce(jsonb_agg(to_jsonb(m) - 'process' - 'updated_at'), '[]')
@@ -280,7 +280,11 @@ async fn read(tx: &mut crate::pool::Tx, budget: &StripeBudget) -> sqlx::Result<F
 }
 
 /// This member's row, the cuts, the ledger's next tick and round, and the rows gone.
-async fn write(tx: &mut crate::pool::Tx, budget: &StripeBudget, decision: &Decision) -> sqlx::Result<()> {
+async fn write(
+    tx: &mut orderfleet_runtime::pool::Tx,
+    budget: &StripeBudget,
+    decision: &Decision,
+) -> sqlx::Result<()> {
     let (cut_endpoints, cut_factors): (Vec<&str>, Vec<f64>) = decision.cuts.iter().copied().unzip();
     sqlx::query_file!(
         "src/budget/write.sql",
@@ -308,7 +312,7 @@ async fn write(tx: &mut crate::pool::Tx, budget: &StripeBudget, decision: &Decis
 /// starved, cut off) holds the lock: the server ends its transaction after a second idle in
 /// it, and a tick waits a second at most for the lock, so one stalled member cannot stop the
 /// others' ticks past their leases.
-async fn lock(tx: &mut crate::pool::Tx) -> sqlx::Result<()> {
+async fn lock(tx: &mut orderfleet_runtime::pool::Tx) -> sqlx::Result<()> {
     sqlx::query!(
         r#"SELECT set_config('idle_in_transaction_session_timeout', '1000', true) AS "idle!",
                   set_config('lock_timeout', '1000', true) AS "lock_wait!",
@@ -444,7 +448,7 @@ mod tests {
 
     fn budget(ceiling: Option<u32>) -> std::sync::Arc<StripeBudget> {
         let limits = FleetLimits { account: 100, endpoint: 25, ceiling };
-        StripeBudget::new(&crate::db::unreachable_pool(), limits, Duration::from_secs(4))
+        StripeBudget::new(&orderfleet_runtime::db::unreachable_pool(), limits, Duration::from_secs(4))
     }
 
     /// A request asks for a create, and waits no time for a turn.

@@ -1,12 +1,12 @@
 //! A PaymentIntent as the fleet reads it: [`Intent`], its [`IntentStatus`], the buyer's
 //! [`Action`] and its [`ChargeState`], mapped from async-stripe's `PaymentIntent`, and put in
-//! the order's words (`crate::domain::words::hold`). Every call that reads an intent answers one of
+//! the order's words ([`orderfleet_words::hold`]). Every call that reads an intent answers one of
 //! these, so the mapping is in one place.
 
 use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod, PaymentIntentStatus};
 
-use crate::domain::words::hold::{BuyerAction, Hold};
-use crate::domain::{Money, OrderId};
+use orderfleet_words::hold::{BuyerAction, Hold};
+use orderfleet_words::{Money, OrderId};
 
 /// The state of a PaymentIntent that matters to the fleet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,7 +116,7 @@ impl IntentStatus {
 }
 
 /// What an attempt Stripe answered with a saved failure did, read from its intent
-/// ([`super::Payments::what_the_attempt_did`]).
+/// ([`crate::Payments::what_the_attempt_did`]).
 #[derive(Debug, Clone)]
 pub enum AttemptDid {
     /// The intent is where the attempt wanted it: done.

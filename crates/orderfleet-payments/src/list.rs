@@ -9,11 +9,11 @@ use stripe_core::PaymentIntent;
 use stripe_core::payment_intent::ListPaymentIntent;
 use stripe_types::{RangeBoundsTs, RangeQueryTs};
 
-use super::classify::{Operation, PaymentError};
-use super::client::Payments;
-use super::intent::{EXPAND, Intent, IntentStatus};
-use crate::domain::OrderId;
-use crate::runtime::stripe_http::PooledStripe;
+use crate::classify::{Operation, PaymentError};
+use crate::client::Payments;
+use crate::intent::{EXPAND, Intent, IntentStatus};
+use crate::stripe_http::PooledStripe;
+use orderfleet_words::OrderId;
 
 /// How much earlier than the order's creation, on Stripe's clock, a lookup's window opens: the
 /// database's clock (which dates the order) and this machine's may differ a little (both keep
@@ -41,7 +41,7 @@ impl Payments {
     /// `until`, when known, closes the window: an attempt whose key answered a 5xx made its
     /// intent, if any, before that answer came back, so intents made after it need not be read
     /// (after an incident on a busy account, the many made since).
-    pub(crate) async fn find_by_order(
+    pub async fn find_by_order(
         &self,
         order_id: OrderId,
         since: chrono::DateTime<chrono::Utc>,
@@ -78,8 +78,8 @@ impl Payments {
 
     /// Every PaymentIntent Stripe's list shows created from `since` to `until` (this machine's
     /// clock, placed on Stripe's, and opened [`WINDOW_MARGIN`] early): every page. For the
-    /// reconciliation of strays (`crate::domain::recovery::strays`).
-    pub(crate) async fn list_created(
+    /// reconciliation of strays (`orderfleet::domain::recovery::strays`).
+    pub async fn list_created(
         &self,
         since: chrono::DateTime<chrono::Utc>,
         until: chrono::DateTime<chrono::Utc>,

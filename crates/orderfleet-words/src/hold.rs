@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::OrderId;
+use crate::OrderId;
 
 /// An authorization hold, as a move of its order records it.
 #[derive(Debug, Clone, Copy)]

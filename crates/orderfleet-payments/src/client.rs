@@ -17,16 +17,16 @@ use stripe_core::payment_intent::{
 };
 use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod};
 
-use super::classify::{Operation, PaymentError, RetryPolicy, classify, is_rate_limit, is_saved_failure};
-use super::held_here::HeldHere;
-use super::intent::{AttemptDid, EXPAND, Intent, IntentStatus};
-use super::one_at_a_time::OneAtATime;
-use crate::domain::words::hold::OrderIntent;
-use crate::domain::{Money, OrderId, UserId};
-use crate::runtime::budget::{Endpoint, FleetLimits, StripeBudget};
-use crate::runtime::config::StripeConfig;
-use crate::runtime::db::Pool;
-use crate::runtime::stripe_http::PooledStripe;
+use crate::budget::{Endpoint, FleetLimits, StripeBudget};
+use crate::classify::{Operation, PaymentError, RetryPolicy, classify, is_rate_limit, is_saved_failure};
+use crate::config::StripeConfig;
+use crate::held_here::HeldHere;
+use crate::intent::{AttemptDid, EXPAND, Intent, IntentStatus};
+use crate::one_at_a_time::OneAtATime;
+use crate::stripe_http::PooledStripe;
+use orderfleet_runtime::db::Pool;
+use orderfleet_words::hold::OrderIntent;
+use orderfleet_words::{Money, OrderId, UserId};
 
 /// How much older than a create's send its intent must be to be a replay: Stripe's `created`
 /// is in whole seconds, and the clocks are placed on each other to about a second.
@@ -72,7 +72,7 @@ impl Payments {
     /// The client for `config`, retrying as `retry` says, a member of the fleet's Stripe
     /// budget in `pool`'s database.
     pub fn new(config: &StripeConfig, retry: RetryPolicy, pool: Pool) -> anyhow::Result<Self> {
-        crate::install_crypto_provider();
+        orderfleet_runtime::install_crypto_provider();
         let client = PooledStripe::new(config.secret_key.expose_secret(), config.api_base.as_str())
             .map_err(|e| anyhow::anyhow!("failed to build the Stripe client: {e}"))?;
         let limits = FleetLimits {

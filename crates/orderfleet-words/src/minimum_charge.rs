@@ -8,9 +8,10 @@
 //! "Minor units in API amounts"): cents for a two-decimal currency, yen for the zero-decimal
 //! JPY. HUF is two-decimal in API amounts, as Stripe lists it.
 //!
-//! It lives here, below both, because two programs keep the rule: `fleetctl product upsert`
-//! refuses a price under it (a product whose every order Stripe would refuse), and stripe-sim
-//! refuses a create under it as Stripe does. For a currency the table does not list, Stripe's
+//! It lives here, beside the [`Currency`](crate::Currency) and the [`Money`](crate::Money) it
+//! bounds, because two programs keep the rule: `fleetctl product upsert` refuses a price under
+//! it (a product whose every order Stripe would refuse; the domain's records, which never call
+//! Stripe, check it), and stripe-sim refuses a create under it as Stripe does. For a currency the table does not list, Stripe's
 //! minimum is the equivalent of its account's own currency's minimum at the day's rate, which
 //! neither can know: both let it through, and Stripe decides.
 

@@ -90,7 +90,7 @@ impl StripeClock {
 impl PooledStripe {
     /// A client for the account of `secret_key`, at `api_base` (ending in `/`).
     pub fn new(secret_key: &str, api_base: &str) -> Result<Self, StripeError> {
-        crate::install_crypto_provider();
+        orderfleet_runtime::install_crypto_provider();
         // HTTP/1.1 only. Under HTTP/2 the pool shares one connection across every request and
         // each use keeps it fresh, so one that a network fault left silently dead (no reset)
         // would take every request until the kernel gives up on it, minutes later; a request

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use stripe::{ApiErrorsCode, ApiErrorsType, StripeError};
 
-use crate::domain::OrderId;
-use crate::runtime::backoff::Backoff;
-use crate::runtime::budget::Endpoint;
-use crate::runtime::failure::{Failure, Source};
+use crate::budget::Endpoint;
+use orderfleet_runtime::backoff::Backoff;
+use orderfleet_runtime::failure::{Failure, Source};
+use orderfleet_words::OrderId;
 
 /// The operations that carry their own idempotency key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,13 +110,17 @@ pub enum PaymentError {
 
 impl PaymentError {
     /// Whether trying again later can succeed.
-    pub(crate) fn is_transient(&self) -> bool {
+    pub fn is_transient(&self) -> bool {
         matches!(
             self,
             PaymentError::Unavailable(_) | PaymentError::AttemptFailed(_) | PaymentError::Locked(_)
         )
     }
 }
+
+/// Where a failure of a Stripe call happened, in the runtime's failure vocabulary: a
+/// dependency, counted and stored as `stripe`.
+pub const STRIPE: Source = Source::Service("stripe");
 
 /// How long a worker's step that Stripe held the intent through ([`PaymentError::Locked`])
 /// waits before it goes again: Stripe holds an object while another request on it runs.
@@ -128,7 +132,7 @@ impl PaymentError {
     /// being down, so it is kept in hand and handled again after [`LOCK_WAIT`] while the
     /// worker goes on receiving (never an outage, and no receive spent).
     pub fn locked_failure(reason: String) -> Failure {
-        Failure::transient(Source::Stripe, "lock_timeout", reason).hold_in_hand(LOCK_WAIT)
+        Failure::transient(STRIPE, "lock_timeout", reason).hold_in_hand(LOCK_WAIT)
     }
 }
 
@@ -184,7 +188,7 @@ impl RetryPolicy {
     /// moment) and its whole `timeout` for the answer, and every pause between two attempts is
     /// its backoff's ceiling. The intake's: 3 × (4 s + 5 s) + 0.2 s + 0.4 s = 27.6 s; the
     /// workers': 3 × (60 s + 5 s) + 0.2 s + 0.4 s = 195.6 s. What holds an order's lease
-    /// through Stripe calls counts its calls in these ([`crate::domain::records::order::lease_for`]).
+    /// through Stripe calls counts its calls in these (`orderfleet::domain::records::order::lease_for`).
     pub fn longest_call(&self) -> Duration {
         let attempts = self.attempts.max(1);
         let pauses: Duration = (0..attempts - 1).map(|n| self.backoff.ceiling(n)).sum();
@@ -247,7 +251,7 @@ pub(super) fn classify(error: StripeError) -> PaymentError {
             }
         }
         StripeError::Timeout => PaymentError::Unavailable("timed out".into()),
-        StripeError::ClientError(e) if e.starts_with(crate::runtime::stripe_http::UNSAVED_5XX) => {
+        StripeError::ClientError(e) if e.starts_with(crate::stripe_http::UNSAVED_5XX) => {
             PaymentError::Unavailable(e)
         }
         StripeError::ClientError(e) => PaymentError::Unavailable(format!("connection failed: {e}")),

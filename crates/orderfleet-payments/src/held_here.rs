@@ -7,7 +7,7 @@
 /// intent may be a stray, to be released). Stripe's `payment_intent.amount_capturable_updated`
 /// for one of them can change nothing (its order goes, or went, to `authorized` or on to
 /// `stock_reserved` by the commit of that authorization, never to `requires_action`), so the
-/// webhook answers it without a statement ([`crate::domain::steps::webhook::apply`]). Another intake
+/// webhook answers it without a statement (`orderfleet::domain::steps::webhook::apply`). Another intake
 /// process, or this one after a restart, does not know them, and its webhook reads the order,
 /// as for any other event.
 #[derive(Debug)]

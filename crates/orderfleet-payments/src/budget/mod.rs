@@ -64,7 +64,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::db::Pool;
+use orderfleet_runtime::db::Pool;
 
 /// The window a share is counted over: Stripe's second, and 100 ms for the spread of the
 /// delays between a request's turn here and its arrival at Stripe. Turns paced to 25 in any
@@ -200,7 +200,11 @@ impl StripeBudget {
             .next()
             .and_then(|p| std::path::Path::new(&p).file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_else(|| "orderfleet".to_owned());
-        let one = crate::pool::Limits { max_connections: 1, min_connections: 1, acquire_timeout: LEASE };
+        let one = orderfleet_runtime::pool::Limits {
+            max_connections: 1,
+            min_connections: 1,
+            acquire_timeout: LEASE,
+        };
         let pool = pool.sibling(&format!("{process} stripe-budget"), one);
         Arc::new(Self {
             lanes: Default::default(),
@@ -336,7 +340,8 @@ mod tests {
         // Arrange: a process with a ceiling of 1, whose one unit moves from creates to
         // retrieves between two requests.
         let limits = FleetLimits { account: 100, endpoint: 25, ceiling: Some(1) };
-        let budget = StripeBudget::new(&crate::db::unreachable_pool(), limits, Duration::from_secs(4));
+        let budget =
+            StripeBudget::new(&orderfleet_runtime::db::unreachable_pool(), limits, Duration::from_secs(4));
         let lease = Some(Instant::now() + Duration::from_secs(3600));
         budget.lanes[Endpoint::Create as usize].set(1, lease);
 
