@@ -14,13 +14,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$root"
 
-deny_version=0.20.2
-deny="$tools_dir/bin/cargo-deny"
-if [[ ! -x "$deny" ]] || ! "$deny" --version | grep -q "$deny_version"; then
-    # Built from crates.io (no prebuilt binaries reach these machines), without LTO (common.sh).
-    say "installing cargo-deny $deny_version (once per machine, about two minutes)"
-    cargo_tool cargo-deny "$deny_version"
-fi
+# Built from crates.io (no prebuilt binaries reach these machines), without LTO (common.sh).
+deny=$(ensure_cargo_tool cargo-deny 0.20.2)
 [[ "${1:-}" != install ]] || exit 0
 
 # cargo-deny's directory for the default database (advisory-db, hashed from its URL).

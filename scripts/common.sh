@@ -147,6 +147,18 @@ apt_install() {
     ) 8>"$run_dir/apt.lock"
 }
 
+# A cargo tool at VERSION in the tools directory, built there once (cargo_tool) unless the
+# one there already says that version; its path is printed.
+#   tool=$(ensure_cargo_tool CRATE VERSION)
+ensure_cargo_tool() {
+    local crate=$1 version=$2 bin="$tools_dir/bin/$1"
+    if [[ ! -x "$bin" ]] || ! "$bin" --version | grep -q "$version"; then
+        say "installing $crate $version (once per machine, about two minutes)" >&2
+        cargo_tool "$crate" "$version" >&2
+    fi
+    printf '%s\n' "$bin"
+}
+
 # cargo-nextest, the suite's runner (0.9.91 or later: .config/nextest.toml sets priorities).
 # These machines come with it; where it is missing or older, it is built once into the tools.
 need_nextest() {

@@ -10,13 +10,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$root"
 
-machete_version=0.9.2
-machete="$tools_dir/bin/cargo-machete"
-if [[ ! -x "$machete" ]] || ! "$machete" --version | grep -q "$machete_version"; then
-    # Built from crates.io, like cargo-deny (common.sh).
-    say "installing cargo-machete $machete_version (once per machine, about two minutes)"
-    cargo_tool cargo-machete "$machete_version"
-fi
+# Built from crates.io, like cargo-deny (common.sh).
+machete=$(ensure_cargo_tool cargo-machete 0.9.2)
 [[ "${1:-}" != install ]] || exit 0
 
 "$machete" --with-metadata
