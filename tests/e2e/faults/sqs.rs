@@ -24,13 +24,20 @@ async fn the_intake_keeps_accepting_through_an_outage() {
     assert_eq!(place(&fleet, "ned", "warm-up", "sku-1").await.status, 202);
     fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     // Settled is not relayed: the warm-up's order.paid row may still wait for the relay, and
-    // the cut must find the outbox empty, or it would count 17 rows below, not 16.
-    eventually("the warm-up's messages relayed", Duration::from_secs(30), || async {
-        let unsent: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status <> 'sent'")
-            .fetch_one(&fleet.pool)
-            .await
-            .unwrap();
-        (unsent == 0).then_some(())
+    // the cut must find the outbox empty, or it would count 17 rows below, not 16. Nor is
+    // relayed published: a cut that lost SNS's answer to the warm-up's publish would have it
+    // published again (§1.4's one repeat), and the audit would count it twice.
+    eventually("the warm-up's messages relayed and published", Duration::from_secs(30), || async {
+        let (unsent, unpublished): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM outbox WHERE status <> 'sent'),
+                    (SELECT count(*) FROM outbox o WHERE o.destination = 'notification'
+                        AND NOT EXISTS (SELECT 1 FROM inbox i
+                                         WHERE i.message_id = o.id AND i.processed_at IS NOT NULL))",
+        )
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap();
+        (unsent == 0 && unpublished == 0).then_some(())
     })
     .await
     .unwrap();
