@@ -32,6 +32,9 @@ python3 scripts/check-shape.py
 step "end-to-end test names: at most 10 over 70 characters (one claim each; a second in the doc comment)"
 python3 scripts/check-test-names.py
 
+step "each metric declared once, in its crate's src/metrics.rs, and recorded by its declaration; the docs' table and infra/'s CloudWatch names are the declarations'"
+python3 scripts/check-metrics.py
+
 step "cfn-lint infra/*.yaml"
 venv=$("$root/localstack/host.sh" venv)
 "$venv/bin/cfn-lint" infra/*.yaml

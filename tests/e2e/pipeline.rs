@@ -116,6 +116,13 @@ async fn a_burst_of_200_buyers_for_50_units_sells_exactly_50() {
     assert_eq!(checkouts.get("timed_out").copied().unwrap_or(0.0), 0.0, "{checkouts:?}");
     let pools = fleet_harness::metrics::sum_by_label(&metrics, "db_pool_connections", "pool");
     assert!(pools.keys().any(|pool| pool == "order-intake"), "{pools:?}");
+    // Every metric a process serves is one its binary declares: each has its help text.
+    for text in &metrics {
+        for family in text.lines().filter_map(|line| line.strip_prefix("# TYPE ")) {
+            let name = family.split(' ').next().unwrap_or_default();
+            assert!(text.contains(&format!("# HELP {name} ")), "{name} is served with no help text");
+        }
+    }
     fleet.stop().await.unwrap();
 }
 

@@ -48,6 +48,7 @@
 
 mod handle;
 mod message;
+pub mod metrics;
 mod publish;
 pub mod service;
 mod unrecorded;

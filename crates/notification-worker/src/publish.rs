@@ -159,7 +159,7 @@ impl Notifier {
                 Ok(out) => return Ok(out),
                 Err(e) => classify(&e),
             };
-            metrics::counter!("notification_publish_failures_total", "kind" => kind_label(&failure, nothing_published))
+            metrics::counter!(crate::metrics::NOTIFICATION_PUBLISH_FAILURES.name, "kind" => kind_label(&failure, nothing_published))
                 .increment(1);
             if failure.kind == orderfleet_runtime::failure::Kind::Permanent {
                 self.release_claims(&ids).await;

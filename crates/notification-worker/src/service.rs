@@ -23,6 +23,7 @@ pub struct NotificationWorker {
 
 impl Service for NotificationWorker {
     const NAME: &'static str = "notification-worker";
+    const METRICS: &'static [&'static [orderfleet_runtime::metrics::Metric]] = &[crate::metrics::ALL];
 
     async fn load(env: &Env) -> Result<Self, ConfigError> {
         let worker = WorkerConfig::from_env(env, "NOTIFICATION_QUEUE_URL")?;

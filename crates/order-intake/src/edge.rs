@@ -37,12 +37,12 @@ pub(crate) async fn token_first(
     let user = match authenticate(&edge.verifier, request.headers()).await {
         Ok(user) => user,
         Err(refused) => {
-            metrics::counter!("intake_unauthorized_total").increment(1);
+            metrics::counter!(crate::metrics::INTAKE_UNAUTHORIZED.name).increment(1);
             return refused.into_response();
         }
     };
     if let Err(refused) = edge.limits.check_user(&user) {
-        metrics::counter!("intake_rate_limited_total", "limit" => "user").increment(1);
+        metrics::counter!(crate::metrics::INTAKE_RATE_LIMITED.name, "limit" => "user").increment(1);
         return refused.into_response();
     }
     request.extensions_mut().insert(user);
@@ -59,7 +59,7 @@ pub(crate) async fn over_everyones_rate(
     match limits.check_global() {
         Ok(()) => next.run(request).await,
         Err(refused) => {
-            metrics::counter!("intake_rate_limited_total", "limit" => "global").increment(1);
+            metrics::counter!(crate::metrics::INTAKE_RATE_LIMITED.name, "limit" => "global").increment(1);
             refused.into_response()
         }
     }

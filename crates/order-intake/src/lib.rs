@@ -10,7 +10,7 @@
 //! - [`orders`]: placing an order — the door ([`orderfleet::domain::door`]), the authorization
 //!   outside any transaction, the one statement that records it — and answering a used key;
 //! - [`views`]: what the buyer is shown; [`error`]: every refusal with its status and code;
-//!   [`openapi`]: all of it as a document.
+//!   [`openapi`]: all of it as a document; [`metrics`]: every metric the intake exports.
 //!
 //! This module is the service: its configuration, its shared state, and its start. The
 //! intake never calls SQS: an SQS outage cannot block it.
@@ -24,6 +24,7 @@ pub mod connection;
 mod edge;
 pub mod error;
 pub mod limits;
+pub mod metrics;
 pub mod openapi;
 pub mod orders;
 pub mod request;
@@ -80,6 +81,8 @@ pub struct IntakeConfig {
 /// The intake binary: the HTTP API, and the job that forgets quiet users' rate buckets.
 impl Service for IntakeConfig {
     const NAME: &'static str = "order-intake";
+    const METRICS: &'static [&'static [orderfleet_runtime::metrics::Metric]] =
+        &[crate::metrics::ALL, orderfleet::metrics::ALL, orderfleet_payments::metrics::ALL];
 
     async fn load(env: &Env) -> Result<Self, ConfigError> {
         let limits = LimitsConfig::from_env(env)?;

@@ -275,7 +275,7 @@ fn refused(refusal: Refusal) -> ApiError {
         Refusal::UnknownProduct => ApiError::UnknownProduct,
         Refusal::OverLimit => ApiError::PurchaseLimitReached,
         Refusal::CardTesting(wait) => {
-            metrics::counter!("intake_rate_limited_total", "limit" => "declines").increment(1);
+            metrics::counter!(crate::metrics::INTAKE_RATE_LIMITED.name, "limit" => "declines").increment(1);
             crate::limits::rate_limited(wait)
         }
     }

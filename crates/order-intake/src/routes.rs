@@ -101,8 +101,8 @@ async fn create_order(
     };
     let status = response.status().as_u16();
     tracing::info!(status, "order request answered");
-    metrics::counter!("intake_orders_total", "status" => status.to_string()).increment(1);
-    metrics::histogram!("intake_order_seconds").record(started.elapsed().as_secs_f64());
+    metrics::counter!(crate::metrics::INTAKE_ORDERS.name, "status" => status.to_string()).increment(1);
+    metrics::histogram!(crate::metrics::INTAKE_ORDER_SECONDS.name).record(started.elapsed().as_secs_f64());
     response
 }
 

@@ -157,7 +157,8 @@ async fn accept(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Ap
     // Every signed event, by type and what it did (`unavailable`: answered 503, Stripe sends it
     // again): what Stripe's webhooks cost the intake, per order, in `make bench`.
     let effect = applied.as_ref().map_or("unavailable", Applied::effect);
-    metrics::counter!("webhook_events_total", "type" => event.kind.clone(), "effect" => effect).increment(1);
+    metrics::counter!(crate::metrics::WEBHOOK_EVENTS.name, "type" => event.kind.clone(), "effect" => effect)
+        .increment(1);
     applied.map_err(|e| match e {
         WebhookError::Unavailable(reason) => ApiError::WebhookUnavailable(reason),
         WebhookError::Database(e) => ApiError::WebhookUnavailable(format!("database: {e}")),

@@ -276,7 +276,7 @@ impl Payments {
             AttemptDid::Nothing(_) => {}
         }
         let fresh = format!("{key}-{}", chrono::Utc::now().timestamp_millis());
-        metrics::counter!("stripe_cancels_resent_total").increment(1);
+        metrics::counter!(crate::metrics::STRIPE_CANCELS_RESENT.name).increment(1);
         tracing::warn!(payment_intent = payment_intent_id, %error, "the cancel's key holds a failure and the intent is live; cancelling under a fresh key");
         match self.send_settle(Operation::Cancel, &fresh, payment_intent_id, request).await {
             Ok(intent) => Ok(intent),
@@ -379,7 +379,7 @@ impl Payments {
             self.slot(operation.endpoint()).await?;
             let error = match call().await {
                 Ok(answer) => {
-                    metrics::counter!("stripe_requests_total", "operation" => operation.as_str(), "outcome" => "ok")
+                    metrics::counter!(crate::metrics::STRIPE_REQUESTS.name, "operation" => operation.as_str(), "outcome" => "ok")
                         .increment(1);
                     return Ok(answer);
                 }
@@ -393,7 +393,7 @@ impl Payments {
                 },
             };
             if let PaymentError::AttemptFailed(_) = error {
-                metrics::counter!("stripe_requests_total", "operation" => operation.as_str(), "outcome" => "attempt_failed")
+                metrics::counter!(crate::metrics::STRIPE_REQUESTS.name, "operation" => operation.as_str(), "outcome" => "attempt_failed")
                     .increment(1);
                 return Err(error);
             }
@@ -402,7 +402,7 @@ impl Payments {
                 e if e.is_transient() => "transient",
                 _ => "permanent",
             };
-            metrics::counter!("stripe_requests_total", "operation" => operation.as_str(), "outcome" => outcome)
+            metrics::counter!(crate::metrics::STRIPE_REQUESTS.name, "operation" => operation.as_str(), "outcome" => outcome)
                 .increment(1);
             attempt += 1;
             if !error.is_transient() || attempt >= self.retry.attempts {
@@ -422,7 +422,8 @@ impl Payments {
         if is_rate_limit(&error) {
             self.budget.rate_limited(operation.endpoint());
         } else if matches!(error, StripeError::Stripe(_, 429)) {
-            metrics::counter!("stripe_lock_timeouts_total", "operation" => operation.as_str()).increment(1);
+            metrics::counter!(crate::metrics::STRIPE_LOCK_TIMEOUTS.name, "operation" => operation.as_str())
+                .increment(1);
         }
         error
     }

@@ -52,9 +52,10 @@
 //! as the fleet reads it ([`Intent`]); `list` finds intents by the window they were created in;
 //! `held_here` remembers the holds this process made; `one_at_a_time` gives each intent its
 //! turn; `config` reads [`StripeConfig`]; [`budget`] and [`stripe_http`] are the budget and the
-//! transport.
+//! transport; [`metrics`] lists every metric the crate exports.
 
 pub mod budget;
+pub mod metrics;
 pub mod stripe_http;
 
 mod classify;

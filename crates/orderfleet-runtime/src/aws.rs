@@ -144,7 +144,7 @@ impl Intercept for CountRequests {
     ) -> Result<(), BoxError> {
         if let Some(metadata) = cfg.load::<Metadata>() {
             metrics::counter!(
-                "aws_requests_total",
+                crate::metrics::AWS_REQUESTS.name,
                 "service" => metadata.service().to_owned(),
                 "operation" => metadata.name().to_owned()
             )
@@ -165,7 +165,7 @@ impl Intercept for CountRequests {
             && let Some(metadata) = cfg.load::<Metadata>()
         {
             metrics::counter!(
-                "aws_request_failures_total",
+                crate::metrics::AWS_REQUEST_FAILURES.name,
                 "service" => metadata.service().to_owned(),
                 "operation" => metadata.name().to_owned()
             )

@@ -20,6 +20,7 @@
 //! - [`backoff`] and [`backlog`]: retry spacing with jitter, and whether a source is deep.
 //! - [`telemetry`], [`trace`] and [`ops`]: logs (text or JSON), one trace per order across
 //!   processes, and `/healthz` and `/metrics`.
+//! - [`metrics`]: every metric this crate exports, and how each crate declares its own.
 //! - [`failpoint`]: crash points for the fault-injection suite, off unless a test sets them.
 
 pub mod aws;
@@ -30,6 +31,7 @@ pub mod consumer;
 pub mod db;
 pub mod failpoint;
 pub mod failure;
+pub mod metrics;
 pub mod ops;
 pub mod pool;
 pub mod service;

@@ -26,6 +26,19 @@ pub(crate) fn metrics_handle() -> PrometheusHandle {
         .clone()
 }
 
+/// Gives the process's recorder the help text of every metric in `lists`.
+pub fn describe(lists: &[&[crate::metrics::Metric]]) {
+    // The recorder must be installed first: a description given before it is lost.
+    let _ = metrics_handle();
+    for metric in lists.iter().flat_map(|list| list.iter()) {
+        match metric.kind {
+            crate::metrics::Kind::Counter => metrics::describe_counter!(metric.name, metric.help),
+            crate::metrics::Kind::Gauge => metrics::describe_gauge!(metric.name, metric.help),
+            crate::metrics::Kind::Histogram => metrics::describe_histogram!(metric.name, metric.help),
+        }
+    }
+}
+
 /// `/healthz` and `/metrics`, to merge into an app's router or to serve alone.
 pub fn router() -> Router {
     let handle = metrics_handle();

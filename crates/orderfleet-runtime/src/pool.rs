@@ -270,18 +270,19 @@ fn record(pool: &str, inner: &bb8::Pool<Connector>) {
     let state = inner.state();
     let stats = &state.statistics;
     let pool = pool.to_owned();
-    metrics::gauge!("db_pool_connections", "pool" => pool.clone()).set(f64::from(state.connections));
-    metrics::gauge!("db_pool_idle_connections", "pool" => pool.clone())
+    metrics::gauge!(crate::metrics::DB_POOL_CONNECTIONS.name, "pool" => pool.clone())
+        .set(f64::from(state.connections));
+    metrics::gauge!(crate::metrics::DB_POOL_IDLE_CONNECTIONS.name, "pool" => pool.clone())
         .set(f64::from(state.idle_connections));
     for (outcome, n) in
         [("direct", stats.get_direct), ("waited", stats.get_waited), ("timed_out", stats.get_timed_out)]
     {
-        metrics::counter!("db_pool_checkouts_total", "pool" => pool.clone(), "outcome" => outcome)
+        metrics::counter!(crate::metrics::DB_POOL_CHECKOUTS.name, "pool" => pool.clone(), "outcome" => outcome)
             .absolute(n);
     }
-    metrics::gauge!("db_pool_checkout_wait_seconds_total", "pool" => pool.clone())
+    metrics::gauge!(crate::metrics::DB_POOL_CHECKOUT_WAIT.name, "pool" => pool.clone())
         .set(stats.get_wait_time.as_secs_f64());
-    metrics::counter!("db_pool_connections_opened_total", "pool" => pool.clone())
+    metrics::counter!(crate::metrics::DB_POOL_CONNECTIONS_OPENED.name, "pool" => pool.clone())
         .absolute(stats.connections_created);
     let closed = [
         ("broken", stats.connections_closed_broken),
@@ -290,7 +291,7 @@ fn record(pool: &str, inner: &bb8::Pool<Connector>) {
         ("idle_timeout", stats.connections_closed_idle_timeout),
     ];
     for (why, n) in closed {
-        metrics::counter!("db_pool_connections_closed_total", "pool" => pool.clone(), "why" => why)
+        metrics::counter!(crate::metrics::DB_POOL_CONNECTIONS_CLOSED.name, "pool" => pool.clone(), "why" => why)
             .absolute(n);
     }
 }

@@ -19,6 +19,10 @@ pub trait Service: Sized {
     /// The binary's name, on its log lines and its one-line errors.
     const NAME: &'static str;
 
+    /// The lists of metrics the binary exports beyond the runtime's own
+    /// ([`crate::metrics::ALL`]): each crate's `metrics::ALL` it records through.
+    const METRICS: &'static [&'static [crate::metrics::Metric]];
+
     /// Reads the binary's own settings (and the AWS SDK's), so that none fails later. Those
     /// every binary shares ([`RuntimeConfig`]) are read by [`main`].
     fn load(env: &Env) -> impl Future<Output = Result<Self, ConfigError>>;
@@ -40,6 +44,8 @@ pub async fn main<S: Service>() -> ExitCode {
         }
     };
     let telemetry = crate::telemetry::init(runtime.log_format, S::NAME);
+    crate::ops::describe(&[crate::metrics::ALL]);
+    crate::ops::describe(S::METRICS);
     let outcome = run_until_stopped(service, &runtime).await;
     crate::aws::log_operations_called(S::NAME, tracing::Level::INFO);
     let code = match outcome {

@@ -20,6 +20,7 @@
 //! from the orders, the payments crate is Stripe apart from the orders' steps, and `domain` is
 //! where this system's rules are. Those rules are written against the database and Stripe
 //! directly, as short statements and calls, so each compare-and-set stays where a reader can
-//! see it.
+//! see it. [`metrics`] lists every metric the domain exports.
 
 pub mod domain;
+pub mod metrics;

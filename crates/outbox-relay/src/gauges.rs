@@ -1,6 +1,6 @@
 //! What the outbox's alarms need: its state, which only PostgreSQL knows, as metrics.
 //!
-//! Every interval (`OUTBOX_METRICS_INTERVAL_SECONDS`, 30) the relay reads four gauges in one
+//! Every interval (`OUTBOX_METRICS_INTERVAL_SECONDS`, 30) the relay reads five gauges in one
 //! short statement — rows `dead` (a person must look: `fleetctl outbox dead`), the age of the
 //! oldest row not yet sent (the relay or SQS is behind or down), and the orders stuck in
 //! `pending_authorization` (no live lease, unmoved for `STUCK_AFTER`: an intake died
@@ -10,12 +10,8 @@
 //! person must answer in Stripe's Dashboard within days), and the Stripe operations a 429
 //! from Stripe cut the fleet's budget on in the last five minutes (the account's limit is
 //! lower than the fleet's settings say, or another system shares it) — and serves them on
-//! `/metrics` (`outbox_dead_rows`, `outbox_oldest_pending_age_seconds`,
-//! `orders_pending_authorization_stuck`, `orders_disputed_last_day`,
-//! `stripe_rate_limited_operations`). When `CLOUDWATCH_NAMESPACE` is set, it also puts them to
-//! CloudWatch (`OutboxDeadRows`, `OutboxOldestPendingAgeSeconds`,
-//! `OrdersPendingAuthorizationStuck`, `OrdersDisputedLastDay`, `StripeRateLimitedOperations`,
-//! no dimensions) with
+//! `/metrics` ([`crate::metrics`]). When `CLOUDWATCH_NAMESPACE` is set, it also puts them to
+//! CloudWatch, under the names [`crate::metrics::CLOUDWATCH`] gives, with no dimensions, in
 //! one PutMetricData call, where the templates' alarms and dashboard read them.
 //! PutMetricData rather than an embedded-metric-format log line: it needs no agent on EC2
 //! and no log driver support on ECS, and the same code runs against LocalStack.
@@ -28,6 +24,7 @@ use std::time::Duration;
 
 use aws_sdk_cloudwatch::types::{MetricDatum, StandardUnit};
 use orderfleet_runtime::db::Pool;
+use orderfleet_runtime::metrics::Metric;
 use tokio_util::sync::CancellationToken;
 
 /// Where and how often the gauges go.
@@ -93,6 +90,20 @@ pub(crate) async fn read(pool: &Pool) -> sqlx::Result<OutboxGauges> {
     })
 }
 
+impl OutboxGauges {
+    /// Each gauge with its metric.
+    fn readings(&self) -> [(Metric, f64); 5] {
+        use crate::metrics::*;
+        [
+            (OUTBOX_DEAD_ROWS, self.dead_rows as f64),
+            (OUTBOX_OLDEST_PENDING_AGE, self.oldest_pending_age_seconds),
+            (ORDERS_PENDING_AUTHORIZATION_STUCK, self.stuck_pending_orders as f64),
+            (ORDERS_DISPUTED_LAST_DAY, self.disputed_last_day as f64),
+            (STRIPE_RATE_LIMITED_OPERATIONS, self.stripe_rate_limited_operations as f64),
+        ]
+    }
+}
+
 /// Reads and publishes the gauges every interval until the stop signal.
 pub(crate) async fn run(
     pool: Pool,
@@ -123,39 +134,22 @@ async fn publish(
 ) -> anyhow::Result<()> {
     use anyhow::Context;
     let gauges = read(pool).await.context("failed to read the outbox gauges")?;
-    metrics::gauge!("outbox_dead_rows").set(gauges.dead_rows as f64);
-    metrics::gauge!("outbox_oldest_pending_age_seconds").set(gauges.oldest_pending_age_seconds);
-    metrics::gauge!("orders_pending_authorization_stuck").set(gauges.stuck_pending_orders as f64);
-    metrics::gauge!("orders_disputed_last_day").set(gauges.disputed_last_day as f64);
-    metrics::gauge!("stripe_rate_limited_operations").set(gauges.stripe_rate_limited_operations as f64);
+    let readings = gauges.readings();
+    for (metric, value) in readings {
+        metrics::gauge!(metric.name).set(value);
+    }
     let Some(namespace) = namespace else { return Ok(()) };
-    let datum = |name: &str, value: f64, unit: StandardUnit| {
-        MetricDatum::builder().metric_name(name).value(value).unit(unit).build()
-    };
-    cloudwatch
-        .put_metric_data()
-        .namespace(namespace)
-        .metric_data(datum("OutboxDeadRows", gauges.dead_rows as f64, StandardUnit::Count))
-        .metric_data(datum(
-            "OutboxOldestPendingAgeSeconds",
-            gauges.oldest_pending_age_seconds,
-            StandardUnit::Seconds,
-        ))
-        .metric_data(datum(
-            "OrdersPendingAuthorizationStuck",
-            gauges.stuck_pending_orders as f64,
-            StandardUnit::Count,
-        ))
-        .metric_data(datum("OrdersDisputedLastDay", gauges.disputed_last_day as f64, StandardUnit::Count))
-        .metric_data(datum(
-            "StripeRateLimitedOperations",
-            gauges.stripe_rate_limited_operations as f64,
-            StandardUnit::Count,
-        ))
-        .send()
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!("PutMetricData failed: {}", aws_sdk_cloudwatch::error::DisplayErrorContext(&e))
-        })?;
+    let mut put = cloudwatch.put_metric_data().namespace(namespace);
+    for (metric, name, unit) in crate::metrics::CLOUDWATCH {
+        let Some((_, value)) = readings.iter().find(|(m, _)| m.name == metric.name) else { continue };
+        let unit = match unit {
+            crate::metrics::Unit::Count => StandardUnit::Count,
+            crate::metrics::Unit::Seconds => StandardUnit::Seconds,
+        };
+        put = put.metric_data(MetricDatum::builder().metric_name(*name).value(*value).unit(unit).build());
+    }
+    put.send().await.map_err(|e| {
+        anyhow::anyhow!("PutMetricData failed: {}", aws_sdk_cloudwatch::error::DisplayErrorContext(&e))
+    })?;
     Ok(())
 }

@@ -118,7 +118,7 @@ impl Lane {
                     self.backlog.observe(rows.len(), self.tuning.claim_batch as usize);
                 }
                 let result = if rows.is_empty() { "empty" } else { "rows" };
-                metrics::counter!("outbox_claims_total", "result" => result).increment(1);
+                metrics::counter!(crate::metrics::OUTBOX_CLAIMS.name, "result" => result).increment(1);
                 Some(rows)
             }
             Err(e) => {

@@ -33,11 +33,13 @@
 //! - [`retention`]: sent rows past their age moved to `outbox_archive` (or deleted);
 //! - [`gauges`]: the outbox's state, which only PostgreSQL knows, as the metrics its alarms
 //!   read;
+//! - [`metrics`]: every metric the relay exports, and the gauges' names in CloudWatch;
 //! - `config`: the relay's settings, read from the environment once, at start.
 
 mod config;
 pub mod gauges;
 mod lanes;
+pub mod metrics;
 pub mod retention;
 mod rows;
 pub mod send;
@@ -59,6 +61,7 @@ pub struct OutboxRelay {
 
 impl orderfleet_runtime::service::Service for OutboxRelay {
     const NAME: &'static str = "outbox-relay";
+    const METRICS: &'static [&'static [orderfleet_runtime::metrics::Metric]] = &[crate::metrics::ALL];
 
     async fn load(env: &Env) -> Result<Self, ConfigError> {
         Ok(Self { config: RelayConfig::from_env(env)?, aws: orderfleet_runtime::aws::Aws::load().await? })

@@ -121,7 +121,7 @@ pub(crate) async fn run(pool: Pool, policy: RetentionPolicy, cancel: Cancellatio
                 Ok(n) => {
                     if n > 0 {
                         tracing::info!(rows = n, mode = ?policy.mode, "outbox retention");
-                        metrics::counter!("outbox_retired_total").increment(n);
+                        metrics::counter!(crate::metrics::OUTBOX_RETIRED.name).increment(n);
                     }
                     if (n as i64) < policy.batch || cancel.is_cancelled() {
                         break;

@@ -111,7 +111,7 @@ async fn record_sent(pool: &Pool, outcomes: &[(Claimed, Outcome)]) -> sqlx::Resu
         )
         .execute(pool)
         .await?;
-        metrics::counter!("outbox_sent_total").increment(sent.len() as u64);
+        metrics::counter!(crate::metrics::OUTBOX_SENT.name).increment(sent.len() as u64);
         for (row, _) in outcomes.iter().filter(|(_, o)| o.is_ok()) {
             let (event_type, destination) = (row.event_type.as_str(), row.destination.as_str());
             row.span().in_scope(|| tracing::info!(event_type, destination, "outbox row sent"));
@@ -164,7 +164,7 @@ impl<'a> Retry<'a> {
                     "outbox row is dead; see `fleetctl outbox dead`"
                 )
             });
-            metrics::counter!("outbox_dead_total").increment(1);
+            metrics::counter!(crate::metrics::OUTBOX_DEAD.name).increment(1);
         }
         Self { status, retry_count, delay, failure }
     }

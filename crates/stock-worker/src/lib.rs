@@ -14,6 +14,7 @@
 #![recursion_limit = "256"]
 
 pub mod line;
+pub mod metrics;
 pub mod service;
 
 use line::Line;

@@ -72,7 +72,7 @@ impl Line {
         }
         let span = tracing::Span::current();
         waiting.entry(order_id).or_insert(Waiting { since: Instant::now(), span });
-        metrics::gauge!("orders_waiting_for_the_line").set(waiting.len() as f64);
+        metrics::gauge!(crate::metrics::ORDERS_WAITING_FOR_THE_LINE.name).set(waiting.len() as f64);
         true
     }
 
@@ -128,6 +128,6 @@ impl Line {
         }
         let mut waiting = self.waiting.lock().expect("not poisoned");
         waiting.remove(&order_id);
-        metrics::gauge!("orders_waiting_for_the_line").set(waiting.len() as f64);
+        metrics::gauge!(crate::metrics::ORDERS_WAITING_FOR_THE_LINE.name).set(waiting.len() as f64);
     }
 }

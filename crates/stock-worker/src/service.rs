@@ -48,6 +48,8 @@ pub struct StockWorker {
 
 impl Service for StockWorker {
     const NAME: &'static str = "stock-worker";
+    const METRICS: &'static [&'static [orderfleet_runtime::metrics::Metric]] =
+        &[crate::metrics::ALL, orderfleet::metrics::ALL, orderfleet_payments::metrics::ALL];
 
     async fn load(env: &Env) -> Result<Self, ConfigError> {
         Ok(Self { config: Config::from_env(env)?, aws: Aws::load().await? })

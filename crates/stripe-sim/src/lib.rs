@@ -124,6 +124,7 @@ impl Config {
 /// let go) for up to `SHUTDOWN_GRACE_SECONDS`.
 impl orderfleet_runtime::service::Service for Config {
     const NAME: &'static str = "stripe-sim";
+    const METRICS: &'static [&'static [orderfleet_runtime::metrics::Metric]] = &[];
 
     async fn load(env: &Env) -> Result<Self, ConfigError> {
         Self::from_env(env)

@@ -339,8 +339,9 @@ fn apply(budget: &StripeBudget, decision: &Decision, started: Instant) {
         } else {
             lane.set(granted, Some(started + LEASE));
         }
-        metrics::gauge!("stripe_budget_share", "endpoint" => e.name()).set(f64::from(granted));
-        metrics::gauge!("stripe_budget_limit", "endpoint" => e.name())
+        metrics::gauge!(crate::metrics::STRIPE_BUDGET_SHARE.name, "endpoint" => e.name())
+            .set(f64::from(granted));
+        metrics::gauge!(crate::metrics::STRIPE_BUDGET_LIMIT.name, "endpoint" => e.name())
             .set(f64::from(decision.endpoint_limit[e as usize]));
     }
     let mut seen = budget.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -247,19 +247,21 @@ impl StripeBudget {
             .max(lane.share())
             .min(self.limits.ceiling.unwrap_or(u32::MAX));
         let granted = lane.acquire(self.max_wait, headed_for, self.ceiling.as_ref()).await;
-        metrics::histogram!("stripe_budget_wait_seconds", "endpoint" => endpoint.name())
+        metrics::histogram!(crate::metrics::STRIPE_BUDGET_WAIT.name, "endpoint" => endpoint.name())
             .record(started.elapsed().as_secs_f64());
         if granted {
             return Ok(());
         }
-        metrics::counter!("stripe_budget_refusals_total", "endpoint" => endpoint.name()).increment(1);
+        metrics::counter!(crate::metrics::STRIPE_BUDGET_REFUSALS.name, "endpoint" => endpoint.name())
+            .increment(1);
         Err(Exhausted { endpoint: endpoint.name(), max_wait: self.max_wait })
     }
 
     /// Stripe answered `429` on `endpoint`: this process halves its share there at once, and
     /// its next tick, now, slows the fleet down.
     pub fn rate_limited(&self, endpoint: Endpoint) {
-        metrics::counter!("stripe_rate_limited_total", "endpoint" => endpoint.name()).increment(1);
+        metrics::counter!(crate::metrics::STRIPE_RATE_LIMITED.name, "endpoint" => endpoint.name())
+            .increment(1);
         // Counted first, so a tick that reads the count after the halving also repeats it.
         self.limited[endpoint as usize].fetch_add(1, Ordering::AcqRel);
         self.lanes[endpoint as usize].halve();
@@ -327,7 +329,7 @@ async fn run(budget: Weak<StripeBudget>, wake: Arc<Notify>) {
                 "failed"
             }
         };
-        metrics::counter!("stripe_budget_ticks_total", "outcome" => outcome).increment(1);
+        metrics::counter!(crate::metrics::STRIPE_BUDGET_TICKS.name, "outcome" => outcome).increment(1);
     }
 }
 

@@ -229,7 +229,7 @@ pub(super) async fn with_heartbeat<T>(
         tokio::select! {
             done = &mut work => return done,
             _ = ticker.tick(), if !stop.is_cancelled() => {
-                metrics::counter!("sqs_visibility_extensions_total").increment(receipts.len() as u64);
+                metrics::counter!(crate::metrics::SQS_VISIBILITY_EXTENSIONS.name).increment(receipts.len() as u64);
                 for receipt in receipts {
                     let _ = acks.send(Ack::Visibility(receipt.clone(), visibility.as_secs() as i32)).await;
                 }

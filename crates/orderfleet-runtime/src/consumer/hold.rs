@@ -138,7 +138,7 @@ impl<H: Handler> BatchTask<H> {
                 );
             }
             if outage {
-                metrics::counter!("messages_held_total", "queue" => self.queue.clone())
+                metrics::counter!(crate::metrics::MESSAGES_HELD.name, "queue" => self.queue.clone())
                     .increment(held.len() as u64);
             }
             let receipts: Vec<String> = held.iter().map(|(m, _)| m.receipt_handle.clone()).collect();

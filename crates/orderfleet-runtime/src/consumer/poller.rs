@@ -178,7 +178,8 @@ impl<H: Handler> Poller<H> {
             // it whole. Each one counts toward its redrive, as any receive does; the pause
             // keeps a way that damages every body from spending a message's receives in
             // seconds.
-            metrics::counter!("sqs_messages_damaged_total", "queue" => self.queue.clone()).increment(1);
+            metrics::counter!(crate::metrics::SQS_MESSAGES_DAMAGED.name, "queue" => self.queue.clone())
+                .increment(1);
             tracing::warn!(
                 queue = self.queue,
                 message_id = message.message_id().unwrap_or_default(),
@@ -195,7 +196,7 @@ impl<H: Handler> Poller<H> {
         // next receive (and its delete, and a publish) carries a fuller batch. At load this
         // halves the calls per message for a few milliseconds of latency.
         self.fill_first = !messages.is_empty() && messages.len() < asked;
-        metrics::counter!("sqs_messages_received_total", "queue" => self.queue.clone())
+        metrics::counter!(crate::metrics::SQS_MESSAGES_RECEIVED.name, "queue" => self.queue.clone())
             .increment(messages.len() as u64);
         messages.into_iter().map(received).collect()
     }

@@ -98,7 +98,7 @@ impl Settle {
     /// One outcome: its metric, its log line, and the acknowledgement it calls for.
     fn settle(&self, message: &Delivered, outcome: &Outcome) -> Ack {
         let label = outcome.as_ref().map_or_else(|failure| failure.kind.as_str(), |()| "done");
-        metrics::counter!("messages_handled_total", "queue" => self.queue.clone(), "outcome" => label)
+        metrics::counter!(crate::metrics::MESSAGES_HANDLED.name, "queue" => self.queue.clone(), "outcome" => label)
             .increment(1);
         let _in_span = message.span.enter();
         let Err(failure) = outcome else {

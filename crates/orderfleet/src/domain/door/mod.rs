@@ -113,7 +113,7 @@ pub async fn admit(
     let started = Instant::now();
     let admission = match reads.ask(pool, &entry).await {
         Verdict::SoldOut { units_may_return } => {
-            metrics::histogram!("intake_door_seconds", "outcome" => "sold_out_read")
+            metrics::histogram!(crate::metrics::INTAKE_DOOR_SECONDS.name, "outcome" => "sold_out_read")
                 .record(started.elapsed().as_secs_f64());
             return Ok(Admission::Refused(Refusal::SoldOut { units_may_return }));
         }
@@ -131,7 +131,8 @@ pub async fn admit(
         Ok(Admission::Refused(_)) => "closed",
         Err(_) => "error",
     };
-    metrics::histogram!("intake_door_seconds", "outcome" => outcome).record(started.elapsed().as_secs_f64());
+    metrics::histogram!(crate::metrics::INTAKE_DOOR_SECONDS.name, "outcome" => outcome)
+        .record(started.elapsed().as_secs_f64());
     admission
 }
 

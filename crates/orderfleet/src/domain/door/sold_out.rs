@@ -205,8 +205,9 @@ impl SoldOutReads {
             if batch.is_empty() {
                 continue;
             }
-            metrics::counter!("intake_sold_out_reads_total").increment(1);
-            metrics::histogram!("intake_sold_out_read_requests").record(batch.len() as f64);
+            metrics::counter!(crate::metrics::INTAKE_SOLD_OUT_READS.name).increment(1);
+            metrics::histogram!(crate::metrics::INTAKE_SOLD_OUT_READ_REQUESTS.name)
+                .record(batch.len() as f64);
             // Bounded: the leader outlives the requests' own deadlines, and a connection frozen
             // mid-read would otherwise keep the product's requests waiting until they time out.
             let reading = async { read_batch(&pool, &product, &batch).await.map_err(anyhow::Error::from) };

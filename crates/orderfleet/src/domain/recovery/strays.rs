@@ -243,7 +243,7 @@ async fn release_or_owe(
         Ok(()) => {
             report.released += 1;
             if owed_as == FAILED_ORDER {
-                metrics::counter!("failed_order_holds_released_total", "found" => "reconciliation")
+                metrics::counter!(crate::metrics::FAILED_ORDER_HOLDS_RELEASED.name, "found" => "reconciliation")
                     .increment(1);
             }
             Ok(Outcome::Released)

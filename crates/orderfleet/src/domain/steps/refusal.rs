@@ -74,7 +74,7 @@ pub async fn end_refused(
     path: Path,
 ) -> Ended {
     let words = format!("the database refused the order's move from {from}: {refusal}");
-    metrics::counter!("orders_refused_by_database_total", "path" => path.as_str()).increment(1);
+    metrics::counter!(crate::metrics::ORDERS_REFUSED_BY_DATABASE.name, "path" => path.as_str()).increment(1);
     tracing::error!(
         reason = words,
         path = path.as_str(),

@@ -19,7 +19,7 @@ pub async fn owe(
     found: &str,
     why: &PaymentError,
 ) -> anyhow::Result<()> {
-    metrics::counter!("stray_intents_release_deferred_total").increment(1);
+    metrics::counter!(crate::metrics::STRAY_INTENTS_RELEASE_DEFERRED.name).increment(1);
     let why = why.to_string();
     tracing::warn!(order_id = %order, payment_intent, why, "a PaymentIntent to release could not be cancelled now; the next pass tries again");
     sqlx::query!(
@@ -53,7 +53,7 @@ pub async fn release(
 ) -> Result<(), PaymentError> {
     match payments.cancel_stray(order, payment_intent).await {
         Ok(_) => {
-            metrics::counter!("stray_intents_canceled_total", "found" => found).increment(1);
+            metrics::counter!(crate::metrics::STRAY_INTENTS_CANCELED.name, "found" => found).increment(1);
             tracing::warn!(order_id = %order, payment_intent, found, "released a stray PaymentIntent");
             Ok(())
         }
@@ -61,7 +61,7 @@ pub async fn release(
             e @ (PaymentError::Unavailable(_) | PaymentError::AttemptFailed(_) | PaymentError::Locked(_)),
         ) => Err(e),
         Err(refused) => {
-            metrics::counter!("stray_intents_cancel_refused_total").increment(1);
+            metrics::counter!(crate::metrics::STRAY_INTENTS_CANCEL_REFUSED.name).increment(1);
             let why = refused.to_string();
             tracing::error!(order_id = %order, payment_intent, why, "Stripe refused to cancel a stray PaymentIntent; cancel it in the Dashboard");
             Err(refused)

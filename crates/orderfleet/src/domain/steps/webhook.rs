@@ -351,7 +351,7 @@ async fn disputed(
     order::record_event(&mut *tx, event.reference(), Some(order.id), "disputed").await?;
     tx.commit().await?;
     if marked == 1 {
-        metrics::counter!("stripe_disputes_total").increment(1);
+        metrics::counter!(crate::metrics::STRIPE_DISPUTES.name).increment(1);
         tracing::error!(dispute = event.object_id(), "the cardholder disputed the order's payment");
     }
     Ok("disputed")
@@ -393,7 +393,8 @@ async fn release_failed_order_hold(
     }
     match releases::release(payments, order.id, &now.id, "failed_order_webhook").await {
         Ok(()) => {
-            metrics::counter!("failed_order_holds_released_total", "found" => "webhook").increment(1);
+            metrics::counter!(crate::metrics::FAILED_ORDER_HOLDS_RELEASED.name, "found" => "webhook")
+                .increment(1);
             tracing::error!(payment_intent = now.id, status = %order.status, "the own PaymentIntent of a failed order held funds; it was cancelled");
             record(pool, event, Some(order.id), "failed_order_hold_released").await
         }

@@ -93,7 +93,7 @@ impl KeySet {
             .collect();
         let count = keys.len();
         *self.keys.write().await = keys;
-        metrics::counter!("intake_jwks_fetches_total", "outcome" => "fetched").increment(1);
+        metrics::counter!(crate::metrics::INTAKE_JWKS_FETCHES.name, "outcome" => "fetched").increment(1);
         Ok(count)
     }
 
@@ -129,7 +129,7 @@ impl KeySet {
             *fetched = Some(Instant::now());
         }
         if let Err(e) = tried {
-            metrics::counter!("intake_jwks_fetches_total", "outcome" => "failed").increment(1);
+            metrics::counter!(crate::metrics::INTAKE_JWKS_FETCHES.name, "outcome" => "failed").increment(1);
             tracing::warn!(
                 error = format!("{e:#}"),
                 "could not fetch the identity provider's keys; the kept ones stay in use"

@@ -215,7 +215,7 @@ pub async fn resume(pool: &Pool, payments: &Payments, order: &Order) -> Result<R
         }
         Err(refused) => {
             release(pool, order).await?;
-            metrics::counter!("authorization_lookups_refused_total").increment(1);
+            metrics::counter!(crate::metrics::AUTHORIZATION_LOOKUPS_REFUSED.name).increment(1);
             Err(AuthorizationError::LookupRefused(refused.to_string()))
         }
     }

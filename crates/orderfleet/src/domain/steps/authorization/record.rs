@@ -121,7 +121,7 @@ async fn left_pending(
     if unsettled_too_long(intent.created, chrono::Utc::now()) {
         return never_confirmed(pool, payments, order, intent).await;
     }
-    metrics::counter!("authorization_intents_unsettled_total").increment(1);
+    metrics::counter!(crate::metrics::AUTHORIZATION_INTENTS_UNSETTLED.name).increment(1);
     tracing::info!(payment_intent = intent.id, status = ?intent.status, "the order's PaymentIntent is not settled at Stripe yet; the order stays pending");
     release(pool, order).await?;
     Err(AuthorizationError::ProviderUnavailable(format!(
