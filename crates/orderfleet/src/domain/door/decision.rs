@@ -87,27 +87,37 @@ pub(super) enum Told {
     Refused(Refusal),
 }
 
-/// What a request does next.
+/// What a request does, decided: answer, or pass a door again.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) enum Next {
+pub(super) enum Decided {
     /// Its answer.
     Tell(Told),
     /// A second pass, through this door.
     Through(Door),
+}
+
+/// What a request does after a door's statement: decided, or a look first.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Next {
+    /// Decided from what the statement saw.
+    Decided(Decided),
     /// A look again ([`LookAgain`]): the door closed for a reason its snapshot did not show.
+    /// What follows a look is always decided ([`after_look`]).
     LookAgain,
 }
 
 /// After a door's statement that admitted nobody, on `pass`, for `quantity` units.
 pub(super) fn after_door(saw: DoorSaw, quantity: i32, pass: Pass) -> Next {
     match (saw.key_used, saw.units_left, saw.max_per_buyer) {
-        (true, _, _) => Next::Tell(Told::KeyUsed),
-        (false, None, _) => Next::Tell(Told::Refused(Refusal::UnknownProduct)),
+        (true, _, _) => Next::Decided(Decided::Tell(Told::KeyUsed)),
+        (false, None, _) => Next::Decided(Decided::Tell(Told::Refused(Refusal::UnknownProduct))),
         (false, Some(left), _) if left < quantity => {
             let units_may_return = saw.units_may_return.unwrap_or(true);
-            Next::Tell(Told::Refused(Refusal::SoldOut { units_may_return }))
+            Next::Decided(Decided::Tell(Told::Refused(Refusal::SoldOut { units_may_return })))
         }
-        (false, Some(_), Some(cap)) if pass == Pass::First => Next::Through(Door::Capped(cap)),
+        (false, Some(_), Some(cap)) if pass == Pass::First => {
+            Next::Decided(Decided::Through(Door::Capped(cap)))
+        }
         (false, Some(_), _) => Next::LookAgain,
     }
 }
@@ -115,26 +125,26 @@ pub(super) fn after_door(saw: DoorSaw, quantity: i32, pass: Pass) -> Next {
 /// After a look again, on `pass`, for `quantity` units, with the card-testing limit `gate`.
 /// A twin's order comes first: it is what the gate counted or what took the units, and this
 /// request answers from it, never `sold_out`.
-pub(super) fn after_look(saw: &LookAgain, quantity: i32, gate: u32, pass: Pass) -> Next {
+pub(super) fn after_look(saw: &LookAgain, quantity: i32, gate: u32, pass: Pass) -> Decided {
     if let Some(told) = before_the_units(saw, gate) {
-        return Next::Tell(told);
+        return Decided::Tell(told);
     }
     match (saw.units_left, saw.max_per_buyer, pass) {
-        (None, _, _) => Next::Tell(Told::Refused(Refusal::UnknownProduct)),
+        (None, _, _) => Decided::Tell(Told::Refused(Refusal::UnknownProduct)),
         (Some(left), _, _) if left < quantity => {
-            Next::Tell(Told::Refused(Refusal::SoldOut { units_may_return: saw.units_may_return }))
+            Decided::Tell(Told::Refused(Refusal::SoldOut { units_may_return: saw.units_may_return }))
         }
-        (Some(_), Some(cap), Pass::First) => Next::Through(Door::Capped(cap)),
-        (Some(_), None, Pass::First) => Next::Through(Door::Uncapped),
+        (Some(_), Some(cap), Pass::First) => Decided::Through(Door::Capped(cap)),
+        (Some(_), None, Pass::First) => Decided::Through(Door::Uncapped),
         // No third pass. Behind the card gate, an uncapped door closed twice while units are
         // left: the buyer's other orders are being decided right now, so never `sold_out`:
         // come back in a moment. Otherwise the units changed hands twice under this request:
         // sold out, and they may come back.
         (Some(_), _, Pass::Second(Door::Uncapped)) if gate > 0 => {
-            Next::Tell(Told::Refused(Refusal::CardTesting(Duration::from_secs(2))))
+            Decided::Tell(Told::Refused(Refusal::CardTesting(Duration::from_secs(2))))
         }
         (Some(_), _, Pass::Second(_)) => {
-            Next::Tell(Told::Refused(Refusal::SoldOut { units_may_return: true }))
+            Decided::Tell(Told::Refused(Refusal::SoldOut { units_may_return: true }))
         }
     }
 }
@@ -177,10 +187,10 @@ pub(super) fn capped(twin: bool, held: i64, quantity: i32, cap: i32) -> Option<T
 mod tests {
     use super::*;
 
-    const SOLD_OUT: Next = Next::Tell(Told::Refused(Refusal::SoldOut { units_may_return: true }));
-    const SOLD_FOR_GOOD: Next = Next::Tell(Told::Refused(Refusal::SoldOut { units_may_return: false }));
-    const UNKNOWN: Next = Next::Tell(Told::Refused(Refusal::UnknownProduct));
-    const A_MOMENT: Next = Next::Tell(Told::Refused(Refusal::CardTesting(Duration::from_secs(2))));
+    const SOLD_OUT: Decided = Decided::Tell(Told::Refused(Refusal::SoldOut { units_may_return: true }));
+    const SOLD_FOR_GOOD: Decided = Decided::Tell(Told::Refused(Refusal::SoldOut { units_may_return: false }));
+    const UNKNOWN: Decided = Decided::Tell(Told::Refused(Refusal::UnknownProduct));
+    const A_MOMENT: Decided = Decided::Tell(Told::Refused(Refusal::CardTesting(Duration::from_secs(2))));
 
     fn door(key_used: bool, units_left: Option<i32>, cap: Option<i32>, may_return: Option<bool>) -> DoorSaw {
         DoorSaw { key_used, units_left, max_per_buyer: cap, units_may_return: may_return }
@@ -194,16 +204,31 @@ mod tests {
     fn after_the_door_s_statement() {
         let second = Pass::Second(Door::Uncapped);
         let rows = [
-            ("the key used", door(true, Some(0), None, None), Pass::First, Next::Tell(Told::KeyUsed)),
-            ("no such product", door(false, None, None, None), Pass::First, UNKNOWN),
-            ("too few, some may come back", door(false, Some(1), None, Some(true)), Pass::First, SOLD_OUT),
-            ("too few, every unit sold", door(false, Some(1), None, Some(false)), Pass::First, SOLD_FOR_GOOD),
-            ("too few, not asked", door(false, Some(0), None, None), Pass::First, SOLD_OUT),
+            (
+                "the key used",
+                door(true, Some(0), None, None),
+                Pass::First,
+                Next::Decided(Decided::Tell(Told::KeyUsed)),
+            ),
+            ("no such product", door(false, None, None, None), Pass::First, Next::Decided(UNKNOWN)),
+            (
+                "too few, some may come back",
+                door(false, Some(1), None, Some(true)),
+                Pass::First,
+                Next::Decided(SOLD_OUT),
+            ),
+            (
+                "too few, every unit sold",
+                door(false, Some(1), None, Some(false)),
+                Pass::First,
+                Next::Decided(SOLD_FOR_GOOD),
+            ),
+            ("too few, not asked", door(false, Some(0), None, None), Pass::First, Next::Decided(SOLD_OUT)),
             (
                 "a cap, first pass",
                 door(false, Some(5), Some(3), None),
                 Pass::First,
-                Next::Through(Door::Capped(3)),
+                Next::Decided(Decided::Through(Door::Capped(3))),
             ),
             ("a cap, second pass", door(false, Some(5), Some(3), None), second, Next::LookAgain),
             ("units there, taken meanwhile", door(false, Some(5), None, None), Pass::First, Next::LookAgain),
@@ -221,19 +246,25 @@ mod tests {
             LookAgain { attempts: Some(3), declines: 3, ages_out_in: Some(1_200.4), ..look(Some(5), None) };
         let uncapped = Pass::Second(Door::Uncapped);
         let capped = Pass::Second(Door::Capped(3));
-        let rows: [(&str, LookAgain, u32, Pass, Next); 10] = [
-            ("a twin's order before the gate and the units", twin, 3, Pass::First, Next::Tell(Told::KeyUsed)),
+        let rows: [(&str, LookAgain, u32, Pass, Decided); 10] = [
+            (
+                "a twin's order before the gate and the units",
+                twin,
+                3,
+                Pass::First,
+                Decided::Tell(Told::KeyUsed),
+            ),
             (
                 "the gate closed by declines",
                 gated,
                 3,
                 Pass::First,
-                Next::Tell(Told::Refused(Refusal::CardTesting(Duration::from_secs_f64(1_200.4)))),
+                Decided::Tell(Told::Refused(Refusal::CardTesting(Duration::from_secs_f64(1_200.4)))),
             ),
             ("no such product", look(None, None), 0, Pass::First, UNKNOWN),
             ("too few", look(Some(1), None), 0, Pass::First, SOLD_OUT),
-            ("a cap, first pass", look(Some(5), Some(2)), 0, Pass::First, Next::Through(Door::Capped(2))),
-            ("no cap, first pass", look(Some(5), None), 0, Pass::First, Next::Through(Door::Uncapped)),
+            ("a cap, first pass", look(Some(5), Some(2)), 0, Pass::First, Decided::Through(Door::Capped(2))),
+            ("no cap, first pass", look(Some(5), None), 0, Pass::First, Decided::Through(Door::Uncapped)),
             ("second uncapped pass behind the gate", look(Some(5), None), 3, uncapped, A_MOMENT),
             ("second uncapped pass, no gate", look(Some(5), None), 0, uncapped, SOLD_OUT),
             ("second capped pass behind the gate", look(Some(5), Some(3)), 3, capped, SOLD_OUT),

@@ -36,7 +36,7 @@ use crate::domain::records::order::{self, Order};
 use crate::domain::words::status::OrderStatus;
 use orderfleet_words::{Currency, OrderId, Quantity, Sku, UserId};
 
-use decision::{Door, DoorSaw, LookAgain, Next, Pass, Told};
+use decision::{Decided, Door, DoorSaw, LookAgain, Next, Pass, Told};
 pub use sold_out::{SoldOutReads, Verdict};
 
 /// What the door needs of a request.
@@ -147,21 +147,19 @@ async fn admit_untimed(pool: &Pool, entry: Entry<'_>, gate: u32) -> anyhow::Resu
             Door::Uncapped => statement(pool, entry, Rule::Uncapped { gate }).await?,
             Door::Capped(cap) => capped(pool, entry, cap, gate).await?,
         };
-        let next = match passed {
+        let decided = match passed {
             Passed::Admitted(order) => return Ok(Admission::Admitted(order)),
-            Passed::Told(told) => Next::Tell(told),
+            Passed::Told(told) => Decided::Tell(told),
             Passed::Closed(saw) => match decision::after_door(saw, quantity, pass) {
+                Next::Decided(decided) => decided,
                 Next::LookAgain => {
                     decision::after_look(&look_again(pool, entry, gate).await?, quantity, gate, pass)
                 }
-                next => next,
             },
         };
-        match next {
-            Next::Tell(told) => return answer(pool, entry, told).await,
-            Next::Through(second) => (pass, door) = (Pass::Second(second), second),
-            // The decision never asks for a look after a look: it tells, or names a door.
-            Next::LookAgain => unreachable!("a look again follows a door's statement only"),
+        match decided {
+            Decided::Tell(told) => return answer(pool, entry, told).await,
+            Decided::Through(second) => (pass, door) = (Pass::Second(second), second),
         }
     }
 }
