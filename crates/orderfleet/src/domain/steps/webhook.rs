@@ -222,21 +222,14 @@ async fn settle_action(
             record(pool, event, Some(order.id), NO_CHANGE).await
         }
         Err(AuthorizationError::ProviderUnavailable(reason)) => Err(WebhookError::Unavailable(reason)),
-        Err(AuthorizationError::LookupRefused(reason)) => {
+        // Delivered again, the event would meet the same refusal (Stripe's, or the
+        // database's): the order is for a person (its hold released, or owed), and the event
+        // is recorded as seen.
+        Err(AuthorizationError::LookupRefused(reason) | AuthorizationError::OrderRefused(reason)) => {
             tracing::error!(
                 reason,
                 event = event.id,
                 "a webhook's order cannot be settled; it needs a person"
-            );
-            record(pool, event, Some(order.id), "unresolved").await
-        }
-        // Delivered again, the event would meet the same refusal: the order is for a person
-        // (its hold released, or owed), and the event is recorded as seen.
-        Err(AuthorizationError::OrderRefused(reason)) => {
-            tracing::error!(
-                reason,
-                event = event.id,
-                "a webhook's order is refused by the database; it needs a person"
             );
             record(pool, event, Some(order.id), "unresolved").await
         }
