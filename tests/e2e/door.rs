@@ -109,7 +109,7 @@ async fn a_cut_rejects_exactly_the_last_in_line_whatever_the_arrival_order() {
     // Arrange: ten buyers in line for ten units while no stock worker runs, each on a card
     // that needs 3-D Secure, so that every order is still pending (`requires_action`, holding
     // its unit and its place) when the operator cuts; a commit that authorizes an order with
-    // nothing cut takes its units at once (issue 34), and a cut below them is refused.
+    // nothing cut takes its units at once, and a cut below them is refused.
     let mut fleet =
         without_stock_workers("cut-below-promised", &[("PAYMENT_ACTION_TIMEOUT_SECONDS", "300")]).await;
     fleet.product("sku-1", 1000, 10).await.unwrap();
@@ -696,8 +696,8 @@ async fn after_a_cut_an_order_behind_a_pending_one_waits_for_its_outcome() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_order_waiting_for_the_line_holds_up_no_other_order() {
     // Arrange: after a cut to one unit, B (second in line) waits for A (first, pending after a
-    // saved 500). One stock worker, handling one message at a time, takes B's stock check
-    // (issue 35, point 1); its sweeper is off, so only the check's handling can move B.
+    // saved 500). One stock worker, handling one message at a time, takes B's stock check;
+    // its sweeper is off, so only the check's handling can move B.
     let mut fleet =
         without_stock_workers("wait-holds-up-nothing", &[("PAYMENT_ACTION_TIMEOUT_SECONDS", "300")]).await;
     fleet.product("sku-1", 1000, 2).await.unwrap();
@@ -776,7 +776,7 @@ async fn after_a_cut_a_lapsed_hold_ahead_leaves_its_unit_to_the_one_behind() {
     // Arrange: A and B in line for two units, on 3-D Secure cards, cut to one unit, then both
     // authenticated (each commit finds the cut, so both stay `authorized`). A's hold passes
     // its deadline, which the fleet recorded from Stripe; Stripe cancels it. No webhooks: the
-    // fleet must know from the deadline alone (issue 35, point 8).
+    // fleet must know from the deadline alone.
     let mut fleet = Fleet::prepare("lapsed-hold-in-line").await.unwrap();
     fleet.set_env("STRIPE_WEBHOOK_SECRET", "");
     for label in ["order-intake", "outbox-relay", "notification-worker"] {
@@ -913,7 +913,7 @@ async fn webhooks_about_an_order_the_intake_authorized_cost_it_no_statement() {
         fleet_harness::eventually("twelve events answered", Duration::from_secs(30), answered).await.unwrap();
 
     // Assert: the door and the commit of each order (12), and nothing for its events: the
-    // intake knew each hold from its own authorization (issue 34; before, each hold's event
+    // intake knew each hold from its own authorization (before, each hold's event
     // cost a statement that found the order pending or authorized and changed nothing: 18).
     assert_eq!(counter.counts.statements(), 12, "six orders, their events: {deliveries:?}");
     fleet.stop().await.unwrap();
@@ -942,7 +942,7 @@ async fn an_order_costs_two_statements_at_the_intake_one_at_the_stock_worker() {
 
     // The stock worker's statements counted too (its sweeper off): per order, the move to
     // paid alone. The commit of the authorization took the units (nothing was cut), and its
-    // stock check says what to capture, so the worker reads nothing first (issue 34).
+    // stock check says what to capture, so the worker reads nothing first.
     let (worker_counter, worker_url) = PgCounter::in_front_of(&fleet.stack.database_url).await.unwrap();
     let worker_env = [("DATABASE_URL", worker_url.as_str()), ("SWEEP_INTERVAL_SECONDS", "0")];
     fleet.spawn("stock-worker", "stock-worker", &worker_env).unwrap();

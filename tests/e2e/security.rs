@@ -287,17 +287,17 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses() {
         (
             "order-intake",
             expected(&[
-                // A release owed when the database refuses an order's commit (issue 43).
+                // A release owed when the database refuses an order's commit.
                 ("intent_releases_owed", "S,I,U"),
                 ("orders", "S,I,U"),
                 ("outbox", OUTBOX_INSERT),
                 ("products", "S,U(last_position,stock,units_promised,updated_at)"),
-                // The fleet's Stripe budget: its own row, and the others' read (issue 44);
+                // The fleet's Stripe budget: its own row, and the others' read;
                 // the ledger's tick and round, advanced by every tick.
                 ("stripe_budget_ledger", "S,I,U"),
                 ("stripe_budget_members", "S,I,U,D"),
                 ("stripe_budget_slowdowns", "S,I,U,D"),
-                // Stripe's webhooks, recorded as applied (issue 33).
+                // Stripe's webhooks, recorded as applied.
                 ("webhook_events", "S,I"),
             ]),
         ),
@@ -309,7 +309,7 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses() {
                 ("orders", "S(action_expires_at,created_at,disputed_at,intake_lease_until,status)"),
                 ("outbox", "S,U,D"),
                 ("outbox_archive", "S(id),I"),
-                // The gauge the 429 alarm reads (issue 44).
+                // The gauge the 429 alarm reads.
                 ("stripe_budget_slowdowns", "S"),
                 // The retention job purges Stripe's old events.
                 ("webhook_events", "S,D"),
@@ -318,18 +318,18 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses() {
         (
             "stock-worker",
             expected(&[
-                // The reconciliation's releases owed (issue 43).
+                // The reconciliation's releases owed.
                 ("intent_releases_owed", "S,I,U,D"),
                 ("message_failures", "S,I,U"),
                 ("orders", "S,U"),
                 ("outbox", OUTBOX_INSERT),
                 ("products", "S,U(stock,units_promised,updated_at)"),
-                // The fleet's Stripe budget: its own row, and the others' read (issue 44);
+                // The fleet's Stripe budget: its own row, and the others' read;
                 // the ledger's tick and round, advanced by every tick.
                 ("stripe_budget_ledger", "S,I,U"),
                 ("stripe_budget_members", "S,I,U,D"),
                 ("stripe_budget_slowdowns", "S,I,U,D"),
-                // The reconciliation of stray PaymentIntents: where it has read up to (issue 35).
+                // The reconciliation of stray PaymentIntents: where it has read up to.
                 ("stripe_reconciliation", "S,U"),
             ]),
         ),
@@ -342,7 +342,7 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses() {
                 ("orders", "S,U"),
                 ("outbox", "S,I,U"),
                 ("products", "S,I,U"),
-                // The fleet's Stripe budget: its own row, and the others' read (issue 44);
+                // The fleet's Stripe budget: its own row, and the others' read;
                 // the ledger's tick and round, advanced by every tick.
                 ("stripe_budget_ledger", "S,I,U"),
                 ("stripe_budget_members", "S,I,U,D"),
@@ -431,7 +431,7 @@ async fn the_notification_worker_s_role_cannot_touch_products_or_orders() {
         ],
     )
     .await;
-    // The intake may move the door's counters and the stock its commits reserve (issue 34),
+    // The intake may move the door's counters and the stock its commits reserve,
     // never a product's price or its total.
     codes.extend(
         refusal_codes(

@@ -215,7 +215,7 @@ async fn hold_made_elsewhere(stripe_base: &str, order: Uuid) -> String {
 async fn a_hold_whose_order_moved_on_to_another_intent_is_cancelled() {
     // Arrange: an order accepted on its PaymentIntent; a second holder of its authorization
     // (its lease lapsed under it) made another for it, and records it with the order as it
-    // last read it, pending (issue 35, point 6).
+    // last read it, pending.
     use orderfleet::domain::steps::authorization::{self, Recorded};
     use orderfleet_payments::IntentStatus;
     let step = Step::new().await;

@@ -54,7 +54,7 @@ fn order_id(body: &Value) -> String {
 /// It is first accepted as requires_action.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_3ds_order_is_paid_once_its_buyer_authenticates() {
-    // Arrange: until issue 33 this was a 402 (and counted as card testing).
+    // Arrange: an older fleet answered this 402 (and counted as card testing).
     let fleet = Fleet::start("3ds-succeeds", 1).await.unwrap();
     fleet.product("sku-1", 1500, 3).await.unwrap();
 

@@ -260,7 +260,7 @@ mod tests {
 
     #[test]
     fn a_confirm_that_could_redirect_without_a_return_url_is_refused_as_stripe_refuses_it() {
-        // What the fleet sent before issue 33: Stripe's answer on every API version since
+        // What an older fleet sent: Stripe's answer on every API version since
         // 2023-08-16, where automatic payment methods are on unless payment_method_types is named.
         let before =
             "amount=2500&currency=usd&capture_method=manual&confirm=true&payment_method=pm_card_visa";
@@ -287,8 +287,8 @@ mod tests {
 
     #[test]
     fn payment_method_types_are_refused_as_the_pinned_api_version_refuses_them() {
-        // Removed as a writable parameter on 2026-09-30.endive: what the fleet sent before
-        // issue 33, and what a create naming its card types still sends.
+        // Removed as a writable parameter on 2026-09-30.endive: what an older fleet sent,
+        // and what a create naming its card types still sends.
         for types in ["payment_method_types[]=card", "payment_method_types[0]=card"] {
             for extra in ["", "&automatic_payment_methods[enabled]=false"] {
                 let body = format!("amount=1000&currency=usd&payment_method=pm_card_visa&{types}{extra}");

@@ -408,7 +408,7 @@ async fn the_create_the_fleet_sent_before_issue_33_is_refused_as_stripe_refuses_
 #[tokio::test]
 async fn a_create_naming_payment_method_types_is_refused_as_the_pinned_version_refuses_it_and_saves_nothing()
 {
-    // Arrange: a create naming its card types, as the fleet's did before issue 33.
+    // Arrange: a create naming its card types, as an older fleet's did.
     let sim = TestSim::start().await;
     let named = format!("{AUTHORIZE}&payment_method_types[]=card");
 

@@ -137,7 +137,7 @@ async fn a_read_only_database_dead_letters_nothing() {
     // Arrange: a server of the test's own (changing a role on the shared one would reach every
     // test beside this one). The stock worker's sessions turn read-only, as on a writer a
     // failover demoted: its role is set read-only and its sessions ended, so it reconnects
-    // into read-only ones (issue 35, point 2). `SELECT 1` still answers on them.
+    // into read-only ones. `SELECT 1` still answers on them.
     let server = PostgresServer::start().unwrap();
     let db = TestDatabase::migrated_on(&server).await.unwrap();
     let fleet = Fleet::builder("read-only-database").database(db).start(1).await.unwrap();

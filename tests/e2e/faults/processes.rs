@@ -103,7 +103,7 @@ async fn an_intake_killed_after_authorizing_is_finished_by_the_sweeper() {
 async fn sigterm_stops_a_sweep_in_a_stripe_outage_after_the_order_in_hand() {
     // Arrange: eight orders reserved long ago, their stock checks gone (only the sweeper will
     // find them), and Stripe hanging on every capture: each order costs the sweep three
-    // attempts of 5 s (issue 35, point 5).
+    // attempts of 5 s.
     let mut fleet = Fleet::prepare("sweep-stop").await.unwrap();
     for label in ["order-intake", "outbox-relay"] {
         fleet.spawn(label, label, &[]).unwrap();

@@ -160,7 +160,7 @@ async fn a_repeat_after_withheld_publish_answers_is_told_apart_by_its_id() {
 async fn a_database_failure_after_a_publish_publishes_nothing_again() {
     // Arrange: SNS answers, but the inbox's record of a publish fails for 40 s as a database
     // outage would (a trigger raises SQLSTATE 57P03, `cannot_connect_now`): no crash, no
-    // answer lost, so SPEC §1.4 allows no repeat (issue 35, point 3). 40 s is past the inbox
+    // answer lost, so SPEC §1.4 allows no repeat. 40 s is past the inbox
     // claim (30 s), after which the message used to be claimed and published again.
     let fleet = Fleet::start("publish-then-record-fails", 1).await.unwrap();
     fleet.product("sku-1", 1000, 2).await.unwrap();
@@ -233,7 +233,7 @@ async fn a_held_notification_s_second_copy_is_kept_in_hand_not_handed_back() {
     // once; the relay may send a row again), and Publish taken away while the topic answers.
     // One message a receive, so the copies are handled apart: the first copy of each is held
     // through the outage under its inbox claim, which the second copy finds taken
-    // (issue 35, point 4: it came back once per claim, about a minute, with a receive
+    // (it came back once per claim, about a minute, with a receive
     // spent each time, and reached the DLQ after about three).
     let proxy = FilterProxy::start(localstack_addr()).await.unwrap();
     let mut fleet = Fleet::prepare("second-copy-during-publish-outage").await.unwrap();

@@ -131,7 +131,7 @@ async fn a_retry_a_day_after_an_intake_died_finds_the_first_hold() {
         fleet.http.post(format!("{}/_sim/idempotency_keys/expire", fleet.stripe_url)).send().await.unwrap();
     assert!(expired.status().is_success());
     // A day passes for the order too: Stripe forgets no key younger than 24 hours, and a
-    // resumed authorization trusts the key for an order younger than 23 (issue 44).
+    // resumed authorization trusts the key for an order younger than 23.
     sqlx::query("UPDATE orders SET created_at = created_at - interval '1 day'")
         .execute(&fleet.pool)
         .await
@@ -203,10 +203,10 @@ async fn without_webhooks_a_hold_past_its_deadline_is_not_captured() {
             .fetch_one(&fleet.pool)
             .await
             .unwrap();
-    // Until issue 33 it ended `capture_failed`; a hold that is gone is `authorization_canceled`
+    // An older fleet ended it `capture_failed`; a hold that is gone is `authorization_canceled`
     // (SPEC §5), and nothing is left to cancel.
     assert_eq!(status, "authorization_canceled");
-    // The buyer reads a code; Stripe's words are for operators only (issue 19).
+    // The buyer reads a code; Stripe's words are for operators only.
     assert_eq!(reason, "authorization_canceled");
     assert!(detail.as_deref().is_some_and(|d| d.contains("canceled")), "{detail:?}");
     let view: serde_json::Value =
@@ -436,7 +436,7 @@ async fn a_saved_500_on_a_cancel_is_followed_by_one_under_a_fresh_key() {
     fleet.spawn("stock-worker-2", "stock-worker", &[]).unwrap();
 
     // Assert: the worker asked Stripe, found the hold still there, and cancelled it under a
-    // fresh key (a cancel is idempotent in effect), within the same attempt (issue 43: before,
+    // fresh key (a cancel is idempotent in effect), within the same attempt (before,
     // the order moved to its next attempt for a new cancel key).
     let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     assert_eq!(statuses.get("rejected_out_of_stock"), Some(&1), "{statuses:?}");
@@ -448,7 +448,7 @@ async fn a_saved_500_on_a_cancel_is_followed_by_one_under_a_fresh_key() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_buyer_after_a_saved_500_is_accepted_on_the_first_same_key_retry() {
     // Arrange: Stripe's search lags by an hour, as in the incidents that bring 500s, and the
-    // first create answers 500, saved under its key. Until issue 33 the fleet searched, and
+    // first create answers 500, saved under its key. An older fleet searched, and
     // trusted an empty answer only two minutes (STRIPE_SEARCH_LAG_SECONDS) after the 500: the
     // buyer heard 503 on every retry meanwhile.
     let fleet = fleet_for_saved_500s("stripe-saved-500-retry-at-once").await;
@@ -501,7 +501,7 @@ async fn across_a_deploy(case: &str, fault: &str) -> (Fleet, uuid::Uuid, fleet_h
     assert_eq!(old_shape.status(), 500);
 
     // Act: the new release takes the buyer's same-key retry; its create is answered
-    // `idempotency_error` (until issue 33: recorded as a decline, 402).
+    // `idempotency_error` (an older fleet recorded it as a decline, 402).
     let (answer, before) =
         fleet.post_order("ann", "k-1", "sku-1", 1, "pm_card_visa").retrying().await.unwrap();
     assert_eq!(answer.status, 202, "{:?} after {before:?}", answer.body);
@@ -577,7 +577,7 @@ async fn finding_what_an_attempt_did_costs_a_list_page_per_100_intents() {
     };
 
     // Act: each buyer retries; the intake lists what their attempt did. Bob's attempt, with no
-    // 5xx, needs a list only once Stripe may have forgotten his key (a day on: issue 44);
+    // 5xx, needs a list only once Stripe may have forgotten his key (a day on);
     // within the day his key is re-sent, with no list.
     sqlx::query("UPDATE orders SET created_at = created_at - interval '1 day' WHERE user_id = 'bob'")
         .execute(&fleet.pool)
@@ -607,7 +607,7 @@ async fn finding_what_an_attempt_did_costs_a_list_page_per_100_intents() {
 async fn a_capture_that_hangs_holds_up_no_other_stock_check_of_its_batch() {
     // Arrange: two stock checks waiting, which one receive brings together; Stripe hangs on
     // the first capture it gets (the client's timeout, then a retry), answers the other at once
-    // (issue 35, point 1: a batch used to be settled, and its permits given back, only when
+    // (a batch used to be settled, and its permits given back, only when
     // its slowest message was done).
     let mut fleet = Fleet::prepare("hanging-capture-batch").await.unwrap();
     for label in ["order-intake", "outbox-relay"] {
@@ -662,7 +662,7 @@ async fn hold_made_elsewhere(fleet: &Fleet, order_id: uuid::Uuid) -> String {
 async fn the_reconciliation_releases_only_the_stray_planted_for_an_order() {
     // Arrange: an order paid; then a second PaymentIntent holding funds, made for it outside
     // the fleet (a stray no commit and no webhook saw: webhooks off), and one for an order this
-    // fleet does not know (another fleet on the same Stripe account) (issue 35, point 6).
+    // fleet does not know (another fleet on the same Stripe account).
     let mut fleet = Fleet::prepare("stray-reconciled").await.unwrap();
     fleet.set_env("STRIPE_WEBHOOK_SECRET", "");
     for label in ["order-intake", "outbox-relay", "notification-worker"] {
