@@ -11,7 +11,24 @@ use orderfleet_payments::{Intent, IntentStatus, PaymentError, Payments};
 use orderfleet_runtime::db::Pool;
 use orderfleet_words::OrderId;
 
-use super::{AuthorizationError, Recorded, release, release_after_a_5xx};
+use super::lease::{release, release_after_a_5xx};
+use crate::domain::steps::leased::AuthorizationError;
+
+/// What authorizing did to the order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    /// This call moved it to `authorized`.
+    Authorized,
+    /// This call moved it to `payment_declined`; the issuer's detail (for operators only).
+    Declined(String),
+    /// This call moved it to `requires_action`: the buyer completes 3-D Secure.
+    RequiresAction,
+    /// The database refused its move for good: this call released its hold and ended it
+    /// `payment_declined` with `order_refused` ([`crate::domain::steps::refusal`]); the database's words.
+    Refused(String),
+    /// Someone else (a racing retry, the sweeper) had already moved it; read it again.
+    MovedElsewhere,
+}
 
 /// Records what Stripe says of the order's authorization (from the call, or from a lookup).
 pub async fn record(
