@@ -16,7 +16,9 @@ CREATE TYPE public.order_status AS ENUM (
     'payment_declined',
     'capture_failed',
     'authorization_canceled',
-    'refunded'
+    'refunded',
+    'queued',
+    'sold_out'
 );
 
 --
@@ -37,7 +39,9 @@ CREATE TYPE public.outbox_event_type AS ENUM (
     'order.accepted',
     'order.paid',
     'order.rejected',
-    'order.refunded'
+    'order.refunded',
+    'order.promoted',
+    'order.action_required'
 );
 
 --
@@ -103,6 +107,38 @@ CREATE FUNCTION public.holds_units(status public.order_status) RETURNS boolean
     AS $$ SELECT status IN ('pending_authorization', 'requires_action', 'authorized', 'stock_reserved') $$;
 
 --
+-- Name: open_product(text, bytea); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.open_product(product text, seed bytea) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public'
+    AS $$
+DECLARE
+    drawn integer;
+BEGIN
+    UPDATE products SET opened_at = now(), draw_seed = seed, updated_at = now()
+     WHERE id = product AND opened_at IS NULL AND opens_at <= now();
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    WITH line AS (
+        SELECT o.id, row_number() OVER (ORDER BY sha256(seed || uuid_send(o.id)), o.id) AS place
+          FROM orders o WHERE o.product_id = product AND o.status = 'queued'
+    ), placed AS (
+        UPDATE orders o SET position = p.last_position + line.place, updated_at = now()
+          FROM line, products p
+         WHERE o.id = line.id AND p.id = product
+     RETURNING 1
+    )
+    SELECT count(*) INTO drawn FROM placed;
+    UPDATE products SET last_position = last_position + drawn, queue_waiting = drawn > 0 WHERE id = product;
+    PERFORM promote_queued(product);
+    RETURN drawn;
+END
+$$;
+
+--
 -- Name: outbox_notify(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -113,6 +149,91 @@ BEGIN
     PERFORM pg_notify('outbox_inserted', '');
     RETURN NULL;
 END;
+$$;
+
+--
+-- Name: promote_queued(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.promote_queued(product text) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public'
+    AS $$
+DECLARE
+    p        products%ROWTYPE;
+    q        record;
+    promised integer := 0;
+BEGIN
+    SELECT * INTO p FROM products WHERE id = product FOR UPDATE;
+    IF NOT FOUND OR p.opened_at IS NULL OR NOT p.queue_waiting THEN
+        RETURN 0;
+    END IF;
+    FOR q IN SELECT o.id, o.user_id, o.quantity, o.amount_minor, o.currency, o.traceparent
+               FROM orders o
+              WHERE o.product_id = product AND o.status = 'queued'
+              ORDER BY o.position
+    LOOP
+        IF p.units_total - p.units_promised >= q.quantity THEN
+            UPDATE orders SET status = 'pending_authorization', updated_at = now()
+             WHERE id = q.id AND status = 'queued';
+            p.units_promised := p.units_promised + q.quantity;
+            promised := promised + 1;
+            INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
+            VALUES (gen_random_uuid(), 'order', q.id, 'order.promoted', 'stock-check',
+                    jsonb_build_object('order_id', q.id, 'product_id', product, 'quantity', q.quantity),
+                    q.traceparent)
+            ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING;
+        ELSIF EXISTS (SELECT 1 FROM orders o WHERE o.product_id = product AND holds_units(o.status)) THEN
+            EXIT;
+        ELSE
+            UPDATE orders SET status = 'sold_out', failure_reason = 'sold_out', updated_at = now()
+             WHERE id = q.id AND status = 'queued';
+            INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
+            VALUES (gen_random_uuid(), 'order', q.id, 'order.rejected', 'notification',
+                    jsonb_build_object('order_id', q.id, 'user_id', q.user_id, 'product_id', product,
+                                       'quantity', q.quantity, 'amount', q.amount_minor, 'currency', q.currency,
+                                       'status', 'sold_out', 'reason', 'sold_out'),
+                    q.traceparent)
+            ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING;
+        END IF;
+    END LOOP;
+    UPDATE products
+       SET units_promised = p.units_promised,
+           queue_waiting = EXISTS (SELECT 1 FROM orders o WHERE o.product_id = product AND o.status = 'queued'),
+           updated_at = now()
+     WHERE id = product;
+    RETURN promised;
+END
+$$;
+
+--
+-- Name: serve_the_queue(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.serve_the_queue() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public'
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM products WHERE id = NEW.product_id AND queue_waiting) THEN
+        PERFORM promote_queued(NEW.product_id);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+--
+-- Name: serve_the_queue_of_product(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.serve_the_queue_of_product() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public'
+    AS $$
+BEGIN
+    PERFORM promote_queued(NEW.id);
+    RETURN NULL;
+END
 $$;
 
 --
@@ -185,7 +306,7 @@ CREATE TABLE public.orders (
     authorization_released_at timestamp with time zone,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    "position" bigint NOT NULL,
+    "position" bigint,
     swept_at timestamp with time zone,
     authorization_expires_at timestamp with time zone,
     decline_detail text,
@@ -199,8 +320,10 @@ CREATE TABLE public.orders (
     amount_refunded bigint DEFAULT 0 NOT NULL,
     disputed_at timestamp with time zone,
     dispute_id text,
+    queued_for timestamp with time zone,
     CONSTRAINT orders_amount_minor_check CHECK ((amount_minor > 0)),
     CONSTRAINT orders_idempotency_key_check CHECK (((length(idempotency_key) >= 1) AND (length(idempotency_key) <= 255))),
+    CONSTRAINT orders_placed_unless_queued CHECK ((("position" IS NOT NULL) OR (status = 'queued'::public.order_status))),
     CONSTRAINT orders_position_positive CHECK (("position" >= 1)),
     CONSTRAINT orders_quantity_check CHECK (((quantity >= 1) AND (quantity <= 10))),
     CONSTRAINT orders_user_id_check CHECK (((length(user_id) >= 1) AND (length(user_id) <= 255)))
@@ -272,12 +395,18 @@ CREATE TABLE public.products (
     units_promised integer DEFAULT 0 NOT NULL,
     last_position bigint DEFAULT 0 NOT NULL,
     max_per_buyer integer,
+    opens_at timestamp with time zone,
+    queue_opens_at timestamp with time zone,
+    opened_at timestamp with time zone,
+    draw_seed bytea,
+    queue_waiting boolean DEFAULT false NOT NULL,
     CONSTRAINT products_currency_check CHECK ((currency ~ '^[a-z]{3}$'::text)),
     CONSTRAINT products_id_check CHECK ((id ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$'::text)),
     CONSTRAINT products_max_per_buyer_check CHECK (((max_per_buyer IS NULL) OR (max_per_buyer >= 1))),
     CONSTRAINT products_name_check CHECK (((length(name) >= 1) AND (length(name) <= 200))),
     CONSTRAINT products_price_minor_check CHECK ((price_minor > 0)),
     CONSTRAINT products_promised_not_negative CHECK ((units_promised >= 0)),
+    CONSTRAINT products_queue_opens_before_the_sale CHECK (((queue_opens_at IS NULL) OR ((opens_at IS NOT NULL) AND (queue_opens_at < opens_at)))),
     CONSTRAINT products_stock_check CHECK ((stock >= 0)),
     CONSTRAINT products_stock_within_total CHECK (((units_total >= 0) AND (stock <= units_total)))
 );
@@ -497,6 +626,18 @@ CREATE INDEX orders_by_buyer ON public.orders USING btree (user_id, product_id);
 CREATE INDEX orders_by_payment_intent ON public.orders USING btree (payment_intent_id) WHERE (payment_intent_id IS NOT NULL);
 
 --
+-- Name: orders_one_queued_per_buyer; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX orders_one_queued_per_buyer ON public.orders USING btree (user_id, product_id) WHERE (status = 'queued'::public.order_status);
+
+--
+-- Name: orders_queued_in_line; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX orders_queued_in_line ON public.orders USING btree (product_id, "position") WHERE (status = 'queued'::public.order_status);
+
+--
 -- Name: orders_unfinished_by_age; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -527,16 +668,34 @@ CREATE INDEX outbox_due ON public.outbox USING btree (next_attempt_at) WHERE (st
 CREATE INDEX outbox_sent_by_age ON public.outbox USING btree (sent_at) WHERE (status = 'sent'::public.outbox_status);
 
 --
+-- Name: products_to_open; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX products_to_open ON public.products USING btree (opens_at) WHERE ((opened_at IS NULL) AND (opens_at IS NOT NULL));
+
+--
 -- Name: webhook_events_by_age; Type: INDEX; Schema: public; Owner: -
 --
 
 CREATE INDEX webhook_events_by_age ON public.webhook_events USING btree (received_at);
 
 --
+-- Name: orders orders_units_freed; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER orders_units_freed AFTER UPDATE OF status ON public.orders FOR EACH ROW WHEN ((public.holds_units(old.status) AND (NOT public.holds_units(new.status)))) EXECUTE FUNCTION public.serve_the_queue();
+
+--
 -- Name: outbox outbox_inserted; Type: TRIGGER; Schema: public; Owner: -
 --
 
 CREATE TRIGGER outbox_inserted AFTER INSERT ON public.outbox FOR EACH STATEMENT EXECUTE FUNCTION public.outbox_notify();
+
+--
+-- Name: products products_units_back; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER products_units_back AFTER UPDATE OF units_promised, units_total ON public.products FOR EACH ROW WHEN ((new.queue_waiting AND ((new.units_total - new.units_promised) > (old.units_total - old.units_promised)))) EXECUTE FUNCTION public.serve_the_queue_of_product();
 
 --
 -- Name: orders orders_product_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -

@@ -16,6 +16,7 @@ mod intake;
 mod leases;
 mod migrations;
 mod observability;
+mod opening;
 mod outages;
 mod payments;
 mod pipeline;

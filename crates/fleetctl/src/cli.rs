@@ -125,7 +125,7 @@ pub(crate) struct SweepArgs {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum ProductCommand {
-    /// Create a product, or set its name, price, currency and total units for sale.
+    /// Create a product, or set its name, price, currency, total units for sale and opening.
     Upsert(UpsertArgs),
 }
 
@@ -152,6 +152,21 @@ pub(crate) struct UpsertArgs {
     /// that have not failed. Without it, no cap (an earlier cap is removed).
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..=i64::from(product::MAX_PER_BUYER)))]
     pub(crate) max_per_buyer: Option<i32>,
+    /// When the sale opens (RFC 3339, e.g. 2026-12-24T18:00:00Z): no unit is promised before
+    /// it. Without it, as it is (a new product opens at once). Refused once the product opened.
+    #[arg(long, value_parser = rfc3339)]
+    pub(crate) opens_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// When its pre-queue opens (RFC 3339), before --opens-at: buyers who come meanwhile are
+    /// queued, and their order is drawn at random at the opening. Without it, as it is.
+    #[arg(long, value_parser = rfc3339)]
+    pub(crate) queue_opens_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// An RFC 3339 instant (with its offset), as UTC.
+fn rfc3339(raw: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    chrono::DateTime::parse_from_rfc3339(raw)
+        .map(|at| at.with_timezone(&chrono::Utc))
+        .map_err(|e| format!("not an RFC 3339 time (e.g. 2026-12-24T18:00:00Z): {e}"))
 }
 
 #[derive(Debug, Args)]

@@ -95,6 +95,8 @@ async fn upsert_product(args: UpsertArgs, env: &Env) -> anyhow::Result<()> {
         currency: args.currency,
         units_total: args.stock,
         max_per_buyer: args.max_per_buyer,
+        opens_at: args.opens_at,
+        queue_opens_at: args.queue_opens_at,
     };
     let units = product::upsert(&pool, &product).await?;
     println!("{}", output::upserted(&product, &units));

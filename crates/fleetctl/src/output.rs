@@ -215,6 +215,8 @@ mod tests {
             currency: Currency::parse("usd").unwrap(),
             units_total: 3,
             max_per_buyer,
+            opens_at: None,
+            queue_opens_at: None,
         }
     }
 

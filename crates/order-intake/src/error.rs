@@ -71,6 +71,14 @@ pub enum ApiError {
     #[error("this order would take you past the product's limit per customer")]
     /// `409 purchase_limit_reached`: nothing written, no PaymentIntent.
     PurchaseLimitReached,
+    /// `409 not_open`: the product opens later and its queue (if any) is not open yet; nothing
+    /// written. `Retry-After`: the seconds until the queue or the sale opens.
+    #[error("this product is not on sale yet; try again after the time in Retry-After")]
+    NotOpen(u64),
+    /// `409 already_queued`: the buyer has an order of this product in its queue already,
+    /// under another key; nothing written.
+    #[error("you already have an order of this product in its queue")]
+    AlreadyQueued,
     /// Never the issuer's reason: that would make the intake a card-testing oracle.
     #[error("the payment was declined; nothing was charged")]
     PaymentDeclined,
@@ -126,6 +134,8 @@ impl ApiError {
             ApiError::UnknownProduct => "unknown_product",
             ApiError::SoldOut { .. } => "sold_out",
             ApiError::PurchaseLimitReached => "purchase_limit_reached",
+            ApiError::NotOpen(_) => "not_open",
+            ApiError::AlreadyQueued => "already_queued",
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::RequestTimeout => "request_timeout",
             ApiError::PaymentDeclined => "payment_declined",
@@ -155,9 +165,11 @@ impl ApiError {
             | ApiError::InvalidField { .. }
             | ApiError::InvalidQuantity
             | ApiError::UnknownProduct => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::IdempotencyKeyInUse | ApiError::SoldOut { .. } | ApiError::PurchaseLimitReached => {
-                StatusCode::CONFLICT
-            }
+            ApiError::IdempotencyKeyInUse
+            | ApiError::SoldOut { .. }
+            | ApiError::PurchaseLimitReached
+            | ApiError::NotOpen(_)
+            | ApiError::AlreadyQueued => StatusCode::CONFLICT,
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::PaymentDeclined => StatusCode::PAYMENT_REQUIRED,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -202,12 +214,14 @@ impl ApiError {
             ApiError::InvalidSignature(""),
             ApiError::WebhookUnavailable(String::new()),
             ApiError::Unexpected(anyhow::anyhow!("")),
+            ApiError::NotOpen(1),
+            ApiError::AlreadyQueued,
         ]
     }
 
     #[cfg(test)]
     /// How many variants there are: one more than [`ApiError::ordinal`]'s last arm.
-    const VARIANTS: usize = 26;
+    const VARIANTS: usize = 28;
 
     /// The variant's place in [`ApiError::one_of_each`].
     #[cfg(test)]
@@ -239,6 +253,8 @@ impl ApiError {
             ApiError::InvalidSignature(_) => 23,
             ApiError::WebhookUnavailable(_) => 24,
             ApiError::Unexpected(_) => 25,
+            ApiError::NotOpen(_) => 26,
+            ApiError::AlreadyQueued => 27,
         }
     }
 
@@ -249,7 +265,8 @@ impl ApiError {
                 Some(2)
             }
             ApiError::RateLimited { retry_after_seconds }
-            | ApiError::PaymentUnavailable { retry_after_seconds } => Some(*retry_after_seconds),
+            | ApiError::PaymentUnavailable { retry_after_seconds }
+            | ApiError::NotOpen(retry_after_seconds) => Some(*retry_after_seconds),
             // Units come back when an order ahead is declined or fails; a buyer asking again
             // every few seconds sees them soon enough, and ten thousand of them do not make
             // the door their busiest caller.

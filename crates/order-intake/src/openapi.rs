@@ -222,7 +222,9 @@ fn get_refusals() -> Vec<ApiError> {
 
 fn create_order() -> Operation {
     let accepted = body_of(
-        "Accepted and authorized: the units are the order's; the payment is held, to be captured",
+        "Accepted and authorized: the units are the order's; the payment is held, to be captured. \
+         Or, in a product's pre-queue, `queued`: no unit and no payment yet, `position` null until \
+         the opening draws the queue",
         "Accepted",
     )
     .header("Idempotent-Replayed", replayed_header())
@@ -241,7 +243,8 @@ fn create_order() -> Operation {
         "createOrder",
         "Place an order",
         "The amount is the product's price times the quantity, computed by the server. A buyer who \
-         gets no unit is answered `409 sold_out` at once, before any payment call.",
+         gets no unit is answered `409 sold_out` at once, before any payment call; before a \
+         product opens, `409 not_open` (or, in its pre-queue, `202 queued`).",
     )
     .parameter(
         required(

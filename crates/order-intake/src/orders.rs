@@ -61,6 +61,12 @@ pub enum Placed {
 /// for any other order that got past authorization, declined for a declined one. `None` while
 /// it is still pending. It depends only on columns that never change after that answer.
 fn answer(order: &Order, replayed: bool) -> Option<Placed> {
+    if order.queued_for.is_some() {
+        // Taken in the pre-queue: `202 queued`, whatever it became since.
+        let body =
+            Accepted { status: OrderStatus::Queued, position: None, payment: None, ..Accepted::of(order) };
+        return Some(Placed::Accepted { body, replayed });
+    }
     if let Some(payment) = PaymentAction::of(order) {
         let body =
             Accepted { status: OrderStatus::RequiresAction, payment: Some(payment), ..Accepted::of(order) };
@@ -135,6 +141,8 @@ impl Intake<'_> {
             .map_err(database_error_of)?;
         match admission {
             Admission::Admitted(order) => self.authorize(*order, Attempt::First).await,
+            // No unit and no PaymentIntent until the opening promises it its units.
+            Admission::Queued(order) => Ok(Placed::Accepted { body: Accepted::of(&order), replayed: false }),
             Admission::KeyUsed(order) => self.resume(*order, &fingerprint).await,
             Admission::Refused(refusal) => Err(refused(refusal)),
         }
@@ -274,6 +282,8 @@ fn refused(refusal: Refusal) -> ApiError {
         Refusal::SoldOut { units_may_return } => ApiError::SoldOut { units_may_return },
         Refusal::UnknownProduct => ApiError::UnknownProduct,
         Refusal::OverLimit => ApiError::PurchaseLimitReached,
+        Refusal::NotOpen(wait) => ApiError::NotOpen(wait.as_secs_f64().ceil() as u64),
+        Refusal::AlreadyQueued => ApiError::AlreadyQueued,
         Refusal::CardTesting(wait) => {
             metrics::counter!(crate::metrics::INTAKE_RATE_LIMITED.name, "limit" => "declines").increment(1);
             crate::limits::rate_limited(wait)

@@ -22,6 +22,7 @@ use crate::orders::{Intake, Placed, database_error};
 use crate::request::{IdempotencyKey, OrderRequest};
 use crate::views::OrderView;
 use crate::{AppState, edge, limits, openapi, webhook};
+use orderfleet::domain::words::status::OrderStatus;
 
 /// The HTTP application: `POST /v1/orders`, `GET /v1/orders/{order_id}`, `/openapi.json`, and
 /// the error shape for anything else, under the limits and timeouts.
@@ -189,6 +190,32 @@ async fn look_up_order(state: &AppState, user: &UserId, order_id: &str) -> Resul
         .await
         .map_err(database_error)?;
     // Someone else's order is answered as no order at all.
-    let theirs = order.filter(|order| &order.user_id == user);
-    theirs.map(|order| Json(OrderView::from(order))).ok_or(ApiError::OrderNotFound)
+    let theirs = order.filter(|order| &order.user_id == user).ok_or(ApiError::OrderNotFound)?;
+    let waiting = matches!(
+        theirs.status,
+        OrderStatus::Queued | OrderStatus::PendingAuthorization | OrderStatus::RequiresAction
+    );
+    let line = match waiting {
+        true => Some(line_of(state, &theirs).await?),
+        false => None,
+    };
+    Ok(Json(OrderView::new(theirs, line)))
+}
+
+/// A waiting order's place in its product's line, in ONE statement; its expected wait from
+/// the fleet's create rate, for an order promised its units.
+async fn line_of(
+    state: &AppState,
+    order: &orderfleet::domain::records::order::Order,
+) -> Result<crate::views::LineView, ApiError> {
+    let line = orderfleet::domain::records::order::line(&state.pool, order).await.map_err(database_error)?;
+    let estimated_wait_seconds = (order.status != OrderStatus::Queued)
+        .then(|| ((line.authorizations_ahead + 1) as f64 / state.payments.create_rate().max(0.1)).ceil());
+    Ok(crate::views::LineView {
+        opens_at: line.opens_at,
+        position: order.position,
+        queued_ahead: line.queued_ahead,
+        authorizations_ahead: line.authorizations_ahead,
+        estimated_wait_seconds,
+    })
 }

@@ -14,8 +14,9 @@ pub struct Accepted {
     #[schema(value_type = uuid::Uuid)]
     /// The order's id.
     pub order_id: OrderId,
-    /// Where it is in its life: in a `202`, `authorized` (units promised, payment held) or
-    /// `requires_action` (units promised; the buyer completes 3-D Secure with `payment`).
+    /// Where it is in its life: in a `202`, `authorized` (units promised, payment held),
+    /// `requires_action` (units promised; the buyer completes 3-D Secure with `payment`), or
+    /// `queued` (taken in the product's pre-queue: no unit and no payment yet).
     pub status: OrderStatus,
     /// The price times the quantity, in minor units.
     pub amount: i64,
@@ -28,8 +29,12 @@ pub struct Accepted {
     #[schema(value_type = i32)]
     /// How many units.
     pub quantity: Quantity,
-    /// Its place in line for its product, from 1.
-    pub position: i64,
+    /// Its place in line for its product, from 1; null for a queued order until the opening's
+    /// draw places it.
+    pub position: Option<i64>,
+    /// For an order taken in a pre-queue: when the sale opens (its queue is drawn then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub opens_at: Option<DateTime<Utc>>,
     /// Only while `requires_action`: what the buyer's page completes 3-D Secure with, through
     /// Stripe.js's `handleNextAction({clientSecret})`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -75,6 +80,7 @@ impl Accepted {
             product_id: order.product_id.clone(),
             quantity: order.quantity,
             position: order.position,
+            opens_at: order.queued_for,
             payment,
         }
     }
@@ -94,16 +100,44 @@ pub struct OrderView {
     pub updated_at: DateTime<Utc>,
     /// Why it failed; none while it has not.
     pub failure_reason: Option<FailureReason>,
+    /// Only while it is `queued` or waits for its authorization: its place in line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<LineView>,
 }
 
-impl From<Order> for OrderView {
-    fn from(order: Order) -> Self {
+/// Where a waiting order is in its product's line (SPEC §4).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = Line, title = "Line")]
+pub struct LineView {
+    /// When the product opens (opened), for a product with an opening.
+    pub opens_at: Option<DateTime<Utc>>,
+    /// Its place; null until the opening's draw.
+    pub position: Option<i64>,
+    /// The queued orders ahead of it still waiting for a unit.
+    pub queued_ahead: i64,
+    /// The orders ahead of it waiting for their authorization.
+    pub authorizations_ahead: i64,
+    /// How long its own authorization is expected to wait at the fleet's present rate of
+    /// authorizations; null when unknown (a queued order's, before it is promised its units).
+    pub estimated_wait_seconds: Option<f64>,
+}
+
+impl OrderView {
+    /// What the buyer is shown of `order`, with its place in line while it waits.
+    pub fn new(order: Order, line: Option<LineView>) -> Self {
         let failure_reason = order.failure_reason;
         Self {
             order: Accepted::of(&order),
             created_at: order.created_at,
             updated_at: order.updated_at,
             failure_reason,
+            line,
         }
+    }
+}
+
+impl From<Order> for OrderView {
+    fn from(order: Order) -> Self {
+        Self::new(order, None)
     }
 }

@@ -8,6 +8,11 @@
 //! both answer again ([`Handler::ready`]); permanent (a stuck order, or a message that is not
 //! a stock check) → left for the DLQ, with the reason. A stock check whose order must wait for
 //! an order ahead (after a stock cut) is done with, and the order waits in the [`line`].
+//!
+//! A product's opening is the stock workers' too (`opener`): each looks every quarter second
+//! for a product whose opening has come, and one of them draws its queue and promises units
+//! down it; each promoted order's `order.promoted` message, on the stock-check queue, is
+//! authorized here (`promoted`).
 
 // Instrumenting the handler's future makes the compiler prove `Send` through async-stripe's
 // deeply nested types: more than the default recursion limit.
@@ -15,10 +20,12 @@
 
 pub mod line;
 pub mod metrics;
+mod opener;
+mod promoted;
 pub mod service;
 
 use line::Line;
-use orderfleet::domain::records::outbox::{Destination, Envelope};
+use orderfleet::domain::records::outbox::{Destination, Envelope, EventType};
 use orderfleet::domain::steps::fulfilment::{Fulfilment, Step};
 use orderfleet_runtime::consumer::{Handler, Outcome, Received};
 use orderfleet_runtime::failure::{Failure, Source};
@@ -105,6 +112,9 @@ impl StockCheck {
             }
         };
         let order_id = envelope.order_id;
+        if envelope.event_type == EventType::OrderPromoted {
+            return (None, promoted::authorize(&self.fulfilment, order_id).await);
+        }
         let step = match envelope.captures_from_its_payload(chrono::Utc::now()) {
             // The commit took the order's units: capture it from what the message says.
             Some(reserved) => self.fulfilment.capture_reserved(reserved).await,

@@ -72,6 +72,7 @@ impl Service for StockWorker {
                 Sweeper { pool: pool.clone(), payments: payments.clone(), policy: SweepPolicy::default() };
             tasks.spawn_loop("sweeper", sweeper.run(config.sweep_every.0, tasks.stop_signal()));
         }
+        tasks.spawn_loop("opener", crate::opener::run(pool.clone(), tasks.stop_signal()));
         let sweeping = !config.sweep_every.0.is_zero();
         let handler = crate::handler(Fulfilment { pool, payments }, config.max_in_flight as usize, sweeping);
         tasks.spawn_loop("line", handler.line.clone().run(tasks.stop_signal()));

@@ -35,6 +35,8 @@ impl Fleet {
             currency: orderfleet_words::Currency::parse("usd").map_err(anyhow::Error::msg)?,
             units_total: units,
             max_per_buyer: None,
+            opens_at: None,
+            queue_opens_at: None,
         };
         let pool = crate::fleet_pool(&self.stack.database_url, 1).await?;
         orderfleet::domain::records::product::upsert(&pool, &product).await?;

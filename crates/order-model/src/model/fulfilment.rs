@@ -241,7 +241,11 @@ impl OrderProtocol {
             (Status::RejectedOutOfStock | Status::CaptureFailed | Status::AuthorizationCanceled, None) => {
                 Next::Go(Advance::MarkReleased)
             }
-            (Status::Paid | Status::Refunded | Status::PaymentDeclined, _) => Next::End(Done::Settled),
+            (Status::Paid | Status::Refunded | Status::PaymentDeclined | Status::SoldOut, _) => {
+                Next::End(Done::Settled)
+            }
+            // The model has no pre-queue: no order of it is ever queued.
+            (Status::Queued, _) => Next::End(Done::Stuck),
             (Status::PendingAuthorization | Status::RequiresAction | Status::StockReserved, _) => {
                 Next::End(Done::Stuck)
             }

@@ -413,6 +413,8 @@ async fn hot_row(database_url: &str) -> anyhow::Result<String> {
             currency: orderfleet_words::Currency::parse("usd").map_err(anyhow::Error::msg)?,
             units_total: orderfleet::domain::records::product::MAX_UNITS,
             max_per_buyer: None,
+            opens_at: None,
+            queue_opens_at: None,
         },
     )
     .await?;

@@ -9,6 +9,8 @@
 //! |---|---|
 //! | the key used | tell: the key's order |
 //! | no such product | tell: `unknown_product` |
+//! | the pre-queue open, no entry made | a capped product's first pass: the capped door; else tell: `not_open`, in a second |
+//! | the product not open | tell: `not_open`, with the seconds until its pre-queue or its sale opens |
 //! | fewer units left than asked | tell: `sold_out`, with whether units may come back |
 //! | on the first pass, a product with a cap per buyer | the capped door |
 //! | the units there, but taken while it waited for the row; the card gate closed | look again |
@@ -29,7 +31,7 @@ use std::time::Duration;
 use super::Refusal;
 
 /// What the door's statement saw, from its one snapshot, when it admitted nobody.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(super) struct DoorSaw {
     /// An order under this buyer's key exists.
     pub key_used: bool,
@@ -40,6 +42,11 @@ pub(super) struct DoorSaw {
     /// Whether an order holding units of the product may still give them back (read only when
     /// the units did not fit).
     pub units_may_return: Option<bool>,
+    /// The product is not open: the seconds until its pre-queue or its sale opens (0: its
+    /// opening is due, and being made).
+    pub opens_in: Option<f64>,
+    /// Its pre-queue is open: the door takes queue entries, not promises.
+    pub queueing: bool,
 }
 
 /// What the look after a closed door saw, afresh: a twin's order, the buyer's card gate, and
@@ -111,6 +118,18 @@ pub(super) fn after_door(saw: DoorSaw, quantity: i32, pass: Pass) -> Next {
     match (saw.key_used, saw.units_left, saw.max_per_buyer) {
         (true, _, _) => Next::Decided(Decided::Tell(Told::KeyUsed)),
         (false, None, _) => Next::Decided(Decided::Tell(Told::Refused(Refusal::UnknownProduct))),
+        (false, Some(_), cap) if saw.queueing => match (cap, pass) {
+            // A capped product's queue entry is the capped door's, under the buyer's lock.
+            (Some(cap), Pass::First) => Next::Decided(Decided::Through(Door::Capped(cap))),
+            // Not entered, with no reason the snapshot shows: the window closed as it ran (the
+            // opening is being made); come back in a moment.
+            _ => Next::Decided(Decided::Tell(Told::Refused(Refusal::NotOpen(Duration::from_secs(1))))),
+        },
+        (false, Some(_), _) if saw.opens_in.is_some() => {
+            let opens_in = saw.opens_in.unwrap_or_default().max(0.0);
+            let wait = Duration::from_secs_f64(opens_in).max(Duration::from_secs(1));
+            Next::Decided(Decided::Tell(Told::Refused(Refusal::NotOpen(wait))))
+        }
         (false, Some(left), _) if left < quantity => {
             let units_may_return = saw.units_may_return.unwrap_or(true);
             Next::Decided(Decided::Tell(Told::Refused(Refusal::SoldOut { units_may_return })))
@@ -193,7 +212,13 @@ mod tests {
     const A_MOMENT: Decided = Decided::Tell(Told::Refused(Refusal::CardTesting(Duration::from_secs(2))));
 
     fn door(key_used: bool, units_left: Option<i32>, cap: Option<i32>, may_return: Option<bool>) -> DoorSaw {
-        DoorSaw { key_used, units_left, max_per_buyer: cap, units_may_return: may_return }
+        DoorSaw {
+            key_used,
+            units_left,
+            max_per_buyer: cap,
+            units_may_return: may_return,
+            ..DoorSaw::default()
+        }
     }
 
     fn look(units_left: Option<i32>, cap: Option<i32>) -> LookAgain {
@@ -233,6 +258,45 @@ mod tests {
             ("a cap, second pass", door(false, Some(5), Some(3), None), second, Next::LookAgain),
             ("units there, taken meanwhile", door(false, Some(5), None, None), Pass::First, Next::LookAgain),
             ("taken again", door(false, Some(5), None, None), second, Next::LookAgain),
+        ];
+        for (case, saw, pass, next) in rows {
+            assert_eq!(after_door(saw, 2, pass), next, "{case}");
+        }
+    }
+
+    #[test]
+    fn after_the_door_s_statement_before_the_opening() {
+        let rows = [
+            (
+                "not open, 90.2 s to go",
+                DoorSaw { opens_in: Some(90.2), ..door(false, Some(5), None, None) },
+                Pass::First,
+                Next::Decided(Decided::Tell(Told::Refused(Refusal::NotOpen(Duration::from_secs_f64(90.2))))),
+            ),
+            (
+                "the opening due, being made",
+                DoorSaw { opens_in: Some(0.0), ..door(false, Some(5), None, None) },
+                Pass::First,
+                Next::Decided(Decided::Tell(Told::Refused(Refusal::NotOpen(Duration::from_secs(1))))),
+            ),
+            (
+                "not open, the key used",
+                DoorSaw { opens_in: Some(90.0), ..door(true, Some(5), None, None) },
+                Pass::First,
+                Next::Decided(Decided::Tell(Told::KeyUsed)),
+            ),
+            (
+                "the pre-queue open, a capped product",
+                DoorSaw { queueing: true, ..door(false, Some(0), Some(2), None) },
+                Pass::First,
+                Next::Decided(Decided::Through(Door::Capped(2))),
+            ),
+            (
+                "the pre-queue open, not entered",
+                DoorSaw { queueing: true, ..door(false, Some(0), None, None) },
+                Pass::First,
+                Next::Decided(Decided::Tell(Told::Refused(Refusal::NotOpen(Duration::from_secs(1))))),
+            ),
         ];
         for (case, saw, pass, next) in rows {
             assert_eq!(after_door(saw, 2, pass), next, "{case}");

@@ -65,6 +65,8 @@ pub struct Entry<'a> {
 pub enum Admission {
     /// A new order, holding its units and its place in line, and the request's lease.
     Admitted(Box<Order>),
+    /// A new order in the product's pre-queue: no unit, no place, no PaymentIntent yet.
+    Queued(Box<Order>),
     /// The key is used: an earlier request, or a twin a moment ago, made this order.
     KeyUsed(Box<Order>),
     /// Nothing was written.
@@ -88,6 +90,11 @@ pub enum Refusal {
     /// The buyer's cards were declined, or are being tried, as often as the card-testing limit
     /// allows: refused before any Stripe call, to try again after this.
     CardTesting(Duration),
+    /// The product opens later, and its pre-queue (if any) is not open: in this long, the
+    /// queue or the sale opens.
+    NotOpen(Duration),
+    /// The buyer has an order of this product in its queue already.
+    AlreadyQueued,
 }
 
 /// What one pass through a door came to.
@@ -127,6 +134,7 @@ pub async fn admit(
     };
     let outcome = match &admission {
         Ok(Admission::Admitted(_)) => "admitted",
+        Ok(Admission::Queued(_)) => "queued",
         Ok(Admission::KeyUsed(_)) => "key_used",
         Ok(Admission::Refused(_)) => "closed",
         Err(_) => "error",
@@ -148,6 +156,9 @@ async fn admit_untimed(pool: &Pool, entry: Entry<'_>, gate: u32) -> anyhow::Resu
             Door::Capped(cap) => capped(pool, entry, cap, gate).await?,
         };
         let decided = match passed {
+            Passed::Admitted(order) if order.status == OrderStatus::Queued => {
+                return Ok(Admission::Queued(order));
+            }
             Passed::Admitted(order) => return Ok(Admission::Admitted(order)),
             Passed::Told(told) => Decided::Tell(told),
             Passed::Closed(saw) => match decision::after_door(saw, quantity, pass) {
@@ -246,14 +257,28 @@ async fn statement<'e>(
         // The statement failed as a whole, so the promise it made is undone with it: a twin
         // with this key inserted its order after this statement's snapshot.
         Err(e) if is_twin_s_key(&e) => return Ok(Passed::Told(Told::KeyUsed)),
+        // The buyer has an order in this product's queue already, under another key.
+        Err(e) if is_already_queued(&e) => return Ok(Passed::Told(Told::Refused(Refusal::AlreadyQueued))),
         Err(e) => return Err(anyhow::Error::new(e).context("the door's statement failed")),
     };
     let (key_used, units_left, max_per_buyer) = (row.key_used, row.units_left, row.max_per_buyer);
-    let saw = DoorSaw { key_used, units_left, max_per_buyer, units_may_return: row.units_may_return };
+    let saw = DoorSaw {
+        key_used,
+        units_left,
+        max_per_buyer,
+        units_may_return: row.units_may_return,
+        opens_in: row.opens_in,
+        queueing: row.queueing.unwrap_or(false),
+    };
     Ok(match (move || Some(order::order_from!(row, ?)))() {
         Some(order) => Passed::Admitted(Box::new(order)),
         None => Passed::Closed(saw),
     })
+}
+
+/// Whether the door's queue entry met the buyer's order already in the product's queue.
+fn is_already_queued(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(e) if e.constraint() == Some("orders_one_queued_per_buyer"))
 }
 
 /// Whether the door's insert met the order a twin request with its key made meanwhile.
@@ -282,7 +307,7 @@ async fn look_again<'e>(
                 extract(epoch FROM (SELECT updated_at FROM recent ORDER BY updated_at DESC
                                      OFFSET greatest($4, 1) - 1 LIMIT 1)
                                    + interval '1 hour' - now())::float8 AS ages_out_in,
-                p.units_total - p.units_promised AS units_left, p.max_per_buyer AS "max_per_buyer?",
+                CASE WHEN p.queue_waiting THEN 0 ELSE p.units_total - p.units_promised END AS units_left, p.max_per_buyer AS "max_per_buyer?",
                 EXISTS (SELECT 1 FROM orders WHERE product_id = $3 AND holds_units(status))
                     AS "units_may_return!"
            FROM (SELECT) AS one
@@ -334,7 +359,7 @@ async fn capped_in(tx: &mut PgConnection, entry: Entry<'_>, cap: i32, gate: u32)
     // snapshot sees every order committed before the lock was granted.
     let held = sqlx::query!(
         r#"SELECT (SELECT COALESCE(sum(quantity), 0)::int8 FROM orders
-                    WHERE user_id = $1 AND product_id = $2 AND NOT failed(status)) AS "units!",
+                    WHERE user_id = $1 AND product_id = $2 AND NOT failed(status) AND status <> 'sold_out') AS "units!",
                   EXISTS (SELECT 1 FROM orders WHERE user_id = $1 AND idempotency_key = $3) AS "twin!""#,
         entry.user as _,
         entry.product_id as _,

@@ -1,7 +1,7 @@
 WITH args AS (
     SELECT $1::text AS product_id, $2::text[] AS users, $3::text[] AS keys
 ), product AS (
-    SELECT p.units_total - p.units_promised AS units_left,
+    SELECT CASE WHEN p.queue_waiting THEN 0 ELSE p.units_total - p.units_promised END AS units_left,
            EXISTS (SELECT 1 FROM orders o WHERE o.product_id = p.id AND holds_units(o.status)) AS units_may_return
       FROM products p, args WHERE p.id = args.product_id
 ), asked AS (

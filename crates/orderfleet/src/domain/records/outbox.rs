@@ -61,16 +61,27 @@ pub enum EventType {
     #[serde(rename = "order.refunded")]
     #[sqlx(rename = "order.refunded")]
     OrderRefunded,
+    /// To the stock worker: a queued order was promised its units (at the opening, or when a
+    /// unit came back); authorize it, without its buyer, with its payment method.
+    #[serde(rename = "order.promoted")]
+    #[sqlx(rename = "order.promoted")]
+    OrderPromoted,
+    /// To the user: a promoted order's card needs its buyer's 3-D Secure, before its deadline.
+    #[serde(rename = "order.action_required")]
+    #[sqlx(rename = "order.action_required")]
+    OrderActionRequired,
 }
 
 impl EventType {
     /// Every event type.
-    pub const ALL: [EventType; 5] = [
+    pub const ALL: [EventType; 7] = [
         EventType::StockCheckRequested,
         EventType::OrderAccepted,
         EventType::OrderPaid,
         EventType::OrderRejected,
         EventType::OrderRefunded,
+        EventType::OrderPromoted,
+        EventType::OrderActionRequired,
     ];
 
     /// Its name in the envelope, the `event_type` attribute and the `event_type` column.
@@ -81,6 +92,8 @@ impl EventType {
             EventType::OrderPaid => "order.paid",
             EventType::OrderRejected => "order.rejected",
             EventType::OrderRefunded => "order.refunded",
+            EventType::OrderPromoted => "order.promoted",
+            EventType::OrderActionRequired => "order.action_required",
         }
     }
 
@@ -92,11 +105,12 @@ impl EventType {
     /// Where this kind of event is delivered.
     pub fn destination(self) -> Destination {
         match self {
-            EventType::StockCheckRequested => Destination::StockCheck,
+            EventType::StockCheckRequested | EventType::OrderPromoted => Destination::StockCheck,
             EventType::OrderAccepted
             | EventType::OrderPaid
             | EventType::OrderRejected
-            | EventType::OrderRefunded => Destination::Notification,
+            | EventType::OrderRefunded
+            | EventType::OrderActionRequired => Destination::Notification,
         }
     }
 }

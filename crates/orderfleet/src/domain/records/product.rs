@@ -29,6 +29,7 @@
 //! (`order_model::properties::UNITS`).
 
 use anyhow::Context;
+use chrono::{DateTime, Utc};
 use orderfleet_runtime::db::Pool;
 
 use orderfleet_words::{Currency, Sku};
@@ -54,6 +55,10 @@ pub struct ProductUpsert {
     /// The most units one buyer may hold in this product's orders that have not failed
     /// ("limit N per customer"); `None`: no cap.
     pub max_per_buyer: Option<i32>,
+    /// When the sale opens (SPEC §1.8); `None`: as it is (a new product opens at once).
+    pub opens_at: Option<DateTime<Utc>>,
+    /// When its pre-queue opens, before `opens_at`; `None`: as it is (a new product has none).
+    pub queue_opens_at: Option<DateTime<Utc>>,
 }
 
 /// The highest `--max-per-buyer` taken: a cap above any drop's stock is no cap at all.
@@ -128,6 +133,33 @@ pub enum UpsertError {
         /// The same, in major units (`0.50`).
         major: String,
     },
+    #[error(
+        "refused: product {sku} opened at {opened}, so its opening can no longer move \
+         (--opens-at and --queue-opens-at); nothing was changed"
+    )]
+    /// A move of the opening once it has happened.
+    OpeningPassed {
+        /// The product.
+        sku: String,
+        /// When it opened (or was due to).
+        opened: DateTime<Utc>,
+    },
+    #[error(
+        "refused: the pre-queue must open before the sale (--queue-opens-at {queue} is not before \
+         --opens-at {opens}); nothing was changed"
+    )]
+    /// A pre-queue that would open at or after the sale.
+    QueueAfterOpening {
+        /// The pre-queue's opening asked for.
+        queue: DateTime<Utc>,
+        /// The sale's opening.
+        opens: DateTime<Utc>,
+    },
+    #[error(
+        "refused: --queue-opens-at needs --opens-at: a pre-queue is for a sale that opens later; nothing was changed"
+    )]
+    /// A pre-queue for a product that opens at once.
+    QueueWithoutOpening,
     #[error(transparent)]
     /// The database failed.
     Database(#[from] anyhow::Error),
@@ -170,6 +202,10 @@ pub async fn upsert(pool: &Pool, product: &ProductUpsert) -> Result<Units, Upser
         .fetch_optional(&mut *tx)
         .await
         .with_context(|| format!("failed to lock product {}", product.id.as_str()))?;
+    if let Err(refused) = check_opening(&mut tx, product).await {
+        tx.rollback().await.context("failed to end the refused upsert")?;
+        return Err(refused);
+    }
     let (last_served, least) = line_served(&mut tx, &product.id).await?;
     let units = sqlx::query_file_as!(
         Units,
@@ -181,6 +217,8 @@ pub async fn upsert(pool: &Pool, product: &ProductUpsert) -> Result<Units, Upser
         product.units_total,
         product.max_per_buyer,
         least,
+        product.opens_at,
+        product.queue_opens_at,
     )
     .fetch_optional(&mut *tx)
     .await
@@ -204,6 +242,36 @@ pub async fn upsert(pool: &Pool, product: &ProductUpsert) -> Result<Units, Upser
     })
 }
 
+/// Whether the upsert's opening may be written, read inside its transaction after the product
+/// row is locked: never moved once the product has opened (or its opening is due), and a
+/// pre-queue only before a later opening. A time given again as it is moves nothing.
+async fn check_opening(tx: &mut sqlx::PgConnection, product: &ProductUpsert) -> Result<(), UpsertError> {
+    let now = sqlx::query!(
+        r#"SELECT opens_at, queue_opens_at, opened_at, now() AS "now!" FROM products WHERE id = $1"#,
+        product.id.as_str()
+    )
+    .fetch_optional(&mut *tx)
+    .await
+    .with_context(|| format!("failed to read the opening of product {}", product.id.as_str()))?;
+    let (was_opens, was_queue, opened, clock) = match now {
+        Some(row) => (row.opens_at, row.queue_opens_at, row.opened_at, row.now),
+        None => (None, None, None, Utc::now()),
+    };
+    let opens = product.opens_at.or(was_opens);
+    let queue = product.queue_opens_at.or(was_queue);
+    let moved = (product.opens_at.is_some() && product.opens_at != was_opens)
+        || (product.queue_opens_at.is_some() && product.queue_opens_at != was_queue);
+    let passed = opened.or(was_opens.filter(|at| *at <= clock));
+    if let (true, Some(opened)) = (moved, passed) {
+        return Err(UpsertError::OpeningPassed { sku: product.id.as_str().to_owned(), opened });
+    }
+    match (queue, opens) {
+        (Some(_), None) => Err(UpsertError::QueueWithoutOpening),
+        (Some(queue), Some(opens)) if queue >= opens => Err(UpsertError::QueueAfterOpening { queue, opens }),
+        _ => Ok(()),
+    }
+}
+
 /// The last place in the product's line that took its units (reserved or sold), and the units
 /// the orders up to it hold; read inside the upsert's transaction after the product row is
 /// locked.
@@ -216,7 +284,7 @@ async fn line_served(tx: &mut sqlx::PgConnection, id: &Sku) -> anyhow::Result<(O
          SELECT served.position AS last_served,
                 COALESCE((SELECT sum(quantity) FROM orders
                            WHERE product_id = $1 AND position <= served.position
-                             AND NOT failed(status)), 0)::int8 AS "least!"
+                             AND (holds_units(status) OR sold(status))), 0)::int8 AS "least!"
            FROM served"#,
         id.as_str(),
     )
@@ -224,6 +292,32 @@ async fn line_served(tx: &mut sqlx::PgConnection, id: &Sku) -> anyhow::Result<(O
     .await
     .with_context(|| format!("failed to read the line of product {}", id.as_str()))?;
     Ok((served.last_served, i32::try_from(served.least).unwrap_or(i32::MAX)))
+}
+
+/// Opens every product whose opening has come (SPEC §1.8): for each, ONE transaction
+/// (`open_product`) that lets one caller in, whatever the number of processes, draws its
+/// queue in a uniformly random order under a seed of 32 bytes from a CSPRNG seeded by the
+/// operating system (kept on the product for the audit), puts it in line ahead of every later
+/// order, and promises units down the line. A caller killed midway leaves the opening not
+/// begun, for the next look. Returns each product opened now, with the queued orders drawn.
+pub async fn open_due(pool: &orderfleet_runtime::db::Pool) -> sqlx::Result<Vec<(Sku, i32)>> {
+    let due = sqlx::query_scalar!(
+        r#"SELECT id AS "id: Sku" FROM products WHERE opened_at IS NULL AND opens_at <= now()"#
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut opened = Vec::new();
+    for product in due {
+        let seed: [u8; 32] = rand::random();
+        let drawn =
+            sqlx::query_scalar!(r#"SELECT open_product($1, $2) AS "drawn""#, &product as _, &seed[..])
+                .fetch_one(pool)
+                .await?;
+        if let Some(drawn) = drawn {
+            opened.push((product, drawn));
+        }
+    }
+    Ok(opened)
 }
 
 #[cfg(test)]
@@ -253,6 +347,8 @@ mod tests {
             currency: Currency::parse(currency).unwrap(),
             units_total: 5,
             max_per_buyer: None,
+            opens_at: None,
+            queue_opens_at: None,
         }
     }
 

@@ -277,7 +277,7 @@ mod tests {
             amount: Money { minor: 1000, currency: orderfleet_words::Currency::parse("USD").unwrap() },
             payment_method: "pm_card_threeDSecure2Required".into(),
             status: OrderStatus::RequiresAction,
-            position: 1,
+            position: Some(1),
             payment_intent_id: Some("pi_1".into()),
             failure_reason: None,
             authorization_released_at: None,
@@ -291,6 +291,7 @@ mod tests {
             intake_lease_until: None,
             created_at: now,
             updated_at: now,
+            queued_for: None,
         }
     }
 

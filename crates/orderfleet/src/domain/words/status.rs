@@ -29,6 +29,11 @@ pub enum OrderStatus {
     AuthorizationCanceled,
     /// Paid, then refunded in full outside the fleet; the unit stays sold.
     Refunded,
+    /// Taken in its product's pre-queue (SPEC §1.8): no unit and no PaymentIntent yet; placed
+    /// in line by the draw at the opening, then promised its units in line order.
+    Queued,
+    /// A queued order no unit was left for, and none could come back: it never held any.
+    SoldOut,
 }
 
 /// The sets of statuses that SPEC §5 names. In SQL each is a function of the migration
@@ -42,11 +47,15 @@ pub enum StatusSet {
     Sold,
     /// Ended without a sale: the units went back to the next buyer in line (`failed`).
     Failed,
+    /// In a pre-queue, holding nothing yet (`queued`).
+    Waiting,
+    /// Ended without ever holding a unit (`sold_out`).
+    NeverServed,
 }
 
 impl OrderStatus {
     /// Every status, in the order of the database's enum.
-    pub const ALL: [OrderStatus; 10] = [
+    pub const ALL: [OrderStatus; 12] = [
         OrderStatus::PendingAuthorization,
         OrderStatus::RequiresAction,
         OrderStatus::Authorized,
@@ -57,6 +66,8 @@ impl OrderStatus {
         OrderStatus::CaptureFailed,
         OrderStatus::AuthorizationCanceled,
         OrderStatus::Refunded,
+        OrderStatus::Queued,
+        OrderStatus::SoldOut,
     ];
 
     /// Which of SPEC §5's sets it is in. A match without a wildcard: a new status does not
@@ -72,6 +83,8 @@ impl OrderStatus {
             | OrderStatus::PaymentDeclined
             | OrderStatus::CaptureFailed
             | OrderStatus::AuthorizationCanceled => StatusSet::Failed,
+            OrderStatus::Queued => StatusSet::Waiting,
+            OrderStatus::SoldOut => StatusSet::NeverServed,
         }
     }
 
@@ -87,7 +100,9 @@ impl OrderStatus {
             | OrderStatus::PaymentDeclined
             | OrderStatus::CaptureFailed
             | OrderStatus::AuthorizationCanceled
-            | OrderStatus::Refunded => false,
+            | OrderStatus::Refunded
+            | OrderStatus::Queued
+            | OrderStatus::SoldOut => false,
         }
     }
 
@@ -104,6 +119,8 @@ impl OrderStatus {
             OrderStatus::CaptureFailed => "capture_failed",
             OrderStatus::AuthorizationCanceled => "authorization_canceled",
             OrderStatus::Refunded => "refunded",
+            OrderStatus::Queued => "queued",
+            OrderStatus::SoldOut => "sold_out",
         }
     }
 }
@@ -141,6 +158,8 @@ pub enum FailureReason {
     /// The fleet's own attempt never confirmed its PaymentIntent (a 5xx on the way), which was
     /// then cancelled (`payment_declined`): not the buyer's card.
     AuthorizationIncomplete,
+    /// A queued order for which no unit was left at or after the opening (`sold_out`).
+    SoldOut,
     /// A code this version does not write: one a later version added, read from an order that
     /// version ended (after a rollback). It reads and shows as its code.
     #[serde(untagged)]
@@ -208,7 +227,7 @@ impl utoipa::ToSchema for FailureReason {}
 
 impl FailureReason {
     /// Every reason this version writes.
-    pub const ALL: [FailureReason; 9] = [
+    pub const ALL: [FailureReason; 10] = [
         FailureReason::OutOfStock,
         FailureReason::PaymentDeclined,
         FailureReason::OrderRefused,
@@ -218,6 +237,7 @@ impl FailureReason {
         FailureReason::CaptureFailed,
         FailureReason::AuthorizationCanceled,
         FailureReason::AuthorizationIncomplete,
+        FailureReason::SoldOut,
     ];
 
     /// Its code in the database, the API and the notifications.
@@ -232,6 +252,7 @@ impl FailureReason {
             FailureReason::CaptureFailed => "capture_failed",
             FailureReason::AuthorizationCanceled => "authorization_canceled",
             FailureReason::AuthorizationIncomplete => "authorization_incomplete",
+            FailureReason::SoldOut => "sold_out",
             FailureReason::Other(OtherReason(code)) => code,
         }
     }

@@ -42,8 +42,8 @@ pub struct Order {
     pub payment_method: String,
     /// Where it is in its life.
     pub status: OrderStatus,
-    /// Its place in line for its product, from 1.
-    pub position: i64,
+    /// Its place in line for its product, from 1; `None` for a queued order before the draw.
+    pub position: Option<i64>,
     /// Its PaymentIntent at Stripe, once authorized.
     pub payment_intent_id: Option<String>,
     /// What its buyer is told of a failure.
@@ -76,6 +76,9 @@ pub struct Order {
     pub created_at: DateTime<Utc>,
     /// When it last changed.
     pub updated_at: DateTime<Utc>,
+    /// For an order taken in a pre-queue, the opening it was taken for: its first answer was
+    /// `202 queued`, which a retry of its key answers again.
+    pub queued_for: Option<DateTime<Utc>>,
 }
 
 /// ONE statement: moves an order still in `status` on to its next Stripe attempt (new
@@ -131,7 +134,7 @@ pub(crate) struct OrderRow {
     pub(crate) currency: orderfleet_words::Currency,
     pub(crate) payment_method: String,
     pub(crate) status: OrderStatus,
-    pub(crate) position: i64,
+    pub(crate) position: Option<i64>,
     pub(crate) payment_intent_id: Option<String>,
     pub(crate) failure_reason: Option<FailureReason>,
     pub(crate) authorization_released_at: Option<DateTime<Utc>>,
@@ -145,6 +148,7 @@ pub(crate) struct OrderRow {
     pub(crate) intake_lease_until: Option<DateTime<Utc>>,
     pub(crate) created_at: DateTime<Utc>,
     pub(crate) updated_at: DateTime<Utc>,
+    pub(crate) queued_for: Option<DateTime<Utc>>,
 }
 
 /// The [`Order`] of any row with its columns as fields (an [`OrderRow`], or a `query!` record
@@ -161,7 +165,7 @@ macro_rules! order_from {
             amount: orderfleet_words::Money { minor: $row.amount_minor $($some)?, currency: $row.currency $($some)? },
             payment_method: $row.payment_method $($some)?,
             status: $row.status $($some)?,
-            position: $row.position $($some)?,
+            position: $row.position,
             payment_intent_id: $row.payment_intent_id,
             failure_reason: $row.failure_reason,
             authorization_released_at: $row.authorization_released_at,
@@ -175,6 +179,7 @@ macro_rules! order_from {
             intake_lease_until: $row.intake_lease_until,
             created_at: $row.created_at $($some)?,
             updated_at: $row.updated_at $($some)?,
+            queued_for: $row.queued_for,
         }
     };
 }
@@ -200,7 +205,7 @@ macro_rules! query_order {
                 failure_reason AS "failure_reason: crate::domain::words::status::FailureReason",
                 authorization_released_at, traceparent, payment_attempt,
                 payment_attempt_failed, payment_attempt_at, client_secret, next_action, action_expires_at,
-                intake_lease_until, created_at, updated_at "# + $tail
+                intake_lease_until, created_at, updated_at, queued_for "# + $tail
             $($args)*
         )
     };
@@ -275,6 +280,34 @@ pub(crate) async fn release_lease(
 pub async fn load<'e>(executor: impl PgExecutor<'e>, id: OrderId) -> sqlx::Result<Option<Order>> {
     let row = query_order!("SELECT", "FROM orders WHERE id = $1", id as _).fetch_optional(executor).await?;
     Ok(row.map(Order::from))
+}
+
+/// Where an order is in its product's line: the product's opening, the queued orders ahead of
+/// it still waiting for a unit, and the orders ahead of it waiting for their authorization.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    /// When the product opens, if it has an opening.
+    pub opens_at: Option<DateTime<Utc>>,
+    /// Queued orders ahead, still waiting for a unit.
+    pub queued_ahead: i64,
+    /// Orders ahead waiting for their authorization (`pending_authorization`, `requires_action`).
+    pub authorizations_ahead: i64,
+}
+
+/// The line ahead of `order`, in ONE statement (none is ahead of an order with no place yet).
+pub async fn line<'e>(executor: impl PgExecutor<'e>, order: &Order) -> sqlx::Result<Line> {
+    sqlx::query_as!(
+        Line,
+        r#"SELECT (SELECT opens_at FROM products WHERE id = $1) AS opens_at,
+                  (SELECT count(*) FROM orders WHERE product_id = $1 AND status = 'queued' AND position < $2)
+                      AS "queued_ahead!",
+                  (SELECT count(*) FROM orders WHERE product_id = $1 AND awaiting_authorization(status)
+                                                 AND position < $2) AS "authorizations_ahead!""#,
+        &order.product_id as _,
+        order.position,
+    )
+    .fetch_one(executor)
+    .await
 }
 
 /// The order a buyer's idempotency key made, if any.

@@ -77,7 +77,7 @@ impl Fulfilment {
                     position, payment_intent_id, failure_reason AS "failure_reason: FailureReason",
                     authorization_released_at, traceparent,
                     payment_attempt, payment_attempt_failed, payment_attempt_at, client_secret, next_action, action_expires_at,
-                    intake_lease_until, created_at, COALESCE((SELECT updated_at FROM moved), updated_at) AS "updated_at!",
+                    intake_lease_until, created_at, COALESCE((SELECT updated_at FROM moved), updated_at) AS "updated_at!", queued_for,
                     EXISTS (SELECT 1 FROM claim) AS "claimed!",
                     EXISTS (SELECT 1 FROM claim WHERE lapsed) AS "lapsed!"
                FROM orders WHERE id = $1"#,
@@ -146,7 +146,7 @@ impl Fulfilment {
         let mut tx =
             orderfleet_runtime::db::begin(&self.pool).await.context("failed to begin a reservation")?;
         let locked = sqlx::query!(
-            r#"SELECT position, (authorization_expires_at < now()) IS TRUE AS "lapsed!"
+            r#"SELECT position AS "position!", (authorization_expires_at < now()) IS TRUE AS "lapsed!"
                  FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE"#,
             order.id as _,
         )
