@@ -112,7 +112,7 @@ CREATE FUNCTION public.holds_units(status public.order_status) RETURNS boolean
 
 CREATE FUNCTION public.open_product(product text, seed bytea) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'public'
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 DECLARE
     drawn integer;
@@ -157,7 +157,7 @@ $$;
 
 CREATE FUNCTION public.promote_queued(product text) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'public'
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 DECLARE
     p        products%ROWTYPE;
@@ -174,15 +174,27 @@ BEGIN
               ORDER BY o.position
     LOOP
         IF p.units_total - p.units_promised >= q.quantity THEN
-            UPDATE orders SET status = 'pending_authorization', updated_at = now()
-             WHERE id = q.id AND status = 'queued';
-            p.units_promised := p.units_promised + q.quantity;
-            promised := promised + 1;
-            INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
-            VALUES (gen_random_uuid(), 'order', q.id, 'order.promoted', 'stock-check',
-                    jsonb_build_object('order_id', q.id, 'product_id', product, 'quantity', q.quantity),
-                    q.traceparent)
-            ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING;
+            BEGIN
+                UPDATE orders SET status = 'pending_authorization', updated_at = now()
+                 WHERE id = q.id AND status = 'queued';
+                INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
+                VALUES (gen_random_uuid(), 'order', q.id, 'order.promoted', 'stock-check',
+                        jsonb_build_object('order_id', q.id, 'product_id', product, 'quantity', q.quantity),
+                        q.traceparent)
+                ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING;
+                p.units_promised := p.units_promised + q.quantity;
+                promised := promised + 1;
+            EXCEPTION WHEN OTHERS THEN
+                -- The database refuses this order's promise for good (a constraint, a
+                -- trigger): it ends `sold_out` with `order_refused`, for a person, and the
+                -- line goes on (SPEC §8.5). Refused that too, it stays queued, logged.
+                BEGIN
+                    UPDATE orders SET status = 'sold_out', failure_reason = 'order_refused', updated_at = now()
+                     WHERE id = q.id AND status = 'queued';
+                EXCEPTION WHEN OTHERS THEN
+                    RAISE WARNING 'the queued order % is refused by the database: %', q.id, SQLERRM;
+                END;
+            END;
         ELSIF EXISTS (SELECT 1 FROM orders o WHERE o.product_id = product AND holds_units(o.status)) THEN
             EXIT;
         ELSE
@@ -212,7 +224,7 @@ $$;
 
 CREATE FUNCTION public.serve_the_queue() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'public'
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM products WHERE id = NEW.product_id AND queue_waiting) THEN
@@ -228,7 +240,7 @@ $$;
 
 CREATE FUNCTION public.serve_the_queue_of_product() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'public'
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 BEGIN
     PERFORM promote_queued(NEW.id);

@@ -38,7 +38,7 @@ CREATE INDEX orders_queued_in_line ON orders (product_id, position) WHERE status
 -- path that gives units back or sells the last ones serves the queue in the same
 -- transaction. SECURITY DEFINER: a service's give-back needs no rights on the queue.
 CREATE OR REPLACE FUNCTION promote_queued(product text) RETURNS integer
-    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
 AS $$
 DECLARE
     p        products%ROWTYPE;
@@ -55,15 +55,27 @@ BEGIN
               ORDER BY o.position
     LOOP
         IF p.units_total - p.units_promised >= q.quantity THEN
-            UPDATE orders SET status = 'pending_authorization', updated_at = now()
-             WHERE id = q.id AND status = 'queued';
-            p.units_promised := p.units_promised + q.quantity;
-            promised := promised + 1;
-            INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
-            VALUES (gen_random_uuid(), 'order', q.id, 'order.promoted', 'stock-check',
-                    jsonb_build_object('order_id', q.id, 'product_id', product, 'quantity', q.quantity),
-                    q.traceparent)
-            ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING;
+            BEGIN
+                UPDATE orders SET status = 'pending_authorization', updated_at = now()
+                 WHERE id = q.id AND status = 'queued';
+                INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
+                VALUES (gen_random_uuid(), 'order', q.id, 'order.promoted', 'stock-check',
+                        jsonb_build_object('order_id', q.id, 'product_id', product, 'quantity', q.quantity),
+                        q.traceparent)
+                ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING;
+                p.units_promised := p.units_promised + q.quantity;
+                promised := promised + 1;
+            EXCEPTION WHEN OTHERS THEN
+                -- The database refuses this order's promise for good (a constraint, a
+                -- trigger): it ends `sold_out` with `order_refused`, for a person, and the
+                -- line goes on (SPEC §8.5). Refused that too, it stays queued, logged.
+                BEGIN
+                    UPDATE orders SET status = 'sold_out', failure_reason = 'order_refused', updated_at = now()
+                     WHERE id = q.id AND status = 'queued';
+                EXCEPTION WHEN OTHERS THEN
+                    RAISE WARNING 'the queued order % is refused by the database: %', q.id, SQLERRM;
+                END;
+            END;
         ELSIF EXISTS (SELECT 1 FROM orders o WHERE o.product_id = product AND holds_units(o.status)) THEN
             EXIT;
         ELSE
@@ -94,7 +106,7 @@ $$;
 -- caller's transaction: a caller killed midway leaves the opening not begun. Returns the
 -- number of queued orders drawn, NULL when the product is not to be opened now.
 CREATE OR REPLACE FUNCTION open_product(product text, seed bytea) RETURNS integer
-    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
 AS $$
 DECLARE
     drawn integer;
@@ -123,7 +135,7 @@ $$;
 -- Units came back to a product (a failed order's, a raise of the stock), or its last holder
 -- was paid (no unit can come back): its queue is served in the same transaction.
 CREATE OR REPLACE FUNCTION serve_the_queue() RETURNS trigger
-    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
 AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM products WHERE id = NEW.product_id AND queue_waiting) THEN
@@ -134,7 +146,7 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION serve_the_queue_of_product() RETURNS trigger
-    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp
 AS $$
 BEGIN
     PERFORM promote_queued(NEW.id);
@@ -153,3 +165,6 @@ CREATE TRIGGER products_units_back AFTER UPDATE OF units_promised, units_total O
 
 REVOKE ALL ON FUNCTION promote_queued(text), open_product(text, bytea) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION open_product(text, bytea) TO orderfleet_stock_worker;
+-- The relay's stuck-order gauge counts a promoted order's wait from its opening, not from its
+-- queue entry.
+GRANT SELECT (queued_for) ON orders TO orderfleet_relay;

@@ -306,7 +306,10 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses() {
             expected(&[
                 ("inbox", "S,D"),
                 ("message_failures", "S,D"),
-                ("orders", "S(action_expires_at,created_at,disputed_at,intake_lease_until,status)"),
+                (
+                    "orders",
+                    "S(action_expires_at,created_at,disputed_at,intake_lease_until,queued_for,status)",
+                ),
                 ("outbox", "S,U,D"),
                 ("outbox_archive", "S(id),I"),
                 // The gauge the 429 alarm reads.

@@ -22,12 +22,12 @@ pub const DECLINED_AFTER_ACTION: &str = "payment_declined (3-D Secure)";
 /// An order of the product as the audit reads it: its id, status and units.
 type OrderRow = (uuid::Uuid, String, i32);
 
-/// Orders rejected out of stock although the orders behind them in `line` (position, status,
+/// Orders rejected out of stock (or sold out of a queue) although the orders behind them in `line` (position, status,
 /// units; by position) took at least as many units as they asked for (SPEC §8.7).
 fn line_violations(line: &[(i64, String, i32)]) -> usize {
     let mut violations = 0;
     for (i, (_, status, quantity)) in line.iter().enumerate() {
-        if status == "rejected_out_of_stock" {
+        if status == "rejected_out_of_stock" || status == "sold_out" {
             let taken_behind: i64 = line[i + 1..]
                 .iter()
                 .filter(|(_, s, _)| matches!(s.as_str(), "stock_reserved" | "paid"))
@@ -95,7 +95,8 @@ impl Audit {
         .fetch_all(&fleet.pool)
         .await?;
         let line: Vec<(i64, String, i32)> = sqlx::query_as(
-            "SELECT position, status::text, quantity FROM orders WHERE product_id = $1 ORDER BY position",
+            "SELECT position, status::text, quantity FROM orders
+              WHERE product_id = $1 AND position IS NOT NULL ORDER BY position",
         )
         .bind(product)
         .fetch_all(&fleet.pool)
@@ -150,7 +151,7 @@ impl Audit {
             .filter(|(_, s, _)| {
                 matches!(
                     s.as_str(),
-                    "pending_authorization" | "requires_action" | "authorized" | "stock_reserved"
+                    "pending_authorization" | "requires_action" | "authorized" | "stock_reserved" | "queued"
                 )
             })
             .count() as i64;
@@ -209,8 +210,14 @@ impl Audit {
         }
         for (id, status) in status_of {
             let mut expected = Vec::new();
-            let never_accepted =
-                ["pending_authorization", "requires_action", "payment_declined", DECLINED_AFTER_ACTION];
+            let never_accepted = [
+                "pending_authorization",
+                "requires_action",
+                "payment_declined",
+                DECLINED_AFTER_ACTION,
+                "queued",
+                "sold_out",
+            ];
             if !never_accepted.contains(&status.as_str()) {
                 expected.push("order.accepted");
             }
@@ -220,6 +227,7 @@ impl Audit {
                 "rejected_out_of_stock"
                 | "capture_failed"
                 | "authorization_canceled"
+                | "sold_out"
                 | DECLINED_AFTER_ACTION => expected.push("order.rejected"),
                 _ => {}
             }

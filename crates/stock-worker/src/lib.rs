@@ -9,9 +9,8 @@
 //! a stock check) → left for the DLQ, with the reason. A stock check whose order must wait for
 //! an order ahead (after a stock cut) is done with, and the order waits in the [`line`].
 //!
-//! A product's opening is the stock workers' too (`opener`): each looks every quarter second
-//! for a product whose opening has come, and one of them draws its queue and promises units
-//! down it; each promoted order's `order.promoted` message, on the stock-check queue, is
+//! A product's opening is the stock workers' too (`opener`): each sleeps until the next
+//! opening the schedule shows, and one of them draws its queue and promises units down it; each promoted order's `order.promoted` message, on the stock-check queue, is
 //! authorized here (`promoted`).
 
 // Instrumenting the handler's future makes the compiler prove `Send` through async-stripe's

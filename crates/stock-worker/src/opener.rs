@@ -1,7 +1,11 @@
-//! The opener: every quarter second, each stock worker opens the products whose opening has
-//! come ([`product::open_due`]). Several workers look at once; the opening's compare-and-set
-//! lets one in, so a product opens once, within a second of its `opens_at` while any stock
-//! worker runs. A failed look is logged once per streak and tried again.
+//! The opener: each stock worker opens the products whose opening has come
+//! ([`product::open_due`]), at their `opens_at`. It sleeps until the next opening the schedule
+//! shows (a minute at most, and as long while nothing is scheduled, so an idle fleet spends one
+//! statement a minute on it), and `fleetctl product upsert` wakes it at once with a `NOTIFY`
+//! on [`product::OPENINGS_CHANNEL`], so a schedule set a moment ahead is kept too. Several
+//! workers look at once; the opening's compare-and-set lets one in, so a product opens once,
+//! within a second of its `opens_at` while any stock worker runs. A failed look is logged
+//! once per streak and tried again in a second.
 
 use std::time::Duration;
 
@@ -9,27 +13,43 @@ use orderfleet::domain::records::product;
 use orderfleet_runtime::db::Pool;
 use tokio_util::sync::CancellationToken;
 
-/// How often the opener looks.
-pub(crate) const EVERY: Duration = Duration::from_millis(250);
+/// The longest the opener sleeps: a lost `NOTIFY` (its connection down) costs at most this.
+pub(crate) const IDLE: Duration = Duration::from_secs(60);
 
-/// Looks every [`EVERY`] until the stop signal.
+/// Opens products at their time until the stop signal.
 pub(crate) async fn run(pool: Pool, stop: CancellationToken) {
-    let mut every = tokio::time::interval(EVERY);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut listener: Option<product::OpeningsListener> = None;
     let mut failing = false;
-    while tokio::select! { _ = every.tick() => true, () = stop.cancelled() => false } {
-        match product::open_due(&pool).await {
-            Ok(opened) => {
+    while !stop.is_cancelled() {
+        if listener.is_none() {
+            listener = product::OpeningsListener::connect(&pool).await;
+        }
+        let wait = match product::open_due(&pool).await {
+            Ok(looked) => {
                 failing = false;
-                for (product, drawn) in opened {
+                for (product, drawn) in looked.opened {
                     tracing::info!(product = %product, drawn, "opened the product: its queue drawn and in line");
                 }
+                looked.next_in.map_or(IDLE, |next| next.min(IDLE))
             }
-            Err(e) if !failing => {
+            Err(e) => {
+                if !failing {
+                    tracing::warn!(error = %e, "cannot look for products to open; trying again");
+                }
                 failing = true;
-                tracing::warn!(error = %e, "cannot look for products to open; trying again");
+                Duration::from_secs(1)
             }
-            Err(_) => {}
+        };
+        let woken = async {
+            match listener.as_mut() {
+                Some(l) => l.woken().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = stop.cancelled() => {}
+            () = tokio::time::sleep(wait) => {}
+            woken = woken => if !woken { listener = None },
         }
     }
 }

@@ -63,9 +63,12 @@ WITH args AS (
            p.price_minor * args.quantity, p.currency, args.payment_method, 'queued', NULL, p.opens_at,
            args.traceparent
       FROM products p, args, seen
-     WHERE p.id = args.product_id AND seen.queueing
+     WHERE p.id = args.product_id AND seen.queueing AND p.opened_at IS NULL
        AND (p.max_per_buyer IS NULL OR args.any_product)
        AND NOT (SELECT used FROM used)
+       -- The entry waits for an opening under way and re-reads the row after it: an entry
+       -- made once the draw's snapshot was taken would be left out of the line.
+       FOR SHARE OF p
     RETURNING *
 )
 SELECT a.id AS "id?: OrderId", a.user_id AS "user_id?: UserId", a.request_hash AS "request_hash?",

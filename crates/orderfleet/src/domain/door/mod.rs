@@ -359,7 +359,7 @@ async fn capped_in(tx: &mut PgConnection, entry: Entry<'_>, cap: i32, gate: u32)
     // snapshot sees every order committed before the lock was granted.
     let held = sqlx::query!(
         r#"SELECT (SELECT COALESCE(sum(quantity), 0)::int8 FROM orders
-                    WHERE user_id = $1 AND product_id = $2 AND NOT failed(status) AND status <> 'sold_out') AS "units!",
+                    WHERE user_id = $1 AND product_id = $2 AND (holds_units(status) OR sold(status))) AS "units!",
                   EXISTS (SELECT 1 FROM orders WHERE user_id = $1 AND idempotency_key = $3) AS "twin!""#,
         entry.user as _,
         entry.product_id as _,

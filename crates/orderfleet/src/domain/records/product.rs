@@ -224,6 +224,13 @@ pub async fn upsert(pool: &Pool, product: &ProductUpsert) -> Result<Units, Upser
     .await
     .with_context(|| format!("failed to upsert product {}", product.id.as_str()))?;
     if let Some(units) = units {
+        if product.opens_at.is_some() {
+            // The openers look again at once: the new time may be sooner than they sleep.
+            sqlx::query!("SELECT pg_notify($1, $2)", OPENINGS_CHANNEL, product.id.as_str())
+                .execute(&mut *tx)
+                .await
+                .context("failed to tell the openers")?;
+        }
         tx.commit().await.context("failed to commit the upsert")?;
         return Ok(units);
     }
@@ -247,16 +254,20 @@ pub async fn upsert(pool: &Pool, product: &ProductUpsert) -> Result<Units, Upser
 /// pre-queue only before a later opening. A time given again as it is moves nothing.
 async fn check_opening(tx: &mut sqlx::PgConnection, product: &ProductUpsert) -> Result<(), UpsertError> {
     let now = sqlx::query!(
-        r#"SELECT opens_at, queue_opens_at, opened_at, now() AS "now!" FROM products WHERE id = $1"#,
+        r#"SELECT opens_at, queue_opens_at, opened_at, now() AS "now!",
+                  EXISTS (SELECT 1 FROM orders WHERE product_id = $1) AS "sold_before!"
+             FROM products WHERE id = $1"#,
         product.id.as_str()
     )
     .fetch_optional(&mut *tx)
     .await
     .with_context(|| format!("failed to read the opening of product {}", product.id.as_str()))?;
-    let (was_opens, was_queue, opened, clock) = match now {
-        Some(row) => (row.opens_at, row.queue_opens_at, row.opened_at, row.now),
-        None => (None, None, None, Utc::now()),
+    let (was_opens, was_queue, opened, clock, sold_before) = match now {
+        Some(row) => (row.opens_at, row.queue_opens_at, row.opened_at, row.now, row.sold_before),
+        None => (None, None, None, Utc::now(), false),
     };
+    // A product on sale already (orders taken with no opening) has opened: it cannot be given one.
+    let opened = opened.or_else(|| (was_opens.is_none() && sold_before).then_some(clock));
     let opens = product.opens_at.or(was_opens);
     let queue = product.queue_opens_at.or(was_queue);
     let moved = (product.opens_at.is_some() && product.opens_at != was_opens)
@@ -294,30 +305,79 @@ async fn line_served(tx: &mut sqlx::PgConnection, id: &Sku) -> anyhow::Result<(O
     Ok((served.last_served, i32::try_from(served.least).unwrap_or(i32::MAX)))
 }
 
+/// The channel `fleetctl product upsert` notifies when it sets an opening, so the openers
+/// look again at once.
+pub const OPENINGS_CHANNEL: &str = "orderfleet_openings";
+
+/// A connection that hears [`OPENINGS_CHANNEL`]: the openers' wake-up.
+pub struct OpeningsListener(sqlx::postgres::PgListener);
+
+impl OpeningsListener {
+    /// Listens on a connection of its own; `None` when it cannot be had.
+    pub async fn connect(pool: &orderfleet_runtime::db::Pool) -> Option<Self> {
+        let connected = async {
+            let mut listener = sqlx::postgres::PgListener::connect_with(&pool.for_listener()).await?;
+            listener.listen(OPENINGS_CHANNEL).await?;
+            Ok::<_, sqlx::Error>(listener)
+        };
+        connected
+            .await
+            .inspect_err(|e| tracing::debug!(error = %e, "cannot LISTEN for openings"))
+            .ok()
+            .map(Self)
+    }
+
+    /// Waits for a notification: `false` when the connection failed (connect again).
+    pub async fn woken(&mut self) -> bool {
+        self.0.recv().await.is_ok()
+    }
+}
+
+/// What one look of the opener found.
+#[derive(Debug, Default)]
+pub struct Looked {
+    /// Each product opened now, with the queued orders drawn.
+    pub opened: Vec<(Sku, i32)>,
+    /// How long until the next opening the schedule shows, if any.
+    pub next_in: Option<std::time::Duration>,
+}
+
 /// Opens every product whose opening has come (SPEC §1.8): for each, ONE transaction
 /// (`open_product`) that lets one caller in, whatever the number of processes, draws its
 /// queue in a uniformly random order under a seed of 32 bytes from a CSPRNG seeded by the
 /// operating system (kept on the product for the audit), puts it in line ahead of every later
 /// order, and promises units down the line. A caller killed midway leaves the opening not
-/// begun, for the next look. Returns each product opened now, with the queued orders drawn.
-pub async fn open_due(pool: &orderfleet_runtime::db::Pool) -> sqlx::Result<Vec<(Sku, i32)>> {
-    let due = sqlx::query_scalar!(
-        r#"SELECT id AS "id: Sku" FROM products WHERE opened_at IS NULL AND opens_at <= now()"#
+/// begun, for the next look. One statement reads the schedule: what is due, and when the next
+/// opening is.
+pub async fn open_due(pool: &orderfleet_runtime::db::Pool) -> sqlx::Result<Looked> {
+    let schedule = sqlx::query!(
+        r#"SELECT id AS "id: Sku", EXTRACT(EPOCH FROM opens_at - now())::float8 AS "in_s!"
+             FROM products WHERE opened_at IS NULL AND opens_at IS NOT NULL
+            ORDER BY opens_at LIMIT 100"#
     )
     .fetch_all(pool)
     .await?;
-    let mut opened = Vec::new();
-    for product in due {
+    let mut looked = Looked::default();
+    for row in schedule {
+        if row.in_s > 0.0 {
+            looked.next_in = Some(std::time::Duration::from_secs_f64(row.in_s));
+            break;
+        }
         let seed: [u8; 32] = rand::random();
-        let drawn =
-            sqlx::query_scalar!(r#"SELECT open_product($1, $2) AS "drawn""#, &product as _, &seed[..])
-                .fetch_one(pool)
-                .await?;
-        if let Some(drawn) = drawn {
-            opened.push((product, drawn));
+        let drawn = sqlx::query_scalar!(r#"SELECT open_product($1, $2) AS "drawn""#, &row.id as _, &seed[..])
+            .fetch_one(pool)
+            .await;
+        // One product's failed opening (tried again at the next look) holds up no other's.
+        match drawn {
+            Ok(Some(drawn)) => looked.opened.push((row.id, drawn)),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(product = %row.id, error = %e, "the opening failed; trying again");
+                looked.next_in = Some(std::time::Duration::from_secs(1));
+            }
         }
     }
-    Ok(opened)
+    Ok(looked)
 }
 
 #[cfg(test)]

@@ -47,11 +47,18 @@ pub enum Move {
     LoseHoldBeforeCapture,
     /// `paid` → `refunded`: refunded in full outside the fleet.
     Refund,
+    /// `queued` → `pending_authorization`: promised its units, in line order, at the opening
+    /// or when a unit came back. Made by the database (`promote_queued`, in the transaction
+    /// that opens the product or frees the units), never by a [`Transition`].
+    Promise,
+    /// `queued` → `sold_out`: no unit left for it, and none can come back. Made by the
+    /// database (`promote_queued`), as [`Move::Promise`] is.
+    SellOut,
 }
 
 impl Move {
     /// Every move, in SPEC §5's order.
-    pub const ALL: [Move; 12] = [
+    pub const ALL: [Move; 14] = [
         Move::Authorize,
         Move::Reserve,
         Move::Capture,
@@ -64,6 +71,8 @@ impl Move {
         Move::LoseHoldBeforeReserve,
         Move::LoseHoldBeforeCapture,
         Move::Refund,
+        Move::Promise,
+        Move::SellOut,
     ];
 
     /// The arrow: the status it leaves and the one it reaches.
@@ -82,6 +91,8 @@ impl Move {
             Move::FailCapture => (StockReserved, CaptureFailed),
             Move::LoseHoldBeforeCapture => (StockReserved, AuthorizationCanceled),
             Move::Refund => (Paid, Refunded),
+            Move::Promise => (Queued, PendingAuthorization),
+            Move::SellOut => (Queued, SoldOut),
         }
     }
 
@@ -144,8 +155,17 @@ impl<'a> Transition<'a> {
 
     /// [`Move::AskForAction`]: the hold and what the buyer's page needs, until its deadline. No
     /// message: nothing is accepted yet.
+    /// An order promoted from a pre-queue was authorized without its buyer, who learns of the
+    /// 3-D Secure it needs from `order.action_required`; any other buyer had it in the `202`.
     pub fn asks_for_action(order: &Order, hold: Hold<'a>, action: BuyerAction<'a>) -> Self {
-        Move::AskForAction.of(order.id).with_hold(hold).with_action(action)
+        let asked = Move::AskForAction.of(order.id).with_hold(hold).with_action(action);
+        match order.queued_for {
+            Some(_) => {
+                let required = OrderNotification::of(order, OrderStatus::RequiresAction, None);
+                asked.with_message(EventType::OrderActionRequired, &required)
+            }
+            None => asked,
+        }
     }
 
     /// [`Move::FailAuthentication`] with `reason` (`authentication_failed`,
@@ -256,8 +276,7 @@ mod tests {
 
     #[test]
     fn the_moves_are_the_arrows_of_spec_section_5() {
-        // The pre-queue's two arrows (out of `queued`) are the opening's, not built yet.
-        let mut spec: Vec<_> = spec_arrows().into_iter().filter(|(from, _)| from != "queued").collect();
+        let mut spec = spec_arrows();
         let mut here: Vec<_> = Move::ALL
             .iter()
             .map(|m| {

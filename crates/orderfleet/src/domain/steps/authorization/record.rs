@@ -247,10 +247,21 @@ async fn fail(
                                payment_intent_id = COALESCE($3, payment_intent_id),
                                intake_lease_until = NULL, updated_at = now()
               WHERE id = $1 AND status = 'pending_authorization'
-          RETURNING product_id, quantity
+          RETURNING id, user_id, product_id, quantity, amount_minor, currency, traceparent, queued_for
          ), given_back AS (
              UPDATE products p SET units_promised = p.units_promised - moved.quantity
                FROM moved WHERE p.id = moved.product_id
+         ), told AS (
+             -- A queued order's buyer had only `202 queued`: `order.rejected` tells them.
+             INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
+             SELECT gen_random_uuid(), 'order', moved.id, 'order.rejected', 'notification',
+                    jsonb_build_object('order_id', moved.id, 'user_id', moved.user_id,
+                                       'product_id', moved.product_id, 'quantity', moved.quantity,
+                                       'amount', moved.amount_minor, 'currency', moved.currency,
+                                       'status', 'payment_declined', 'reason', $4::text),
+                    moved.traceparent
+               FROM moved WHERE moved.queued_for IS NOT NULL
+             ON CONFLICT ON CONSTRAINT outbox_one_per_event DO NOTHING
          )
          SELECT count(*) AS "moved!" FROM moved"#,
         id as _,
