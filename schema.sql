@@ -118,7 +118,7 @@ DECLARE
     drawn integer;
 BEGIN
     UPDATE products SET opened_at = now(), draw_seed = seed, updated_at = now()
-     WHERE id = product AND opened_at IS NULL AND opens_at <= now();
+     WHERE id = product AND opened_at IS NULL AND opens_at <= now() AND paused_at IS NULL;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
@@ -165,7 +165,7 @@ DECLARE
     promised integer := 0;
 BEGIN
     SELECT * INTO p FROM products WHERE id = product FOR UPDATE;
-    IF NOT FOUND OR p.opened_at IS NULL OR NOT p.queue_waiting THEN
+    IF NOT FOUND OR p.opened_at IS NULL OR NOT p.queue_waiting OR p.paused_at IS NOT NULL THEN
         RETURN 0;
     END IF;
     FOR q IN SELECT o.id, o.user_id, o.quantity, o.amount_minor, o.currency, o.traceparent
@@ -255,6 +255,17 @@ $$;
 CREATE FUNCTION public.sold(status public.order_status) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$ SELECT status IN ('paid', 'refunded') $$;
+
+--
+-- Name: door_answers; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.door_answers (
+    product_id text NOT NULL,
+    second timestamp with time zone NOT NULL,
+    sold_out bigint NOT NULL,
+    CONSTRAINT door_answers_sold_out_check CHECK ((sold_out >= 0))
+);
 
 --
 -- Name: inbox; Type: TABLE; Schema: public; Owner: -
@@ -392,6 +403,17 @@ CREATE TABLE public.outbox_archive (
 );
 
 --
+-- Name: product_pauses; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.product_pauses (
+    product_id text NOT NULL,
+    paused_at timestamp with time zone NOT NULL,
+    resumed_at timestamp with time zone,
+    CONSTRAINT product_pauses_resumed_after CHECK (((resumed_at IS NULL) OR (resumed_at >= paused_at)))
+);
+
+--
 -- Name: products; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -412,6 +434,7 @@ CREATE TABLE public.products (
     opened_at timestamp with time zone,
     draw_seed bytea,
     queue_waiting boolean DEFAULT false NOT NULL,
+    paused_at timestamp with time zone,
     CONSTRAINT products_currency_check CHECK ((currency ~ '^[a-z]{3}$'::text)),
     CONSTRAINT products_id_check CHECK ((id ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$'::text)),
     CONSTRAINT products_max_per_buyer_check CHECK (((max_per_buyer IS NULL) OR (max_per_buyer >= 1))),
@@ -421,6 +444,17 @@ CREATE TABLE public.products (
     CONSTRAINT products_queue_opens_before_the_sale CHECK (((queue_opens_at IS NULL) OR ((opens_at IS NOT NULL) AND (queue_opens_at < opens_at)))),
     CONSTRAINT products_stock_check CHECK ((stock >= 0)),
     CONSTRAINT products_stock_within_total CHECK (((units_total >= 0) AND (stock <= units_total)))
+);
+
+--
+-- Name: stripe_429s; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.stripe_429s (
+    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    endpoint text NOT NULL,
+    code text NOT NULL,
+    CONSTRAINT stripe_429s_code_check CHECK ((code = ANY (ARRAY['rate_limit'::text, 'lock_timeout'::text])))
 );
 
 --
@@ -488,6 +522,13 @@ CREATE TABLE public.webhook_events (
     effect text NOT NULL,
     received_at timestamp with time zone DEFAULT now() NOT NULL
 );
+
+--
+-- Name: door_answers door_answers_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.door_answers
+    ADD CONSTRAINT door_answers_pkey PRIMARY KEY (product_id, second);
 
 --
 -- Name: inbox inbox_pkey; Type: CONSTRAINT; Schema: public; Owner: -
@@ -560,6 +601,13 @@ ALTER TABLE public.orders
     ADD CONSTRAINT payment_attempt_from_one CHECK ((payment_attempt >= 1)) NOT VALID;
 
 --
+-- Name: product_pauses product_pauses_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.product_pauses
+    ADD CONSTRAINT product_pauses_pkey PRIMARY KEY (product_id, paused_at);
+
+--
 -- Name: products products_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -600,6 +648,12 @@ ALTER TABLE ONLY public.stripe_reconciliation
 
 ALTER TABLE ONLY public.webhook_events
     ADD CONSTRAINT webhook_events_pkey PRIMARY KEY (id);
+
+--
+-- Name: door_answers_by_second; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX door_answers_by_second ON public.door_answers USING btree (second);
 
 --
 -- Name: inbox_processed_by_age; Type: INDEX; Schema: public; Owner: -
@@ -680,10 +734,22 @@ CREATE INDEX outbox_due ON public.outbox USING btree (next_attempt_at) WHERE (st
 CREATE INDEX outbox_sent_by_age ON public.outbox USING btree (sent_at) WHERE (status = 'sent'::public.outbox_status);
 
 --
+-- Name: product_pauses_one_running; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX product_pauses_one_running ON public.product_pauses USING btree (product_id) WHERE (resumed_at IS NULL);
+
+--
 -- Name: products_to_open; Type: INDEX; Schema: public; Owner: -
 --
 
 CREATE INDEX products_to_open ON public.products USING btree (opens_at) WHERE ((opened_at IS NULL) AND (opens_at IS NOT NULL));
+
+--
+-- Name: stripe_429s_by_time; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX stripe_429s_by_time ON public.stripe_429s USING btree (at);
 
 --
 -- Name: webhook_events_by_age; Type: INDEX; Schema: public; Owner: -
@@ -704,6 +770,12 @@ CREATE TRIGGER orders_units_freed AFTER UPDATE OF status ON public.orders FOR EA
 CREATE TRIGGER outbox_inserted AFTER INSERT ON public.outbox FOR EACH STATEMENT EXECUTE FUNCTION public.outbox_notify();
 
 --
+-- Name: products products_resumed; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER products_resumed AFTER UPDATE OF paused_at ON public.products FOR EACH ROW WHEN (((old.paused_at IS NOT NULL) AND (new.paused_at IS NULL) AND new.queue_waiting)) EXECUTE FUNCTION public.serve_the_queue_of_product();
+
+--
 -- Name: products products_units_back; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -715,6 +787,13 @@ CREATE TRIGGER products_units_back AFTER UPDATE OF units_promised, units_total O
 
 ALTER TABLE ONLY public.orders
     ADD CONSTRAINT orders_product_id_fkey FOREIGN KEY (product_id) REFERENCES public.products(id);
+
+--
+-- Name: product_pauses product_pauses_product_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.product_pauses
+    ADD CONSTRAINT product_pauses_product_id_fkey FOREIGN KEY (product_id) REFERENCES public.products(id);
 
 --
 --

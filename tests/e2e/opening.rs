@@ -210,3 +210,166 @@ async fn the_opening_is_refused_a_move_once_it_happened() {
     assert!(backwards.contains("must open before the sale"), "{backwards}");
     fleet.stop().await.unwrap();
 }
+
+/// The places `draws` openings give four queued orders: each round puts the product back before
+/// its opening and the orders back in the queue, then draws with `seed()`'s seed; for each
+/// round, the orders (0..4, by id) in line order.
+async fn draws(
+    pool: &orderfleet_runtime::db::Pool,
+    rounds: usize,
+    seed: impl Fn() -> [u8; 32],
+) -> Vec<Vec<usize>> {
+    sqlx::query(
+        "INSERT INTO products (id, name, price_minor, currency, stock, units_total, opens_at)
+         VALUES ('sku-draw', 'draw', 1500, 'usd', 0, 0, now() - interval '1 second')",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    let mut ids: Vec<uuid::Uuid> = (0..4).map(|_| uuid::Uuid::new_v4()).collect();
+    ids.sort();
+    for (i, id) in ids.iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity,
+                                 amount_minor, currency, payment_method, status, position)
+             VALUES ($1, $2, 'k', '\\x00', 'sku-draw', 1, 1500, 'usd', 'pm_card_visa', 'queued', NULL)",
+        )
+        .bind(id)
+        .bind(format!("buyer-{i}"))
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    let mut lines = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        sqlx::raw_sql(
+            "UPDATE products SET opened_at = NULL, draw_seed = NULL, last_position = 0, queue_waiting = false
+              WHERE id = 'sku-draw';
+             UPDATE orders SET status = 'queued', position = NULL, failure_reason = NULL WHERE product_id = 'sku-draw';
+             DELETE FROM outbox;",
+        )
+        .execute(pool)
+        .await
+        .unwrap();
+        let drawn: Option<i32> = sqlx::query_scalar("SELECT open_product('sku-draw', $1)")
+            .bind(&seed()[..])
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        assert_eq!(drawn, Some(4));
+        let line: Vec<uuid::Uuid> =
+            sqlx::query_scalar("SELECT id FROM orders WHERE product_id = 'sku-draw' ORDER BY position")
+                .fetch_all(pool)
+                .await
+                .unwrap();
+        lines.push(line.iter().map(|id| ids.iter().position(|i| i == id).unwrap()).collect());
+    }
+    lines
+}
+
+/// Pearson's χ² of the counts against the same expected count in every cell.
+fn chi_squared(counts: &[usize], expected: f64) -> f64 {
+    counts.iter().map(|&c| (c as f64 - expected).powi(2) / expected).sum()
+}
+
+/// The draw is uniform (§8.12): 2,400 openings of four queued orders under the opener's own
+/// seeds put every order at every place alike (χ² of the 4 × 4 table of order by place, 9
+/// degrees of freedom, under 44.8, its value with a chance of one in a million) and draw each
+/// of the 24 lines alike (χ², 23 degrees, under 70.5). The same draw under one seed every
+/// time, which is what a draw that ignored its seed or read it from the clock's second would
+/// do, fails both.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_draw_puts_every_queued_order_at_every_place_alike() {
+    let db = orderfleet_tests::TestDatabase::migrated().await.unwrap();
+    let rounds = 2_400;
+    let tables = |lines: &[Vec<usize>]| {
+        let mut by_place = vec![0; 16];
+        let mut by_line = std::collections::HashMap::<Vec<usize>, usize>::new();
+        for line in lines {
+            for (place, &order) in line.iter().enumerate() {
+                by_place[order * 4 + place] += 1;
+            }
+            *by_line.entry(line.clone()).or_default() += 1;
+        }
+        let mut lines: Vec<usize> = by_line.into_values().collect();
+        lines.resize(24, 0);
+        (chi_squared(&by_place, rounds as f64 / 4.0), chi_squared(&lines, rounds as f64 / 24.0))
+    };
+
+    let drawn = draws(&db.pool, rounds, orderfleet::domain::records::product::draw_seed).await;
+    let (by_place, by_line) = tables(&drawn);
+    let fixed = [7; 32];
+    sqlx::query("DELETE FROM orders").execute(&db.pool).await.unwrap();
+    sqlx::query("DELETE FROM products").execute(&db.pool).await.unwrap();
+    let (fixed_by_place, fixed_by_line) = tables(&draws(&db.pool, rounds, || fixed).await);
+
+    eprintln!(
+        "χ² by place {by_place:.1} (9 df), by line {by_line:.1} (23 df); one seed: {fixed_by_place:.0}, {fixed_by_line:.0}"
+    );
+    assert!(by_place < 44.8, "the places are not uniform: χ² {by_place:.1} over 9 degrees of freedom");
+    assert!(by_line < 70.5, "the lines are not uniform: χ² {by_line:.1} over 23 degrees of freedom");
+    assert!(fixed_by_place > 44.8 && fixed_by_line > 70.5, "the test tells a fixed draw apart");
+    db.drop().await.unwrap();
+}
+
+/// The `line` a waiting buyer reads tells an honest wait: with the fleet's create budget at 4 a
+/// second, the last of 24 queued buyers promised its units at the opening is told its place, the
+/// authorizations ahead of it, and a wait that the wait measured until its order leaves
+/// `pending_authorization` is within a factor of two of (and two seconds either way).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_promoted_order_s_estimated_wait_is_the_wait_it_gets() {
+    // Arrange: the fleet's Stripe budget at 4 creates a second; 24 buyers queue for 24 units.
+    let mut fleet = Fleet::prepare("line-estimate").await.unwrap();
+    fleet.set_env("STRIPE_ENDPOINT_REQUESTS_PER_SECOND", "4");
+    fleet.spawn_all(1).await.unwrap();
+    upsert(&fleet, "sku-e", 24, &["--opens-at", &at(4), "--queue-opens-at", &at(-60)]).await.unwrap();
+    let mut ids = HashMap::new();
+    for i in 0..24 {
+        let user = format!("buyer-{i}");
+        let queued = fleet.post_order(&user, "k", "sku-e", 1, "pm_card_visa").await.unwrap();
+        ids.insert(queued.body["order_id"].as_str().unwrap().to_owned(), user);
+    }
+    opened(&fleet, "sku-e").await;
+
+    // Act: the last in line reads its line at once, then waits for its authorization.
+    let (last, user): (uuid::Uuid, String) = {
+        let id: uuid::Uuid = sqlx::query_scalar(
+            "SELECT id FROM orders WHERE product_id = 'sku-e' ORDER BY position DESC LIMIT 1",
+        )
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap();
+        (id, ids[&id.to_string()].clone())
+    };
+    let read_at = std::time::Instant::now();
+    let view: Value = fleet.get_order(&user, &last.to_string()).await.unwrap().json().await.unwrap();
+    eventually("the last order authorized", Duration::from_secs(60), || async {
+        let status: String = sqlx::query_scalar("SELECT status::text FROM orders WHERE id = $1")
+            .bind(last)
+            .fetch_one(&fleet.pool)
+            .await
+            .unwrap();
+        (status != "pending_authorization").then_some(())
+    })
+    .await
+    .unwrap();
+    let waited = read_at.elapsed().as_secs_f64();
+
+    // Assert
+    let line = &view["line"];
+    assert_eq!(
+        (view["status"].as_str(), line["position"].as_i64()),
+        (Some("pending_authorization"), Some(24)),
+        "{view}"
+    );
+    assert_eq!(line["queued_ahead"], 0, "{view}");
+    let ahead = line["authorizations_ahead"].as_i64().unwrap();
+    assert!((10..=23).contains(&ahead), "{view}");
+    let estimate = line["estimated_wait_seconds"].as_f64().unwrap();
+    eprintln!("estimated {estimate} s with {ahead} ahead; waited {waited:.1} s");
+    assert!(
+        waited <= estimate * 2.0 + 2.0 && waited >= estimate / 2.0 - 2.0,
+        "estimated {estimate} s, waited {waited:.1} s: {view}"
+    );
+    fleet.stop().await.unwrap();
+}

@@ -287,6 +287,8 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses() {
         (
             "order-intake",
             expected(&[
+                // The sold-out answers it gave, each second, for drop status.
+                ("door_answers", "S,I,U,D"),
                 // A release owed when the database refuses an order's commit.
                 ("intent_releases_owed", "S,I,U"),
                 ("orders", "S,I,U"),
@@ -297,6 +299,8 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses() {
                 ("stripe_budget_ledger", "S,I,U"),
                 ("stripe_budget_members", "S,I,U,D"),
                 ("stripe_budget_slowdowns", "S,I,U,D"),
+                // Each 429 Stripe answered, for drop status.
+                ("stripe_429s", "S,I,D"),
                 // Stripe's webhooks, recorded as applied.
                 ("webhook_events", "S,I"),
             ]),
@@ -332,6 +336,7 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses() {
                 ("stripe_budget_ledger", "S,I,U"),
                 ("stripe_budget_members", "S,I,U,D"),
                 ("stripe_budget_slowdowns", "S,I,U,D"),
+                ("stripe_429s", "S,I,D"),
                 // The reconciliation of stray PaymentIntents: where it has read up to.
                 ("stripe_reconciliation", "S,U"),
             ]),
@@ -340,16 +345,20 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses() {
         (
             "fleetctl",
             expected(&[
+                // drop status: the sold-out answers; the pauses, recorded.
+                ("door_answers", "S"),
                 ("intent_releases_owed", "S,I,U,D"),
                 ("message_failures", "S"),
                 ("orders", "S,U"),
                 ("outbox", "S,I,U"),
+                ("product_pauses", "S,I,U"),
                 ("products", "S,I,U"),
                 // The fleet's Stripe budget: its own row, and the others' read;
                 // the ledger's tick and round, advanced by every tick.
                 ("stripe_budget_ledger", "S,I,U"),
                 ("stripe_budget_members", "S,I,U,D"),
                 ("stripe_budget_slowdowns", "S,I,U,D"),
+                ("stripe_429s", "S,I,D"),
                 ("stripe_reconciliation", "S,U"),
                 ("webhook_events", "S"),
             ]),
@@ -367,13 +376,16 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses() {
         tables,
         [
             "_sqlx_migrations",
+            "door_answers",
             "inbox",
             "intent_releases_owed",
             "message_failures",
             "orders",
             "outbox",
             "outbox_archive",
+            "product_pauses",
             "products",
+            "stripe_429s",
             "stripe_budget_ledger",
             "stripe_budget_members",
             "stripe_budget_slowdowns",

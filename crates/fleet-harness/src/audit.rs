@@ -63,6 +63,9 @@ pub struct Audit {
     /// Orders rejected out of stock although orders behind them in line took at least as
     /// many units as they asked for (SPEC §8.7).
     pub line_violations: usize,
+    /// The queue out of its place (SPEC §8.7, §8.12): a queued order placed behind an order
+    /// made after the opening, or a PaymentIntent for an order still queued.
+    pub queue_violations: usize,
     /// PaymentIntents made for no order of this database (SPEC §8.8: no hold without a unit).
     pub intents_without_order: usize,
     /// Authorizations cancelled: in a drop with no cut, there are none (SPEC §8.8).
@@ -102,6 +105,15 @@ impl Audit {
         .fetch_all(&fleet.pool)
         .await?;
         audit.line_violations = line_violations(&line);
+        let (queue_last, later_first): (Option<i64>, Option<i64>) = sqlx::query_as(
+            "SELECT max(position) FILTER (WHERE queued_for IS NOT NULL),
+                    min(position) FILTER (WHERE queued_for IS NULL)
+               FROM orders WHERE product_id = $1",
+        )
+        .bind(product)
+        .fetch_one(&fleet.pool)
+        .await?;
+        audit.queue_violations = usize::from(queue_last.zip(later_first).is_some_and(|(q, l)| q > l));
         let counters: (i32, i32, i32) =
             sqlx::query_as("SELECT units_total, stock, units_promised FROM products WHERE id = $1")
                 .bind(product)
@@ -194,6 +206,7 @@ impl Audit {
             }
         }
         self.double_authorizations = per_order.values().filter(|n| **n > 1).count();
+        self.queue_violations += per_order.keys().filter(|order| status_of[*order] == "queued").count();
     }
 
     /// The (event, order) notifications seen against those the product's orders are owed.
@@ -265,6 +278,10 @@ impl Audit {
                 self.line_violations == 0,
             ),
             ("a PaymentIntent only for an order (§8.8)", self.intents_without_order == 0),
+            (
+                "a pre-queue ahead of every later order, no PaymentIntent while queued (§8.12)",
+                self.queue_violations == 0,
+            ),
         ];
         all.into_iter().filter(|(name, _)| self.notifications_observed || *name != notifications).collect()
     }

@@ -21,6 +21,10 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Apply the database migrations (safe to repeat). Reads DATABASE_URL.
     Migrate,
+    /// A drop as its operator watches it. Reads DATABASE_URL, and STOCK_QUEUE_URL,
+    /// NOTIFICATION_QUEUE_URL and the AWS variables for the queues (left out when unset).
+    #[command(subcommand)]
+    Drop(DropCommand),
     /// Manage products. Reads DATABASE_URL.
     #[command(subcommand)]
     Product(ProductCommand),
@@ -127,6 +131,42 @@ pub(crate) struct SweepArgs {
 pub(crate) enum ProductCommand {
     /// Create a product, or set its name, price, currency, total units for sale and opening.
     Upsert(UpsertArgs),
+    /// Stop the product's sale at once: no unit promised to anyone and no queue entry taken
+    /// (409 sale_paused) from every intake once this returns; an opening that falls due waits
+    /// for the resume; orders that already hold units go on.
+    Pause(SkuArgs),
+    /// Go on with a paused sale: the units that came back go down the queue, and an opening
+    /// that fell due meanwhile happens now.
+    Resume(SkuArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum DropCommand {
+    /// One screen for the operator of a drop: the sale's state and its opening, the draw's
+    /// seed, units total, promised, sold and left, queued orders waiting, orders by status and
+    /// 3-D Secure in progress, sold-out answers a second, the fleet's Stripe budget and 429s in
+    /// the last minute, queue depths, dead letters and stuck orders.
+    Status(DropStatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DropStatusArgs {
+    /// Product id (SKU), e.g. sku-1.
+    #[arg(long, value_parser = Sku::parse)]
+    pub(crate) id: Sku,
+    /// Redraw the screen in place every second until Ctrl-C.
+    #[arg(long, conflicts_with = "json")]
+    pub(crate) watch: bool,
+    /// Print the same figures once, as one JSON object.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SkuArgs {
+    /// Product id (SKU), e.g. sku-1.
+    #[arg(long, value_parser = Sku::parse)]
+    pub(crate) id: Sku,
 }
 
 #[derive(Debug, Args)]

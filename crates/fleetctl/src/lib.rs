@@ -10,17 +10,18 @@ use std::time::Duration;
 
 mod cli;
 mod dlq;
+mod drop_status;
 mod outbox;
 mod output;
 
 use anyhow::Context;
 use clap::Parser;
 use cli::{
-    Cli, Command, DlqCommand, OrderCommand, OutboxCommand, ProductCommand, ResolveArgs, SweepArgs, TokenArgs,
-    UpsertArgs,
+    Cli, Command, DlqCommand, DropCommand, DropStatusArgs, OrderCommand, OutboxCommand, ProductCommand,
+    ResolveArgs, SweepArgs, TokenArgs, UpsertArgs,
 };
-use orderfleet::domain::records::order;
 use orderfleet::domain::records::product::{self, ProductUpsert};
+use orderfleet::domain::records::{order, pause};
 use orderfleet::domain::recovery::resolution;
 use orderfleet::domain::recovery::sweeper::{SweepPolicy, Sweeper};
 use orderfleet::domain::tokens;
@@ -62,7 +63,16 @@ async fn run(command: Command, env: &Env) -> anyhow::Result<()> {
             db::migrate(&pool(env).await?).await?;
             println!("migrations applied");
         }
+        Command::Drop(DropCommand::Status(args)) => drop_status(args, env).await?,
         Command::Product(ProductCommand::Upsert(args)) => upsert_product(args, env).await?,
+        Command::Product(ProductCommand::Pause(args)) => {
+            let switched = pause::pause(&pool(env).await?, &args.id).await?;
+            println!("{}", output::switched(&args.id, switched)?);
+        }
+        Command::Product(ProductCommand::Resume(args)) => {
+            let switched = pause::resume(&pool(env).await?, &args.id).await?;
+            println!("{}", output::switched(&args.id, switched)?);
+        }
         Command::Dlq(DlqCommand::Stats) => dlq_stats(env).await?,
         Command::Dlq(DlqCommand::Peek { queue, max }) => dlq_peek(queue, max, env).await?,
         Command::Dlq(DlqCommand::Redrive { queue, max_per_second }) => {
@@ -133,6 +143,40 @@ async fn resolve_order(args: ResolveArgs, env: &Env) -> anyhow::Result<()> {
 fn token(args: TokenArgs, env: &Env) -> anyhow::Result<String> {
     let auth = AuthConfig::from_env(env)?;
     tokens::issue_token(&auth, &args.user, Duration::from_secs(args.ttl_seconds))
+}
+
+/// `drop status`: the screen once, as text or JSON, or redrawn every second (`--watch`) until
+/// Ctrl-C. The queues come from SQS when the queue variables are set.
+async fn drop_status(args: DropStatusArgs, env: &Env) -> anyhow::Result<()> {
+    let pool = pool(env).await?;
+    let limit = env.or_default("STRIPE_ENDPOINT_REQUESTS_PER_SECOND", 25u32)?;
+    let queues = match Queues::connect(env).await {
+        Ok(queues) => {
+            let mut pairs = Vec::new();
+            for name in dlq::QueueName::all() {
+                pairs.push(queues.pair(name).await?);
+            }
+            Some((queues, pairs))
+        }
+        Err(_) => None,
+    };
+    let read = || async {
+        let mut status = drop_status::read(&pool, &args.id, limit)
+            .await?
+            .with_context(|| format!("no product {}", args.id.as_str()))?;
+        if let Some((queues, pairs)) = &queues {
+            status.queues = drop_status::queues(&queues.sqs, pairs).await?;
+        }
+        anyhow::Ok(status)
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&read().await?)?);
+    } else if args.watch {
+        drop_status::watch(read).await?;
+    } else {
+        println!("{}", drop_status::screen(&read().await?));
+    }
+    Ok(())
 }
 
 /// The fleet's queue pairs, as the `dlq` commands reach them.

@@ -2,14 +2,17 @@
 //! print, and the tests below hold the words an operator reads (and scripts may grep).
 //! Each returns its lines joined by newlines, without a trailing one.
 
+use anyhow::Context;
 use chrono::{DateTime, Utc};
 use orderfleet::domain::records::order::Order;
+use orderfleet::domain::records::pause::Switched;
 use orderfleet::domain::records::product::{ProductUpsert, Units};
 use orderfleet::domain::recovery::resolution::Evidence;
 use orderfleet::domain::recovery::sweeper::SweepReport;
 use orderfleet::domain::steps::authorization;
 use orderfleet::domain::words::status::OrderStatus;
 use orderfleet_runtime::config::ConfigError;
+use orderfleet_words::Sku;
 
 use crate::dlq::{self, HoldEnding, Pair, Peeked, Recorded};
 use crate::outbox::DeadRow;
@@ -46,6 +49,24 @@ pub(crate) fn upserted(product: &ProductUpsert, units: &Units) -> String {
         );
     }
     text
+}
+
+/// `product pause` and `product resume`: what changed; no such product is an error.
+pub(crate) fn switched(id: &Sku, switched: Option<Switched>) -> anyhow::Result<String> {
+    let id = id.as_str();
+    Ok(match switched.with_context(|| format!("no product {id}; nothing was changed"))? {
+        Switched::Paused(at) => format!(
+            "product {id} paused at {}: no unit is promised and no queue entry taken until `fleetctl product resume --id {id}`",
+            at.to_rfc3339()
+        ),
+        Switched::AlreadyPaused(since) => {
+            format!("product {id} is paused already, since {}; nothing was changed", since.to_rfc3339())
+        }
+        Switched::Resumed(since) => {
+            format!("product {id} resumed: on sale again after its pause of {}", since.to_rfc3339())
+        }
+        Switched::NotPaused => format!("product {id} is not paused; nothing was changed"),
+    })
 }
 
 /// `outbox dead`: a count, then a line per row.

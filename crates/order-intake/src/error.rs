@@ -79,6 +79,10 @@ pub enum ApiError {
     /// under another key; nothing written.
     #[error("you already have an order of this product in its queue")]
     AlreadyQueued,
+    /// `409 sale_paused`: an operator paused the product's sale; nothing written.
+    /// `Retry-After`: when to ask again.
+    #[error("the sale of this product is paused; try again after the time in Retry-After")]
+    SalePaused(u64),
     /// Never the issuer's reason: that would make the intake a card-testing oracle.
     #[error("the payment was declined; nothing was charged")]
     PaymentDeclined,
@@ -136,6 +140,7 @@ impl ApiError {
             ApiError::PurchaseLimitReached => "purchase_limit_reached",
             ApiError::NotOpen(_) => "not_open",
             ApiError::AlreadyQueued => "already_queued",
+            ApiError::SalePaused(_) => "sale_paused",
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::RequestTimeout => "request_timeout",
             ApiError::PaymentDeclined => "payment_declined",
@@ -169,7 +174,8 @@ impl ApiError {
             | ApiError::SoldOut { .. }
             | ApiError::PurchaseLimitReached
             | ApiError::NotOpen(_)
-            | ApiError::AlreadyQueued => StatusCode::CONFLICT,
+            | ApiError::AlreadyQueued
+            | ApiError::SalePaused(_) => StatusCode::CONFLICT,
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::PaymentDeclined => StatusCode::PAYMENT_REQUIRED,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -216,12 +222,13 @@ impl ApiError {
             ApiError::Unexpected(anyhow::anyhow!("")),
             ApiError::NotOpen(1),
             ApiError::AlreadyQueued,
+            ApiError::SalePaused(5),
         ]
     }
 
     #[cfg(test)]
     /// How many variants there are: one more than [`ApiError::ordinal`]'s last arm.
-    const VARIANTS: usize = 28;
+    const VARIANTS: usize = 29;
 
     /// The variant's place in [`ApiError::one_of_each`].
     #[cfg(test)]
@@ -255,6 +262,7 @@ impl ApiError {
             ApiError::Unexpected(_) => 25,
             ApiError::NotOpen(_) => 26,
             ApiError::AlreadyQueued => 27,
+            ApiError::SalePaused(_) => 28,
         }
     }
 
@@ -266,7 +274,8 @@ impl ApiError {
             }
             ApiError::RateLimited { retry_after_seconds }
             | ApiError::PaymentUnavailable { retry_after_seconds }
-            | ApiError::NotOpen(retry_after_seconds) => Some(*retry_after_seconds),
+            | ApiError::NotOpen(retry_after_seconds)
+            | ApiError::SalePaused(retry_after_seconds) => Some(*retry_after_seconds),
             // Units come back when an order ahead is declined or fails; a buyer asking again
             // every few seconds sees them soon enough, and ten thousand of them do not make
             // the door their busiest caller.

@@ -284,6 +284,7 @@ fn refused(refusal: Refusal) -> ApiError {
         Refusal::OverLimit => ApiError::PurchaseLimitReached,
         Refusal::NotOpen(wait) => ApiError::NotOpen(wait.as_secs_f64().ceil() as u64),
         Refusal::AlreadyQueued => ApiError::AlreadyQueued,
+        Refusal::SalePaused(wait) => ApiError::SalePaused(wait.as_secs()),
         Refusal::CardTesting(wait) => {
             metrics::counter!(crate::metrics::INTAKE_RATE_LIMITED.name, "limit" => "declines").increment(1);
             crate::limits::rate_limited(wait)

@@ -26,6 +26,7 @@ pub async fn run(
     http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(state.limits.config.idle_timeout);
     let header_timeout = state.limits.config.header_timeout;
     let placing = state.placing.clone();
+    tokio::spawn(record_answers(state.clone(), cancel.clone()));
     let app = router(state);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
@@ -73,4 +74,18 @@ pub async fn run(
     placing.close();
     placing.wait().await;
     Ok(())
+}
+
+/// Once a second until the stop, the `sold_out` answers this intake gave, added to the
+/// database's count for `fleetctl drop status` (nothing while it gives none).
+async fn record_answers(state: AppState, cancel: CancellationToken) {
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => state.sold_out_reads.record_answers(&state.pool).await,
+            () = cancel.cancelled() => break,
+        }
+    }
+    state.sold_out_reads.record_answers(&state.pool).await;
 }

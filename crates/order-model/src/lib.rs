@@ -46,6 +46,7 @@
 
 pub mod check;
 pub mod model;
+pub mod opening;
 pub mod properties;
 pub mod scenarios;
 pub mod state;

@@ -421,9 +421,11 @@ impl Payments {
     fn counted_429(&self, operation: Operation, error: StripeError) -> StripeError {
         if is_rate_limit(&error) {
             self.budget.rate_limited(operation.endpoint());
+            self.budget.record_429(operation.endpoint(), "rate_limit");
         } else if matches!(error, StripeError::Stripe(_, 429)) {
             metrics::counter!(crate::metrics::STRIPE_LOCK_TIMEOUTS.name, "operation" => operation.as_str())
                 .increment(1);
+            self.budget.record_429(operation.endpoint(), "lock_timeout");
         }
         error
     }

@@ -1,6 +1,6 @@
 //! The Stripe API routes: `POST /v1/payment_intents`, `GET /v1/payment_intents/{id}`,
 //! `GET /v1/payment_intents` and `…/search`, `POST /v1/payment_intents/{id}/capture`,
-//! `POST /v1/payment_intents/{id}/cancel`, `POST /v1/refunds`.
+//! `POST /v1/payment_intents/{id}/cancel`, `POST /v1/refunds`, `GET /v1/payment_methods/{id}`.
 //!
 //! Every request under `/v1/` first meets the rate limits ([`limit_rate`], when set): a
 //! request beyond one is answered 429 before anything else looks at it, so it has no effect
@@ -57,6 +57,7 @@ pub(crate) fn routes() -> Router<SimState> {
         .route("/v1/payment_intents/{id}/capture", post(capture))
         .route("/v1/payment_intents/{id}/cancel", post(cancel))
         .route("/v1/refunds", post(refund))
+        .route("/v1/payment_methods/{id}", get(retrieve_payment_method))
 }
 
 /// This request's `Request-Id`, chosen by [`assign_request_id`] before the handler runs so
@@ -129,6 +130,16 @@ async fn retrieve(State(sim): State<SimState>, Path(id): Path<String>, Read(para
         return error_response(&error);
     }
     reply_response(sim.retrieve(&id, Expand::from_params(&params, "")))
+}
+
+/// `GET /v1/payment_methods/{id}`: a test card's PaymentMethod, or one minted with `POST
+/// /_sim/payment_methods`, with its `card.fingerprint`; Stripe's `resource_missing` for any other
+/// id.
+async fn retrieve_payment_method(Path(id): Path<String>) -> Response {
+    match crate::cards::payment_method(&id) {
+        Some(method) => json_response(StatusCode::OK, method.to_string()),
+        None => error_response(&StripeError::no_such(StatusCode::NOT_FOUND, "payment_method", &id, "id")),
+    }
 }
 
 /// `GET /v1/payment_intents`: Stripe's list (`created[…]`, `limit`, `starting_after`), newest

@@ -37,6 +37,10 @@ pub(crate) struct Decline {
 pub(crate) struct TestCard {
     pub(crate) id: &'static str,
     pub(crate) outcome: Outcome,
+    /// The card number it stands for (docs.stripe.com/testing): its brand, last four digits
+    /// and fingerprint come from it.
+    pub(crate) number: &'static str,
+    pub(crate) brand: &'static str,
 }
 
 const GENERIC_DECLINE: Decline =
@@ -49,21 +53,55 @@ const INSUFFICIENT_FUNDS: Decline = Decline {
 };
 
 const TEST_CARDS: &[TestCard] = &[
-    TestCard { id: "pm_card_visa", outcome: Outcome::Approved },
-    TestCard { id: "pm_card_visa_debit", outcome: Outcome::Approved },
-    TestCard { id: "pm_card_mastercard", outcome: Outcome::Approved },
-    TestCard { id: "pm_card_amex", outcome: Outcome::Approved },
-    TestCard { id: "pm_card_threeDSecure2Required", outcome: Outcome::RequiresAuthentication },
-    TestCard { id: "pm_card_authenticationRequired", outcome: Outcome::RequiresAuthentication },
+    TestCard { id: "pm_card_visa", outcome: Outcome::Approved, number: "4242424242424242", brand: "visa" },
+    TestCard {
+        id: "pm_card_visa_debit",
+        outcome: Outcome::Approved,
+        number: "4000056655665556",
+        brand: "visa",
+    },
+    TestCard {
+        id: "pm_card_mastercard",
+        outcome: Outcome::Approved,
+        number: "5555555555554444",
+        brand: "mastercard",
+    },
+    TestCard { id: "pm_card_amex", outcome: Outcome::Approved, number: "378282246310005", brand: "amex" },
+    TestCard {
+        id: "pm_card_threeDSecure2Required",
+        outcome: Outcome::RequiresAuthentication,
+        number: "4000000000003220",
+        brand: "visa",
+    },
+    TestCard {
+        id: "pm_card_authenticationRequired",
+        outcome: Outcome::RequiresAuthentication,
+        number: "4000002760003184",
+        brand: "visa",
+    },
     TestCard {
         id: "pm_card_authenticationRequiredChargeDeclinedInsufficientFunds",
         outcome: Outcome::RequiresAuthenticationThenDeclined(INSUFFICIENT_FUNDS),
+        number: "4000008260003178",
+        brand: "visa",
     },
-    TestCard { id: "pm_card_createDispute", outcome: Outcome::ApprovedThenDisputed },
-    TestCard { id: "pm_card_chargeDeclined", outcome: Outcome::Declined(GENERIC_DECLINE) },
+    TestCard {
+        id: "pm_card_createDispute",
+        outcome: Outcome::ApprovedThenDisputed,
+        number: "4000000000000259",
+        brand: "visa",
+    },
+    TestCard {
+        id: "pm_card_chargeDeclined",
+        outcome: Outcome::Declined(GENERIC_DECLINE),
+        number: "4000000000000002",
+        brand: "visa",
+    },
     TestCard {
         id: "pm_card_chargeDeclinedInsufficientFunds",
         outcome: Outcome::Declined(INSUFFICIENT_FUNDS),
+        number: "4000000000009995",
+        brand: "visa",
     },
     TestCard {
         id: "pm_card_chargeDeclinedExpiredCard",
@@ -72,12 +110,95 @@ const TEST_CARDS: &[TestCard] = &[
             decline_code: "expired_card",
             message: "Your card has expired.",
         }),
+        number: "4000000000000069",
+        brand: "visa",
     },
 ];
 
-/// The test card with this id, if it is one.
+/// The test card with this id, if it is one, or the card a PaymentMethod minted here
+/// ([`mint`]) behaves as.
 pub(crate) fn lookup(id: &str) -> Option<&'static TestCard> {
-    TEST_CARDS.iter().find(|card| card.id == id)
+    TEST_CARDS.iter().find(|card| card.id == id).or_else(|| minted().get(id).map(|m| m.like))
+}
+
+/// A PaymentMethod made with `POST /_sim/payment_methods`: a stand-in for a card a buyer types
+/// into Stripe.js, behaving as a test card, with a fingerprint of its own choosing (Stripe
+/// gives each card number one fingerprint per account, so two methods of one fingerprint are
+/// one card).
+struct Minted {
+    like: &'static TestCard,
+    fingerprint: String,
+}
+
+/// The minted PaymentMethods, by id, for the life of the process (or until a reset).
+fn minted() -> std::sync::MutexGuard<'static, std::collections::HashMap<String, Minted>> {
+    static MINTED: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, Minted>>> =
+        std::sync::OnceLock::new();
+    MINTED.get_or_init(Default::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Mints a PaymentMethod that behaves as the test card `like`, with `fingerprint` (or its
+/// card's own); `None` when `like` is no test card.
+pub(crate) fn mint(like: &str, fingerprint: Option<String>) -> Option<String> {
+    let like = TEST_CARDS.iter().find(|card| card.id == like)?;
+    let id = crate::ids::new("pm");
+    let fingerprint = fingerprint.unwrap_or_else(|| fingerprint_of(like.number));
+    minted().insert(id.clone(), Minted { like, fingerprint });
+    Some(id)
+}
+
+/// Forgets every minted PaymentMethod (`POST /_sim/reset`).
+pub(crate) fn forget_minted() {
+    minted().clear();
+}
+
+/// A card number's fingerprint: 16 characters, the same for every PaymentMethod of that
+/// number, as Stripe's is within an account.
+fn fingerprint_of(number: &str) -> String {
+    use sha2::Digest;
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let digest = sha2::Sha256::digest(format!("orderfleet-sim fingerprint {number}").as_bytes());
+    digest.iter().take(16).map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char).collect()
+}
+
+/// `GET /v1/payment_methods/{id}` for a test card or a minted PaymentMethod: Stripe's
+/// `payment_method` object, its `card` with `brand`, `last4` and `fingerprint`.
+pub(crate) fn payment_method(id: &str) -> Option<serde_json::Value> {
+    let (card, fingerprint) = match TEST_CARDS.iter().find(|card| card.id == id) {
+        Some(card) => (card, fingerprint_of(card.number)),
+        None => {
+            let minted = minted();
+            let m = minted.get(id)?;
+            (m.like, m.fingerprint.clone())
+        }
+    };
+    let last4 = &card.number[card.number.len() - 4..];
+    Some(serde_json::json!({
+        "id": id,
+        "object": "payment_method",
+        "type": "card",
+        "created": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        "livemode": false,
+        "customer": null,
+        "metadata": {},
+        "allow_redisplay": "unspecified",
+        "billing_details": {"address": {"city": null, "country": null, "line1": null, "line2": null, "postal_code": null, "state": null}, "email": null, "name": null, "phone": null},
+        "card": {
+            "brand": card.brand,
+            "display_brand": card.brand,
+            "last4": last4,
+            "fingerprint": fingerprint,
+            "exp_month": 12,
+            "exp_year": 2034,
+            "funding": "credit",
+            "country": "US",
+            "checks": {"address_line1_check": null, "address_postal_code_check": null, "cvc_check": "pass"},
+            "networks": {"available": [card.brand], "preferred": null},
+            "three_d_secure_usage": {"supported": true},
+            "wallet": null,
+            "generated_from": null,
+        },
+    }))
 }
 
 #[cfg(test)]
@@ -92,6 +213,29 @@ mod tests {
             Some(Outcome::Declined(GENERIC_DECLINE))
         );
         assert_eq!(lookup("pm_card_unknown"), None);
+    }
+
+    #[test]
+    fn a_card_number_has_one_fingerprint_and_a_minted_method_behaves_as_its_card() {
+        let visa = payment_method("pm_card_visa").unwrap();
+        assert_eq!(
+            (visa["card"]["brand"].as_str(), visa["card"]["last4"].as_str()),
+            (Some("visa"), Some("4242"))
+        );
+        assert_eq!(
+            visa["card"]["fingerprint"],
+            payment_method("pm_card_visa").unwrap()["card"]["fingerprint"]
+        );
+        assert_ne!(
+            visa["card"]["fingerprint"],
+            payment_method("pm_card_mastercard").unwrap()["card"]["fingerprint"]
+        );
+        let minted = mint("pm_card_chargeDeclined", Some("fp_shared_card_1".into())).unwrap();
+        assert!(minted.starts_with("pm_"), "{minted}");
+        assert_eq!(lookup(&minted).map(|c| c.outcome), Some(Outcome::Declined(GENERIC_DECLINE)));
+        assert_eq!(payment_method(&minted).unwrap()["card"]["fingerprint"], "fp_shared_card_1");
+        assert_eq!(mint("pm_card_nothing", None), None);
+        assert_eq!(payment_method("pm_unknown"), None);
     }
 
     #[test]

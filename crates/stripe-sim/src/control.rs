@@ -30,6 +30,9 @@
 //!   how events are delivered from then on (each twice, each copy held a random M..=N ms); `GET` lists every
 //!   delivery attempt, `{"data": [{"event_id", "type", "status"}]}`, and the mode (see
 //!   [`crate::webhooks`]).
+//! - `POST /_sim/payment_methods` with `{"like": "pm_card_visa", "fingerprint": "..."}` makes a
+//!   new `pm_…` that behaves as the named test card with that fingerprint (`GET
+//!   /v1/payment_methods/{id}` shows it): a stand-in for a card a buyer types into Stripe.js.
 //! - `POST /_sim/reset` forgets every intent, idempotency key, fault and webhook attempt and
 //!   zeroes the stats, for a test that wants a clean account. It keeps the rate limits, which are
 //!   how the simulator was set up rather than the account's history; set 0 to clear them (and the
@@ -58,6 +61,7 @@ use crate::webhooks::DeliveryMode;
 pub(crate) fn routes() -> Router<SimState> {
     Router::new()
         .route("/_sim/payment_intents", get(payment_intents))
+        .route("/_sim/payment_methods", post(mint_payment_method))
         .route("/_sim/payment_intents/{id}/expire_authorization", post(expire_authorization))
         // SPEC §6's name for the same.
         .route("/_sim/payment_intents/{id}/expire", post(expire_authorization))
@@ -143,10 +147,36 @@ async fn clear_faults(State(sim): State<SimState>) -> Response {
 
 async fn reset(State(sim): State<SimState>) -> Response {
     sim.reset();
+    crate::cards::forget_minted();
     tracing::info!(
         "simulator reset: intents, idempotency keys, faults and stats forgotten; rate limits kept"
     );
     ok(&json!({ "reset": true }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MintRequest {
+    like: String,
+    fingerprint: Option<String>,
+}
+
+/// `POST /_sim/payment_methods` `{"like": "pm_card_visa", "fingerprint": "..."}`: a new `pm_…`
+/// that behaves as the named test card, with that fingerprint (the test card's own when left
+/// out): a stand-in for a card a buyer types into Stripe.js. Answers the PaymentMethod.
+async fn mint_payment_method(body: Bytes) -> Response {
+    let request: MintRequest = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(e) => return error_response(&StripeError::bad_request(format!("invalid body: {e}"))),
+    };
+    let minted = crate::cards::mint(&request.like, request.fingerprint)
+        .and_then(|id| crate::cards::payment_method(&id));
+    match minted {
+        Some(method) => ok(&method),
+        None => {
+            error_response(&StripeError::no_such(StatusCode::BAD_REQUEST, "test card", &request.like, "like"))
+        }
+    }
 }
 
 /// Stripe prunes idempotency keys after 24 hours; this does it now, for a test of what a

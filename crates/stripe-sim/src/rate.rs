@@ -31,7 +31,7 @@ const WINDOW: Duration = Duration::from_secs(1);
 
 /// The named operations the simulator serves, as Stripe's rate limits name them: each is
 /// limited apart, whatever the id in its path.
-const OPERATIONS: [(&str, &[&str], &str); 7] = [
+const OPERATIONS: [(&str, &[&str], &str); 8] = [
     ("POST", &["payment_intents"], "POST /v1/payment_intents"),
     ("GET", &["payment_intents"], "GET /v1/payment_intents"),
     ("GET", &["payment_intents", "search"], "GET /v1/payment_intents/search"),
@@ -39,6 +39,7 @@ const OPERATIONS: [(&str, &[&str], &str); 7] = [
     ("POST", &["payment_intents", "{id}", "capture"], "POST /v1/payment_intents/{id}/capture"),
     ("POST", &["payment_intents", "{id}", "cancel"], "POST /v1/payment_intents/{id}/cancel"),
     ("POST", &["refunds"], "POST /v1/refunds"),
+    ("GET", &["payment_methods", "{id}"], "GET /v1/payment_methods/{id}"),
 ];
 
 /// The named operation a request to `path` with `method` is, as `GET /_sim/stats` spells it

@@ -114,7 +114,10 @@ async fn run() -> anyhow::Result<bool> {
     fleet.spawn("stock-worker-1", "stock-worker", &worker)?;
     fleet.spawn("notification-worker", "notification-worker", &[])?;
     fleet.wait_intake().await?;
-    let outcome = sale(&fleet, &options).await;
+    let outcome = match sale(&fleet, &options).await {
+        Ok(sold) => opening(&fleet).await.map(|opened| sold && opened),
+        Err(e) => Err(e),
+    };
     say("stopping the fleet (SIGTERM)");
     let unclean = fleet.stop().await?;
     if !unclean.is_empty() {
@@ -554,6 +557,143 @@ impl Sale {
             ("within Stripe's limits: stripe-sim answered no 429", settled.rate_limited() == 0),
         ]
     }
+}
+
+/// A drop that opens at a set time (SPEC §1.8): its pre-queue open now, its sale a minute
+/// ahead; a few hundred buyers queue (one in ten with a card that declines, one in twenty with
+/// a 3-D Secure card its buyer abandons, so units come back to the queue); the operator moves
+/// the opening to two seconds ahead; the fleet draws the queue and serves it down the line.
+async fn opening(fleet: &Fleet) -> anyhow::Result<bool> {
+    const BUYERS: usize = 300;
+    const UNITS: i32 = 20;
+    let sku = format!("opening-{}", chrono::Utc::now().format("%Y%m%d-%H%M%S"));
+    let at = |seconds: i64| (chrono::Utc::now() + chrono::TimeDelta::seconds(seconds)).to_rfc3339();
+    let upsert = |opening: Vec<String>| {
+        let mut args: Vec<String> =
+            ["product", "upsert", "--id", &sku, "--name", "Friday drop", "--price", "4999"]
+                .into_iter()
+                .chain(["--currency", "usd", "--stock", &UNITS.to_string()])
+                .map(str::to_owned)
+                .collect();
+        args.extend(opening);
+        async move { fleet.fleetctl(&args.iter().map(String::as_str).collect::<Vec<_>>(), &[]).await }
+    };
+    println!();
+    upsert(vec!["--opens-at".into(), at(60), "--queue-opens-at".into(), at(-1)]).await?;
+    say(&format!("the opening: {sku}, {UNITS} units, its pre-queue open now and its sale in a minute"));
+
+    let method = |i: usize| match i % 20 {
+        3 | 13 => "pm_card_chargeDeclined",
+        7 => "pm_card_threeDSecure2Required",
+        _ => "pm_card_visa",
+    };
+    let answers: Vec<(usize, anyhow::Result<Answer>)> = futures::stream::iter(0..BUYERS)
+        .map(|i| {
+            let (user, sku) = (format!("{sku}-buyer-{i:03}"), sku.as_str());
+            async move { (i, fleet.post_order(&user, "k", sku, 1, method(i)).await) }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    let mut by_answer = BTreeMap::<String, usize>::new();
+    let mut orders = BTreeMap::<String, usize>::new();
+    for (i, answer) in &answers {
+        let answer = answer.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        *by_answer
+            .entry(format!("{} {}", answer.status, answer.body["status"].as_str().unwrap_or("?")))
+            .or_default() += 1;
+        if let Some(id) = answer.body["order_id"].as_str() {
+            orders.insert(id.to_owned(), *i);
+        }
+    }
+    say(&format!(
+        "{BUYERS} buyers queued before the opening: {by_answer:?}; no unit promised, no PaymentIntent"
+    ));
+    let again = fleet.post_order(&format!("{sku}-buyer-000"), "k2", &sku, 1, "pm_card_visa").await?;
+    say(&format!("buyer-000 again, under another key: {} {}", again.status, again.body["error"]["code"]));
+
+    upsert(vec!["--opens-at".into(), at(2)]).await?;
+    say("the operator moves the opening to 2 s from now (fleetctl product upsert --opens-at)");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let seed: Vec<u8> = loop {
+        let seed: Option<Vec<u8>> =
+            sqlx::query_scalar("SELECT draw_seed FROM products WHERE id = $1 AND opened_at IS NOT NULL")
+                .bind(&sku)
+                .fetch_optional(&fleet.pool)
+                .await?
+                .flatten();
+        if let Some(seed) = seed {
+            break seed;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "{sku} did not open within 30 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let late = fleet.post_order(&format!("{sku}-late"), "k", &sku, 1, "pm_card_visa").await?;
+    let seed: String = seed.iter().map(|b| format!("{b:02x}")).collect();
+    say(&format!("opened: the queue drawn at random, seed {seed} (kept on the product for the audit)"));
+    say(&format!(
+        "a buyer who comes after the opening: {} {} (the queue is ahead of them)",
+        late.status, late.body["error"]["code"]
+    ));
+    let first: Vec<(i64, uuid::Uuid, String)> = sqlx::query_as(
+        "SELECT position, id, status::text FROM orders WHERE product_id = $1 ORDER BY position LIMIT 8",
+    )
+    .bind(&sku)
+    .fetch_all(&fleet.pool)
+    .await?;
+    for (position, id, status) in &first {
+        say(&format!(
+            "  #{position:<3} buyer-{:03}  {status}",
+            orders.get(&id.to_string()).copied().unwrap_or(0)
+        ));
+    }
+    let (id, i) = orders.iter().last().expect("a queued order");
+    let view: serde_json::Value = fleet.get_order(&format!("{sku}-buyer-{i:03}"), id).await?.json().await?;
+    say(&format!("buyer-{i:03} looks at their order: {} {}", view["status"], view["line"]));
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM orders WHERE product_id = $1 AND (status = 'queued' OR holds_units(status))",
+        )
+        .bind(&sku)
+        .fetch_one(&fleet.pool)
+        .await?;
+        if waiting == 0 {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "{waiting} orders of {sku} still waiting after 120 s");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let statuses: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT status::text, count(*) FROM orders WHERE product_id = $1 GROUP BY 1 ORDER BY 1",
+    )
+    .bind(&sku)
+    .fetch_all(&fleet.pool)
+    .await?;
+    say(&format!(
+        "the queue served down the line: {} (units given back by declines and abandoned 3-D Secure went to the next in line)",
+        statuses.iter().map(|(s, n)| format!("{s}={n}")).collect::<Vec<_>>().join(" ")
+    ));
+    let audit = Audit::without_notifications(fleet, &sku).await?;
+    let checks = [
+        (
+            "every buyer queued, one order each",
+            by_answer.get("202 queued") == Some(&BUYERS) && again.status == 409,
+        ),
+        ("a buyer after the opening is behind the queue: sold_out", late.status == 409),
+        (
+            "every unit sold, every other queued order sold_out",
+            statuses.iter().all(|(s, _)| matches!(s.as_str(), "paid" | "payment_declined" | "sold_out"))
+                && statuses.iter().any(|(s, n)| s == "paid" && *n == i64::from(UNITS)),
+        ),
+    ];
+    let mut all = true;
+    for (guarantee, held) in audit.guarantees().into_iter().chain(checks) {
+        println!("{} {guarantee}", if held { "✓" } else { "✗" });
+        all &= held;
+    }
+    Ok(all)
 }
 
 fn say(message: &str) {

@@ -401,6 +401,17 @@ impl Fleet {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// The environment `fleetctl` runs with ([`Fleet::fleetctl`]), as the operator's role: for
+    /// a test that runs it where a person would, in a terminal.
+    pub fn operator_env(&self) -> Vec<(String, String)> {
+        let mut env = self.env.clone();
+        if let Some((key, url)) = self.database_url_as("fleetctl", &[]) {
+            env.retain(|(k, _)| k != key);
+            env.push((key.to_owned(), url));
+        }
+        env
+    }
+
     /// The process id of the fleet process `label`, while it runs.
     pub fn pid(&self, label: &str) -> Option<u32> {
         self.children.iter().find(|(l, _)| l == label).and_then(|(_, child)| child.id())

@@ -82,7 +82,7 @@ impl OrderProtocol {
             if !self.sold_out_for(s, buyer) {
                 s.seen.sold_out_with_a_unit_left = true;
             }
-            // The intake's next requests wait for reads (`SoldOutReads::door_sold_out`).
+            // The intake's next requests wait for reads (`SoldOutReads::door_closed`).
             if !s.reads.is_empty() {
                 s.reads[usize::from(self.intake_of(buyer))].fast = false;
             }

@@ -268,6 +268,26 @@ impl StripeBudget {
         self.wake.notify_one();
     }
 
+    /// Stripe answered `429` on `endpoint` (`code`: `rate_limit` or `lock_timeout`): recorded
+    /// with its time for the operator's `fleetctl drop status`, by a task of its own, so the
+    /// request goes on at once; rows older than ten minutes go as it writes.
+    pub fn record_429(&self, endpoint: Endpoint, code: &'static str) {
+        let pool = self.pool.clone();
+        tokio::spawn(async move {
+            let written = sqlx::query!(
+                "WITH old AS (DELETE FROM stripe_429s WHERE at < clock_timestamp() - interval '10 minutes')
+                 INSERT INTO stripe_429s (endpoint, code) VALUES ($1, $2)",
+                endpoint.name(),
+                code
+            )
+            .execute(&pool)
+            .await;
+            if let Err(error) = written {
+                tracing::debug!(%error, "cannot record a 429 for drop status");
+            }
+        });
+    }
+
     /// The fleet's create rate as this process last saw it, in requests a second: what a
     /// buyer waiting behind others for an authorization can count on.
     pub fn create_rate(&self) -> f64 {

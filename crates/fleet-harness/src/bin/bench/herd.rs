@@ -35,7 +35,7 @@ pub struct HerdOptions {
 }
 
 /// One buyer's answers: (status, error code, latency).
-type Asked = Vec<(u16, String, Duration)>;
+pub(super) type Asked = Vec<(u16, String, Duration)>;
 
 pub async fn run(fleet: &mut Fleet, options: &HerdOptions) -> anyhow::Result<()> {
     let (meter, intakes) = start_fleet(fleet, options).await?;
@@ -259,17 +259,17 @@ async fn ask(
                 _ => "pm_card_visa",
             };
             let url = &intakes[i % intakes.len()];
-            buy(fleet, url, product, i, method)
+            buy(fleet, url, product, i, method, product)
         })
         .buffer_unordered(concurrency)
         .collect()
         .await
 }
 
-/// One buyer: asks, and again after a `503` or while its key is in flight.
-async fn buy(fleet: &Fleet, url: &str, product: &str, i: usize, method: &str) -> Asked {
+/// One buyer, `{who}-buyer-{i}`: asks, and again after a `503` or while its key is in flight.
+pub(super) async fn buy(fleet: &Fleet, url: &str, product: &str, i: usize, method: &str, who: &str) -> Asked {
     let body = serde_json::json!({ "product_id": product, "quantity": 1, "payment_method": method });
-    let token = fleet.token(&format!("{product}-buyer-{i}"));
+    let token = fleet.token(&format!("{who}-buyer-{i}"));
     let mut asked = Vec::new();
     loop {
         let sent = Instant::now();
@@ -303,7 +303,7 @@ async fn buy(fleet: &Fleet, url: &str, product: &str, i: usize, method: &str) ->
 /// The statements PostgreSQL ran for sold-out answers so far, from every intake's metrics:
 /// the shared reads (`intake_sold_out_reads_total`) and the door statements that answered
 /// closed (`intake_door_seconds_count{outcome="closed"}`: in a herd, `sold_out`).
-async fn sold_out_statements(fleet: &Fleet) -> f64 {
+pub(super) async fn sold_out_statements(fleet: &Fleet) -> f64 {
     fleet
         .scrape_metrics()
         .await

@@ -17,11 +17,13 @@
 //! requests per order stay comparable with earlier runs; the Stripe budgets are set out of the
 //! way (1,000/s), since this run measures the queues, not Stripe.
 //!
-//! `--drop` runs a drop through the door instead ([`mod@drop`]).
+//! `--drop` runs a drop through the door instead ([`mod@drop`]); `--herd`, a herd at the door
+//! ([`herd`]); `--opening`, a drop that opens at a set time with a pre-queue ([`opening`]).
 
 mod costs;
 mod drop;
 mod herd;
+mod opening;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -42,6 +44,7 @@ use sqlx::{Connection, PgConnection};
 struct Options {
     drop: Option<drop::DropOptions>,
     herd: Option<herd::HerdOptions>,
+    opening: Option<opening::OpeningOptions>,
     orders: usize,
     concurrency: usize,
     batching: bool,
@@ -53,6 +56,7 @@ fn options() -> anyhow::Result<Options> {
     let mut options = Options {
         drop: None,
         herd: None,
+        opening: None,
         orders: 2000,
         concurrency: 64,
         batching: true,
@@ -62,6 +66,7 @@ fn options() -> anyhow::Result<Options> {
     let mut drop = drop::DropOptions { buyers: 10_000, units: 100, concurrency: 64, stripe_limit: 25 };
     let mut drop_mode = false;
     let (mut herd_mode, mut intakes, mut buyers, mut concurrency) = (false, 1, None, None);
+    let (mut opening_mode, mut units, mut late) = (false, None, 10_000);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
@@ -86,7 +91,12 @@ fn options() -> anyhow::Result<Options> {
                 drop.buyers = value()?.parse().context("--buyers takes a number")?;
                 buyers = Some(drop.buyers);
             }
-            "--units" => drop.units = value()?.parse().context("--units takes a number")?,
+            "--units" => {
+                drop.units = value()?.parse().context("--units takes a number")?;
+                units = Some(drop.units);
+            }
+            "--opening" => opening_mode = true,
+            "--late" => late = value()?.parse().context("--late takes a number")?,
             "--stripe-limit" => {
                 drop.stripe_limit = value()?.parse().context("--stripe-limit takes a number")?
             }
@@ -94,7 +104,8 @@ fn options() -> anyhow::Result<Options> {
                 println!(
                     "orderfleet-bench [--orders N (2000)] [--concurrency C (64)] [--idle-seconds S (60)] [--no-batching] [--ceiling-concurrency K (4)]\n\
                      orderfleet-bench --drop [--buyers N (10000)] [--units U (100)] [--concurrency C (64)] [--stripe-limit R (25)]\n\
-                     orderfleet-bench --herd [--buyers N (100000)] [--units U (100)] [--concurrency C (256)] [--intakes I (1)]"
+                     orderfleet-bench --herd [--buyers N (100000)] [--units U (100)] [--concurrency C (256)] [--intakes I (1)]\n\
+                     orderfleet-bench --opening [--buyers N (100000)] [--units U (1000)] [--concurrency C (256)] [--late H (10000)]"
                 );
                 std::process::exit(0);
             }
@@ -105,7 +116,14 @@ fn options() -> anyhow::Result<Options> {
     anyhow::ensure!(drop.stripe_limit >= 3, "--stripe-limit must be at least 3 (a budget of one each)");
     drop.concurrency = options.concurrency;
     anyhow::ensure!(intakes >= 1, "--intakes must be at least 1");
-    if herd_mode {
+    if opening_mode {
+        options.opening = Some(opening::OpeningOptions {
+            buyers: buyers.unwrap_or(100_000),
+            units: units.unwrap_or(1000),
+            concurrency: concurrency.unwrap_or(256),
+            herd: late,
+        });
+    } else if herd_mode {
         options.herd = Some(herd::HerdOptions {
             buyers: buyers.unwrap_or(100_000),
             units: drop.units,
@@ -140,14 +158,15 @@ async fn main() -> ExitCode {
 async fn run() -> anyhow::Result<()> {
     let options = options()?;
     let admin_url = var("DATABASE_URL")?;
-    if options.drop.is_some() || options.herd.is_some() {
+    if options.drop.is_some() || options.herd.is_some() || options.opening.is_some() {
         let (database, database_url, mut admin) = bench_database(&admin_url).await?;
         let result = async {
             let (mut fleet, pool) = prepare_fleet(&database_url).await?;
-            let outcome = match (&options.drop, &options.herd) {
-                (_, Some(herd)) => herd::run(&mut fleet, herd).await,
-                (Some(drop), None) => drop::run(&mut fleet, drop).await,
-                (None, None) => unreachable!("a drop or a herd"),
+            let outcome = match (&options.drop, &options.herd, &options.opening) {
+                (_, _, Some(opening)) => opening::run(&mut fleet, opening).await,
+                (_, Some(herd), None) => herd::run(&mut fleet, herd).await,
+                (Some(drop), None, None) => drop::run(&mut fleet, drop).await,
+                (None, None, None) => unreachable!("a drop, a herd or an opening"),
             };
             fleet.stop().await?;
             std::mem::drop(pool);

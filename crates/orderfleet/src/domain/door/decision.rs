@@ -9,6 +9,7 @@
 //! |---|---|
 //! | the key used | tell: the key's order |
 //! | no such product | tell: `unknown_product` |
+//! | the product paused | tell: `sale_paused`, in a few seconds |
 //! | the pre-queue open, no entry made | a capped product's first pass: the capped door; else tell: `not_open`, in a second |
 //! | the product not open | tell: `not_open`, with the seconds until its pre-queue or its sale opens |
 //! | fewer units left than asked | tell: `sold_out`, with whether units may come back |
@@ -47,6 +48,8 @@ pub(super) struct DoorSaw {
     pub opens_in: Option<f64>,
     /// Its pre-queue is open: the door takes queue entries, not promises.
     pub queueing: bool,
+    /// An operator paused its sale: no promise, no queue entry.
+    pub paused: bool,
 }
 
 /// What the look after a closed door saw, afresh: a twin's order, the buyer's card gate, and
@@ -118,6 +121,9 @@ pub(super) fn after_door(saw: DoorSaw, quantity: i32, pass: Pass) -> Next {
     match (saw.key_used, saw.units_left, saw.max_per_buyer) {
         (true, _, _) => Next::Decided(Decided::Tell(Told::KeyUsed)),
         (false, None, _) => Next::Decided(Decided::Tell(Told::Refused(Refusal::UnknownProduct))),
+        (false, Some(_), _) if saw.paused => {
+            Next::Decided(Decided::Tell(Told::Refused(Refusal::SalePaused(super::PAUSED_RETRY))))
+        }
         (false, Some(_), cap) if saw.queueing => match (cap, pass) {
             // A capped product's queue entry is the capped door's, under the buyer's lock.
             (Some(cap), Pass::First) => Next::Decided(Decided::Through(Door::Capped(cap))),

@@ -5,9 +5,9 @@
 --   seen      the product's units left (none while a drawn queue waits for them) and its cap
 --             per buyer, as the snapshot shows them, and its opening: the seconds until it
 --             (or its pre-queue) opens, when it is not open, and whether its pre-queue is
---             open now (`queueing`)
+--             open now (`queueing`), and whether an operator paused it (`paused`)
 --   promised  the product row, its units promised and its last place in line raised, if the
---             units fit, the rule lets the product through (`any_product`: capped or not),
+--             product is open and not paused, no drawn queue waits, the units fit, the rule lets the product through (`any_product`: capped or not),
 --             the buyer is under the card gate (`gate` > 0: `card_attempts`, which takes the
 --             buyer's lock until the statement commits), and the key is unused
 --   admitted  the order, `pending_authorization`, at the product's new last place
@@ -37,13 +37,14 @@ WITH args AS (
                 WHEN now() < queue_opens_at THEN EXTRACT(EPOCH FROM queue_opens_at - now())::float8
                 WHEN queue_opens_at IS NULL AND now() < opens_at THEN EXTRACT(EPOCH FROM opens_at - now())::float8
                 WHEN now() >= opens_at THEN 0::float8 END AS opens_in,
-           (opened_at IS NULL AND now() >= queue_opens_at AND now() < opens_at) IS TRUE AS queueing
+           (opened_at IS NULL AND now() >= queue_opens_at AND now() < opens_at) IS TRUE AS queueing,
+           paused_at IS NOT NULL AS paused
       FROM products, args WHERE id = args.product_id
 ), promised AS (
     UPDATE products SET units_promised = units_promised + args.quantity, last_position = last_position + 1
       FROM args
      WHERE id = args.product_id AND units_promised + args.quantity <= units_total
-       AND (opens_at IS NULL OR opened_at IS NOT NULL) AND NOT queue_waiting
+       AND (opens_at IS NULL OR opened_at IS NOT NULL) AND NOT queue_waiting AND paused_at IS NULL
        AND (max_per_buyer IS NULL OR args.any_product)
        AND CASE WHEN args.gate > 0 THEN card_attempts(args.user_id) < args.gate ELSE true END
        AND NOT (SELECT used FROM used)
@@ -63,7 +64,7 @@ WITH args AS (
            p.price_minor * args.quantity, p.currency, args.payment_method, 'queued', NULL, p.opens_at,
            args.traceparent
       FROM products p, args, seen
-     WHERE p.id = args.product_id AND seen.queueing AND p.opened_at IS NULL
+     WHERE p.id = args.product_id AND seen.queueing AND p.opened_at IS NULL AND p.paused_at IS NULL
        AND (p.max_per_buyer IS NULL OR args.any_product)
        AND NOT (SELECT used FROM used)
        -- The entry waits for an opening under way and re-reads the row after it: an entry
@@ -83,7 +84,7 @@ SELECT a.id AS "id?: OrderId", a.user_id AS "user_id?: UserId", a.request_hash A
        a.created_at AS "created_at?", a.updated_at AS "updated_at?", a.queued_for,
        (SELECT used FROM used) AS "key_used!",
        seen.units_left AS "units_left?", seen.max_per_buyer AS "max_per_buyer?",
-       seen.opens_in, seen.queueing AS "queueing?",
+       seen.opens_in, seen.queueing AS "queueing?", seen.paused AS "paused?",
        CASE WHEN a.id IS NULL AND seen.units_left < (SELECT quantity FROM args) THEN
            EXISTS (SELECT 1 FROM orders o, args
                     WHERE o.product_id = args.product_id AND holds_units(o.status)) END AS units_may_return

@@ -95,7 +95,13 @@ pub enum Refusal {
     NotOpen(Duration),
     /// The buyer has an order of this product in its queue already.
     AlreadyQueued,
+    /// An operator paused the product's sale (`fleetctl product pause`): ask again after this.
+    SalePaused(Duration),
 }
+
+/// How long a buyer told `sale_paused` is asked to wait: a pause has no end the door can know,
+/// and a resume is seen by the next request, so a few seconds.
+pub const PAUSED_RETRY: Duration = Duration::from_secs(5);
 
 /// What one pass through a door came to.
 #[derive(Debug)]
@@ -122,12 +128,29 @@ pub async fn admit(
         Verdict::SoldOut { units_may_return } => {
             metrics::histogram!(crate::metrics::INTAKE_DOOR_SECONDS.name, "outcome" => "sold_out_read")
                 .record(started.elapsed().as_secs_f64());
+            reads.answered_sold_out(entry.product_id);
             return Ok(Admission::Refused(Refusal::SoldOut { units_may_return }));
+        }
+        Verdict::NotOpen(wait) => {
+            metrics::histogram!(crate::metrics::INTAKE_DOOR_SECONDS.name, "outcome" => "not_open_read")
+                .record(started.elapsed().as_secs_f64());
+            return Ok(Admission::Refused(Refusal::NotOpen(wait)));
+        }
+        Verdict::SalePaused => {
+            metrics::histogram!(crate::metrics::INTAKE_DOOR_SECONDS.name, "outcome" => "sale_paused_read")
+                .record(started.elapsed().as_secs_f64());
+            return Ok(Admission::Refused(Refusal::SalePaused(PAUSED_RETRY)));
         }
         Verdict::Door => {
             let admission = admit_untimed(pool, entry, declines_per_hour).await;
+            if let Ok(Admission::Refused(
+                Refusal::SoldOut { .. } | Refusal::NotOpen(_) | Refusal::SalePaused(_),
+            )) = admission
+            {
+                reads.door_closed(entry.product_id);
+            }
             if let Ok(Admission::Refused(Refusal::SoldOut { .. })) = admission {
-                reads.door_sold_out(entry.product_id);
+                reads.answered_sold_out(entry.product_id);
             }
             admission
         }
@@ -269,6 +292,7 @@ async fn statement<'e>(
         units_may_return: row.units_may_return,
         opens_in: row.opens_in,
         queueing: row.queueing.unwrap_or(false),
+        paused: row.paused.unwrap_or(false),
     };
     Ok(match (move || Some(order::order_from!(row, ?)))() {
         Some(order) => Passed::Admitted(Box::new(order)),

@@ -1,6 +1,11 @@
-//! The door's answer to a herd: `sold_out` from a read of the product that the requests
-//! waiting in this process share, so that a drop's buyers who get nothing cost PostgreSQL one
-//! statement a batch, not one each.
+//! The door's answer to a herd: `sold_out` (or, before the opening, `not_open`) from a read of
+//! the product that the requests waiting in this process share, so that a drop's buyers who get
+//! nothing cost PostgreSQL one statement a batch, not one each.
+//!
+//! `not_open` and `sale_paused` are read the same way, never from a schedule kept in the process: an operator may
+//! move `opens_at` earlier, or pause and resume a sale, at any moment, and a request is told `not_open` only by a read that
+//! began after it arrived. A pre-queue that is open sends its requests to the door, which
+//! writes each one's entry.
 //!
 //! §8.7 allows `sold_out` only when every unit is promised to buyers ahead or sold, at some
 //! moment between the request and its answer. So a request is answered only from a read that
@@ -68,8 +73,13 @@ pub enum Verdict {
         /// Whether units may come back (`Retry-After` goes with the answer).
         units_may_return: bool,
     },
-    /// The door decides: units are left, the key made an order, no such product, or the read
-    /// failed.
+    /// The product is not open, nor its pre-queue, and the key is unused: `not_open`, to ask
+    /// again after this long.
+    NotOpen(Duration),
+    /// An operator paused the product, and the key is unused: `sale_paused`.
+    SalePaused,
+    /// The door decides: units are left, the pre-queue is open, the key made an order, no
+    /// such product, or the read failed.
     Door,
 }
 
@@ -77,6 +87,9 @@ pub enum Verdict {
 #[derive(Debug, Default)]
 pub struct SoldOutReads {
     products: Mutex<HashMap<Sku, Batch>>,
+    /// The `sold_out` answers given since the last [`SoldOutReads::record_answers`], by
+    /// product, for `fleetctl drop status`.
+    answered: Mutex<HashMap<Sku, i64>>,
 }
 
 /// A product's requests waiting for a read, and what this process last knew of it.
@@ -171,8 +184,9 @@ impl SoldOutReads {
         Arrival::Waits { answered, lead: !std::mem::replace(&mut batch.leading, true) }
     }
 
-    /// The door answered a request for `product` `sold_out`: its next requests wait for reads.
-    pub fn door_sold_out(&self, product: &Sku) {
+    /// The door answered a request for `product` `sold_out` or `not_open`: its next requests
+    /// wait for reads.
+    pub fn door_closed(&self, product: &Sku) {
         let mut products = self.products.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(batch) = products.get_mut(product) {
             batch.units_left = false;
@@ -247,7 +261,7 @@ impl SoldOutReads {
     fn answer_batch(&self, product: &Sku, batch: Vec<Waiter>, read: &Read) {
         let asked: Vec<(i32, bool)> =
             batch.iter().zip(&read.key_used).map(|(w, used)| (w.quantity.get(), *used)).collect();
-        let (answers, plenty) = allot(&asked, read.units_left, read.units_may_return);
+        let (answers, plenty) = allot(&asked, read);
         let mut again = Vec::new();
         for (waiter, answer) in batch.into_iter().zip(answers) {
             match answer {
@@ -269,6 +283,48 @@ impl SoldOutReads {
                 // Ahead of the requests that came after them: the next read answers them.
                 batch.waiting.splice(..0, again);
             }
+        }
+    }
+}
+
+impl SoldOutReads {
+    /// The intake answered a request for `product` `sold_out` (from a read or from the door).
+    pub fn answered_sold_out(&self, product: &Sku) {
+        let mut answered = self.answered.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = answered.get_mut(product) {
+            *n += 1;
+        } else if answered.len() < MOST_PRODUCTS {
+            answered.insert(product.clone(), 1);
+        }
+    }
+
+    /// Adds the `sold_out` answers counted since the last call to the database's count for
+    /// this second (`door_answers`), in ONE statement that also drops seconds older than ten
+    /// minutes; nothing when none were given. Counts that cannot be written are dropped: they
+    /// are figures for a screen, not records.
+    pub async fn record_answers(&self, pool: &Pool) {
+        let counted: Vec<(Sku, i64)> =
+            std::mem::take(&mut *self.answered.lock().unwrap_or_else(PoisonError::into_inner))
+                .into_iter()
+                .collect();
+        if counted.is_empty() {
+            return;
+        }
+        let products: Vec<&str> = counted.iter().map(|(p, _)| p.as_str()).collect();
+        let answers: Vec<i64> = counted.iter().map(|(_, n)| *n).collect();
+        let written = sqlx::query!(
+            "WITH old AS (DELETE FROM door_answers WHERE second < now() - interval '10 minutes')
+             INSERT INTO door_answers (product_id, second, sold_out)
+             SELECT a.product_id, date_trunc('second', now()), a.n
+               FROM unnest($1::text[], $2::int8[]) AS a(product_id, n)
+             ON CONFLICT (product_id, second) DO UPDATE SET sold_out = door_answers.sold_out + EXCLUDED.sold_out",
+            &products as &[&str],
+            &answers
+        )
+        .execute(pool)
+        .await;
+        if let Err(error) = written {
+            tracing::debug!(%error, "cannot record the sold-out answers for drop status");
         }
     }
 }
@@ -308,16 +364,37 @@ enum Allotted {
 }
 
 /// The answers a read's snapshot gives a batch, in arrival order: each request `(quantity,
-/// key_used)`. A key that made an order goes to the door (which answers from the order); the
-/// units left go to the door's requests in arrival order, as many as they cover; a request
-/// they do not cover but that the units left would have covered alone waits for the next
-/// read; any other is sold out. `None` units (no such product) send every request to the
-/// door. With whether units are left beyond the batch's (none of it waiting again), so that
-/// the requests after it go straight to the door.
-fn allot(asked: &[(i32, bool)], units_left: Option<i32>, units_may_return: bool) -> (Vec<Allotted>, bool) {
-    let Some(units_left) = units_left else {
+/// key_used)`. A key that made an order goes to the door (which answers from the order). A
+/// paused product is `sale_paused` to every other. A product not open yet, its pre-queue not open either, is `not_open` to every other; one
+/// whose pre-queue is open sends every request to the door, which queues it. Else the units
+/// left go to the door's requests in arrival order, as many as they cover; a request they do
+/// not cover but that the units left would have covered alone waits for the next read; any
+/// other is sold out. `None` units (no such product) send every request to the door. With
+/// whether the requests after the batch go straight to the door: units are left beyond the
+/// batch's (none of it waiting again), or the pre-queue is open.
+fn allot(asked: &[(i32, bool)], read: &Read) -> (Vec<Allotted>, bool) {
+    let Some(units_left) = read.units_left else {
         return (vec![Allotted::Answer(Verdict::Door); asked.len()], true);
     };
+    if read.paused {
+        let told = |&(_, key_used): &(i32, bool)| {
+            Allotted::Answer(if key_used { Verdict::Door } else { Verdict::SalePaused })
+        };
+        return (asked.iter().map(told).collect(), false);
+    }
+    if read.queueing {
+        return (vec![Allotted::Answer(Verdict::Door); asked.len()], true);
+    }
+    if let Some(opens_in) = read.opens_in {
+        // As the door says it (`decision`): at least a second, even once `opens_at` passed and
+        // the opening is a moment away.
+        let wait = Duration::from_secs_f64(opens_in.max(0.0)).max(Duration::from_secs(1));
+        let told = |&(_, key_used): &(i32, bool)| {
+            Allotted::Answer(if key_used { Verdict::Door } else { Verdict::NotOpen(wait) })
+        };
+        return (asked.iter().map(told).collect(), false);
+    }
+    let units_may_return = read.units_may_return;
     let mut left = units_left;
     let answers = asked
         .iter()
@@ -339,18 +416,23 @@ fn allot(asked: &[(i32, bool)], units_left: Option<i32>, units_may_return: bool)
 }
 
 /// What a batch's read saw: the product's units left (`None`: no such product, or the read
-/// failed), whether an order holding units may give them back, and for each request whether
-/// its key made an order.
+/// failed), whether an order holding units may give them back, its opening (the seconds until
+/// it or its pre-queue opens, `None` once open; whether its pre-queue is open now), and for
+/// each request whether its key made an order.
+#[derive(Debug, Default)]
 struct Read {
     units_left: Option<i32>,
     units_may_return: bool,
+    opens_in: Option<f64>,
+    queueing: bool,
+    paused: bool,
     key_used: Vec<bool>,
 }
 
 impl Read {
     /// A read that failed: every request goes to the door.
     fn failed(batch: usize) -> Self {
-        Self { units_left: None, units_may_return: true, key_used: vec![true; batch] }
+        Self { units_may_return: true, key_used: vec![true; batch], ..Self::default() }
     }
 }
 
@@ -366,10 +448,12 @@ async fn read_batch(pool: &Pool, product: &Sku, batch: &[Waiter]) -> sqlx::Resul
     )
     .fetch_all(pool)
     .await?;
-    let mut read = Read { units_left: None, units_may_return: false, key_used: vec![false; batch.len()] };
+    let mut read = Read { key_used: vec![false; batch.len()], ..Read::default() };
     for row in rows {
         if let (Some(units_left), Some(units_may_return)) = (row.units_left, row.units_may_return) {
             (read.units_left, read.units_may_return) = (Some(units_left), units_may_return);
+            (read.opens_in, read.queueing) = (row.opens_in, row.queueing.unwrap_or(false));
+            read.paused = row.paused.unwrap_or(false);
         }
         if let Some(used) = usize::try_from(row.n - 1).ok().and_then(|i| read.key_used.get_mut(i)) {
             *used = row.key_used;
@@ -385,33 +469,64 @@ mod tests {
     const SOLD_OUT: Allotted = Allotted::Answer(Verdict::SoldOut { units_may_return: true });
     const DOOR: Allotted = Allotted::Answer(Verdict::Door);
 
+    /// A read of an open product that saw `units_left`.
+    fn saw(units_left: Option<i32>, units_may_return: bool) -> Read {
+        Read { units_left, units_may_return, ..Read::default() }
+    }
+
+    #[test]
+    fn before_the_opening_every_unused_key_is_told_not_open_and_the_batching_goes_on() {
+        let read = Read { opens_in: Some(90.4), ..saw(Some(5), false) };
+        let (answers, plenty) = allot(&[(1, false), (1, true)], &read);
+        let not_open = Allotted::Answer(Verdict::NotOpen(Duration::from_secs_f64(90.4)));
+        assert_eq!((answers, plenty), (vec![not_open, DOOR], false));
+        let due = Read { opens_in: Some(0.0), ..saw(Some(5), false) };
+        assert_eq!(
+            allot(&[(1, false)], &due).0,
+            [Allotted::Answer(Verdict::NotOpen(Duration::from_secs(1)))]
+        );
+    }
+
+    #[test]
+    fn a_paused_product_tells_every_unused_key_sale_paused() {
+        let read = Read { paused: true, opens_in: Some(30.0), queueing: true, ..saw(Some(5), false) };
+        let paused = Allotted::Answer(Verdict::SalePaused);
+        assert_eq!(allot(&[(1, false), (1, true)], &read), (vec![paused, DOOR], false));
+    }
+
+    #[test]
+    fn an_open_pre_queue_sends_every_request_to_the_door_which_queues_it() {
+        let read = Read { opens_in: Some(30.0), queueing: true, ..saw(Some(0), false) };
+        assert_eq!(allot(&[(1, false), (2, false)], &read), (vec![DOOR, DOOR], true));
+    }
+
     #[test]
     fn the_units_left_go_to_the_first_requests_and_the_rest_wait_for_the_next_read() {
         let asked = [(1, false), (2, false), (1, false), (3, false)];
-        let (answers, plenty) = allot(&asked, Some(2), true);
+        let (answers, plenty) = allot(&asked, &saw(Some(2), true));
         assert_eq!(answers, [DOOR, Allotted::Again, DOOR, SOLD_OUT]);
         assert!(!plenty);
     }
 
     #[test]
     fn a_key_with_an_order_goes_to_the_door_and_takes_no_unit_even_sold_out() {
-        let (answers, _) = allot(&[(1, true), (1, false)], Some(1), true);
+        let (answers, _) = allot(&[(1, true), (1, false)], &saw(Some(1), true));
         assert_eq!(answers, [DOOR, DOOR]);
-        let (answers, plenty) = allot(&[(1, true), (1, false)], Some(0), false);
+        let (answers, plenty) = allot(&[(1, true), (1, false)], &saw(Some(0), false));
         assert_eq!(answers, [DOOR, Allotted::Answer(Verdict::SoldOut { units_may_return: false })]);
         assert!(!plenty);
     }
 
     #[test]
     fn units_left_over_while_a_request_waits_again_do_not_send_later_requests_ahead_of_it() {
-        let (answers, plenty) = allot(&[(2, false), (2, false)], Some(3), true);
+        let (answers, plenty) = allot(&[(2, false), (2, false)], &saw(Some(3), true));
         assert_eq!(answers, [DOOR, Allotted::Again]);
         assert!(!plenty, "the request waiting again comes before later ones");
     }
 
     #[test]
     fn units_beyond_the_batch_send_the_requests_after_it_to_the_door() {
-        let (answers, plenty) = allot(&[(1, false)], Some(5), true);
+        let (answers, plenty) = allot(&[(1, false)], &saw(Some(5), true));
         assert_eq!((answers, plenty), (vec![DOOR], true));
     }
 
@@ -435,7 +550,7 @@ mod tests {
         let reads = SoldOutReads::default();
         let product = Sku::parse("herd").unwrap();
         let [a, b, c] = ["a", "b", "c"].map(|user| UserId::parse(user).unwrap());
-        reads.door_sold_out(&product);
+        reads.door_closed(&product);
         let Arrival::Waits { lead: true, .. } = reads.arrive(&one_unit(&a, &product)) else {
             panic!("the first request waits, and leads");
         };
@@ -446,7 +561,7 @@ mod tests {
         };
 
         // Act: A's read sees units beyond its batch (a raise), and C arrives after it.
-        let units_beyond = Read { units_left: Some(5), units_may_return: true, key_used: vec![false] };
+        let units_beyond = Read { key_used: vec![false], ..saw(Some(5), true) };
         reads.answer_batch(&product, batch, &units_beyond);
         let c_arrival = reads.arrive(&one_unit(&c, &product));
 
@@ -457,10 +572,10 @@ mod tests {
 
     #[test]
     fn no_such_product_or_a_failed_read_sends_everyone_to_the_door() {
-        let (answers, plenty) = allot(&[(1, false), (1, true)], None, false);
+        let (answers, plenty) = allot(&[(1, false), (1, true)], &saw(None, false));
         assert_eq!((answers, plenty), (vec![DOOR, DOOR], true));
         let failed = Read::failed(2);
         let asked: Vec<(i32, bool)> = failed.key_used.iter().map(|used| (1, *used)).collect();
-        assert_eq!(allot(&asked, failed.units_left, true).0, [DOOR, DOOR]);
+        assert_eq!(allot(&asked, &saw(failed.units_left, true)).0, [DOOR, DOOR]);
     }
 }

@@ -342,17 +342,23 @@ pub struct Looked {
     pub next_in: Option<std::time::Duration>,
 }
 
+/// A draw's seed: 32 bytes from `rand`'s thread generator, a CSPRNG (ChaCha12) seeded from the
+/// operating system's and reseeded from it as it goes, so no one can guess a draw ahead.
+pub fn draw_seed() -> [u8; 32] {
+    rand::random()
+}
+
 /// Opens every product whose opening has come (SPEC §1.8): for each, ONE transaction
 /// (`open_product`) that lets one caller in, whatever the number of processes, draws its
 /// queue in a uniformly random order under a seed of 32 bytes from a CSPRNG seeded by the
 /// operating system (kept on the product for the audit), puts it in line ahead of every later
 /// order, and promises units down the line. A caller killed midway leaves the opening not
-/// begun, for the next look. One statement reads the schedule: what is due, and when the next
-/// opening is.
+/// begun, for the next look. A paused product is not opened: its resume wakes the openers. One
+/// statement reads the schedule: what is due, and when the next opening is.
 pub async fn open_due(pool: &orderfleet_runtime::db::Pool) -> sqlx::Result<Looked> {
     let schedule = sqlx::query!(
         r#"SELECT id AS "id: Sku", EXTRACT(EPOCH FROM opens_at - now())::float8 AS "in_s!"
-             FROM products WHERE opened_at IS NULL AND opens_at IS NOT NULL
+             FROM products WHERE opened_at IS NULL AND opens_at IS NOT NULL AND paused_at IS NULL
             ORDER BY opens_at LIMIT 100"#
     )
     .fetch_all(pool)
@@ -363,7 +369,7 @@ pub async fn open_due(pool: &orderfleet_runtime::db::Pool) -> sqlx::Result<Looke
             looked.next_in = Some(std::time::Duration::from_secs_f64(row.in_s));
             break;
         }
-        let seed: [u8; 32] = rand::random();
+        let seed = draw_seed();
         let drawn = sqlx::query_scalar!(r#"SELECT open_product($1, $2) AS "drawn""#, &row.id as _, &seed[..])
             .fetch_one(pool)
             .await;
