@@ -175,7 +175,7 @@ BEGIN
     LOOP
         IF p.units_total - p.units_promised >= q.quantity THEN
             BEGIN
-                UPDATE orders SET status = 'pending_authorization', updated_at = now()
+                UPDATE orders SET status = 'pending_authorization', promoted_at = now(), updated_at = now()
                  WHERE id = q.id AND status = 'queued';
                 INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
                 VALUES (gen_random_uuid(), 'order', q.id, 'order.promoted', 'stock-check',
@@ -344,6 +344,7 @@ CREATE TABLE public.orders (
     disputed_at timestamp with time zone,
     dispute_id text,
     queued_for timestamp with time zone,
+    promoted_at timestamp with time zone,
     CONSTRAINT orders_amount_minor_check CHECK ((amount_minor > 0)),
     CONSTRAINT orders_idempotency_key_check CHECK (((length(idempotency_key) >= 1) AND (length(idempotency_key) <= 255))),
     CONSTRAINT orders_placed_unless_queued CHECK ((("position" IS NOT NULL) OR (status = 'queued'::public.order_status))),
@@ -696,6 +697,12 @@ CREATE INDEX orders_by_payment_intent ON public.orders USING btree (payment_inte
 --
 
 CREATE UNIQUE INDEX orders_one_queued_per_buyer ON public.orders USING btree (user_id, product_id) WHERE (status = 'queued'::public.order_status);
+
+--
+-- Name: orders_promoted_waiting; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX orders_promoted_waiting ON public.orders USING btree (product_id, "position") WHERE ((status = 'pending_authorization'::public.order_status) AND (promoted_at IS NOT NULL));
 
 --
 -- Name: orders_queued_in_line; Type: INDEX; Schema: public; Owner: -

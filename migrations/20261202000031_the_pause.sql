@@ -19,6 +19,17 @@ CREATE UNIQUE INDEX product_pauses_one_running ON product_pauses (product_id) WH
 REVOKE ALL ON product_pauses FROM PUBLIC;
 GRANT SELECT, INSERT, UPDATE ON product_pauses TO orderfleet_operator;
 
+-- When a queued order was promised its units (at the opening, at a resume, or when a unit came
+-- back): its wait for its authorization counts from then, for the relay's stuck-orders gauge and
+-- `drop status`, however long it queued or the product stayed paused.
+ALTER TABLE orders ADD COLUMN promoted_at timestamptz;
+-- The promoted orders waiting for their authorization, in line order: each `order.promoted`
+-- message authorizes the first of them, so the queue is authorized in line order.
+CREATE INDEX orders_promoted_waiting ON orders (product_id, position)
+    WHERE status = 'pending_authorization' AND promoted_at IS NOT NULL;
+REVOKE SELECT (queued_for) ON orders FROM orderfleet_relay;
+GRANT SELECT (promoted_at) ON orders TO orderfleet_relay;
+
 -- The queue is not served while the product is paused: the units that come back wait for the
 -- resume, which serves it (the trigger below).
 CREATE OR REPLACE FUNCTION promote_queued(product text) RETURNS integer
@@ -40,7 +51,7 @@ BEGIN
     LOOP
         IF p.units_total - p.units_promised >= q.quantity THEN
             BEGIN
-                UPDATE orders SET status = 'pending_authorization', updated_at = now()
+                UPDATE orders SET status = 'pending_authorization', promoted_at = now(), updated_at = now()
                  WHERE id = q.id AND status = 'queued';
                 INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
                 VALUES (gen_random_uuid(), 'order', q.id, 'order.promoted', 'stock-check',

@@ -312,7 +312,7 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses() {
                 ("message_failures", "S,D"),
                 (
                     "orders",
-                    "S(action_expires_at,created_at,disputed_at,intake_lease_until,queued_for,status)",
+                    "S(action_expires_at,created_at,disputed_at,intake_lease_until,promoted_at,status)",
                 ),
                 ("outbox", "S,U,D"),
                 ("outbox_archive", "S(id),I"),

@@ -32,7 +32,7 @@ SELECT p.units_total::int8 AS "total!", p.units_promised::int8 AS "promised!",
           (SELECT count(*) FROM orders o
             WHERE o.product_id = p.id
               AND ((o.status = 'pending_authorization'
-                    AND GREATEST(o.created_at, o.queued_for) < now() - interval '1 minute')
+                    AND GREATEST(o.created_at, o.promoted_at) < now() - interval '1 minute')
                    OR (o.status = 'requires_action' AND o.action_expires_at < now() - interval '1 minute'))
               AND (o.intake_lease_until IS NULL OR o.intake_lease_until < now())) AS "stuck!",
           (SELECT count(*) FROM outbox b JOIN orders o ON o.id = b.aggregate_id

@@ -25,9 +25,9 @@
 //!   (`sale_paused`), `promote_queued` and `open_product` do nothing while it lasts, and the
 //!   resume serves the queue (`products_resumed`) and wakes the openers.
 //!
-//! [`OpeningRules`] has the code's rules and three defects planted to show the checker finds
-//! them: an opening two processes can both take, a door that ignores the queue, and a pause
-//! that stops the door alone.
+//! [`OpeningRules`] has the code's rules and four defects planted to show the checker finds
+//! them: an opening two processes can both take, a door that ignores the queue, a pause that
+//! stops the door alone, and a queue entry blind to the pause.
 
 // The state's fields are named after the columns they model, which each type's doc names.
 #![allow(missing_docs)]
@@ -93,6 +93,9 @@ pub enum PauseRule {
     /// Planted to show the checker finds it: the pause stops the door alone, and a unit that
     /// comes back while paused is promised to the queue.
     ServedWhilePaused,
+    /// Planted to show the checker finds it: the door's queue entry does not read the pause,
+    /// and takes entries while the product is paused.
+    EntriesWhilePaused,
 }
 
 /// How an opener takes the opening (`open_product`).
@@ -244,7 +247,7 @@ impl OpeningProtocol {
     /// promised them; the first that does not fit stops the line while an order holding units
     /// may give them back, and otherwise ends `sold_out`, its units going on down the line.
     fn promote(&self, s: &mut OpeningState) {
-        let paused = s.paused && self.rules.pause == PauseRule::ServedAtTheResume;
+        let paused = s.paused && self.rules.pause != PauseRule::ServedWhilePaused;
         if !s.opened || !s.queue_waiting || paused {
             return;
         }
@@ -406,8 +409,9 @@ impl Model for OpeningProtocol {
         match step {
             Step::OpensAtPasses => s.due = true,
             // The door takes no entry while paused (`sale_paused`): the buyer may come again.
-            Step::Enter(_) if s.paused => {}
+            Step::Enter(_) if s.paused && self.rules.pause != PauseRule::EntriesWhilePaused => {}
             Step::Enter(b) => {
+                s.promised_while_paused |= s.paused;
                 s.orders[usize::from(b)] = Some(Order {
                     status: Status::Queued,
                     position: None,

@@ -1,7 +1,7 @@
 //! The opening, model-checked (`order_model::opening`): every scenario keeps every property
 //! under the code's rules, and the checker finds each defect planted in them (an opening two
-//! processes can both take, a door that ignores the queue, a pause that stops the door alone),
-//! printing the path.
+//! processes can both take, a door that ignores the queue, a pause that stops the door alone,
+//! a queue entry blind to the pause), printing the path.
 
 use order_model::opening::{
     DOWN_THE_LINE, DRAWN_ONCE, DoorRule, NOTHING_WHILE_PAUSED, OpeningProtocol, OpeningRules,
@@ -61,4 +61,12 @@ fn a_pause_that_stops_only_the_door_promises_a_returned_unit_while_paused() {
     let rules = OpeningRules { pause: PauseRule::ServedWhilePaused, ..OpeningRules::NOW };
     let told = broken_under(scenarios::a_pause_at_any_moment(), rules, NOTHING_WHILE_PAUSED);
     assert!(told.contains("Pause") && told.contains("Authorize(0)"), "{told}");
+}
+
+/// A queue entry that does not read the pause takes entries while the product is paused.
+#[test]
+fn a_queue_entry_blind_to_the_pause_takes_an_entry_while_paused() {
+    let rules = OpeningRules { pause: PauseRule::EntriesWhilePaused, ..OpeningRules::NOW };
+    let told = broken_under(scenarios::a_pause_at_any_moment(), rules, NOTHING_WHILE_PAUSED);
+    assert!(told.contains("Pause") && told.contains("Enter("), "{told}");
 }

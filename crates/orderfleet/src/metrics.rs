@@ -6,7 +6,7 @@ use orderfleet_runtime::metrics::Metric;
 pub const INTAKE_DOOR_SECONDS: Metric = Metric::histogram(
     "intake_door_seconds",
     &["outcome"],
-    "the door's statement, the one every buyer of a drop queues on; outcome: `admitted`, `closed`, `key_used` (a retried key, which never waits on the product row), `error`, `sold_out_read` and `not_open_read` (told `sold_out` or `not_open` from a read the intake's waiting requests shared, with no statement of its own)",
+    "the door's statement, the one every buyer of a drop queues on; outcome: `admitted`, `closed`, `key_used` (a retried key, which never waits on the product row), `error`, `sold_out_read`, `not_open_read` and `sale_paused_read` (told `sold_out`, `not_open` or `sale_paused` from a read the intake's waiting requests shared, with no statement of its own), `queued` (a pre-queue entry)",
 );
 /// The reads of a sold-out product the intake made.
 pub const INTAKE_SOLD_OUT_READS: Metric =

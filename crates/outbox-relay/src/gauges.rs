@@ -70,7 +70,7 @@ pub(crate) async fn read(pool: &Pool) -> sqlx::Result<OutboxGauges> {
                             FROM outbox WHERE status IN ('pending', 'processing', 'failed')), 0) AS "oldest!",
                 (SELECT count(*) FROM orders
                   WHERE ((status = 'pending_authorization'
-                          AND GREATEST(created_at, queued_for) < now() - $1 * interval '1 ms')
+                          AND GREATEST(created_at, promoted_at) < now() - $1 * interval '1 ms')
                          OR (status = 'requires_action' AND action_expires_at < now() - $1 * interval '1 ms'))
                     AND (intake_lease_until IS NULL OR intake_lease_until < now())) AS "stuck!",
                 (SELECT count(*) FROM orders WHERE disputed_at > now() - interval '1 day') AS "disputed!",

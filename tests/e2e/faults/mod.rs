@@ -27,6 +27,16 @@ async fn place(fleet: &Fleet, user: &str, key: &str, product: &str) -> fleet_har
     eventually("the intake answering", Duration::from_secs(20), answered).await.unwrap()
 }
 
+/// Places an order as a client in a burst does: as [`place`], and again with the same key after
+/// a `503`, the Stripe budget's brief wait run out while the burst outruns the fleet's create
+/// rate (SPEC §3).
+async fn place_in_a_burst(fleet: &Fleet, user: &str, key: &str, product: &str) -> fleet_harness::Answer {
+    let answered = || async {
+        fleet.post_order(user, key, product, 1, "pm_card_visa").await.ok().filter(|a| a.status != 503)
+    };
+    eventually("the intake answering", Duration::from_secs(30), answered).await.unwrap()
+}
+
 /// An order of one unit awaiting 3-D Secure, so that it is still pending when the test cuts
 /// the stock; returns its id. (An order authorized before any cut takes its unit in its
 /// commit, and a cut cannot take that back.)

@@ -49,7 +49,7 @@ async fn a_publish_outage_with_the_topic_up_dead_letters_nothing() {
     let outage = Instant::now();
     let answers = futures::future::join_all((0..40).map(|i| {
         let fleet = &fleet;
-        async move { place(fleet, &format!("buyer-{i}"), "key", "sku-1").await }
+        async move { place_in_a_burst(fleet, &format!("buyer-{i}"), "key", "sku-1").await }
     }))
     .await;
     assert!(

@@ -19,6 +19,7 @@
 //! | the look again saw | next |
 //! |---|---|
 //! | a twin's order under the key | tell: the key's order |
+//! | the product paused (a pause that committed while the door waited for its row) | tell: `sale_paused` |
 //! | the card gate closed | tell: card testing, after the wait it says |
 //! | no such product; fewer units left than asked | tell: `unknown_product`; `sold_out` |
 //! | on the first pass, a cap per buyer; none | the capped door; the door again |
@@ -70,6 +71,9 @@ pub(super) struct LookAgain {
     pub max_per_buyer: Option<i32>,
     /// Whether an order holding units of the product may still give them back.
     pub units_may_return: bool,
+    /// An operator paused the product: a pause that committed while the door's statement
+    /// waited for the product row shows here, not in the statement's snapshot.
+    pub paused: bool,
 }
 
 /// A door a pass goes through.
@@ -175,10 +179,13 @@ pub(super) fn after_look(saw: &LookAgain, quantity: i32, gate: u32, pass: Pass) 
 }
 
 /// The answer that does not depend on the units: a twin's order (what the gate counted or what
-/// took the units), or the card gate closed.
+/// took the units), a pause, or the card gate closed.
 pub(super) fn before_the_units(saw: &LookAgain, gate: u32) -> Option<Told> {
     if saw.twin {
         return Some(Told::KeyUsed);
+    }
+    if saw.paused {
+        return Some(Told::Refused(Refusal::SalePaused(super::PAUSED_RETRY)));
     }
     gate_wait(saw, gate).map(|wait| Told::Refused(Refusal::CardTesting(wait)))
 }
@@ -316,7 +323,15 @@ mod tests {
             LookAgain { attempts: Some(3), declines: 3, ages_out_in: Some(1_200.4), ..look(Some(5), None) };
         let uncapped = Pass::Second(Door::Uncapped);
         let capped = Pass::Second(Door::Capped(3));
-        let rows: [(&str, LookAgain, u32, Pass, Decided); 10] = [
+        let paused = LookAgain { paused: true, attempts: Some(9), ..look(Some(5), Some(2)) };
+        let rows: [(&str, LookAgain, u32, Pass, Decided); 11] = [
+            (
+                "a pause that committed while the door waited, before the gate and the units",
+                paused,
+                3,
+                capped,
+                Decided::Tell(Told::Refused(Refusal::SalePaused(crate::domain::door::PAUSED_RETRY))),
+            ),
             (
                 "a twin's order before the gate and the units",
                 twin,

@@ -312,7 +312,8 @@ fn is_twin_s_key(error: &sqlx::Error) -> bool {
 
 /// Why a door closed that its snapshot saw open, in ONE statement: whether a twin with this
 /// key has made its order since, the buyer's card gate (with a limit: `card_attempts` takes the
-/// buyer's lock, then counts afresh), and the product as it is now.
+/// buyer's lock, then counts afresh), and the product as it is now (a pause that committed
+/// while the door's statement waited for the product row among them).
 async fn look_again<'e>(
     executor: impl PgExecutor<'e>,
     entry: Entry<'_>,
@@ -333,7 +334,8 @@ async fn look_again<'e>(
                                    + interval '1 hour' - now())::float8 AS ages_out_in,
                 CASE WHEN p.queue_waiting THEN 0 ELSE p.units_total - p.units_promised END AS units_left, p.max_per_buyer AS "max_per_buyer?",
                 EXISTS (SELECT 1 FROM orders WHERE product_id = $3 AND holds_units(status))
-                    AS "units_may_return!"
+                    AS "units_may_return!",
+                COALESCE(p.paused_at IS NOT NULL, false) AS "paused!"
            FROM (SELECT) AS one
            LEFT JOIN products p ON p.id = $3"#,
         entry.user as _,

@@ -353,12 +353,14 @@ pub fn draw_seed() -> [u8; 32] {
 /// queue in a uniformly random order under a seed of 32 bytes from a CSPRNG seeded by the
 /// operating system (kept on the product for the audit), puts it in line ahead of every later
 /// order, and promises units down the line. A caller killed midway leaves the opening not
-/// begun, for the next look. A paused product is not opened: its resume wakes the openers. One
-/// statement reads the schedule: what is due, and when the next opening is.
+/// begun, for the next look. A paused product is not opened: its resume wakes the openers, and
+/// they look each second while one is due. One statement reads the schedule: what is due, and
+/// when the next opening is.
 pub async fn open_due(pool: &orderfleet_runtime::db::Pool) -> sqlx::Result<Looked> {
     let schedule = sqlx::query!(
-        r#"SELECT id AS "id: Sku", EXTRACT(EPOCH FROM opens_at - now())::float8 AS "in_s!"
-             FROM products WHERE opened_at IS NULL AND opens_at IS NOT NULL AND paused_at IS NULL
+        r#"SELECT id AS "id: Sku", EXTRACT(EPOCH FROM opens_at - now())::float8 AS "in_s!",
+                  paused_at IS NOT NULL AS "paused!"
+             FROM products WHERE opened_at IS NULL AND opens_at IS NOT NULL
             ORDER BY opens_at LIMIT 100"#
     )
     .fetch_all(pool)
@@ -366,8 +368,14 @@ pub async fn open_due(pool: &orderfleet_runtime::db::Pool) -> sqlx::Result<Looke
     let mut looked = Looked::default();
     for row in schedule {
         if row.in_s > 0.0 {
-            looked.next_in = Some(std::time::Duration::from_secs_f64(row.in_s));
+            looked.look_within(std::time::Duration::from_secs_f64(row.in_s));
             break;
+        }
+        if row.paused {
+            // Due, and paused: it opens at the resume. The resume wakes the openers; looking
+            // each second meanwhile keeps that within a second even if the wake-up is lost.
+            looked.look_within(std::time::Duration::from_secs(1));
+            continue;
         }
         let seed = draw_seed();
         let drawn = sqlx::query_scalar!(r#"SELECT open_product($1, $2) AS "drawn""#, &row.id as _, &seed[..])
@@ -379,11 +387,18 @@ pub async fn open_due(pool: &orderfleet_runtime::db::Pool) -> sqlx::Result<Looke
             Ok(None) => {}
             Err(e) => {
                 tracing::warn!(product = %row.id, error = %e, "the opening failed; trying again");
-                looked.next_in = Some(std::time::Duration::from_secs(1));
+                looked.look_within(std::time::Duration::from_secs(1));
             }
         }
     }
     Ok(looked)
+}
+
+impl Looked {
+    /// The next look is due within `wait` (the sooner of it and any set before).
+    fn look_within(&mut self, wait: std::time::Duration) {
+        self.next_in = Some(self.next_in.map_or(wait, |next| next.min(wait)));
+    }
 }
 
 #[cfg(test)]
