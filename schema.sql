@@ -163,6 +163,7 @@ DECLARE
     p        products%ROWTYPE;
     q        record;
     promised integer := 0;
+    ended    integer := 0;
 BEGIN
     SELECT * INTO p FROM products WHERE id = product FOR UPDATE;
     IF NOT FOUND OR p.opened_at IS NULL OR NOT p.queue_waiting OR p.paused_at IS NOT NULL THEN
@@ -197,7 +198,14 @@ BEGIN
             END;
         ELSIF EXISTS (SELECT 1 FROM orders o WHERE o.product_id = product AND holds_units(o.status)) THEN
             EXIT;
+        ELSIF ended >= 500 THEN
+            -- Ending a long queue is work of its own, never the transaction's that sold the
+            -- last unit: 500 at a time, and the openers, woken, end the rest (`open_due`), each
+            -- 500 in a transaction of its own.
+            PERFORM pg_notify('orderfleet_openings', product);
+            EXIT;
         ELSE
+            ended := ended + 1;
             UPDATE orders SET status = 'sold_out', failure_reason = 'sold_out', updated_at = now()
              WHERE id = q.id AND status = 'queued';
             INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
@@ -697,12 +705,6 @@ CREATE INDEX orders_by_payment_intent ON public.orders USING btree (payment_inte
 --
 
 CREATE UNIQUE INDEX orders_one_queued_per_buyer ON public.orders USING btree (user_id, product_id) WHERE (status = 'queued'::public.order_status);
-
---
--- Name: orders_promoted_waiting; Type: INDEX; Schema: public; Owner: -
---
-
-CREATE INDEX orders_promoted_waiting ON public.orders USING btree (product_id, "position") WHERE ((status = 'pending_authorization'::public.order_status) AND (promoted_at IS NOT NULL));
 
 --
 -- Name: orders_queued_in_line; Type: INDEX; Schema: public; Owner: -

@@ -23,10 +23,6 @@ GRANT SELECT, INSERT, UPDATE ON product_pauses TO orderfleet_operator;
 -- back): its wait for its authorization counts from then, for the relay's stuck-orders gauge and
 -- `drop status`, however long it queued or the product stayed paused.
 ALTER TABLE orders ADD COLUMN promoted_at timestamptz;
--- The promoted orders waiting for their authorization, in line order: each `order.promoted`
--- message authorizes the first of them, so the queue is authorized in line order.
-CREATE INDEX orders_promoted_waiting ON orders (product_id, position)
-    WHERE status = 'pending_authorization' AND promoted_at IS NOT NULL;
 REVOKE SELECT (queued_for) ON orders FROM orderfleet_relay;
 GRANT SELECT (promoted_at) ON orders TO orderfleet_relay;
 
@@ -39,6 +35,7 @@ DECLARE
     p        products%ROWTYPE;
     q        record;
     promised integer := 0;
+    ended    integer := 0;
 BEGIN
     SELECT * INTO p FROM products WHERE id = product FOR UPDATE;
     IF NOT FOUND OR p.opened_at IS NULL OR NOT p.queue_waiting OR p.paused_at IS NOT NULL THEN
@@ -73,7 +70,14 @@ BEGIN
             END;
         ELSIF EXISTS (SELECT 1 FROM orders o WHERE o.product_id = product AND holds_units(o.status)) THEN
             EXIT;
+        ELSIF ended >= 500 THEN
+            -- Ending a long queue is work of its own, never the transaction's that sold the
+            -- last unit: 500 at a time, and the openers, woken, end the rest (`open_due`), each
+            -- 500 in a transaction of its own.
+            PERFORM pg_notify('orderfleet_openings', product);
+            EXIT;
         ELSE
+            ended := ended + 1;
             UPDATE orders SET status = 'sold_out', failure_reason = 'sold_out', updated_at = now()
              WHERE id = q.id AND status = 'queued';
             INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
@@ -93,6 +97,10 @@ BEGIN
     RETURN promised;
 END
 $$;
+
+-- The stock workers' openers end what is left of a queue no unit can reach any more, 500 at a
+-- time (`end_the_queues` in crates/orderfleet/src/domain/records/product.rs).
+GRANT EXECUTE ON FUNCTION promote_queued(text) TO orderfleet_stock_worker;
 
 -- A paused product does not open: its opening waits for the resume (SPEC §8.12).
 CREATE OR REPLACE FUNCTION open_product(product text, seed bytea) RETURNS integer

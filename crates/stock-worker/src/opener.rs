@@ -4,8 +4,10 @@
 //! statement a minute on it), and `fleetctl product upsert` wakes it at once with a `NOTIFY`
 //! on [`product::OPENINGS_CHANNEL`], so a schedule set a moment ahead is kept too. Several
 //! workers look at once; the opening's compare-and-set lets one in, so a product opens once,
-//! within a second of its `opens_at` while any stock worker runs. A failed look is logged
-//! once per streak and tried again in a second.
+//! within a second of its `opens_at` while any stock worker runs. Each look also ends what is
+//! left of a queue no unit can reach any more, 500 orders a transaction, looking again at once
+//! while some are left (`promote_queued` wakes the openers when it leaves some). A failed look
+//! is logged once per streak and tried again in a second.
 
 use std::time::Duration;
 

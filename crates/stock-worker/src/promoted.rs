@@ -5,7 +5,6 @@
 //! authorization ([`authorization::take_over_and_resume`]). What it came to is the message's
 //! outcome, classified as every step's is.
 
-use orderfleet::domain::records::order;
 use orderfleet::domain::steps::authorization;
 use orderfleet::domain::steps::fulfilment::{Fulfilment, Step};
 use orderfleet::domain::steps::leased::AuthorizationError;
@@ -13,21 +12,9 @@ use orderfleet_payments::STRIPE;
 use orderfleet_runtime::failure::{Failure, Source};
 use orderfleet_words::OrderId;
 
-/// Authorizes the first promoted order in line still waiting, `id`'s or one ahead of it, once.
-///
-/// Each promoted order has one message, and each message authorizes one waiting order: the
-/// first in its product's line with no live lease ([`order::first_promoted_waiting`]), not
-/// necessarily its own. So the queue is authorized in line order, as the buyers' `line`
-/// figures promise, though a standard queue delivers the messages in any order. None is left
-/// behind: a message is used up only by authorizing a waiting order, or when every waiting one
-/// is taken already, each by a worker that holds another message (or the sweeper), which then
-/// finishes it or leaves its message to come back.
+/// Authorizes the promoted order `id`, once.
 pub(crate) async fn authorize(fulfilment: &Fulfilment, id: OrderId) -> Step {
-    let next = match order::first_promoted_waiting(&fulfilment.pool, id).await {
-        Ok(next) => next.unwrap_or(id),
-        Err(e) => return Step::Failed(orderfleet_runtime::db::failure(&anyhow::Error::new(e))),
-    };
-    match authorization::take_over_and_resume(&fulfilment.pool, &fulfilment.payments, next).await {
+    match authorization::take_over_and_resume(&fulfilment.pool, &fulfilment.payments, id).await {
         // Recorded (authorized, declined, 3-D Secure asked, refused), or another holds its
         // lease or moved it on (the sweeper, a redelivery): nothing more for this message.
         Ok(_) => Step::Done,

@@ -354,19 +354,32 @@ pub fn draw_seed() -> [u8; 32] {
 /// operating system (kept on the product for the audit), puts it in line ahead of every later
 /// order, and promises units down the line. A caller killed midway leaves the opening not
 /// begun, for the next look. A paused product is not opened: its resume wakes the openers, and
-/// they look each second while one is due. One statement reads the schedule: what is due, and
-/// when the next opening is.
+/// they look each second while one is due. It also ends what is left of a queue no unit can
+/// reach any more, 500 orders a call. One statement reads the schedule: what is due, when the
+/// next opening is, and which queues are left to end.
 pub async fn open_due(pool: &orderfleet_runtime::db::Pool) -> sqlx::Result<Looked> {
     let schedule = sqlx::query!(
-        r#"SELECT id AS "id: Sku", EXTRACT(EPOCH FROM opens_at - now())::float8 AS "in_s!",
-                  paused_at IS NOT NULL AS "paused!"
-             FROM products WHERE opened_at IS NULL AND opens_at IS NOT NULL
-            ORDER BY opens_at LIMIT 100"#
+        r#"SELECT due.id AS "id!: Sku", due.in_s AS "in_s!", due.paused AS "paused!", false AS "to_end!"
+             FROM (SELECT id, EXTRACT(EPOCH FROM opens_at - now())::float8 AS in_s, paused_at IS NOT NULL AS paused
+                     FROM products WHERE opened_at IS NULL AND opens_at IS NOT NULL
+                    ORDER BY opens_at LIMIT 100) due
+           UNION ALL
+           SELECT p.id, 0, false, true FROM products p
+            WHERE p.queue_waiting AND p.opened_at IS NOT NULL AND p.paused_at IS NULL
+              AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.product_id = p.id AND holds_units(o.status))"#
     )
     .fetch_all(pool)
     .await?;
     let mut looked = Looked::default();
-    for row in schedule {
+    let (to_end, due): (Vec<_>, Vec<_>) = schedule.into_iter().partition(|row| row.to_end);
+    for row in to_end {
+        // Every unit sold and none held: what is left of its queue ends sold_out, 500 orders
+        // in a transaction of its own each call (`promote_queued`), rather than in the one
+        // that sold the last unit; the next look comes at once while some are left.
+        sqlx::query!("SELECT promote_queued($1) AS promised", &row.id as _).fetch_one(pool).await?;
+        looked.look_within(std::time::Duration::ZERO);
+    }
+    for row in due {
         if row.in_s > 0.0 {
             looked.look_within(std::time::Duration::from_secs_f64(row.in_s));
             break;

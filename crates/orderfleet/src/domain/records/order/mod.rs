@@ -310,27 +310,6 @@ pub async fn line<'e>(executor: impl PgExecutor<'e>, order: &Order) -> sqlx::Res
     .await
 }
 
-/// The first promoted order in the line of `order`'s product still waiting for its
-/// authorization with no live lease: the one a promoted order's message authorizes, so that
-/// the queue's orders are authorized in line order whatever order their messages arrive in.
-/// `None` when every one is taken (each by a worker handling a message, or by the sweeper).
-/// ONE statement, on the index of waiting promoted orders.
-pub async fn first_promoted_waiting<'e>(
-    executor: impl PgExecutor<'e>,
-    order: OrderId,
-) -> sqlx::Result<Option<OrderId>> {
-    sqlx::query_scalar!(
-        r#"SELECT o.id AS "id: OrderId" FROM orders o
-            WHERE o.product_id = (SELECT product_id FROM orders WHERE id = $1)
-              AND o.status = 'pending_authorization' AND o.promoted_at IS NOT NULL
-              AND (o.intake_lease_until IS NULL OR o.intake_lease_until < now())
-            ORDER BY o.position LIMIT 1"#,
-        order as _,
-    )
-    .fetch_optional(executor)
-    .await
-}
-
 /// The order a buyer's idempotency key made, if any.
 pub async fn find_by_key<'e>(
     executor: impl PgExecutor<'e>,
