@@ -190,6 +190,58 @@ async fn a_declined_promoted_order_passes_its_unit_down_the_line() {
     fleet.stop().await.unwrap();
 }
 
+/// The stock worker holding the opening dies between the draw and its commit: nothing of its
+/// draw is left, and the next worker opens the queue, each order once in line.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_opener_killed_mid_opening_leaves_nothing_and_the_next_opens() {
+    // Arrange: one stock worker, armed to die inside its opening; six buyers queued for two units.
+    let mut fleet = Fleet::prepare("opener-killed").await.unwrap();
+    for label in ["order-intake", "outbox-relay", "notification-worker"] {
+        fleet.spawn(label, label, &[]).unwrap();
+    }
+    upsert(&fleet, "sku-k", 2, &["--opens-at", &at(600), "--queue-opens-at", &at(-60)]).await.unwrap();
+    for i in 0..6 {
+        // The intake may still be starting: each buyer sends until answered.
+        let answer = eventually("an answer", Duration::from_secs(30), || async {
+            fleet.post_order(&format!("buyer-{i}"), "key-1", "sku-k", 1, "pm_card_visa").await.ok()
+        })
+        .await
+        .unwrap();
+        assert_eq!(answer.body["status"].as_str(), Some("queued"), "{answer:?}");
+    }
+    fleet
+        .spawn("doomed-stock-worker", "stock-worker", &[("ORDERFLEET_FAILPOINTS", "during_opening")])
+        .unwrap();
+
+    // Act: the opening brought to now; the worker dies in it; then another stock worker starts.
+    upsert(&fleet, "sku-k", 2, &["--opens-at", &at(1), "--queue-opens-at", &at(-60)]).await.unwrap();
+    let died = fleet.wait_exit("doomed-stock-worker", Duration::from_secs(60)).await.unwrap();
+    assert!(!died.success(), "the failpoint during_opening was not reached");
+    let after_the_death: (bool, i64) = sqlx::query_as(
+        "SELECT opened_at IS NOT NULL, (SELECT count(*) FROM orders WHERE product_id = 'sku-k' AND position IS NOT NULL)
+           FROM products WHERE id = 'sku-k'",
+    )
+    .fetch_one(&fleet.pool)
+    .await
+    .unwrap();
+    fleet.spawn("stock-worker", "stock-worker", &[]).unwrap();
+    let seed = opened(&fleet, "sku-k").await;
+    let by_status = served(&fleet, "sku-k").await;
+
+    // Assert: the dead worker's draw undone whole; the next one's places each order once.
+    assert_eq!(after_the_death, (false, 0), "(opened, orders placed) after the death");
+    assert_eq!(seed.len(), 32);
+    assert_eq!(by_status, HashMap::from([("paid".into(), 2), ("sold_out".into(), 4)]));
+    let places: Vec<i64> =
+        sqlx::query_scalar("SELECT position FROM orders WHERE product_id = 'sku-k' ORDER BY position")
+            .fetch_all(&fleet.pool)
+            .await
+            .unwrap();
+    assert_eq!(places, (1..=6).collect::<Vec<_>>());
+    assert_eq!(fleet.intents().await.unwrap().len(), 2, "a PaymentIntent for each unit, none more");
+    fleet.stop().await.unwrap();
+}
+
 /// The opening cannot move once it has happened; a pre-queue must come before it.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_opening_is_refused_a_move_once_it_happened() {

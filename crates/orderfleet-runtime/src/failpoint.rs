@@ -11,7 +11,8 @@
 //! The points: `after_authorize` (intake: the payment authorized, nothing committed),
 //! `after_reserve` (stock reserved and committed, not captured: a stock worker that reserved,
 //! or that took the message of an order reserved at its commit), `after_capture` (captured,
-//! not committed), `after_paid` (paid committed, message not deleted). One point plants a
+//! not committed), `after_paid` (paid committed, message not deleted), `during_opening` (a stock
+//! worker's opener: the queue drawn, not committed). One point plants a
 //! defect instead of a crash ([`planted`]).
 
 #[cfg(feature = "failpoints")]

@@ -391,9 +391,7 @@ pub async fn open_due(pool: &orderfleet_runtime::db::Pool) -> sqlx::Result<Looke
             continue;
         }
         let seed = draw_seed();
-        let drawn = sqlx::query_scalar!(r#"SELECT open_product($1, $2) AS "drawn""#, &row.id as _, &seed[..])
-            .fetch_one(pool)
-            .await;
+        let drawn = open(pool, &row.id, &seed).await;
         // One product's failed opening (tried again at the next look) holds up no other's.
         match drawn {
             Ok(Some(drawn)) => looked.opened.push((row.id, drawn)),
@@ -405,6 +403,19 @@ pub async fn open_due(pool: &orderfleet_runtime::db::Pool) -> sqlx::Result<Looke
         }
     }
     Ok(looked)
+}
+
+/// Opens `product` with `seed` (`open_product`), in a transaction of its own: the
+/// `during_opening` failpoint kills the process between the draw and its commit, and the draw
+/// is then undone whole, for the next look to make.
+async fn open(pool: &Pool, product: &Sku, seed: &[u8]) -> sqlx::Result<Option<i32>> {
+    let mut tx = pool.begin().await?;
+    let drawn = sqlx::query_scalar!(r#"SELECT open_product($1, $2) AS "drawn""#, product as _, seed)
+        .fetch_one(&mut *tx)
+        .await?;
+    orderfleet_runtime::failpoint::hit("during_opening");
+    tx.commit().await?;
+    Ok(drawn)
 }
 
 impl Looked {

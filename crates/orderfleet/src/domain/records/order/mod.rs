@@ -192,11 +192,22 @@ impl From<OrderRow> for Order {
 }
 
 /// `query_as!(OrderRow, …)` of a statement whose answer is [`Order`]'s columns: the statement
-/// up to them (`"SELECT"`, `"… RETURNING"`), the rest of it, then its arguments.
+/// up to them (`"SELECT"`, `"… RETURNING"`), the rest of it, then its arguments. With `more`
+/// first, a `query!` whose answer has more columns after the order's (`$tail` begins with
+/// them), for [`order_from!`]. The one list of the order's columns in a statement of Rust's;
+/// the door's statement, a file (`door/door.sql`), has the other.
 macro_rules! query_order {
+    (more, $head:literal, $tail:literal $($args:tt)*) => {
+        $crate::domain::records::order::query_order!(@columns (sqlx::query!) [] $head, $tail $($args)*)
+    };
     ($head:literal, $tail:literal $($args:tt)*) => {
-        sqlx::query_as!(
-            $crate::domain::records::order::OrderRow,
+        $crate::domain::records::order::query_order!(
+            @columns (sqlx::query_as!) [$crate::domain::records::order::OrderRow,] $head, $tail $($args)*
+        )
+    };
+    (@columns ($($query:tt)*) [$($row:tt)*] $head:literal, $tail:literal $($args:tt)*) => {
+        $($query)*(
+            $($row)*
             $head + r#" id AS "id: orderfleet_words::OrderId", user_id AS "user_id: orderfleet_words::UserId",
                 request_hash, product_id AS "product_id: orderfleet_words::Sku",
                 quantity AS "quantity: orderfleet_words::Quantity", amount_minor,

@@ -49,13 +49,14 @@ impl Fulfilment {
     /// it: `stock_reserved` if it moved it; otherwise as the statement's snapshot saw it, which
     /// may predate another delivery's move (the next step's compare-and-set finds out).
     pub(super) async fn arrive(&self, order_id: OrderId) -> anyhow::Result<Option<(Order, Arrival)>> {
-        // Claims the order if it is `$2` (`authorized`), takes its units if nothing was cut, and
-        // moves it to `$3` (`stock_reserved`). The order comes back either way, with whether it
-        // was claimed: as the statement's snapshot saw it, with the move's status and time. (The
+        // Claims the order if it is `authorized`, takes its units if nothing was cut, and moves
+        // it to `stock_reserved`. The order comes back either way, with whether it was claimed:
+        // as the statement's snapshot saw it, then given the move's status and time. (The
         // snapshot predates the claim's lock; nothing changes an order's other columns while it
         // is `authorized`, so they are the moved row's too. A writer that did would read them
         // from `moved` here.)
-        let row = sqlx::query!(
+        let row = order::query_order!(
+            more,
             r#"WITH claim AS (
                  SELECT id, product_id, quantity, (authorization_expires_at < now()) IS TRUE AS lapsed
                    FROM orders WHERE id = $1 AND status = 'authorized' FOR UPDATE
@@ -70,16 +71,10 @@ impl Fulfilment {
                   WHERE id IN (SELECT id FROM claim) AND EXISTS (SELECT 1 FROM taken)
               RETURNING updated_at
              )
-             SELECT id AS "id: OrderId", user_id AS "user_id: orderfleet_words::UserId", request_hash,
-                    product_id AS "product_id: orderfleet_words::Sku", quantity AS "quantity: orderfleet_words::Quantity",
-                    amount_minor, currency AS "currency: orderfleet_words::Currency", payment_method,
-                    CASE WHEN EXISTS (SELECT 1 FROM moved) THEN 'stock_reserved'::order_status ELSE status END AS "status!: OrderStatus",
-                    position, payment_intent_id, failure_reason AS "failure_reason: FailureReason",
-                    authorization_released_at, traceparent,
-                    payment_attempt, payment_attempt_failed, payment_attempt_at, client_secret, next_action, action_expires_at,
-                    intake_lease_until, created_at, COALESCE((SELECT updated_at FROM moved), updated_at) AS "updated_at!", queued_for,
-                    EXISTS (SELECT 1 FROM claim) AS "claimed!",
-                    EXISTS (SELECT 1 FROM claim WHERE lapsed) AS "lapsed!"
+             SELECT"#,
+            r#", EXISTS (SELECT 1 FROM claim) AS "claimed!",
+                 EXISTS (SELECT 1 FROM claim WHERE lapsed) AS "lapsed!",
+                 (SELECT updated_at FROM moved) AS moved_at
                FROM orders WHERE id = $1"#,
             order_id as _,
         )
@@ -87,8 +82,11 @@ impl Fulfilment {
         .await
         .context("failed to reserve stock")?;
         let Some(row) = row else { return Ok(None) };
-        let (claimed, lapsed) = (row.claimed, row.lapsed);
-        let order = order::order_from!(row);
+        let (claimed, lapsed, moved_at) = (row.claimed, row.lapsed, row.moved_at);
+        let mut order = order::order_from!(row);
+        if let Some(moved_at) = moved_at {
+            (order.status, order.updated_at) = (OrderStatus::StockReserved, moved_at);
+        }
         let arrival = match (claimed, order.status) {
             (true, OrderStatus::StockReserved) => {
                 orderfleet_runtime::failpoint::hit("after_reserve");
