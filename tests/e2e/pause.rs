@@ -75,11 +75,7 @@ async fn a_pause_stops_both_intakes_once_it_returns_and_the_resume_goes_on_in_li
     let second = fleet.spawn_intake("order-intake-2", &[]).unwrap();
     let urls = [fleet.intake_url.clone(), second];
     for url in &urls {
-        eventually("the intake answers", Duration::from_secs(30), || async {
-            fleet.http.get(format!("{url}/healthz")).send().await.ok()?.status().is_success().then_some(())
-        })
-        .await
-        .unwrap();
+        fleet.wait_intake_at(url).await.unwrap();
     }
     upsert(&fleet, "sku-p", 10_000, &[]).await.unwrap();
     let fleet = Arc::new(fleet);

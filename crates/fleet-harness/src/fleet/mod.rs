@@ -424,6 +424,11 @@ impl Fleet {
         Ok(())
     }
 
+    /// Waits until the intake at `url` (one [`Self::spawn_intake`] started) answers.
+    pub async fn wait_intake_at(&self, url: &str) -> anyhow::Result<()> {
+        self.wait_http(&format!("{url}/healthz")).await
+    }
+
     async fn wait_http(&self, url: &str) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
