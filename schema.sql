@@ -82,6 +82,20 @@ END
 $$;
 
 --
+-- Name: card_cap_at_promotion(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.card_cap_at_promotion() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    NEW.card_cap := (SELECT max_per_card FROM products WHERE id = NEW.product_id);
+    RETURN NEW;
+END
+$$;
+
+--
 -- Name: counts_as_decline(public.order_status, text); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -353,6 +367,8 @@ CREATE TABLE public.orders (
     dispute_id text,
     queued_for timestamp with time zone,
     promoted_at timestamp with time zone,
+    card_cap integer,
+    card_fingerprint text,
     CONSTRAINT orders_amount_minor_check CHECK ((amount_minor > 0)),
     CONSTRAINT orders_idempotency_key_check CHECK (((length(idempotency_key) >= 1) AND (length(idempotency_key) <= 255))),
     CONSTRAINT orders_placed_unless_queued CHECK ((("position" IS NOT NULL) OR (status = 'queued'::public.order_status))),
@@ -444,9 +460,11 @@ CREATE TABLE public.products (
     draw_seed bytea,
     queue_waiting boolean DEFAULT false NOT NULL,
     paused_at timestamp with time zone,
+    max_per_card integer,
     CONSTRAINT products_currency_check CHECK ((currency ~ '^[a-z]{3}$'::text)),
     CONSTRAINT products_id_check CHECK ((id ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$'::text)),
     CONSTRAINT products_max_per_buyer_check CHECK (((max_per_buyer IS NULL) OR (max_per_buyer >= 1))),
+    CONSTRAINT products_max_per_card_check CHECK (((max_per_card IS NULL) OR (max_per_card >= 1))),
     CONSTRAINT products_name_check CHECK (((length(name) >= 1) AND (length(name) <= 200))),
     CONSTRAINT products_price_minor_check CHECK ((price_minor > 0)),
     CONSTRAINT products_promised_not_negative CHECK ((units_promised >= 0)),
@@ -695,6 +713,12 @@ CREATE INDEX orders_awaiting_action ON public.orders USING btree (action_expires
 CREATE INDEX orders_by_buyer ON public.orders USING btree (user_id, product_id);
 
 --
+-- Name: orders_by_card; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX orders_by_card ON public.orders USING btree (product_id, card_fingerprint) WHERE (card_fingerprint IS NOT NULL);
+
+--
 -- Name: orders_by_payment_intent; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -765,6 +789,12 @@ CREATE INDEX stripe_429s_by_time ON public.stripe_429s USING btree (at);
 --
 
 CREATE INDEX webhook_events_by_age ON public.webhook_events USING btree (received_at);
+
+--
+-- Name: orders orders_card_cap_at_promotion; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER orders_card_cap_at_promotion BEFORE UPDATE OF status ON public.orders FOR EACH ROW WHEN (((old.status = 'queued'::public.order_status) AND (new.status = 'pending_authorization'::public.order_status))) EXECUTE FUNCTION public.card_cap_at_promotion();
 
 --
 -- Name: orders orders_units_freed; Type: TRIGGER; Schema: public; Owner: -

@@ -4,6 +4,7 @@
 //! End-to-end tests against the real PostgreSQL and LocalStack that `make up` started.
 //! One test binary (one link) for the whole suite; a module per subject.
 
+mod card_cap;
 mod configuration;
 mod contract;
 mod door;

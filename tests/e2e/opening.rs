@@ -8,33 +8,8 @@ use std::time::Duration;
 use fleet_harness::eventually;
 use futures::StreamExt;
 use orderfleet_tests::Fleet;
+use orderfleet_tests::drops::{at, upsert};
 use serde_json::Value;
-
-/// RFC 3339 of now and `seconds` (negative: before now).
-fn at(seconds: i64) -> String {
-    (chrono::Utc::now() + chrono::TimeDelta::seconds(seconds)).to_rfc3339()
-}
-
-/// `fleetctl product upsert` of `id` with `stock` units and the given opening flags.
-async fn upsert(fleet: &Fleet, id: &str, stock: i32, opening: &[&str]) -> anyhow::Result<String> {
-    let stock = stock.to_string();
-    let mut args = vec![
-        "product",
-        "upsert",
-        "--id",
-        id,
-        "--name",
-        id,
-        "--price",
-        "1500",
-        "--currency",
-        "usd",
-        "--stock",
-        &stock,
-    ];
-    args.extend_from_slice(opening);
-    fleet.fleetctl(&args, &[]).await
-}
 
 /// The product's orders by status.
 async fn statuses(fleet: &Fleet, product: &str) -> HashMap<String, i64> {

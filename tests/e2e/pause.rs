@@ -10,52 +10,16 @@ use std::time::Duration;
 use fleet_harness::eventually;
 use futures::StreamExt;
 use orderfleet_tests::Fleet;
-use serde_json::Value;
-
-/// RFC 3339 of now and `seconds` (negative: before now).
-fn at(seconds: i64) -> String {
-    (chrono::Utc::now() + chrono::TimeDelta::seconds(seconds)).to_rfc3339()
-}
-
-/// `fleetctl product upsert` of `id` with `stock` units and the given flags.
-async fn upsert(fleet: &Fleet, id: &str, stock: i32, flags: &[&str]) -> anyhow::Result<String> {
-    let stock = stock.to_string();
-    let mut args = vec![
-        "product",
-        "upsert",
-        "--id",
-        id,
-        "--name",
-        id,
-        "--price",
-        "1500",
-        "--currency",
-        "usd",
-        "--stock",
-        &stock,
-    ];
-    args.extend_from_slice(flags);
-    fleet.fleetctl(&args, &[]).await
-}
+use orderfleet_tests::drops::{at, upsert};
 
 /// One order request at the intake `url`: its status and error code.
 async fn ask(fleet: &Fleet, url: &str, user: &str, product: &str) -> (u16, String, Option<String>) {
-    let answer = fleet
-        .http
-        .post(format!("{url}/v1/orders"))
-        .bearer_auth(fleet.token(user))
-        .header("idempotency-key", "k")
-        .json(&serde_json::json!({ "product_id": product, "quantity": 1, "payment_method": "pm_card_visa" }))
-        .send()
-        .await
-        .unwrap();
-    let status = answer.status().as_u16();
-    let retry_after = answer.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
-    let body: Value = answer.json().await.unwrap_or(Value::Null);
+    let answer = fleet.post_order(user, "k", product, 1, "pm_card_visa").at(url).await.unwrap();
+    let body = answer.body;
     (
-        status,
+        answer.status,
         body["error"]["code"].as_str().unwrap_or(body["status"].as_str().unwrap_or("")).to_owned(),
-        retry_after,
+        answer.retry_after,
     )
 }
 

@@ -16,6 +16,7 @@ use secrecy::ExposeSecret;
 use sqlx::{Connection, PgConnection};
 
 pub use fleet_harness::audit;
+pub mod drops;
 pub mod queues;
 pub mod server;
 pub mod world;

@@ -192,6 +192,12 @@ pub(crate) struct UpsertArgs {
     /// that have not failed. Without it, no cap (an earlier cap is removed).
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..=i64::from(product::MAX_PER_BUYER)))]
     pub(crate) max_per_buyer: Option<i32>,
+    /// The most units one card may hold in this product's orders that have not failed, the
+    /// card known by Stripe's `card.fingerprint` of the order's payment method, however many
+    /// accounts use it. Read from Stripe once per promised order, before its PaymentIntent.
+    /// Without it, no cap (an earlier cap is removed) and no such read.
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..=i64::from(product::MAX_PER_BUYER)))]
+    pub(crate) max_per_card: Option<i32>,
     /// When the sale opens (RFC 3339, e.g. 2026-12-24T18:00:00Z): no unit is promised before
     /// it. Without it, as it is (a new product opens at once). Refused once the product opened.
     #[arg(long, value_parser = rfc3339)]

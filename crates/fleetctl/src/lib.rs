@@ -105,6 +105,7 @@ async fn upsert_product(args: UpsertArgs, env: &Env) -> anyhow::Result<()> {
         currency: args.currency,
         units_total: args.stock,
         max_per_buyer: args.max_per_buyer,
+        max_per_card: args.max_per_card,
         opens_at: args.opens_at,
         queue_opens_at: args.queue_opens_at,
     };

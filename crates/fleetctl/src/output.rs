@@ -32,6 +32,10 @@ pub(crate) fn upserted(product: &ProductUpsert, units: &Units) -> String {
         Some(n) => format!("at most {n} per buyer"),
         None => "no cap per buyer".to_owned(),
     };
+    let cap = match product.max_per_card {
+        Some(n) => format!("{cap}, at most {n} per card"),
+        None => format!("{cap}, no cap per card"),
+    };
     let mut text = format!(
         "product {} upserted: price {} {}, {} units for sale in all, {} sold or reserved, {} promised, {cap}",
         product.id.as_str(),
@@ -153,6 +157,10 @@ pub(crate) fn resolved(
             format!("payment_declined; {units} of {} back for the next buyer{why}", order.product_id)
         }
         Recorded::Refused(words) => format!("payment_declined (order_refused); its hold released: {words}"),
+        Recorded::OverCardCap => format!(
+            "payment_declined (card_limit_reached): its card holds the most units of {} its cap allows; no hold",
+            order.product_id
+        ),
         Recorded::MovedElsewhere => {
             anyhow::bail!("order {} moved on to {} meanwhile; nothing was recorded", order.id, order.status)
         }
@@ -238,6 +246,7 @@ mod tests {
             max_per_buyer,
             opens_at: None,
             queue_opens_at: None,
+            max_per_card: None,
         }
     }
 
@@ -276,9 +285,11 @@ mod tests {
         assert_eq!(
             upserted(&kettle(Some(2)), &units),
             "product sku-1 upserted: price 2500 usd, 3 units for sale in all, 1 sold or reserved, 2 promised, \
-             at most 2 per buyer"
+             at most 2 per buyer, no cap per card"
         );
-        assert!(upserted(&kettle(None), &units).ends_with(", 2 promised, no cap per buyer"));
+        assert!(upserted(&kettle(None), &units).ends_with(", 2 promised, no cap per buyer, no cap per card"));
+        let carded = ProductUpsert { max_per_card: Some(1), ..kettle(None) };
+        assert!(upserted(&carded, &units).ends_with(", no cap per buyer, at most 1 per card"));
     }
 
     #[test]

@@ -77,6 +77,10 @@ fn answer(order: &Order, replayed: bool) -> Option<Placed> {
         OrderStatus::PaymentDeclined if order.failure_reason == Some(FailureReason::OrderRefused) => {
             Some(Placed::Declined { error: ApiError::OrderRefused, replayed })
         }
+        // Over its card's cap: no PaymentIntent was made; not a card decline.
+        OrderStatus::PaymentDeclined if order.failure_reason == Some(FailureReason::CardLimitReached) => {
+            Some(Placed::Declined { error: ApiError::PurchaseLimitReached, replayed })
+        }
         OrderStatus::PaymentDeclined => Some(Placed::Declined { error: ApiError::PaymentDeclined, replayed }),
         _ => Some(Placed::Accepted {
             body: Accepted {
@@ -204,6 +208,11 @@ impl Intake<'_> {
             Ok(Recorded::Refused(_words)) => Order {
                 status: OrderStatus::PaymentDeclined,
                 failure_reason: Some(FailureReason::OrderRefused),
+                ..order
+            },
+            Ok(Recorded::OverCardCap) => Order {
+                status: OrderStatus::PaymentDeclined,
+                failure_reason: Some(FailureReason::CardLimitReached),
                 ..order
             },
             Ok(Recorded::MovedElsewhere | Recorded::RequiresAction) => self.reload(order.id).await?,

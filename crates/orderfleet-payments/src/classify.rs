@@ -26,6 +26,8 @@ pub enum Operation {
     Retrieve,
     /// A page of Stripe's list; a lookup too.
     List,
+    /// A payment method's card, for its fingerprint (the card cap); a lookup too.
+    PaymentMethod,
 }
 
 impl Operation {
@@ -37,6 +39,7 @@ impl Operation {
             Operation::Cancel => "cancel",
             Operation::Retrieve => "retrieve",
             Operation::List => "list",
+            Operation::PaymentMethod => "payment_method",
         }
     }
 
@@ -58,6 +61,7 @@ impl Operation {
             Operation::Cancel => Endpoint::Cancel,
             Operation::Retrieve => Endpoint::Retrieve,
             Operation::List => Endpoint::List,
+            Operation::PaymentMethod => Endpoint::PaymentMethod,
         }
     }
 

@@ -16,6 +16,7 @@ use stripe_core::payment_intent::{
     RetrievePaymentIntent,
 };
 use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod};
+use stripe_payment::payment_method::RetrievePaymentMethod;
 
 use crate::budget::{Endpoint, FleetLimits, StripeBudget};
 use crate::classify::{Operation, PaymentError, RetryPolicy, classify, is_rate_limit, is_saved_failure};
@@ -327,6 +328,20 @@ impl Payments {
         })
         .await
         .map(|pi| Intent::from(&pi))
+    }
+
+    /// The `card.fingerprint` of `payment_method` (`GET /v1/payment_methods/{id}`), for the card
+    /// cap: Stripe gives one card number one fingerprint in an account, however many payment
+    /// methods and customers carry it (docs.stripe.com/api/payment_methods/object,
+    /// `card.fingerprint`). `None` for a payment method that is no card. A lookup: no key, and
+    /// within the fleet's budget on its own operation.
+    pub async fn card_fingerprint(&self, payment_method: &str) -> Result<Option<String>, PaymentError> {
+        let id = payment_method.to_owned();
+        self.with_retries(Operation::PaymentMethod, || {
+            RetrievePaymentMethod::new(id.as_str()).customize().timeout(self.retry.timeout).send(&self.client)
+        })
+        .await
+        .map(|method| method.card.and_then(|card| card.fingerprint))
     }
 
     /// Whether Stripe answers at all: one lookup of an intent that does not exist, no retries.

@@ -72,6 +72,8 @@ pub struct RequestStats {
     pub max_requests_in_one_second: u64,
     /// The same, for each named operation that was called (`"POST /v1/payment_intents"`, …).
     pub max_requests_in_one_second_by_endpoint: BTreeMap<String, u64>,
+    /// The requests received on each named operation that was called, admitted or not.
+    pub requests_by_endpoint: BTreeMap<String, u64>,
 }
 
 /// What the limits make of one request.
@@ -108,6 +110,8 @@ struct Window {
     received: VecDeque<Instant>,
     /// The most received in any one-second window.
     busiest: u64,
+    /// Every request received.
+    received_in_all: u64,
 }
 
 impl Window {
@@ -115,6 +119,7 @@ impl Window {
     fn receive(&mut self, now: Instant) {
         forget_older_than_a_second(&mut self.received, now);
         self.received.push_back(now);
+        self.received_in_all += 1;
         let in_one_second = u64::try_from(self.received.len()).unwrap_or(u64::MAX);
         self.busiest = self.busiest.max(in_one_second);
     }
@@ -162,6 +167,11 @@ impl Traffic {
                 .operations
                 .iter()
                 .map(|(name, window)| ((*name).to_owned(), window.busiest))
+                .collect(),
+            requests_by_endpoint: self
+                .operations
+                .iter()
+                .map(|(name, window)| ((*name).to_owned(), window.received_in_all))
                 .collect(),
         }
     }

@@ -24,8 +24,10 @@ fn stats(requests: u64, rate_limited: u64, max_requests_in_one_second: u64) -> V
 /// `GET /_sim/stats` without the counts by operation, to compare with [`stats`].
 async fn totals(sim: &TestSim) -> Value {
     let mut stats = sim.stats().await;
-    let by_endpoint = stats.as_object_mut().and_then(|o| o.remove("max_requests_in_one_second_by_endpoint"));
-    assert!(by_endpoint.is_some_and(|b| b.is_object()), "{stats}");
+    for by_endpoint in ["max_requests_in_one_second_by_endpoint", "requests_by_endpoint"] {
+        let removed = stats.as_object_mut().and_then(|o| o.remove(by_endpoint));
+        assert!(removed.is_some_and(|b| b.is_object()), "{by_endpoint}: {stats}");
+    }
     stats
 }
 
@@ -221,6 +223,11 @@ async fn a_burst_on_one_operation_beyond_its_limit_is_answered_429_while_other_o
     assert_eq!((stats["requests"].as_u64(), stats["rate_limited"].as_u64()), (Some(9), Some(3)));
     assert_eq!(
         stats["max_requests_in_one_second_by_endpoint"],
+        json!({"POST /v1/payment_intents": 5, "GET /v1/payment_intents/{id}": 4})
+    );
+    // Every request received on each, admitted or refused.
+    assert_eq!(
+        stats["requests_by_endpoint"],
         json!({"POST /v1/payment_intents": 5, "GET /v1/payment_intents/{id}": 4})
     );
 }

@@ -37,6 +37,7 @@ impl Fleet {
             max_per_buyer: None,
             opens_at: None,
             queue_opens_at: None,
+            max_per_card: None,
         };
         let pool = crate::fleet_pool(&self.stack.database_url, 1).await?;
         orderfleet::domain::records::product::upsert(&pool, &product).await?;
@@ -61,9 +62,20 @@ impl Fleet {
         key: Option<&str>,
         body: &str,
     ) -> anyhow::Result<Answer> {
+        self.post_raw_at(&self.intake_url, user, key, body).await
+    }
+
+    /// `POST /v1/orders` with a raw body, to the intake at `url`.
+    async fn post_raw_at(
+        &self,
+        url: &str,
+        user: Option<&str>,
+        key: Option<&str>,
+        body: &str,
+    ) -> anyhow::Result<Answer> {
         let mut request = self
             .http
-            .post(format!("{}/v1/orders", self.intake_url))
+            .post(format!("{url}/v1/orders"))
             .header("content-type", "application/json")
             .body(body.to_owned());
         if let Some(user) = user {
@@ -96,6 +108,7 @@ impl Fleet {
             serde_json::json!({ "product_id": product, "quantity": quantity, "payment_method": method });
         OrderPost {
             fleet: self,
+            url: self.intake_url.clone(),
             user: user.to_owned(),
             key: key.to_owned(),
             body: body.to_string(),
@@ -118,6 +131,8 @@ impl Fleet {
 /// [`OrderPost::retrying`], as a well-behaved client does.
 pub struct OrderPost<'a> {
     fleet: &'a Fleet,
+    /// The intake it goes to: the fleet's first, unless [`OrderPost::at`] says another.
+    url: String,
     user: String,
     key: String,
     body: String,
@@ -126,8 +141,14 @@ pub struct OrderPost<'a> {
 }
 
 impl<'a> OrderPost<'a> {
+    /// Sent to the intake at `url` (one a test spawned beside the fleet's own).
+    pub fn at(mut self, url: &str) -> Self {
+        url.clone_into(&mut self.url);
+        self
+    }
+
     async fn send(&self) -> anyhow::Result<Answer> {
-        self.fleet.post_raw(Some(&self.user), Some(&self.key), &self.body).await
+        self.fleet.post_raw_at(&self.url, Some(&self.user), Some(&self.key), &self.body).await
     }
 
     /// What a well-behaved client does: on `409 idempotency_key_in_use` (the same key in
@@ -158,9 +179,9 @@ impl Future for OrderPost<'_> {
     ) -> std::task::Poll<Self::Output> {
         let this = self.get_mut();
         let sending = this.sending.get_or_insert_with(|| {
-            let (fleet, user, key, body) =
-                (this.fleet, this.user.clone(), this.key.clone(), this.body.clone());
-            Box::pin(async move { fleet.post_raw(Some(&user), Some(&key), &body).await })
+            let (fleet, url, user, key, body) =
+                (this.fleet, this.url.clone(), this.user.clone(), this.key.clone(), this.body.clone());
+            Box::pin(async move { fleet.post_raw_at(&url, Some(&user), Some(&key), &body).await })
         });
         sending.as_mut().poll(cx)
     }

@@ -142,6 +142,24 @@ impl Fleet {
         Ok(self.http.get(format!("{}/_sim/stats", self.stripe_url)).send().await?.json().await?)
     }
 
+    /// A new PaymentMethod that behaves as the test card `like` with the card fingerprint
+    /// `fingerprint` (`POST /_sim/payment_methods`): one card that several buyers, or one buyer
+    /// with several accounts, type in. Its id.
+    pub async fn card(&self, like: &str, fingerprint: &str) -> anyhow::Result<String> {
+        let body = serde_json::json!({ "like": like, "fingerprint": fingerprint });
+        let response =
+            self.http.post(format!("{}/_sim/payment_methods", self.stripe_url)).json(&body).send().await?;
+        anyhow::ensure!(response.status().is_success(), "payment method not minted: {}", response.status());
+        let method: Value = response.json().await?;
+        method["id"].as_str().map(str::to_owned).context("no id in the minted payment method")
+    }
+
+    /// The requests stripe-sim received on the named operation `endpoint`
+    /// (`"GET /v1/payment_methods/{id}"`), admitted or not.
+    pub async fn stripe_requests_on(&self, endpoint: &str) -> anyhow::Result<u64> {
+        Ok(self.stripe_stats().await?["requests_by_endpoint"][endpoint].as_u64().unwrap_or(0))
+    }
+
     /// The TCP connections stripe-sim accepted (`GET /_sim/connections`).
     pub async fn stripe_connections(&self) -> anyhow::Result<u64> {
         let answer: Value =

@@ -105,14 +105,22 @@ pub enum Endpoint {
     Capture = 3,
     /// `POST /v1/payment_intents/{id}/cancel`.
     Cancel = 4,
+    /// `GET /v1/payment_methods/{id}`: a card's fingerprint, for the card cap.
+    PaymentMethod = 5,
 }
 
 impl Endpoint {
     /// How many there are.
-    pub const COUNT: usize = 5;
+    pub const COUNT: usize = 6;
     /// Every one, in order.
-    pub const ALL: [Endpoint; Self::COUNT] =
-        [Endpoint::Create, Endpoint::Retrieve, Endpoint::List, Endpoint::Capture, Endpoint::Cancel];
+    pub const ALL: [Endpoint; Self::COUNT] = [
+        Endpoint::Create,
+        Endpoint::Retrieve,
+        Endpoint::List,
+        Endpoint::Capture,
+        Endpoint::Cancel,
+        Endpoint::PaymentMethod,
+    ];
 
     /// Its name, as Stripe's docs write it.
     pub fn name(self) -> &'static str {
@@ -122,6 +130,7 @@ impl Endpoint {
             Endpoint::List => "GET /v1/payment_intents",
             Endpoint::Capture => "POST /v1/payment_intents/{id}/capture",
             Endpoint::Cancel => "POST /v1/payment_intents/{id}/cancel",
+            Endpoint::PaymentMethod => "GET /v1/payment_methods/{id}",
         }
     }
 }
@@ -166,7 +175,14 @@ pub struct StripeBudget {
     seen: Mutex<Seen>,
     /// When this process first saw each member's renewal: their leases, by its clock.
     sightings: Mutex<ledger::Sightings>,
+    /// The 429 records being written now ([`Self::record_429`]), at most [`RECORDS_IN_FLIGHT`].
+    recording: Arc<AtomicU32>,
 }
+
+/// The most 429 records one process writes at once: they share the budget's one connection
+/// with its ticks, so a burst of 429s beyond it is dropped from `drop status`'s count rather
+/// than queued in front of the ticks that slow the fleet down.
+const RECORDS_IN_FLIGHT: u32 = 2;
 
 #[derive(Debug, Clone, Copy)]
 struct Seen {
@@ -225,6 +241,7 @@ impl StripeBudget {
                 ticked: Instant::now(),
             }),
             sightings: Mutex::default(),
+            recording: Arc::default(),
         })
     }
 
@@ -272,6 +289,16 @@ impl StripeBudget {
     /// with its time for the operator's `fleetctl drop status`, by a task of its own, so the
     /// request goes on at once; rows older than ten minutes go as it writes.
     pub fn record_429(&self, endpoint: Endpoint, code: &'static str) {
+        let recording = self.recording.clone();
+        if recording.fetch_add(1, Ordering::AcqRel) >= RECORDS_IN_FLIGHT {
+            recording.fetch_sub(1, Ordering::AcqRel);
+            tracing::debug!(
+                endpoint = endpoint.name(),
+                code,
+                "a 429 not recorded for drop status: two are being written"
+            );
+            return;
+        }
         let pool = self.pool.clone();
         tokio::spawn(async move {
             let written = sqlx::query!(
@@ -282,6 +309,7 @@ impl StripeBudget {
             )
             .execute(&pool)
             .await;
+            recording.fetch_sub(1, Ordering::AcqRel);
             if let Err(error) = written {
                 tracing::debug!(%error, "cannot record a 429 for drop status");
             }

@@ -415,6 +415,7 @@ async fn hot_row(database_url: &str) -> anyhow::Result<String> {
             max_per_buyer: None,
             opens_at: None,
             queue_opens_at: None,
+            max_per_card: None,
         },
     )
     .await?;

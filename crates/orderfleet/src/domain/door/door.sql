@@ -10,7 +10,9 @@
 --             product is open and not paused, no drawn queue waits, the units fit, the rule lets the product through (`any_product`: capped or not),
 --             the buyer is under the card gate (`gate` > 0: `card_attempts`, which takes the
 --             buyer's lock until the statement commits), and the key is unused
---   admitted  the order, `pending_authorization`, at the product's new last place
+--   admitted  the order, `pending_authorization`, at the product's new last place, held to the
+--             product's cap per card (`card_cap`: a queued order is held to the one in force
+--             when the line reaches it, the trigger `orders_card_cap_at_promotion`)
 --   queued    in the pre-queue window instead: the order, `queued`, with no unit promised and
 --             no place (the draw gives it one); one per buyer and product (the index
 --             `orders_one_queued_per_buyer` refuses a second, `already_queued`)
@@ -48,13 +50,14 @@ WITH args AS (
        AND (max_per_buyer IS NULL OR args.any_product)
        AND CASE WHEN args.gate > 0 THEN card_attempts(args.user_id) < args.gate ELSE true END
        AND NOT (SELECT used FROM used)
- RETURNING id, price_minor, currency, last_position
+ RETURNING id, price_minor, currency, last_position, max_per_card
 ), admitted AS (
     INSERT INTO orders (id, user_id, idempotency_key, request_hash, product_id, quantity,
-                        amount_minor, currency, payment_method, intake_lease_until, position, traceparent)
+                        amount_minor, currency, payment_method, intake_lease_until, position, traceparent,
+                        card_cap)
     SELECT args.order_id, args.user_id, args.idempotency_key, args.request_hash, p.id, args.quantity,
            p.price_minor * args.quantity, p.currency, args.payment_method,
-           now() + args.lease_ms * interval '1 ms', p.last_position, args.traceparent
+           now() + args.lease_ms * interval '1 ms', p.last_position, args.traceparent, p.max_per_card
       FROM promised p, args
     RETURNING *
 ), queued AS (
@@ -82,6 +85,7 @@ SELECT a.id AS "id?: OrderId", a.user_id AS "user_id?: UserId", a.request_hash A
        a.payment_attempt_at AS "payment_attempt_at?",
        a.client_secret, a.next_action, a.action_expires_at, a.intake_lease_until,
        a.created_at AS "created_at?", a.updated_at AS "updated_at?", a.queued_for,
+       a.card_cap, a.card_fingerprint,
        (SELECT used FROM used) AS "key_used!",
        seen.units_left AS "units_left?", seen.max_per_buyer AS "max_per_buyer?",
        seen.opens_in, seen.queueing AS "queueing?", seen.paused AS "paused?",

@@ -55,6 +55,9 @@ pub struct ProductUpsert {
     /// The most units one buyer may hold in this product's orders that have not failed
     /// ("limit N per customer"); `None`: no cap.
     pub max_per_buyer: Option<i32>,
+    /// The most units one card (Stripe's `card.fingerprint`) may hold in this product's orders
+    /// that have not failed, whoever's they are; `None`: no cap, and no payment method is read.
+    pub max_per_card: Option<i32>,
     /// When the sale opens (SPEC §1.8); `None`: as it is (a new product opens at once).
     pub opens_at: Option<DateTime<Utc>>,
     /// When its pre-queue opens, before `opens_at`; `None`: as it is (a new product has none).
@@ -219,6 +222,7 @@ pub async fn upsert(pool: &Pool, product: &ProductUpsert) -> Result<Units, Upser
         least,
         product.opens_at,
         product.queue_opens_at,
+        product.max_per_card,
     )
     .fetch_optional(&mut *tx)
     .await
@@ -454,6 +458,7 @@ mod tests {
             max_per_buyer: None,
             opens_at: None,
             queue_opens_at: None,
+            max_per_card: None,
         }
     }
 

@@ -292,6 +292,8 @@ mod tests {
             created_at: now,
             updated_at: now,
             queued_for: None,
+            card_cap: None,
+            card_fingerprint: None,
         }
     }
 

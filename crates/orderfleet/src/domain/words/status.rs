@@ -160,6 +160,9 @@ pub enum FailureReason {
     AuthorizationIncomplete,
     /// A queued order for which no unit was left at or after the opening (`sold_out`).
     SoldOut,
+    /// Its card would have held more units of the product than the product's `--max-per-card`
+    /// (`payment_declined`): no PaymentIntent was made, and it is not a card decline.
+    CardLimitReached,
     /// A code this version does not write: one a later version added, read from an order that
     /// version ended (after a rollback). It reads and shows as its code.
     #[serde(untagged)]
@@ -227,7 +230,7 @@ impl utoipa::ToSchema for FailureReason {}
 
 impl FailureReason {
     /// Every reason this version writes.
-    pub const ALL: [FailureReason; 10] = [
+    pub const ALL: [FailureReason; 11] = [
         FailureReason::OutOfStock,
         FailureReason::PaymentDeclined,
         FailureReason::OrderRefused,
@@ -238,6 +241,7 @@ impl FailureReason {
         FailureReason::AuthorizationCanceled,
         FailureReason::AuthorizationIncomplete,
         FailureReason::SoldOut,
+        FailureReason::CardLimitReached,
     ];
 
     /// Its code in the database, the API and the notifications.
@@ -253,6 +257,7 @@ impl FailureReason {
             FailureReason::AuthorizationCanceled => "authorization_canceled",
             FailureReason::AuthorizationIncomplete => "authorization_incomplete",
             FailureReason::SoldOut => "sold_out",
+            FailureReason::CardLimitReached => "card_limit_reached",
             FailureReason::Other(OtherReason(code)) => code,
         }
     }

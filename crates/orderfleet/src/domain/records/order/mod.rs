@@ -79,6 +79,12 @@ pub struct Order {
     /// For an order taken in a pre-queue, the opening it was taken for: its first answer was
     /// `202 queued`, which a retry of its key answers again.
     pub queued_for: Option<DateTime<Utc>>,
+    /// The most units one card may hold in its product's orders, as in force when it was
+    /// promised its units (`--max-per-card`); `None`: no cap, and no payment method is read.
+    pub card_cap: Option<i32>,
+    /// Its card's `card.fingerprint`, once it was found to fit under [`Order::card_cap`]
+    /// ([`crate::domain::steps::authorization`]'s card check), before any PaymentIntent.
+    pub card_fingerprint: Option<String>,
 }
 
 /// ONE statement: moves an order still in `status` on to its next Stripe attempt (new
@@ -149,6 +155,8 @@ pub(crate) struct OrderRow {
     pub(crate) created_at: DateTime<Utc>,
     pub(crate) updated_at: DateTime<Utc>,
     pub(crate) queued_for: Option<DateTime<Utc>>,
+    pub(crate) card_cap: Option<i32>,
+    pub(crate) card_fingerprint: Option<String>,
 }
 
 /// The [`Order`] of any row with its columns as fields (an [`OrderRow`], or a `query!` record
@@ -180,6 +188,8 @@ macro_rules! order_from {
             created_at: $row.created_at $($some)?,
             updated_at: $row.updated_at $($some)?,
             queued_for: $row.queued_for,
+            card_cap: $row.card_cap,
+            card_fingerprint: $row.card_fingerprint,
         }
     };
 }
@@ -216,7 +226,7 @@ macro_rules! query_order {
                 failure_reason AS "failure_reason: crate::domain::words::status::FailureReason",
                 authorization_released_at, traceparent, payment_attempt,
                 payment_attempt_failed, payment_attempt_at, client_secret, next_action, action_expires_at,
-                intake_lease_until, created_at, updated_at, queued_for "# + $tail
+                intake_lease_until, created_at, updated_at, queued_for, card_cap, card_fingerprint "# + $tail
             $($args)*
         )
     };

@@ -4,18 +4,24 @@
 use orderfleet_payments::{AuthorizeRequest, Intent, PaymentError, Payments};
 use orderfleet_runtime::db::Pool;
 
+use super::card::{self, Checked};
 use super::record::{Recorded, record};
 use crate::domain::records::order::Order;
 use crate::domain::steps::leased::AuthorizationError;
 
-/// Authorizes the order (whose lease the caller holds) and records the result.
+/// Authorizes the order (whose lease the caller holds) and records the result: its card
+/// checked against its cap first, if it has one ([`super::card`]).
 pub async fn authorize(
     pool: &Pool,
     payments: &Payments,
     order: &Order,
 ) -> Result<Recorded, AuthorizationError> {
-    let result = call_stripe(payments, order).await;
-    record(pool, payments, order, result).await
+    let order = match card::check(pool, payments, order).await? {
+        Checked::Go(order) => order,
+        Checked::Ended(recorded) => return Ok(recorded),
+    };
+    let result = call_stripe(payments, &order).await;
+    record(pool, payments, &order, result).await
 }
 
 /// The authorization request of the order's attempt, under that attempt's key.

@@ -10,10 +10,12 @@
 //! rather than making a second one.
 //!
 //! By role, each file going down to the next, never back: `resume` (an order taken over, and
-//! its deadline) → `authorize` (the Stripe call) → `record` (its answer, in ONE statement) →
-//! `lease` (the order's lease taken and given back).
+//! its deadline) → `authorize` (the Stripe call) → `card` (the card's cap, checked before the
+//! first PaymentIntent) → `record` (its answer, in ONE statement) → `lease` (the order's lease
+//! taken and given back).
 
 mod authorize;
+mod card;
 mod lease;
 mod record;
 mod resume;

@@ -23,6 +23,9 @@ pub enum Recorded {
     Declined(String),
     /// This call moved it to `requires_action`: the buyer completes 3-D Secure.
     RequiresAction,
+    /// This call ended it `payment_declined` with `card_limit_reached`, before any
+    /// PaymentIntent: its card would hold more of the product than its cap ([`super::card`]).
+    OverCardCap,
     /// The database refused its move for good: this call released its hold and ended it
     /// `payment_declined` with `order_refused` ([`crate::domain::steps::refusal`]); the database's words.
     Refused(String),
@@ -230,9 +233,10 @@ pub(crate) async fn decline(
     fail(pool, id, FailureReason::PaymentDeclined, detail, payment_intent_id).await
 }
 
-/// [`decline`] with `failure_reason` as given: [`FailureReason::PaymentDeclined`], or
-/// [`FailureReason::AuthorizationIncomplete`] for an intent that never confirmed, released.
-async fn fail(
+/// [`decline`] with `failure_reason` as given: [`FailureReason::PaymentDeclined`],
+/// [`FailureReason::AuthorizationIncomplete`] for an intent that never confirmed, released, or
+/// [`FailureReason::CardLimitReached`] for an order over its card's cap ([`super::card`]).
+pub(super) async fn fail(
     pool: &Pool,
     id: OrderId,
     failure_reason: FailureReason,

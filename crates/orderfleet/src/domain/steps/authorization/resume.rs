@@ -9,6 +9,7 @@ use orderfleet_runtime::db::Pool;
 use orderfleet_words::OrderId;
 
 use super::authorize::{authorize, call_stripe};
+use super::card::{self, Checked};
 use super::lease::{release, take_over};
 use super::record::{Recorded, record};
 use crate::domain::records::order::Order;
@@ -103,7 +104,22 @@ fn key_kept(order: &Order, now: chrono::DateTime<chrono::Utc>) -> bool {
 /// Moving on as soon as the re-sent key answers 500, trusting a lookup made before that send,
 /// would leave a second hold when that create took effect: `crates/order-model` keeps that rule
 /// (`ResumeRule::ListBeforeTheResend`) and finds the second hold.
+///
+/// An order held to a cap per card whose card was never checked has had no PaymentIntent
+/// (the check comes before its first): it is checked first ([`super::card`]).
 pub async fn resume(pool: &Pool, payments: &Payments, order: &Order) -> Result<Recorded, AuthorizationError> {
+    match card::check(pool, payments, order).await? {
+        Checked::Go(order) => resume_checked(pool, payments, &order).await,
+        Checked::Ended(recorded) => Ok(recorded),
+    }
+}
+
+/// [`resume`], once the order's card is within its cap.
+async fn resume_checked(
+    pool: &Pool,
+    payments: &Payments,
+    order: &Order,
+) -> Result<Recorded, AuthorizationError> {
     if !order.payment_attempt_failed && key_kept(order, chrono::Utc::now()) {
         return resend(pool, payments, order).await;
     }

@@ -1,0 +1,140 @@
+//! One card's fair share (SPEC §8.13): before the first PaymentIntent of an order held to a
+//! cap per card (`card_cap`), its payment method's card is read at Stripe
+//! (`GET /v1/payment_methods/{id}`, within the fleet's budget on that operation), and the order
+//! goes on only if that card's orders of the product, its own included, hold no more units than
+//! the cap. Stripe gives one card number one `card.fingerprint` in an account, whichever buyer
+//! or payment method carries it (docs.stripe.com/api/payment_methods/object, `card.fingerprint`),
+//! so many accounts with one card count as one.
+//!
+//! The check is ONE short transaction, with no network call in it: the card's lock for this
+//! product (so two orders of one card, at two intakes, pass one at a time), then one statement
+//! that counts the card's units and writes the fingerprint on the order if it fits. An order
+//! over the cap ends `payment_declined` with `card_limit_reached`, its units back for the next in
+//! line ([`super::record`]'s `fail`), and no PaymentIntent is ever made for it. An order with no
+//! cap costs nothing here: no read, no statement.
+
+use std::borrow::Cow;
+
+use orderfleet_payments::Payments;
+use orderfleet_runtime::db::Pool;
+
+use super::record::{Recorded, fail, record};
+use crate::domain::records::order::Order;
+use crate::domain::steps::leased::AuthorizationError;
+use crate::domain::steps::refusal::{self, Ended};
+use crate::domain::words::status::{FailureReason, OrderStatus};
+
+/// What the card check came to.
+#[derive(Debug)]
+pub(crate) enum Checked<'a> {
+    /// Go on to the PaymentIntent: the order, with its card's fingerprint when it has a cap
+    /// (borrowed as given when there was nothing to check: no copy on an uncapped order; boxed,
+    /// so the answer that ends the order is not the size of one).
+    Go(Box<Cow<'a, Order>>),
+    /// The order is decided without a PaymentIntent: over the cap, its payment method refused
+    /// by Stripe, or moved on by someone else.
+    Ended(Recorded),
+}
+
+/// Checks `order`'s card against its cap, if it has one and has not passed already.
+pub(crate) async fn check<'a>(
+    pool: &Pool,
+    payments: &Payments,
+    order: &'a Order,
+) -> Result<Checked<'a>, AuthorizationError> {
+    let Some(cap) = order.card_cap else { return Ok(Checked::Go(Box::new(Cow::Borrowed(order)))) };
+    if order.card_fingerprint.is_some() {
+        return Ok(Checked::Go(Box::new(Cow::Borrowed(order))));
+    }
+    let fingerprint = match payments.card_fingerprint(&order.payment_method).await {
+        // A payment method with no card fingerprint is counted as a card of its own.
+        Ok(fingerprint) => fingerprint.unwrap_or_else(|| format!("payment_method:{}", order.payment_method)),
+        // Classified as the authorization's own answers are: unreachable, the order stays
+        // pending (its lease given back); refused (no such payment method), it is declined.
+        Err(e) => return record(pool, payments, order, Err(e)).await.map(Checked::Ended),
+    };
+    let fit = match fits(pool, order, cap, &fingerprint).await {
+        // The one rule for a move the database refuses for good (SPEC §8.5): no hold exists
+        // yet, so the order only ends failed, or is left for a person with why.
+        Err(e) if orderfleet_runtime::db::refused_for_good(&e) => {
+            let target = (order, OrderStatus::PendingAuthorization, None);
+            return match refusal::end_refused(pool, payments, target, &e, refusal::Path::Authorization).await
+            {
+                Ended::Failed(words) => Ok(Checked::Ended(Recorded::Refused(words))),
+                Ended::MovedElsewhere => Ok(Checked::Ended(Recorded::MovedElsewhere)),
+                Ended::Stuck(reason) => Err(AuthorizationError::OrderRefused(reason)),
+            };
+        }
+        fit => fit?,
+    };
+    match fit {
+        Fit::Fits => Ok(Checked::Go(Box::new(Cow::Owned(Order {
+            card_fingerprint: Some(fingerprint),
+            ..order.clone()
+        })))),
+        Fit::MovedElsewhere => Ok(Checked::Ended(Recorded::MovedElsewhere)),
+        Fit::Over(held) => {
+            let detail = format!(
+                "{}: the card already holds {held} of the product's units, and may hold {cap}",
+                FailureReason::CardLimitReached
+            );
+            let moved = fail(pool, order.id, FailureReason::CardLimitReached, &detail, None).await?;
+            Ok(Checked::Ended(if moved { Recorded::OverCardCap } else { Recorded::MovedElsewhere }))
+        }
+    }
+}
+
+/// Whether the order fits under its card's cap.
+enum Fit {
+    /// It does, and carries the fingerprint now.
+    Fits,
+    /// It does not: the units the card's other orders of the product hold or bought.
+    Over(i64),
+    /// It is no longer pending under its first check (someone else moved it).
+    MovedElsewhere,
+}
+
+/// The card's lock for this product, then ONE statement: the units the card's other orders of
+/// the product hold or bought (every order that carries the fingerprint and has not failed),
+/// and, if this order fits with them, the fingerprint written on it. A statement of its own
+/// after the lock, so its snapshot sees every order committed before the lock was granted.
+async fn fits(pool: &Pool, order: &Order, cap: i32, fingerprint: &str) -> sqlx::Result<Fit> {
+    let mut tx = pool.begin().await?;
+    sqlx::query!(
+        "SELECT pg_advisory_xact_lock(hashtextextended('card/' || $1 || '/' || $2, 0))",
+        fingerprint,
+        &order.product_id as _,
+    )
+    .execute(&mut *tx)
+    .await?;
+    let seen = sqlx::query!(
+        r#"WITH held AS (
+             SELECT COALESCE(sum(quantity), 0)::int8 AS units FROM orders
+              WHERE product_id = $2 AND card_fingerprint = $3 AND id <> $1
+                AND (holds_units(status) OR sold(status))
+         ), stamped AS (
+             UPDATE orders SET card_fingerprint = $3, updated_at = now()
+              WHERE id = $1 AND status = 'pending_authorization'
+                AND (card_fingerprint IS NULL OR card_fingerprint = $3)
+                AND (SELECT units FROM held) + quantity <= $4::int4
+          RETURNING id
+         )
+         SELECT (SELECT units FROM held) AS "held!",
+                EXISTS (SELECT 1 FROM stamped) AS "stamped!",
+                EXISTS (SELECT 1 FROM orders WHERE id = $1 AND status = 'pending_authorization'
+                                               AND (card_fingerprint IS NULL OR card_fingerprint = $3))
+                    AS "pending!""#,
+        order.id as _,
+        &order.product_id as _,
+        fingerprint,
+        cap,
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(match (seen.stamped, seen.pending) {
+        (true, _) => Fit::Fits,
+        (false, true) => Fit::Over(seen.held),
+        (false, false) => Fit::MovedElsewhere,
+    })
+}
