@@ -737,6 +737,12 @@ CREATE UNIQUE INDEX orders_one_queued_per_buyer ON public.orders USING btree (us
 CREATE INDEX orders_queued_in_line ON public.orders USING btree (product_id, "position") WHERE (status = 'queued'::public.order_status);
 
 --
+-- Name: orders_uncounted_by_card; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX orders_uncounted_by_card ON public.orders USING btree (product_id) WHERE ((card_cap IS NULL) AND (card_fingerprint IS NULL));
+
+--
 -- Name: orders_unfinished_by_age; Type: INDEX; Schema: public; Owner: -
 --
 

@@ -37,8 +37,11 @@ async fn over_the_cap(fleet: &Fleet, product: &str) -> (i64, i64) {
 /// `409 purchase_limit_reached`, again on a retry of its key, and holds nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn one_card_at_two_intakes_at_once_passes_its_cap_once() {
-    // Arrange: two intakes; twenty payment methods, two of each of ten cards.
-    let mut fleet = Fleet::start("card-cap-race", 1).await.unwrap();
+    // Arrange: two intakes; twenty payment methods, two of each of ten cards; a card-testing
+    // limit of one decline an hour, so that a cap's refusal counted as a decline would show.
+    let mut fleet = Fleet::builder("card-cap-race").prepare().await.unwrap();
+    fleet.set_env("INTAKE_DECLINES_PER_HOUR", "1");
+    fleet.spawn_all(1).await.unwrap();
     let second = fleet.spawn_intake("order-intake-2", &[]).unwrap();
     let urls = [fleet.intake_url.clone(), second];
     for url in &urls {
@@ -107,9 +110,9 @@ async fn one_card_at_two_intakes_at_once_passes_its_cap_once() {
 /// goes back on sale, where the next buyer gets it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_queued_order_over_its_card_s_cap_ends_without_a_hold() {
-    // Arrange: the pre-queue open, the sale in 6 s, two units and no cap yet.
+    // Arrange: the pre-queue open, the sale in an hour, two units and no cap yet.
     let fleet = Fleet::start("card-cap-queue", 1).await.unwrap();
-    upsert(&fleet, "sku-q", 2, &["--opens-at", &at(6), "--queue-opens-at", &at(-60)]).await.unwrap();
+    upsert(&fleet, "sku-q", 2, &["--opens-at", &at(3600), "--queue-opens-at", &at(-60)]).await.unwrap();
     let one_card = [
         fleet.card("pm_card_visa", "fpShared").await.unwrap(),
         fleet.card("pm_card_visa", "fpShared").await.unwrap(),
@@ -121,7 +124,8 @@ async fn a_queued_order_over_its_card_s_cap_ends_without_a_hold() {
     // The cap, set while they wait.
     upsert(&fleet, "sku-q", 2, &["--max-per-card", "1"]).await.unwrap();
 
-    // Act: the opening.
+    // Act: the opening, brought forward to 2 s from now (allowed before it happens).
+    upsert(&fleet, "sku-q", 2, &["--max-per-card", "1", "--opens-at", &at(2)]).await.unwrap();
     let served = eventually("the queue served", Duration::from_secs(120), || async {
         let open: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM orders WHERE product_id = 'sku-q'
@@ -149,6 +153,40 @@ async fn a_queued_order_over_its_card_s_cap_ends_without_a_hold() {
     assert_eq!(status, 202, "{body}");
     let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
     assert_eq!(statuses.get("paid"), Some(&2), "{statuses:?}");
+    fleet.stop().await.unwrap();
+}
+
+/// A cap set mid-sale counts the orders bought before it: a buyer whose card already bought a
+/// unit is refused the next, though no card was read when the first was sold.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cap_set_mid_sale_counts_the_card_s_earlier_orders() {
+    // Arrange: ann buys a unit with no cap in force.
+    let fleet = Fleet::start("card-cap-later", 1).await.unwrap();
+    upsert(&fleet, "sku-l", 5, &[]).await.unwrap();
+    let one_card = [
+        fleet.card("pm_card_visa", "fpLater").await.unwrap(),
+        fleet.card("pm_card_visa", "fpLater").await.unwrap(),
+    ];
+    let (status, body, _) = ask(&fleet, &fleet.intake_url, "ann", "sku-l", &one_card[0]).await;
+    assert_eq!(status, 202, "{body}");
+    let statuses = fleet.wait_settled(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(statuses.get("paid"), Some(&1), "{statuses:?}");
+    assert_eq!(fleet.stripe_requests_on(READ).await.unwrap(), 0);
+
+    // Act: the cap, then bob with the same card, and cid with another.
+    upsert(&fleet, "sku-l", 5, &["--max-per-card", "1"]).await.unwrap();
+    let (bob, bob_body, _) = ask(&fleet, &fleet.intake_url, "bob", "sku-l", &one_card[1]).await;
+    let (cid, cid_body, _) = ask(&fleet, &fleet.intake_url, "cid", "sku-l", "pm_card_mastercard").await;
+
+    // Assert: bob is over the cap (ann's unit counted), cid is not.
+    assert_eq!(
+        (bob, bob_body["error"]["code"].as_str()),
+        (409, Some("purchase_limit_reached")),
+        "{bob_body}"
+    );
+    assert_eq!(cid, 202, "{cid_body}");
+    assert_eq!(over_the_cap(&fleet, "sku-l").await, (1, 0));
+    assert_eq!(fleet.stripe_requests_on(READ).await.unwrap(), 3, "bob's card, ann's once, cid's");
     fleet.stop().await.unwrap();
 }
 

@@ -68,8 +68,9 @@ pub enum ApiError {
         /// The `Retry-After` to answer.
         retry_after_seconds: u64,
     },
-    #[error("this order would take you past the product's limit per customer")]
-    /// `409 purchase_limit_reached`: nothing written, no PaymentIntent.
+    #[error("this order would take you or your card past the product's limit")]
+    /// `409 purchase_limit_reached`: past the product's cap per buyer (nothing written) or per
+    /// card (the order ends `card_limit_reached`, its units back); no PaymentIntent either way.
     PurchaseLimitReached,
     /// `409 not_open`: the product opens later and its queue (if any) is not open yet; nothing
     /// written. `Retry-After`: the seconds until the queue or the sale opens.

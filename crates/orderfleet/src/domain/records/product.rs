@@ -409,11 +409,24 @@ pub async fn open_due(pool: &orderfleet_runtime::db::Pool) -> sqlx::Result<Looke
     Ok(looked)
 }
 
+/// How long the opening's one statement may run: the draw of a queue of 100,000 entries and
+/// the promotion of its first orders, with room to spare on a 2-core machine.
+const OPENING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Opens `product` with `seed` (`open_product`), in a transaction of its own: the
 /// `during_opening` failpoint kills the process between the draw and its commit, and the draw
-/// is then undone whole, for the next look to make.
+/// is then undone whole, for the next look to make. The draw writes every queued order's place,
+/// which for a queue of 100,000 takes longer than the fleet's statement timeout on a small
+/// machine: under it, the opening was cancelled and tried again for ever. Its transaction
+/// lifts the timeout to [`OPENING_TIMEOUT`] (BENCHMARKS.md: the opening of a large queue).
 async fn open(pool: &Pool, product: &Sku, seed: &[u8]) -> sqlx::Result<Option<i32>> {
     let mut tx = pool.begin().await?;
+    sqlx::query!(
+        "SELECT set_config('statement_timeout', $1, true)",
+        format!("{}ms", OPENING_TIMEOUT.as_millis())
+    )
+    .fetch_one(&mut *tx)
+    .await?;
     let drawn = sqlx::query_scalar!(r#"SELECT open_product($1, $2) AS "drawn""#, product as _, seed)
         .fetch_one(&mut *tx)
         .await?;

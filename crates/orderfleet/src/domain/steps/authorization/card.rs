@@ -11,13 +11,15 @@
 //! that counts the card's units and writes the fingerprint on the order if it fits. An order
 //! over the cap ends `payment_declined` with `card_limit_reached`, its units back for the next in
 //! line ([`super::record`]'s `fail`), and no PaymentIntent is ever made for it. An order with no
-//! cap costs nothing here: no read, no statement.
+//! cap costs nothing here: no read, no statement. A cap set once orders were promised counts
+//! them too: their cards are read once, by the first check after it ([`count_earlier_orders`]).
 
 use std::borrow::Cow;
 
-use orderfleet_payments::Payments;
+use orderfleet_payments::{PaymentError, Payments};
 use orderfleet_runtime::db::Pool;
 
+use super::lease;
 use super::record::{Recorded, fail, record};
 use crate::domain::records::order::Order;
 use crate::domain::steps::leased::AuthorizationError;
@@ -42,8 +44,7 @@ pub(crate) async fn check<'a>(
     payments: &Payments,
     order: &'a Order,
 ) -> Result<Checked<'a>, AuthorizationError> {
-    let Some(cap) = order.card_cap else { return Ok(Checked::Go(Box::new(Cow::Borrowed(order)))) };
-    if order.card_fingerprint.is_some() {
+    if order.card_cap.is_none() || order.card_fingerprint.is_some() {
         return Ok(Checked::Go(Box::new(Cow::Borrowed(order))));
     }
     let fingerprint = match payments.card_fingerprint(&order.payment_method).await {
@@ -53,19 +54,13 @@ pub(crate) async fn check<'a>(
         // pending (its lease given back); refused (no such payment method), it is declined.
         Err(e) => return record(pool, payments, order, Err(e)).await.map(Checked::Ended),
     };
-    let fit = match fits(pool, order, cap, &fingerprint).await {
-        // The one rule for a move the database refuses for good (SPEC §8.5): no hold exists
-        // yet, so the order only ends failed, or is left for a person with why.
-        Err(e) if orderfleet_runtime::db::refused_for_good(&e) => {
-            let target = (order, OrderStatus::PendingAuthorization, None);
-            return match refusal::end_refused(pool, payments, target, &e, refusal::Path::Authorization).await
-            {
-                Ended::Failed(words) => Ok(Checked::Ended(Recorded::Refused(words))),
-                Ended::MovedElsewhere => Ok(Checked::Ended(Recorded::MovedElsewhere)),
-                Ended::Stuck(reason) => Err(AuthorizationError::OrderRefused(reason)),
-            };
-        }
-        fit => fit?,
+    if let Err(unanswered) = count_earlier_orders(pool, payments, order).await {
+        lease::release(pool, order).await?;
+        return Err(unanswered);
+    }
+    let fit = match fits(pool, order, &fingerprint).await {
+        Ok(fit) => fit,
+        Err(e) => return refused(pool, payments, order, e).await,
     };
     match fit {
         Fit::Fits => Ok(Checked::Go(Box::new(Cow::Owned(Order {
@@ -73,23 +68,99 @@ pub(crate) async fn check<'a>(
             ..order.clone()
         })))),
         Fit::MovedElsewhere => Ok(Checked::Ended(Recorded::MovedElsewhere)),
-        Fit::Over(held) => {
+        Fit::Over { held, cap } => {
             let detail = format!(
                 "{}: the card already holds {held} of the product's units, and may hold {cap}",
                 FailureReason::CardLimitReached
             );
-            let moved = fail(pool, order.id, FailureReason::CardLimitReached, &detail, None).await?;
-            Ok(Checked::Ended(if moved { Recorded::OverCardCap } else { Recorded::MovedElsewhere }))
+            match fail(pool, order.id, FailureReason::CardLimitReached, &detail, None).await {
+                Ok(moved) => {
+                    Ok(Checked::Ended(if moved { Recorded::OverCardCap } else { Recorded::MovedElsewhere }))
+                }
+                Err(e) => refused(pool, payments, order, e).await,
+            }
         }
     }
+}
+
+/// The one rule for a move the database refuses for good (SPEC §8.5): no hold exists yet, so
+/// the order only ends failed (`order_refused`), or is left for a person with why. Any other
+/// database error is the fleet's: the order keeps its lease until it lapses.
+async fn refused(
+    pool: &Pool,
+    payments: &Payments,
+    order: &Order,
+    e: sqlx::Error,
+) -> Result<Checked<'static>, AuthorizationError> {
+    if !orderfleet_runtime::db::refused_for_good(&e) {
+        return Err(e.into());
+    }
+    let target = (order, OrderStatus::PendingAuthorization, None);
+    match refusal::end_refused(pool, payments, target, &e, refusal::Path::Authorization).await {
+        Ended::Failed(words) => Ok(Checked::Ended(Recorded::Refused(words))),
+        Ended::MovedElsewhere => Ok(Checked::Ended(Recorded::MovedElsewhere)),
+        Ended::Stuck(reason) => Err(AuthorizationError::OrderRefused(reason)),
+    }
+}
+
+/// The product's orders that hold or bought units and were promised them before its cap was set
+/// (`card_cap` NULL), whose cards were never read: the cap counts them too (SPEC §8.13: "every
+/// order that holds or has bought units"), so each one's card is read now, once, and its
+/// fingerprint written on it. With the cap set before the sale, there are none: one indexed
+/// lookup that finds nothing. Stripe unreachable: the order waits, as for its own card.
+async fn count_earlier_orders(
+    pool: &Pool,
+    payments: &Payments,
+    order: &Order,
+) -> Result<(), AuthorizationError> {
+    let uncounted = sqlx::query!(
+        r#"SELECT id AS "id: orderfleet_words::OrderId", payment_method FROM orders
+            WHERE product_id = $1 AND card_cap IS NULL AND card_fingerprint IS NULL
+              AND (holds_units(status) OR sold(status))"#,
+        &order.product_id as _,
+    )
+    .fetch_all(pool)
+    .await?;
+    for earlier in uncounted {
+        let fingerprint = match payments.card_fingerprint(&earlier.payment_method).await {
+            Ok(fingerprint) => fingerprint,
+            // Its payment method is gone at Stripe: a card of its own, as below.
+            Err(PaymentError::Refused { .. } | PaymentError::Declined { .. }) => None,
+            Err(
+                PaymentError::Unavailable(reason)
+                | PaymentError::AttemptFailed(reason)
+                | PaymentError::Locked(reason),
+            ) => return Err(AuthorizationError::ProviderUnavailable(reason)),
+        };
+        let fingerprint = fingerprint.unwrap_or_else(|| format!("payment_method:{}", earlier.payment_method));
+        let stamped = sqlx::query!(
+            "UPDATE orders SET card_fingerprint = $2 WHERE id = $1 AND card_fingerprint IS NULL",
+            earlier.id as _,
+            fingerprint,
+        )
+        .execute(pool)
+        .await;
+        match stamped {
+            // One buyer's order the database will not touch is theirs to sort out; it is not
+            // counted, and the others go on.
+            Err(e) if orderfleet_runtime::db::refused_for_good(&e) => {
+                tracing::warn!(order_id = %earlier.id, error = %e, "the database refused an earlier order's card fingerprint");
+            }
+            stamped => {
+                stamped?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether the order fits under its card's cap.
 enum Fit {
     /// It does, and carries the fingerprint now.
     Fits,
-    /// It does not: the units the card's other orders of the product hold or bought.
-    Over(i64),
+    /// It does not: the units the card's other orders of the product hold or bought, and the
+    /// product's cap now.
+    Over { held: i64, cap: i32 },
     /// It is no longer pending under its first check (someone else moved it).
     MovedElsewhere,
 }
@@ -97,8 +168,10 @@ enum Fit {
 /// The card's lock for this product, then ONE statement: the units the card's other orders of
 /// the product hold or bought (every order that carries the fingerprint and has not failed),
 /// and, if this order fits with them, the fingerprint written on it. A statement of its own
-/// after the lock, so its snapshot sees every order committed before the lock was granted.
-async fn fits(pool: &Pool, order: &Order, cap: i32, fingerprint: &str) -> sqlx::Result<Fit> {
+/// after the lock, so its snapshot sees every order committed before the lock was granted. The
+/// cap is the product's now, read in that statement: one the operator lowered (or lifted) since
+/// the order was promised its units counts as it stands.
+async fn fits(pool: &Pool, order: &Order, fingerprint: &str) -> sqlx::Result<Fit> {
     let mut tx = pool.begin().await?;
     sqlx::query!(
         "SELECT pg_advisory_xact_lock(hashtextextended('card/' || $1 || '/' || $2, 0))",
@@ -112,14 +185,17 @@ async fn fits(pool: &Pool, order: &Order, cap: i32, fingerprint: &str) -> sqlx::
              SELECT COALESCE(sum(quantity), 0)::int8 AS units FROM orders
               WHERE product_id = $2 AND card_fingerprint = $3 AND id <> $1
                 AND (holds_units(status) OR sold(status))
+         ), cap AS (
+             SELECT max_per_card FROM products WHERE id = $2
          ), stamped AS (
              UPDATE orders SET card_fingerprint = $3, updated_at = now()
               WHERE id = $1 AND status = 'pending_authorization'
                 AND (card_fingerprint IS NULL OR card_fingerprint = $3)
-                AND (SELECT units FROM held) + quantity <= $4::int4
+                AND (SELECT units FROM held) + quantity <= COALESCE((SELECT max_per_card FROM cap), quantity)
           RETURNING id
          )
          SELECT (SELECT units FROM held) AS "held!",
+                COALESCE((SELECT max_per_card FROM cap), 0) AS "cap!",
                 EXISTS (SELECT 1 FROM stamped) AS "stamped!",
                 EXISTS (SELECT 1 FROM orders WHERE id = $1 AND status = 'pending_authorization'
                                                AND (card_fingerprint IS NULL OR card_fingerprint = $3))
@@ -127,14 +203,13 @@ async fn fits(pool: &Pool, order: &Order, cap: i32, fingerprint: &str) -> sqlx::
         order.id as _,
         &order.product_id as _,
         fingerprint,
-        cap,
     )
     .fetch_one(&mut *tx)
     .await?;
     tx.commit().await?;
     Ok(match (seen.stamped, seen.pending) {
         (true, _) => Fit::Fits,
-        (false, true) => Fit::Over(seen.held),
+        (false, true) => Fit::Over { held: seen.held, cap: seen.cap },
         (false, false) => Fit::MovedElsewhere,
     })
 }

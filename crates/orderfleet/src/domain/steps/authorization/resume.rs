@@ -16,15 +16,17 @@ use crate::domain::records::order::Order;
 use crate::domain::steps::leased::{AuthorizationError, within};
 use crate::domain::words::status::OrderStatus;
 
-/// The Stripe calls on the longest path through [`resume`]: the lookup (one page), the
+/// The Stripe calls on the longest path through [`resume`]: the read of the order's card, when
+/// it is checked against a cap ([`super::card`]; plus, once, the cards of the product's orders
+/// promised before the cap was set), the lookup (one page), the
 /// authorization (after a lookup that found nothing, or under the next attempt's key), and,
 /// for an intent whose commit finds the order moved on (a stray, [`record`]), its cancel, the
 /// read after a failed cancel, the cancel under a fresh key and the read after it
 /// (`Payments::cancel_stray`).
-pub const CALLS_TO_RESUME: u32 = 6;
+pub const CALLS_TO_RESUME: u32 = 7;
 
 /// How long [`resume`] may take, its Stripe calls each at their longest: under the workers'
-/// policy 6 × 195.6 s = 1,173.6 s (19 min 33.6 s); its database statements take milliseconds.
+/// policy 7 × 195.6 s = 1,369.2 s (22 min 49.2 s); its database statements take milliseconds.
 /// A lookup of more than one page (an order pending for days on a busy account) may need
 /// longer, and is cut off at it ([`take_over_and_resume`]).
 pub fn resume_deadline(payments: &Payments) -> Duration {
