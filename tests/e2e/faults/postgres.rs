@@ -337,6 +337,13 @@ async fn a_refused_3ds_settle_still_releases_its_hold() {
     let of = |id: &str| rows.iter().find(|r| r.0 == id).map(|r| (r.1.as_str(), r.2.as_deref())).unwrap();
     assert_eq!(of(refused), ("payment_declined", Some("order_refused")));
     assert_eq!(of(abandoned), ("payment_declined", Some("authentication_timed_out")));
+    // With the database's words (SPEC §8.5: "ended failed with the database's reason").
+    let detail: Option<String> = sqlx::query_scalar("SELECT decline_detail FROM orders WHERE id = $1::uuid")
+        .bind(refused)
+        .fetch_one(&fleet.pool)
+        .await
+        .unwrap();
+    assert!(detail.as_deref().is_some_and(|d| d.contains("refused by a test trigger")), "{detail:?}");
     let intents = fleet.intents().await.unwrap();
     assert_eq!(intents.len(), 2, "{intents:?}");
     assert!(intents.iter().all(|i| i["status"] == "canceled"), "a hold is left: {intents:?}");
