@@ -321,6 +321,70 @@ async fn an_intent_found_mid_confirm_leaves_its_order_pending_not_declined() {
     step.db.drop().await.unwrap();
 }
 
+/// The fleet's own fault, told as such.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_never_confirmed_intent_is_the_fleet_s_fault_not_the_card_s() {
+    // Arrange: ola's create answers a 500 (the intake gives up, the order pending), and an
+    // intent made for her order that never ran its confirm (`requires_confirmation`), as a
+    // lookup finds it eleven minutes on (`UNSETTLED_FOR`): nothing will move it now.
+    use orderfleet::domain::steps::authorization::{self, Recorded};
+    let step = Step::new().await;
+    arm(&step.stripe_base, "create", "error_500", 1).await;
+    assert!(step.place("ola", "key-1").await.is_err(), "the create answered a 500");
+    let id = step.order_id_of("ola").await;
+    let order = orderfleet::domain::records::order::load(&step.db.pool, OrderId::from_uuid(id))
+        .await
+        .unwrap()
+        .unwrap();
+    let made: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/v1/payment_intents", step.stripe_base))
+        .bearer_auth("sk_test_steps")
+        .form(&[
+            ("amount", "1000"),
+            ("currency", "usd"),
+            ("capture_method", "manual"),
+            ("payment_method", "pm_card_visa"),
+            ("metadata[order_id]", &id.to_string()),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(made["status"], "requires_confirmation", "{made}");
+    let payments = &step.step.fulfilment.payments;
+    let mut found = payments.retrieve(made["id"].as_str().unwrap()).await.unwrap();
+    found.created = Some(chrono::Utc::now() - authorization::UNSETTLED_FOR - chrono::TimeDelta::minutes(1));
+
+    // Act
+    let recorded = authorization::record(&step.db.pool, payments, &order, Ok(found)).await;
+
+    // Assert: the intent cancelled and the order ended with a reason of its own, which the card
+    // gate does not count, and a retry of the key is told the fleet's fault, `500
+    // order_refused` (before the fix: `402 payment_declined`, as if the card had declined).
+    assert!(matches!(recorded, Ok(Recorded::Incomplete(_))), "{recorded:?}");
+    let (status, reason): (String, String) =
+        sqlx::query_as("SELECT status::text, failure_reason FROM orders WHERE id = $1")
+            .bind(id)
+            .fetch_one(&step.db.pool)
+            .await
+            .unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("payment_declined", "authorization_incomplete"));
+    assert!(!counted_as_a_decline(&step, id).await, "the card gate counted the fleet's fault");
+    assert_eq!(
+        step.intents().await,
+        vec![(made["id"].as_str().unwrap().to_owned(), "canceled".to_owned(), id.to_string())]
+    );
+    use order_intake::error::ApiError;
+    let again = step.place("ola", "key-1").await;
+    assert!(
+        matches!(again, Ok(Placed::Declined { error: ApiError::OrderRefused, replayed: true })),
+        "{again:?}"
+    );
+    step.db.drop().await.unwrap();
+}
+
 /// A 5xx that is no replay of the key's saved answer: nothing ran.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unsaved_5xx_is_tried_again_under_the_same_key() {
@@ -647,6 +711,72 @@ async fn a_refused_end_of_a_refused_capture_releases_the_order_not_the_dlq() {
     let (stock, promised): (i32, i32) =
         sqlx::query_as("SELECT stock, units_promised FROM products").fetch_one(&step.db.pool).await.unwrap();
     assert_eq!((stock, promised), (5, 0));
+    step.db.drop().await.unwrap();
+}
+
+/// An `authorized` order (its units promised, not yet taken from stock), as a 3-D Secure
+/// settle leaves it: Ann's order placed, then its reservation undone.
+async fn authorized_not_reserved(step: &Step, user: &str) -> Uuid {
+    let order = step.authorized_order(user).await;
+    sqlx::query("UPDATE orders SET status = 'authorized' WHERE id = $1")
+        .bind(order)
+        .execute(&step.db.pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE products SET stock = stock + 1").execute(&step.db.pool).await.unwrap();
+    order
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_reservation_releases_the_hold_and_ends_the_order_not_the_dlq() {
+    // Arrange: the database refuses Ann's authorized order the move that reserves its stock.
+    let step = Step::new().await;
+    let order = authorized_not_reserved(&step, "ann").await;
+    let own = step.own_intent(order).await;
+    refuse_for(&step, "ann", "NEW.status = 'stock_reserved'").await;
+
+    // Act
+    let outcome = step.step.handle_one(&stock_check(order, EventType::StockCheckRequested)).await;
+
+    // Assert: its hold cancelled, the order ended failed with the database's reason, its unit
+    // back for the line, and the message done: the worker goes on.
+    assert_eq!(outcome, Ok(()));
+    let (status, reason): (String, String) =
+        sqlx::query_as("SELECT status::text, failure_reason FROM orders WHERE id = $1")
+            .bind(order)
+            .fetch_one(&step.db.pool)
+            .await
+            .unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("authorization_canceled", "order_refused"));
+    let payments = &step.step.fulfilment.payments;
+    assert_eq!(payments.retrieve(&own).await.unwrap().status, orderfleet_payments::IntentStatus::Canceled);
+    let (stock, promised): (i32, i32) =
+        sqlx::query_as("SELECT stock, units_promised FROM products").fetch_one(&step.db.pool).await.unwrap();
+    assert_eq!((stock, promised), (5, 0));
+    step.db.drop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_rejection_goes_to_the_dlq_with_its_hold_released() {
+    // Arrange: Ann's authorized order finds no stock left, and the database refuses her order
+    // every end: the rejection and the end of the refusal rule.
+    let step = Step::new().await;
+    let order = authorized_not_reserved(&step, "ann").await;
+    let own = step.own_intent(order).await;
+    sqlx::query("UPDATE products SET stock = 0").execute(&step.db.pool).await.unwrap();
+    refuse_for(&step, "ann", "NEW.status IN ('rejected_out_of_stock', 'authorization_canceled')").await;
+
+    // Act
+    let outcome = step.step.handle_one(&stock_check(order, EventType::StockCheckRequested)).await;
+
+    // Assert: for a person (the DLQ), with the database's reason, the order left where it was,
+    // and its hold released all the same (no buyer told no keeps a hold on the card).
+    let failure = outcome.unwrap_err();
+    assert_eq!((failure.kind, failure.code.as_str()), (Kind::Permanent, "order_refused"), "{failure}");
+    assert!(failure.to_string().contains("orders of ann are refused here"), "{failure}");
+    assert_eq!(step.status(order).await, "authorized");
+    let payments = &step.step.fulfilment.payments;
+    assert_eq!(payments.retrieve(&own).await.unwrap().status, orderfleet_payments::IntentStatus::Canceled);
     step.db.drop().await.unwrap();
 }
 

@@ -157,6 +157,9 @@ pub(crate) fn resolved(
             format!("payment_declined; {units} of {} back for the next buyer{why}", order.product_id)
         }
         Recorded::Refused(words) => format!("payment_declined (order_refused); its hold released: {words}"),
+        Recorded::Incomplete(detail) => {
+            format!("payment_declined (authorization_incomplete), not the buyer's card: {detail}")
+        }
         Recorded::OverCardCap => format!(
             "payment_declined (card_limit_reached): its card holds the most units of {} its cap allows; no hold",
             order.product_id

@@ -74,7 +74,14 @@ fn answer(order: &Order, replayed: bool) -> Option<Placed> {
     }
     match order.status {
         OrderStatus::PendingAuthorization | OrderStatus::RequiresAction => None,
-        OrderStatus::PaymentDeclined if order.failure_reason == Some(FailureReason::OrderRefused) => {
+        // The fleet's fault, not the card's: refused by the database, or an attempt of its own
+        // that never confirmed (cancelled). Told alike: the order is over, and holds nothing.
+        OrderStatus::PaymentDeclined
+            if matches!(
+                order.failure_reason,
+                Some(FailureReason::OrderRefused | FailureReason::AuthorizationIncomplete)
+            ) =>
+        {
             Some(Placed::Declined { error: ApiError::OrderRefused, replayed })
         }
         // Over its card's cap: no PaymentIntent was made; not a card decline.
@@ -208,6 +215,11 @@ impl Intake<'_> {
             Ok(Recorded::Refused(_words)) => Order {
                 status: OrderStatus::PaymentDeclined,
                 failure_reason: Some(FailureReason::OrderRefused),
+                ..order
+            },
+            Ok(Recorded::Incomplete(_detail)) => Order {
+                status: OrderStatus::PaymentDeclined,
+                failure_reason: Some(FailureReason::AuthorizationIncomplete),
                 ..order
             },
             Ok(Recorded::OverCardCap) => Order {

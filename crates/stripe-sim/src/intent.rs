@@ -197,6 +197,8 @@ impl PaymentIntent {
             .with_payment_intent(self.to_json()));
         }
         self.status = Status::Canceled;
+        // Read as cancelled from now on, a slow create's confirm (`slow_confirm`) or not.
+        self.confirming_until = None;
         self.canceled_at = Some(now);
         self.cancellation_reason = request.cancellation_reason;
         self.amount_capturable = 0;
@@ -216,6 +218,8 @@ impl PaymentIntent {
             .with_payment_intent(self.to_json()));
         }
         self.status = Status::Canceled;
+        // Read as cancelled from now on, a slow create's confirm (`slow_confirm`) or not.
+        self.confirming_until = None;
         self.canceled_at = Some(now);
         self.cancellation_reason = Some(CancellationReason::Automatic);
         self.amount_capturable = 0;

@@ -23,6 +23,10 @@ pub enum Recorded {
     Declined(String),
     /// This call moved it to `requires_action`: the buyer completes 3-D Secure.
     RequiresAction,
+    /// This call ended it `payment_declined` with `authorization_incomplete`: the fleet's own
+    /// attempt never confirmed its intent, which is cancelled. The fleet's fault, not the
+    /// buyer's card; what was found (for operators only).
+    Incomplete(String),
     /// This call ended it `payment_declined` with `card_limit_reached`, before any
     /// PaymentIntent: its card would hold more of the product than its cap ([`super::card`]).
     OverCardCap,
@@ -186,7 +190,7 @@ async fn never_confirmed(
         format!("{}: {} never confirmed; cancelled", FailureReason::AuthorizationIncomplete, intent.id);
     let incomplete = FailureReason::AuthorizationIncomplete;
     let moved = fail(pool, order.id, incomplete, &reason, Some(&intent.id)).await?;
-    Ok(if moved { Recorded::Declined(reason) } else { Recorded::MovedElsewhere })
+    Ok(if moved { Recorded::Incomplete(reason) } else { Recorded::MovedElsewhere })
 }
 
 /// `recorded` if this call's commit moved the order. If it found the order moved already (a
