@@ -136,16 +136,12 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    WITH line AS (
-        SELECT o.id, row_number() OVER (ORDER BY sha256(seed || uuid_send(o.id)), o.id) AS place
-          FROM orders o WHERE o.product_id = product AND o.status = 'queued'
-    ), placed AS (
-        UPDATE orders o SET position = p.last_position + line.place, updated_at = now()
-          FROM line, products p
-         WHERE o.id = line.id AND p.id = product
-     RETURNING 1
-    )
-    SELECT count(*) INTO drawn FROM placed;
+    INSERT INTO queue_places (order_id, product_id, position)
+    SELECT o.id, product,
+           p.last_position + row_number() OVER (ORDER BY sha256(seed || uuid_send(o.id)), o.id)
+      FROM orders o, products p
+     WHERE o.product_id = product AND o.status = 'queued' AND p.id = product;
+    GET DIAGNOSTICS drawn = ROW_COUNT;
     UPDATE products SET last_position = last_position + drawn, queue_waiting = drawn > 0 WHERE id = product;
     PERFORM promote_queued(product);
     RETURN drawn;
@@ -183,15 +179,17 @@ BEGIN
     IF NOT FOUND OR p.opened_at IS NULL OR NOT p.queue_waiting OR p.paused_at IS NOT NULL THEN
         RETURN 0;
     END IF;
-    FOR q IN SELECT o.id, o.user_id, o.quantity, o.amount_minor, o.currency, o.traceparent
-               FROM orders o
-              WHERE o.product_id = product AND o.status = 'queued'
-              ORDER BY o.position
+    FOR q IN SELECT o.id, o.user_id, o.quantity, o.amount_minor, o.currency, o.traceparent, qp.position
+               FROM queue_places qp JOIN orders o ON o.id = qp.order_id
+              WHERE qp.product_id = product AND o.status = 'queued'
+              ORDER BY qp.position
     LOOP
         IF p.units_total - p.units_promised >= q.quantity THEN
             BEGIN
-                UPDATE orders SET status = 'pending_authorization', promoted_at = now(), updated_at = now()
+                UPDATE orders SET status = 'pending_authorization', position = q.position,
+                                  promoted_at = now(), updated_at = now()
                  WHERE id = q.id AND status = 'queued';
+                DELETE FROM queue_places WHERE order_id = q.id;
                 INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
                 VALUES (gen_random_uuid(), 'order', q.id, 'order.promoted', 'stock-check',
                         jsonb_build_object('order_id', q.id, 'product_id', product, 'quantity', q.quantity),
@@ -204,8 +202,10 @@ BEGIN
                 -- trigger): it ends `sold_out` with `order_refused`, for a person, and the
                 -- line goes on (SPEC §8.5). Refused that too, it stays queued, logged.
                 BEGIN
-                    UPDATE orders SET status = 'sold_out', failure_reason = 'order_refused', updated_at = now()
+                    UPDATE orders SET status = 'sold_out', failure_reason = 'order_refused', position = q.position,
+                                      updated_at = now()
                      WHERE id = q.id AND status = 'queued';
+                    DELETE FROM queue_places WHERE order_id = q.id;
                 EXCEPTION WHEN OTHERS THEN
                     RAISE WARNING 'the queued order % is refused by the database: %', q.id, SQLERRM;
                 END;
@@ -220,8 +220,10 @@ BEGIN
             EXIT;
         ELSE
             ended := ended + 1;
-            UPDATE orders SET status = 'sold_out', failure_reason = 'sold_out', updated_at = now()
+            UPDATE orders SET status = 'sold_out', failure_reason = 'sold_out', position = q.position,
+                              updated_at = now()
              WHERE id = q.id AND status = 'queued';
+            DELETE FROM queue_places WHERE order_id = q.id;
             INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, traceparent)
             VALUES (gen_random_uuid(), 'order', q.id, 'order.rejected', 'notification',
                     jsonb_build_object('order_id', q.id, 'user_id', q.user_id, 'product_id', product,
@@ -233,7 +235,7 @@ BEGIN
     END LOOP;
     UPDATE products
        SET units_promised = p.units_promised,
-           queue_waiting = EXISTS (SELECT 1 FROM orders o WHERE o.product_id = product AND o.status = 'queued'),
+           queue_waiting = EXISTS (SELECT 1 FROM queue_places qp WHERE qp.product_id = product),
            updated_at = now()
      WHERE id = product;
     RETURN promised;
@@ -474,6 +476,16 @@ CREATE TABLE public.products (
 );
 
 --
+-- Name: queue_places; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.queue_places (
+    order_id uuid NOT NULL,
+    product_id text NOT NULL,
+    "position" bigint NOT NULL
+);
+
+--
 -- Name: stripe_429s; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -642,6 +654,20 @@ ALTER TABLE ONLY public.products
     ADD CONSTRAINT products_pkey PRIMARY KEY (id);
 
 --
+-- Name: queue_places queue_places_one_per_position; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.queue_places
+    ADD CONSTRAINT queue_places_one_per_position UNIQUE (product_id, "position");
+
+--
+-- Name: queue_places queue_places_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.queue_places
+    ADD CONSTRAINT queue_places_pkey PRIMARY KEY (order_id);
+
+--
 -- Name: stripe_budget_ledger stripe_budget_ledger_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -729,12 +755,6 @@ CREATE INDEX orders_by_payment_intent ON public.orders USING btree (payment_inte
 --
 
 CREATE UNIQUE INDEX orders_one_queued_per_buyer ON public.orders USING btree (user_id, product_id) WHERE (status = 'queued'::public.order_status);
-
---
--- Name: orders_queued_in_line; Type: INDEX; Schema: public; Owner: -
---
-
-CREATE INDEX orders_queued_in_line ON public.orders USING btree (product_id, "position") WHERE (status = 'queued'::public.order_status);
 
 --
 -- Name: orders_uncounted_by_card; Type: INDEX; Schema: public; Owner: -

@@ -11,6 +11,11 @@ use orderfleet_tests::Fleet;
 use orderfleet_tests::drops::{at, upsert};
 use serde_json::Value;
 
+/// A product's orders in line order: an order's own place, or, while it is queued after the
+/// opening, the place the draw gave it (`queue_places`).
+const IN_LINE: &str = "SELECT o.id FROM orders o LEFT JOIN queue_places qp ON qp.order_id = o.id
+                        WHERE o.product_id = $1 ORDER BY COALESCE(o.position, qp.position)";
+
 /// The product's orders by status.
 async fn statuses(fleet: &Fleet, product: &str) -> HashMap<String, i64> {
     sqlx::query_as::<_, (String, i64)>(
@@ -193,7 +198,9 @@ async fn an_opener_killed_mid_opening_leaves_nothing_and_the_next_opens() {
     let died = fleet.wait_exit("doomed-stock-worker", Duration::from_secs(60)).await.unwrap();
     assert!(!died.success(), "the failpoint during_opening was not reached");
     let after_the_death: (bool, i64) = sqlx::query_as(
-        "SELECT opened_at IS NOT NULL, (SELECT count(*) FROM orders WHERE product_id = 'sku-k' AND position IS NOT NULL)
+        "SELECT opened_at IS NOT NULL,
+                (SELECT count(*) FROM orders WHERE product_id = 'sku-k' AND position IS NOT NULL)
+                + (SELECT count(*) FROM queue_places WHERE product_id = 'sku-k')
            FROM products WHERE id = 'sku-k'",
     )
     .fetch_one(&fleet.pool)
@@ -274,6 +281,7 @@ async fn draws(
             "UPDATE products SET opened_at = NULL, draw_seed = NULL, last_position = 0, queue_waiting = false
               WHERE id = 'sku-draw';
              UPDATE orders SET status = 'queued', position = NULL, failure_reason = NULL WHERE product_id = 'sku-draw';
+             DELETE FROM queue_places WHERE product_id = 'sku-draw';
              DELETE FROM outbox;",
         )
         .execute(pool)
@@ -286,10 +294,7 @@ async fn draws(
             .unwrap();
         assert_eq!(drawn, Some(4));
         let line: Vec<uuid::Uuid> =
-            sqlx::query_scalar("SELECT id FROM orders WHERE product_id = 'sku-draw' ORDER BY position")
-                .fetch_all(pool)
-                .await
-                .unwrap();
+            sqlx::query_scalar(IN_LINE).bind("sku-draw").fetch_all(pool).await.unwrap();
         lines.push(line.iter().map(|id| ids.iter().position(|i| i == id).unwrap()).collect());
     }
     lines
@@ -363,12 +368,9 @@ async fn a_promoted_order_s_estimated_wait_is_the_wait_it_gets() {
 
     // Act: the last in line reads its line at once, then waits for its authorization.
     let (last, user): (uuid::Uuid, String) = {
-        let id: uuid::Uuid = sqlx::query_scalar(
-            "SELECT id FROM orders WHERE product_id = 'sku-e' ORDER BY position DESC LIMIT 1",
-        )
-        .fetch_one(&fleet.pool)
-        .await
-        .unwrap();
+        let line: Vec<uuid::Uuid> =
+            sqlx::query_scalar(IN_LINE).bind("sku-e").fetch_all(&fleet.pool).await.unwrap();
+        let id = *line.last().unwrap();
         (id, ids[&id.to_string()].clone())
     };
     let read_at = std::time::Instant::now();

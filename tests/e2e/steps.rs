@@ -252,6 +252,16 @@ async fn arm(stripe_base: &str, operation: &str, mode: &str, count: u32) {
 impl Step {
     /// The intake's own code: one unit of `sku-1` for `user` under `key`, paid with `pm_card_visa`.
     async fn place(&self, user: &str, key: &str) -> Result<Placed, order_intake::error::ApiError> {
+        self.place_with(user, key, "pm_card_visa").await
+    }
+
+    /// [`Step::place`], paid with `method`.
+    async fn place_with(
+        &self,
+        user: &str,
+        key: &str,
+        method: &str,
+    ) -> Result<Placed, order_intake::error::ApiError> {
         let intake = Intake {
             pool: &self.db.pool,
             payments: &self.step.fulfilment.payments,
@@ -260,10 +270,8 @@ impl Step {
             traceparent: &Trace::random().traceparent(),
             sold_out_reads: &std::sync::Arc::default(),
         };
-        let request = OrderRequest::parse(
-            br#"{"product_id": "sku-1", "quantity": 1, "payment_method": "pm_card_visa"}"#,
-        )
-        .unwrap();
+        let body = serde_json::json!({"product_id": "sku-1", "quantity": 1, "payment_method": method});
+        let request = OrderRequest::parse(body.to_string().as_bytes()).unwrap();
         intake.place(&UserId::parse(user).unwrap(), &IdempotencyKey::parse(key).unwrap(), &request).await
     }
 
@@ -777,6 +785,93 @@ async fn a_refused_rejection_goes_to_the_dlq_with_its_hold_released() {
     assert_eq!(step.status(order).await, "authorized");
     let payments = &step.step.fulfilment.payments;
     assert_eq!(payments.retrieve(&own).await.unwrap().status, orderfleet_payments::IntentStatus::Canceled);
+    step.db.drop().await.unwrap();
+}
+
+/// Bob's 3-D Secure order, its authentication failed, and his page confirming the intent again
+/// with `method` (Stripe.js, with the intent's client secret); then the order settled. The
+/// product lets one card hold one unit, and Ann's order, paid with `pm_card_visa`, holds one.
+async fn confirmed_again_with(
+    method: &str,
+) -> (Step, Uuid, String, orderfleet::domain::steps::three_d_secure::Settled) {
+    use orderfleet::domain::steps::three_d_secure;
+    let step = Step::new().await;
+    sqlx::query("UPDATE products SET max_per_card = 1").execute(&step.db.pool).await.unwrap();
+    assert!(matches!(step.place("ann", "key-ann").await, Ok(Placed::Accepted { .. })));
+    let bob = step.place_with("bob", "key-bob", "pm_card_threeDSecure2Required").await;
+    assert!(matches!(&bob, Ok(Placed::Accepted { body, .. }) if body.payment.is_some()), "{bob:?}");
+    let order = step.order_id_of("bob").await;
+    let intent = step.own_intent(order).await;
+    let http = reqwest::Client::new();
+    let failed = http
+        .post(format!("{}/_sim/payment_intents/{intent}/authenticate", step.stripe_base))
+        .json(&serde_json::json!({"outcome": "fail"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(failed.status().is_success());
+    let confirmed: serde_json::Value = http
+        .post(format!("{}/v1/payment_intents/{intent}/confirm", step.stripe_base))
+        .bearer_auth("sk_test_steps")
+        .form(&[("payment_method", method)])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(confirmed["status"], "requires_capture", "{confirmed}");
+    let payments = &step.step.fulfilment.payments;
+    let settled = three_d_secure::take_and_settle(&step.db.pool, payments, OrderId::from_uuid(order), None)
+        .await
+        .unwrap()
+        .unwrap();
+    (step, order, intent, settled)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_3ds_intent_confirmed_with_a_card_over_its_cap_is_released() {
+    // Arrange, act: Bob's page confirms with Ann's card, which holds the one unit it may.
+    use orderfleet::domain::steps::three_d_secure::Settled;
+    use orderfleet::domain::words::status::FailureReason;
+    let (step, order, intent, settled) = confirmed_again_with("pm_card_visa").await;
+
+    // Assert: the hold released and the order ended over the cap, not a card decline, its
+    // unit back (before the fix: authorized, and one card held two units of a cap of one).
+    assert_eq!(settled, Settled::Declined(FailureReason::CardLimitReached));
+    let payments = &step.step.fulfilment.payments;
+    assert_eq!(payments.retrieve(&intent).await.unwrap().status, orderfleet_payments::IntentStatus::Canceled);
+    let (status, reason): (String, String) =
+        sqlx::query_as("SELECT status::text, failure_reason FROM orders WHERE id = $1")
+            .bind(order)
+            .fetch_one(&step.db.pool)
+            .await
+            .unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("payment_declined", "card_limit_reached"));
+    assert!(!counted_as_a_decline(&step, order).await);
+    let promised: i32 =
+        sqlx::query_scalar("SELECT units_promised FROM products").fetch_one(&step.db.pool).await.unwrap();
+    assert_eq!(promised, 1, "Ann's unit alone");
+    step.db.drop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_3ds_intent_confirmed_with_another_card_within_its_cap_carries_that_card() {
+    // Arrange, act: Bob's page confirms with a card of his own.
+    use orderfleet::domain::steps::three_d_secure::Settled;
+    let (step, order, _, settled) = confirmed_again_with("pm_card_mastercard").await;
+
+    // Assert: authorized, the order counted on the card that holds its funds from now on.
+    assert_eq!(settled, Settled::Authorized);
+    let (method, fingerprint): (String, String) =
+        sqlx::query_as("SELECT payment_method, card_fingerprint FROM orders WHERE id = $1")
+            .bind(order)
+            .fetch_one(&step.db.pool)
+            .await
+            .unwrap();
+    let payments = &step.step.fulfilment.payments;
+    let mastercard = payments.card_fingerprint("pm_card_mastercard").await.unwrap().unwrap();
+    assert_eq!((method.as_str(), fingerprint), ("pm_card_mastercard", mastercard));
     step.db.drop().await.unwrap();
 }
 

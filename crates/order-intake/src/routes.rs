@@ -199,6 +199,11 @@ async fn look_up_order(state: &AppState, user: &UserId, order_id: &str) -> Resul
         true => Some(line_of(state, &theirs).await?),
         false => None,
     };
+    // A queued order's place, once drawn, is the line's (`queue_places`), not yet its own.
+    let theirs = match &line {
+        Some(line) => orderfleet::domain::records::order::Order { position: line.position, ..theirs },
+        None => theirs,
+    };
     Ok(Json(OrderView::new(theirs, line)))
 }
 
@@ -213,7 +218,7 @@ async fn line_of(
         .then(|| ((line.authorizations_ahead + 1) as f64 / state.payments.create_rate().max(0.1)).ceil());
     Ok(crate::views::LineView {
         opens_at: line.opens_at,
-        position: order.position,
+        position: line.position,
         queued_ahead: line.queued_ahead,
         authorizations_ahead: line.authorizations_ahead,
         estimated_wait_seconds,

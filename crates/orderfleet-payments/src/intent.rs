@@ -37,6 +37,10 @@ pub struct Intent {
     pub capture_before: Option<chrono::DateTime<chrono::Utc>>,
     /// When Stripe made it (its clock).
     pub created: Option<chrono::DateTime<chrono::Utc>>,
+    /// The id of its PaymentMethod now: the one it was made with, or another the buyer's page
+    /// confirmed it with since (after a decline or a failed authentication); `None` once Stripe
+    /// detached a declined one.
+    pub payment_method: Option<String>,
 }
 
 /// What a buyer's page needs to complete a `requires_action` intent (3-D Secure) with
@@ -175,6 +179,7 @@ impl From<&PaymentIntent> for Intent {
                 disputed: c.disputed,
             }),
             capture_before,
+            payment_method: pi.payment_method.as_ref().map(|method| method.id().as_str().to_owned()),
         }
     }
 }

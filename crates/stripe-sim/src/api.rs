@@ -40,7 +40,9 @@ use crate::ledger::{Ledger, Reply};
 use crate::parameters;
 use crate::rate::{self, Verdict};
 use crate::requests::Expand;
-use crate::requests::{CancelRequest, CaptureRequest, CreateRequest, ListRequest, RefundRequest};
+use crate::requests::{
+    CancelRequest, CaptureRequest, ConfirmRequest, CreateRequest, ListRequest, RefundRequest,
+};
 use crate::simulator::{Executed, Pace, SimState};
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
@@ -56,6 +58,7 @@ pub(crate) fn routes() -> Router<SimState> {
         .route("/v1/payment_intents/{id}", get(retrieve))
         .route("/v1/payment_intents/{id}/capture", post(capture))
         .route("/v1/payment_intents/{id}/cancel", post(cancel))
+        .route("/v1/payment_intents/{id}/confirm", post(confirm))
         .route("/v1/refunds", post(refund))
         .route("/v1/payment_methods/{id}", get(retrieve_payment_method))
 }
@@ -209,6 +212,17 @@ async fn capture(Path(id): Path<String>, request: Mutation) -> Response {
     mutate(request, Some(Operation::Capture), endpoint, |params, ledger, now| {
         let request = CaptureRequest::parse(params)?;
         Ok(ledger.capture(&id, &request, now))
+    })
+    .await
+}
+
+/// `POST /v1/payment_intents/{id}/confirm`: the buyer's page, with Stripe.js. No fault strikes
+/// it: faults are armed for the fleet's own operations (SPEC §6), and this is the buyer's.
+async fn confirm(Path(id): Path<String>, request: Mutation) -> Response {
+    let endpoint = format!("POST /v1/payment_intents/{id}/confirm");
+    mutate(request, None, endpoint, |params, ledger, now| {
+        let request = ConfirmRequest::parse(params)?;
+        Ok(ledger.confirm(&id, request, now))
     })
     .await
 }

@@ -44,7 +44,7 @@ use crate::error::StripeError;
 use crate::ids;
 use crate::requests::{
     AutomaticPaymentMethods, CancelRequest, CancellationReason, CaptureMethod, CaptureRequest,
-    ConfirmationMethod, CreateRequest, Details, RefundRequest,
+    ConfirmRequest, ConfirmationMethod, CreateRequest, Details, RefundRequest,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,7 +144,7 @@ impl PaymentIntent {
             last_payment_error: None,
             latest_charge: None,
             next_action: None,
-            payment_method: request.payment_method.map(|card| card.id.to_owned()),
+            payment_method: request.payment_method,
             automatic_payment_methods: request.automatic_payment_methods,
             payment_method_types: match request.automatic_payment_methods {
                 Some(_) => vec!["card".to_owned()],
@@ -183,6 +183,36 @@ impl PaymentIntent {
         // Capturing less than the hold releases the rest, as Stripe does.
         self.settle(amount, now);
         Ok(())
+    }
+
+    /// `POST /v1/payment_intents/{id}/confirm`: an intent waiting for a payment method (after a
+    /// decline or a failed authentication, Stripe detaches the card) or for its confirm is
+    /// confirmed, with the payment method given or its own; any other status is refused, as
+    /// Stripe refuses it (`payment_intent_unexpected_state`).
+    pub(crate) fn confirm_again(&mut self, request: ConfirmRequest, now: i64) -> Result<(), StripeError> {
+        if !matches!(self.status, Status::RequiresPaymentMethod | Status::RequiresConfirmation) {
+            return Err(StripeError::unexpected_state(format!(
+                "You cannot confirm this PaymentIntent because it has a status of {}.",
+                self.status.as_str()
+            ))
+            .with_payment_intent(self.to_json()));
+        }
+        if let Some(payment_method) = request.payment_method {
+            self.payment_method = Some(payment_method);
+        }
+        if self.payment_method.is_none() {
+            return Err(StripeError::invalid_param(
+                "payment_method",
+                "You cannot confirm this PaymentIntent because it's missing a payment method. Update the \
+                 PaymentIntent with a payment method and then confirm it again.",
+            )
+            .with_code("payment_intent_unexpected_state"));
+        }
+        if request.return_url.is_some() {
+            self.return_url = request.return_url;
+        }
+        self.status = Status::RequiresConfirmation;
+        self.confirm(now)
     }
 
     pub(crate) fn cancel(&mut self, request: &CancelRequest, now: i64) -> Result<(), StripeError> {
@@ -258,7 +288,7 @@ mod tests {
 
     use super::*;
     use crate::form::Params;
-    use crate::requests::Expand;
+    use crate::requests::{ConfirmRequest, Expand};
 
     /// A visa payment the fleet holds and captures later.
     pub(super) const MANUAL_VISA: &str =
@@ -274,6 +304,31 @@ mod tests {
         let mut pi = intent(body);
         pi.confirm(1_700_000_000).unwrap();
         pi
+    }
+
+    #[test]
+    fn a_declined_intent_confirmed_again_with_another_card_holds_on_it() {
+        // Arrange: a decline detaches the card, and the intent waits for another.
+        let mut pi =
+            intent("amount=1500&currency=usd&capture_method=manual&payment_method=pm_card_chargeDeclined");
+        assert!(pi.confirm(1_700_000_000).is_err());
+        assert_eq!((pi.status, pi.payment_method.as_deref()), (Status::RequiresPaymentMethod, None));
+        let again = |method: Option<&str>| {
+            let body = method.map(|m| format!("payment_method={m}")).unwrap_or_default();
+            ConfirmRequest::parse(&Params::parse(body.as_bytes())).unwrap()
+        };
+
+        // Act, assert: no card at all is refused; another card holds; a hold is not confirmed again.
+        let none = pi.confirm_again(again(None), 1_700_000_001).unwrap_err();
+        assert_eq!(none.code, Some("payment_intent_unexpected_state"));
+        pi.confirm_again(again(Some("pm_card_mastercard")), 1_700_000_002).unwrap();
+        assert_eq!(
+            (pi.status, pi.payment_method.as_deref()),
+            (Status::RequiresCapture, Some("pm_card_mastercard"))
+        );
+        let twice = pi.confirm_again(again(Some("pm_card_visa")), 1_700_000_003).unwrap_err();
+        assert_eq!(twice.code, Some("payment_intent_unexpected_state"));
+        assert_eq!(pi.payment_method.as_deref(), Some("pm_card_mastercard"));
     }
 
     #[test]

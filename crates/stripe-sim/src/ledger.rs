@@ -16,7 +16,7 @@ use crate::events::{self, Before, EventType, Happened};
 use crate::intent::{Authentication, PaymentIntent};
 use crate::requests::Expand;
 use crate::requests::{
-    CancelRequest, CaptureRequest, CreateRequest, ListRequest, RefundRequest, RefundTarget,
+    CancelRequest, CaptureRequest, ConfirmRequest, CreateRequest, ListRequest, RefundRequest, RefundTarget,
 };
 
 /// An answer to a Stripe API request: what the idempotency layer stores and replays.
@@ -188,6 +188,26 @@ impl Ledger {
 
     pub(crate) fn capture(&mut self, id: &str, request: &CaptureRequest, now: i64) -> Reply {
         self.attempt(id, Attempt::Capture, |intent| intent.capture(request, now))
+    }
+
+    /// `POST /v1/payment_intents/{id}/confirm`: the intent confirmed (again), answered as it
+    /// now is, or the refusal (a decline's 402 carries the intent, as Stripe's does).
+    pub(crate) fn confirm(&mut self, id: &str, request: ConfirmRequest, now: i64) -> Reply {
+        let happened = &mut self.happened;
+        let expand = request.expand;
+        let result = Self::entry_in(&mut self.entries, &self.by_id, id).and_then(|entry| {
+            let before = Before::of(&entry.intent);
+            let outcome = entry.intent.confirm_again(request, now);
+            happened.extend(events::changes(before, &entry.intent));
+            tracing::info!(
+                payment_intent = %id,
+                status = entry.intent.status.as_str(),
+                refused = outcome.is_err(),
+                "confirm requested"
+            );
+            outcome.map(|()| entry.intent.to_json_expanded(expand))
+        });
+        Reply::from_result(result)
     }
 
     pub(crate) fn cancel(&mut self, id: &str, request: &CancelRequest, now: i64) -> Reply {

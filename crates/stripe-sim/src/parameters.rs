@@ -70,6 +70,35 @@ pub(crate) const LIST: &[&str] =
 /// `GET /v1/payment_intents/search`.
 pub(crate) const SEARCH: &[&str] = &["expand", "limit", "page", "query"];
 
+/// `POST /v1/payment_intents/{id}/confirm` (docs.stripe.com/api/payment_intents/confirm), as
+/// async-stripe 1.0's `ConfirmPaymentIntent` lists them, and `client_secret`, which Stripe.js
+/// sends with a publishable key; those this simulator has no use for are ignored.
+pub(crate) const CONFIRM: &[&str] = &[
+    "allowed_payment_method_types",
+    "amount_details",
+    "amount_to_confirm",
+    "capture_method",
+    "client_secret",
+    "confirmation_token",
+    "error_on_requires_action",
+    "excluded_payment_method_types",
+    "expand",
+    "hooks",
+    "mandate",
+    "mandate_data",
+    "off_session",
+    "payment_details",
+    "payment_method",
+    "payment_method_data",
+    "payment_method_options",
+    "radar_options",
+    "receipt_email",
+    "return_url",
+    "setup_future_usage",
+    "shipping",
+    "use_stripe_sdk",
+];
+
 /// `POST /v1/payment_intents/{id}/capture`.
 pub(crate) const CAPTURE: &[&str] = &[
     "amount_details",

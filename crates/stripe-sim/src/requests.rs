@@ -26,7 +26,6 @@ pub(crate) use values::{
     RefundReason,
 };
 
-use crate::cards::TestCard;
 use crate::error::StripeError;
 use crate::form::Params;
 use crate::parameters;
@@ -39,7 +38,8 @@ pub(crate) struct CreateRequest {
     pub(crate) capture_method: CaptureMethod,
     pub(crate) confirmation_method: ConfirmationMethod,
     pub(crate) confirm: bool,
-    pub(crate) payment_method: Option<&'static TestCard>,
+    /// The PaymentMethod's id, as given (a test card's, or a minted one's).
+    pub(crate) payment_method: Option<String>,
     /// On unless the request turns them off.
     pub(crate) automatic_payment_methods: Option<AutomaticPaymentMethods>,
     /// Cards when automatic payment methods are off; empty with them.
@@ -168,6 +168,30 @@ impl CaptureRequest {
     pub(crate) fn parse(params: &Params) -> Result<Self, StripeError> {
         parameters::known_only(params, parameters::CAPTURE)?;
         Ok(Self { amount_to_capture: positive_integer(params, "amount_to_capture")? })
+    }
+}
+
+/// `POST /v1/payment_intents/{id}/confirm` (docs.stripe.com/api/payment_intents/confirm): what
+/// the buyer's page does with Stripe.js, for one: an intent waiting for a payment method (a
+/// decline, a failed authentication) confirmed again with another card.
+#[derive(Debug, Clone)]
+pub(crate) struct ConfirmRequest {
+    /// The PaymentMethod to confirm with; the intent's own when not given.
+    pub(crate) payment_method: Option<String>,
+    /// Where a redirect-based next action sends the buyer back to.
+    pub(crate) return_url: Option<String>,
+    /// Whether the answer carries the charge whole (`expand[]=latest_charge`).
+    pub(crate) expand: Expand,
+}
+
+impl ConfirmRequest {
+    pub(crate) fn parse(params: &Params) -> Result<Self, StripeError> {
+        parameters::known_only(params, parameters::CONFIRM)?;
+        Ok(Self {
+            payment_method: payment_method(params, false)?,
+            return_url: non_empty(params, "return_url"),
+            expand: Expand::from_params(params, ""),
+        })
     }
 }
 

@@ -46,7 +46,7 @@ impl PaymentIntent {
     /// The issuer declined `card`: a failed charge, and the intent waiting for another payment
     /// method, the decline as its `last_payment_error`; answers the decline.
     fn decline(&mut self, card: &TestCard, decline: Decline, now: i64) -> StripeError {
-        let charge = Charge::new(card.id, false, None, now);
+        let charge = Charge::new(self.payment_method.as_deref().unwrap_or(card.id), false, None, now);
         let error = StripeError::card_declined(
             decline.code,
             decline.decline_code,
@@ -67,7 +67,8 @@ impl PaymentIntent {
     fn approve(&mut self, card: &TestCard, now: i64) {
         let hold = self.capture_method == CaptureMethod::Manual;
         let capture_before = hold.then_some(now + AUTHORIZATION_WINDOW_SECONDS);
-        self.latest_charge = Some(Charge::new(card.id, true, capture_before, now));
+        let payment_method = self.payment_method.as_deref().unwrap_or(card.id);
+        self.latest_charge = Some(Charge::new(payment_method, true, capture_before, now));
         self.last_payment_error = None;
         self.next_action = None;
         if hold {

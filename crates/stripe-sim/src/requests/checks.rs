@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 
 use super::fields::{non_empty, positive_integer};
 use super::values::{AllowRedirects, AutomaticPaymentMethods};
-use crate::cards::{self, TestCard};
+use crate::cards;
 use crate::error::StripeError;
 use crate::form::Params;
 
@@ -123,16 +123,20 @@ pub(super) fn currency(params: &Params) -> Result<String, StripeError> {
     Ok(currency.to_ascii_lowercase())
 }
 
-/// The test card named, if any: an unknown one is a missing resource, and confirming needs one.
-pub(super) fn payment_method(
-    params: &Params,
-    confirm: bool,
-) -> Result<Option<&'static TestCard>, StripeError> {
+/// The PaymentMethod named, if any, by its id as given (a test card's, or one minted here that
+/// behaves as one): an unknown one is a missing resource, and confirming needs one.
+pub(super) fn payment_method(params: &Params, confirm: bool) -> Result<Option<String>, StripeError> {
     let payment_method = match non_empty(params, "payment_method") {
         None => None,
-        Some(id) => Some(cards::lookup(&id).ok_or_else(|| {
-            StripeError::no_such(StatusCode::BAD_REQUEST, "PaymentMethod", &id, "payment_method")
-        })?),
+        Some(id) if cards::lookup(&id).is_some() => Some(id),
+        Some(id) => {
+            return Err(StripeError::no_such(
+                StatusCode::BAD_REQUEST,
+                "PaymentMethod",
+                &id,
+                "payment_method",
+            ));
+        }
     };
     if confirm && payment_method.is_none() {
         return Err(StripeError::invalid_param(

@@ -415,10 +415,11 @@ const OPENING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Opens `product` with `seed` (`open_product`), in a transaction of its own: the
 /// `during_opening` failpoint kills the process between the draw and its commit, and the draw
-/// is then undone whole, for the next look to make. The draw writes every queued order's place,
-/// which for a queue of 100,000 takes longer than the fleet's statement timeout on a small
-/// machine: under it, the opening was cancelled and tried again for ever. Its transaction
-/// lifts the timeout to [`OPENING_TIMEOUT`] (BENCHMARKS.md: the opening of a large queue).
+/// is then undone whole, for the next look to make. The draw writes every queued order's place
+/// (a narrow row of `queue_places` each, not the order: BENCHMARKS.md, the opening of a large
+/// queue), about a second for 100,000 on a busy 2-core machine; its transaction lifts the
+/// statement timeout to [`OPENING_TIMEOUT`] all the same, so a slower machine's opening is
+/// slow, never cancelled and tried again for ever.
 async fn open(pool: &Pool, product: &Sku, seed: &[u8]) -> sqlx::Result<Option<i32>> {
     let mut tx = pool.begin().await?;
     sqlx::query!(

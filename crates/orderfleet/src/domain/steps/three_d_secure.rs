@@ -8,6 +8,7 @@
 //! | the intent, read now | the order |
 //! |---|---|
 //! | `requires_capture`, the order's (metadata, amount, currency, manual capture) | `authorized`, with `order.stock_check_requested` and `order.accepted`: it flows on as any other |
+//! | `requires_capture`, the order's, confirmed by the buyer's page with another card than the one checked, which would hold more than `--max-per-card` | its hold cancelled; `payment_declined` (`card_limit_reached`), counted as nothing |
 //! | `requires_capture`, not the order's | its hold cancelled; `payment_declined` (`authentication_failed`) |
 //! | `requires_payment_method` (the buyer failed authentication) | the intent cancelled; `payment_declined` (`authentication_failed`), counted as a decline |
 //! | `canceled` (outside the fleet) | `payment_declined` (`payment_canceled`), or `authentication_timed_out` past the deadline (the fleet's own cancel, whose commit was lost); counted as nothing |
@@ -31,6 +32,7 @@ use std::time::Duration;
 use orderfleet_runtime::db::Pool;
 
 use crate::domain::records::order::{Order, StripeEvent, Transition};
+use crate::domain::steps::card_cap;
 use crate::domain::steps::leased::AuthorizationError;
 use crate::domain::steps::refusal::{self, Ended};
 use crate::domain::words::status::{FailureReason, OrderStatus};
@@ -63,13 +65,15 @@ pub async fn release(pool: &Pool, order: &Order) -> sqlx::Result<()> {
     crate::domain::records::order::release_lease(pool, order, OrderStatus::RequiresAction).await
 }
 
-/// The Stripe calls on the longest path through [`settle`]: the intent read, its cancel, the
-/// read after a failed cancel (one refused because the intent moved, or one whose key answered
-/// a 5xx), the cancel under a fresh key, and the read after that (`Payments::cancel`).
-pub const CALLS_TO_SETTLE: u32 = 5;
+/// The Stripe calls on the longest path through [`settle`]: the intent read, the read of the
+/// card the buyer's page confirmed it with (another than the one checked under a cap per card,
+/// [`card_cap::recheck_after_action`]), its cancel, the read after a failed cancel (one
+/// refused because the intent moved, or one whose key answered a 5xx), the cancel under a fresh
+/// key, and the read after that (`Payments::cancel`).
+pub const CALLS_TO_SETTLE: u32 = 6;
 
-/// How long [`settle`] may take, its Stripe calls each at their longest: 5 × 27.6 s = 138 s
-/// under the intake's policy (a webhook), 5 × 195.6 s = 978 s under the workers' (the
+/// How long [`settle`] may take, its Stripe calls each at their longest: 6 × 27.6 s = 165.6 s
+/// under the intake's policy (a webhook), 6 × 195.6 s = 1,173.6 s under the workers' (the
 /// sweeper); its database statements take milliseconds.
 pub fn settle_deadline(payments: &Payments) -> Duration {
     payments.longest_call() * CALLS_TO_SETTLE
@@ -124,7 +128,15 @@ async fn settle_leased(
     let now = payments.retrieve(intent_id).await.map_err(unavailable)?;
     let past_deadline = order.action_expires_at.is_none_or(|until| until <= chrono::Utc::now());
     match decide(order, &now, past_deadline) {
-        Decision::Authorize => authorize(pool, payments, order, &now, event).await,
+        Decision::Authorize => match within_the_card_cap(pool, payments, order, &now).await? {
+            Capped::Fits => authorize(pool, payments, order, &now, event).await,
+            Capped::Over => {
+                // Released first, then recorded, as below.
+                release_intent(payments, order, intent_id).await?;
+                decline(pool, payments, order, FailureReason::CardLimitReached, event).await
+            }
+            Capped::Ended(settled) => Ok(settled),
+        },
         Decision::Wait => Ok(Settled::Waiting),
         Decision::Decline(reason) => decline(pool, payments, order, reason, event).await,
         Decision::Release(reason) => {
@@ -135,6 +147,44 @@ async fn settle_leased(
             release_intent(payments, order, intent_id).await?;
             decline(pool, payments, order, reason, event).await
         }
+    }
+}
+
+/// What the card cap says of an authenticated intent ([`card_cap::recheck_after_action`]).
+enum Capped {
+    /// Authorize it.
+    Fits,
+    /// Its card, another than the one checked, would hold more than the cap: release it.
+    Over,
+    /// Decided otherwise: moved on by someone else, or refused by the database (its one rule).
+    Ended(Settled),
+}
+
+/// An order held to a cap per card whose buyer's page confirmed the intent with another card
+/// than the one checked: that card is checked too, before the order is authorized on it.
+async fn within_the_card_cap(
+    pool: &Pool,
+    payments: &Payments,
+    order: &Order,
+    intent: &Intent,
+) -> Result<Capped, AuthorizationError> {
+    use card_cap::{RecheckError, Rechecked};
+    match card_cap::recheck_after_action(pool, payments, order, intent).await {
+        Ok(Rechecked::Fits) => Ok(Capped::Fits),
+        Ok(Rechecked::Over(why)) => {
+            tracing::warn!(
+                payment_intent = intent.id,
+                why,
+                "the card the buyer confirmed with is over its cap"
+            );
+            Ok(Capped::Over)
+        }
+        Ok(Rechecked::MovedElsewhere) => Ok(Capped::Ended(Settled::MovedElsewhere)),
+        Err(RecheckError::Unavailable(reason)) => Err(AuthorizationError::ProviderUnavailable(reason)),
+        Err(RecheckError::Database(e)) if orderfleet_runtime::db::refused_for_good(&e) => {
+            refused(pool, payments, order, &e).await.map(Capped::Ended)
+        }
+        Err(RecheckError::Database(e)) => Err(e.into()),
     }
 }
 
@@ -310,11 +360,12 @@ mod tests {
             charge: None,
             capture_before: None,
             created: None,
+            payment_method: Some(order.payment_method.clone()),
         }
     }
 
     #[tokio::test]
-    async fn a_webhook_s_settle_holds_its_lease_through_five_stripe_calls_at_their_longest() {
+    async fn a_webhook_s_settle_holds_its_lease_through_six_stripe_calls_at_their_longest() {
         // Arrange: the intake's Stripe client, which settles 3-D Secure for a webhook.
         let env = orderfleet_runtime::config::Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_action")]);
         let config = orderfleet_payments::StripeConfig::from_env(&env).unwrap();
@@ -324,10 +375,10 @@ mod tests {
         // Act
         let lease = crate::domain::records::order::lease_for(settle_deadline(&payments));
 
-        // Assert: a read, a cancel, a read, a cancel and a read, 27.6 s each at their longest,
-        // and the margin.
-        assert_eq!(settle_deadline(&payments), payments.longest_call() * 5);
-        assert_eq!(lease, Duration::from_millis(5 * 27_600 + 5_000));
+        // Assert: a read, a card's read, a cancel, a read, a cancel and a read, 27.6 s each at
+        // their longest, and the margin.
+        assert_eq!(settle_deadline(&payments), payments.longest_call() * 6);
+        assert_eq!(lease, Duration::from_millis(6 * 27_600 + 5_000));
     }
 
     #[test]

@@ -239,8 +239,8 @@ pub const LEASE_MARGIN: std::time::Duration = orderfleet_runtime::db::STATEMENT_
 
 /// The lease for a holder whose work on the order (the take included) is cut off at `deadline`:
 /// the deadline and [`LEASE_MARGIN`]. The deadlines: a placement's is the request timeout
-/// (60 s: a lease of 65 s); settling 3-D Secure makes five Stripe calls at most
-/// ([`crate::domain::steps::three_d_secure::settle_deadline`]), resuming a pending order six
+/// (60 s: a lease of 65 s); settling 3-D Secure makes six Stripe calls at most
+/// ([`crate::domain::steps::three_d_secure::settle_deadline`]), resuming a pending order seven
 /// ([`crate::domain::steps::authorization::resume_deadline`]), each at most
 /// [`orderfleet_payments::RetryPolicy::longest_call`].
 pub const fn lease_for(deadline: std::time::Duration) -> std::time::Duration {
@@ -303,12 +303,16 @@ pub async fn load<'e>(executor: impl PgExecutor<'e>, id: OrderId) -> sqlx::Resul
     Ok(row.map(Order::from))
 }
 
-/// Where an order is in its product's line: the product's opening, the queued orders ahead of
-/// it still waiting for a unit, and the orders ahead of it waiting for their authorization.
+/// Where an order is in its product's line: the product's opening, its place, the queued orders
+/// ahead of it still waiting for a unit, and the orders ahead of it waiting for their
+/// authorization.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Line {
     /// When the product opens, if it has an opening.
     pub opens_at: Option<DateTime<Utc>>,
+    /// Its place: the order's own, or, for an order still queued, the place the opening's draw
+    /// gave it (`queue_places`); `None` before the opening.
+    pub position: Option<i64>,
     /// Queued orders ahead, still waiting for a unit.
     pub queued_ahead: i64,
     /// Orders ahead waiting for their authorization (`pending_authorization`, `requires_action`).
@@ -316,16 +320,23 @@ pub struct Line {
 }
 
 /// The line ahead of `order`, in ONE statement (none is ahead of an order with no place yet).
+/// The queue still waiting is `queue_places`, each row a queued order's place.
 pub async fn line<'e>(executor: impl PgExecutor<'e>, order: &Order) -> sqlx::Result<Line> {
     sqlx::query_as!(
         Line,
-        r#"SELECT (SELECT opens_at FROM products WHERE id = $1) AS opens_at,
-                  (SELECT count(*) FROM orders WHERE product_id = $1 AND status = 'queued' AND position < $2)
-                      AS "queued_ahead!",
-                  (SELECT count(*) FROM orders WHERE product_id = $1 AND awaiting_authorization(status)
-                                                 AND position < $2) AS "authorizations_ahead!""#,
+        r#"WITH place AS (
+             SELECT COALESCE($2::int8, (SELECT position FROM queue_places WHERE order_id = $3)) AS position
+         )
+         SELECT (SELECT opens_at FROM products WHERE id = $1) AS opens_at,
+                (SELECT position FROM place) AS position,
+                (SELECT count(*) FROM queue_places
+                  WHERE product_id = $1 AND position < (SELECT position FROM place)) AS "queued_ahead!",
+                (SELECT count(*) FROM orders WHERE product_id = $1 AND awaiting_authorization(status)
+                                               AND position < (SELECT position FROM place))
+                    AS "authorizations_ahead!""#,
         &order.product_id as _,
         order.position,
+        order.id as _,
     )
     .fetch_one(executor)
     .await

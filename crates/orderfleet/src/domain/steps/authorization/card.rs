@@ -6,9 +6,10 @@
 //! or payment method carries it (docs.stripe.com/api/payment_methods/object, `card.fingerprint`),
 //! so many accounts with one card count as one.
 //!
-//! The check is ONE short transaction, with no network call in it: the card's lock for this
-//! product (so two orders of one card, at two intakes, pass one at a time), then one statement
-//! that counts the card's units and writes the fingerprint on the order if it fits. An order
+//! The check is ONE short transaction ([`crate::domain::steps::card_cap`]), with no network
+//! call in it: the card's lock for this product (so two orders of one card, at two intakes, pass
+//! one at a time), then one statement that counts the card's units and writes the fingerprint on
+//! the order if it fits. An order
 //! over the cap ends `payment_declined` with `card_limit_reached`, its units back for the next in
 //! line ([`super::record`]'s `fail`), and no PaymentIntent is ever made for it. An order with no
 //! cap costs nothing here: no read, no statement. A cap set once orders were promised counts
@@ -22,6 +23,7 @@ use orderfleet_runtime::db::Pool;
 use super::lease;
 use super::record::{Recorded, fail, record};
 use crate::domain::records::order::Order;
+use crate::domain::steps::card_cap::{Fit, Stamp, fits};
 use crate::domain::steps::leased::AuthorizationError;
 use crate::domain::steps::refusal::{self, Ended};
 use crate::domain::words::status::{FailureReason, OrderStatus};
@@ -58,7 +60,7 @@ pub(crate) async fn check<'a>(
         lease::release(pool, order).await?;
         return Err(unanswered);
     }
-    let fit = match fits(pool, order, &fingerprint).await {
+    let fit = match fits(pool, order, &fingerprint, Stamp::First).await {
         Ok(fit) => fit,
         Err(e) => return refused(pool, payments, order, e).await,
     };
@@ -152,64 +154,4 @@ async fn count_earlier_orders(
         }
     }
     Ok(())
-}
-
-/// Whether the order fits under its card's cap.
-enum Fit {
-    /// It does, and carries the fingerprint now.
-    Fits,
-    /// It does not: the units the card's other orders of the product hold or bought, and the
-    /// product's cap now.
-    Over { held: i64, cap: i32 },
-    /// It is no longer pending under its first check (someone else moved it).
-    MovedElsewhere,
-}
-
-/// The card's lock for this product, then ONE statement: the units the card's other orders of
-/// the product hold or bought (every order that carries the fingerprint and has not failed),
-/// and, if this order fits with them, the fingerprint written on it. A statement of its own
-/// after the lock, so its snapshot sees every order committed before the lock was granted. The
-/// cap is the product's now, read in that statement: one the operator lowered (or lifted) since
-/// the order was promised its units counts as it stands.
-async fn fits(pool: &Pool, order: &Order, fingerprint: &str) -> sqlx::Result<Fit> {
-    let mut tx = pool.begin().await?;
-    sqlx::query!(
-        "SELECT pg_advisory_xact_lock(hashtextextended('card/' || $1 || '/' || $2, 0))",
-        fingerprint,
-        &order.product_id as _,
-    )
-    .execute(&mut *tx)
-    .await?;
-    let seen = sqlx::query!(
-        r#"WITH held AS (
-             SELECT COALESCE(sum(quantity), 0)::int8 AS units FROM orders
-              WHERE product_id = $2 AND card_fingerprint = $3 AND id <> $1
-                AND (holds_units(status) OR sold(status))
-         ), cap AS (
-             SELECT max_per_card FROM products WHERE id = $2
-         ), stamped AS (
-             UPDATE orders SET card_fingerprint = $3, updated_at = now()
-              WHERE id = $1 AND status = 'pending_authorization'
-                AND (card_fingerprint IS NULL OR card_fingerprint = $3)
-                AND (SELECT units FROM held) + quantity <= COALESCE((SELECT max_per_card FROM cap), quantity)
-          RETURNING id
-         )
-         SELECT (SELECT units FROM held) AS "held!",
-                COALESCE((SELECT max_per_card FROM cap), 0) AS "cap!",
-                EXISTS (SELECT 1 FROM stamped) AS "stamped!",
-                EXISTS (SELECT 1 FROM orders WHERE id = $1 AND status = 'pending_authorization'
-                                               AND (card_fingerprint IS NULL OR card_fingerprint = $3))
-                    AS "pending!""#,
-        order.id as _,
-        &order.product_id as _,
-        fingerprint,
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(match (seen.stamped, seen.pending) {
-        (true, _) => Fit::Fits,
-        (false, true) => Fit::Over { held: seen.held, cap: seen.cap },
-        (false, false) => Fit::MovedElsewhere,
-    })
 }
