@@ -13,14 +13,19 @@ CREATE TABLE queue_places (
     CONSTRAINT queue_places_one_per_position UNIQUE (product_id, position)
 );
 REVOKE ALL ON queue_places FROM PUBLIC;
-GRANT SELECT ON queue_places TO orderfleet_intake, orderfleet_stock_worker, orderfleet_operator;
+-- The intake reads a queued order's place (`GET /v1/orders/{id}`); the draw and the promotions
+-- write here as the functions' owner.
+GRANT SELECT ON queue_places TO orderfleet_intake;
 
--- A queue drawn by the version before this one: its places are on its orders.
+-- First, the lock: the index's drop holds the orders table until this migration commits, so an
+-- opening the version before this one is drawing (its places on the orders) ends before the
+-- copy below, and none begins until the functions below replace its own.
+DROP INDEX orders_queued_in_line;
+
+-- A queue drawn by the version before this one: its places are on its orders, and stay there;
+-- each is copied here, where the promotions now read the line.
 INSERT INTO queue_places (order_id, product_id, position)
 SELECT id, product_id, position FROM orders WHERE status = 'queued' AND position IS NOT NULL;
-
--- Queued orders carry no place on the order any more until they leave the queue.
-DROP INDEX orders_queued_in_line;
 
 CREATE OR REPLACE FUNCTION promote_queued(product text) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp

@@ -294,6 +294,8 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses() {
                 ("orders", "S,I,U"),
                 ("outbox", OUTBOX_INSERT),
                 ("products", "S,U(last_position,stock,units_promised,updated_at)"),
+                // A queued order's place, drawn at the opening, for GET /v1/orders/{id}.
+                ("queue_places", "S"),
                 // The fleet's Stripe budget: its own row, and the others' read;
                 // the ledger's tick and round, advanced by every tick.
                 ("stripe_budget_ledger", "S,I,U"),
@@ -385,6 +387,7 @@ async fn each_service_role_holds_exactly_the_table_rights_its_binary_uses() {
             "outbox_archive",
             "product_pauses",
             "products",
+            "queue_places",
             "stripe_429s",
             "stripe_budget_ledger",
             "stripe_budget_members",

@@ -144,10 +144,22 @@ pub(crate) fn known_only(params: &Params, accepted: &[&str]) -> Result<(), Strip
 /// A create's parameters: `payment_method_types` refused as removed, then any other the
 /// endpoint does not know.
 pub(crate) fn create_known_only(params: &Params) -> Result<(), StripeError> {
+    no_payment_method_types(params)?;
+    known_only(params, CREATE)
+}
+
+/// [`known_only`] for a confirm: `payment_method_types` refused as for a create.
+pub(crate) fn confirm_known_only(params: &Params) -> Result<(), StripeError> {
+    no_payment_method_types(params)?;
+    known_only(params, CONFIRM)
+}
+
+/// `payment_method_types`, removed as a writable parameter on the pinned version.
+fn no_payment_method_types(params: &Params) -> Result<(), StripeError> {
     if params.top_names().any(|name| name == "payment_method_types") {
         return Err(StripeError::payment_method_types_no_longer_supported());
     }
-    known_only(params, CREATE)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -31,13 +31,14 @@ const WINDOW: Duration = Duration::from_secs(1);
 
 /// The named operations the simulator serves, as Stripe's rate limits name them: each is
 /// limited apart, whatever the id in its path.
-const OPERATIONS: [(&str, &[&str], &str); 8] = [
+const OPERATIONS: [(&str, &[&str], &str); 9] = [
     ("POST", &["payment_intents"], "POST /v1/payment_intents"),
     ("GET", &["payment_intents"], "GET /v1/payment_intents"),
     ("GET", &["payment_intents", "search"], "GET /v1/payment_intents/search"),
     ("GET", &["payment_intents", "{id}"], "GET /v1/payment_intents/{id}"),
     ("POST", &["payment_intents", "{id}", "capture"], "POST /v1/payment_intents/{id}/capture"),
     ("POST", &["payment_intents", "{id}", "cancel"], "POST /v1/payment_intents/{id}/cancel"),
+    ("POST", &["payment_intents", "{id}", "confirm"], "POST /v1/payment_intents/{id}/confirm"),
     ("POST", &["refunds"], "POST /v1/refunds"),
     ("GET", &["payment_methods", "{id}"], "GET /v1/payment_methods/{id}"),
 ];

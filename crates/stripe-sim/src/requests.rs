@@ -186,7 +186,7 @@ pub(crate) struct ConfirmRequest {
 
 impl ConfirmRequest {
     pub(crate) fn parse(params: &Params) -> Result<Self, StripeError> {
-        parameters::known_only(params, parameters::CONFIRM)?;
+        parameters::confirm_known_only(params)?;
         Ok(Self {
             payment_method: payment_method(params, false)?,
             return_url: non_empty(params, "return_url"),

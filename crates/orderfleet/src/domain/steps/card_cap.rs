@@ -20,6 +20,9 @@ pub enum Rechecked {
     Fits,
     /// The intent's card would hold more than the cap: why, for operators.
     Over(String),
+    /// Stripe will not show the intent's card (refused, or gone): why. The first check declines
+    /// such an order; so does this one.
+    Unreadable(String),
     /// The order is no longer waiting for its buyer (someone else settled it).
     MovedElsewhere,
 }
@@ -49,14 +52,18 @@ pub async fn recheck_after_action(
     intent: &orderfleet_payments::Intent,
 ) -> Result<Rechecked, RecheckError> {
     let Some(method) = intent.payment_method.as_deref() else { return Ok(Rechecked::Fits) };
-    if order.card_cap.is_none() || method == order.payment_method {
+    // Counted under a cap: held to one when promised its units, or stamped since, by a cap set
+    // after it (the authorization's count of a product's earlier orders).
+    let counted = order.card_cap.is_some() || order.card_fingerprint.is_some();
+    if !counted || method == order.payment_method {
         return Ok(Rechecked::Fits);
     }
     let fingerprint = match payments.card_fingerprint(method).await {
         Ok(fingerprint) => fingerprint.unwrap_or_else(|| format!("payment_method:{method}")),
-        // It holds funds, so Stripe has the method; one it will not show counts as its own card.
-        Err(PaymentError::Refused { .. } | PaymentError::Declined { .. }) => {
-            format!("payment_method:{method}")
+        Err(refused @ (PaymentError::Refused { .. } | PaymentError::Declined { .. })) => {
+            return Ok(Rechecked::Unreadable(format!(
+                "the card the buyer's page confirmed with ({method}) cannot be read at Stripe: {refused}"
+            )));
         }
         Err(
             PaymentError::Unavailable(reason)

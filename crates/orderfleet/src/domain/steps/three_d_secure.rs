@@ -69,11 +69,13 @@ pub async fn release(pool: &Pool, order: &Order) -> sqlx::Result<()> {
 /// card the buyer's page confirmed it with (another than the one checked under a cap per card,
 /// [`card_cap::recheck_after_action`]), its cancel, the read after a failed cancel (one
 /// refused because the intent moved, or one whose key answered a 5xx), the cancel under a fresh
-/// key, and the read after that (`Payments::cancel`).
-pub const CALLS_TO_SETTLE: u32 = 6;
+/// key, and the read after that (`Payments::cancel`); then, if the database refuses the
+/// order's end, the refusal rule's cancel of the same intent and the read after it
+/// ([`crate::domain::steps::refusal`]).
+pub const CALLS_TO_SETTLE: u32 = 8;
 
-/// How long [`settle`] may take, its Stripe calls each at their longest: 6 × 27.6 s = 165.6 s
-/// under the intake's policy (a webhook), 6 × 195.6 s = 1,173.6 s under the workers' (the
+/// How long [`settle`] may take, its Stripe calls each at their longest: 8 × 27.6 s = 220.8 s
+/// under the intake's policy (a webhook), 8 × 195.6 s = 1,564.8 s under the workers' (the
 /// sweeper); its database statements take milliseconds.
 pub fn settle_deadline(payments: &Payments) -> Duration {
     payments.longest_call() * CALLS_TO_SETTLE
@@ -130,10 +132,11 @@ async fn settle_leased(
     match decide(order, &now, past_deadline) {
         Decision::Authorize => match within_the_card_cap(pool, payments, order, &now).await? {
             Capped::Fits => authorize(pool, payments, order, &now, event).await,
-            Capped::Over => {
+            Capped::Refused(reason, detail) => {
                 // Released first, then recorded, as below.
                 release_intent(payments, order, intent_id).await?;
-                decline(pool, payments, order, FailureReason::CardLimitReached, event).await
+                let refused = Transition::card_refused_after_action(order, reason, &detail);
+                decline_with(pool, payments, order, refused, reason, event).await
             }
             Capped::Ended(settled) => Ok(settled),
         },
@@ -154,8 +157,9 @@ async fn settle_leased(
 enum Capped {
     /// Authorize it.
     Fits,
-    /// Its card, another than the one checked, would hold more than the cap: release it.
-    Over,
+    /// Its card, another than the one checked, would hold more than the cap
+    /// (`card_limit_reached`), or cannot be read (`payment_declined`): release it; why.
+    Refused(FailureReason, String),
     /// Decided otherwise: moved on by someone else, or refused by the database (its one rule).
     Ended(Settled),
 }
@@ -177,7 +181,15 @@ async fn within_the_card_cap(
                 why,
                 "the card the buyer confirmed with is over its cap"
             );
-            Ok(Capped::Over)
+            Ok(Capped::Refused(FailureReason::CardLimitReached, why))
+        }
+        Ok(Rechecked::Unreadable(why)) => {
+            tracing::warn!(
+                payment_intent = intent.id,
+                why,
+                "the card the buyer confirmed with cannot be read"
+            );
+            Ok(Capped::Refused(FailureReason::PaymentDeclined, why))
         }
         Ok(Rechecked::MovedElsewhere) => Ok(Capped::Ended(Settled::MovedElsewhere)),
         Err(RecheckError::Unavailable(reason)) => Err(AuthorizationError::ProviderUnavailable(reason)),
@@ -280,7 +292,19 @@ async fn decline(
     reason: FailureReason,
     event: Option<StripeEvent<'_>>,
 ) -> Result<Settled, AuthorizationError> {
-    let moved = Transition::authentication_failed(order, reason).with_event(event).commit(pool).await;
+    decline_with(pool, payments, order, Transition::authentication_failed(order, reason), reason, event).await
+}
+
+/// [`decline`]'s ONE statement, as `failed` writes it.
+async fn decline_with(
+    pool: &Pool,
+    payments: &Payments,
+    order: &Order,
+    failed: Transition<'_>,
+    reason: FailureReason,
+    event: Option<StripeEvent<'_>>,
+) -> Result<Settled, AuthorizationError> {
+    let moved = failed.with_event(event).commit(pool).await;
     let moved = match moved {
         Err(e) if orderfleet_runtime::db::refused_for_good(&e) => {
             return refused(pool, payments, order, &e).await;
@@ -365,7 +389,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_webhook_s_settle_holds_its_lease_through_six_stripe_calls_at_their_longest() {
+    async fn a_webhook_s_settle_holds_its_lease_through_eight_stripe_calls_at_their_longest() {
         // Arrange: the intake's Stripe client, which settles 3-D Secure for a webhook.
         let env = orderfleet_runtime::config::Env::from_pairs([("STRIPE_SECRET_KEY", "sk_test_action")]);
         let config = orderfleet_payments::StripeConfig::from_env(&env).unwrap();
@@ -375,10 +399,10 @@ mod tests {
         // Act
         let lease = crate::domain::records::order::lease_for(settle_deadline(&payments));
 
-        // Assert: a read, a card's read, a cancel, a read, a cancel and a read, 27.6 s each at
-        // their longest, and the margin.
-        assert_eq!(settle_deadline(&payments), payments.longest_call() * 6);
-        assert_eq!(lease, Duration::from_millis(6 * 27_600 + 5_000));
+        // Assert: a read, a card's read, a cancel, a read, a cancel and a read, the refusal
+        // rule's cancel and read, 27.6 s each at their longest, and the margin.
+        assert_eq!(settle_deadline(&payments), payments.longest_call() * 8);
+        assert_eq!(lease, Duration::from_millis(8 * 27_600 + 5_000));
     }
 
     #[test]

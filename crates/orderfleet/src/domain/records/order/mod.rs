@@ -239,7 +239,7 @@ pub const LEASE_MARGIN: std::time::Duration = orderfleet_runtime::db::STATEMENT_
 
 /// The lease for a holder whose work on the order (the take included) is cut off at `deadline`:
 /// the deadline and [`LEASE_MARGIN`]. The deadlines: a placement's is the request timeout
-/// (60 s: a lease of 65 s); settling 3-D Secure makes six Stripe calls at most
+/// (60 s: a lease of 65 s); settling 3-D Secure makes eight Stripe calls at most
 /// ([`crate::domain::steps::three_d_secure::settle_deadline`]), resuming a pending order seven
 /// ([`crate::domain::steps::authorization::resume_deadline`]), each at most
 /// [`orderfleet_payments::RetryPolicy::longest_call`].
@@ -320,12 +320,15 @@ pub struct Line {
 }
 
 /// The line ahead of `order`, in ONE statement (none is ahead of an order with no place yet).
-/// The queue still waiting is `queue_places`, each row a queued order's place.
+/// The queue still waiting is `queue_places`, each row a queued order's place. Its place is
+/// read here, not taken from `order`: an order loaded queued may have left the queue since (its
+/// place moved onto it), and is then placed all the same.
 pub async fn line<'e>(executor: impl PgExecutor<'e>, order: &Order) -> sqlx::Result<Line> {
     sqlx::query_as!(
         Line,
         r#"WITH place AS (
-             SELECT COALESCE($2::int8, (SELECT position FROM queue_places WHERE order_id = $3)) AS position
+             SELECT COALESCE((SELECT position FROM orders WHERE id = $2),
+                             (SELECT position FROM queue_places WHERE order_id = $2)) AS position
          )
          SELECT (SELECT opens_at FROM products WHERE id = $1) AS opens_at,
                 (SELECT position FROM place) AS position,
@@ -335,7 +338,6 @@ pub async fn line<'e>(executor: impl PgExecutor<'e>, order: &Order) -> sqlx::Res
                                                AND position < (SELECT position FROM place))
                     AS "authorizations_ahead!""#,
         &order.product_id as _,
-        order.position,
         order.id as _,
     )
     .fetch_one(executor)

@@ -174,6 +174,13 @@ impl<'a> Transition<'a> {
         Move::FailAuthentication.of(order.id).failed(order, reason, reason.as_str())
     }
 
+    /// [`Move::FailAuthentication`] with `reason` and `detail` for operators: the card the
+    /// buyer's page confirmed with is over the product's cap per card, or Stripe will not show
+    /// it (`card_limit_reached`, `payment_declined`).
+    pub fn card_refused_after_action(order: &Order, reason: FailureReason, detail: &'a str) -> Self {
+        Move::FailAuthentication.of(order.id).failed(order, reason, detail)
+    }
+
     /// [`Move::Capture`]: `order.paid`, whose notification (`paid`) the caller has from the
     /// order or from the stock-check message.
     pub fn captured(order_id: OrderId, paid: OrderNotification) -> Self {
