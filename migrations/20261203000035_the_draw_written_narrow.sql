@@ -32,19 +32,30 @@ CREATE OR REPLACE FUNCTION promote_queued(product text) RETURNS integer
 AS $$
 DECLARE
     p        products%ROWTYPE;
+    place    record;
     q        record;
     promised integer := 0;
     ended    integer := 0;
 BEGIN
+    -- Nothing to do, read without the product's lock: no unit left while an order still holds
+    -- some (a capture's move runs this, as every move that ends a hold does). A unit given back
+    -- meanwhile is served by the move that gives it back, which runs this after it.
+    IF EXISTS (SELECT 1 FROM products pr
+                WHERE pr.id = product AND pr.units_total - pr.units_promised <= 0)
+       AND EXISTS (SELECT 1 FROM orders o WHERE o.product_id = product AND holds_units(o.status)) THEN
+        RETURN 0;
+    END IF;
     SELECT * INTO p FROM products WHERE id = product FOR UPDATE;
     IF NOT FOUND OR p.opened_at IS NULL OR NOT p.queue_waiting OR p.paused_at IS NOT NULL THEN
         RETURN 0;
     END IF;
-    FOR q IN SELECT o.id, o.user_id, o.quantity, o.amount_minor, o.currency, o.traceparent, qp.position
-               FROM queue_places qp JOIN orders o ON o.id = qp.order_id
-              WHERE qp.product_id = product AND o.status = 'queued'
-              ORDER BY qp.position
+    -- The line: the places in order, through their index, each order read by its key.
+    FOR place IN SELECT qp.order_id, qp.position FROM queue_places qp
+                  WHERE qp.product_id = product ORDER BY qp.position
     LOOP
+        SELECT o.id, o.user_id, o.quantity, o.amount_minor, o.currency, o.traceparent, place.position AS position
+          INTO q FROM orders o WHERE o.id = place.order_id AND o.status = 'queued';
+        CONTINUE WHEN NOT FOUND;
         IF p.units_total - p.units_promised >= q.quantity THEN
             BEGIN
                 UPDATE orders SET status = 'pending_authorization', position = q.position,
