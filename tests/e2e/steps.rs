@@ -61,6 +61,15 @@ impl Step {
         }
     }
 
+    /// The order's status and `failure_reason`, as written.
+    async fn ended(&self, id: Uuid) -> (String, String) {
+        sqlx::query_as("SELECT status::text, failure_reason FROM orders WHERE id = $1")
+            .bind(id)
+            .fetch_one(&self.db.pool)
+            .await
+            .unwrap()
+    }
+
     async fn status(&self, id: Uuid) -> String {
         sqlx::query_scalar("SELECT status::text FROM orders WHERE id = $1")
             .bind(id)
@@ -344,22 +353,21 @@ async fn a_never_confirmed_intent_is_the_fleet_s_fault_not_the_card_s() {
         .await
         .unwrap()
         .unwrap();
-    let made: serde_json::Value = reqwest::Client::new()
-        .post(format!("{}/v1/payment_intents", step.stripe_base))
-        .bearer_auth("sk_test_steps")
-        .form(&[
-            ("amount", "1000"),
-            ("currency", "usd"),
-            ("capture_method", "manual"),
-            ("payment_method", "pm_card_visa"),
-            ("metadata[order_id]", &id.to_string()),
-        ])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let order_id = id.to_string();
+    let form = [
+        ("amount", "1000"),
+        ("currency", "usd"),
+        ("capture_method", "manual"),
+        ("payment_method", "pm_card_visa"),
+        ("metadata[order_id]", order_id.as_str()),
+    ];
+    let made: serde_json::Value =
+        fleet_harness::create_at_stripe(&reqwest::Client::new(), &step.stripe_base, None, &form)
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
     assert_eq!(made["status"], "requires_confirmation", "{made}");
     let payments = &step.step.fulfilment.payments;
     let mut found = payments.retrieve(made["id"].as_str().unwrap()).await.unwrap();
@@ -372,13 +380,7 @@ async fn a_never_confirmed_intent_is_the_fleet_s_fault_not_the_card_s() {
     // gate does not count, and a retry of the key is told the fleet's fault, `500
     // order_refused` (before the fix: `402 payment_declined`, as if the card had declined).
     assert!(matches!(recorded, Ok(Recorded::Incomplete(_))), "{recorded:?}");
-    let (status, reason): (String, String) =
-        sqlx::query_as("SELECT status::text, failure_reason FROM orders WHERE id = $1")
-            .bind(id)
-            .fetch_one(&step.db.pool)
-            .await
-            .unwrap();
-    assert_eq!((status.as_str(), reason.as_str()), ("payment_declined", "authorization_incomplete"));
+    assert_eq!(step.ended(id).await, ("payment_declined".to_owned(), "authorization_incomplete".to_owned()));
     assert!(!counted_as_a_decline(&step, id).await, "the card gate counted the fleet's fault");
     assert_eq!(
         step.intents().await,
@@ -709,13 +711,7 @@ async fn a_refused_end_of_a_refused_capture_releases_the_order_not_the_dlq() {
     // and the line, and the message is done (before the fix: a permanent failure for the DLQ,
     // the order left `stock_reserved` on a hold that is gone).
     assert_eq!(outcome, Ok(()));
-    let (status, reason): (String, String) =
-        sqlx::query_as("SELECT status::text, failure_reason FROM orders WHERE id = $1")
-            .bind(order)
-            .fetch_one(&step.db.pool)
-            .await
-            .unwrap();
-    assert_eq!((status.as_str(), reason.as_str()), ("capture_failed", "order_refused"));
+    assert_eq!(step.ended(order).await, ("capture_failed".to_owned(), "order_refused".to_owned()));
     let (stock, promised): (i32, i32) =
         sqlx::query_as("SELECT stock, units_promised FROM products").fetch_one(&step.db.pool).await.unwrap();
     assert_eq!((stock, promised), (5, 0));
@@ -749,13 +745,7 @@ async fn a_refused_reservation_releases_the_hold_and_ends_the_order_not_the_dlq(
     // Assert: its hold cancelled, the order ended failed with the database's reason, its unit
     // back for the line, and the message done: the worker goes on.
     assert_eq!(outcome, Ok(()));
-    let (status, reason): (String, String) =
-        sqlx::query_as("SELECT status::text, failure_reason FROM orders WHERE id = $1")
-            .bind(order)
-            .fetch_one(&step.db.pool)
-            .await
-            .unwrap();
-    assert_eq!((status.as_str(), reason.as_str()), ("authorization_canceled", "order_refused"));
+    assert_eq!(step.ended(order).await, ("authorization_canceled".to_owned(), "order_refused".to_owned()));
     let payments = &step.step.fulfilment.payments;
     assert_eq!(payments.retrieve(&own).await.unwrap().status, orderfleet_payments::IntentStatus::Canceled);
     let (stock, promised): (i32, i32) =
@@ -841,13 +831,7 @@ async fn a_3ds_intent_confirmed_with_a_card_over_its_cap_is_released() {
     assert_eq!(settled, Settled::Declined(FailureReason::CardLimitReached));
     let payments = &step.step.fulfilment.payments;
     assert_eq!(payments.retrieve(&intent).await.unwrap().status, orderfleet_payments::IntentStatus::Canceled);
-    let (status, reason): (String, String) =
-        sqlx::query_as("SELECT status::text, failure_reason FROM orders WHERE id = $1")
-            .bind(order)
-            .fetch_one(&step.db.pool)
-            .await
-            .unwrap();
-    assert_eq!((status.as_str(), reason.as_str()), ("payment_declined", "card_limit_reached"));
+    assert_eq!(step.ended(order).await, ("payment_declined".to_owned(), "card_limit_reached".to_owned()));
     assert!(!counted_as_a_decline(&step, order).await);
     let promised: i32 =
         sqlx::query_scalar("SELECT units_promised FROM products").fetch_one(&step.db.pool).await.unwrap();

@@ -30,8 +30,8 @@ pub enum Rechecked {
 /// Why [`recheck_after_action`] could not decide.
 #[derive(Debug)]
 pub enum RecheckError {
-    /// Stripe did not answer the read of the card: decide later.
-    Unavailable(String),
+    /// Stripe did not answer the read of the card (unavailable, a 5xx, a lock): decide later.
+    Stripe(PaymentError),
     /// The database's error, a refusal for good included (the caller's one rule).
     Database(sqlx::Error),
 }
@@ -65,11 +65,7 @@ pub async fn recheck_after_action(
                 "the card the buyer's page confirmed with ({method}) cannot be read at Stripe: {refused}"
             )));
         }
-        Err(
-            PaymentError::Unavailable(reason)
-            | PaymentError::AttemptFailed(reason)
-            | PaymentError::Locked(reason),
-        ) => return Err(RecheckError::Unavailable(reason)),
+        Err(unanswered) => return Err(RecheckError::Stripe(unanswered)),
     };
     let fit = fits(pool, order, &fingerprint, Stamp::Swapped { payment_method: method })
         .await

@@ -173,31 +173,19 @@ async fn within_the_card_cap(
     intent: &Intent,
 ) -> Result<Capped, AuthorizationError> {
     use card_cap::{RecheckError, Rechecked};
-    match card_cap::recheck_after_action(pool, payments, order, intent).await {
-        Ok(Rechecked::Fits) => Ok(Capped::Fits),
-        Ok(Rechecked::Over(why)) => {
-            tracing::warn!(
-                payment_intent = intent.id,
-                why,
-                "the card the buyer confirmed with is over its cap"
-            );
-            Ok(Capped::Refused(FailureReason::CardLimitReached, why))
-        }
-        Ok(Rechecked::Unreadable(why)) => {
-            tracing::warn!(
-                payment_intent = intent.id,
-                why,
-                "the card the buyer confirmed with cannot be read"
-            );
-            Ok(Capped::Refused(FailureReason::PaymentDeclined, why))
-        }
-        Ok(Rechecked::MovedElsewhere) => Ok(Capped::Ended(Settled::MovedElsewhere)),
-        Err(RecheckError::Unavailable(reason)) => Err(AuthorizationError::ProviderUnavailable(reason)),
+    let (reason, why) = match card_cap::recheck_after_action(pool, payments, order, intent).await {
+        Ok(Rechecked::Fits) => return Ok(Capped::Fits),
+        Ok(Rechecked::Over(why)) => (FailureReason::CardLimitReached, why),
+        Ok(Rechecked::Unreadable(why)) => (FailureReason::PaymentDeclined, why),
+        Ok(Rechecked::MovedElsewhere) => return Ok(Capped::Ended(Settled::MovedElsewhere)),
+        Err(RecheckError::Stripe(e)) => return Err(unavailable(e)),
         Err(RecheckError::Database(e)) if orderfleet_runtime::db::refused_for_good(&e) => {
-            refused(pool, payments, order, &e).await.map(Capped::Ended)
+            return refused(pool, payments, order, &e).await.map(Capped::Ended);
         }
-        Err(RecheckError::Database(e)) => Err(e.into()),
-    }
+        Err(RecheckError::Database(e)) => return Err(e.into()),
+    };
+    tracing::warn!(payment_intent = intent.id, %reason, why, "the card the buyer's page confirmed with is refused");
+    Ok(Capped::Refused(reason, why))
 }
 
 /// Cancels the order's intent and reads the cancel's result: only an intent Stripe shows
